@@ -1,0 +1,448 @@
+/*
+ * fmt_reader.c: opens a dataset directory and reads blocks (FORMAT.md).
+ *
+ * Owns the shard descriptors and one flat table of every block, built once
+ * at open. fmt_block_read() runs on any thread with the caller's buffers and
+ * decoder; it never allocates and never maps a file: pread only, so a shard
+ * truncated underneath us is -EBADMSG, not SIGBUS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "fmt.h"
+#include "fmt_layout.h"
+
+#define RD_MANIFEST_MAX (64u << 20) /* a manifest larger than this is refused */
+
+/* One shard file, open for the life of the dataset. */
+struct rd_shard {
+	int fd;
+	const char *file;      /* points into the manifest */
+	uint64_t first_block;  /* global id of its first block */
+};
+
+/* One block, from a shard's footer index, with global sample numbers. */
+struct rd_block {
+	uint64_t offset;
+	uint64_t first_sample;
+	uint64_t hash;
+	uint32_t num_records;
+	uint32_t comp_size;
+	uint32_t raw_size;
+	uint32_t shard;
+};
+
+struct fmt_dataset {
+	char *dir;
+	Feed__Manifest *manifest;  /* unpacked manifest.pb, owns the strings */
+	struct fmt_schema schema;
+	struct fmt_info info;
+	uint32_t nshards;
+	struct rd_shard *shards;
+	uint64_t nblocks;
+	struct rd_block *blocks;
+};
+
+struct fmt_decoder {
+	ZSTD_DCtx *dctx;  /* one per thread */
+};
+
+/* Reads exactly len bytes at off; -EBADMSG on a short file, -errno on error. */
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EBADMSG;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int manifest_load(struct fmt_dataset *ds, struct feed_err *err)
+{
+	char path[4096];
+	struct stat st;
+	uint8_t *buf = NULL;
+	int rc, fd;
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_MANIFEST_FILE);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || st.st_size > RD_MANIFEST_MAX) {
+		rc = feed_err_set(err, -EBADMSG, "%s: size %lld is not a manifest", path,
+				  (long long)st.st_size);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size);
+	if (!buf) {
+		rc = feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	rc = pread_full(fd, buf, (size_t)st.st_size, 0);
+	if (rc < 0) {
+		feed_err_set(err, rc, "%s: read failed", path);
+		goto out;
+	}
+	ds->manifest = feed__manifest__unpack(NULL, (size_t)st.st_size, buf);
+	if (!ds->manifest)
+		rc = feed_err_set(err, -EBADMSG, "%s: not a valid manifest (protobuf decode failed)", path);
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+/* Checks the manifest's own consistency and fills ds->schema and ds->info. */
+static int manifest_check(struct fmt_dataset *ds, struct feed_err *err)
+{
+	const Feed__Manifest *m = ds->manifest;
+	uint64_t next = 0, blocks = 0;
+
+	if (m->format_version != FMT_FORMAT_VERSION)
+		return feed_err_set(err, -EBADMSG, "%s/%s: format version %u, expected %d", ds->dir,
+				    FMT_MANIFEST_FILE, m->format_version, FMT_FORMAT_VERSION);
+	int rc = fmt_schema_from_pb(m->schema, &ds->schema, err);
+	if (rc < 0)
+		return feed_err_prefix(err, "%s/%s", ds->dir, FMT_MANIFEST_FILE);
+	if (m->n_shards == 0 || m->n_shards > UINT32_MAX)
+		return feed_err_set(err, -EBADMSG, "%s/%s: no shards", ds->dir, FMT_MANIFEST_FILE);
+	for (size_t i = 0; i < m->n_shards; i++) {
+		const Feed__ShardInfo *s = m->shards[i];
+		if (!s->file[0] || strchr(s->file, '/') || !strcmp(s->file, ".") || !strcmp(s->file, ".."))
+			return feed_err_set(err, -EBADMSG, "%s/%s: shard %zu has a bad file name",
+					    ds->dir, FMT_MANIFEST_FILE, i);
+		if (s->first_sample != next || s->num_blocks == 0 || s->num_samples < s->num_blocks ||
+		    s->num_blocks > (s->size / FMT_INDEX_ENTRY_SIZE))
+			return feed_err_set(err, -EBADMSG, "%s/%s: shard '%s' counts do not add up",
+					    ds->dir, FMT_MANIFEST_FILE, s->file);
+		next += s->num_samples;
+		blocks += s->num_blocks;
+	}
+	if (next != m->num_samples)
+		return feed_err_set(err, -EBADMSG, "%s/%s: shards hold %llu samples, manifest says %llu",
+				    ds->dir, FMT_MANIFEST_FILE, (unsigned long long)next,
+				    (unsigned long long)m->num_samples);
+	if (m->max_block_raw > UINT32_MAX || m->max_block_comp > UINT32_MAX)
+		return feed_err_set(err, -EBADMSG, "%s/%s: block sizes out of range", ds->dir,
+				    FMT_MANIFEST_FILE);
+	ds->nshards = (uint32_t)m->n_shards;
+	ds->nblocks = blocks;
+	return 0;
+}
+
+/* Checks one index entry against the running position in its shard. */
+static int index_entry_check(const struct fmt_dataset *ds, const struct fmt_index_entry *e,
+			     uint64_t pos, uint64_t rec)
+{
+	const Feed__Manifest *m = ds->manifest;
+
+	return e->offset == pos && e->first_record == rec && e->num_records > 0 &&
+	       e->comp_size > 0 && e->comp_size <= m->max_block_comp &&
+	       e->raw_size <= m->max_block_raw;
+}
+
+static int shard_index_load(struct fmt_dataset *ds, uint32_t si, const struct fmt_trailer *t,
+			    struct feed_err *err)
+{
+	const Feed__ShardInfo *s = ds->manifest->shards[si];
+	struct rd_shard *sh = &ds->shards[si];
+	size_t len = (size_t)t->num_blocks * FMT_INDEX_ENTRY_SIZE;
+	uint8_t *idx = malloc(len);
+	uint64_t pos = FMT_HEADER_SIZE, rec = 0;
+	int rc;
+
+	if (!idx)
+		return feed_err_set(err, -ENOMEM, "%s/%s: out of memory for index", ds->dir, s->file);
+	rc = pread_full(sh->fd, idx, len, t->index_offset);
+	if (rc < 0 || XXH64(idx, len, 0) != t->index_hash) {
+		rc = feed_err_set(err, -EBADMSG, "%s/%s: block index checksum mismatch", ds->dir, s->file);
+		goto out;
+	}
+	for (uint64_t b = 0; b < t->num_blocks; b++) {
+		struct fmt_index_entry e;
+		struct rd_block *rb = &ds->blocks[sh->first_block + b];
+		fmt_index_decode(idx + b * FMT_INDEX_ENTRY_SIZE, &e);
+		if (!index_entry_check(ds, &e, pos, rec)) {
+			rc = feed_err_set(err, -EBADMSG, "%s/%s: block %llu: index entry inconsistent",
+					  ds->dir, s->file, (unsigned long long)b);
+			goto out;
+		}
+		*rb = (struct rd_block){.offset = e.offset, .first_sample = s->first_sample + rec,
+					.hash = e.hash, .num_records = e.num_records,
+					.comp_size = e.comp_size, .raw_size = e.raw_size, .shard = si};
+		pos += e.comp_size;
+		rec += e.num_records;
+	}
+	if (pos != t->index_offset || rec != t->num_records)
+		rc = feed_err_set(err, -EBADMSG, "%s/%s: blocks do not fill the shard", ds->dir, s->file);
+out:
+	free(idx);
+	return rc;
+}
+
+static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
+{
+	const Feed__ShardInfo *s = ds->manifest->shards[si];
+	struct rd_shard *sh = &ds->shards[si];
+	uint8_t hb[FMT_HEADER_SIZE], tb[FMT_TRAILER_SIZE];
+	struct fmt_header h;
+	struct fmt_trailer t;
+	struct stat st;
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, s->file);
+	sh->file = s->file;
+	sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (sh->fd < 0)
+		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(sh->fd, &st) < 0)
+		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if ((uint64_t)st.st_size != s->size)
+		return feed_err_set(err, -EBADMSG, "%s: size %lld, manifest says %llu (truncated or replaced)",
+				    path, (long long)st.st_size, (unsigned long long)s->size);
+	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE || pread_full(sh->fd, hb, sizeof(hb), 0) < 0 ||
+	    fmt_header_decode(hb, &h) < 0)
+		return feed_err_set(err, -EBADMSG, "%s: bad shard header (magic or checksum)", path);
+	if (pread_full(sh->fd, tb, sizeof(tb), s->size - FMT_TRAILER_SIZE) < 0 ||
+	    fmt_trailer_decode(tb, &t) < 0)
+		return feed_err_set(err, -EBADMSG, "%s: bad shard trailer (magic or checksum)", path);
+	if (h.version != FMT_FORMAT_VERSION || h.nfields != ds->schema.nfields ||
+	    h.first_sample != s->first_sample || h.num_records != s->num_samples ||
+	    h.num_blocks != s->num_blocks || t.num_blocks != h.num_blocks ||
+	    t.num_records != h.num_records)
+		return feed_err_set(err, -EBADMSG, "%s: header does not match the manifest", path);
+	if (t.index_offset < FMT_HEADER_SIZE ||
+	    t.index_offset + t.num_blocks * FMT_INDEX_ENTRY_SIZE + FMT_TRAILER_SIZE != s->size)
+		return feed_err_set(err, -EBADMSG, "%s: file size does not match its footer", path);
+	return shard_index_load(ds, si, &t, err);
+}
+
+static void info_fill(struct fmt_dataset *ds)
+{
+	const Feed__Manifest *m = ds->manifest;
+	struct fmt_info *in = &ds->info;
+
+	in->name = m->name;
+	in->version = m->version;
+	in->source = m->source;
+	in->num_samples = m->num_samples;
+	in->num_shards = ds->nshards;
+	in->num_blocks = ds->nblocks;
+	in->max_block_raw = m->max_block_raw;
+	in->max_block_comp = m->max_block_comp;
+	in->block_bytes = m->block_bytes;
+	in->block_records = m->block_records;
+	in->zstd_level = m->zstd_level;
+	in->schema = &ds->schema;
+	for (uint32_t i = 0; i < ds->nshards; i++)
+		in->bytes_on_disk += m->shards[i]->size;
+	for (uint64_t b = 0; b < ds->nblocks; b++)
+		in->bytes_raw += ds->blocks[b].raw_size;
+}
+
+int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err)
+{
+	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
+	int rc;
+
+	if (!ds || !(ds->dir = strdup(dir))) {
+		free(ds);
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", dir);
+	}
+	rc = manifest_load(ds, err);
+	if (rc == 0)
+		rc = manifest_check(ds, err);
+	if (rc < 0)
+		goto fail;
+	ds->shards = calloc(ds->nshards, sizeof(*ds->shards));
+	ds->blocks = calloc(ds->nblocks, sizeof(*ds->blocks));
+	if (!ds->shards || !ds->blocks) {
+		rc = feed_err_set(err, -ENOMEM, "%s: out of memory for %llu blocks", dir,
+				  (unsigned long long)ds->nblocks);
+		goto fail;
+	}
+	for (uint32_t i = 0; i < ds->nshards; i++)
+		ds->shards[i].fd = -1;
+	for (uint32_t i = 0, first = 0; i < ds->nshards; i++) {
+		ds->shards[i].first_block = first;
+		first += ds->manifest->shards[i]->num_blocks;
+		rc = shard_open(ds, i, err);
+		if (rc < 0)
+			goto fail;
+	}
+	info_fill(ds);
+	*ret_ds = ds;
+	return 0;
+fail:
+	fmt_dataset_close(ds);
+	return rc;
+}
+
+void fmt_dataset_close(struct fmt_dataset *ds)
+{
+	if (!ds)
+		return;
+	for (uint32_t i = 0; ds->shards && i < ds->nshards; i++)
+		if (ds->shards[i].fd >= 0)
+			close(ds->shards[i].fd);
+	free(ds->shards);
+	free(ds->blocks);
+	if (ds->manifest)
+		feed__manifest__free_unpacked(ds->manifest, NULL);
+	free(ds->dir);
+	free(ds);
+}
+
+const struct fmt_info *fmt_dataset_info(const struct fmt_dataset *ds)
+{
+	return &ds->info;
+}
+
+const char *fmt_dataset_shard_file(const struct fmt_dataset *ds, uint32_t shard)
+{
+	return shard < ds->nshards ? ds->shards[shard].file : NULL;
+}
+
+int fmt_dataset_locate(const struct fmt_dataset *ds, uint64_t sample, struct fmt_loc *ret_loc)
+{
+	uint64_t lo = 0, hi = ds->nblocks;
+
+	if (sample >= ds->info.num_samples)
+		return -EINVAL;
+	while (hi - lo > 1) { /* invariant: blocks[lo].first_sample <= sample */
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (ds->blocks[mid].first_sample <= sample)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	ret_loc->block = lo;
+	ret_loc->shard = ds->blocks[lo].shard;
+	ret_loc->record = (uint32_t)(sample - ds->blocks[lo].first_sample);
+	return 0;
+}
+
+int fmt_dataset_block_meta(const struct fmt_dataset *ds, uint64_t block, struct fmt_block_meta *ret_meta)
+{
+	if (block >= ds->nblocks)
+		return -EINVAL;
+	const struct rd_block *b = &ds->blocks[block];
+	*ret_meta = (struct fmt_block_meta){.shard = b->shard, .first_sample = b->first_sample,
+					    .num_records = b->num_records,
+					    .comp_size = b->comp_size, .raw_size = b->raw_size};
+	return 0;
+}
+
+int fmt_decoder_new(struct fmt_decoder **ret_dec)
+{
+	struct fmt_decoder *d = calloc(1, sizeof(*d));
+
+	if (!d || !(d->dctx = ZSTD_createDCtx())) {
+		free(d);
+		return -ENOMEM;
+	}
+	*ret_dec = d;
+	return 0;
+}
+
+void fmt_decoder_free(struct fmt_decoder *dec)
+{
+	if (!dec)
+		return;
+	ZSTD_freeDCtx(dec->dctx);
+	free(dec);
+}
+
+/* Walks the sections of a decoded block, checking every offset table, and
+ * fills blk->section/data_start. Returns 0 or -EBADMSG. */
+static int block_sections(const struct fmt_schema *s, struct fmt_block *blk)
+{
+	uint64_t pos = 0, n = blk->num_records;
+	const uint8_t *raw = blk->raw;
+
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct fmt_field *fd = &s->fields[f];
+		pos = fmt_align64(pos);
+		blk->section[f] = (uint32_t)pos;
+		if (!fd->variable) {
+			blk->data_start[f] = (uint32_t)pos;
+			pos += n * fd->max_bytes;
+			if (pos > blk->raw_size)
+				return -EBADMSG;
+			continue;
+		}
+		uint64_t start = fmt_align64(pos + 4 * (n + 1));
+		if (start > blk->raw_size)
+			return -EBADMSG;
+		size_t elem = fmt_field_elem_bytes(fd);
+		uint32_t prev = fmt_get32(raw + pos);
+		if (prev != 0)
+			return -EBADMSG;
+		for (uint64_t j = 1; j <= n; j++) {
+			uint32_t o = fmt_get32(raw + pos + 4 * j);
+			if (o < prev || (o - prev) % elem || o - prev > fd->max_bytes)
+				return -EBADMSG;
+			prev = o;
+		}
+		blk->data_start[f] = (uint32_t)start;
+		pos = start + prev;
+		if (pos > blk->raw_size)
+			return -EBADMSG;
+	}
+	return pos == blk->raw_size ? 0 : -EBADMSG;
+}
+
+int fmt_block_read(const struct fmt_dataset *ds, uint64_t block, struct fmt_decoder *dec,
+		   void *comp_buf, size_t comp_cap, void *raw_buf, size_t raw_cap,
+		   struct fmt_block *ret_blk, struct feed_err *err)
+{
+	if (block >= ds->nblocks)
+		return feed_err_set(err, -EINVAL, "%s: block %llu out of range", ds->dir,
+				    (unsigned long long)block);
+	const struct rd_block *b = &ds->blocks[block];
+	const struct rd_shard *sh = &ds->shards[b->shard];
+	uint64_t local = block - sh->first_block;
+
+	if (comp_cap < b->comp_size || raw_cap < b->raw_size)
+		return feed_err_set(err, -EINVAL, "%s/%s: block %llu: buffers too small", ds->dir,
+				    sh->file, (unsigned long long)local);
+	int rc = pread_full(sh->fd, comp_buf, b->comp_size, b->offset);
+	if (rc < 0)
+		return feed_err_set(err, rc, "%s/%s: block %llu: %s", ds->dir,
+				    sh->file, (unsigned long long)local,
+				    rc == -EBADMSG ? "shard truncated" : strerror(-rc));
+	if (XXH64(comp_buf, b->comp_size, 0) != b->hash)
+		return feed_err_set(err, -EBADMSG, "%s/%s: block %llu: checksum mismatch", ds->dir,
+				    sh->file, (unsigned long long)local);
+	size_t got = ZSTD_decompressDCtx(dec->dctx, raw_buf, b->raw_size, comp_buf, b->comp_size);
+	if (ZSTD_isError(got) || got != b->raw_size)
+		return feed_err_set(err, -EBADMSG, "%s/%s: block %llu: decode failed (%s)", ds->dir,
+				    sh->file, (unsigned long long)local,
+				    ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size");
+	struct fmt_block blk = {.schema = &ds->schema, .id = block, .first_sample = b->first_sample,
+				.num_records = b->num_records, .raw = raw_buf,
+				.raw_size = b->raw_size};
+	if (block_sections(&ds->schema, &blk) < 0)
+		return feed_err_set(err, -EBADMSG, "%s/%s: block %llu: record layout inconsistent",
+				    ds->dir, sh->file, (unsigned long long)local);
+	*ret_blk = blk;
+	return 0;
+}

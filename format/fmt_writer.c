@@ -1,0 +1,577 @@
+/*
+ * fmt_writer.c: writes a dataset directory (FORMAT.md).
+ *
+ * Owns a temporary sibling of the output directory until finish renames it
+ * into place, so a failed or interrupted ingest never leaves something that
+ * looks like a dataset. Records are gathered by field (columns) for the
+ * current block, then laid out, compressed and appended to the current
+ * shard. One thread per writer; not on any hot path of the daemon.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "fmt.h"
+#include "fmt_layout.h"
+
+/* A growable byte buffer. */
+struct wr_buf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+/* What the manifest will say of a finished shard. */
+struct wr_shard {
+	char file[32];
+	uint64_t size, first_sample, num_samples, num_blocks;
+};
+
+struct fmt_writer {
+	char *out_dir, *tmp_dir;
+	struct fmt_schema schema;
+	struct fmt_writer_opts opts;
+	char *name, *source;
+	ZSTD_CCtx *cctx;
+	/* The block being gathered. */
+	struct wr_buf col[FMT_MAX_FIELDS];   /* field bytes */
+	struct wr_buf offs[FMT_MAX_FIELDS];  /* variable fields: u32 end offsets */
+	uint32_t blk_n;
+	struct wr_buf raw, comp;             /* layout and compression buffers */
+	/* The shard being written. */
+	int fd;
+	uint64_t shard_pos, shard_first, shard_records;
+	struct wr_buf index;                 /* encoded index entries */
+	/* Everything so far. */
+	struct wr_shard *shards;
+	uint32_t nshards, shards_cap;
+	uint64_t total, bytes_out, max_raw, max_comp;
+	int finished;
+};
+
+static int buf_reserve(struct wr_buf *b, size_t need)
+{
+	if (b->cap >= need)
+		return 0;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < need)
+		cap *= 2;
+	uint8_t *p = realloc(b->p, cap);
+	if (!p)
+		return -ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+static int buf_append(struct wr_buf *b, const void *data, size_t len)
+{
+	if (buf_reserve(b, b->len + len) < 0)
+		return -ENOMEM;
+	if (len)
+		memcpy(b->p + b->len, data, len);
+	b->len += len;
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int io_err(struct fmt_writer *w, struct feed_err *err, int rc, const char *file)
+{
+	return feed_err_set(err, rc, "%s/%s: %s", w->tmp_dir, file, strerror(-rc));
+}
+
+static int shard_start(struct fmt_writer *w, struct feed_err *err)
+{
+	struct wr_shard *s;
+	char path[PATH_MAX];
+	uint8_t zero[FMT_HEADER_SIZE] = {0};
+
+	if (w->nshards == w->shards_cap) {
+		uint32_t cap = w->shards_cap ? w->shards_cap * 2 : 8;
+		void *p = realloc(w->shards, cap * sizeof(*w->shards));
+		if (!p)
+			return feed_err_set(err, -ENOMEM, "out of memory");
+		w->shards = p;
+		w->shards_cap = cap;
+	}
+	s = &w->shards[w->nshards];
+	memset(s, 0, sizeof(*s));
+	snprintf(s->file, sizeof(s->file), "shard-%05u.fsh", w->nshards);
+	s->first_sample = w->total - w->blk_n; /* total already counts the block */
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, s->file);
+	w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (w->fd < 0)
+		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	w->nshards++; /* from here on free() knows to remove it */
+	int rc = write_full(w->fd, zero, sizeof(zero));
+	if (rc < 0)
+		return io_err(w, err, rc, s->file);
+	w->shard_pos = FMT_HEADER_SIZE;
+	w->shard_first = s->first_sample;
+	w->shard_records = 0;
+	w->index.len = 0;
+	return 0;
+}
+
+static int shard_close(struct fmt_writer *w, struct feed_err *err)
+{
+	struct wr_shard *s = &w->shards[w->nshards - 1];
+	uint64_t nblocks = w->index.len / FMT_INDEX_ENTRY_SIZE;
+	struct fmt_header h = {.version = FMT_FORMAT_VERSION, .nfields = w->schema.nfields,
+			       .first_sample = w->shard_first, .num_records = w->shard_records,
+			       .num_blocks = nblocks};
+	struct fmt_trailer t = {.index_offset = w->shard_pos, .num_blocks = nblocks,
+				.num_records = w->shard_records,
+				.index_hash = XXH64(w->index.p, w->index.len, 0)};
+	uint8_t hb[FMT_HEADER_SIZE], tb[FMT_TRAILER_SIZE];
+	int rc;
+
+	fmt_header_encode(&h, hb);
+	fmt_trailer_encode(&t, tb);
+	rc = write_full(w->fd, w->index.p, w->index.len);
+	if (rc == 0)
+		rc = write_full(w->fd, tb, sizeof(tb));
+	if (rc == 0 && pwrite(w->fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb))
+		rc = -errno ? -errno : -EIO;
+	if (rc == 0 && fsync(w->fd) < 0)
+		rc = -errno;
+	if (close(w->fd) < 0 && rc == 0)
+		rc = -errno;
+	w->fd = -1;
+	if (rc < 0)
+		return io_err(w, err, rc, s->file);
+	s->size = w->shard_pos + w->index.len + FMT_TRAILER_SIZE;
+	s->num_samples = w->shard_records;
+	s->num_blocks = nblocks;
+	return 0;
+}
+
+/* Lays out the gathered records (FORMAT.md "Decoded block") into w->raw. */
+static int block_layout(struct fmt_writer *w, uint64_t *ret_size)
+{
+	uint32_t section[FMT_MAX_FIELDS], data_start[FMT_MAX_FIELDS];
+	uint64_t var_bytes[FMT_MAX_FIELDS];
+
+	for (uint32_t f = 0; f < w->schema.nfields; f++)
+		var_bytes[f] = w->col[f].len;
+	uint64_t size = fmt_block_layout(&w->schema, w->blk_n, var_bytes, section, data_start);
+	if (size == 0 || buf_reserve(&w->raw, size) < 0)
+		return size == 0 ? -E2BIG : -ENOMEM;
+	memset(w->raw.p, 0, size); /* padding between sections is zero */
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		if (w->schema.fields[f].variable) {
+			uint32_t zero = 0;
+			memcpy(w->raw.p + section[f], &zero, 4);
+			memcpy(w->raw.p + section[f] + 4, w->offs[f].p, w->offs[f].len);
+		}
+		if (w->col[f].len)
+			memcpy(w->raw.p + data_start[f], w->col[f].p, w->col[f].len);
+	}
+	*ret_size = size;
+	return 0;
+}
+
+static int block_flush(struct fmt_writer *w, struct feed_err *err)
+{
+	uint64_t raw_size;
+	int rc;
+
+	if (w->blk_n == 0)
+		return 0;
+	if ((rc = block_layout(w, &raw_size)) < 0)
+		return feed_err_set(err, rc, "block of %u records: %s", w->blk_n,
+				    rc == -E2BIG ? "larger than 4 GiB" : "out of memory");
+	size_t bound = ZSTD_compressBound(raw_size);
+	if (buf_reserve(&w->comp, bound) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	size_t comp = ZSTD_compress2(w->cctx, w->comp.p, bound, w->raw.p, raw_size);
+	if (ZSTD_isError(comp) || comp > UINT32_MAX)
+		return feed_err_set(err, -EIO, "zstd: %s", ZSTD_getErrorName(comp));
+	if (w->fd < 0 && (rc = shard_start(w, err)) < 0)
+		return rc;
+	if ((rc = write_full(w->fd, w->comp.p, comp)) < 0)
+		return io_err(w, err, rc, w->shards[w->nshards - 1].file);
+	struct fmt_index_entry e = {.offset = w->shard_pos, .first_record = w->shard_records,
+				    .num_records = w->blk_n, .comp_size = (uint32_t)comp,
+				    .raw_size = (uint32_t)raw_size, .hash = XXH64(w->comp.p, comp, 0)};
+	uint8_t eb[FMT_INDEX_ENTRY_SIZE];
+	fmt_index_encode(&e, eb);
+	if (buf_append(&w->index, eb, sizeof(eb)) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	w->shard_pos += comp;
+	w->shard_records += w->blk_n;
+	w->bytes_out += comp;
+	w->max_raw = raw_size > w->max_raw ? raw_size : w->max_raw;
+	w->max_comp = comp > w->max_comp ? comp : w->max_comp;
+	for (uint32_t f = 0; f < w->schema.nfields; f++)
+		w->col[f].len = w->offs[f].len = 0;
+	w->blk_n = 0;
+	if (w->shard_pos >= w->opts.shard_bytes)
+		return shard_close(w, err);
+	return 0;
+}
+
+static char *dir_strip(const char *path)
+{
+	char *s = strdup(path);
+	size_t n = s ? strlen(s) : 0;
+
+	while (n > 1 && s[n - 1] == '/')
+		s[--n] = '\0';
+	return s;
+}
+
+static int writer_dirs(struct fmt_writer *w, const char *out_dir, struct feed_err *err)
+{
+	struct stat st;
+	static unsigned seq;
+
+	w->out_dir = dir_strip(out_dir);
+	if (!w->out_dir || asprintf(&w->tmp_dir, "%s.tmp-%d-%u", w->out_dir, (int)getpid(), seq++) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	if (lstat(w->out_dir, &st) == 0)
+		return feed_err_set(err, -EEXIST, "%s: already exists (remove it or pick another output)",
+				    w->out_dir);
+	if (mkdir(w->tmp_dir, 0755) < 0) {
+		int rc = -errno;
+		free(w->tmp_dir);
+		w->tmp_dir = NULL;
+		return feed_err_set(err, rc, "%s: cannot create output: %s", w->out_dir, strerror(-rc));
+	}
+	return 0;
+}
+
+int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
+		   const struct fmt_writer_opts *opts, struct fmt_writer **ret_w,
+		   struct feed_err *err)
+{
+	struct fmt_writer *w;
+	int rc = fmt_schema_check(schema, err);
+
+	if (rc < 0)
+		return rc;
+	if (!(w = calloc(1, sizeof(*w))))
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	w->fd = -1;
+	w->schema = *schema;
+	for (uint32_t f = 0; f < schema->nfields; f++) {
+		struct fmt_field *fd = &w->schema.fields[f];
+		fd->max_bytes = fd->variable ? 0 : fmt_field_elem_bytes(fd);
+	}
+	w->opts = *opts;
+	w->opts.block_bytes = opts->block_bytes ? opts->block_bytes : 64 * 1024;
+	w->opts.zstd_level = opts->zstd_level ? opts->zstd_level : 3;
+	w->opts.shard_bytes = opts->shard_bytes ? opts->shard_bytes : 256ull << 20;
+	w->name = strdup(opts->name ? opts->name : "dataset");
+	w->source = strdup(opts->source ? opts->source : "");
+	w->cctx = ZSTD_createCCtx();
+	if (!w->name || !w->source || !w->cctx) {
+		rc = feed_err_set(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (w->opts.zstd_level < 1 || w->opts.zstd_level > ZSTD_maxCLevel()) {
+		rc = feed_err_set(err, -EINVAL, "zstd level %d out of range 1..%d", w->opts.zstd_level,
+				  ZSTD_maxCLevel());
+		goto fail;
+	}
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, w->opts.zstd_level);
+	if ((rc = writer_dirs(w, out_dir, err)) < 0)
+		goto fail;
+	*ret_w = w;
+	return 0;
+fail:
+	fmt_writer_free(w);
+	return rc;
+}
+
+/* Raw bytes the current block would take with one more record of add bytes. */
+static uint64_t block_estimate(const struct fmt_writer *w, const struct fmt_value *v)
+{
+	uint64_t est = 0;
+
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		est += FMT_SECTION_ALIGN + w->col[f].len + v[f].len;
+		if (w->schema.fields[f].variable)
+			est += FMT_SECTION_ALIGN + 4 * ((uint64_t)w->blk_n + 2);
+	}
+	return est;
+}
+
+static int value_check(const struct fmt_writer *w, const struct fmt_value *v, struct feed_err *err)
+{
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		const struct fmt_field *fd = &w->schema.fields[f];
+		size_t elem = fmt_field_elem_bytes(fd);
+		if (!fd->variable && v[f].len != elem)
+			return feed_err_set(err, -EINVAL, "record %llu: field '%s' has %zu bytes, expected %zu",
+					    (unsigned long long)w->total, fd->name, v[f].len, elem);
+		if (fd->variable && (v[f].len % elem || v[f].len > UINT32_MAX / 2))
+			return feed_err_set(err, -EINVAL,
+					    "record %llu: field '%s' has %zu bytes, not a multiple of %zu",
+					    (unsigned long long)w->total, fd->name, v[f].len, elem);
+		if (v[f].len && !v[f].data)
+			return feed_err_set(err, -EINVAL, "record %llu: field '%s' has no data",
+					    (unsigned long long)w->total, fd->name);
+	}
+	return 0;
+}
+
+int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct feed_err *err)
+{
+	int rc = value_check(w, values, err);
+
+	if (rc < 0)
+		return rc;
+	if (w->blk_n > 0 && (block_estimate(w, values) > w->opts.block_bytes ||
+			     (w->opts.block_records && w->blk_n >= w->opts.block_records) ||
+			     block_estimate(w, values) > UINT32_MAX / 2))
+		if ((rc = block_flush(w, err)) < 0)
+			return rc;
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		struct fmt_field *fd = &w->schema.fields[f];
+		if (buf_append(&w->col[f], values[f].data, values[f].len) < 0)
+			return feed_err_set(err, -ENOMEM, "out of memory");
+		if (!fd->variable)
+			continue;
+		uint32_t end = (uint32_t)w->col[f].len;
+		if (buf_append(&w->offs[f], &end, 4) < 0)
+			return feed_err_set(err, -ENOMEM, "out of memory");
+		if (values[f].len > fd->max_bytes)
+			fd->max_bytes = values[f].len;
+	}
+	w->blk_n++;
+	w->total++;
+	return 0;
+}
+
+uint64_t fmt_writer_count(const struct fmt_writer *w)
+{
+	return w->total;
+}
+
+uint64_t fmt_writer_bytes_out(const struct fmt_writer *w)
+{
+	return w->bytes_out;
+}
+
+/* Fills a Schema message whose fields point into w (no allocation beyond
+ * the caller's arrays). */
+static void schema_to_pb(const struct fmt_writer *w, Feed__Schema *pb, Feed__Field *fields,
+			 Feed__Field **ptrs)
+{
+	feed__schema__init(pb);
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		const struct fmt_field *fd = &w->schema.fields[f];
+		feed__field__init(&fields[f]);
+		fields[f].name = (char *)fd->name;
+		fields[f].dtype = (Feed__DType)fd->dtype;
+		fields[f].n_shape = fd->rank;
+		fields[f].shape = (uint32_t *)fd->shape;
+		fields[f].variable = fd->variable;
+		fields[f].max_bytes = fd->max_bytes;
+		ptrs[f] = &fields[f];
+	}
+	pb->n_fields = w->schema.nfields;
+	pb->fields = ptrs;
+}
+
+/* version = xxh64(packed schema || every shard file), FORMAT.md. */
+static int content_hash(const struct fmt_writer *w, const Feed__Schema *schema, char out[17],
+			struct feed_err *err)
+{
+	XXH64_state_t *st = XXH64_createState();
+	size_t len = feed__schema__get_packed_size(schema);
+	uint8_t *buf = malloc(len > (1 << 20) ? len : (1 << 20));
+	int rc = 0;
+
+	if (!st || !buf) {
+		rc = feed_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	XXH64_reset(st, 0);
+	feed__schema__pack(schema, buf);
+	XXH64_update(st, buf, len);
+	for (uint32_t i = 0; i < w->nshards && rc == 0; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, w->shards[i].file);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+			break;
+		}
+		ssize_t n;
+		while ((n = read(fd, buf, 1 << 20)) > 0)
+			XXH64_update(st, buf, (size_t)n);
+		if (n < 0)
+			rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+		close(fd);
+	}
+	snprintf(out, 17, "%016llx", (unsigned long long)XXH64_digest(st));
+out:
+	XXH64_freeState(st);
+	free(buf);
+	return rc;
+}
+
+static int manifest_write(struct fmt_writer *w, struct feed_err *err)
+{
+	Feed__Manifest m;
+	Feed__Schema schema;
+	Feed__Field fields[FMT_MAX_FIELDS], *fptrs[FMT_MAX_FIELDS];
+	Feed__ShardInfo *sinfo = calloc(w->nshards, sizeof(*sinfo));
+	Feed__ShardInfo **sptrs = calloc(w->nshards, sizeof(*sptrs));
+	char version[17], path[PATH_MAX];
+	uint8_t *buf = NULL;
+	int rc, fd = -1;
+
+	if (!sinfo || !sptrs) {
+		rc = feed_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	schema_to_pb(w, &schema, fields, fptrs);
+	if ((rc = content_hash(w, &schema, version, err)) < 0)
+		goto out;
+	feed__manifest__init(&m);
+	m.format_version = FMT_FORMAT_VERSION;
+	m.name = w->name;
+	m.version = version;
+	m.schema = &schema;
+	m.num_samples = w->total;
+	m.block_bytes = w->opts.block_bytes;
+	m.block_records = w->opts.block_records;
+	m.zstd_level = w->opts.zstd_level;
+	m.max_block_raw = w->max_raw;
+	m.max_block_comp = w->max_comp;
+	m.source = w->source;
+	for (uint32_t i = 0; i < w->nshards; i++) {
+		feed__shard_info__init(&sinfo[i]);
+		sinfo[i].file = w->shards[i].file;
+		sinfo[i].size = w->shards[i].size;
+		sinfo[i].first_sample = w->shards[i].first_sample;
+		sinfo[i].num_samples = w->shards[i].num_samples;
+		sinfo[i].num_blocks = w->shards[i].num_blocks;
+		sptrs[i] = &sinfo[i];
+	}
+	m.n_shards = w->nshards;
+	m.shards = sptrs;
+	size_t len = feed__manifest__get_packed_size(&m);
+	if (!(buf = malloc(len))) {
+		rc = feed_err_set(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	feed__manifest__pack(&m, buf);
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_MANIFEST_FILE);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 || (rc = write_full(fd, buf, len)) < 0 || fsync(fd) < 0)
+		rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	free(sinfo);
+	free(sptrs);
+	return rc;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int fmt_writer_finish(struct fmt_writer *w, struct feed_err *err)
+{
+	int rc;
+
+	if (w->finished)
+		return feed_err_set(err, -EINVAL, "%s: already finished", w->out_dir);
+	if (w->total == 0)
+		return feed_err_set(err, -EINVAL, "%s: no records to write (empty input)", w->out_dir);
+	if ((rc = block_flush(w, err)) < 0)
+		return rc;
+	if (w->fd >= 0 && (rc = shard_close(w, err)) < 0)
+		return rc;
+	if ((rc = manifest_write(w, err)) < 0)
+		return rc;
+	if ((rc = fsync_dir(w->tmp_dir)) < 0)
+		return feed_err_set(err, rc, "%s: %s", w->tmp_dir, strerror(-rc));
+	if (renameat2(AT_FDCWD, w->tmp_dir, AT_FDCWD, w->out_dir, RENAME_NOREPLACE) < 0)
+		return feed_err_set(err, -errno, "%s: cannot rename into place: %s", w->out_dir,
+				    strerror(errno));
+	w->finished = 1;
+	char *parent = strdup(w->out_dir);
+	if (parent) {
+		char *slash = strrchr(parent, '/');
+		fsync_dir(slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".");
+		free(parent);
+	}
+	return 0;
+}
+
+/* Removes the temporary directory and what we put in it. */
+static void tmp_remove(struct fmt_writer *w)
+{
+	char path[PATH_MAX];
+
+	for (uint32_t i = 0; i < w->nshards; i++) {
+		snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, w->shards[i].file);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_MANIFEST_FILE);
+	unlink(path);
+	rmdir(w->tmp_dir);
+}
+
+void fmt_writer_free(struct fmt_writer *w)
+{
+	if (!w)
+		return;
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp_dir && !w->finished)
+		tmp_remove(w);
+	for (uint32_t f = 0; f < FMT_MAX_FIELDS; f++) {
+		free(w->col[f].p);
+		free(w->offs[f].p);
+	}
+	free(w->raw.p);
+	free(w->comp.p);
+	free(w->index.p);
+	free(w->shards);
+	ZSTD_freeCCtx(w->cctx);
+	free(w->name);
+	free(w->source);
+	free(w->out_dir);
+	free(w->tmp_dir);
+	free(w);
+}

@@ -1,0 +1,508 @@
+/*
+ * check_format.c: unit tests of format/: round trips of every field kind
+ * and block size, random access, checksum and truncation detection, and the
+ * real Fashion-MNIST (when Debian's dataset-fashion-mnist is installed)
+ * read back equal to its IDX source.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "fmt.h"
+
+#define FM_DIR "/usr/share/datasets/fashion-mnist"
+
+static char tmpdir[256];
+
+static void tmp_setup(void)
+{
+	strcpy(tmpdir, "/tmp/check_format.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void tmp_teardown(void)
+{
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static size_t round64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+static void path_in(char *out, size_t len, const char *name)
+{
+	snprintf(out, len, "%s/%s", tmpdir, name);
+}
+
+/* Deterministic record content: field f of record i. */
+static size_t rec_len(const struct fmt_field *fd, uint64_t i)
+{
+	size_t elem = fmt_field_elem_bytes(fd);
+	return fd->variable ? elem * ((i * 7919) % 13) : elem;
+}
+
+static void rec_fill(uint8_t *buf, size_t len, uint32_t f, uint64_t i)
+{
+	uint32_t x = (uint32_t)(i * 2654435761u) ^ (f * 40503u);
+	for (size_t k = 0; k < len; k++) {
+		x = x * 1103515245u + 12345u;
+		buf[k] = (uint8_t)(x >> 16);
+	}
+}
+
+/* A schema with a field of every kind: fixed u8 image, scalar i64, f32
+ * vector, variable u16 tokens, variable str, bool, bf16 matrix. */
+static void schema_all(struct fmt_schema *s)
+{
+	memset(s, 0, sizeof(*s));
+	struct fmt_field f[] = {
+		{.name = "image", .dtype = FEED_DTYPE_U8, .rank = 3, .shape = {5, 4, 3}},
+		{.name = "label", .dtype = FEED_DTYPE_I64},
+		{.name = "vec", .dtype = FEED_DTYPE_F32, .rank = 1, .shape = {7}},
+		{.name = "tokens", .dtype = FEED_DTYPE_U16, .variable = true},
+		{.name = "name", .dtype = FEED_DTYPE_STR, .variable = true},
+		{.name = "flag", .dtype = FEED_DTYPE_BOOL},
+		{.name = "pairs", .dtype = FEED_DTYPE_BF16, .rank = 1, .shape = {2}, .variable = true},
+	};
+	s->nfields = sizeof(f) / sizeof(f[0]);
+	memcpy(s->fields, f, sizeof(f));
+}
+
+static void write_dataset(const char *dir, const struct fmt_schema *s, uint64_t n,
+			  const struct fmt_writer_opts *o)
+{
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	static uint8_t bufs[FMT_MAX_FIELDS][4096];
+	struct fmt_value v[FMT_MAX_FIELDS];
+
+	ck_assert_msg(fmt_writer_new(dir, s, o, &w, &err) == 0, "%s", err.msg);
+	for (uint64_t i = 0; i < n; i++) {
+		for (uint32_t f = 0; f < s->nfields; f++) {
+			v[f].len = rec_len(&s->fields[f], i);
+			rec_fill(bufs[f], v[f].len, f, i);
+			v[f].data = bufs[f];
+		}
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+	}
+	ck_assert_int_eq(fmt_writer_count(w), n);
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+
+/* Reads every sample (in the given order) and compares with the source. */
+static void check_samples(const char *dir, const struct fmt_schema *s, uint64_t n, int shuffled)
+{
+	struct fmt_dataset *ds;
+	struct fmt_decoder *dec;
+	struct feed_err err = {0};
+	uint8_t expect[4096];
+
+	ck_assert_msg(fmt_dataset_open(dir, &ds, &err) == 0, "%s", err.msg);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	ck_assert_uint_eq(in->num_samples, n);
+	ck_assert_uint_eq(in->schema->nfields, s->nfields);
+	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
+	void *comp = malloc(in->max_block_comp), *raw = aligned_alloc(64, round64(in->max_block_raw));
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t i = shuffled ? (k * 48271u + 11) % n : k;
+		struct fmt_loc loc;
+		struct fmt_block blk;
+		ck_assert_int_eq(fmt_dataset_locate(ds, i, &loc), 0);
+		ck_assert_msg(fmt_block_read(ds, loc.block, dec, comp, in->max_block_comp, raw,
+					     in->max_block_raw, &blk, &err) == 0, "%s", err.msg);
+		ck_assert_uint_eq(blk.first_sample + loc.record, i);
+		for (uint32_t f = 0; f < s->nfields; f++) {
+			size_t len;
+			const void *p = fmt_block_field(&blk, f, loc.record, &len);
+			size_t want = rec_len(&s->fields[f], i);
+			rec_fill(expect, want, f, i);
+			ck_assert_uint_eq(len, want);
+			ck_assert_msg(memcmp(p, expect, len) == 0, "sample %llu field %u differs",
+				      (unsigned long long)i, f);
+			ck_assert_uint_eq(blk.section[f] % FMT_SECTION_ALIGN, 0);
+			ck_assert_uint_eq(blk.data_start[f] % FMT_SECTION_ALIGN, 0);
+		}
+	}
+	ck_assert_int_eq(fmt_dataset_locate(ds, n, &(struct fmt_loc){0}), -EINVAL);
+	free(comp);
+	free(raw);
+	fmt_decoder_free(dec);
+	fmt_dataset_close(ds);
+}
+
+START_TEST(test_format_roundtrip_every_kind)
+{
+	/* _i selects a block shape: one record per block, small blocks,
+	 * default 64 KiB, tiny shards (many files). */
+	static const struct fmt_writer_opts opts[] = {
+		{.name = "one", .block_records = 1},
+		{.name = "small", .block_bytes = 1000},
+		{.name = "default"},
+		{.name = "shards", .block_bytes = 2000, .shard_bytes = 3000, .zstd_level = 9},
+	};
+	struct fmt_schema s;
+	char dir[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 1000, &opts[_i]);
+	check_samples(dir, &s, 1000, 0);
+	check_samples(dir, &s, 1000, 1);
+}
+END_TEST
+
+START_TEST(test_format_blocks_and_manifest)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *ds;
+	struct feed_err err;
+	char dir[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 500, &(struct fmt_writer_opts){.name = "x", .block_records = 7,
+							       .shard_bytes = 4096});
+	ck_assert_msg(fmt_dataset_open(dir, &ds, &err) == 0, "%s", err.msg);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	ck_assert_str_eq(in->name, "x");
+	ck_assert_uint_eq(strlen(in->version), 16);
+	ck_assert_uint_eq(in->num_blocks, (500 + 6) / 7);
+	ck_assert_uint_gt(in->num_shards, 1);
+	uint64_t expect_first = 0;
+	for (uint64_t b = 0; b < in->num_blocks; b++) {
+		struct fmt_block_meta m;
+		ck_assert_int_eq(fmt_dataset_block_meta(ds, b, &m), 0);
+		ck_assert_uint_eq(m.first_sample, expect_first);
+		ck_assert_uint_le(m.num_records, 7);
+		expect_first += m.num_records;
+	}
+	ck_assert_uint_eq(expect_first, 500);
+	/* variable fields record their largest record */
+	ck_assert_uint_eq(in->schema->fields[3].max_bytes, 12 * 2);
+	ck_assert_uint_eq(in->schema->fields[0].max_bytes, 60);
+	fmt_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_format_version_is_content_hash)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *a, *b, *c;
+	char da[300], db[300], dc[300];
+
+	schema_all(&s);
+	path_in(da, sizeof(da), "a");
+	path_in(db, sizeof(db), "b");
+	path_in(dc, sizeof(dc), "c");
+	write_dataset(da, &s, 100, &(struct fmt_writer_opts){.name = "a"});
+	write_dataset(db, &s, 100, &(struct fmt_writer_opts){.name = "b"});
+	write_dataset(dc, &s, 101, &(struct fmt_writer_opts){.name = "a"});
+	ck_assert_int_eq(fmt_dataset_open(da, &a, NULL), 0);
+	ck_assert_int_eq(fmt_dataset_open(db, &b, NULL), 0);
+	ck_assert_int_eq(fmt_dataset_open(dc, &c, NULL), 0);
+	ck_assert_str_eq(fmt_dataset_info(a)->version, fmt_dataset_info(b)->version);
+	ck_assert_str_ne(fmt_dataset_info(a)->version, fmt_dataset_info(c)->version);
+	fmt_dataset_close(a);
+	fmt_dataset_close(b);
+	fmt_dataset_close(c);
+}
+END_TEST
+
+/* Flips one byte at offset off of the first shard. */
+static void shard_poke(const char *dir, off_t off, int truncate_to)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/shard-00000.fsh", dir);
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	if (truncate_to >= 0) {
+		ck_assert_int_eq(ftruncate(fd, truncate_to), 0);
+	} else {
+		uint8_t c;
+		ck_assert_int_eq(pread(fd, &c, 1, off), 1);
+		c ^= 0x40;
+		ck_assert_int_eq(pwrite(fd, &c, 1, off), 1);
+	}
+	close(fd);
+}
+
+START_TEST(test_format_checksum_mismatch_names_block)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *ds;
+	struct fmt_decoder *dec;
+	struct fmt_block_meta m;
+	struct feed_err err = {0};
+	char dir[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 300, &(struct fmt_writer_opts){.name = "x", .block_records = 10});
+	/* Block 3 starts after blocks 0..2; flip a byte in its middle. */
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), 0);
+	uint64_t off = 64;
+	for (int b = 0; b < 3; b++) {
+		ck_assert_int_eq(fmt_dataset_block_meta(ds, b, &m), 0);
+		off += m.comp_size;
+	}
+	ck_assert_int_eq(fmt_dataset_block_meta(ds, 3, &m), 0);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	void *comp = malloc(in->max_block_comp), *raw = malloc(in->max_block_raw);
+	fmt_dataset_close(ds);
+	shard_poke(dir, (off_t)(off + m.comp_size / 2), -1);
+
+	ck_assert_msg(fmt_dataset_open(dir, &ds, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
+	struct fmt_block blk;
+	ck_assert_int_eq(fmt_block_read(ds, 2, dec, comp, in->max_block_comp, raw, in->max_block_raw,
+					&blk, &err), 0);
+	memset(&blk, 0, sizeof(blk));
+	ck_assert_int_eq(fmt_block_read(ds, 3, dec, comp, in->max_block_comp, raw,
+					in->max_block_raw, &blk, &err), -EBADMSG);
+	ck_assert_ptr_null(blk.raw); /* nothing handed out */
+	ck_assert_ptr_nonnull(strstr(err.msg, "shard-00000.fsh"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "block 3"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "checksum"));
+	free(comp);
+	free(raw);
+	fmt_decoder_free(dec);
+	fmt_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_format_truncated_shard_refused_at_open)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *ds = NULL;
+	struct feed_err err = {0};
+	char dir[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 300, &(struct fmt_writer_opts){.name = "x"});
+	shard_poke(dir, 0, 1000);
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), -EBADMSG);
+	ck_assert_ptr_null(ds);
+	ck_assert_ptr_nonnull(strstr(err.msg, "shard-00000.fsh"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "truncated"));
+}
+END_TEST
+
+START_TEST(test_format_truncated_after_open_is_error)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *ds;
+	struct fmt_decoder *dec;
+	struct feed_err err = {0};
+	char dir[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 300, &(struct fmt_writer_opts){.name = "x", .block_records = 10});
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), 0);
+	shard_poke(dir, 0, 2000); /* cut underneath the open reader */
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	void *comp = malloc(in->max_block_comp), *raw = malloc(in->max_block_raw);
+	struct fmt_block blk;
+	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
+	ck_assert_int_eq(fmt_block_read(ds, in->num_blocks - 1, dec, comp, in->max_block_comp, raw,
+					in->max_block_raw, &blk, &err), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "truncated"));
+	free(comp);
+	free(raw);
+	fmt_decoder_free(dec);
+	fmt_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_format_header_and_footer_corruption)
+{
+	/* _i: 0 header byte, 1 index byte, 2 trailer byte, 3 manifest of another dataset */
+	struct fmt_schema s;
+	struct fmt_dataset *ds = NULL;
+	struct feed_err err = {0};
+	char dir[300], other[300], cmd[800];
+	struct stat st;
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	path_in(other, sizeof(other), "other");
+	write_dataset(dir, &s, 300, &(struct fmt_writer_opts){.name = "x", .block_records = 10});
+	snprintf(cmd, sizeof(cmd), "%s/shard-00000.fsh", dir);
+	ck_assert_int_eq(stat(cmd, &st), 0);
+	if (_i == 0)
+		shard_poke(dir, 20, -1);
+	else if (_i == 1)
+		shard_poke(dir, st.st_size - 64 - 40 * 5 + 3, -1);
+	else if (_i == 2)
+		shard_poke(dir, st.st_size - 60, -1);
+	else {
+		write_dataset(other, &s, 301, &(struct fmt_writer_opts){.name = "y"});
+		snprintf(cmd, sizeof(cmd), "cp %s/manifest.pb %s/manifest.pb", other, dir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), -EBADMSG);
+	ck_assert_ptr_null(ds);
+	ck_assert_ptr_nonnull(strstr(err.msg, "shard-00000.fsh"));
+}
+END_TEST
+
+START_TEST(test_format_writer_refusals)
+{
+	struct fmt_schema s;
+	struct fmt_writer *w = NULL;
+	struct feed_err err = {0};
+	char dir[300], tmpl[300];
+	uint8_t img[60] = {0};
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "exists");
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(err.msg, "exists"));
+	ck_assert_int_eq(fmt_writer_new("/nonexistent-dir/x", &s, &(struct fmt_writer_opts){0}, &w,
+					&err), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent-dir/x"));
+
+	/* A wrong-sized fixed field is refused naming the field. */
+	path_in(dir, sizeof(dir), "new");
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), 0);
+	struct fmt_value v[7] = {{img, 59}};
+	ck_assert_int_eq(fmt_writer_add(w, v, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'image'"));
+	/* Nothing added: finish refuses, and free leaves no directory behind. */
+	ck_assert_int_eq(fmt_writer_finish(w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "empty"));
+	fmt_writer_free(w);
+	ck_assert_int_ne(access(dir, F_OK), 0);
+	snprintf(tmpl, sizeof(tmpl), "ls %s | grep -q tmp", tmpdir);
+	ck_assert_int_ne(system(tmpl), 0);
+
+	/* Bad schemas. */
+	s.fields[1] = s.fields[0];
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "twice"));
+	schema_all(&s);
+	s.fields[0].shape[1] = 0;
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'image'"));
+}
+END_TEST
+
+/* ---- real Fashion-MNIST ---- */
+
+static uint8_t *gz_read_all(const char *path, size_t *ret_len)
+{
+	gzFile g = gzopen(path, "rb");
+	size_t cap = 1 << 20, len = 0;
+	uint8_t *buf = malloc(cap);
+	int n;
+
+	ck_assert_ptr_nonnull(g);
+	while ((n = gzread(g, buf + len, (unsigned)(cap - len))) > 0) {
+		len += (size_t)n;
+		if (len == cap)
+			buf = realloc(buf, cap *= 2);
+	}
+	gzclose(g);
+	*ret_len = len;
+	return buf;
+}
+
+START_TEST(test_format_fashion_mnist_equals_source)
+{
+	char imgs[300], lbls[300];
+	snprintf(imgs, sizeof(imgs), "%s/train-images-idx3-ubyte.gz", FM_DIR);
+	snprintf(lbls, sizeof(lbls), "%s/train-labels-idx1-ubyte.gz", FM_DIR);
+	ck_assert_msg(access(imgs, R_OK) == 0,
+		      "%s missing: scripts/test installs dataset-fashion-mnist", imgs);
+	size_t ni, nl;
+	uint8_t *im = gz_read_all(imgs, &ni), *lb = gz_read_all(lbls, &nl);
+	ck_assert_uint_eq(ni, 16 + 60000 * 784);
+	ck_assert_uint_eq(nl, 8 + 60000);
+
+	struct fmt_schema s = {.nfields = 2};
+	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 3,
+					 .shape = {28, 28, 1}};
+	s.fields[1] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_U8};
+	char dir[300];
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	path_in(dir, sizeof(dir), "fm");
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "fm"}, &w, &err), 0);
+	for (size_t i = 0; i < 60000; i++) {
+		struct fmt_value v[2] = {{im + 16 + i * 784, 784}, {lb + 8 + i, 1}};
+		ck_assert_int_eq(fmt_writer_add(w, v, &err), 0);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+
+	struct fmt_dataset *ds;
+	struct fmt_decoder *dec;
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), 0);
+	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	void *comp = malloc(in->max_block_comp), *raw = aligned_alloc(64, round64(in->max_block_raw));
+	uint64_t seen = 0;
+	for (uint64_t b = 0; b < in->num_blocks; b++) {
+		struct fmt_block blk;
+		ck_assert_int_eq(fmt_block_read(ds, b, dec, comp, in->max_block_comp, raw,
+						in->max_block_raw, &blk, &err), 0);
+		for (uint32_t r = 0; r < blk.num_records; r++, seen++) {
+			size_t len;
+			uint64_t i = blk.first_sample + r;
+			const uint8_t *p = fmt_block_field(&blk, 0, r, &len);
+			ck_assert_int_eq(memcmp(p, im + 16 + i * 784, 784), 0);
+			p = fmt_block_field(&blk, 1, r, &len);
+			ck_assert_uint_eq(len, 1);
+			ck_assert_uint_eq(*p, lb[8 + i]);
+		}
+	}
+	ck_assert_uint_eq(seen, 60000);
+	free(comp);
+	free(raw);
+	free(im);
+	free(lb);
+	fmt_decoder_free(dec);
+	fmt_dataset_close(ds);
+}
+END_TEST
+
+static Suite *format_suite(void)
+{
+	Suite *s = suite_create("format");
+	TCase *tc = tcase_create("format");
+
+	tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_format_roundtrip_every_kind, 0, 4);
+	tcase_add_test(tc, test_format_blocks_and_manifest);
+	tcase_add_test(tc, test_format_version_is_content_hash);
+	tcase_add_test(tc, test_format_checksum_mismatch_names_block);
+	tcase_add_test(tc, test_format_truncated_shard_refused_at_open);
+	tcase_add_test(tc, test_format_truncated_after_open_is_error);
+	tcase_add_loop_test(tc, test_format_header_and_footer_corruption, 0, 4);
+	tcase_add_test(tc, test_format_writer_refusals);
+	tcase_add_test(tc, test_format_fashion_mnist_equals_source);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(format_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
