@@ -1,0 +1,35 @@
+# scripts/setup.sh: sourced by scripts/test and scripts/demo. Installs the
+# Debian packages feedd needs when any is missing, then configures and
+# builds one build tree. Root is expected (as on our machines and in CI).
+
+FEED_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Everything a fresh Debian 12 machine lacks to build, test and demo feedd.
+FEED_PACKAGES=(
+  cmake gcc make pkg-config
+  libzstd-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
+  libuv1-dev libcyaml-dev libyaml-dev libsystemd-dev check zlib1g-dev
+  python3-numpy python3-pytest python3-zstandard
+  dataset-fashion-mnist
+)
+
+feed_install() {
+  local missing=()
+  for p in "${FEED_PACKAGES[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "setup: installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# feed_build DIR [cmake args...]: configure (once) and build into DIR.
+feed_build() {
+  local dir=$1
+  shift
+  cmake -S "$FEED_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$(nproc)"
+}
