@@ -1,0 +1,60 @@
+/*
+ * cache.h: the block cache: decoded blocks in one byte budget, shared by
+ * every stream over the same open dataset.
+ *
+ * Owns the decoded block buffers. Any worker thread calls cache_get() /
+ * cache_put(); one mutex guards the table and the LRU list, and decoding
+ * happens outside it. A worker pins at most one block at a time (copy the
+ * record out, unpin), so a cache smaller than the working set never
+ * deadlocks: when every entry is pinned the cache goes over budget until
+ * the pins are dropped. Lock order: a stream's lock may be held while
+ * calling in here; this module calls nothing that takes another lock.
+ */
+#ifndef FEED_CACHE_H
+#define FEED_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt.h"
+
+struct cache;
+struct cache_entry;
+
+/* Per-worker scratch for misses: a decoder and a compressed-block buffer of
+ * at least the largest max_block_comp of any dataset it reads. */
+struct cache_worker {
+	struct fmt_decoder *dec;
+	void *comp;
+	size_t comp_cap;
+};
+
+/* Counters, read with cache_stats(). */
+struct cache_stats {
+	uint64_t hits, misses, evictions;
+	uint64_t bytes, entries, budget;
+};
+
+/* budget: bytes of decoded blocks kept when unpinned. Returns 0 or -ENOMEM. */
+int cache_new(size_t budget, struct cache **ret_cache);
+
+/* Frees every entry. No entry may be pinned. Accepts NULL. */
+void cache_free(struct cache *c);
+
+/* Returns block `block` of ds decoded and pinned in *ret_blk / *ret_entry:
+ * from the cache, or decoded now with w's decoder (a second thread asking
+ * for a block being decoded waits for it). Blocking (disk read, decode).
+ * Errors (-EBADMSG naming shard and block, -ENOMEM) leave nothing pinned
+ * and nothing cached. The views stay valid until cache_put(). */
+int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, struct cache_worker *w,
+	      const struct fmt_block **ret_blk, struct cache_entry **ret_entry, struct feed_err *err);
+
+/* Unpins an entry from cache_get(). Accepts NULL. */
+void cache_put(struct cache *c, struct cache_entry *e);
+
+/* Drops every unpinned block of ds (a dataset being closed). */
+void cache_forget(struct cache *c, const struct fmt_dataset *ds);
+
+void cache_stats(struct cache *c, struct cache_stats *ret_stats);
+
+#endif

@@ -1,0 +1,132 @@
+/*
+ * feed_shm.h: the shared-memory contract between feedd and libfeedclient
+ * (DESIGN.md "Delivery"). Everything here is offsets and fixed-width
+ * integers, never pointers; each region starts with a magic and a version
+ * that the mapper checks.
+ *
+ * Three memfds per stream:
+ *   control  daemon-written; the client maps it read-only (sealed SHRINK,
+ *            GROW, FUTURE_WRITE, SEAL). Header, ready ring, slot headers.
+ *   data     the slots (field bytes only, 64-byte aligned); sealed SHRINK,
+ *            GROW, SEAL; a single stream's reader may map it writable.
+ *   release  client-written (sealed SHRINK, GROW, SEAL): the release ring
+ *            and both waiting flags. The daemon treats all of it as
+ *            untrusted input: it reads each entry once, bounds the head,
+ *            and checks every (slot, generation) against its own table.
+ *
+ * Ready ring protocol (daemon produces, client consumes):
+ *   daemon: write slot header; store entry; store_release(ready_head)
+ *           fence(seq_cst); if exchange(rel->client_waiting, 0): ring
+ *           ready eventfd.
+ *   client: tail is private. if tail == load_acquire(ready_head): store
+ *           client_waiting = 1; fence(seq_cst); re-check ready_head; only
+ *           then poll the ready eventfd, and loop (counts left in the
+ *           eventfd cause spurious wake-ups).
+ * Release ring protocol (client produces, daemon consumes), mirror image:
+ *   client: store entry; store_release(rel_head); fence(seq_cst); if
+ *           exchange(daemon_waiting, 0): ring release eventfd.
+ *   daemon: tail is private; head - tail > capacity is tampering.
+ * The seq_cst fences pair the "publish then check the flag" of one side
+ * with the "set the flag then re-check" of the other: with acquire/release
+ * alone both sides can miss each other and sleep forever.
+ */
+#ifndef FEED_SHM_H
+#define FEED_SHM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define FEED_SHM_CTL_MAGIC 0x4c544346u  /* "FCTL" */
+#define FEED_SHM_REL_MAGIC 0x4c455246u  /* "FREL" */
+#define FEED_SHM_VERSION 1
+#define FEED_SHM_MAX_FIELDS 16
+#define FEED_SHM_MAX_RANK 6  /* batch axis + 5 */
+#define FEED_SHM_ALIGN 64
+
+/* Ready ring entries that are not slots. */
+#define FEED_READY_EPOCH_END 0xfffffff0u  /* gen = the epoch that ended */
+#define FEED_READY_STREAM_END 0xfffffff1u /* every requested epoch done */
+#define FEED_READY_ERROR 0xfffffff2u      /* ctl->error_* say why */
+
+/* Ring entry: slot in the low 32 bits, generation in the high. */
+static inline uint64_t feed_ring_entry(uint32_t slot, uint32_t gen)
+{
+	return (uint64_t)gen << 32 | slot;
+}
+static inline uint32_t feed_ring_slot(uint64_t e) { return (uint32_t)e; }
+static inline uint32_t feed_ring_gen(uint64_t e) { return (uint32_t)(e >> 32); }
+
+/* Control region header, at offset 0 of the control memfd. */
+struct feed_shm_ctl {
+	uint32_t magic;           /* FEED_SHM_CTL_MAGIC */
+	uint32_t version;         /* FEED_SHM_VERSION */
+	uint64_t ctl_bytes;       /* size of the control memfd */
+	uint64_t data_bytes;      /* size of the data memfd */
+	uint64_t rel_bytes;       /* size of the release memfd */
+	uint32_t nslots;          /* = credits granted */
+	uint32_t ring_cap;        /* ready ring entries, a power of two */
+	uint64_t ring_off;        /* offset of uint64_t ring[ring_cap] */
+	uint64_t slots_off;       /* offset of the first slot header */
+	uint64_t slot_hdr_bytes;  /* stride between slot headers */
+	uint64_t slot_bytes;      /* stride between data slots */
+	uint32_t nfields;         /* output fields of every batch */
+	uint32_t batch;           /* largest sample count of a batch */
+	int32_t error_code;       /* with FEED_READY_ERROR: negative errno */
+	uint32_t reserved0;
+	char error_msg[256];      /* with FEED_READY_ERROR: NUL-terminated */
+	uint8_t pad0[64];
+	/* Written by the daemon as it publishes; on its own cache line. */
+	_Alignas(64) _Atomic uint64_t ready_head;
+	uint8_t pad1[56];
+};
+
+/* One output field of one batch, inside a slot header. */
+struct feed_shm_field {
+	uint32_t dtype;           /* enum feed_dtype */
+	uint32_t rank;            /* entries of shape, batch axis first */
+	uint64_t shape[FEED_SHM_MAX_RANK]; /* variable fields: shape[1] = 0 */
+	uint64_t offset;          /* bytes from the start of the data region */
+	uint64_t bytes;           /* bytes used at offset */
+	uint64_t var_off;         /* variable fields: offset in the control
+				   * region of uint64_t ends[n+1] (byte
+				   * offsets relative to `offset`); else 0 */
+};
+
+/* Header of slot i, at ctl->slots_off + i * ctl->slot_hdr_bytes; followed
+ * by uint64_t sample[batch] (dataset index of every sample) and the
+ * variable fields' ends tables. */
+struct feed_shm_slot {
+	uint32_t gen;             /* matches the ready entry's generation */
+	uint32_t nsamples;
+	uint64_t epoch;
+	uint64_t index;           /* batch number within the epoch */
+	uint32_t flags;           /* FEED_SLOT_* */
+	uint32_t nfields;
+	struct feed_shm_field field[FEED_SHM_MAX_FIELDS];
+	uint64_t sample[];        /* nsamples used of batch */
+};
+#define FEED_SLOT_PADDED 1u        /* holds wrap-around padding samples */
+
+/* Release region header, at offset 0 of the release memfd; the ring of
+ * uint64_t entries follows at rel_off. Client-writable: never trusted. */
+struct feed_shm_rel {
+	uint32_t magic;           /* FEED_SHM_REL_MAGIC */
+	uint32_t version;
+	uint32_t ring_cap;        /* a power of two */
+	uint32_t reserved0;
+	uint64_t ring_off;
+	uint8_t pad0[40];
+	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
+	uint8_t pad1[56];
+	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
+	uint8_t pad2[60];
+	_Alignas(64) _Atomic uint32_t daemon_waiting; /* daemon sets, client clears */
+	uint8_t pad3[60];
+};
+
+static inline uint64_t feed_shm_align(uint64_t x)
+{
+	return (x + FEED_SHM_ALIGN - 1) & ~(uint64_t)(FEED_SHM_ALIGN - 1);
+}
+
+#endif

@@ -1,0 +1,199 @@
+/*
+ * check_cache.c: the block cache keeps within its budget when nothing is
+ * pinned, never evicts a pinned block, decodes a block once however many
+ * threads ask for it together, and never caches a failed decode.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+
+static char dir[256];
+static struct fmt_dataset *ds;
+static struct cache_worker wk;
+
+static void setup(void)
+{
+	char tmpl[] = "/tmp/check_cache.XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(tmpl));
+	snprintf(dir, sizeof(dir), "%s/ds", tmpl);
+	struct fmt_schema s = {.nfields = 1};
+	s.fields[0] = (struct fmt_field){.name = "x", .dtype = FEED_DTYPE_U32};
+	struct fmt_writer *w;
+	struct feed_err err;
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.block_records = 100}, &w,
+					&err), 0);
+	for (uint32_t i = 0; i < 1000; i++)
+		ck_assert_int_eq(fmt_writer_add(w, &(struct fmt_value){&i, 4}, &err), 0);
+	ck_assert_int_eq(fmt_writer_finish(w, &err), 0);
+	fmt_writer_free(w);
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), 0);
+	ck_assert_int_eq(fmt_decoder_new(&wk.dec), 0);
+	wk.comp_cap = fmt_dataset_info(ds)->max_block_comp;
+	wk.comp = malloc(wk.comp_cap);
+}
+
+static void teardown(void)
+{
+	char cmd[300];
+	fmt_dataset_close(ds);
+	fmt_decoder_free(wk.dec);
+	free(wk.comp);
+	snprintf(cmd, sizeof(cmd), "rm -rf %.*s", (int)(strrchr(dir, '/') - dir), dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static uint32_t value_at(const struct fmt_block *b, uint32_t rec)
+{
+	size_t len;
+	uint32_t v;
+	memcpy(&v, fmt_block_field(b, 0, rec, &len), 4);
+	return v;
+}
+
+START_TEST(test_cache_stays_within_budget)
+{
+	struct cache *c;
+	struct cache_stats st;
+	/* each block: 100 records x 4 bytes = 400 -> 448 bytes; room for 3 */
+	ck_assert_int_eq(cache_new(3 * 448, &c), 0);
+	for (uint64_t b = 0; b < 10; b++) {
+		const struct fmt_block *blk;
+		struct cache_entry *e;
+		ck_assert_int_eq(cache_get(c, ds, b, &wk, &blk, &e, NULL), 0);
+		ck_assert_uint_eq(value_at(blk, 7), b * 100 + 7);
+		cache_put(c, e);
+	}
+	cache_stats(c, &st);
+	ck_assert_uint_le(st.bytes, 3 * 448);
+	ck_assert_uint_eq(st.misses, 10);
+	ck_assert_uint_eq(st.evictions, 7);
+	/* the three most recent are hits */
+	const struct fmt_block *blk;
+	struct cache_entry *e;
+	ck_assert_int_eq(cache_get(c, ds, 9, &wk, &blk, &e, NULL), 0);
+	cache_put(c, e);
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.hits, 1);
+	cache_free(c);
+}
+END_TEST
+
+START_TEST(test_cache_pinned_block_survives)
+{
+	struct cache *c;
+	const struct fmt_block *pinned, *blk;
+	struct cache_entry *pe, *e;
+	ck_assert_int_eq(cache_new(1, &c), 0); /* smaller than any block */
+	ck_assert_int_eq(cache_get(c, ds, 4, &wk, &pinned, &pe, NULL), 0);
+	for (uint64_t b = 0; b < 10; b++) {
+		ck_assert_int_eq(cache_get(c, ds, b, &wk, &blk, &e, NULL), 0);
+		cache_put(c, e);
+	}
+	/* still readable and right while pinned, though over budget */
+	ck_assert_uint_eq(value_at(pinned, 99), 499);
+	cache_put(c, pe);
+	struct cache_stats st;
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.entries, 0);
+	cache_free(c);
+}
+END_TEST
+
+struct race { struct cache *c; uint32_t got; };
+
+static void *racer(void *arg)
+{
+	struct race *r = arg;
+	struct cache_worker w = {.comp_cap = wk.comp_cap, .comp = malloc(wk.comp_cap)};
+	const struct fmt_block *blk;
+	struct cache_entry *e;
+	fmt_decoder_new(&w.dec);
+	if (cache_get(r->c, ds, 3, &w, &blk, &e, NULL) == 0) {
+		r->got = value_at(blk, 1);
+		cache_put(r->c, e);
+	}
+	fmt_decoder_free(w.dec);
+	free(w.comp);
+	return NULL;
+}
+
+START_TEST(test_cache_one_decode_for_many_threads)
+{
+	struct cache *c;
+	pthread_t t[8];
+	struct race r[8];
+	ck_assert_int_eq(cache_new(1 << 20, &c), 0);
+	for (int i = 0; i < 8; i++) {
+		r[i] = (struct race){.c = c};
+		pthread_create(&t[i], NULL, racer, &r[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_uint_eq(r[i].got, 301);
+	}
+	struct cache_stats st;
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.misses, 1);
+	ck_assert_uint_eq(st.hits, 7);
+	cache_free(c);
+}
+END_TEST
+
+START_TEST(test_cache_failed_decode_not_cached)
+{
+	struct cache *c;
+	const struct fmt_block *blk;
+	struct cache_entry *e;
+	struct feed_err err = {0};
+	struct fmt_block_meta m;
+	char path[300];
+	ck_assert_int_eq(cache_new(1 << 20, &c), 0);
+	/* flip a byte inside block 0 */
+	fmt_dataset_block_meta(ds, 0, &m);
+	snprintf(path, sizeof(path), "%s/shard-00000.fsh", dir);
+	int fd = open(path, O_RDWR);
+	uint8_t x;
+	ck_assert_int_eq(pread(fd, &x, 1, 64 + m.comp_size / 2), 1);
+	x ^= 1;
+	ck_assert_int_eq(pwrite(fd, &x, 1, 64 + m.comp_size / 2), 1);
+	ck_assert_int_eq(cache_get(c, ds, 0, &wk, &blk, &e, &err), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "block 0"));
+	struct cache_stats st;
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.entries, 0);
+	ck_assert_uint_eq(st.bytes, 0);
+	/* still an error the second time: nothing was cached */
+	ck_assert_int_eq(cache_get(c, ds, 0, &wk, &blk, &e, &err), -EBADMSG);
+	x ^= 1;
+	ck_assert_int_eq(pwrite(fd, &x, 1, 64 + m.comp_size / 2), 1);
+	close(fd);
+	ck_assert_int_eq(cache_get(c, ds, 0, &wk, &blk, &e, &err), 0);
+	cache_put(c, e);
+	cache_free(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache");
+	TCase *tc = tcase_create("cache");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_cache_stays_within_budget);
+	tcase_add_test(tc, test_cache_pinned_block_survives);
+	tcase_add_test(tc, test_cache_one_decode_for_many_threads);
+	tcase_add_test(tc, test_cache_failed_decode_not_cached);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
