@@ -107,7 +107,7 @@ void fmt_dataset_close(struct fmt_dataset *ds);
 /* The dataset's facts; valid until fmt_dataset_close(). Never NULL. */
 const struct fmt_info *fmt_dataset_info(const struct fmt_dataset *ds);
 
-/* Shard i's file name (no directory) and global first sample. */
+/* Shard i's file name (no directory), or NULL past the last shard. */
 const char *fmt_dataset_shard_file(const struct fmt_dataset *ds, uint32_t shard);
 
 /* Finds sample (global index) in O(log blocks). -EINVAL past the end. */

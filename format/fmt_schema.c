@@ -99,7 +99,8 @@ int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s, struct 
 		strcpy(f->name, pf->name);
 		f->dtype = pf->dtype;
 		f->rank = (uint32_t)pf->n_shape;
-		memcpy(f->shape, pf->shape, pf->n_shape * sizeof(uint32_t));
+		if (pf->n_shape) /* protobuf-c leaves shape NULL for scalars */
+			memcpy(f->shape, pf->shape, pf->n_shape * sizeof(uint32_t));
 		f->variable = pf->variable;
 		f->max_bytes = pf->max_bytes;
 	}

@@ -154,8 +154,11 @@ static int shard_close(struct fmt_writer *w, struct feed_err *err)
 	rc = write_full(w->fd, w->index.p, w->index.len);
 	if (rc == 0)
 		rc = write_full(w->fd, tb, sizeof(tb));
-	if (rc == 0 && pwrite(w->fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb))
-		rc = -errno ? -errno : -EIO;
+	if (rc == 0) {
+		ssize_t n = pwrite(w->fd, hb, sizeof(hb), 0);
+		if (n != (ssize_t)sizeof(hb))
+			rc = n < 0 ? -errno : -EIO;
+	}
 	if (rc == 0 && fsync(w->fd) < 0)
 		rc = -errno;
 	if (close(w->fd) < 0 && rc == 0)
@@ -247,20 +250,20 @@ static char *dir_strip(const char *path)
 static int writer_dirs(struct fmt_writer *w, const char *out_dir, struct feed_err *err)
 {
 	struct stat st;
-	static unsigned seq;
 
 	w->out_dir = dir_strip(out_dir);
-	if (!w->out_dir || asprintf(&w->tmp_dir, "%s.tmp-%d-%u", w->out_dir, (int)getpid(), seq++) < 0)
+	if (!w->out_dir || asprintf(&w->tmp_dir, "%s.tmp-XXXXXX", w->out_dir) < 0)
 		return feed_err_set(err, -ENOMEM, "out of memory");
 	if (lstat(w->out_dir, &st) == 0)
 		return feed_err_set(err, -EEXIST, "%s: already exists (remove it or pick another output)",
 				    w->out_dir);
-	if (mkdir(w->tmp_dir, 0755) < 0) {
+	if (!mkdtemp(w->tmp_dir)) {
 		int rc = -errno;
 		free(w->tmp_dir);
 		w->tmp_dir = NULL;
 		return feed_err_set(err, rc, "%s: cannot create output: %s", w->out_dir, strerror(-rc));
 	}
+	chmod(w->tmp_dir, 0755); /* mkdtemp makes it 0700; datasets are shared */
 	return 0;
 }
 
