@@ -1,0 +1,44 @@
+/*
+ * client_internal.h: libfeedclient's insides, shared by client.c (the
+ * connection and its transport) and client_query.c (requests and the
+ * conversion of replies into the public structs). Nothing here is exported.
+ * Runs on whichever thread calls the public function; never prints.
+ */
+#ifndef FEED_CLIENT_INTERNAL_H
+#define FEED_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "feed.pb-c.h"
+#include "feed/client.h"
+
+#define CL_PROTO_MIN 1              /* protocol versions this library speaks */
+#define CL_PROTO_MAX 1
+#define CL_REQUEST_MAX (64 * 1024)  /* the daemon's cap on a request */
+#define CL_REPLY_MAX (128 * 1024)   /* the daemon's cap on a reply */
+#define CL_ERRMSG_MAX 512
+
+struct feed_conn {
+	int sock;                   /* -1 when not connected */
+	int timeout_ms;             /* per call */
+	uint32_t next_id;           /* request ids, from 1; replies must match */
+	uint32_t version;           /* negotiated protocol version */
+	char server_version[32];    /* from the hello reply */
+	char errmsg[CL_ERRMSG_MAX]; /* detail of the last failure */
+	uint8_t *rbuf;              /* one reply: CL_REPLY_MAX + 1 bytes */
+};
+
+/* Sets conn->errmsg and returns code. */
+int cl_fail(struct feed_conn *conn, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Sends req (its id is set here) and waits for the reply to it. On success
+ * *ret is the reply (free with feed__reply__free_unpacked(*ret, NULL)); an
+ * Error reply is returned as its code, with its message in errmsg. A
+ * transport failure closes the connection. */
+int cl_call(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret);
+
+/* A reply of the wrong kind: -EPROTO, closes the connection. */
+int cl_bad_reply(struct feed_conn *conn, const char *what);
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * client_query.c: libfeedclient's requests about datasets and the daemon's
+ * status, and the conversion of their replies into the public structs of
+ * feed/client.h. Caller's thread. Never trusts a reply's sizes: every count
+ * and length is checked before it is used to size or index anything.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "dtype.h"
+
+#define CL_MAX_DATASETS 4096
+#define CL_MAX_FIELDS 64
+#define CL_NAME_MAX 255
+
+/* Bytes a list needs beyond its structs (strings with their NULs), or -1
+ * if the reply is not a sane one. */
+static long cl_list_check(const Feed__DatasetList *dl, size_t *ret_fields)
+{
+	size_t strings = 0, fields = 0;
+
+	if (dl->n_datasets > CL_MAX_DATASETS)
+		return -1;
+	for (size_t i = 0; i < dl->n_datasets; i++) {
+		const Feed__DatasetInfo *d = dl->datasets[i];
+		if (!d->schema || d->schema->n_fields > CL_MAX_FIELDS ||
+		    strlen(d->name) > CL_NAME_MAX || strlen(d->version) > CL_NAME_MAX)
+			return -1;
+		strings += strlen(d->name) + strlen(d->version) + 2;
+		for (size_t k = 0; k < d->schema->n_fields; k++) {
+			const Feed__Field *f = d->schema->fields[k];
+			if (f->n_shape > FEED_MAX_RANK || strlen(f->name) > CL_NAME_MAX ||
+			    feed_dtype_size(f->dtype) == 0)
+				return -1;
+			strings += strlen(f->name) + 1;
+		}
+		fields += d->schema->n_fields;
+	}
+	*ret_fields = fields;
+	return (long)strings;
+}
+
+static char *cl_copy(char **pool, const char *s)
+{
+	char *out = *pool;
+	size_t n = strlen(s) + 1;
+	memcpy(out, s, n);
+	*pool += n;
+	return out;
+}
+
+static void cl_field(struct feed_field *out, const Feed__Field *f, char **pool)
+{
+	out->name = cl_copy(pool, f->name);
+	out->dtype = f->dtype;
+	out->dtype_name = feed_dtype_name(f->dtype);
+	out->elem_size = feed_dtype_size(f->dtype);
+	out->rank = (uint32_t)f->n_shape;
+	for (size_t i = 0; i < f->n_shape; i++)
+		out->shape[i] = f->shape[i];
+	out->variable = f->variable;
+	out->max_bytes = f->max_bytes;
+}
+
+/* One allocation holds the list, its datasets, fields and strings, so
+ * feed_dataset_list_free() is a single free(). */
+static int cl_list_build(struct feed_conn *conn, const Feed__DatasetList *dl,
+			 struct feed_dataset_list **ret)
+{
+	size_t nfields;
+	long strings = cl_list_check(dl, &nfields);
+
+	if (strings < 0)
+		return cl_bad_reply(conn, "dataset list out of range");
+	size_t head = sizeof(struct feed_dataset_list) + dl->n_datasets * sizeof(struct feed_dataset) +
+		      nfields * sizeof(struct feed_field);
+	struct feed_dataset_list *list = calloc(1, head + (size_t)strings);
+	if (!list)
+		return cl_fail(conn, -ENOMEM, "out of memory for %zu datasets", dl->n_datasets);
+	struct feed_dataset *ds = (struct feed_dataset *)(list + 1);
+	struct feed_field *fs = (struct feed_field *)(ds + dl->n_datasets);
+	char *pool = (char *)list + head;
+
+	for (size_t i = 0; i < dl->n_datasets; i++) {
+		const Feed__DatasetInfo *d = dl->datasets[i];
+		ds[i].name = cl_copy(&pool, d->name);
+		ds[i].version = cl_copy(&pool, d->version);
+		ds[i].num_samples = d->num_samples;
+		ds[i].num_fields = (uint32_t)d->schema->n_fields;
+		ds[i].fields = fs;
+		for (size_t k = 0; k < d->schema->n_fields; k++)
+			cl_field(fs++, d->schema->fields[k], &pool);
+	}
+	list->count = dl->n_datasets;
+	list->datasets = ds;
+	*ret = list;
+	return 0;
+}
+
+static int cl_datasets_call(struct feed_conn *conn, Feed__Request *req, size_t want,
+			    struct feed_dataset_list **ret)
+{
+	Feed__Reply *rep = NULL;
+	int r = cl_call(conn, req, &rep);
+
+	if (r < 0)
+		return r;
+	if (rep->body_case != FEED__REPLY__BODY_DATASETS)
+		r = cl_bad_reply(conn, "expected a dataset list");
+	else if (want && rep->datasets->n_datasets != want)
+		r = cl_bad_reply(conn, "dataset list of the wrong length");
+	else
+		r = cl_list_build(conn, rep->datasets, ret);
+	feed__reply__free_unpacked(rep, NULL);
+	return r;
+}
+
+FEED_API int feed_list_datasets(struct feed_conn *conn, struct feed_dataset_list **ret)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__ListDatasets ld = FEED__LIST_DATASETS__INIT;
+
+	if (!conn || !ret)
+		return -EINVAL;
+	req.body_case = FEED__REQUEST__BODY_LIST_DATASETS;
+	req.list_datasets = &ld;
+	return cl_datasets_call(conn, &req, 0, ret);
+}
+
+FEED_API int feed_dataset_info(struct feed_conn *conn, const char *name,
+			       struct feed_dataset_list **ret)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
+
+	if (!conn || !name || !ret)
+		return -EINVAL;
+	if (!*name || strlen(name) > 63)
+		return cl_fail(conn, -EINVAL, "dataset name of %zu bytes (1..63 allowed)",
+			       strlen(name));
+	q.name = (char *)name;
+	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
+	req.dataset_info = &q;
+	return cl_datasets_call(conn, &req, 1, ret);
+}
+
+FEED_API void feed_dataset_list_free(struct feed_dataset_list *list)
+{
+	free(list);
+}
+
+FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__StatsQuery q = FEED__STATS_QUERY__INIT;
+	Feed__Reply *rep = NULL;
+
+	if (!conn || !ret)
+		return -EINVAL;
+	req.body_case = FEED__REQUEST__BODY_STATS;
+	req.stats = &q;
+	int r = cl_call(conn, &req, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != FEED__REPLY__BODY_STATS) {
+		feed__reply__free_unpacked(rep, NULL);
+		return cl_bad_reply(conn, "expected stats");
+	}
+	const Feed__Stats *s = rep->stats;
+	struct feed_stats st = {
+		.protocol_version = s->protocol_version,
+		.uptime_ms = s->uptime_ms,
+		.connections = s->connections,
+		.user_connections = s->user_connections,
+		.workers = s->workers,
+		.datasets = (uint32_t)s->n_datasets,
+		.requests = s->requests,
+		.rejected = s->rejected,
+	};
+	snprintf(st.server_version, sizeof(st.server_version), "%s", s->server_version);
+	feed__reply__free_unpacked(rep, NULL);
+	*ret = st;
+	return 0;
+}

@@ -1,0 +1,161 @@
+/*
+ * feed/client.h: libfeedclient, the client of the feedd daemon.
+ *
+ * A program connects to feedd's Unix socket, says hello (protocol version
+ * negotiation), and asks: which datasets may I read, what is in one, how is
+ * the daemon doing. Batches come in a later version of this header.
+ *
+ * Conventions for every call:
+ *   - Returns 0 (or a count) on success, or a negative errno-style code;
+ *     feed_strerror() names the code and feed_errmsg(conn) gives the detail
+ *     (the daemon's own message for a refusal, e.g. "dataset 'x': user 1000
+ *     not allowed", or what the library saw, e.g. "connect /run/feedd/
+ *     feedd.sock: No such file or directory").
+ *   - Outputs go through ret parameters, written only on success.
+ *   - Calls that talk to the daemon block until it answers or the
+ *     connection's timeout (10 s unless set) passes: then -ETIMEDOUT, and
+ *     the connection is closed, since a late answer could not be told from
+ *     the next one.
+ *   - The library never prints, never exits, never raises SIGPIPE, and
+ *     returns -ENOMEM when memory runs out.
+ *   - Threads: a struct feed_conn is used by one thread at a time (callers
+ *     serialise); distinct connections are independent. feed_strerror() is
+ *     safe from any thread.
+ *
+ * Links libprotobuf-c only. Exported names all begin with feed_.
+ */
+#ifndef FEED_CLIENT_H
+#define FEED_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FEED_API __attribute__((visibility("default")))
+
+/* Where feedd listens unless the caller or $FEEDD_SOCKET says otherwise. */
+#define FEED_DEFAULT_SOCKET "/run/feedd/feedd.sock"
+#define FEED_DEFAULT_TIMEOUT_MS 10000
+#define FEED_MAX_RANK 8
+
+/* A connection to feedd. Opaque. */
+struct feed_conn;
+
+/* ------------------------------------------------------------------ */
+/* Connections                                                         */
+
+/* Connects to the daemon at path (NULL: $FEEDD_SOCKET if set and not
+ * empty, else FEED_DEFAULT_SOCKET) and says hello. On success *ret is a
+ * connection the caller frees with feed_disconnect(). On failure nothing
+ * is allocated and the detail is lost; to read it (e.g. the daemon's
+ * refusal), use feed_conn_new() + feed_conn_open() instead.
+ * Blocks up to FEED_DEFAULT_TIMEOUT_MS. Any thread. Errors: -ENOENT,
+ * -ECONNREFUSED, -EACCES (no daemon or no permission on the socket),
+ * -EUSERS (daemon's per-user connection limit), -EPROTONOSUPPORT (no
+ * common protocol version), -ETIMEDOUT, -ENAMETOOLONG, -ENOMEM. */
+FEED_API int feed_connect(const char *path, struct feed_conn **ret);
+
+/* Allocates an unconnected connection (no I/O). *ret is freed with
+ * feed_disconnect(). -ENOMEM. */
+FEED_API int feed_conn_new(struct feed_conn **ret);
+
+/* Sets how long each later call may wait for the daemon, in milliseconds
+ * (> 0). Does not block. -EINVAL for timeout_ms <= 0. */
+FEED_API int feed_conn_set_timeout(struct feed_conn *conn, int timeout_ms);
+
+/* Connects conn (allocated by feed_conn_new(), not yet open, or closed by
+ * an earlier failure) to path as feed_connect() does. On failure
+ * feed_errmsg(conn) tells why; conn stays allocated and may be opened
+ * again. -EISCONN if it is already open. Blocks up to the timeout. */
+FEED_API int feed_conn_open(struct feed_conn *conn, const char *path);
+
+/* Closes the socket (the daemon frees everything the connection held) and
+ * frees conn. Never blocks. Accepts NULL. conn must not be used after. */
+FEED_API void feed_disconnect(struct feed_conn *conn);
+
+/* The detail of the last failed call on conn: the daemon's message or the
+ * library's own. Empty string if there is none. The string belongs to conn
+ * and lives until its next call or feed_disconnect(). conn may be NULL
+ * (then ""). */
+FEED_API const char *feed_errmsg(const struct feed_conn *conn);
+
+/* The name of code (a negative errno-style value, e.g. -EACCES gives
+ * "Permission denied"); for 0 "Success"; never NULL. The string is static.
+ * Any thread. */
+FEED_API const char *feed_strerror(int code);
+
+/* ------------------------------------------------------------------ */
+/* Datasets                                                            */
+
+/* One field of a dataset's records. */
+struct feed_field {
+	const char *name;         /* unique within the dataset */
+	int dtype;                /* element type: feed.proto DType value */
+	const char *dtype_name;   /* "u8", "f32", "str", ... */
+	size_t elem_size;         /* bytes of one element */
+	uint32_t rank;            /* entries in shape, <= FEED_MAX_RANK */
+	uint32_t shape[FEED_MAX_RANK]; /* fixed: the record's shape; variable: one
+				       * element's shape along the first axis */
+	bool variable;            /* length varies per record */
+	uint64_t max_bytes;       /* largest record of the field */
+};
+
+struct feed_dataset {
+	const char *name;         /* what the daemon serves it as */
+	const char *version;      /* content hash: same version, same records */
+	uint64_t num_samples;
+	uint32_t num_fields;
+	const struct feed_field *fields;
+};
+
+/* A list of datasets. Everything it points to belongs to it and lives
+ * until feed_dataset_list_free(). Read-only for the caller. */
+struct feed_dataset_list {
+	size_t count;
+	const struct feed_dataset *datasets;
+};
+
+/* The datasets the calling user may read (others are not listed), in the
+ * daemon's config order. *ret is freed with feed_dataset_list_free().
+ * Blocks up to the timeout. Errors: -ENOTCONN, -ETIMEDOUT, -ECONNRESET
+ * (daemon went away), -EPROTO (a reply that makes no sense), -ENOMEM. */
+FEED_API int feed_list_datasets(struct feed_conn *conn, struct feed_dataset_list **ret);
+
+/* The dataset called name, as a list of exactly one. Errors as
+ * feed_list_datasets(), plus -ENOENT (no such dataset, or it failed to
+ * open in the daemon) and -EACCES (the daemon refuses this user; see
+ * feed_errmsg()), -EINVAL for a name that cannot be a dataset's. */
+FEED_API int feed_dataset_info(struct feed_conn *conn, const char *name,
+			       struct feed_dataset_list **ret);
+
+/* Accepts NULL. */
+FEED_API void feed_dataset_list_free(struct feed_dataset_list *list);
+
+/* ------------------------------------------------------------------ */
+/* Daemon status                                                       */
+
+struct feed_stats {
+	char server_version[32];  /* feedd's version, e.g. "0.1.0" */
+	uint32_t protocol_version;/* negotiated at hello */
+	uint64_t uptime_ms;
+	uint32_t connections;     /* every client's */
+	uint32_t user_connections;/* the calling user's, this one included */
+	uint32_t workers;         /* worker threads */
+	uint32_t datasets;        /* datasets the calling user may read */
+	uint64_t requests;        /* requests the daemon answered */
+	uint64_t rejected;        /* of those, refused */
+};
+
+/* Fills *ret (caller-owned) with the daemon's counters. Blocks up to the
+ * timeout. Errors as feed_list_datasets(). */
+FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

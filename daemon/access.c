@@ -1,0 +1,250 @@
+/*
+ * access.c: peer identity, access lists, name resolution and per-user
+ * connection counts (see access.h). Loop thread (and config loading before
+ * the loop starts). Never logs: callers log a refusal once, where they
+ * handle it.
+ */
+#include "access.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ACL_NSS_BUF 16384  /* getpwnam_r/getgrnam_r scratch; retried larger */
+
+/* Parses a decimal id below (uid_t)-1 (which means "no change" to the
+ * kernel). Returns 1 if s is a number, 0 if not, -EINVAL if out of range. */
+static int acl_parse_id(const char *s, unsigned long *ret)
+{
+	char *end;
+
+	if (!*s || strspn(s, "0123456789") != strlen(s))
+		return 0;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || v >= (unsigned long)(uid_t)-1)
+		return -EINVAL;
+	*ret = v;
+	return 1;
+}
+
+int acl_parse_user(const char *s, uid_t *ret, struct feed_err *err)
+{
+	unsigned long id;
+	int r = acl_parse_id(s, &id);
+
+	if (r < 0)
+		return feed_err_set(err, r, "user id '%s' out of range", s);
+	if (r > 0) {
+		*ret = (uid_t)id;
+		return 0;
+	}
+	size_t cap = ACL_NSS_BUF;
+	for (;;) {
+		struct passwd pw, *res = NULL;
+		char *buf = malloc(cap);
+		if (!buf)
+			return feed_err_set(err, -ENOMEM, "user '%s': out of memory", s);
+		r = getpwnam_r(s, &pw, buf, cap, &res);
+		if (r == 0 && res)
+			*ret = pw.pw_uid;
+		free(buf);
+		if (r == ERANGE && cap < (1u << 24)) {
+			cap *= 4;
+			continue;
+		}
+		if (r)
+			return feed_err_set(err, -r, "user '%s': %s", s, strerror(r));
+		return res ? 0 : feed_err_set(err, -ENOENT, "no user named '%s'", s);
+	}
+}
+
+int acl_parse_group(const char *s, gid_t *ret, struct feed_err *err)
+{
+	unsigned long id;
+	int r = acl_parse_id(s, &id);
+
+	if (r < 0)
+		return feed_err_set(err, r, "group id '%s' out of range", s);
+	if (r > 0) {
+		*ret = (gid_t)id;
+		return 0;
+	}
+	size_t cap = ACL_NSS_BUF;
+	for (;;) {
+		struct group gr, *res = NULL;
+		char *buf = malloc(cap);
+		if (!buf)
+			return feed_err_set(err, -ENOMEM, "group '%s': out of memory", s);
+		r = getgrnam_r(s, &gr, buf, cap, &res);
+		if (r == 0 && res)
+			*ret = gr.gr_gid;
+		free(buf);
+		if (r == ERANGE && cap < (1u << 24)) {
+			cap *= 4;
+			continue;
+		}
+		if (r)
+			return feed_err_set(err, -r, "group '%s': %s", s, strerror(r));
+		return res ? 0 : feed_err_set(err, -ENOENT, "no group named '%s'", s);
+	}
+}
+
+/* The groups of user name with primary group base, grown until they fit. */
+static int acl_grouplist(const char *name, gid_t base, gid_t **ret, size_t *ret_n)
+{
+	int n = 32;
+
+	for (int tries = 0; tries < 8; tries++) {
+		gid_t *g = malloc(sizeof(*g) * (size_t)n);
+		int got = n;
+		if (!g)
+			return -ENOMEM;
+		if (getgrouplist(name, base, g, &got) >= 0) {
+			*ret = g;
+			*ret_n = (size_t)got;
+			return 0;
+		}
+		free(g);
+		n = got > n ? got : n * 2;  /* got: the size it needs */
+	}
+	return -E2BIG;
+}
+
+/* The passwd entry's groups of uid into p (none if it has no entry). */
+static int acl_peer_groups(struct acl_peer *p, struct feed_err *err)
+{
+	char buf[ACL_NSS_BUF];
+	struct passwd pw, *res = NULL;
+
+	int r = getpwuid_r(p->uid, &pw, buf, sizeof(buf), &res);
+	if (r || !res)
+		return 0;  /* no entry (or NSS failing): the credential gid only */
+	r = acl_grouplist(pw.pw_name, pw.pw_gid, &p->groups, &p->ngroups);
+	if (r < 0)
+		return feed_err_set(err, r, "groups of user %u: %s", (unsigned)p->uid, strerror(-r));
+	return 0;
+}
+
+static bool acl_has_gid(const gid_t *g, size_t n, gid_t gid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (g[i] == gid)
+			return true;
+	return false;
+}
+
+int acl_peer_from_ids(uid_t uid, gid_t gid, pid_t pid, struct acl_peer *ret,
+		      struct feed_err *err)
+{
+	struct acl_peer p = {.pid = pid, .uid = uid, .gid = gid};
+
+	int r = acl_peer_groups(&p, err);
+	if (r < 0)
+		return r;
+	if (!acl_has_gid(p.groups, p.ngroups, gid)) {
+		gid_t *g = realloc(p.groups, sizeof(*g) * (p.ngroups + 1));
+		if (!g) {
+			acl_peer_clear(&p);
+			return feed_err_set(err, -ENOMEM, "groups of user %u: out of memory",
+					    (unsigned)uid);
+		}
+		g[p.ngroups++] = gid;
+		p.groups = g;
+	}
+	*ret = p;
+	return 0;
+}
+
+int acl_peer_read(int sock, struct acl_peer *ret, struct feed_err *err)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return feed_err_set(err, -errno, "SO_PEERCRED: %s", strerror(errno));
+	return acl_peer_from_ids(cr.uid, cr.gid, cr.pid, ret, err);
+}
+
+void acl_peer_clear(struct acl_peer *p)
+{
+	free(p->groups);
+	p->groups = NULL;
+	p->ngroups = 0;
+}
+
+bool acl_allows(const struct acl_list *a, const struct acl_peer *p, uid_t self)
+{
+	if (p->uid == 0 || a->any)
+		return true;
+	if (!a->nuids && !a->ngids)
+		return p->uid == self;
+	for (size_t i = 0; i < a->nuids; i++)
+		if (a->uids[i] == p->uid)
+			return true;
+	for (size_t i = 0; i < a->ngids; i++)
+		if (acl_has_gid(p->groups, p->ngroups, a->gids[i]))
+			return true;
+	return false;
+}
+
+static struct acl_user_count *acl_users_find(const struct acl_users *u, uid_t uid)
+{
+	for (size_t i = 0; i < u->len; i++)
+		if (u->v[i].uid == uid)
+			return &u->v[i];
+	return NULL;
+}
+
+int acl_users_acquire(struct acl_users *u, uid_t uid, uint64_t limit)
+{
+	struct acl_user_count *c = acl_users_find(u, uid);
+
+	if (c) {
+		if (c->conns >= limit)
+			return -EUSERS;
+		c->conns++;
+		return 0;
+	}
+	if (limit == 0)
+		return -EUSERS;
+	if (u->len == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 8;
+		void *v = realloc(u->v, cap * sizeof(*u->v));
+		if (!v)
+			return -ENOMEM;
+		u->v = v;
+		u->cap = cap;
+	}
+	u->v[u->len++] = (struct acl_user_count){.uid = uid, .conns = 1};
+	return 0;
+}
+
+void acl_users_release(struct acl_users *u, uid_t uid)
+{
+	struct acl_user_count *c = acl_users_find(u, uid);
+
+	assert(c && c->conns > 0);
+	if (!c)
+		return;
+	if (--c->conns == 0)  /* keep the table as small as the set of users */
+		*c = u->v[--u->len];
+}
+
+uint32_t acl_users_count(const struct acl_users *u, uid_t uid)
+{
+	const struct acl_user_count *c = acl_users_find(u, uid);
+	return c ? c->conns : 0;
+}
+
+void acl_users_free(struct acl_users *u)
+{
+	free(u->v);
+	*u = (struct acl_users){0};
+}

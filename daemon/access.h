@@ -1,0 +1,80 @@
+/*
+ * access.h: who a peer is and what it may read.
+ *
+ * Owns: the peer's identity (SO_PEERCRED at accept, plus the groups of its
+ * passwd entry), dataset access lists, user and group names from the config
+ * resolved to ids, and per-user connection counts. Runs on the loop thread
+ * (acl_peer_read() and config loading look up passwd/group, which may block
+ * on NSS: done once per connection and once at start, never per request).
+ * Never trusts anything the peer says about itself.
+ */
+#ifndef FEEDD_ACCESS_H
+#define FEEDD_ACCESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "feed_err.h"
+
+/* A connected client's identity, read once at accept. */
+struct acl_peer {
+	pid_t pid;        /* at connect time; for logs only */
+	uid_t uid;        /* effective uid at connect */
+	gid_t gid;        /* effective gid at connect */
+	gid_t *groups;    /* gid, plus every group of uid's passwd entry; owned */
+	size_t ngroups;
+};
+
+/* Reads SO_PEERCRED of sock and the peer's groups into *ret (cleared with
+ * acl_peer_clear()). -errno naming the call on failure. */
+int acl_peer_read(int sock, struct acl_peer *ret, struct feed_err *err);
+
+/* Fills *ret for uid/gid/pid as acl_peer_read() would; groups come from
+ * getgrouplist() on uid's passwd entry, or are just gid without one. */
+int acl_peer_from_ids(uid_t uid, gid_t gid, pid_t pid, struct acl_peer *ret,
+		      struct feed_err *err);
+
+/* Frees the groups; accepts a zeroed peer. */
+void acl_peer_clear(struct acl_peer *p);
+
+/* Who may read a dataset. Empty (no "*", no ids): root and the user the
+ * daemon runs as only. */
+struct acl_list {
+	bool any;          /* allow_users held "*" */
+	uid_t *uids;       /* owned */
+	size_t nuids;
+	gid_t *gids;       /* owned */
+	size_t ngids;
+};
+
+/* True if p may read what a guards. Root always may; self is the daemon's
+ * own euid. */
+bool acl_allows(const struct acl_list *a, const struct acl_peer *p, uid_t self);
+
+/* "1000" or a user name -> uid. -ENOENT "no user named 'x'", -EINVAL for
+ * an out-of-range number. */
+int acl_parse_user(const char *s, uid_t *ret, struct feed_err *err);
+
+/* "100" or a group name -> gid, like acl_parse_user(). */
+int acl_parse_group(const char *s, gid_t *ret, struct feed_err *err);
+
+/* Open connections per uid (loop thread). Zero-initialise; free with
+ * acl_users_free(). */
+struct acl_users {
+	struct acl_user_count { uid_t uid; uint32_t conns; } *v;  /* owned */
+	size_t len, cap;
+};
+
+/* Counts one more connection for uid unless it already holds limit:
+ * then -EUSERS and nothing changes. -ENOMEM. */
+int acl_users_acquire(struct acl_users *u, uid_t uid, uint64_t limit);
+
+/* Counts one connection of uid fewer (it must hold one). */
+void acl_users_release(struct acl_users *u, uid_t uid);
+
+uint32_t acl_users_count(const struct acl_users *u, uid_t uid);
+void acl_users_free(struct acl_users *u);
+
+#endif

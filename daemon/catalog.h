@@ -1,0 +1,46 @@
+/*
+ * catalog.h: the datasets feedd serves.
+ *
+ * Owns: every struct fmt_dataset, opened once at start from the config (a
+ * missing or corrupt one is logged with the reason and left out; the rest
+ * are served), and their prebuilt protobuf descriptions. Opened in main()
+ * before the loop runs; afterwards immutable, so any thread may read it.
+ * Never reopens or rescans a directory behind the config's back.
+ */
+#ifndef FEEDD_CATALOG_H
+#define FEEDD_CATALOG_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "feed.pb-c.h"
+#include "fmt.h"
+#include "log.h"
+
+struct cat_entry {
+	const struct cfg_dataset *cfg;   /* name, directory, access list */
+	struct fmt_dataset *ds;          /* open dataset, owned */
+	const struct fmt_info *info;     /* fmt_dataset_info(ds) */
+	Feed__DatasetInfo pb;            /* points into info and the arrays below */
+	Feed__Schema pb_schema;
+	Feed__Field pb_fields[FMT_MAX_FIELDS];
+	Feed__Field *pb_field_ptrs[FMT_MAX_FIELDS];
+};
+
+struct cat {
+	size_t n;                        /* datasets opened */
+	struct cat_entry *e;             /* in config order */
+};
+
+/* Opens every dataset of c. Failures to open one are logged (one warning
+ * each) and skip it; only -ENOMEM fails the whole catalog. Blocking (reads
+ * manifests and shard indexes). */
+int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct feed_err *err);
+
+/* The served dataset called name, or NULL. */
+const struct cat_entry *cat_find(const struct cat *cat, const char *name);
+
+/* Closes every dataset. Accepts NULL. */
+void cat_free(struct cat *cat);
+
+#endif

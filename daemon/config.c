@@ -1,0 +1,334 @@
+/*
+ * config.c: the feedd.yaml schema and its loading into struct cfg (see
+ * config.h). Runs in main() before any thread starts. Never logs, never
+ * exits; every refusal names the file, the line (when the document has
+ * it) and the key path.
+ *
+ * The libcyaml schema reads every scalar as a string: libcyaml 1.3 takes
+ * "4x" for 4 and "010" for 8, so numbers are parsed here, strictly, with
+ * the ranges of cfg_nums (one row per numeric key, like redis config.c).
+ */
+#include "config.h"
+
+#include <cyaml/cyaml.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config_raw.h"
+
+/* Refusal of the value at key path: "FILE:LINE: KEY: what". */
+int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
+		const char *fmt, ...)
+{
+	char what[FEED_ERR_MSG_MAX / 2];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	unsigned line = src->file ? cfg_yaml_line(src->text, src->len, key, false) : 0;
+	if (line)
+		return feed_err_set(err, -EINVAL, "%s:%u: %s: %s", src->file, line, key, what);
+	return feed_err_set(err, -EINVAL, "%s: %s: %s", src->file ? src->file : "config", key,
+			    what);
+}
+
+/* ------------------------------------------------------------------ */
+/* Numbers                                                             */
+
+#define RAW_AT(m) offsetof(struct cfg_raw, m)
+#define CFG_AT(m) offsetof(struct cfg, m)
+
+/* One row per numeric key: where the text is, where the value goes, its
+ * range and default (workers: 0 = the number of online CPUs). */
+static const struct cfg_num {
+	const char *key;    /* key path in the file */
+	const char *flag;   /* the command-line flag overriding it, or NULL */
+	size_t raw_off;     /* char * in struct cfg_raw */
+	size_t cfg_off;     /* uint64_t in struct cfg */
+	uint64_t min, max, def;
+} cfg_nums[] = {
+	{"workers", "--workers", RAW_AT(workers), CFG_AT(workers), 1, 256, 0},
+	{"cache_bytes", "--cache-bytes", RAW_AT(cache_bytes), CFG_AT(cache_bytes),
+	 0, 1ull << 50, 1ull << 30},
+	{"limits.max_connections", NULL, RAW_AT(limits.max_connections),
+	 CFG_AT(limits.max_connections), 1, 65536, 64},
+	{"limits.max_streams", NULL, RAW_AT(limits.max_streams), CFG_AT(limits.max_streams),
+	 1, 4096, 16},
+	{"limits.max_credits", NULL, RAW_AT(limits.max_credits), CFG_AT(limits.max_credits),
+	 1, 65536, 64},
+	{"limits.max_slot_bytes", NULL, RAW_AT(limits.max_slot_bytes),
+	 CFG_AT(limits.max_slot_bytes), 1ull << 20, 1ull << 40, 4ull << 30},
+};
+
+int cfg_parse_bytes(const char *s, uint64_t *ret)
+{
+	static const char units[] = "KMGT";
+	uint64_t v = 0;
+	const char *p = s;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p) {
+		const char *u = strchr(units, *p);
+		if (!u || p[1])
+			return -EINVAL;
+		unsigned shift = 10 * (unsigned)(u - units + 1);
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+	}
+	*ret = v;
+	return 0;
+}
+
+/* Parses text for row n: the name in messages is the flag or key. */
+static int cfg_num_set(struct cfg *c, const struct cfg_num *n, const char *text, bool flag,
+		       const struct cfg_src *src, struct feed_err *err)
+{
+	uint64_t v;
+	int r = cfg_parse_bytes(text, &v);
+	bool bytes = strstr(n->key, "bytes") != NULL;
+
+	if (r == 0 && !bytes && strspn(text, "0123456789") != strlen(text))
+		r = -EINVAL;  /* K/M/G/T suffixes only for byte counts */
+	if (r == 0 && (v < n->min || v > n->max))
+		r = -ERANGE;
+	if (r == -EINVAL && flag)
+		return feed_err_set(err, r, "%s: '%s' is not %s", n->flag, text,
+				    bytes ? "a byte count" : "an unsigned integer");
+	if (r == -EINVAL)
+		return cfg_key_err(src, err, n->key, "'%s' is not %s", text,
+				   bytes ? "a byte count (digits, optional K, M, G or T)"
+					 : "an unsigned integer");
+	if (r && flag)
+		return feed_err_set(err, -EINVAL, "%s: %s out of range %llu..%llu", n->flag,
+				    text, (unsigned long long)n->min, (unsigned long long)n->max);
+	if (r)
+		return cfg_key_err(src, err, n->key, "%s out of range %llu..%llu", text,
+				   (unsigned long long)n->min, (unsigned long long)n->max);
+	*(uint64_t *)((char *)c + n->cfg_off) = v;
+	return 0;
+}
+
+static uint64_t cfg_online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 256 ? 256 : (uint64_t)n;
+}
+
+static int cfg_numbers(struct cfg *c, const struct cfg_raw *raw, const struct cfg_overrides *ov,
+		       const struct cfg_src *src, struct feed_err *err)
+{
+	for (size_t i = 0; i < sizeof(cfg_nums) / sizeof(cfg_nums[0]); i++) {
+		const struct cfg_num *n = &cfg_nums[i];
+		const char *text = *(char *const *)((const char *)raw + n->raw_off);
+		const char *flag = NULL;
+		int r = 0;
+
+		if (ov && !strcmp(n->key, "workers"))
+			flag = ov->workers;
+		else if (ov && !strcmp(n->key, "cache_bytes"))
+			flag = ov->cache_bytes;
+		*(uint64_t *)((char *)c + n->cfg_off) = n->def ? n->def : cfg_online_cpus();
+		if (text)
+			r = cfg_num_set(c, n, text, false, src, err);
+		if (r == 0 && flag)
+			r = cfg_num_set(c, n, flag, true, src, err);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Strings                                                             */
+
+bool cfg_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	return n >= 1 && n < CFG_NAME_MAX &&
+	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
+
+static int cfg_socket(struct cfg *c, const struct cfg_raw *raw, const struct cfg_overrides *ov,
+		      const char *env_socket, const struct cfg_src *src, struct feed_err *err)
+{
+	const char *path = CFG_DEFAULT_SOCKET, *from = NULL;
+
+	if (env_socket && *env_socket)
+		path = env_socket, from = "FEEDD_SOCKET";
+	if (raw->socket)
+		path = raw->socket, from = "socket";
+	if (ov && ov->socket_path)
+		path = ov->socket_path, from = "--socket";
+	if (!*path || strlen(path) > CFG_SOCKET_PATH_MAX) {
+		if (from && !strcmp(from, "socket"))
+			return cfg_key_err(src, err, "socket", "path of %zu bytes (1..%d allowed)",
+					   strlen(path), CFG_SOCKET_PATH_MAX);
+		return feed_err_set(err, -EINVAL, "%s: path of %zu bytes (1..%d allowed)", from,
+				    strlen(path), CFG_SOCKET_PATH_MAX);
+	}
+	c->socket_path = strdup(path);
+	if (!c->socket_path)
+		return feed_err_set(err, -ENOMEM, "socket: out of memory");
+	if (raw->socket_group) {
+		struct feed_err e2 = {0};
+		if (acl_parse_group(raw->socket_group, &c->socket_gid, &e2) < 0)
+			return cfg_key_err(src, err, "socket_group", "%s", e2.msg);
+		c->has_socket_group = true;
+	}
+	return 0;
+}
+
+static int cfg_log_level(struct cfg *c, const struct cfg_raw *raw,
+			 const struct cfg_overrides *ov, const struct cfg_src *src,
+			 struct feed_err *err)
+{
+	int lv = LOG_LEVEL_INFO;
+
+	if (raw->log_level && (lv = log_level_parse(raw->log_level)) < 0)
+		return cfg_key_err(src, err, "log_level",
+				   "'%s' is not one of error, warn, info, debug", raw->log_level);
+	if (ov && ov->log_level && (lv = log_level_parse(ov->log_level)) < 0)
+		return feed_err_set(err, -EINVAL,
+				    "--log-level: '%s' is not one of error, warn, info, debug",
+				    ov->log_level);
+	c->log_level = (enum log_level)lv;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                             */
+
+static int cfg_read_file(const char *file, char **ret, size_t *ret_len, struct feed_err *err)
+{
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char *buf = NULL;
+	int r;
+
+	if (fd < 0)
+		return feed_err_set(err, -errno, "%s: %s", file, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		r = feed_err_set(err, -errno, "%s: %s", file, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > CFG_FILE_MAX) {
+		r = feed_err_set(err, -EINVAL, "%s: not a regular file of at most %u bytes", file,
+				 CFG_FILE_MAX);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = feed_err_set(err, -ENOMEM, "%s: out of memory", file);
+		goto out;
+	}
+	ssize_t n = read(fd, buf, (size_t)st.st_size);
+	if (n != st.st_size) {
+		r = feed_err_set(err, n < 0 ? -errno : -EIO, "%s: short read", file);
+		free(buf);
+		goto out;
+	}
+	buf[n] = '\0';
+	*ret = buf;
+	*ret_len = (size_t)n;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+static int cfg_parse_file(const char *file, struct cfg_src *src, char **ret_text,
+			  struct cfg_raw **ret_raw, struct feed_err *err)
+{
+	char msg[200];
+	unsigned line, col;
+	int r = cfg_read_file(file, ret_text, &src->len, err);
+
+	if (r < 0)
+		return r;
+	src->file = file;
+	src->text = *ret_text;
+	if (cfg_yaml_check(src->text, src->len, &line, &col, msg, sizeof(msg)) < 0)
+		return feed_err_set(err, -EINVAL, "%s:%u:%u: YAML syntax: %s", file, line, col,
+				    msg);
+	return cfg_raw_load(src->text, src->len, ret_raw, file, err);
+}
+
+int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
+	     struct cfg **ret, struct feed_err *err)
+{
+	struct cfg_src src = {0};
+	struct cfg_raw *raw = NULL, empty = {0};
+	char *text = NULL;
+	struct cfg *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return feed_err_set(err, -ENOMEM, "config: out of memory");
+	if (file) {
+		r = cfg_parse_file(file, &src, &text, &raw, err);
+		if (r < 0)
+			goto fail;
+		c->file = strdup(file);
+		if (!c->file) {
+			r = feed_err_set(err, -ENOMEM, "config: out of memory");
+			goto fail;
+		}
+	}
+	const struct cfg_raw *rw = raw ? raw : &empty;  /* an empty file is all defaults */
+	if ((r = cfg_numbers(c, rw, ov, &src, err)) < 0 ||
+	    (r = cfg_socket(c, rw, ov, env_socket, &src, err)) < 0 ||
+	    (r = cfg_log_level(c, rw, ov, &src, err)) < 0 ||
+	    (r = cfg_datasets(c, rw, file, &src, err)) < 0 ||
+	    (r = cfg_flag_datasets(c, ov, err)) < 0 ||
+	    (r = cfg_pipelines(c, rw, &src, err)) < 0)
+		goto fail;
+	cfg_raw_free(raw);
+	free(text);
+	*ret = c;
+	return 0;
+fail:
+	cfg_raw_free(raw);
+	free(text);
+	cfg_free(c);
+	return r;
+}
+
+const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name)
+{
+	for (size_t i = 0; i < c->ndatasets; i++)
+		if (!strcmp(c->datasets[i].name, name))
+			return &c->datasets[i];
+	return NULL;
+}
+
+void cfg_free(struct cfg *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->ndatasets; i++) {
+		free(c->datasets[i].path);
+		free(c->datasets[i].acl.uids);
+		free(c->datasets[i].acl.gids);
+	}
+	free(c->datasets);
+	for (size_t i = 0; i < c->npipelines; i++)
+		free(c->pipelines[i].ops);
+	free(c->pipelines);
+	free(c->socket_path);
+	free(c->file);
+	free(c);
+}

@@ -1,0 +1,119 @@
+/*
+ * config.h: feedd's configuration, parsed once into an immutable struct cfg.
+ *
+ * Owns: the YAML schema (libcyaml tables in config.c, one row per key),
+ * defaults, range checks, command-line overrides, and the file:line: key
+ * messages for every refusal. Runs in main() before the loop and the
+ * workers start; the result is shared read-only by every thread. Never
+ * logs and never exits: errors go back in a struct feed_err.
+ *
+ * Precedence, highest first: command-line flags, the config file, the
+ * FEEDD_SOCKET environment variable (socket only), built-in defaults.
+ */
+#ifndef FEEDD_CONFIG_H
+#define FEEDD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "access.h"
+#include "feed_err.h"
+#include "log.h"
+
+#define CFG_DEFAULT_SOCKET "/run/feedd/feedd.sock"
+#define CFG_NAME_MAX 64          /* dataset and pipeline names: 1..63 bytes */
+#define CFG_SOCKET_PATH_MAX 107  /* sun_path minus its NUL */
+#define CFG_FILE_MAX (1u << 20)  /* a config file larger than this is refused */
+#define CFG_MAX_DATASETS 256
+#define CFG_MAX_PIPELINES 256
+#define CFG_MAX_FLAG_DATASETS 64 /* --dataset flags per command line */
+
+/* Per-user limits; each user gets these. */
+struct cfg_limits {
+	uint64_t max_connections;  /* open connections */
+	uint64_t max_streams;      /* open streams (enforced from the delivery issue on) */
+	uint64_t max_credits;      /* credits per stream (idem) */
+	uint64_t max_slot_bytes;   /* bytes of slots over all streams (idem) */
+};
+
+struct cfg_dataset {
+	char name[CFG_NAME_MAX];   /* [A-Za-z0-9_.-]+, unique */
+	char *path;                /* dataset directory; config-relative paths made
+				    * relative to the config file's directory */
+	struct acl_list acl;       /* allow_users and allow_groups, resolved */
+};
+
+struct cfg_pipeline {
+	char name[CFG_NAME_MAX];   /* unique */
+	char *ops;                 /* pipeline text, checked when the pipeline
+				    * module arrives */
+};
+
+struct cfg {
+	char *file;                /* the file loaded, NULL for built-in defaults */
+	char *socket_path;         /* at most CFG_SOCKET_PATH_MAX bytes */
+	bool has_socket_group;     /* socket_group given */
+	gid_t socket_gid;          /* group owning the socket and its directory */
+	uint64_t workers;          /* worker threads, 1..256 */
+	uint64_t cache_bytes;      /* block cache budget */
+	enum log_level log_level;
+	struct cfg_limits limits;
+	size_t ndatasets;
+	struct cfg_dataset *datasets;   /* in file order, then flag order */
+	size_t npipelines;
+	struct cfg_pipeline *pipelines;
+};
+
+/* What the command line says; NULL/0 means "not given". Strings are the
+ * flag values as typed, checked by cfg_load() with the same rules as the
+ * file (errors name the flag). */
+struct cfg_overrides {
+	const char *socket_path;   /* --socket */
+	const char *workers;       /* --workers */
+	const char *cache_bytes;   /* --cache-bytes */
+	const char *log_level;     /* --log-level */
+	size_t ndatasets;          /* --dataset NAME=DIR, in order */
+	struct cfg_flag_dataset {
+		const char *name;
+		const char *path;
+	} datasets[CFG_MAX_FLAG_DATASETS];
+};
+
+/* Loads file (NULL: built-in defaults only), applies ov (may be NULL) and
+ * env_socket (the FEEDD_SOCKET value or NULL), and on success gives the
+ * caller an immutable config to free with cfg_free(). Reads the file and
+ * the user/group databases (blocking). Errors: -EINVAL with
+ * "FILE:LINE: KEY.PATH: what is wrong" (or "--flag: ..."), -ENOENT etc.
+ * from opening the file, -ENOMEM. */
+int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
+	     struct cfg **ret, struct feed_err *err);
+
+/* Accepts NULL. */
+void cfg_free(struct cfg *c);
+
+/* Finds a dataset by name, or NULL. */
+const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name);
+
+/* True if name is a valid dataset or pipeline name. */
+bool cfg_name_ok(const char *name);
+
+/* Parses a byte count: decimal digits, optionally followed by K, M, G or T
+ * (powers of 1024). -EINVAL if not a number, -ERANGE past UINT64_MAX. */
+int cfg_parse_bytes(const char *s, uint64_t *ret);
+
+/* config_yaml.c: libyaml helpers for messages. */
+
+/* Checks that text is well-formed YAML. On a syntax error returns -EINVAL
+ * and sets the 1-based line and column and msg to libyaml's problem. */
+int cfg_yaml_check(const char *text, size_t len, unsigned *ret_line, unsigned *ret_col,
+		   char *msg, size_t msg_cap);
+
+/* The 1-based line of the node at key path ("limits.max_streams",
+ * "datasets[1].allow_users[0]"; a mapping key's own line), or 0 if the
+ * path is not in the document. A key given twice: its first line, or its
+ * last if last. */
+unsigned cfg_yaml_line(const char *text, size_t len, const char *path, bool last);
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * config_raw.h: internal to the config module (config*.c). The document as
+ * libcyaml fills it (every scalar a string, NULL when absent), where a
+ * value came from, and the steps of cfg_load(). Main thread, before the
+ * loop starts.
+ */
+#ifndef FEEDD_CONFIG_RAW_H
+#define FEEDD_CONFIG_RAW_H
+
+#include "config.h"
+
+struct cfg_raw_limits {
+	char *max_connections;
+	char *max_streams;
+	char *max_credits;
+	char *max_slot_bytes;
+};
+
+struct cfg_raw_dataset {
+	char *name;
+	char *path;
+	char **allow_users;
+	unsigned allow_users_count;
+	char **allow_groups;
+	unsigned allow_groups_count;
+};
+
+struct cfg_raw_pipeline {
+	char *name;
+	char *ops;
+};
+
+struct cfg_raw {
+	char *socket;
+	char *socket_group;
+	char *workers;
+	char *cache_bytes;
+	char *log_level;
+	struct cfg_raw_limits limits;   /* all NULL when the key is absent */
+	struct cfg_raw_dataset *datasets;
+	unsigned datasets_count;
+	struct cfg_raw_pipeline *pipelines;
+	unsigned pipelines_count;
+};
+
+/* Where values come from, for messages. */
+struct cfg_src {
+	const char *file;   /* NULL: no file */
+	const char *text;   /* the file's bytes */
+	size_t len;
+};
+
+/* Sets err to -EINVAL "FILE:LINE: KEY: what" (the line of key in the
+ * document, when found) and returns -EINVAL. */
+int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* config_schema.c: runs libcyaml over text with the schema. *ret is NULL
+ * for a document with no keys. Errors name file, line and key path. */
+int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
+		 struct feed_err *err);
+void cfg_raw_free(struct cfg_raw *raw);  /* accepts NULL */
+
+/* config_datasets.c: the datasets and pipelines sections, and --dataset. */
+int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,
+		 const struct cfg_src *src, struct feed_err *err);
+int cfg_flag_datasets(struct cfg *c, const struct cfg_overrides *ov, struct feed_err *err);
+int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
+		  struct feed_err *err);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * log.h: the daemon's log: one line per event, with its context, to stderr
+ * (journald adds nothing but its own timestamp).
+ *
+ * Owns: the line format and the level check. Any thread: a line is built in
+ * a local buffer and written with one write(2), so lines from workers and
+ * the loop never interleave. Never allocates, never blocks on anything but
+ * the write itself. Call sites go through the log_*() macros, which test the
+ * level before any argument is formatted.
+ */
+#ifndef FEEDD_LOG_H
+#define FEEDD_LOG_H
+
+enum log_level {
+	LOG_LEVEL_ERROR = 0,  /* the daemon or a request failed */
+	LOG_LEVEL_WARN,       /* a refusal, a dataset left out, a peer misbehaving */
+	LOG_LEVEL_INFO,       /* start, stop, connections */
+	LOG_LEVEL_DEBUG,      /* every request */
+};
+
+/* Set once in main() before any thread starts; read-only afterwards. */
+struct log {
+	enum log_level level;  /* lines above this level are dropped */
+	int fd;                /* where lines go: 2 */
+};
+
+/* Formats one line ("<time> feedd[<pid>]: <level>: <message>\n") and
+ * writes it. Use the macros instead, so the level is checked first. */
+void log_write(const struct log *lg, enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define log_at(lg, lvl, ...)                                   \
+	do {                                                   \
+		const struct log *log_lg_ = (lg);              \
+		if ((int)(lvl) <= (int)log_lg_->level)         \
+			log_write(log_lg_, (lvl), __VA_ARGS__); \
+	} while (0)
+
+#define log_error(lg, ...) log_at(lg, LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(lg, ...) log_at(lg, LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(lg, ...) log_at(lg, LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(lg, ...) log_at(lg, LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+/* "error", "warn", "info", "debug". */
+const char *log_level_name(enum log_level level);
+
+/* Parses a name of log_level_name(); returns the level or -EINVAL. */
+int log_level_parse(const char *name);
+
+#endif

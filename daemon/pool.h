@@ -1,0 +1,59 @@
+/*
+ * pool.h: the worker threads. Each owns one struct fmt_decoder (its zstd
+ * context) for the lifetime of the pool.
+ *
+ * Owns: the threads, the job queue and the completion path back to the
+ * loop. Jobs are submitted on the loop thread; run() executes on a worker;
+ * done() executes later on the loop thread, reached only through
+ * uv_async_send() (which coalesces) and the done list. A worker never
+ * touches a libuv handle and never calls back into the loop itself.
+ *
+ * Locks: one mutex (pool.mu) guards both lists and the stop flag; it is the
+ * only lock and is never held while a job runs or a callback is called.
+ */
+#ifndef FEEDD_POOL_H
+#define FEEDD_POOL_H
+
+#include <uv.h>
+
+#include "feed_err.h"
+#include "log.h"
+
+struct fmt_decoder;
+
+/* What a job sees of the worker running it. */
+struct pool_worker {
+	unsigned index;               /* 0 .. workers-1 */
+	struct fmt_decoder *dec;      /* this worker's own; never shared */
+};
+
+/* A unit of work, owned by whoever submits it until done() is called. */
+struct pool_job {
+	struct pool_job *next;        /* private: list link */
+	void (*run)(struct pool_job *job, struct pool_worker *w);  /* worker thread */
+	void (*done)(struct pool_job *job);                        /* loop thread */
+};
+
+struct pool;
+
+/* Starts n worker threads (signals blocked in them) and the async handle
+ * on loop. Loop thread. -errno naming what failed; nothing is left running
+ * on failure. */
+int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **ret,
+	     struct feed_err *err);
+
+/* Queues job (loop thread). */
+void pool_submit(struct pool *p, struct pool_job *job);
+
+/* Loop thread: lets the workers finish every queued job, joins them, calls
+ * the remaining done() callbacks, and starts closing the async handle.
+ * Later submissions are a bug. Idempotent. */
+void pool_stop(struct pool *p);
+
+/* Frees the pool once pool_stop() ran and the loop has processed the close
+ * (uv_run returned). Accepts NULL. */
+void pool_free(struct pool *p);
+
+unsigned pool_size(const struct pool *p);
+
+#endif

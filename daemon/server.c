@@ -1,0 +1,470 @@
+/*
+ * server.c: the listening socket and connections (see server.h). Loop
+ * thread only; every socket non-blocking. Never interprets a packet
+ * (session.c does) and never lets a slow peer grow its memory: one reply at
+ * most waits per connection, and reading stops while it waits.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "session.h"
+
+#define SRV_BACKLOG 128
+#define SRV_READ_BURST 16          /* packets per readable event, for fairness */
+#define SRV_ACCEPT_BURST 64
+#define SRV_ACCEPT_PAUSE_MS 1000   /* after EMFILE: let descriptors free up */
+
+struct srv {
+	struct feedd *d;
+	int lock_fd;                   /* holds flock(LOCK_EX) while we run */
+	int listen_fd;
+	uv_poll_t listen_poll;
+	uv_timer_t pause_timer;        /* resumes accepting after EMFILE */
+	bool listening;                /* listen_poll initialised and open */
+	bool stopped;
+	struct srv_conn *conns;        /* open connections */
+	uint32_t nconns;
+	uint64_t next_id;
+	struct acl_users users;        /* connections per uid */
+	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
+};
+
+#define CONN_FMT "conn %llu (uid %u pid %d)"
+#define CONN_ARGS(c) (unsigned long long)(c)->id, (unsigned)(c)->peer.uid, (int)(c)->peer.pid
+
+static void srv_on_conn_io(uv_poll_t *h, int status, int events);
+static void srv_listen_resume(struct srv *s);
+
+/* ------------------------------------------------------------------ */
+/* Connections                                                         */
+
+static void srv_on_conn_closed(uv_handle_t *h)
+{
+	struct srv_conn *c = h->data;
+
+	close(c->sock);
+	free(c->out);
+	acl_peer_clear(&c->peer);
+	free(c);
+}
+
+void srv_conn_close(struct srv_conn *c, const char *why)
+{
+	struct srv *s = c->d->srv;
+
+	if (c->closing)
+		return;
+	c->closing = true;
+	log_info(&c->d->log, CONN_FMT ": closed: %s", CONN_ARGS(c), why);
+	acl_users_release(&s->users, c->peer.uid);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->nconns--;
+	uv_poll_stop(&c->poll);
+	uv_close((uv_handle_t *)&c->poll, srv_on_conn_closed);
+}
+
+static void srv_poll(struct srv_conn *c, int events)
+{
+	int r = uv_poll_start(&c->poll, events, srv_on_conn_io);
+	if (r < 0)
+		srv_conn_close(c, uv_strerror(r));
+}
+
+void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close)
+{
+	if (c->closing || c->out) {  /* nothing can be queued behind a waiting reply */
+		free(buf);
+		return;
+	}
+	int r = wire_send(c->sock, buf, len);
+	if (r == -EAGAIN) {
+		c->out = buf;
+		c->out_len = len;
+		c->close_after_out = then_close;
+		srv_poll(c, UV_WRITABLE | UV_DISCONNECT);
+		return;
+	}
+	free(buf);
+	if (r < 0)
+		srv_conn_close(c, r == -EPIPE || r == -ECONNRESET ? "peer went away" : strerror(-r));
+	else if (then_close)
+		srv_conn_close(c, "after the error reply");
+}
+
+static void srv_flush(struct srv_conn *c)
+{
+	int r = wire_send(c->sock, c->out, c->out_len);
+
+	if (r == -EAGAIN)
+		return;
+	free(c->out);
+	c->out = NULL;
+	if (r < 0)
+		srv_conn_close(c, r == -EPIPE || r == -ECONNRESET ? "peer went away" : strerror(-r));
+	else if (c->close_after_out)
+		srv_conn_close(c, "after the error reply");
+	else
+		srv_poll(c, UV_READABLE | UV_DISCONNECT);
+}
+
+static void srv_read(struct srv_conn *c)
+{
+	struct srv *s = c->d->srv;
+	struct wire_in in;
+
+	for (int i = 0; i < SRV_READ_BURST && !c->closing && !c->out; i++) {
+		int r = wire_recv(c->sock, s->rbuf, sizeof(s->rbuf), &in);
+		if (r == -EAGAIN)
+			return;
+		if (r == 0) {
+			srv_conn_close(c, "peer closed the connection");
+			return;
+		}
+		if (r < 0) {
+			srv_conn_close(c, strerror(-r));
+			return;
+		}
+		ses_packet(c, s->rbuf, &in);
+	}
+}
+
+static void srv_on_conn_io(uv_poll_t *h, int status, int events)
+{
+	struct srv_conn *c = h->data;
+
+	if (status < 0) {
+		srv_conn_close(c, uv_strerror(status));
+		return;
+	}
+	if ((events & UV_WRITABLE) && c->out)
+		srv_flush(c);
+	else if (!c->out)
+		srv_read(c);  /* also on UV_DISCONNECT: reading finds the end */
+}
+
+/* Refuses a peer over its connection limit: one Error reply, then close. */
+static void srv_refuse(struct srv *s, int fd, const struct acl_peer *p)
+{
+	char msg[200];
+	uint8_t *buf;
+	size_t len;
+
+	snprintf(msg, sizeof(msg), "user %u already has %u connections "
+		 "(limits.max_connections = %llu)", (unsigned)p->uid,
+		 acl_users_count(&s->users, p->uid),
+		 (unsigned long long)s->d->cfg->limits.max_connections);
+	log_warn(&s->d->log, "connection refused (uid %u pid %d): %s", (unsigned)p->uid,
+		 (int)p->pid, msg);
+	if (wire_error_encode(0, -EUSERS, msg, &buf, &len) == 0) {
+		wire_send(fd, buf, len);  /* best effort: the socket is new and empty */
+		free(buf);
+	}
+}
+
+/* A connection object for fd, linked and polled; NULL on failure (logged). */
+static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_peer *peer)
+{
+	struct feedd *d = s->d;
+	struct srv_conn *c = calloc(1, sizeof(*c));
+	int r = c ? uv_poll_init(&d->loop, &c->poll, fd) : -ENOMEM;
+
+	if (r < 0) {
+		log_error(&d->log, "connection dropped (uid %u pid %d): %s", (unsigned)peer->uid,
+			  (int)peer->pid, uv_strerror(r));
+		free(c);
+		return NULL;
+	}
+	c->d = d;
+	c->sock = fd;
+	c->peer = *peer;
+	c->id = ++s->next_id;
+	c->poll.data = c;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	return c;
+}
+
+static void srv_accept_one(struct srv *s, int fd)
+{
+	struct feedd *d = s->d;
+	struct feed_err err = {0};
+	struct acl_peer peer;
+	struct srv_conn *c;
+
+	if (acl_peer_read(fd, &peer, &err) < 0) {
+		log_warn(&d->log, "connection dropped: %s", err.msg);
+		close(fd);
+		return;
+	}
+	int r = acl_users_acquire(&s->users, peer.uid, d->cfg->limits.max_connections);
+	if (r == -EUSERS) {
+		srv_refuse(s, fd, &peer);
+		goto drop;
+	}
+	if (r < 0) {
+		log_error(&d->log, "connection dropped (uid %u): out of memory", (unsigned)peer.uid);
+		goto drop;
+	}
+	if (!(c = srv_conn_new(s, fd, &peer))) {
+		acl_users_release(&s->users, peer.uid);
+		goto drop;
+	}
+	log_debug(&d->log, CONN_FMT ": connected (gid %u)", CONN_ARGS(c), (unsigned)peer.gid);
+	srv_poll(c, UV_READABLE | UV_DISCONNECT);
+	return;
+drop:
+	acl_peer_clear(&peer);
+	close(fd);
+}
+
+static void srv_on_pause_end(uv_timer_t *t)
+{
+	struct srv *s = t->data;
+
+	if (!s->stopped)
+		srv_listen_resume(s);
+}
+
+static void srv_on_listen(uv_poll_t *h, int status, int events)
+{
+	struct srv *s = h->data;
+
+	for (int i = 0; i < SRV_ACCEPT_BURST && !s->stopped; i++) {
+		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			srv_accept_one(s, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			log_warn(&s->d->log, "accept: %s; not accepting for %d ms", strerror(errno),
+				 SRV_ACCEPT_PAUSE_MS);
+			uv_poll_stop(&s->listen_poll);
+			uv_timer_start(&s->pause_timer, srv_on_pause_end, SRV_ACCEPT_PAUSE_MS, 0);
+		} else if (errno != EAGAIN) {
+			log_error(&s->d->log, "accept: %s", strerror(errno));
+		}
+		return;
+	}
+}
+
+static void srv_listen_resume(struct srv *s)
+{
+	int r = uv_poll_start(&s->listen_poll, UV_READABLE, srv_on_listen);
+	if (r < 0)
+		log_error(&s->d->log, "listen: uv_poll_start: %s", uv_strerror(r));
+}
+
+/* ------------------------------------------------------------------ */
+/* Socket, directory, lock                                             */
+
+/* Creates the socket's directory (only its last component) 0750, group
+ * from the config, if it does not exist; an existing one is left as is. */
+static int srv_rundir(struct srv *s, struct feed_err *err)
+{
+	const struct cfg *cfg = s->d->cfg;
+	char dir[CFG_SOCKET_PATH_MAX + 1];
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", cfg->socket_path);
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;  /* the current directory or / */
+	*slash = '\0';
+	if (stat(dir, &st) == 0)
+		return S_ISDIR(st.st_mode) ? 0
+			: feed_err_set(err, -ENOTDIR, "socket directory %s: not a directory", dir);
+	if (errno != ENOENT || mkdir(dir, 0750) < 0)
+		return feed_err_set(err, -errno, "socket directory %s: %s", dir, strerror(errno));
+	/* mkdir honoured the umask; chown before chmod keeps no window where
+	 * the directory is open to a group it should not be. */
+	if (cfg->has_socket_group && chown(dir, (uid_t)-1, cfg->socket_gid) < 0)
+		return feed_err_set(err, -errno, "socket directory %s: chown to group %u: %s", dir,
+				    (unsigned)cfg->socket_gid, strerror(errno));
+	if (chmod(dir, 0750) < 0)
+		return feed_err_set(err, -errno, "socket directory %s: chmod: %s", dir,
+				    strerror(errno));
+	log_info(&s->d->log, "created socket directory %s (mode 0750)", dir);
+	return 0;
+}
+
+/* Takes <socket>.lock, or refuses naming the holder's pid. */
+static int srv_lock(struct srv *s, struct feed_err *err)
+{
+	char path[CFG_SOCKET_PATH_MAX + 8], pid[32] = "";
+	int fd;
+
+	snprintf(path, sizeof(path), "%s.lock", s->d->cfg->socket_path);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return feed_err_set(err, -errno, "lock file %s: %s", path, strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		close(fd);
+		if (e == EWOULDBLOCK)
+			return feed_err_set(err, -EBUSY, "another feedd%s%s%s is serving %s "
+					    "(it holds %s); not starting", pid[0] ? " (pid " : "",
+					    pid, pid[0] ? ")" : "", s->d->cfg->socket_path, path);
+		return feed_err_set(err, -e, "lock file %s: flock: %s", path, strerror(e));
+	}
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		log_warn(&s->d->log, "lock file %s: cannot record our pid: %s", path,
+			 strerror(errno));
+	s->lock_fd = fd;
+	return 0;
+}
+
+/* Removes a socket file left by a daemon that died (we hold the lock, so
+ * nobody serves it); refuses to remove anything that is not a socket. */
+static int srv_unlink_stale(const char *path, const struct log *lg, struct feed_err *err)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0
+			: feed_err_set(err, -errno, "socket %s: %s", path, strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return feed_err_set(err, -EEXIST, "socket %s: exists and is not a socket", path);
+	if (unlink(path) < 0)
+		return feed_err_set(err, -errno, "socket %s: unlink: %s", path, strerror(errno));
+	log_info(lg, "removed stale socket %s", path);
+	return 0;
+}
+
+/* Binds and listens; mode and group are set before listen(), so no
+ * client can connect while the socket is more open than configured. */
+static int srv_bind(struct srv *s, struct feed_err *err)
+{
+	const struct cfg *cfg = s->d->cfg;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	const char *path = cfg->socket_path;
+	int fd;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return feed_err_set(err, -errno, "socket: %s", strerror(errno));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		feed_err_set(err, -errno, "socket %s: bind: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (cfg->has_socket_group && chown(path, (uid_t)-1, cfg->socket_gid) < 0) {
+		feed_err_set(err, -errno, "socket %s: chown to group %u (socket_group): %s", path,
+			     (unsigned)cfg->socket_gid, strerror(errno));
+		goto fail_unlink;
+	}
+	if (chmod(path, 0660) < 0) {
+		feed_err_set(err, -errno, "socket %s: chmod: %s", path, strerror(errno));
+		goto fail_unlink;
+	}
+	if (listen(fd, SRV_BACKLOG) < 0) {
+		feed_err_set(err, -errno, "socket %s: listen: %s", path, strerror(errno));
+		goto fail_unlink;
+	}
+	s->listen_fd = fd;
+	return 0;
+fail_unlink:
+	unlink(path);
+fail:
+	close(fd);
+	return err->code;
+}
+
+int srv_start(struct feedd *d, struct srv **ret, struct feed_err *err)
+{
+	struct srv *s = calloc(1, sizeof(*s));
+	int r;
+
+	if (!s)
+		return feed_err_set(err, -ENOMEM, "server: out of memory");
+	s->d = d;
+	s->lock_fd = s->listen_fd = -1;
+	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, err)) < 0 ||
+	    (r = srv_unlink_stale(d->cfg->socket_path, &d->log, err)) < 0 ||
+	    (r = srv_bind(s, err)) < 0)
+		goto fail;
+	if ((r = uv_poll_init(&d->loop, &s->listen_poll, s->listen_fd)) < 0) {
+		feed_err_set(err, r, "listen: uv_poll_init: %s", uv_strerror(r));
+		unlink(d->cfg->socket_path);
+		close(s->listen_fd);
+		goto fail;
+	}
+	s->listen_poll.data = s;
+	uv_timer_init(&d->loop, &s->pause_timer);
+	s->pause_timer.data = s;
+	s->listening = true;
+	srv_listen_resume(s);
+	log_info(&d->log, "listening on %s (mode 0660%s)", d->cfg->socket_path,
+		 d->cfg->has_socket_group ? ", group from socket_group" : "");
+	*ret = s;
+	return 0;
+fail:
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	free(s);
+	return r;
+}
+
+static void srv_on_listen_closed(uv_handle_t *h)
+{
+	struct srv *s = h->data;
+	close(s->listen_fd);
+	s->listen_fd = -1;
+}
+
+void srv_stop(struct srv *s)
+{
+	if (s->stopped)
+		return;
+	s->stopped = true;
+	if (s->listening) {
+		uv_close((uv_handle_t *)&s->listen_poll, srv_on_listen_closed);
+		uv_close((uv_handle_t *)&s->pause_timer, NULL);
+		unlink(s->d->cfg->socket_path);
+	}
+	while (s->conns)
+		srv_conn_close(s->conns, "daemon stopping");
+}
+
+void srv_free(struct srv *s)
+{
+	if (!s)
+		return;
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);  /* releases the lock; the file stays, harmlessly */
+	acl_users_free(&s->users);
+	free(s);
+}
+
+uint32_t srv_connections(const struct srv *s)
+{
+	return s->nconns;
+}
+
+uint32_t srv_user_connections(const struct srv *s, uid_t uid)
+{
+	return acl_users_count(&s->users, uid);
+}

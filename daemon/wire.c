@@ -1,0 +1,173 @@
+/*
+ * wire.c: packets and messages of the control protocol (see wire.h). Loop
+ * thread, non-blocking calls only. Never keeps a received descriptor and
+ * never reads a field it has not checked.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void wire_close_fds(struct msghdr *mh, struct wire_in *in)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			close(fd);
+			in->nfds++;
+		}
+	}
+}
+
+int wire_recv(int sock, void *buf, size_t cap, struct wire_in *ret)
+{
+	union {
+		char buf[CMSG_SPACE(WIRE_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	struct wire_in in = {0};
+	ssize_t n;
+
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	wire_close_fds(&mh, &in);
+	/* A zero-length read with no descriptors is the end of the stream: an
+	 * empty packet is never sent by a client of this protocol. */
+	if (n == 0 && !in.nfds && !(mh.msg_flags & MSG_CTRUNC))
+		return 0;
+	in.len = (size_t)n;
+	in.truncated = (mh.msg_flags & MSG_TRUNC) || (size_t)n > cap;
+	in.ctrunc = (mh.msg_flags & MSG_CTRUNC) != 0;
+	*ret = in;
+	return 1;
+}
+
+int wire_send(int sock, const void *buf, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = send(sock, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return (size_t)n == len ? 0 : -EIO;  /* a packet goes whole or not at all */
+}
+
+int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
+			struct feed_err *err)
+{
+	if (len > WIRE_REQUEST_MAX)
+		return feed_err_set(err, -EMSGSIZE, "request of %zu bytes exceeds the %d byte limit",
+				    len, WIRE_REQUEST_MAX);
+	Feed__Request *req = feed__request__unpack(NULL, len, buf);
+	if (!req)
+		return feed_err_set(err, -EBADMSG, "undecodable request (%zu bytes)", len);
+	*ret = req;
+	return 0;
+}
+
+void wire_request_free(Feed__Request *req)
+{
+	if (req)
+		feed__request__free_unpacked(req, NULL);
+}
+
+static bool wire_printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e)
+			return false;
+	return true;
+}
+
+/* [A-Za-z0-9_.-], 1..63 bytes: what the config allows for a dataset name. */
+static bool wire_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	return n >= 1 && n <= 63 &&
+	       strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
+
+static int wire_hello_check(const Feed__Hello *h, struct feed_err *err)
+{
+	size_t n = strlen(h->client_name);
+
+	if (n > WIRE_CLIENT_NAME_MAX || !wire_printable(h->client_name))
+		return feed_err_set(err, -EINVAL, "hello.client_name: %zu bytes; at most %d "
+				    "printable ASCII allowed", n, WIRE_CLIENT_NAME_MAX);
+	if (h->min_version < 1 || h->max_version < h->min_version)
+		return feed_err_set(err, -EINVAL, "hello: version range %u..%u is empty or "
+				    "starts below 1", h->min_version, h->max_version);
+	return 0;
+}
+
+int wire_request_check(const Feed__Request *req, struct feed_err *err)
+{
+	switch (req->body_case) {
+	case FEED__REQUEST__BODY_HELLO:
+		return wire_hello_check(req->hello, err);
+	case FEED__REQUEST__BODY_LIST_DATASETS:
+	case FEED__REQUEST__BODY_STATS:
+		return 0;
+	case FEED__REQUEST__BODY_DATASET_INFO:
+		if (!wire_name_ok(req->dataset_info->name))
+			return feed_err_set(err, -EINVAL, "dataset_info.name: not a dataset name "
+					    "(1..63 of A-Z a-z 0-9 _ . -)");
+		return 0;
+	default:
+		break;
+	}
+	if (req->base.n_unknown_fields)
+		return feed_err_set(err, -EOPNOTSUPP, "unknown request (field %u)",
+				    (unsigned)req->base.unknown_fields[0].tag);
+	return feed_err_set(err, -EOPNOTSUPP, "empty request: no request kind set");
+}
+
+int wire_reply_encode(const Feed__Reply *reply, uint8_t **ret_buf, size_t *ret_len,
+		      struct feed_err *err)
+{
+	size_t n = feed__reply__get_packed_size(reply);
+
+	if (n > WIRE_REPLY_MAX)
+		return feed_err_set(err, -EMSGSIZE, "reply of %zu bytes exceeds the %d byte limit",
+				    n, WIRE_REPLY_MAX);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf)
+		return feed_err_set(err, -ENOMEM, "reply of %zu bytes: out of memory", n);
+	feed__reply__pack(reply, buf);
+	*ret_buf = buf;
+	*ret_len = n;
+	return 0;
+}
+
+int wire_error_encode(uint32_t id, int code, const char *msg, uint8_t **ret_buf,
+		      size_t *ret_len)
+{
+	Feed__Reply reply = FEED__REPLY__INIT;
+	Feed__Error e = FEED__ERROR__INIT;
+
+	e.code = code;
+	e.message = (char *)msg;
+	reply.id = id;
+	reply.body_case = FEED__REPLY__BODY_ERROR;
+	reply.error = &e;
+	return wire_reply_encode(&reply, ret_buf, ret_len, NULL);
+}

@@ -1,0 +1,72 @@
+/*
+ * wire.h: the control protocol on the daemon's side of the socket: one
+ * protobuf-c message per SOCK_SEQPACKET packet (proto/feed.proto, Request
+ * and Reply), size caps, descriptor hygiene, field checks.
+ *
+ * Owns: recvmsg/sendmsg on a connection and the encoding and checking of
+ * messages. Loop thread; every call is non-blocking. Never trusts a byte
+ * from the peer: packets are capped, descriptors that arrive are closed at
+ * once, and every field is checked before anyone reads it.
+ *
+ * Policy on bad input (see session.c): a packet that does not decode
+ * (garbage, truncated protobuf) or is oversized gets an Error reply and the
+ * connection is closed, since the peer cannot be speaking this protocol; a
+ * well-formed but refused request (unknown kind, a field out of range,
+ * anything before hello, a descriptor attached) gets an Error reply and the
+ * connection stays, until WIRE_MAX_REJECTED of them in a row close it.
+ */
+#ifndef FEEDD_WIRE_H
+#define FEEDD_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed.pb-c.h"
+#include "feed_err.h"
+
+#define WIRE_PROTO_MIN 1             /* protocol versions this daemon speaks */
+#define WIRE_PROTO_MAX 1
+#define WIRE_REQUEST_MAX (64 * 1024) /* bytes of one request packet */
+#define WIRE_REPLY_MAX (128 * 1024)  /* bytes of one reply packet */
+#define WIRE_MAX_REJECTED 8          /* refused requests in a row before closing */
+#define WIRE_CLIENT_NAME_MAX 64
+#define WIRE_FDS_MAX 16              /* descriptors one recvmsg can see (and close) */
+
+/* What one wire_recv() saw besides the bytes. */
+struct wire_in {
+	size_t len;        /* the packet's real length (may exceed the buffer) */
+	bool truncated;    /* len > buffer: the packet is lost (MSG_TRUNC) */
+	bool ctrunc;       /* more control data than fits (MSG_CTRUNC) */
+	unsigned nfds;     /* descriptors that came with it, already closed */
+};
+
+/* Receives one packet into buf (cap bytes) without blocking. Returns 1 with
+ * *ret filled, 0 at end of stream (peer closed), -EAGAIN when nothing is
+ * waiting, -errno on a socket error. Descriptors are closed before return. */
+int wire_recv(int sock, void *buf, size_t cap, struct wire_in *ret);
+
+/* Sends one packet without blocking and without SIGPIPE. Returns 0,
+ * -EAGAIN when the peer's queue is full, or -errno. */
+int wire_send(int sock, const void *buf, size_t len);
+
+/* Decodes a request. *ret is freed with wire_request_free(). -EMSGSIZE past
+ * WIRE_REQUEST_MAX, -EBADMSG if it is not a Request. */
+int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
+			struct feed_err *err);
+void wire_request_free(Feed__Request *req);  /* accepts NULL */
+
+/* Checks a decoded request: its kind is known and every field is in range.
+ * -EOPNOTSUPP for an unknown or missing kind, -EINVAL naming the field. */
+int wire_request_check(const Feed__Request *req, struct feed_err *err);
+
+/* Encodes reply into a new buffer (*ret_buf, freed by the caller).
+ * -EMSGSIZE past WIRE_REPLY_MAX, -ENOMEM. */
+int wire_reply_encode(const Feed__Reply *reply, uint8_t **ret_buf, size_t *ret_len,
+		      struct feed_err *err);
+
+/* Encodes an Error reply for request id. Never fails except -ENOMEM. */
+int wire_error_encode(uint32_t id, int code, const char *msg, uint8_t **ret_buf,
+		      size_t *ret_len);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * check_access.c: unit tests of daemon/access.c: names and ids resolved,
+ * peer credentials from a real socket, the groups of a passwd entry, who
+ * an access list admits (root, the daemon's own user, "*", uids, groups),
+ * and per-user connection counting against a limit.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "access.h"
+
+START_TEST(test_access_parse_names)
+{
+	struct feed_err err = {0};
+	uid_t uid;
+	gid_t gid;
+
+	ck_assert_int_eq(acl_parse_user("root", &uid, &err), 0);
+	ck_assert_uint_eq(uid, 0);
+	ck_assert_int_eq(acl_parse_user("nobody", &uid, &err), 0);
+	ck_assert_uint_eq(uid, 65534);
+	ck_assert_int_eq(acl_parse_user("4242", &uid, &err), 0);  /* need not exist */
+	ck_assert_uint_eq(uid, 4242);
+	ck_assert_int_eq(acl_parse_user("no_such_user_zq", &uid, &err), -ENOENT);
+	ck_assert_str_eq(err.msg, "no user named 'no_such_user_zq'");
+	ck_assert_int_eq(acl_parse_user("4294967295", &uid, &err), -EINVAL);
+	ck_assert_int_eq(acl_parse_group("nogroup", &gid, &err), 0);
+	ck_assert_uint_eq(gid, 65534);
+	ck_assert_int_eq(acl_parse_group("0", &gid, &err), 0);
+	ck_assert_uint_eq(gid, 0);
+	ck_assert_int_eq(acl_parse_group("no_such_group_zq", &gid, &err), -ENOENT);
+	ck_assert_str_eq(err.msg, "no group named 'no_such_group_zq'");
+}
+END_TEST
+
+START_TEST(test_access_peer_read)
+{
+	struct feed_err err = {0};
+	struct acl_peer p;
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	ck_assert_int_eq(acl_peer_read(sv[0], &p, &err), 0);
+	ck_assert_uint_eq(p.uid, geteuid());
+	ck_assert_uint_eq(p.gid, getegid());
+	ck_assert_int_eq(p.pid, getpid());
+	bool has_gid = false;
+	for (size_t i = 0; i < p.ngroups; i++)
+		has_gid |= p.groups[i] == getegid();
+	ck_assert(has_gid);
+	acl_peer_clear(&p);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+START_TEST(test_access_peer_groups)
+{
+	struct feed_err err = {0};
+	struct acl_peer p;
+
+	/* nobody's passwd entry has group nogroup (65534). */
+	ck_assert_int_eq(acl_peer_from_ids(65534, 65534, 1, &p, &err), 0);
+	ck_assert_uint_ge(p.ngroups, 1);
+	ck_assert_uint_eq(p.groups[0], 65534);
+	acl_peer_clear(&p);
+	/* A uid with no passwd entry: its credential gid only. */
+	ck_assert_int_eq(acl_peer_from_ids(4242424, 777, 1, &p, &err), 0);
+	ck_assert_uint_eq(p.ngroups, 1);
+	ck_assert_uint_eq(p.groups[0], 777);
+	acl_peer_clear(&p);
+}
+END_TEST
+
+START_TEST(test_access_allows)
+{
+	uid_t uids[] = {1000};
+	gid_t gids[] = {200};
+	gid_t in_200[] = {100, 200}, not_200[] = {100};
+	struct acl_list empty = {0}, any = {.any = true};
+	struct acl_list list = {.uids = uids, .nuids = 1, .gids = gids, .ngids = 1};
+	struct acl_peer root = {.uid = 0}, self = {.uid = 500}, u1000 = {.uid = 1000};
+	struct acl_peer member = {.uid = 2000, .groups = in_200, .ngroups = 2};
+	struct acl_peer other = {.uid = 2001, .groups = not_200, .ngroups = 1};
+
+	ck_assert(acl_allows(&empty, &root, 500));
+	ck_assert(acl_allows(&empty, &self, 500));
+	ck_assert(!acl_allows(&empty, &u1000, 500));
+	ck_assert(acl_allows(&any, &other, 500));
+	ck_assert(acl_allows(&list, &root, 500));
+	ck_assert(acl_allows(&list, &u1000, 500));
+	ck_assert(acl_allows(&list, &member, 500));
+	ck_assert(!acl_allows(&list, &other, 500));
+	ck_assert(!acl_allows(&list, &self, 500));  /* a list replaces the default */
+}
+END_TEST
+
+START_TEST(test_access_user_counts)
+{
+	struct acl_users u = {0};
+
+	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
+	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
+	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), -EUSERS);
+	ck_assert_uint_eq(acl_users_count(&u, 7), 2);
+	for (uid_t uid = 100; uid < 120; uid++)  /* grows past its first size */
+		ck_assert_int_eq(acl_users_acquire(&u, uid, 2), 0);
+	ck_assert_uint_eq(acl_users_count(&u, 119), 1);
+	acl_users_release(&u, 7);
+	ck_assert_uint_eq(acl_users_count(&u, 7), 1);
+	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
+	acl_users_release(&u, 7);
+	acl_users_release(&u, 7);
+	ck_assert_uint_eq(acl_users_count(&u, 7), 0);
+	ck_assert_uint_eq(acl_users_count(&u, 110), 1);
+	ck_assert_int_eq(acl_users_acquire(&u, 8, 0), -EUSERS);
+	acl_users_free(&u);
+}
+END_TEST
+
+static Suite *access_suite(void)
+{
+	Suite *s = suite_create("access");
+	TCase *tc = tcase_create("access");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_access_parse_names);
+	tcase_add_test(tc, test_access_peer_read);
+	tcase_add_test(tc, test_access_peer_groups);
+	tcase_add_test(tc, test_access_allows);
+	tcase_add_test(tc, test_access_user_counts);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(access_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
