@@ -121,6 +121,14 @@ static ssize_t cl_recv(struct feed_conn *conn, int flags)
 	do
 		n = recvmsg(conn->sock, &mh, flags | MSG_CMSG_CLOEXEC | MSG_TRUNC);
 	while (n < 0 && errno == EINTR);
+	/* A daemon that answers and closes before reading our request makes
+	 * the kernel report ECONNRESET once, ahead of the answer still queued
+	 * (e.g. a connection-limit refusal): look once more. */
+	if (n < 0 && errno == ECONNRESET) {
+		n = recvmsg(conn->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC);
+		if (n < 0)
+			return -ECONNRESET;
+	}
 	if (n < 0)
 		return -errno;
 	if (cl_drop_fds(&mh) || (mh.msg_flags & MSG_CTRUNC))
@@ -176,13 +184,13 @@ static int cl_recv_fail(struct feed_conn *conn, ssize_t n)
 {
 	char msg[CL_ERRMSG_MAX];
 
-	if (n == 0)
+	if (n == 0 || n == -ECONNRESET)
 		return cl_fatal(conn, -ECONNRESET, "feedd closed the connection");
 	if (n == -EBADF)
 		return cl_fatal(conn, -EPROTO, "feedd sent an unexpected file descriptor");
 	if (n == -EMSGSIZE)
 		return cl_bad_reply(conn, "reply larger than the protocol allows");
-	snprintf(msg, sizeof(msg), "receive from feedd: %s", strerror((int)-n));
+	snprintf(msg, sizeof(msg), "receive from feedd: %s", feed_strerror((int)n));
 	return cl_fatal(conn, (int)n, msg);
 }
 
@@ -279,13 +287,13 @@ static int cl_connect(struct feed_conn *conn, const char *path)
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return cl_fail(conn, -errno, "socket: %s", strerror(errno));
+		return cl_fail(conn, -errno, "socket: %s", feed_strerror(-errno));
 	/* A full listen backlog makes connect wait; bound it by the timeout. */
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno == EINPROGRESS || errno == EAGAIN ? ETIMEDOUT : errno;
 		close(fd);
-		return cl_fail(conn, -e, "cannot reach feedd at %s: %s", path, strerror(e));
+		return cl_fail(conn, -e, "cannot reach feedd at %s: %s", path, feed_strerror(-e));
 	}
 	conn->sock = fd;
 	return 0;

@@ -44,6 +44,8 @@ int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key
 
 #define RAW_AT(m) offsetof(struct cfg_raw, m)
 #define CFG_AT(m) offsetof(struct cfg, m)
+#define OV_AT(m) offsetof(struct cfg_overrides, m)
+#define NO_FLAG ((size_t)-1)
 
 /* One row per numeric key: where the text is, where the value goes, its
  * range and default (workers: 0 = the number of online CPUs). */
@@ -52,19 +54,22 @@ static const struct cfg_num {
 	const char *flag;   /* the command-line flag overriding it, or NULL */
 	size_t raw_off;     /* char * in struct cfg_raw */
 	size_t cfg_off;     /* uint64_t in struct cfg */
+	size_t ov_off;      /* const char * in struct cfg_overrides, or NO_FLAG */
+	bool bytes;         /* a byte count: K, M, G, T suffixes allowed */
 	uint64_t min, max, def;
 } cfg_nums[] = {
-	{"workers", "--workers", RAW_AT(workers), CFG_AT(workers), 1, 256, 0},
+	{"workers", "--workers", RAW_AT(workers), CFG_AT(workers), OV_AT(workers), false,
+	 1, 256, 0},
 	{"cache_bytes", "--cache-bytes", RAW_AT(cache_bytes), CFG_AT(cache_bytes),
-	 0, 1ull << 50, 1ull << 30},
+	 OV_AT(cache_bytes), true, 0, 1ull << 50, 1ull << 30},
 	{"limits.max_connections", NULL, RAW_AT(limits.max_connections),
-	 CFG_AT(limits.max_connections), 1, 65536, 64},
+	 CFG_AT(limits.max_connections), NO_FLAG, false, 1, 65536, 64},
 	{"limits.max_streams", NULL, RAW_AT(limits.max_streams), CFG_AT(limits.max_streams),
-	 1, 4096, 16},
+	 NO_FLAG, false, 1, 4096, 16},
 	{"limits.max_credits", NULL, RAW_AT(limits.max_credits), CFG_AT(limits.max_credits),
-	 1, 65536, 64},
+	 NO_FLAG, false, 1, 65536, 64},
 	{"limits.max_slot_bytes", NULL, RAW_AT(limits.max_slot_bytes),
-	 CFG_AT(limits.max_slot_bytes), 1ull << 20, 1ull << 40, 4ull << 30},
+	 CFG_AT(limits.max_slot_bytes), NO_FLAG, true, 1ull << 20, 1ull << 40, 4ull << 30},
 };
 
 int cfg_parse_bytes(const char *s, uint64_t *ret)
@@ -99,7 +104,7 @@ static int cfg_num_set(struct cfg *c, const struct cfg_num *n, const char *text,
 {
 	uint64_t v;
 	int r = cfg_parse_bytes(text, &v);
-	bool bytes = strstr(n->key, "bytes") != NULL;
+	bool bytes = n->bytes;
 
 	if (r == 0 && !bytes && strspn(text, "0123456789") != strlen(text))
 		r = -EINVAL;  /* K/M/G/T suffixes only for byte counts */
@@ -134,13 +139,10 @@ static int cfg_numbers(struct cfg *c, const struct cfg_raw *raw, const struct cf
 	for (size_t i = 0; i < sizeof(cfg_nums) / sizeof(cfg_nums[0]); i++) {
 		const struct cfg_num *n = &cfg_nums[i];
 		const char *text = *(char *const *)((const char *)raw + n->raw_off);
-		const char *flag = NULL;
+		const char *flag = ov && n->ov_off != NO_FLAG
+			? *(const char *const *)((const char *)ov + n->ov_off) : NULL;
 		int r = 0;
 
-		if (ov && !strcmp(n->key, "workers"))
-			flag = ov->workers;
-		else if (ov && !strcmp(n->key, "cache_bytes"))
-			flag = ov->cache_bytes;
 		*(uint64_t *)((char *)c + n->cfg_off) = n->def ? n->def : cfg_online_cpus();
 		if (text)
 			r = cfg_num_set(c, n, text, false, src, err);

@@ -39,8 +39,6 @@ struct srv {
 	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
 };
 
-#define CONN_FMT "conn %llu (uid %u pid %d)"
-#define CONN_ARGS(c) (unsigned long long)(c)->id, (unsigned)(c)->peer.uid, (int)(c)->peer.pid
 
 static void srv_on_conn_io(uv_poll_t *h, int status, int events);
 static void srv_listen_resume(struct srv *s);
@@ -65,7 +63,7 @@ void srv_conn_close(struct srv_conn *c, const char *why)
 	if (c->closing)
 		return;
 	c->closing = true;
-	log_info(&c->d->log, CONN_FMT ": closed: %s", CONN_ARGS(c), why);
+	log_info(&c->d->log, SRV_CONN_FMT ": closed: %s", SRV_CONN_ARGS(c), why);
 	acl_users_release(&s->users, c->peer.uid);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -227,7 +225,7 @@ static void srv_accept_one(struct srv *s, int fd)
 		acl_users_release(&s->users, peer.uid);
 		goto drop;
 	}
-	log_debug(&d->log, CONN_FMT ": connected (gid %u)", CONN_ARGS(c), (unsigned)peer.gid);
+	log_debug(&d->log, SRV_CONN_FMT ": connected (gid %u)", SRV_CONN_ARGS(c), (unsigned)peer.gid);
 	srv_poll(c, UV_READABLE | UV_DISCONNECT);
 	return;
 drop:

@@ -39,6 +39,10 @@ struct srv_conn {
 	bool closing;                  /* uv_close() called; c dies in its callback */
 };
 
+/* "conn N (uid U pid P)": how every log line names a connection. */
+#define SRV_CONN_FMT "conn %llu (uid %u pid %d)"
+#define SRV_CONN_ARGS(c) (unsigned long long)(c)->id, (unsigned)(c)->peer.uid, (int)(c)->peer.pid
+
 struct srv;
 
 /* Creates the runtime directory if needed, takes the lock, replaces a stale

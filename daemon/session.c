@@ -20,8 +20,6 @@ enum ses_weight {
 	SES_FATAL,      /* the peer cannot be speaking this protocol: close */
 };
 
-#define CONN_FMT "conn %llu (uid %u pid %d)"
-#define CONN_ARGS(c) (unsigned long long)(c)->id, (unsigned)(c)->peer.uid, (int)(c)->peer.pid
 
 static void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg,
 		      enum ses_weight w)
@@ -38,7 +36,7 @@ static void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg
 	snprintf(text, sizeof(text), "%s%s", msg,
 		 close && w != SES_FATAL ? "; closing after repeated malformed requests" : "");
 	if (w != SES_REFUSAL)
-		log_warn(&c->d->log, CONN_FMT ": %s%s", CONN_ARGS(c), msg, close ? "; closing" : "");
+		log_warn(&c->d->log, SRV_CONN_FMT ": %s%s", SRV_CONN_ARGS(c), msg, close ? "; closing" : "");
 	if (wire_error_encode(id, code, text, &buf, &len) < 0) {
 		srv_conn_close(c, "out of memory for an error reply");
 		return;
@@ -54,7 +52,7 @@ static void ses_send(struct srv_conn *c, Feed__Reply *reply)
 	size_t len;
 
 	if (wire_reply_encode(reply, &buf, &len, &err) < 0) {
-		log_error(&c->d->log, CONN_FMT ": %s", CONN_ARGS(c), err.msg);
+		log_error(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), err.msg);
 		ses_error(c, reply->id, err.code, err.msg, SES_REFUSAL);
 		return;
 	}
@@ -83,7 +81,7 @@ static void ses_hello(struct srv_conn *c, uint32_t id, const Feed__Hello *h)
 	c->hello_done = true;
 	c->version = hi;
 	snprintf(c->client_name, sizeof(c->client_name), "%s", h->client_name);
-	log_info(&c->d->log, CONN_FMT ": '%s' connected, protocol %u", CONN_ARGS(c),
+	log_info(&c->d->log, SRV_CONN_FMT ": '%s' connected, protocol %u", SRV_CONN_ARGS(c),
 		 c->client_name, c->version);
 
 	Feed__Reply reply = FEED__REPLY__INIT;
@@ -148,7 +146,7 @@ static const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, cons
 	if (!ses_may_read(c, d)) {
 		snprintf(msg, sizeof(msg), "dataset '%s': user %u not allowed", name,
 			 (unsigned)c->peer.uid);
-		log_warn(&c->d->log, CONN_FMT ": %s", CONN_ARGS(c), msg);
+		log_warn(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), msg);
 		ses_error(c, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;
 	}
@@ -215,7 +213,7 @@ static void ses_stats(struct srv_conn *c, uint32_t id)
 
 static void ses_dispatch(struct srv_conn *c, const Feed__Request *req)
 {
-	log_debug(&c->d->log, CONN_FMT ": request %u kind %d", CONN_ARGS(c), req->id,
+	log_debug(&c->d->log, SRV_CONN_FMT ": request %u kind %d", SRV_CONN_ARGS(c), req->id,
 		  (int)req->body_case);
 	if (!c->hello_done && req->body_case != FEED__REQUEST__BODY_HELLO) {
 		ses_error(c, req->id, -EPROTO, "hello first: no request is served before hello",

@@ -279,6 +279,48 @@ START_TEST(test_wire_recv_closes_fds)
 }
 END_TEST
 
+/* More descriptors than wire_recv() has room for: MSG_CTRUNC, those it saw
+ * closed by it, the rest discarded by the kernel: none survive. */
+START_TEST(test_wire_recv_ctrunc)
+{
+	enum { N = WIRE_FDS_MAX + 4 };
+	int sv[2], pipefd[2], fds[N];
+	union {
+		char buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = "x", .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			    .msg_controllen = sizeof(ctl.buf)};
+	uint8_t buf[64];
+	struct wire_in in;
+	char ch;
+
+	seqpair(sv);
+	ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_ge(fds[i] = dup(pipefd[1]), 0);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	ck_assert_int_eq(sendmsg(sv[1], &mh, 0), 1);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	close(pipefd[1]);
+	ck_assert_int_eq(wire_recv(sv[0], buf, sizeof(buf), &in), 1);
+	ck_assert(in.ctrunc);
+	ck_assert_uint_eq(in.nfds, WIRE_FDS_MAX);
+	struct pollfd p = {.fd = pipefd[0], .events = POLLIN};
+	ck_assert_int_eq(poll(&p, 1, 5000), 1);
+	ck_assert_int_eq(read(pipefd[0], &ch, 1), 0);
+	close(pipefd[0]);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
 START_TEST(test_wire_send_no_sigpipe)
 {
 	int sv[2];
@@ -307,6 +349,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);
 	tcase_add_test(tc, test_wire_recv_closes_fds);
+	tcase_add_test(tc, test_wire_recv_ctrunc);
 	tcase_add_test(tc, test_wire_send_no_sigpipe);
 	suite_add_tcase(s, tc);
 	return s;

@@ -1,0 +1,131 @@
+/*
+ * check_client_elf.c: reads build/lib/libfeedclient.so as an ELF file and
+ * checks the promise of DESIGN.md: it needs no libuv, zstd, YAML or
+ * systemd library (its NEEDED entries), and it exports feed_* and nothing
+ * else (its defined dynamic symbols).
+ */
+#include <check.h>
+#include <elf.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint8_t *img;
+static size_t img_len;
+
+static void load(void)
+{
+	const char *dir = getenv("FEED_LIB");
+	char path[512];
+	struct stat st;
+
+	ck_assert_msg(dir != NULL, "FEED_LIB is not set (ctest sets it)");
+	snprintf(path, sizeof(path), "%s/libfeedclient.so", dir);
+	int fd = open(path, O_RDONLY);
+	ck_assert_msg(fd >= 0, "cannot open %s", path);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	img_len = (size_t)st.st_size;
+	img = malloc(img_len);
+	ck_assert_int_eq(read(fd, img, img_len), (ssize_t)img_len);
+	close(fd);
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+	ck_assert_int_eq(memcmp(eh->e_ident, ELFMAG, SELFMAG), 0);
+	ck_assert_int_eq(eh->e_ident[EI_CLASS], ELFCLASS64);
+	ck_assert_uint_le(eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr), img_len);
+}
+
+static const Elf64_Shdr *section(uint32_t type)
+{
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+	const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+
+	for (unsigned i = 0; i < eh->e_shnum; i++)
+		if (sh[i].sh_type == type) {
+			ck_assert_uint_le(sh[i].sh_offset + sh[i].sh_size, img_len);
+			return &sh[i];
+		}
+	return NULL;
+}
+
+static const char *strtab_of(const Elf64_Shdr *s)
+{
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+	const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+	ck_assert_uint_lt(s->sh_link, eh->e_shnum);
+	return (const char *)(img + sh[s->sh_link].sh_offset);
+}
+
+START_TEST(test_client_elf_needed)
+{
+	static const char *const forbidden[] = {"libuv", "libzstd", "libyaml", "libcyaml",
+						"libsystemd", "libxxhash"};
+	const Elf64_Shdr *dyn = section(SHT_DYNAMIC);
+	bool has_protobuf = false;
+
+	ck_assert_ptr_nonnull(dyn);
+	const char *str = strtab_of(dyn);
+	const Elf64_Dyn *d = (const Elf64_Dyn *)(img + dyn->sh_offset);
+	for (size_t i = 0; i < dyn->sh_size / sizeof(*d) && d[i].d_tag != DT_NULL; i++) {
+		if (d[i].d_tag != DT_NEEDED)
+			continue;
+		const char *name = str + d[i].d_un.d_val;
+		for (size_t k = 0; k < sizeof(forbidden) / sizeof(forbidden[0]); k++)
+			ck_assert_msg(strncmp(name, forbidden[k], strlen(forbidden[k])),
+				      "libfeedclient.so needs %s", name);
+		has_protobuf |= !strncmp(name, "libprotobuf-c", 13);
+	}
+	ck_assert_msg(has_protobuf, "NEEDED entries not found (or protobuf-c missing)");
+	free(img);
+}
+END_TEST
+
+START_TEST(test_client_elf_exports)
+{
+	const Elf64_Shdr *sym = section(SHT_DYNSYM);
+	int feed = 0;
+
+	ck_assert_ptr_nonnull(sym);
+	const char *str = strtab_of(sym);
+	const Elf64_Sym *s = (const Elf64_Sym *)(img + sym->sh_offset);
+	for (size_t i = 1; i < sym->sh_size / sizeof(*s); i++) {
+		int bind = ELF64_ST_BIND(s[i].st_info), type = ELF64_ST_TYPE(s[i].st_info);
+		if (s[i].st_shndx == SHN_UNDEF || bind == STB_LOCAL ||
+		    (type != STT_FUNC && type != STT_OBJECT))
+			continue;
+		const char *name = str + s[i].st_name;
+		if (!strncmp(name, "__asan", 6) || !strncmp(name, "__ubsan", 7) ||
+		    !strncmp(name, "__odr_asan", 10))
+			continue;  /* sanitizer builds add their own */
+		ck_assert_msg(!strncmp(name, "feed_", 5), "libfeedclient.so exports %s", name);
+		feed++;
+	}
+	ck_assert_int_ge(feed, 10);
+	free(img);
+}
+END_TEST
+
+static Suite *elf_suite(void)
+{
+	Suite *s = suite_create("client_elf");
+	TCase *tc = tcase_create("client_elf");
+
+	tcase_add_checked_fixture(tc, load, NULL);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_client_elf_needed);
+	tcase_add_test(tc, test_client_elf_exports);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(elf_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

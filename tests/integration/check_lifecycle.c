@@ -1,0 +1,342 @@
+/*
+ * check_lifecycle.c: feedd as a process: SIGTERM and SIGINT stop it with
+ * exit 0, a second daemon on the same socket is refused, a stale socket is
+ * replaced and anything else at that path is left alone, missing and
+ * corrupt datasets are left out (and none at all still serves), the
+ * runtime directory and socket modes, FEEDD_SOCKET, a config file, every
+ * file in configs/ loading, and feedctl.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "feed/client.h"
+#include "feedd_harness.h"
+
+static const char *fm_arg(void)
+{
+	static char arg[160];
+	snprintf(arg, sizeof(arg), "fm=%s", h.data);
+	return arg;
+}
+
+/* Runs FEED_BIN/prog with args to completion; returns its exit code and
+ * leaves its output in h.dir/out.<n>. */
+static int run(const char *prog, const char *const *args, char *out_path, size_t cap)
+{
+	static int n;
+	snprintf(out_path, cap, "%s/out.%d", h.dir, n++);
+	pid_t pid = h_spawn(prog, args, out_path);
+	int status = h_wait(pid, H_DEADLINE_MS);
+	ck_assert_msg(status != -1, "%s did not finish", prog);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_lifecycle_sigterm)
+{
+	struct stat st;
+
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	h_assert_healthy();
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert(h_log_has("SIGTERM: stopping"));
+	ck_assert(h_log_has("stopped"));
+	ck_assert_int_eq(stat(h.sock, &st), -1);  /* socket removed */
+}
+END_TEST
+
+/* With NOTIFY_SOCKET set, feedd tells systemd READY=1, then STOPPING=1. */
+START_TEST(test_lifecycle_sd_notify)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char buf[512], got[2048] = "";
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify.sock", h.dir);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert_int_eq(h_stop(), 0);
+	for (ssize_t n; (n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT)) > 0;) {
+		buf[n] = '\0';
+		strncat(got, buf, sizeof(got) - strlen(got) - 1);
+	}
+	close(fd);
+	char *ready = strstr(got, "READY=1"), *stopping = strstr(got, "STOPPING=1");
+	ck_assert_msg(ready && stopping && ready < stopping, "notifications: %s", got);
+}
+END_TEST
+
+START_TEST(test_lifecycle_sigint)
+{
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	pid_t pid = h.pid;
+	h.pid = 0;
+	ck_assert_int_eq(kill(pid, SIGINT), 0);
+	int status = h_wait(pid, H_DEADLINE_MS);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+END_TEST
+
+START_TEST(test_lifecycle_second_daemon)
+{
+	char out[200], want[200];
+
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	int code = run("feedd", (const char *[]){"--socket", h.sock, "--dataset", fm_arg(), NULL},
+		       out, sizeof(out));
+	ck_assert_int_eq(code, 1);
+	snprintf(want, sizeof(want), "another feedd (pid %d) is serving %s", (int)h.pid, h.sock);
+	ck_assert_msg(h_file_has(out, want), "second daemon said:\n%s", h_file_text(out));
+	h_assert_healthy();  /* the first one is untouched */
+}
+END_TEST
+
+START_TEST(test_lifecycle_stale_socket)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	/* What a crashed daemon leaves: a socket file nobody listens on. */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", h.sock);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	ck_assert(h_log_has("removed stale socket"));
+	h_assert_healthy();
+}
+END_TEST
+
+START_TEST(test_lifecycle_not_a_socket)
+{
+	char out[200];
+
+	h_write_file("feedd.sock", "precious\n");
+	int code = run("feedd", (const char *[]){"--socket", h.sock, NULL}, out, sizeof(out));
+	ck_assert_int_eq(code, 1);
+	ck_assert(h_file_has(out, "exists and is not a socket"));
+	ck_assert_str_eq(h_file_text(h.sock), "precious\n");
+}
+END_TEST
+
+START_TEST(test_lifecycle_bad_datasets)
+{
+	char bad[160], badarg[180], gonearg[180];
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+
+	/* A directory whose manifest is garbage. */
+	snprintf(bad, sizeof(bad), "%s/bad", h.dir);
+	ck_assert_int_eq(mkdir(bad, 0755), 0);
+	h_write_file("bad/manifest.pb", "this is not a manifest");
+	snprintf(badarg, sizeof(badarg), "bad=%s", bad);
+	snprintf(gonearg, sizeof(gonearg), "gone=%s/nonexistent", h.dir);
+	h_start((const char *[]){"--dataset", gonearg, "--dataset", fm_arg(), "--dataset", badarg,
+				 NULL});
+	ck_assert(h_log_has("dataset 'gone'"));
+	ck_assert(h_log_has("dataset 'bad'"));
+	ck_assert(h_log_has("ready: 1 of 3 datasets"));
+	ck_assert_int_eq(feed_connect(h.sock, &conn), 0);
+	ck_assert_int_eq(feed_list_datasets(conn, &list), 0);
+	ck_assert_uint_eq(list->count, 1);
+	ck_assert_str_eq(list->datasets[0].name, "fm");
+	feed_dataset_list_free(list);
+	ck_assert_int_eq(feed_dataset_info(conn, "bad", &list), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(feed_errmsg(conn), "failed to open at start"));
+	feed_disconnect(conn);
+}
+END_TEST
+
+START_TEST(test_lifecycle_no_datasets)
+{
+	char gonearg[180];
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+
+	snprintf(gonearg, sizeof(gonearg), "gone=%s/nonexistent", h.dir);
+	h_start((const char *[]){"--dataset", gonearg, NULL});
+	ck_assert_int_eq(feed_connect(h.sock, &conn), 0);
+	ck_assert_int_eq(feed_list_datasets(conn, &list), 0);
+	ck_assert_uint_eq(list->count, 0);
+	feed_dataset_list_free(list);
+	feed_disconnect(conn);
+}
+END_TEST
+
+START_TEST(test_lifecycle_runtime_dir)
+{
+	struct stat st;
+	char dir[160], lock[200];
+
+	snprintf(dir, sizeof(dir), "%s/run", h.dir);
+	snprintf(h.sock, sizeof(h.sock), "%s/run/feedd.sock", h.dir);
+	snprintf(lock, sizeof(lock), "%s.lock", h.sock);
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	ck_assert_int_eq(stat(dir, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 07777, 0750);
+	ck_assert_int_eq(stat(h.sock, &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 07777, 0660);
+	ck_assert_int_eq(stat(lock, &st), 0);
+	h_assert_healthy();
+}
+END_TEST
+
+START_TEST(test_lifecycle_env_socket)
+{
+	struct feed_conn *conn;
+
+	setenv("FEEDD_SOCKET", h.sock, 1);
+	/* No --socket: h_start's own flag is overridden by starting directly. */
+	h.pid = h_spawn("feedd", (const char *[]){"--dataset", fm_arg(), NULL}, h.log);
+	ck_assert(h_log_has("ready:"));
+	ck_assert(h_log_has(h.sock));
+	ck_assert_int_eq(feed_connect(NULL, &conn), 0);  /* the client reads it too */
+	feed_disconnect(conn);
+}
+END_TEST
+
+START_TEST(test_lifecycle_config_file)
+{
+	char text[600];
+	struct feed_conn *conn;
+	struct feed_stats st;
+	struct feed_dataset_list *list;
+
+	snprintf(text, sizeof(text),
+		 "# relative paths are relative to this file\n"
+		 "workers: 3\n"
+		 "log_level: debug\n"
+		 "limits:\n"
+		 "  max_connections: 4\n"
+		 "datasets:\n"
+		 "  - name: tiny\n"
+		 "    path: fm\n"
+		 "pipelines:\n"
+		 "  - name: train\n"
+		 "    ops: \"hflip(p=0.5)\"\n");
+	const char *cfg = h_write_file("feedd.yaml", text);
+	h_start((const char *[]){"--config", cfg, NULL});
+	ck_assert_int_eq(feed_connect(h.sock, &conn), 0);
+	ck_assert_int_eq(feed_stats(conn, &st), 0);
+	ck_assert_uint_eq(st.workers, 3);
+	ck_assert_int_eq(feed_list_datasets(conn, &list), 0);
+	ck_assert_uint_eq(list->count, 1);
+	ck_assert_str_eq(list->datasets[0].name, "tiny");
+	feed_dataset_list_free(list);
+	feed_disconnect(conn);
+	ck_assert(h_log_has("debug: "));
+}
+END_TEST
+
+START_TEST(test_lifecycle_bad_config)
+{
+	char out[200], want[300];
+	const char *cfg = h_write_file("bad.yaml", "workers: 2\nlimits:\n  max_conections: 3\n");
+
+	int code = run("feedd", (const char *[]){"--config", cfg, NULL}, out, sizeof(out));
+	ck_assert_int_eq(code, 1);
+	snprintf(want, sizeof(want), "%s:3: limits.max_conections: unknown key", cfg);
+	ck_assert_msg(h_file_has(out, want), "feedd said:\n%s", h_file_text(out));
+	code = run("feedd", (const char *[]){"--check-config", cfg, NULL}, out, sizeof(out));
+	ck_assert_int_eq(code, 1);
+	ck_assert(h_file_has(out, want));
+	code = run("feedd", (const char *[]){"--bogus", NULL}, out, sizeof(out));
+	ck_assert_int_eq(code, 2);
+	ck_assert(h_file_has(out, "--bogus: unknown option"));
+}
+END_TEST
+
+/* Every file in configs/ must load: the default and each example. */
+START_TEST(test_lifecycle_configs_load)
+{
+	const char *src = getenv("FEED_SRC");
+	char dirpath[300], file[600], out[200];
+	int loaded = 0;
+
+	ck_assert_ptr_nonnull(src);
+	snprintf(dirpath, sizeof(dirpath), "%s/configs", src);
+	DIR *dir = opendir(dirpath);
+	ck_assert_ptr_nonnull(dir);
+	for (struct dirent *e; (e = readdir(dir));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(file, sizeof(file), "%s/%s", dirpath, e->d_name);
+		int code = run("feedd", (const char *[]){"--check-config", file, NULL}, out,
+			       sizeof(out));
+		ck_assert_msg(code == 0, "%s: %s", file, h_file_text(out));
+		ck_assert(h_file_has(out, ": ok ("));
+		loaded++;
+	}
+	closedir(dir);
+	ck_assert_int_ge(loaded, 2);  /* feedd.yaml and at least one example */
+}
+END_TEST
+
+START_TEST(test_lifecycle_feedctl)
+{
+	char out[200], nosock[200];
+
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	ck_assert_int_eq(run("feedctl", (const char *[]){"--socket", h.sock, "status", NULL}, out,
+			     sizeof(out)), 0);
+	ck_assert(h_file_has(out, "feedd 0.1.0, protocol 1"));
+	ck_assert(h_file_has(out, "datasets:    1 readable by you"));
+	ck_assert_int_eq(run("feedctl", (const char *[]){"--socket", h.sock, "datasets", NULL},
+			     out, sizeof(out)), 0);
+	ck_assert(h_file_has(out, "image:u8[4,4] label:i64"));
+	ck_assert_int_eq(run("feedctl", (const char *[]){"--socket", h.sock, "datasets", "nope",
+							 NULL}, out, sizeof(out)), 1);
+	ck_assert(h_file_has(out, "feedctl: datasets: dataset 'nope': no such dataset"));
+	snprintf(nosock, sizeof(nosock), "%s/none.sock", h.dir);
+	ck_assert_int_eq(run("feedctl", (const char *[]){"--socket", nosock, "status", NULL}, out,
+			     sizeof(out)), 1);
+	ck_assert(h_file_has(out, "feedctl: connect: cannot reach feedd at"));
+	ck_assert_int_eq(run("feedctl", (const char *[]){"frobnicate", NULL}, out, sizeof(out)), 2);
+	ck_assert(h_file_has(out, "usage: feedctl"));
+}
+END_TEST
+
+static Suite *lifecycle_suite(void)
+{
+	Suite *s = suite_create("lifecycle");
+	TCase *tc = tcase_create("lifecycle");
+
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_lifecycle_sigterm);
+	tcase_add_test(tc, test_lifecycle_sd_notify);
+	tcase_add_test(tc, test_lifecycle_sigint);
+	tcase_add_test(tc, test_lifecycle_second_daemon);
+	tcase_add_test(tc, test_lifecycle_stale_socket);
+	tcase_add_test(tc, test_lifecycle_not_a_socket);
+	tcase_add_test(tc, test_lifecycle_bad_datasets);
+	tcase_add_test(tc, test_lifecycle_no_datasets);
+	tcase_add_test(tc, test_lifecycle_runtime_dir);
+	tcase_add_test(tc, test_lifecycle_env_socket);
+	tcase_add_test(tc, test_lifecycle_config_file);
+	tcase_add_test(tc, test_lifecycle_bad_config);
+	tcase_add_test(tc, test_lifecycle_configs_load);
+	tcase_add_test(tc, test_lifecycle_feedctl);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(lifecycle_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,201 @@
+/*
+ * check_refusals.c: access control seen from outside: a child process
+ * switched to nobody does not see a dataset it may not read and is refused
+ * by name when it asks for it (while datasets open to it by uid, group or
+ * "*" are listed); without the socket group nobody cannot connect at all;
+ * the per-user connection limit refuses with a message naming the limit.
+ * The nobody tests need root and are left out otherwise.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "feed/client.h"
+#include "feedd_harness.h"
+
+#define NOBODY 65534
+
+/* Forks a child that becomes nobody and runs fn; returns fn's exit code
+ * (0 = every check in it passed; n = check n failed). */
+static int as_nobody(int (*fn)(void))
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+			_exit(100);
+		if (getuid() != NOBODY || geteuid() != NOBODY)
+			_exit(101);
+		_exit(fn());
+	}
+	int status = h_wait(pid, H_DEADLINE_MS);
+	ck_assert_msg(status != -1, "child did not finish");
+	ck_assert(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static void start_with_config(const char *extra)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text),
+		 "%s"
+		 "datasets:\n"
+		 "  - name: secret\n"
+		 "    path: fm\n"
+		 "    allow_users: [root]\n"
+		 "  - name: by_group\n"
+		 "    path: fm\n"
+		 "    allow_groups: [nogroup]\n"
+		 "  - name: by_uid\n"
+		 "    path: fm\n"
+		 "    allow_users: [\"65534\"]\n"
+		 "  - name: everyone\n"
+		 "    path: fm\n"
+		 "    allow_users: [\"*\"]\n"
+		 "  - name: owner_only\n"
+		 "    path: fm\n",
+		 extra);
+	const char *cfg = h_write_file("feedd.yaml", text);
+	h_start((const char *[]){"--config", cfg, NULL});
+}
+
+/* In the nobody child: the checks, numbered. */
+static int nobody_reads(void)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+	struct feed_stats st;
+
+	if (feed_conn_new(&conn) < 0)
+		return 1;
+	if (feed_conn_open(conn, h.sock) < 0) {
+		fprintf(stderr, "nobody: connect: %s\n", feed_errmsg(conn));
+		return 2;
+	}
+	if (feed_list_datasets(conn, &list) < 0 || list->count != 3)
+		return 3;
+	if (strcmp(list->datasets[0].name, "by_group") || strcmp(list->datasets[1].name, "by_uid") ||
+	    strcmp(list->datasets[2].name, "everyone"))
+		return 4;
+	feed_dataset_list_free(list);
+	if (feed_dataset_info(conn, "secret", &list) != -EACCES)
+		return 5;
+	if (strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 not allowed")) {
+		fprintf(stderr, "nobody: message: %s\n", feed_errmsg(conn));
+		return 6;
+	}
+	if (feed_dataset_info(conn, "owner_only", &list) != -EACCES)
+		return 7;
+	if (feed_dataset_info(conn, "by_uid", &list) < 0)  /* the refusals did not close it */
+		return 8;
+	feed_dataset_list_free(list);
+	if (feed_stats(conn, &st) < 0 || st.datasets != 3)
+		return 9;
+	feed_disconnect(conn);
+	return 0;
+}
+
+START_TEST(test_refusals_nobody)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+
+	start_with_config("socket_group: nogroup\n");
+	int code = as_nobody(nobody_reads);
+	ck_assert_msg(code == 0, "check %d failed in the nobody child; daemon log:\n%s", code,
+		      h_file_text(h.log));
+	ck_assert(h_log_has("uid 65534 pid"));
+	ck_assert(h_log_has("dataset 'secret': user 65534 not allowed"));
+	/* Root reads everything. */
+	ck_assert_int_eq(feed_connect(h.sock, &conn), 0);
+	ck_assert_int_eq(feed_list_datasets(conn, &list), 0);
+	ck_assert_uint_eq(list->count, 5);
+	feed_dataset_list_free(list);
+	feed_disconnect(conn);
+}
+END_TEST
+
+/* In the nobody child: connecting must fail for lack of permission. */
+static int nobody_cannot_connect(void)
+{
+	struct feed_conn *conn;
+	int r;
+
+	if (feed_conn_new(&conn) < 0)
+		return 1;
+	r = feed_conn_open(conn, h.sock);
+	if (r != -EACCES) {
+		fprintf(stderr, "nobody: got %d: %s\n", r, feed_errmsg(conn));
+		return 2;
+	}
+	if (!strstr(feed_errmsg(conn), "Permission denied"))
+		return 3;
+	feed_disconnect(conn);
+	return 0;
+}
+
+START_TEST(test_refusals_socket_mode)
+{
+	start_with_config("");  /* no socket_group: root:root 0660 */
+	ck_assert_int_eq(as_nobody(nobody_cannot_connect), 0);
+	h_assert_healthy();
+}
+END_TEST
+
+START_TEST(test_refusals_max_connections)
+{
+	struct feed_conn *a, *b, *c;
+	int r;
+
+	start_with_config("limits:\n  max_connections: 2\n");
+	ck_assert_int_eq(feed_connect(h.sock, &a), 0);
+	ck_assert_int_eq(feed_connect(h.sock, &b), 0);
+	ck_assert_int_eq(feed_conn_new(&c), 0);
+	r = feed_conn_open(c, h.sock);
+	ck_assert_msg(r == -EUSERS, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_ptr_nonnull(strstr(feed_errmsg(c), "user 0 already has 2 connections "
+					       "(limits.max_connections = 2)"));
+	ck_assert(h_log_has("connection refused (uid 0"));
+	/* Once one goes, a new one is let in (the daemon sees the close soon). */
+	feed_disconnect(b);
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	while ((r = feed_conn_open(c, h.sock)) == -EUSERS && h_now_ms() < end)
+		;
+	ck_assert_int_eq(r, 0);
+	feed_disconnect(c);
+	feed_disconnect(a);
+}
+END_TEST
+
+static Suite *refusals_suite(void)
+{
+	Suite *s = suite_create("refusals");
+	TCase *tc = tcase_create("refusals");
+
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	if (geteuid() == 0) {
+		tcase_add_test(tc, test_refusals_nobody);
+		tcase_add_test(tc, test_refusals_socket_mode);
+	} else {
+		fprintf(stderr, "check_refusals: not root: the nobody tests are left out\n");
+	}
+	tcase_add_test(tc, test_refusals_max_connections);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(refusals_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

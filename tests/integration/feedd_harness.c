@@ -1,0 +1,318 @@
+/*
+ * feedd_harness.c: temporary directory, dataset, daemon process and raw
+ * socket helpers for the integration tests (see feedd_harness.h). Runs in
+ * the forked Check test process; every wait polls a condition against a
+ * deadline.
+ */
+#include "feedd_harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "feed/client.h"
+#include "fmt.h"
+
+struct h_env h;
+
+int64_t h_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void h_nap(void)
+{
+	struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+}
+
+void h_make_dataset(const char *dir, uint64_t n)
+{
+	struct fmt_schema s = {.nfields = 2};
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	uint8_t image[16];
+	int64_t label;
+
+	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 2,
+					 .shape = {4, 4}};
+	s.fields[1] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
+	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "tiny"}, &w,
+				     &err) == 0, "%s", err.msg);
+	for (uint64_t i = 0; i < n; i++) {
+		memset(image, (int)i, sizeof(image));
+		label = (int64_t)i;
+		struct fmt_value v[2] = {{image, sizeof(image)}, {&label, sizeof(label)}};
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+
+void h_setup(void)
+{
+	const char *bin = getenv("FEED_BIN");
+
+	ck_assert_msg(bin && *bin, "FEED_BIN is not set (ctest sets it)");
+	memset(&h, 0, sizeof(h));
+	snprintf(h.bin, sizeof(h.bin), "%s", bin);
+	strcpy(h.dir, "/tmp/feedd_it.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(h.dir));
+	ck_assert_int_eq(chmod(h.dir, 0755), 0);  /* reachable by a child as nobody */
+	snprintf(h.sock, sizeof(h.sock), "%s/feedd.sock", h.dir);
+	snprintf(h.log, sizeof(h.log), "%s/feedd.log", h.dir);
+	snprintf(h.data, sizeof(h.data), "%s/fm", h.dir);
+	unsetenv("FEEDD_SOCKET");
+	h_make_dataset(h.data, H_SAMPLES);
+}
+
+void h_teardown(void)
+{
+	char cmd[128];
+
+	if (h.pid) {
+		int code = h_stop();
+		ck_assert_msg(code == 0, "feedd exited with %d; its log:\n%s", code,
+			      h_file_text(h.log));
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", h.dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+const char *h_write_file(const char *name, const char *text)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", h.dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+	return path;
+}
+
+const char *h_file_text(const char *file)
+{
+	static char buf[1 << 16];
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+bool h_file_has(const char *file, const char *needle)
+{
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+
+	do {
+		if (strstr(h_file_text(file), needle))
+			return true;
+		h_nap();
+	} while (h_now_ms() < end);
+	return false;
+}
+
+bool h_log_has(const char *needle)
+{
+	return h_file_has(h.log, needle);
+}
+
+pid_t h_spawn(const char *prog, const char *const *args, const char *log)
+{
+	char path[300];
+	const char *argv[32] = {prog};
+	size_t n = 1;
+	pid_t parent = getpid();
+
+	snprintf(path, sizeof(path), "%s/%s", h.bin, prog);
+	while (args && args[n - 1] && n < 31) {
+		argv[n] = args[n - 1];
+		n++;
+	}
+	argv[n] = NULL;
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);  /* never outlive a failed test */
+		if (getppid() != parent)
+			_exit(126);
+		execv(path, (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+int h_wait(pid_t pid, int timeout_ms)
+{
+	int64_t end = h_now_ms() + timeout_ms;
+	int status;
+
+	do {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			return status;
+		ck_assert_int_eq(r, 0);
+		h_nap();
+	} while (h_now_ms() < end);
+	return -1;
+}
+
+void h_start(const char *const *args)
+{
+	const char *argv[32] = {"--socket", h.sock};
+	size_t n = 2;
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	int status;
+
+	while (args && *args && n < 31)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	h.pid = h_spawn("feedd", argv, h.log);
+	while (!strstr(h_file_text(h.log), "ready:")) {
+		pid_t r = waitpid(h.pid, &status, WNOHANG);
+		if (r == h.pid) {
+			h.pid = 0;
+			ck_abort_msg("feedd exited at start (status %d):\n%s", status,
+				     h_file_text(h.log));
+		}
+		ck_assert_msg(h_now_ms() < end, "feedd not ready in time:\n%s", h_file_text(h.log));
+		h_nap();
+	}
+}
+
+int h_stop(void)
+{
+	pid_t pid = h.pid;
+
+	h.pid = 0;
+	if (!pid || kill(pid, SIGTERM) < 0)
+		return -1;
+	int status = h_wait(pid, H_DEADLINE_MS);
+	if (status == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int h_raw_connect(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", h.sock);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect %s: %s",
+		      h.sock, strerror(errno));
+	return fd;
+}
+
+void h_raw_send(int fd, const void *buf, size_t len)
+{
+	ck_assert_int_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+void h_raw_send_request(int fd, Feed__Request *req)
+{
+	uint8_t buf[4096];
+	size_t len = feed__request__get_packed_size(req);
+
+	ck_assert_uint_le(len, sizeof(buf));
+	feed__request__pack(req, buf);
+	h_raw_send(fd, buf, len);
+}
+
+int h_raw_recv(int fd, int timeout_ms, Feed__Reply **ret)
+{
+	static uint8_t buf[256 * 1024];
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	if (poll(&p, 1, timeout_ms) == 0)
+		return -ETIMEDOUT;
+	ssize_t n = recv(fd, buf, sizeof(buf), 0);
+	if (n == 0 || (n < 0 && errno == ECONNRESET))
+		return 0;
+	ck_assert_int_gt(n, 0);
+	*ret = feed__reply__unpack(NULL, (size_t)n, buf);
+	ck_assert_ptr_nonnull(*ret);
+	return 1;
+}
+
+void h_expect_error(int fd, uint32_t id, int code, const char *needle)
+{
+	Feed__Reply *rep = NULL;
+
+	ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
+	ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_ERROR);
+	ck_assert_uint_eq(rep->id, id);
+	ck_assert_int_eq(rep->error->code, code);
+	ck_assert_msg(strstr(rep->error->message, needle), "error '%s' lacks '%s'",
+		      rep->error->message, needle);
+	feed__reply__free_unpacked(rep, NULL);
+}
+
+void h_expect_eof(int fd)
+{
+	Feed__Reply *rep = NULL;
+	int r = h_raw_recv(fd, H_DEADLINE_MS, &rep);
+
+	if (rep)
+		feed__reply__free_unpacked(rep, NULL);
+	ck_assert_msg(r == 0, "expected the daemon to close the connection (got %d)", r);
+}
+
+void h_raw_hello(int fd)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__Hello hello = FEED__HELLO__INIT;
+	Feed__Reply *rep = NULL;
+
+	hello.client_name = "raw-test";
+	hello.min_version = 1;
+	hello.max_version = 1;
+	req.id = 1;
+	req.body_case = FEED__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	h_raw_send_request(fd, &req);
+	ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
+	ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_HELLO);
+	ck_assert_uint_eq(rep->id, 1);
+	ck_assert_uint_eq(rep->hello->version, 1);
+	feed__reply__free_unpacked(rep, NULL);
+}
+
+void h_assert_healthy(void)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+
+	int r = feed_connect(h.sock, &conn);
+	ck_assert_msg(r == 0, "connect: %s", feed_strerror(r));
+	r = feed_list_datasets(conn, &list);
+	ck_assert_msg(r == 0, "list: %s: %s", feed_strerror(r), feed_errmsg(conn));
+	ck_assert_uint_ge(list->count, 1);
+	ck_assert_uint_eq(list->datasets[0].num_samples, H_SAMPLES);
+	feed_dataset_list_free(list);
+	feed_disconnect(conn);
+}

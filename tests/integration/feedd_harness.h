@@ -1,0 +1,86 @@
+/*
+ * feedd_harness.h: what the integration tests share: a private temporary
+ * directory (mode 0755, so a child switched to nobody can reach it) holding
+ * a tiny dataset written with the format library, a real feedd started on
+ * a socket in it with its log in a file, raw SOCK_SEQPACKET helpers for
+ * sending what libfeedclient never would, and waits that poll a condition
+ * against a deadline instead of sleeping.
+ *
+ * Runs inside a Check test (forked per test): h is that process's state.
+ * A daemon started here gets SIGKILL if the test process dies first.
+ */
+#ifndef FEEDD_HARNESS_H
+#define FEEDD_HARNESS_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "feed.pb-c.h"
+
+#define H_DEADLINE_MS 20000  /* longest any wait may take (sanitizer builds are slow) */
+#define H_SAMPLES 10         /* records in the test dataset */
+
+struct h_env {
+	char dir[48];            /* the test's temporary directory */
+	char sock[100];          /* dir/feedd.sock (fits sun_path) */
+	char log[128];           /* dir/feedd.log: the daemon's stderr */
+	char data[128];          /* dir/fm: a dataset of H_SAMPLES records */
+	char bin[256];           /* $FEED_BIN */
+	pid_t pid;               /* the running daemon, 0 if none */
+};
+
+extern struct h_env h;
+
+/* Checked fixture: creates the directory and the dataset. */
+void h_setup(void);
+/* Checked fixture: stops the daemon (asserting it exits 0) and removes
+ * the directory. */
+void h_teardown(void);
+
+/* Writes a dataset of n records (image u8[4,4], label i64) at dir. */
+void h_make_dataset(const char *dir, uint64_t n);
+/* Writes text to dir/name and returns the path in a static buffer. */
+const char *h_write_file(const char *name, const char *text);
+/* Milliseconds on the monotonic clock. */
+int64_t h_now_ms(void);
+
+/* Starts FEED_BIN/<prog> with args (NULL-terminated, without argv[0]),
+ * stdout and stderr appended to log. Returns its pid. */
+pid_t h_spawn(const char *prog, const char *const *args, const char *log);
+/* Waits for pid to exit: its wait status, or -1 past timeout_ms. */
+int h_wait(pid_t pid, int timeout_ms);
+/* Starts feedd with "--socket h.sock" and args, and waits for its "ready"
+ * log line; fails the test if it exits first. */
+void h_start(const char *const *args);
+/* SIGTERMs the daemon and returns its exit code (-1: killed/timeout). */
+int h_stop(void);
+
+/* True once file contains needle (polled until the deadline). */
+bool h_file_has(const char *file, const char *needle);
+/* Like h_file_has(h.log, needle). */
+bool h_log_has(const char *needle);
+/* The whole file, NUL-terminated, in a static buffer. */
+const char *h_file_text(const char *file);
+
+/* Raw protocol. */
+int h_raw_connect(void);
+void h_raw_send(int fd, const void *buf, size_t len);
+void h_raw_send_request(int fd, Feed__Request *req);
+/* 1 with *ret set, 0 at end of stream, -ETIMEDOUT. */
+int h_raw_recv(int fd, int timeout_ms, Feed__Reply **ret);
+/* Reads one reply and asserts it is an Error with code, id, and a message
+ * containing needle. */
+void h_expect_error(int fd, uint32_t id, int code, const char *needle);
+/* Asserts the daemon closes fd. */
+void h_expect_eof(int fd);
+/* Says hello on fd and asserts the reply. */
+void h_raw_hello(int fd);
+
+/* A fresh libfeedclient connection is served: it lists the test dataset
+ * (under whatever name) first. */
+void h_assert_healthy(void);
+
+#endif

@@ -1,0 +1,27 @@
+# tests/integration: a real feedd on a private socket, spoken to through
+# libfeedclient (and raw packets), plus a check of what libfeedclient.so
+# links and exports. Included from tests/CMakeLists.txt.
+set(FEED_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
+
+add_library(feedd_harness STATIC ${FEED_IT_DIR}/feedd_harness.c)
+target_include_directories(feedd_harness PUBLIC ${FEED_IT_DIR})
+target_link_libraries(feedd_harness PUBLIC PkgConfig::CHECK feedclient feed_format feed_proto)
+
+# feed_integration_test(<name>): tests/integration/check_<name>.c
+function(feed_integration_test name)
+  add_executable(check_${name} ${FEED_IT_DIR}/check_${name}.c)
+  target_link_libraries(check_${name} PRIVATE feedd_harness)
+  add_dependencies(check_${name} feedd feedctl)
+  add_test(NAME integration_${name} COMMAND check_${name})
+  set_tests_properties(integration_${name} PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 900)
+endfunction()
+
+feed_integration_test(protocol)
+feed_integration_test(lifecycle)
+feed_integration_test(refusals)
+
+add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
+target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
+add_dependencies(check_client_elf feedclient)
+add_test(NAME integration_client_elf COMMAND check_client_elf)
+set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60)
