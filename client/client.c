@@ -138,20 +138,25 @@ static ssize_t cl_recv(struct feed_conn *conn, int flags)
 	return n;
 }
 
+/* Copies a string from the daemon, truncated, with anything but printable
+ * ASCII replaced: callers print these. */
+static void cl_copy_text(char *out, size_t cap, const char *in)
+{
+	size_t i;
+
+	for (i = 0; in[i] && i < cap - 1; i++)
+		out[i] = in[i] >= 0x20 && in[i] < 0x7f ? in[i] : '?';
+	out[i] = '\0';
+}
+
 /* An Error reply: its code (checked to be a negative errno) and message. */
 static int cl_take_error(struct feed_conn *conn, const Feed__Reply *rep)
 {
-	const Feed__Error *e = rep->error;
-	int code = e->code;
-	size_t i;
+	int code = rep->error->code;
 
 	if (code >= 0 || code < -4095)
 		return cl_bad_reply(conn, "error reply with an invalid code");
-	for (i = 0; e->message[i] && i < sizeof(conn->errmsg) - 1; i++) {
-		char ch = e->message[i];
-		conn->errmsg[i] = ch >= 0x20 && ch < 0x7f ? ch : '?';
-	}
-	conn->errmsg[i] = '\0';
+	cl_copy_text(conn->errmsg, sizeof(conn->errmsg), rep->error->message);
 	return code;
 }
 
@@ -332,8 +337,8 @@ static int cl_hello(struct feed_conn *conn)
 		return cl_bad_reply(conn, "hello answered without a version this library speaks");
 	}
 	conn->version = rep->hello->version;
-	snprintf(conn->server_version, sizeof(conn->server_version), "%s",
-		 rep->hello->server_version);
+	cl_copy_text(conn->server_version, sizeof(conn->server_version),
+		     rep->hello->server_version);
 	feed__reply__free_unpacked(rep, NULL);
 	return 0;
 }

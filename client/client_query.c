@@ -180,7 +180,9 @@ FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
 		.requests = s->requests,
 		.rejected = s->rejected,
 	};
-	snprintf(st.server_version, sizeof(st.server_version), "%s", s->server_version);
+	for (size_t i = 0; s->server_version[i] && i < sizeof(st.server_version) - 1; i++)
+		st.server_version[i] = s->server_version[i] >= 0x20 && s->server_version[i] < 0x7f
+			? s->server_version[i] : '?';
 	feed__reply__free_unpacked(rep, NULL);
 	*ret = st;
 	return 0;

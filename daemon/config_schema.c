@@ -19,11 +19,11 @@
 #define OPT (CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL)
 #define STR_MAX 4096  /* any scalar (paths, pipeline text) */
 
-static const cyaml_schema_value_t cs_string = {
+static const cyaml_schema_value_t cfg_sch_string = {
 	CYAML_VALUE_STRING(CYAML_FLAG_POINTER, char, 1, 255),
 };
 
-static const cyaml_schema_field_t cs_limits[] = {
+static const cyaml_schema_field_t cfg_sch_limits[] = {
 	CYAML_FIELD_STRING_PTR("max_connections", OPT, struct cfg_raw_limits, max_connections, 1, 64),
 	CYAML_FIELD_STRING_PTR("max_streams", OPT, struct cfg_raw_limits, max_streams, 1, 64),
 	CYAML_FIELD_STRING_PTR("max_credits", OPT, struct cfg_raw_limits, max_credits, 1, 64),
@@ -31,64 +31,64 @@ static const cyaml_schema_field_t cs_limits[] = {
 	CYAML_FIELD_END,
 };
 
-static const cyaml_schema_field_t cs_dataset[] = {
+static const cyaml_schema_field_t cfg_sch_dataset[] = {
 	CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, struct cfg_raw_dataset, name, 1, 255),
 	CYAML_FIELD_STRING_PTR("path", CYAML_FLAG_POINTER, struct cfg_raw_dataset, path, 1, STR_MAX),
-	CYAML_FIELD_SEQUENCE("allow_users", OPT, struct cfg_raw_dataset, allow_users, &cs_string,
+	CYAML_FIELD_SEQUENCE("allow_users", OPT, struct cfg_raw_dataset, allow_users, &cfg_sch_string,
 			     0, 1024),
-	CYAML_FIELD_SEQUENCE("allow_groups", OPT, struct cfg_raw_dataset, allow_groups, &cs_string,
+	CYAML_FIELD_SEQUENCE("allow_groups", OPT, struct cfg_raw_dataset, allow_groups, &cfg_sch_string,
 			     0, 1024),
 	CYAML_FIELD_END,
 };
 
-static const cyaml_schema_value_t cs_dataset_v = {
-	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_dataset, cs_dataset),
+static const cyaml_schema_value_t cfg_sch_dataset_v = {
+	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_dataset, cfg_sch_dataset),
 };
 
-static const cyaml_schema_field_t cs_pipeline[] = {
+static const cyaml_schema_field_t cfg_sch_pipeline[] = {
 	CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, struct cfg_raw_pipeline, name, 1, 255),
 	CYAML_FIELD_STRING_PTR("ops", CYAML_FLAG_POINTER, struct cfg_raw_pipeline, ops, 1, STR_MAX),
 	CYAML_FIELD_END,
 };
 
-static const cyaml_schema_value_t cs_pipeline_v = {
-	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_pipeline, cs_pipeline),
+static const cyaml_schema_value_t cfg_sch_pipeline_v = {
+	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_pipeline, cfg_sch_pipeline),
 };
 
-static const cyaml_schema_field_t cs_top[] = {
+static const cyaml_schema_field_t cfg_sch_top[] = {
 	CYAML_FIELD_STRING_PTR("socket", OPT, struct cfg_raw, socket, 1, STR_MAX),
 	CYAML_FIELD_STRING_PTR("socket_group", OPT, struct cfg_raw, socket_group, 1, 255),
 	CYAML_FIELD_STRING_PTR("workers", OPT, struct cfg_raw, workers, 1, 64),
 	CYAML_FIELD_STRING_PTR("cache_bytes", OPT, struct cfg_raw, cache_bytes, 1, 64),
 	CYAML_FIELD_STRING_PTR("log_level", OPT, struct cfg_raw, log_level, 1, 64),
-	CYAML_FIELD_MAPPING("limits", CYAML_FLAG_OPTIONAL, struct cfg_raw, limits, cs_limits),
-	CYAML_FIELD_SEQUENCE("datasets", OPT, struct cfg_raw, datasets, &cs_dataset_v, 0,
+	CYAML_FIELD_MAPPING("limits", CYAML_FLAG_OPTIONAL, struct cfg_raw, limits, cfg_sch_limits),
+	CYAML_FIELD_SEQUENCE("datasets", OPT, struct cfg_raw, datasets, &cfg_sch_dataset_v, 0,
 			     CFG_MAX_DATASETS),
-	CYAML_FIELD_SEQUENCE("pipelines", OPT, struct cfg_raw, pipelines, &cs_pipeline_v, 0,
+	CYAML_FIELD_SEQUENCE("pipelines", OPT, struct cfg_raw, pipelines, &cfg_sch_pipeline_v, 0,
 			     CFG_MAX_PIPELINES),
 	CYAML_FIELD_END,
 };
 
-static const cyaml_schema_value_t cs_top_v = {
-	CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, struct cfg_raw, cs_top),
+static const cyaml_schema_value_t cfg_sch_top_v = {
+	CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, struct cfg_raw, cfg_sch_top),
 };
 
 /* ------------------------------------------------------------------ */
 /* libcyaml's log: the first message, then "Backtrace:" and frames,
  * innermost first ("  in mapping field 'x' (line: 3, column: 5)"). */
 
-#define CS_FRAMES 16
+#define CFG_SCH_FRAMES 16
 
-struct cs_log {
+struct cfg_sch_log {
 	char msg[256];
-	char frames[CS_FRAMES][128];
+	char frames[CFG_SCH_FRAMES][128];
 	int nframes;
 	bool in_trace;
 };
 
-static void cs_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list ap)
+static void cfg_sch_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list ap)
 {
-	struct cs_log *lg = ctx;
+	struct cfg_sch_log *lg = ctx;
 	char line[256];
 
 	if (level < CYAML_LOG_ERROR)
@@ -99,7 +99,7 @@ static void cs_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list ap)
 	if (!strcmp(s, "Backtrace:")) {
 		lg->in_trace = true;
 	} else if (lg->in_trace && !strncmp(s, "  in ", 5)) {
-		if (lg->nframes < CS_FRAMES)
+		if (lg->nframes < CFG_SCH_FRAMES)
 			snprintf(lg->frames[lg->nframes++], sizeof(lg->frames[0]), "%s", s + 5);
 	} else if (!lg->msg[0]) {
 		snprintf(lg->msg, sizeof(lg->msg), "%s", s);
@@ -108,7 +108,7 @@ static void cs_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list ap)
 
 /* Appends frame f ("mapping field 'k' (...)", "sequence entry '2' (...)")
  * to path; libcyaml counts sequence entries from 1. */
-static void cs_frame_path(const char *f, char *path, size_t cap)
+static void cfg_sch_frame_path(const char *f, char *path, size_t cap)
 {
 	char name[100];
 	unsigned idx;
@@ -120,13 +120,13 @@ static void cs_frame_path(const char *f, char *path, size_t cap)
 		snprintf(path + n, cap - n, "[%u]", idx - 1);
 }
 
-static unsigned cs_frame_line(const char *f)
+static unsigned cfg_sch_frame_line(const char *f)
 {
 	const char *l = strstr(f, "(line: ");
 	return l ? (unsigned)strtoul(l + 7, NULL, 10) : 0;
 }
 
-static const char *cs_event_name(const char *ev)
+static const char *cfg_sch_event_name(const char *ev)
 {
 	if (!strncmp(ev, "MAPPING", 7))
 		return "a mapping";
@@ -139,7 +139,7 @@ static const char *cs_event_name(const char *ev)
 
 /* Rewrites libcyaml's message into words of this config; may extend the
  * path with the key it names. */
-static void cs_what(const char *msg, char *path, size_t cap, char *what, size_t what_cap)
+static void cfg_sch_what(const char *msg, char *path, size_t cap, char *what, size_t what_cap)
 {
 	char a[100], b[100];
 	size_t n = strlen(path);
@@ -154,7 +154,7 @@ static void cs_what(const char *msg, char *path, size_t cap, char *what, size_t 
 		snprintf(what, what_cap, "duplicate key");
 	} else if (sscanf(msg, "Expecting %99[A-Z], got event: %99s", a, b) == 2) {
 		snprintf(what, what_cap, "expected %s, got %s",
-			 !strcmp(a, "STRING") ? "a scalar" : cs_event_name(a), cs_event_name(b));
+			 !strcmp(a, "STRING") ? "a scalar" : cfg_sch_event_name(a), cfg_sch_event_name(b));
 	} else if (sscanf(msg, "STRING length < %u", &len) == 1) {
 		snprintf(what, what_cap, "must not be empty");
 	} else if (sscanf(msg, "STRING length > %u", &len) == 1) {
@@ -164,7 +164,7 @@ static void cs_what(const char *msg, char *path, size_t cap, char *what, size_t 
 	}
 }
 
-static int cs_error(const struct cs_log *lg, cyaml_err_t e, const char *text, size_t len,
+static int cfg_sch_error(const struct cfg_sch_log *lg, cyaml_err_t e, const char *text, size_t len,
 		    const char *file, struct feed_err *err)
 {
 	char path[512] = "", what[300];
@@ -179,10 +179,10 @@ static int cs_error(const struct cs_log *lg, cyaml_err_t e, const char *text, si
 	    !strncmp(lg->frames[0], "mapping field", 13))
 		frames--;
 	for (int i = lg->nframes - 1; i >= lg->nframes - frames; i--)
-		cs_frame_path(lg->frames[i], path, sizeof(path));
+		cfg_sch_frame_path(lg->frames[i], path, sizeof(path));
 	if (lg->nframes - frames < lg->nframes)
-		line = cs_frame_line(lg->frames[lg->nframes - frames]);
-	cs_what(lg->msg[0] ? lg->msg : cyaml_strerror(e), path, sizeof(path), what, sizeof(what));
+		line = cfg_sch_frame_line(lg->frames[lg->nframes - frames]);
+	cfg_sch_what(lg->msg[0] ? lg->msg : cyaml_strerror(e), path, sizeof(path), what, sizeof(what));
 	/* A duplicate key is wrong where it is repeated, not where it began. */
 	unsigned exact = cfg_yaml_line(text, len, path, strstr(lg->msg, "already seen"));
 	if (exact)
@@ -197,9 +197,9 @@ static int cs_error(const struct cs_log *lg, cyaml_err_t e, const char *text, si
 int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
 		 struct feed_err *err)
 {
-	struct cs_log lg = {.nframes = 0};
+	struct cfg_sch_log lg = {.nframes = 0};
 	const cyaml_config_t cc = {
-		.log_fn = cs_log_fn,
+		.log_fn = cfg_sch_log_fn,
 		.log_ctx = &lg,
 		.mem_fn = cyaml_mem,
 		.log_level = CYAML_LOG_ERROR,
@@ -207,9 +207,9 @@ int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char 
 	};
 	cyaml_data_t *data = NULL;
 
-	cyaml_err_t e = cyaml_load_data((const uint8_t *)text, len, &cc, &cs_top_v, &data, NULL);
+	cyaml_err_t e = cyaml_load_data((const uint8_t *)text, len, &cc, &cfg_sch_top_v, &data, NULL);
 	if (e != CYAML_OK)
-		return cs_error(&lg, e, text, len, file, err);
+		return cfg_sch_error(&lg, e, text, len, file, err);
 	*ret = data;
 	return 0;
 }
@@ -219,5 +219,5 @@ void cfg_raw_free(struct cfg_raw *raw)
 	const cyaml_config_t cc = {.mem_fn = cyaml_mem, .log_level = CYAML_LOG_ERROR};
 
 	if (raw)
-		cyaml_free(&cc, &cs_top_v, raw, 0);
+		cyaml_free(&cc, &cfg_sch_top_v, raw, 0);
 }

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <yaml.h>
 
-#define YP_PATH_MAX 512
-#define YP_DEPTH_MAX 64
+#define CFG_WALK_PATH_MAX 512
+#define CFG_WALK_DEPTH_MAX 64
 
 int cfg_yaml_check(const char *text, size_t len, unsigned *ret_line, unsigned *ret_col,
 		   char *msg, size_t msg_cap)
@@ -44,25 +44,25 @@ int cfg_yaml_check(const char *text, size_t len, unsigned *ret_line, unsigned *r
 }
 
 /* One open mapping or sequence while walking. */
-struct yp_frame {
+struct cfg_walk_frame {
 	bool is_map;
 	bool want_key;   /* mapping: the next node is a key */
 	unsigned index;  /* sequence: the next entry's index */
 	size_t base;     /* path length of the collection itself */
 };
 
-struct yp_walk {
-	char path[YP_PATH_MAX];
+struct cfg_walk {
+	char path[CFG_WALK_PATH_MAX];
 	size_t len;
-	struct yp_frame st[YP_DEPTH_MAX];
+	struct cfg_walk_frame st[CFG_WALK_DEPTH_MAX];
 	int depth;       /* frames in st; 0 at document level */
 };
 
 /* Extends the path for a node that starts now; returns false if a mapping
  * key was consumed (a key is not a node of its own). */
-static bool yp_enter(struct yp_walk *w, const yaml_event_t *ev)
+static bool cfg_walk_enter(struct cfg_walk *w, const yaml_event_t *ev)
 {
-	struct yp_frame *f = w->depth ? &w->st[w->depth - 1] : NULL;
+	struct cfg_walk_frame *f = w->depth ? &w->st[w->depth - 1] : NULL;
 	int n = 0;
 
 	if (f && f->is_map && f->want_key) {
@@ -84,9 +84,9 @@ static bool yp_enter(struct yp_walk *w, const yaml_event_t *ev)
 }
 
 /* A value finished: back to the parent's path, which wants a key next. */
-static void yp_leave(struct yp_walk *w)
+static void cfg_walk_leave(struct cfg_walk *w)
 {
-	struct yp_frame *f = w->depth ? &w->st[w->depth - 1] : NULL;
+	struct cfg_walk_frame *f = w->depth ? &w->st[w->depth - 1] : NULL;
 
 	if (!f)
 		return;
@@ -97,24 +97,24 @@ static void yp_leave(struct yp_walk *w)
 }
 
 /* Feeds one event; returns true when the node or key at target starts. */
-static bool yp_step(struct yp_walk *w, const yaml_event_t *ev, const char *target)
+static bool cfg_walk_step(struct cfg_walk *w, const yaml_event_t *ev, const char *target)
 {
 	bool hit;
 
 	switch (ev->type) {
 	case YAML_SCALAR_EVENT:
 	case YAML_ALIAS_EVENT:
-		if (!yp_enter(w, ev))
+		if (!cfg_walk_enter(w, ev))
 			return !strcmp(w->path, target);
 		hit = !strcmp(w->path, target);
-		yp_leave(w);
+		cfg_walk_leave(w);
 		return hit;
 	case YAML_MAPPING_START_EVENT:
 	case YAML_SEQUENCE_START_EVENT:
-		yp_enter(w, ev);
+		cfg_walk_enter(w, ev);
 		hit = !strcmp(w->path, target);
-		if (w->depth < YP_DEPTH_MAX)
-			w->st[w->depth++] = (struct yp_frame){
+		if (w->depth < CFG_WALK_DEPTH_MAX)
+			w->st[w->depth++] = (struct cfg_walk_frame){
 				.is_map = ev->type == YAML_MAPPING_START_EVENT,
 				.want_key = true,
 				.base = w->len,
@@ -124,7 +124,7 @@ static bool yp_step(struct yp_walk *w, const yaml_event_t *ev, const char *targe
 	case YAML_SEQUENCE_END_EVENT:
 		if (w->depth)
 			w->depth--;
-		yp_leave(w);
+		cfg_walk_leave(w);
 		return false;
 	default:
 		return false;
@@ -135,7 +135,7 @@ unsigned cfg_yaml_line(const char *text, size_t len, const char *path, bool last
 {
 	yaml_parser_t p;
 	yaml_event_t ev;
-	struct yp_walk w = {.len = 0};
+	struct cfg_walk w = {.len = 0};
 	unsigned line = 0;
 
 	if (!yaml_parser_initialize(&p))
@@ -143,7 +143,7 @@ unsigned cfg_yaml_line(const char *text, size_t len, const char *path, bool last
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
 	while ((last || !line) && yaml_parser_parse(&p, &ev)) {
 		bool end = ev.type == YAML_STREAM_END_EVENT;
-		if (yp_step(&w, &ev, path))
+		if (cfg_walk_step(&w, &ev, path))
 			line = (unsigned)ev.start_mark.line + 1;
 		yaml_event_delete(&ev);
 		if (end)

@@ -93,22 +93,38 @@ int main(int argc, char **argv)
 	int timeout = FEED_DEFAULT_TIMEOUT_MS, opt;
 
 	while ((opt = getopt_long(argc, argv, "s:t:h", opts, NULL)) != -1) {
-		if (opt == 's')
+		switch (opt) {
+		case 's':
 			path = optarg;
-		else if (opt == 't' && (timeout = atoi(optarg)) > 0)
-			continue;
-		else
-			return fputs(usage, opt == 'h' ? stdout : stderr), opt == 'h' ? 0 : 2;
+			break;
+		case 't':
+			timeout = atoi(optarg);
+			if (timeout <= 0) {
+				fprintf(stderr, "feedctl: --timeout %s: not a positive number\n", optarg);
+				return 2;
+			}
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			fputs(usage, stderr);
+			return 2;
+		}
 	}
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	int nargs = argc - optind;
 	if (!cmd || !((!strcmp(cmd, "status") && nargs == 1) ||
-		      (!strcmp(cmd, "datasets") && nargs <= 2)))
-		return fputs(usage, stderr), 2;
+		      (!strcmp(cmd, "datasets") && nargs <= 2))) {
+		fputs(usage, stderr);
+		return 2;
+	}
 
 	struct feed_conn *conn;
-	if (feed_conn_new(&conn) < 0)
-		return fprintf(stderr, "feedctl: out of memory\n"), 1;
+	if (feed_conn_new(&conn) < 0) {
+		fprintf(stderr, "feedctl: out of memory\n");
+		return 1;
+	}
 	feed_conn_set_timeout(conn, timeout);
 	int r = feed_conn_open(conn, path);
 	int rc = r < 0 ? fail(conn, r, "connect")
