@@ -39,7 +39,6 @@ struct srv {
 	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
 };
 
-
 static void srv_on_conn_io(uv_poll_t *h, int status, int events);
 static void srv_listen_resume(struct srv *s);
 
@@ -94,7 +93,9 @@ void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close)
 		c->out = buf;
 		c->out_len = len;
 		c->close_after_out = then_close;
-		srv_poll(c, UV_WRITABLE | UV_DISCONNECT);
+		/* Writable only: a half-closed peer must not keep waking us with
+		 * RDHUP while the reply waits; a gone one shows as writable. */
+		srv_poll(c, UV_WRITABLE);
 		return;
 	}
 	free(buf);
@@ -149,9 +150,9 @@ static void srv_on_conn_io(uv_poll_t *h, int status, int events)
 		srv_conn_close(c, uv_strerror(status));
 		return;
 	}
-	if ((events & UV_WRITABLE) && c->out)
+	if (c->out)
 		srv_flush(c);
-	else if (!c->out)
+	else
 		srv_read(c);  /* also on UV_DISCONNECT: reading finds the end */
 }
 
