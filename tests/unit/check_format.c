@@ -256,12 +256,12 @@ START_TEST(test_format_checksum_mismatch_names_block)
 		off += m.comp_size;
 	}
 	ck_assert_int_eq(fmt_dataset_block_meta(ds, 3, &m), 0);
-	const struct fmt_info *in = fmt_dataset_info(ds);
-	void *comp = malloc(in->max_block_comp), *raw = malloc(in->max_block_raw);
 	fmt_dataset_close(ds);
 	shard_poke(dir, (off_t)(off + m.comp_size / 2), -1);
 
 	ck_assert_msg(fmt_dataset_open(dir, &ds, &err) == 0, "%s", err.msg);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	void *comp = malloc(in->max_block_comp), *raw = malloc(in->max_block_raw);
 	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
 	struct fmt_block blk;
 	ck_assert_int_eq(fmt_block_read(ds, 2, dec, comp, in->max_block_comp, raw, in->max_block_raw,
