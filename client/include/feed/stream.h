@@ -1,0 +1,141 @@
+/*
+ * feed/stream.h: batches from feedd (libfeedclient, part 2).
+ *
+ * A stream delivers batches of a dataset through shared memory: the daemon
+ * builds each batch straight into a slot of a region mapped here, and
+ * feed_next() hands the caller a view of it with no copy and no message on
+ * the socket. The caller grants `credits`: at most that many batches are
+ * built and not yet released; feed_release() gives a slot back.
+ *
+ * Return codes: 0 (or the FEED_END_* values where stated) on success, a
+ * negative errno-style code on failure; feed_errmsg(conn) has the detail.
+ *
+ * Threads: one thread at a time calls feed_next() and feed_stream_close()
+ * on a stream; feed_release() may be called from any thread, concurrently
+ * with feed_next() (e.g. from a garbage collector). Streams of one
+ * connection share it: serialise calls that use the connection
+ * (feed_stream_open, feed_stream_close) with its other calls.
+ *
+ * Never prints, never exits, never raises a signal in the host: every
+ * region is checked (magic, version, seals, sizes) before it is used, and a
+ * daemon that dies makes calls fail, not crash.
+ */
+#ifndef FEED_STREAM_H_PUBLIC
+#define FEED_STREAM_H_PUBLIC
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FEED_ORDER_SEQUENTIAL 0
+#define FEED_ORDER_FULL 1
+#define FEED_ORDER_BLOCK_WINDOW 2
+
+/* feed_next() results besides 0 (a batch) */
+#define FEED_END_OF_EPOCH 1   /* every batch of the epoch was returned */
+#define FEED_END_OF_STREAM 2  /* every requested epoch was returned */
+
+/* What to open. Zero-initialise, then set what you need. */
+struct feed_stream_opts {
+	const char *dataset;      /* required: a name from feed_list_datasets() */
+	uint32_t batch;           /* required: samples per batch */
+	uint32_t credits;         /* batches built ahead and held; 0 = 4 */
+	uint64_t epochs;          /* 0 = until closed */
+	bool drop_last;           /* no partial/padded last batch */
+	uint64_t seed;            /* order and augmentation randomness */
+	int order;                /* FEED_ORDER_* */
+	uint32_t window;          /* FEED_ORDER_BLOCK_WINDOW: blocks per window */
+	uint32_t rank, world;     /* this process's share; world 0 = 1 */
+	bool eval;                /* sequential, each sample once across ranks */
+	const char *pipeline;     /* "random_crop(size=28, pad=2) | hflip(p=0.5)",
+				   * a configured pipeline's name, or NULL */
+	uint64_t start_epoch;     /* first batch to deliver */
+	uint64_t start_batch;
+};
+
+/* Facts about an open stream; owned by it, valid until it is closed. */
+struct feed_stream_info {
+	uint32_t id;
+	uint32_t num_fields;
+	const struct feed_field *fields;  /* each batch's fields, sample axis not
+					   * included in shape */
+	uint64_t batches_per_epoch;       /* for this rank */
+	uint64_t start_epoch, start_batch;
+	uint32_t credits;
+	uint32_t batch;
+	const char *pipeline;             /* canonical text */
+	uint64_t pipeline_hash;
+	const char *dataset_version;
+	const char *note;                 /* advice from the daemon, may be "" */
+};
+
+/* One field of a batch: a view into shared memory. */
+struct feed_view {
+	void *data;               /* writable for a stream's only reader */
+	size_t bytes;             /* bytes at data */
+	int dtype;                /* feed.proto DType */
+	uint32_t rank;            /* entries of shape; shape[0] = samples */
+	uint64_t shape[FEED_MAX_RANK]; /* variable fields: shape[1] = 0 */
+	const uint64_t *ends;     /* variable fields: shape[0]+1 byte offsets
+				   * into data, sample i is ends[i]..ends[i+1];
+				   * NULL for fixed fields */
+};
+
+struct feed_stream;
+struct feed_batch;
+
+/* Opens a stream on conn. Blocks up to the connection's timeout while the
+ * daemon creates the regions. *ret is freed by feed_stream_close(); conn
+ * must outlive it. Errors: -EINVAL naming the option, -ENOENT (dataset),
+ * -EACCES, -EUSERS/-ENOSPC (a per-user limit, named), -ENOSPC (shared
+ * memory short in the daemon), -EPROTO (regions failed their checks), and
+ * those of feed_list_datasets(). */
+FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
+			      struct feed_stream **ret);
+
+FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st);
+
+/* Waits up to timeout_ms (-1: forever, 0: poll) for the next batch.
+ * Returns 0 with *ret set, FEED_END_OF_EPOCH or FEED_END_OF_STREAM (once
+ * each, *ret untouched), or: -ETIMEDOUT; -ENOBUFS when every credit is held
+ * by batches not yet released (release one first); -ECONNRESET when the
+ * daemon went away; the daemon's code when it stopped the stream (e.g.
+ * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
+ * Does not block when a batch is ready. */
+FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
+
+/* Position and content of a batch; valid until it is released. */
+FEED_API uint64_t feed_batch_epoch(const struct feed_batch *b);
+FEED_API uint64_t feed_batch_index(const struct feed_batch *b);   /* within the epoch */
+FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
+FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
+FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-around repeats */
+
+/* View of field i (0 .. num_fields-1). Returns 0 or -EINVAL. */
+FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret);
+
+/* Gives the batch's slot back to the daemon; b is invalid afterwards, and
+ * so is every view of it. Any thread. Returns 0, or -EINVAL for a batch
+ * already released. */
+FEED_API int feed_release(struct feed_batch *b);
+
+/* The eventfd that becomes readable when a batch may be ready, for callers
+ * with their own event loop. Owned by the stream. */
+FEED_API int feed_stream_fd(const struct feed_stream *st);
+
+/* Tells the daemon, unmaps and frees. Batches not released are released.
+ * Accepts NULL. Returns 0 or the error of telling the daemon (the stream
+ * is freed anyway). */
+FEED_API int feed_stream_close(struct feed_stream *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
