@@ -1,0 +1,9 @@
+# daemon/core.cmake: feed_core, the pure computational core of streams:
+# order and partition (order.c), pipeline parsing and planning
+# (pipeline.c), per-sample augmentation (augment.c), the Philox generator
+# (philox.h). No libuv, no sockets: the daemon and unit tests link it.
+# Included from the top-level CMakeLists.txt, so paths are spelled out.
+set(FEED_CORE_DIR ${CMAKE_SOURCE_DIR}/daemon)
+add_library(feed_core STATIC ${FEED_CORE_DIR}/order.c)
+target_include_directories(feed_core PUBLIC ${FEED_CORE_DIR})
+target_link_libraries(feed_core PUBLIC feed_format)

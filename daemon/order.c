@@ -1,0 +1,341 @@
+/*
+ * order.c: keyed permutations of an epoch and their partition over ranks
+ * (see order.h for the semantics).
+ *
+ * Owns: the Feistel network with cycle walking, key derivation from
+ * (version, seed, epoch), the block-window position table, and the batch
+ * arithmetic of drop_last / padding / eval.
+ *
+ * Threads: init/fini on the caller's thread; queries on any thread (the
+ * epoch is immutable). Never blocks, never does I/O, never allocates
+ * outside ord_epoch_init_at().
+ */
+#include "order.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ORD_GOLDEN 0x9E3779B97F4A7C15ull
+/* Domain tags: the three networks of an epoch never share keys. */
+#define ORD_DOMAIN_FULL 0x46554c4cull  /* "FULL" */
+#define ORD_DOMAIN_BLOCK 0x424c4b53ull /* "BLKS" */
+#define ORD_DOMAIN_WIN 0x57494e44ull   /* "WIND" */
+
+/* murmur3's 64-bit finaliser: a bijection with full avalanche. */
+static inline uint64_t ord_fmix64(uint64_t h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return h;
+}
+
+static inline uint64_t ord_mask(uint32_t bits)
+{
+	return bits >= 64 ? ~0ull : (1ull << bits) - 1;
+}
+
+/* Bits of the smallest power of two >= n, at least 2 (both halves >= 1). */
+static uint32_t ord_bits_for(uint64_t n)
+{
+	uint32_t b = 2;
+
+	while (b < 64 && (1ull << b) < n)
+		b++;
+	return b;
+}
+
+/* Base key of (version, seed, epoch, domain). */
+static uint64_t ord_base_key(const struct ord_spec *s, uint64_t epoch, uint64_t domain)
+{
+	uint64_t h = ord_fmix64(s->seed ^ 0x6a09e667f3bcc908ull);
+	size_t len = strnlen(s->version, sizeof(s->version));
+
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t w = 0;
+		size_t k = len - i < 8 ? len - i : 8;
+		memcpy(&w, s->version + i, k);
+		h = ord_fmix64(h ^ w) + ORD_GOLDEN;
+	}
+	h = ord_fmix64(h ^ len);
+	h = ord_fmix64(h ^ (epoch * ORD_GOLDEN + 0xbb67ae8584caa73bull));
+	return ord_fmix64(h ^ domain);
+}
+
+static void ord_round_keys(uint64_t base, uint64_t rk[ORD_ROUNDS])
+{
+	for (uint32_t r = 0; r < ORD_ROUNDS; r++)
+		rk[r] = ord_fmix64(base + (r + 1) * ORD_GOLDEN);
+}
+
+/*
+ * One pass of the network over `bits` bits. The state is (L, R) with R the
+ * low rb bits; each round maps (L, R) -> (R, L ^ F(R)), so the widths of the
+ * two halves swap every round (an unbalanced Feistel when bits is odd).
+ * Every round is invertible, so the pass is a permutation of [0, 2^bits).
+ */
+static uint64_t ord_feistel(uint64_t x, uint32_t bits, const uint64_t rk[ORD_ROUNDS],
+			    uint64_t tweak)
+{
+	uint32_t lb = bits / 2, rb = bits - lb;
+	uint64_t l = x >> rb, r = x & ord_mask(rb);
+
+	for (uint32_t i = 0; i < ORD_ROUNDS; i++) {
+		uint64_t f = ord_fmix64(r ^ rk[i] ^ tweak) & ord_mask(lb);
+		uint64_t nr = l ^ f;
+		l = r;
+		r = nr;
+		uint32_t t = lb;
+		lb = rb;
+		rb = t;
+	}
+	return (l << rb) | r;
+}
+
+/* Cycle walking: a permutation of [0, n) from one of [0, 2^bits). */
+static uint64_t ord_perm(uint64_t x, uint64_t n, uint32_t bits, const uint64_t rk[ORD_ROUNDS],
+			 uint64_t tweak)
+{
+	assert(x < n);
+	if (n <= 1)
+		return 0;
+	do
+		x = ord_feistel(x, bits, rk, tweak);
+	while (x >= n);
+	return x;
+}
+
+/* Last j in [lo, hi) with tab[j] <= p (tab nondecreasing, tab[lo] <= p). */
+static uint64_t ord_search(const uint64_t *tab, uint64_t lo, uint64_t hi, uint64_t p)
+{
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (tab[mid] <= p)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static uint64_t ord_block_of_slot(const struct ord_epoch *e, uint64_t slot)
+{
+	return ord_perm(slot, e->spec.nblocks, e->bits_blocks, e->rk_block, 0);
+}
+
+static uint64_t ord_window_tweak(const struct ord_epoch *e, uint64_t w)
+{
+	return ord_fmix64(w * ORD_GOLDEN + e->rk_win[0]);
+}
+
+/* Block-window lookup: window of p, permuted offset inside it, then the
+ * permuted block slot holding that offset. */
+static uint64_t ord_permute_window(const struct ord_epoch *e, uint64_t p)
+{
+	const uint64_t *ss = e->slot_start;
+	uint64_t nb = e->spec.nblocks, win = e->spec.window;
+	uint64_t w = ord_search(ss, 0, nb, p) / win;
+	uint64_t j0 = w * win, j1 = j0 + win < nb ? j0 + win : nb;
+	uint64_t ws = ss[j0], size = ss[j1] - ws;
+	uint64_t q = ord_perm(p - ws, size, ord_bits_for(size), e->rk_win,
+			      ord_window_tweak(e, w));
+	uint64_t p2 = ws + q;
+	uint64_t j = ord_search(ss, j0, j1, p2);
+	uint64_t b = ord_block_of_slot(e, j);
+
+	return e->spec.block_first[b] + (p2 - ss[j]);
+}
+
+uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos)
+{
+	assert(pos < e->spec.n);
+	if (e->spec.eval)
+		return pos;
+	switch (e->spec.mode) {
+	case ORD_FULL:
+		return ord_perm(pos, e->spec.n, e->bits_n, e->rk_full, 0);
+	case ORD_BLOCK_WINDOW:
+		return ord_permute_window(e, pos);
+	case ORD_SEQUENTIAL:
+	default:
+		return pos;
+	}
+}
+
+static int ord_check_blocks(const struct ord_spec *s, struct feed_err *err)
+{
+	if (!s->block_first || s->nblocks == 0 || s->nblocks > ORD_MAX_BLOCKS)
+		return feed_err_set(err, -EINVAL, "order: block-window needs 1..%llu blocks, got %llu",
+				    (unsigned long long)ORD_MAX_BLOCKS,
+				    (unsigned long long)(s->block_first ? s->nblocks : 0));
+	if (s->window == 0)
+		return feed_err_set(err, -EINVAL, "order: window must be >= 1 block");
+	if (s->block_first[0] != 0 || s->block_first[s->nblocks] != s->n)
+		return feed_err_set(err, -EINVAL,
+				    "order: block table spans [%llu, %llu), dataset has %llu samples",
+				    (unsigned long long)s->block_first[0],
+				    (unsigned long long)s->block_first[s->nblocks],
+				    (unsigned long long)s->n);
+	for (uint64_t b = 0; b < s->nblocks; b++)
+		if (s->block_first[b + 1] < s->block_first[b])
+			return feed_err_set(err, -EINVAL, "order: block %llu starts before block %llu",
+					    (unsigned long long)b + 1, (unsigned long long)b);
+	return 0;
+}
+
+static int ord_check_spec(const struct ord_spec *s, struct feed_err *err)
+{
+	if (s->n == 0 || s->n > ORD_MAX_SAMPLES)
+		return feed_err_set(err, -EINVAL, "order: dataset size %llu out of range [1, 2^62]",
+				    (unsigned long long)s->n);
+	if (s->world == 0 || s->rank >= s->world)
+		return feed_err_set(err, -EINVAL, "order: rank %u not in world of %u", s->rank,
+				    s->world);
+	if (s->batch == 0)
+		return feed_err_set(err, -EINVAL, "order: batch size must be >= 1");
+	if (s->mode != ORD_SEQUENTIAL && s->mode != ORD_FULL && s->mode != ORD_BLOCK_WINDOW)
+		return feed_err_set(err, -EINVAL, "order: unknown mode %d", (int)s->mode);
+	if (s->mode == ORD_BLOCK_WINDOW && !s->eval)
+		return ord_check_blocks(s, err);
+	return 0;
+}
+
+/* The permuted blocks' start positions: slot j holds block perm(j). */
+static int ord_build_slots(struct ord_epoch *e, struct feed_err *err)
+{
+	uint64_t nb = e->spec.nblocks, pos = 0;
+
+	e->slot_start = malloc((nb + 1) * sizeof(uint64_t));
+	if (!e->slot_start)
+		return feed_err_set(err, -ENOMEM, "order: no memory for %llu block positions",
+				    (unsigned long long)nb);
+	for (uint64_t j = 0; j < nb; j++) {
+		uint64_t b = ord_block_of_slot(e, j);
+		e->slot_start[j] = pos;
+		pos += e->spec.block_first[b + 1] - e->spec.block_first[b];
+	}
+	e->slot_start[nb] = pos;
+	assert(pos == e->spec.n);
+	return 0;
+}
+
+/* Batches and samples of this rank for layout start S. */
+static void ord_layout(struct ord_epoch *e)
+{
+	const struct ord_spec *s = &e->spec;
+	uint64_t n = s->n, st = e->start, rb = (uint64_t)s->world * s->batch;
+
+	if (s->eval) {
+		uint64_t first = st + s->rank;
+		e->rank_count = first < n ? (n - first + s->world - 1) / s->world : 0;
+		e->batches = (e->rank_count + s->batch - 1) / s->batch;
+		return;
+	}
+	uint64_t rem = st < n ? n - st : 0;
+	e->batches = s->drop_last ? rem / rb : (rem + rb - 1) / rb;
+	e->rank_count = e->batches * s->batch;
+}
+
+int ord_epoch_init_at(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
+		      uint64_t start, struct feed_err *err)
+{
+	memset(e, 0, sizeof(*e));
+	int rc = ord_check_spec(s, err);
+	if (rc < 0)
+		return rc;
+	e->spec = *s;
+	e->epoch = epoch;
+	e->start = start < s->n ? start : s->n;
+	e->bits_n = ord_bits_for(s->n);
+	ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_FULL), e->rk_full);
+	if (s->mode == ORD_BLOCK_WINDOW && !s->eval) {
+		e->bits_blocks = ord_bits_for(s->nblocks);
+		ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_BLOCK), e->rk_block);
+		ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_WIN), e->rk_win);
+		rc = ord_build_slots(e, err);
+		if (rc < 0) {
+			ord_epoch_fini(e);
+			return rc;
+		}
+	}
+	ord_layout(e);
+	return 0;
+}
+
+int ord_epoch_init(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
+		   struct feed_err *err)
+{
+	return ord_epoch_init_at(e, s, epoch, 0, err);
+}
+
+void ord_epoch_fini(struct ord_epoch *e)
+{
+	if (!e)
+		return;
+	free(e->slot_start);
+	memset(e, 0, sizeof(*e));
+}
+
+uint64_t ord_batches_per_epoch(const struct ord_epoch *e)
+{
+	return e->batches;
+}
+
+uint32_t ord_batch_size(const struct ord_epoch *e, uint64_t batch)
+{
+	if (batch >= e->batches)
+		return 0;
+	uint64_t left = e->rank_count - batch * e->spec.batch;
+	return left < e->spec.batch ? (uint32_t)left : e->spec.batch;
+}
+
+uint64_t ord_global_position(const struct ord_epoch *e, uint64_t batch, uint32_t i)
+{
+	assert(batch < e->batches && i < ord_batch_size(e, batch));
+	return e->start + (batch * e->spec.batch + i) * e->spec.world + e->spec.rank;
+}
+
+uint64_t ord_sample(const struct ord_epoch *e, uint64_t batch, uint32_t i)
+{
+	uint64_t g = ord_global_position(e, batch, i);
+
+	return ord_permute(e, g < e->spec.n ? g : g % e->spec.n);
+}
+
+uint64_t ord_position_of(const struct ord_epoch *e, uint64_t batch)
+{
+	return e->start + batch * e->spec.batch * e->spec.world;
+}
+
+int ord_batch_at_position(const struct ord_epoch *e, uint64_t pos, uint64_t *ret_batch)
+{
+	uint64_t rb = (uint64_t)e->spec.batch * e->spec.world;
+
+	if (pos < e->start || (pos - e->start) % rb)
+		return -EINVAL;
+	uint64_t b = (pos - e->start) / rb;
+	if (b > e->batches)
+		return -ERANGE;
+	*ret_batch = b;
+	return 0;
+}
+
+void ord_window_of(const struct ord_epoch *e, uint64_t pos, uint64_t *ret_first,
+		   uint64_t *ret_end)
+{
+	assert(pos < e->spec.n);
+	if (e->spec.eval || e->spec.mode != ORD_BLOCK_WINDOW) {
+		*ret_first = 0;
+		*ret_end = e->spec.n;
+		return;
+	}
+	uint64_t nb = e->spec.nblocks, win = e->spec.window;
+	uint64_t j0 = ord_search(e->slot_start, 0, nb, pos) / win * win;
+	uint64_t j1 = j0 + win < nb ? j0 + win : nb;
+	*ret_first = e->slot_start[j0];
+	*ret_end = e->slot_start[j1];
+}

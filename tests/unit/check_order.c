@@ -1,0 +1,494 @@
+/*
+ * check_order.c: unit tests of daemon/order.c: every mode is a bijection
+ * for awkward N, keys separate seeds / epochs / versions, lookups need no
+ * table, block windows keep their blocks together, and the rank partitions
+ * (drop_last, padding, eval) cover the epoch exactly as order.h specifies,
+ * including resume at a global position with another world size.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "order.h"
+
+static const uint64_t sizes[] = {1, 2, 3, 7, 1000, 65537, 60000};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static struct ord_spec spec_of(uint64_t n, enum ord_mode mode)
+{
+	struct ord_spec s = {.n = n, .seed = 42, .mode = mode, .world = 1, .batch = 1};
+	strcpy(s.version, "0123456789abcdef");
+	return s;
+}
+
+/* Block table with sizes 1..max (and some empty blocks when max > 3). */
+static uint64_t *blocks_of(uint64_t n, uint32_t max, uint64_t *ret_nblocks)
+{
+	uint64_t *bf = malloc((n + 2) * sizeof(*bf));
+	uint64_t nb = 0, pos = 0, x = 12345;
+
+	ck_assert_ptr_nonnull(bf);
+	bf[0] = 0;
+	while (pos < n) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t len = (x >> 33) % (max + 1);
+		if (max <= 3 && len == 0)
+			len = 1;
+		if (len > n - pos)
+			len = n - pos;
+		pos += len;
+		bf[++nb] = pos;
+	}
+	*ret_nblocks = nb;
+	return bf;
+}
+
+/* ord_permute over [0, n) hits every sample exactly once. */
+static void check_bijection(const struct ord_epoch *e, uint64_t n)
+{
+	uint8_t *seen = calloc(n, 1);
+
+	ck_assert_ptr_nonnull(seen);
+	for (uint64_t p = 0; p < n; p++) {
+		uint64_t s = ord_permute(e, p);
+		if (s >= n || seen[s])
+			ck_abort_msg("n=%llu mode=%d: position %llu -> %llu (out of range or repeated)",
+				     (unsigned long long)n, (int)e->spec.mode,
+				     (unsigned long long)p, (unsigned long long)s);
+		seen[s] = 1;
+	}
+	free(seen);
+}
+
+START_TEST(test_order_bijection)
+{
+	for (size_t k = 0; k < NSIZES; k++) {
+		uint64_t n = sizes[k];
+		for (int mode = ORD_SEQUENTIAL; mode <= ORD_FULL; mode++) {
+			struct ord_spec s = spec_of(n, (enum ord_mode)mode);
+			struct ord_epoch e;
+			ck_assert_int_eq(ord_epoch_init(&e, &s, 3, NULL), 0);
+			check_bijection(&e, n);
+			ord_epoch_fini(&e);
+		}
+		static const uint32_t maxes[] = {1, 5, 100};
+		static const uint32_t windows[] = {1, 3, 1000000};
+		for (size_t m = 0; m < 3; m++)
+			for (size_t w = 0; w < 3; w++) {
+				struct ord_spec s = spec_of(n, ORD_BLOCK_WINDOW);
+				s.block_first = blocks_of(n, maxes[m], &s.nblocks);
+				s.window = windows[w];
+				struct ord_epoch e;
+				ck_assert_int_eq(ord_epoch_init(&e, &s, 1, NULL), 0);
+				check_bijection(&e, n);
+				ord_epoch_fini(&e);
+				free((void *)s.block_first);
+			}
+	}
+}
+END_TEST
+
+static uint64_t count_differences(const struct ord_spec *a, uint64_t ea, const struct ord_spec *b,
+				  uint64_t eb)
+{
+	struct ord_epoch x, y;
+	uint64_t diff = 0;
+
+	ck_assert_int_eq(ord_epoch_init(&x, a, ea, NULL), 0);
+	ck_assert_int_eq(ord_epoch_init(&y, b, eb, NULL), 0);
+	for (uint64_t p = 0; p < a->n; p++)
+		diff += ord_permute(&x, p) != ord_permute(&y, p);
+	ord_epoch_fini(&x);
+	ord_epoch_fini(&y);
+	return diff;
+}
+
+START_TEST(test_order_keys_separate)
+{
+	struct ord_spec a = spec_of(1000, ORD_FULL), b = a;
+
+	ck_assert_uint_eq(count_differences(&a, 5, &b, 5), 0);
+	ck_assert_uint_gt(count_differences(&a, 5, &b, 6), 950);
+	b.seed = 43;
+	ck_assert_uint_gt(count_differences(&a, 5, &b, 5), 950);
+	b = a;
+	b.version[15] = 'e';
+	ck_assert_uint_gt(count_differences(&a, 5, &b, 5), 950);
+	/* sequential ignores the key */
+	a.mode = b.mode = ORD_SEQUENTIAL;
+	ck_assert_uint_eq(count_differences(&a, 5, &b, 9), 0);
+}
+END_TEST
+
+/* A permutation that is shuffled: few fixed points, little locality. */
+START_TEST(test_order_full_is_shuffled)
+{
+	struct ord_spec s = spec_of(60000, ORD_FULL);
+	struct ord_epoch e;
+	uint64_t fixed = 0, near = 0;
+
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 0, NULL), 0);
+	for (uint64_t p = 0; p + 1 < s.n; p++) {
+		uint64_t a = ord_permute(&e, p), b = ord_permute(&e, p + 1);
+		fixed += a == p;
+		near += (a > b ? a - b : b - a) < 100;
+	}
+	ck_assert_uint_lt(fixed, 10);
+	ck_assert_uint_lt(near, 1000); /* ~200 expected for a random order */
+	ord_epoch_fini(&e);
+}
+END_TEST
+
+/* No table: a trillion samples, lookups anywhere, still fast. */
+START_TEST(test_order_lookup_constant)
+{
+	struct ord_spec s = spec_of(1000000000000ull, ORD_FULL);
+	struct ord_epoch e;
+	struct timespec t0, t1;
+	uint64_t *got = malloc(200000 * sizeof(*got));
+
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 7, NULL), 0);
+	ck_assert_ptr_null(e.slot_start);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t k = 0; k < 200000; k++) {
+		got[k] = ord_permute(&e, k * 4999999ull % s.n);
+		ck_assert(got[k] < s.n);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	ck_assert_msg(secs < 2.0, "200000 lookups took %.3f s", secs);
+	for (uint64_t k = 1; k < 200000; k++)
+		ck_assert(got[k] != got[k - 1]);
+	free(got);
+	ord_epoch_fini(&e);
+}
+END_TEST
+
+/* Every window holds whole blocks, at most `window` of them, and its
+ * samples are shuffled. */
+START_TEST(test_order_block_window_locality)
+{
+	struct ord_spec s = spec_of(60000, ORD_BLOCK_WINDOW);
+	uint64_t *owner = malloc(s.n * sizeof(*owner));
+	struct ord_epoch e;
+
+	s.block_first = blocks_of(s.n, 100, &s.nblocks);
+	s.window = 4;
+	for (uint64_t b = 0; b < s.nblocks; b++)
+		for (uint64_t i = s.block_first[b]; i < s.block_first[b + 1]; i++)
+			owner[i] = b;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 2, NULL), 0);
+	uint64_t p = 0, windows = 0, sorted_windows = 0;
+	while (p < s.n) {
+		uint64_t first, end, blocks[64], nb = 0, covered = 0, sorted = 1;
+		ord_window_of(&e, p, &first, &end);
+		ck_assert_uint_eq(first, p);
+		ck_assert_uint_gt(end, first);
+		for (uint64_t q = first; q < end; q++) {
+			uint64_t smp = ord_permute(&e, q), b = owner[smp], k = 0;
+			if (q > first && smp < ord_permute(&e, q - 1))
+				sorted = 0;
+			while (k < nb && blocks[k] != b)
+				k++;
+			if (k == nb) {
+				ck_assert_uint_lt(nb, s.window);
+				blocks[nb++] = b;
+				covered += s.block_first[b + 1] - s.block_first[b];
+			}
+		}
+		ck_assert_uint_eq(covered, end - first); /* whole blocks only */
+		sorted_windows += sorted && end - first > 8;
+		windows++;
+		p = end;
+	}
+	ck_assert_uint_ge(windows, s.nblocks / s.window / 2); /* empty windows are skipped */
+	ck_assert_uint_lt(sorted_windows, 2);
+	ord_epoch_fini(&e);
+	free((void *)s.block_first);
+	free(owner);
+}
+END_TEST
+
+/* Runs every rank of (n, world, batch); returns per-sample counts and
+ * checks each rank's batches and positions. */
+static uint32_t *run_ranks(struct ord_spec s, uint32_t *ret_batches, uint64_t *ret_total)
+{
+	uint32_t *count = calloc(s.n, sizeof(*count));
+	uint64_t total = 0;
+
+	for (uint32_t r = 0; r < s.world; r++) {
+		struct ord_epoch e;
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 4, NULL), 0);
+		ret_batches[r] = (uint32_t)ord_batches_per_epoch(&e);
+		for (uint64_t b = 0; b < ord_batches_per_epoch(&e); b++) {
+			uint32_t bs = ord_batch_size(&e, b);
+			ck_assert_uint_ge(bs, 1);
+			ck_assert_uint_le(bs, s.batch);
+			for (uint32_t i = 0; i < bs; i++) {
+				uint64_t g = ord_global_position(&e, b, i);
+				ck_assert_uint_eq(g, (b * s.batch + i) * s.world + r);
+				uint64_t want = ord_permute(&e, g % s.n);
+				ck_assert_uint_eq(ord_sample(&e, b, i), want);
+				count[want]++;
+				total++;
+			}
+		}
+		ck_assert_uint_eq(ord_batch_size(&e, ord_batches_per_epoch(&e)), 0);
+		ord_epoch_fini(&e);
+	}
+	*ret_total = total;
+	return count;
+}
+
+static const uint32_t part_cases[][3] = {
+	{10, 3, 2}, {10, 4, 3}, {7, 2, 5}, {1, 3, 2}, {1000, 8, 32}, {60000, 3, 256}, {17, 17, 1},
+};
+
+START_TEST(test_order_partition_padding)
+{
+	for (size_t k = 0; k < sizeof(part_cases) / sizeof(part_cases[0]); k++) {
+		struct ord_spec s = spec_of(part_cases[k][0], ORD_FULL);
+		uint32_t rb = part_cases[k][1] * part_cases[k][2], batches[32];
+		uint64_t total;
+		s.world = part_cases[k][1];
+		s.batch = part_cases[k][2];
+		uint32_t *count = run_ranks(s, batches, &total);
+		uint64_t want_total = (s.n + rb - 1) / rb * rb;
+		ck_assert_uint_eq(total, want_total);
+		for (uint32_t r = 0; r < s.world; r++)
+			ck_assert_uint_eq(batches[r], want_total / rb);
+		/* every sample at least once; exactly the first total-n positions twice */
+		struct ord_epoch e;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 4, NULL), 0);
+		for (uint64_t p = 0; p < s.n; p++) {
+			uint64_t extra = want_total - s.n, times = 1 + extra / s.n + (p < extra % s.n);
+			ck_assert_uint_eq(count[ord_permute(&e, p)], times);
+		}
+		ord_epoch_fini(&e);
+		free(count);
+	}
+}
+END_TEST
+
+START_TEST(test_order_partition_drop_last)
+{
+	for (size_t k = 0; k < sizeof(part_cases) / sizeof(part_cases[0]); k++) {
+		struct ord_spec s = spec_of(part_cases[k][0], ORD_FULL);
+		uint32_t rb = part_cases[k][1] * part_cases[k][2], batches[32];
+		uint64_t total;
+		s.world = part_cases[k][1];
+		s.batch = part_cases[k][2];
+		s.drop_last = true;
+		uint32_t *count = run_ranks(s, batches, &total);
+		ck_assert_uint_eq(total, s.n / rb * rb);
+		for (uint32_t r = 0; r < s.world; r++)
+			ck_assert_uint_eq(batches[r], s.n / rb);
+		struct ord_epoch e;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 4, NULL), 0);
+		for (uint64_t p = 0; p < s.n; p++)
+			ck_assert_uint_eq(count[ord_permute(&e, p)], p < total ? 1 : 0);
+		ord_epoch_fini(&e);
+		free(count);
+	}
+}
+END_TEST
+
+/* N=10, R=3, batch 2 written out by hand, then the general cases. */
+START_TEST(test_order_partition_eval)
+{
+	struct ord_spec s = spec_of(10, ORD_FULL);
+	static const uint64_t want[3][2][2] = {{{0, 3}, {6, 9}}, {{1, 4}, {7, 99}}, {{2, 5}, {8, 99}}};
+
+	s.world = 3;
+	s.batch = 2;
+	s.eval = true;
+	for (uint32_t r = 0; r < 3; r++) {
+		struct ord_epoch e;
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 9, NULL), 0);
+		ck_assert_uint_eq(ord_batches_per_epoch(&e), 2);
+		ck_assert_uint_eq(ord_batch_size(&e, 1), r == 0 ? 2 : 1);
+		for (uint64_t b = 0; b < 2; b++)
+			for (uint32_t i = 0; i < ord_batch_size(&e, b); i++)
+				ck_assert_uint_eq(ord_sample(&e, b, i), want[r][b][i]);
+		ord_epoch_fini(&e);
+	}
+	for (size_t k = 0; k < sizeof(part_cases) / sizeof(part_cases[0]); k++) {
+		uint32_t batches[32];
+		uint64_t total;
+		s = spec_of(part_cases[k][0], ORD_BLOCK_WINDOW); /* eval ignores the mode */
+		s.world = part_cases[k][1];
+		s.batch = part_cases[k][2];
+		s.eval = true;
+		uint32_t *count = run_ranks(s, batches, &total);
+		ck_assert_uint_eq(total, s.n);
+		for (uint64_t p = 0; p < s.n; p++)
+			ck_assert_uint_eq(count[p], 1);
+		free(count);
+	}
+}
+END_TEST
+
+/* Rank r's first ceil(N/R) samples are DistributedSampler's indices[r::R]
+ * over the same order padded by repetition. */
+START_TEST(test_order_partition_matches_distributed_sampler)
+{
+	struct ord_spec s = spec_of(10, ORD_FULL);
+	uint64_t order[12];
+
+	s.world = 4;
+	s.batch = 3;
+	struct ord_epoch e;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 1, NULL), 0);
+	for (uint64_t p = 0; p < 12; p++) /* torch: indices += indices[:padding] */
+		order[p] = ord_permute(&e, p % 10);
+	ord_epoch_fini(&e);
+	for (uint32_t r = 0; r < 4; r++) {
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 1, NULL), 0);
+		for (uint32_t k = 0; k < 3; k++) /* total_size / R = 3 */
+			ck_assert_uint_eq(ord_sample(&e, k / 3, k % 3), order[r + 4 * k]);
+		ord_epoch_fini(&e);
+	}
+}
+END_TEST
+
+/* Resume at a global position: same world = the rest of the run; another
+ * world covers exactly the positions not consumed yet. */
+START_TEST(test_order_resume_positions)
+{
+	struct ord_spec s = spec_of(1000, ORD_FULL);
+	s.world = 4;
+	s.batch = 8;
+	for (uint64_t b = 0; b <= 32; b += 5) {
+		uint8_t *seen = calloc(s.n, 1);
+		uint64_t pos = 0;
+		for (uint32_t r = 0; r < 4; r++) {
+			struct ord_epoch e, e2;
+			s.rank = r;
+			ck_assert_int_eq(ord_epoch_init(&e, &s, 3, NULL), 0);
+			pos = ord_position_of(&e, b);
+			ck_assert_uint_eq(pos, b * 32);
+			uint64_t back;
+			ck_assert_int_eq(ord_batch_at_position(&e, pos, &back), 0);
+			ck_assert_uint_eq(back, b);
+			ck_assert_int_eq(ord_epoch_init_at(&e2, &s, 3, pos, NULL), 0);
+			ck_assert_uint_eq(ord_batches_per_epoch(&e2), ord_batches_per_epoch(&e) - b);
+			for (uint64_t k = 0; k < ord_batches_per_epoch(&e2); k++)
+				for (uint32_t i = 0; i < 8; i++)
+					ck_assert_uint_eq(ord_sample(&e2, k, i), ord_sample(&e, b + k, i));
+			for (uint64_t k = 0; k < b; k++) /* consumed, padding aside */
+				for (uint32_t i = 0; i < 8; i++)
+					if (ord_global_position(&e, k, i) < s.n)
+						seen[ord_sample(&e, k, i)]++;
+			ord_epoch_fini(&e);
+			ord_epoch_fini(&e2);
+		}
+		/* continue with 3 ranks of batch 5 from pos */
+		struct ord_spec s3 = s;
+		s3.world = 3;
+		s3.batch = 5;
+		for (uint32_t r = 0; r < 3; r++) {
+			struct ord_epoch e;
+			s3.rank = r;
+			ck_assert_int_eq(ord_epoch_init_at(&e, &s3, 3, pos, NULL), 0);
+			for (uint64_t k = 0; k < ord_batches_per_epoch(&e); k++)
+				for (uint32_t i = 0; i < 5; i++)
+					if (ord_global_position(&e, k, i) < s.n)
+						seen[ord_sample(&e, k, i)]++;
+			ord_epoch_fini(&e);
+		}
+		for (uint64_t x = 0; x < s.n; x++)
+			ck_assert_msg(seen[x] == 1, "resume at batch %llu: sample %llu seen %u times",
+				      (unsigned long long)b, (unsigned long long)x, seen[x]);
+		free(seen);
+	}
+}
+END_TEST
+
+START_TEST(test_order_batch_at_position_errors)
+{
+	struct ord_spec s = spec_of(100, ORD_FULL);
+	struct ord_epoch e;
+	uint64_t b = 77;
+
+	s.world = 2;
+	s.batch = 5;
+	ck_assert_int_eq(ord_epoch_init_at(&e, &s, 0, 20, NULL), 0);
+	ck_assert_uint_eq(ord_batches_per_epoch(&e), 8);
+	ck_assert_int_eq(ord_batch_at_position(&e, 25, &b), -EINVAL);
+	ck_assert_int_eq(ord_batch_at_position(&e, 10, &b), -EINVAL);
+	ck_assert_int_eq(ord_batch_at_position(&e, 20 + 9 * 10, &b), -ERANGE);
+	ck_assert_uint_eq(b, 77);
+	ck_assert_int_eq(ord_batch_at_position(&e, 20 + 8 * 10, &b), 0);
+	ck_assert_uint_eq(b, 8);
+	ord_epoch_fini(&e);
+	ck_assert_int_eq(ord_epoch_init_at(&e, &s, 0, 500, NULL), 0);
+	ck_assert_uint_eq(ord_batches_per_epoch(&e), 0);
+	ord_epoch_fini(&e);
+}
+END_TEST
+
+START_TEST(test_order_bad_spec)
+{
+	struct ord_spec s = spec_of(10, ORD_FULL), t;
+	struct ord_epoch e;
+	struct feed_err err;
+	uint64_t bf[] = {0, 4, 3, 10};
+
+	t = s, t.n = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "dataset size"));
+	t = s, t.rank = 2, t.world = 2;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "rank 2"));
+	t = s, t.batch = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "batch"));
+	t = s, t.mode = ORD_BLOCK_WINDOW, t.window = 2;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	t.block_first = bf, t.nblocks = 3;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "block 2"));
+	bf[2] = 5, t.window = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "window"));
+	t.window = 1, t.n = 11;
+	ck_assert_int_eq(ord_epoch_init(&e, &t, 0, &err), -EINVAL);
+	ord_epoch_fini(&e);
+}
+END_TEST
+
+static Suite *order_suite(void)
+{
+	Suite *s = suite_create("order");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_order_bijection);
+	tcase_add_test(tc, test_order_keys_separate);
+	tcase_add_test(tc, test_order_full_is_shuffled);
+	tcase_add_test(tc, test_order_lookup_constant);
+	tcase_add_test(tc, test_order_block_window_locality);
+	tcase_add_test(tc, test_order_partition_padding);
+	tcase_add_test(tc, test_order_partition_drop_last);
+	tcase_add_test(tc, test_order_partition_eval);
+	tcase_add_test(tc, test_order_partition_matches_distributed_sampler);
+	tcase_add_test(tc, test_order_resume_positions);
+	tcase_add_test(tc, test_order_batch_at_position_errors);
+	tcase_add_test(tc, test_order_bad_spec);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(order_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
