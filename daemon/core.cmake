@@ -4,6 +4,8 @@
 # (philox.h). No libuv, no sockets: the daemon and unit tests link it.
 # Included from the top-level CMakeLists.txt, so paths are spelled out.
 set(FEED_CORE_DIR ${CMAKE_SOURCE_DIR}/daemon)
-add_library(feed_core STATIC ${FEED_CORE_DIR}/order.c)
+add_library(feed_core STATIC
+  ${FEED_CORE_DIR}/order.c
+  ${FEED_CORE_DIR}/pipeline.c)
 target_include_directories(feed_core PUBLIC ${FEED_CORE_DIR})
-target_link_libraries(feed_core PUBLIC feed_format)
+target_link_libraries(feed_core PUBLIC feed_format PRIVATE PkgConfig::XXHASH)

@@ -1,0 +1,296 @@
+/*
+ * check_pipeline.c: unit tests of daemon/pipeline.c: the text form with
+ * any spacing, canonical text and a pinned hash, every parse and plan
+ * error naming op and key, output shapes, fusion into stages and scratch
+ * sizes.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+/* image u8 28x28, label i64, tokens u16 variable (<= 100), rgb u8
+ * 8x6x3, vec u32 [10], name str. */
+static void schema_mixed(struct fmt_schema *s)
+{
+	memset(s, 0, sizeof(*s));
+	struct fmt_field f[] = {
+		{.name = "label", .dtype = FEED_DTYPE_I64, .max_bytes = 8},
+		{.name = "image", .dtype = FEED_DTYPE_U8, .rank = 2, .shape = {28, 28}, .max_bytes = 784},
+		{.name = "tokens", .dtype = FEED_DTYPE_U16, .variable = true, .max_bytes = 200},
+		{.name = "rgb", .dtype = FEED_DTYPE_U8, .rank = 3, .shape = {8, 6, 3}, .max_bytes = 144},
+		{.name = "vec", .dtype = FEED_DTYPE_U32, .rank = 1, .shape = {10}, .max_bytes = 40},
+		{.name = "name", .dtype = FEED_DTYPE_STR, .variable = true, .max_bytes = 30},
+	};
+	s->nfields = sizeof(f) / sizeof(f[0]);
+	memcpy(s->fields, f, sizeof(f));
+}
+
+static void canon_is(const char *text, const char *want)
+{
+	struct pipe_spec spec;
+	struct feed_err err = {0};
+	char buf[PIPE_CANON_MAX];
+
+	ck_assert_msg(pipe_parse(text, &spec, &err) == 0, "'%s': %s", text, err.msg);
+	ck_assert_int_eq(pipe_spec_canonical(&spec, buf, sizeof(buf)), (int)strlen(want));
+	ck_assert_str_eq(buf, want);
+}
+
+START_TEST(test_pipeline_parse_contract_example)
+{
+	struct pipe_spec spec;
+
+	ck_assert_int_eq(pipe_parse("random_crop(size=28, pad=2) | hflip(p=0.5)", &spec, NULL), 0);
+	ck_assert_uint_eq(spec.nops, 2);
+	ck_assert_int_eq(spec.ops[0].kind, PIPE_RANDOM_CROP);
+	ck_assert_uint_eq(spec.ops[0].size, 28);
+	ck_assert_uint_eq(spec.ops[0].pad, 2);
+	ck_assert_str_eq(spec.ops[0].field, "");
+	ck_assert_int_eq(spec.ops[1].kind, PIPE_HFLIP);
+	ck_assert_uint_eq(spec.ops[1].p_ppb, 500000000);
+}
+END_TEST
+
+START_TEST(test_pipeline_canonical_spacing_and_defaults)
+{
+	canon_is("random_crop(size=28, pad=2) | hflip(p=0.5)", "random_crop(size=28, pad=2) | hflip(p=0.5)");
+	canon_is("  random_crop ( size = 028 ,pad=2 )|hflip\t\n", "random_crop(size=28, pad=2) | hflip(p=0.5)");
+	canon_is("random_crop(size=3)", "random_crop(size=3, pad=0)");
+	canon_is("hflip()", "hflip(p=0.5)");
+	canon_is("hflip(p=.50)", "hflip(p=0.5)");
+	canon_is("hflip(p=1.000)", "hflip(p=1)");
+	canon_is("hflip(p=0)", "hflip(p=0)");
+	canon_is("hflip(p=0.125000000000)", "hflip(p=0.125)");
+	canon_is("hflip(p=0.000000001)", "hflip(p=0.000000001)");
+	canon_is("resize(w=4, h=3)", "resize(h=3, w=4)");
+	canon_is("center_crop(field=rgb, size=4)", "center_crop(size=4, field=rgb)");
+	canon_is("random_window(len=16)|identity", "random_window(len=16) | identity");
+	canon_is("", "identity");
+	canon_is("   ", "identity");
+}
+END_TEST
+
+/* Each bad text fails with -EINVAL and a message holding every needle. */
+static void refused(const char *text, const char *n1, const char *n2, const char *n3)
+{
+	struct pipe_spec spec;
+	struct feed_err err = {0};
+
+	ck_assert_msg(pipe_parse(text, &spec, &err) == -EINVAL, "'%s' accepted", text);
+	ck_assert_int_eq(err.code, -EINVAL);
+	const char *n[] = {n1, n2, n3};
+	for (int k = 0; k < 3; k++)
+		ck_assert_msg(!n[k] || strstr(err.msg, n[k]), "'%s': message '%s' lacks '%s'", text,
+			      err.msg, n[k]);
+}
+
+START_TEST(test_pipeline_parse_errors_name_op_and_key)
+{
+	refused("blur(k=3)", "op 1 'blur'", "unknown op", NULL);
+	refused("hflip | random_crop(sz=3)", "op 2 'random_crop'", "unknown key 'sz'", "size, pad");
+	refused("random_crop(pad=2)", "op 1 'random_crop'", "missing key 'size'", NULL);
+	refused("hflip | resize(h=10)", "op 2 'resize'", "missing key 'w'", NULL);
+	refused("random_crop(size=2x)", "op 1 'random_crop'", "key 'size'", "bad number '2x'");
+	refused("random_crop(size=-3)", "op 1 'random_crop'", "key 'size'", "bad number '-3'");
+	refused("random_crop(size=0)", "op 1 'random_crop'", "key 'size'", "out of range");
+	refused("resize(h=10, w=99999999999)", "op 1 'resize'", "key 'w'", "out of range");
+	refused("random_window(len=0)", "op 1 'random_window'", "key 'len'", "out of range");
+	refused("hflip(p=1.5)", "op 1 'hflip'", "key 'p'", "not in [0, 1]");
+	refused("hflip(p=0.5.1)", "op 1 'hflip'", "key 'p'", "bad number");
+	refused("hflip(p=0.1234567891)", "op 1 'hflip'", "key 'p'", "9 decimals");
+	refused("hflip(p=)", "op 1 'hflip'", "key 'p'", "missing value");
+	refused("hflip(p 0.5)", "op 1 'hflip'", "key 'p'", "expected '='");
+	refused("hflip(p=0.5, p=0.1)", "op 1 'hflip'", "key 'p' given twice", NULL);
+	refused("hflip(p=0.5,)", "op 1 'hflip'", "expected a key", NULL);
+	refused("hflip(p=0.5", "op 1 'hflip'", "expected ',' or ')'", "end of text");
+	refused("hflip(p=0.5) x", "op 1 'hflip'", "unexpected 'x'", "column 14");
+	refused("hflip(p=0.5))", "op 1 'hflip'", "unexpected ')'", NULL);
+	refused("hflip |", "op 2", "expected an op name", NULL);
+	refused("| hflip", "op 1", "expected an op name", NULL);
+	refused("center_crop(size=3, field=a b)", "op 1 'center_crop'", "expected ',' or ')'", NULL);
+	refused("center_crop(size=3, field=a/b)", "op 1 'center_crop'", "expected ',' or ')'", NULL);
+	refused("identity(field=" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa)",
+		"op 1 'identity'", "key 'field'", NULL);
+	refused("hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|hflip|"
+		"hflip|hflip|hflip|hflip", "more than 16 ops", NULL, NULL);
+}
+END_TEST
+
+static struct pipe_plan *plan_new(void)
+{
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+static void plan_refused(const struct fmt_schema *s, const char *text, const char *n1,
+			 const char *n2, const char *n3)
+{
+	struct pipe_plan *p = plan_new();
+	struct feed_err err = {0};
+
+	ck_assert_msg(pipe_plan_text(text, s, p, &err) == -EINVAL, "'%s' accepted", text);
+	const char *n[] = {n1, n2, n3};
+	for (int k = 0; k < 3; k++)
+		ck_assert_msg(!n[k] || strstr(err.msg, n[k]), "'%s': message '%s' lacks '%s'", text,
+			      err.msg, n[k]);
+	ck_assert_uint_eq(p->spec.nops, 0); /* zeroed on failure */
+	free(p);
+}
+
+START_TEST(test_pipeline_plan_errors_name_op_and_key)
+{
+	struct fmt_schema s, plain;
+
+	schema_mixed(&s);
+	plan_refused(&s, "random_crop(size=33, pad=2)", "op 1 'random_crop'", "key 'size'",
+		     "larger than the padded image 32x32");
+	plan_refused(&s, "hflip | random_crop(size=8, field=rgb, pad=0)", "op 2 'random_crop'",
+		     "key 'size'", "8x6 (8x6 + pad 0)");
+	plan_refused(&s, "hflip(field=label)", "op 1 'hflip'", "key 'field'", "'label' is not an image");
+	plan_refused(&s, "resize(h=2, w=2, field=vec)", "op 1 'resize'", "key 'field'", "not an image");
+	plan_refused(&s, "identity | hflip(field=nope)", "op 2 'hflip'", "key 'field'", "no field 'nope'");
+	plan_refused(&s, "identity(field=nope)", "op 1 'identity'", "key 'field'", "no field 'nope'");
+	plan_refused(&s, "random_window(len=101)", "op 1 'random_window'", "key 'len'",
+		     "longer than the sequence 'tokens' (at most 100");
+	plan_refused(&s, "random_window(len=11, field=vec)", "op 1 'random_window'", "key 'len'",
+		     "(10 elements)");
+	plan_refused(&s, "random_window(len=3, field=label)", "op 1 'random_window'", "key 'field'",
+		     "not a sequence");
+	plan_refused(&s, "random_window(len=3, field=name)", "key 'field'", "not a sequence", NULL);
+	plan_refused(&s, "random_window(len=4, field=tokens) | random_window(len=5, field=tokens)",
+		     "op 2 'random_window'", "key 'len'", "(4 elements)");
+	plan_refused(&s, "resize(h=65535, w=65535, field=rgb)", "op 1 'resize'", "4 GiB", NULL);
+	memset(&plain, 0, sizeof(plain));
+	plain.nfields = 1;
+	plain.fields[0] = s.fields[0];
+	plan_refused(&plain, "hflip", "op 1 'hflip'", "missing key 'field'", "no image field");
+	plan_refused(&plain, "random_window(len=2)", "op 1 'random_window'", "missing key 'field'",
+		     "no token sequence");
+}
+END_TEST
+
+START_TEST(test_pipeline_plan_shapes)
+{
+	struct fmt_schema s;
+	struct pipe_plan *p = plan_new();
+	struct feed_err err = {0};
+
+	schema_mixed(&s);
+	ck_assert_msg(pipe_plan_text("random_crop(size=24, pad=2) | resize(h=10, w=12) | "
+				     "center_crop(size=5, field=rgb) | random_window(len=16)",
+				     &s, p, &err) == 0, "%s", err.msg);
+	const struct fmt_field *img = &p->out.fields[1], *rgb = &p->out.fields[3],
+			       *tok = &p->out.fields[2];
+	ck_assert_uint_eq(img->rank, 2);
+	ck_assert_uint_eq(img->shape[0], 10);
+	ck_assert_uint_eq(img->shape[1], 12);
+	ck_assert_uint_eq(img->max_bytes, 120);
+	ck_assert_uint_eq(rgb->rank, 3);
+	ck_assert_uint_eq(rgb->shape[0], 5);
+	ck_assert_uint_eq(rgb->shape[1], 5);
+	ck_assert_uint_eq(rgb->shape[2], 3);
+	ck_assert_uint_eq(rgb->max_bytes, 75);
+	ck_assert(!tok->variable);
+	ck_assert_uint_eq(tok->rank, 1);
+	ck_assert_uint_eq(tok->shape[0], 16);
+	ck_assert_uint_eq(tok->max_bytes, 32);
+	/* untouched fields pass through unchanged */
+	ck_assert_mem_eq(&p->out.fields[0], &s.fields[0], sizeof(s.fields[0]));
+	ck_assert_mem_eq(&p->out.fields[4], &s.fields[4], sizeof(s.fields[4]));
+	ck_assert_mem_eq(&p->out.fields[5], &s.fields[5], sizeof(s.fields[5]));
+	ck_assert_int_eq(fmt_schema_check(&p->out, NULL), 0);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_pipeline_plan_fuses_stages)
+{
+	struct fmt_schema s;
+	struct pipe_plan *p = plan_new();
+
+	schema_mixed(&s);
+	ck_assert_int_eq(pipe_plan_text("random_crop(size=28, pad=2) | hflip(p=0.5) | identity | "
+					"center_crop(size=20)", &s, p, NULL), 0);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_int_eq(p->stages[0].kind, PIPE_STAGE_GEO);
+	ck_assert_uint_eq(p->stages[0].count, 3);
+	ck_assert_uint_eq(p->stages[0].field, 1);
+	ck_assert_uint_eq(p->stages[0].in_h, 28);
+	ck_assert_uint_eq(p->stages[0].out_w, 20);
+	ck_assert_uint_eq(p->field_nstages[1], 1);
+	ck_assert_uint_eq(p->field_nstages[0], 0);
+	ck_assert_uint_eq(pipe_scratch_bytes(p), 0); /* straight to the slot */
+
+	/* crop | resize | flip: three stages, two intermediates on field 1;
+	 * the rgb flip interleaved in the text still fuses with its crop */
+	ck_assert_int_eq(pipe_plan_text("random_crop(size=20) | hflip(field=rgb) | resize(h=30, w=31) "
+					"| center_crop(size=4, field=rgb) | hflip",
+					&s, p, NULL), 0);
+	ck_assert_uint_eq(p->nstages, 4);
+	ck_assert_uint_eq(p->field_nstages[1], 3);
+	ck_assert_uint_eq(p->field_nstages[3], 1);
+	ck_assert_uint_eq(p->stages[3].count, 2);
+	ck_assert_uint_eq(p->inter_bytes, 30 * 31);
+	ck_assert_uint_ge(pipe_scratch_bytes(p), 2 * 30 * 31 + 16 * 31);
+	ck_assert_int_eq(pipe_plan_text("random_window(len=50) | random_window(len=10)", &s, p, NULL), 0);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_int_eq(p->stages[0].kind, PIPE_STAGE_WINDOW);
+	ck_assert_uint_eq(p->stages[0].in_elems, 0);
+	ck_assert_uint_eq(p->stages[0].out_elems, 10);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_pipeline_canonical_hash_stable)
+{
+	struct fmt_schema s;
+	struct pipe_plan *a = plan_new(), *b = plan_new();
+
+	schema_mixed(&s);
+	ck_assert_int_eq(pipe_plan_text("random_crop(size=28, pad=2) | hflip(p=0.5)", &s, a, NULL), 0);
+	ck_assert_str_eq(a->canonical,
+			 "random_crop(size=28, pad=2, field=image) | hflip(p=0.5, field=image)");
+	/* pinned: resume tokens from older builds must keep matching */
+	ck_assert_uint_eq(pipe_hash(a), 0x1892f3c251185374ull); /* python xxhash agrees */
+	ck_assert_int_eq(pipe_plan_text(" random_crop(pad=2,size=28,field=image)|hflip ", &s, b,
+					NULL), 0);
+	ck_assert_str_eq(b->canonical, a->canonical);
+	ck_assert_uint_eq(pipe_hash(b), pipe_hash(a));
+	ck_assert_int_eq(pipe_plan_text("random_crop(size=28, pad=2) | hflip(p=0.25)", &s, b, NULL), 0);
+	ck_assert_uint_ne(pipe_hash(b), pipe_hash(a));
+	ck_assert_int_eq(pipe_plan_text("random_crop(size=28, pad=2) | identity | hflip", &s, b, NULL), 0);
+	ck_assert_uint_ne(pipe_hash(b), pipe_hash(a)); /* op indices key the draws */
+	free(a);
+	free(b);
+}
+END_TEST
+
+static Suite *pipeline_suite(void)
+{
+	Suite *s = suite_create("pipeline");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_pipeline_parse_contract_example);
+	tcase_add_test(tc, test_pipeline_canonical_spacing_and_defaults);
+	tcase_add_test(tc, test_pipeline_parse_errors_name_op_and_key);
+	tcase_add_test(tc, test_pipeline_plan_errors_name_op_and_key);
+	tcase_add_test(tc, test_pipeline_plan_shapes);
+	tcase_add_test(tc, test_pipeline_plan_fuses_stages);
+	tcase_add_test(tc, test_pipeline_canonical_hash_stable);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(pipeline_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
