@@ -1,0 +1,428 @@
+/*
+ * augment.c: the per-sample work of a planned pipeline (see augment.h).
+ *
+ * Owns: composing crop / pad / flip runs into one source->destination
+ * mapping, bilinear resize with torch's arithmetic, window copies, and the
+ * pass-through of untouched fields.
+ *
+ * Threads: pure; runs on worker threads, any number at once on one plan.
+ * Never allocates, blocks, prints, or reads outside the records it is
+ * given (every source index is proven in range by the composed mapping).
+ * Built with -ffp-contract=off: resize reproduces torch's float arithmetic
+ * operation by operation (its fused multiply-adds are explicit fmaf()), so
+ * the compiler must not contract anything else.
+ */
+#include "augment.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "philox.h"
+
+/* ------------------------------------------------------------------ */
+/* Draws to parameters                                                 */
+
+uint32_t aug_randint(uint32_t u, uint32_t n)
+{
+	assert(n >= 1);
+	return (uint32_t)(((uint64_t)u * n) >> 32);
+}
+
+void aug_random_crop_offsets(uint32_t h, uint32_t w, uint32_t size, uint32_t pad,
+			     uint32_t u_top, uint32_t u_left, uint32_t *ret_top,
+			     uint32_t *ret_left)
+{
+	assert(size <= h + 2 * pad && size <= w + 2 * pad);
+	*ret_top = aug_randint(u_top, h + 2 * pad - size + 1);
+	*ret_left = aug_randint(u_left, w + 2 * pad - size + 1);
+}
+
+int64_t aug_center_crop_offset(uint32_t n, uint32_t size)
+{
+	if (size > n)
+		return -(int64_t)((size - n) / 2);
+	uint32_t d = n - size, k = d / 2;
+	/* d/2 = k + 0.5 when d is odd: Python's round goes to the even one */
+	return (int64_t)((d & 1) && (k & 1) ? k + 1 : k);
+}
+
+bool aug_hflip_decision(uint32_t u, uint32_t p_ppb)
+{
+	/* u>>8 < p * 2^24  <=>  u>>8 < ceil(p_ppb * 2^24 / 1e9) (integers) */
+	uint64_t thr = ((uint64_t)p_ppb * (1u << 24) + PIPE_P_ONE - 1) / PIPE_P_ONE;
+	return (uint64_t)(u >> 8) < thr;
+}
+
+uint64_t aug_window_start(uint64_t n, uint64_t len, uint32_t u)
+{
+	assert(len >= 1 && len <= n && n - len < UINT32_MAX);
+	return ((uint64_t)u * (n - len + 1)) >> 32;
+}
+
+/* ------------------------------------------------------------------ */
+/* Crop / pad / flip runs: one mapping, one pass                       */
+
+/* Output pixel (y, x) of the run reads source pixel (by + y, ax + sx * x)
+ * when ylo <= y < yhi and xlo <= x < xhi, and is zero (padding) otherwise. */
+struct aug_geo {
+	int64_t by;       /* source row of output row 0 */
+	int64_t ax;       /* source column of output column 0 */
+	int sx;           /* +1, or -1 when flipped */
+	uint32_t h, w;    /* current output size */
+	uint32_t ylo, yhi; /* output rows that fall inside the source */
+	uint32_t xlo, xhi; /* output columns that fall inside the source */
+};
+
+static uint32_t geo_clamp(int64_t v, uint32_t hi)
+{
+	return v < 0 ? 0 : v > (int64_t)hi ? hi : (uint32_t)v;
+}
+
+/* Crop nh x nw at (top, left) of the current output; negative or
+ * overhanging offsets read zero padding. */
+static void geo_crop(struct aug_geo *g, int64_t top, int64_t left, uint32_t nh, uint32_t nw)
+{
+	g->ylo = geo_clamp((int64_t)g->ylo - top, nh);
+	g->yhi = geo_clamp((int64_t)g->yhi - top, nh);
+	g->xlo = geo_clamp((int64_t)g->xlo - left, nw);
+	g->xhi = geo_clamp((int64_t)g->xhi - left, nw);
+	g->by += top;
+	g->ax += g->sx * left;
+	g->h = nh;
+	g->w = nw;
+}
+
+static void geo_flip(struct aug_geo *g)
+{
+	uint32_t lo = g->w - g->xhi, hi = g->w - g->xlo;
+
+	g->ax += g->sx * ((int64_t)g->w - 1);
+	g->sx = -g->sx;
+	g->xlo = lo;
+	g->xhi = hi;
+}
+
+/* Short rows (28 bytes for Fashion-MNIST) cost more in libc calls than in
+ * bytes: copy and clear them with fixed-size moves the compiler inlines,
+ * overlapping the last one. */
+static inline void row_copy(uint8_t *d, const uint8_t *s, size_t n)
+{
+	if (n >= 64) {
+		memcpy(d, s, n);
+	} else if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8)
+			memcpy(d + i, s + i, 8);
+		memcpy(d + n - 8, s + n - 8, 8);
+	} else if (n >= 4) {
+		memcpy(d, s, 4);
+		memcpy(d + n - 4, s + n - 4, 4);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			d[i] = s[i];
+	}
+}
+
+static inline void row_zero(uint8_t *d, size_t n)
+{
+	static const uint8_t zero[8];
+
+	if (n >= 64) {
+		memset(d, 0, n);
+	} else if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8)
+			memcpy(d + i, zero, 8);
+		memcpy(d + n - 8, zero, 8);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			d[i] = 0;
+	}
+}
+
+/* d[x] = s[-x] for x < n, eight bytes per byte swap. */
+static inline void row_reverse(uint8_t *d, const uint8_t *s, size_t n)
+{
+	size_t x = 0;
+
+	for (; x + 8 <= n; x += 8) {
+		uint64_t v;
+		memcpy(&v, s - x - 7, 8);
+		v = __builtin_bswap64(v);
+		memcpy(d + x, &v, 8);
+	}
+	for (; x < n; x++)
+		d[x] = *(s - x);
+}
+
+static void geo_row(uint8_t *d, const uint8_t *srow, const struct aug_geo *g, uint32_t c)
+{
+	row_zero(d, (size_t)g->xlo * c);
+	row_zero(d + (size_t)g->xhi * c, (size_t)(g->w - g->xhi) * c);
+	if (g->xhi <= g->xlo)
+		return;
+	size_t n = g->xhi - g->xlo;
+	const uint8_t *s = srow + (g->ax + g->sx * (int64_t)g->xlo) * c;
+	d += (size_t)g->xlo * c;
+	if (g->sx > 0) {
+		row_copy(d, s, n * c);
+	} else if (c == 1) {
+		row_reverse(d, s, n);
+	} else if (c == 3) {
+		for (size_t x = 0; x < n; x++, d += 3, s -= 3) {
+			d[0] = s[0];
+			d[1] = s[1];
+			d[2] = s[2];
+		}
+	} else {
+		for (size_t x = 0; x < n; x++, d += c, s -= c)
+			memcpy(d, s, c);
+	}
+}
+
+static void geo_copy(const struct aug_geo *g, const uint8_t *src, uint32_t src_w, uint32_t c,
+		     uint8_t *dst)
+{
+	size_t row = (size_t)g->w * c;
+
+	for (uint32_t y = 0; y < g->h; y++, dst += row) {
+		if (y < g->ylo || y >= g->yhi) {
+			row_zero(dst, row);
+			continue;
+		}
+		geo_row(dst, src + (size_t)(g->by + y) * src_w * c, g, c);
+	}
+}
+
+static void geo_stage(const struct pipe_plan *p, const struct pipe_stage *st,
+		      const struct aug_ctx *ctx, const uint8_t *src, uint8_t *dst)
+{
+	struct aug_geo g = {.sx = 1, .h = st->in_h, .w = st->in_w,
+			    .yhi = st->in_h, .xhi = st->in_w};
+
+	for (uint32_t j = 0; j < st->count; j++) {
+		uint32_t i = p->stage_ops[st->first + j];
+		const struct pipe_op *op = &p->spec.ops[i];
+		const struct pipe_dims *dm = &p->dims[i];
+		uint32_t u[4], top, left;
+		if (op->kind == PIPE_CENTER_CROP) {
+			geo_crop(&g, aug_center_crop_offset(dm->in_h, op->size),
+				 aug_center_crop_offset(dm->in_w, op->size), op->size, op->size);
+			continue;
+		}
+		feed_rand_block(ctx->seed, ctx->epoch, ctx->sample, i, 0, u); /* draws 0..3 */
+		if (op->kind == PIPE_RANDOM_CROP) {
+			aug_random_crop_offsets(dm->in_h, dm->in_w, op->size, op->pad, u[0], u[1],
+						&top, &left);
+			geo_crop(&g, (int64_t)top - op->pad, (int64_t)left - op->pad, op->size,
+				 op->size);
+		} else if (op->kind == PIPE_HFLIP && aug_hflip_decision(u[0], op->p_ppb)) {
+			geo_flip(&g);
+		}
+	}
+	assert(g.h == st->out_h && g.w == st->out_w);
+	geo_copy(&g, src, st->in_w, st->c, dst);
+}
+
+/* ------------------------------------------------------------------ */
+/* Bilinear resize                                                     */
+
+/* Source indices and weights of one output coordinate, computed exactly as
+ * torch's compute_source_index_and_lambda (ATen/native/UpSample.h): scale
+ * in float, source index in double, weights in float. */
+struct aug_lin {
+	uint32_t i0, i1;  /* source indices (times channels in the table) */
+	float l0, l1;     /* their weights */
+};
+
+static struct aug_lin aug_lin_of(uint32_t in, uint32_t out, uint32_t d)
+{
+	if (in == out)
+		return (struct aug_lin){d, d, 1.0f, 0.0f};
+	float scale = (float)in / (float)out;
+	double real = (double)scale * ((double)d + 0.5) - 0.5;
+	if (real < 0)
+		real = 0;
+	uint32_t i0 = (uint32_t)real;
+	float l1 = (float)(real - i0);
+	return (struct aug_lin){i0, i0 + (i0 < in - 1 ? 1 : 0), 1.0f - l1, l1};
+}
+
+/* Round half to even (torch.round), clamped to [0, 255]. */
+static uint8_t aug_round_u8(float v)
+{
+	if (!(v > 0.0f))
+		return 0;
+	if (v >= 255.0f)
+		return 255;
+	uint32_t i = (uint32_t)v;
+	float frac = v - (float)i; /* exact */
+	if (frac > 0.5f || (frac == 0.5f && (i & 1)))
+		i++;
+	return (uint8_t)i;
+}
+
+/* One channel: torch's channels-last kernel, which a (N, 1, H, W) tensor
+ * takes: four weights h_i * w_j rounded to float, one rounding of the sum
+ * (the products of a u8 and a float are exact in double). */
+static void resize_row_c1(const uint8_t *r0, const uint8_t *r1, const struct aug_lin *cols,
+			  struct aug_lin ly, uint32_t ow, uint8_t *dst)
+{
+	for (uint32_t x = 0; x < ow; x++) {
+		const struct aug_lin *lx = &cols[x];
+		float w00 = ly.l0 * lx->l0, w01 = ly.l0 * lx->l1;
+		float w10 = ly.l1 * lx->l0, w11 = ly.l1 * lx->l1;
+		double v = r0[lx->i0] * (double)w00 + r0[lx->i1] * (double)w01 +
+			   r1[lx->i0] * (double)w10 + r1[lx->i1] * (double)w11;
+		dst[x] = aug_round_u8((float)v);
+	}
+}
+
+/* Several channels: torch's separable kernel, which a contiguous
+ * (N, C, H, W) tensor with C > 1 takes: each row interpolated as
+ * fma(a, w0, b * w1) in float, then the two rows the same way. */
+static void resize_row_sep(const uint8_t *r0, const uint8_t *r1, const struct aug_lin *cols,
+			   struct aug_lin ly, uint32_t ow, uint32_t c, uint8_t *dst)
+{
+	for (uint32_t x = 0; x < ow; x++) {
+		const struct aug_lin *lx = &cols[x];
+		for (uint32_t k = 0; k < c; k++) {
+			float t0 = fmaf(r0[lx->i0 + k], lx->l0, (float)r0[lx->i1 + k] * lx->l1);
+			float t1 = fmaf(r1[lx->i0 + k], lx->l0, (float)r1[lx->i1 + k] * lx->l1);
+			*dst++ = aug_round_u8(fmaf(t0, ly.l0, t1 * ly.l1));
+		}
+	}
+}
+
+void aug_resize_u8(const uint8_t *src, uint32_t h, uint32_t w, uint32_t c, uint8_t *dst,
+		   uint32_t oh, uint32_t ow, void *table)
+{
+	struct aug_lin *cols = table;
+
+	for (uint32_t x = 0; x < ow; x++) {
+		cols[x] = aug_lin_of(w, ow, x);
+		cols[x].i0 *= c;
+		cols[x].i1 *= c;
+	}
+	for (uint32_t y = 0; y < oh; y++, dst += (size_t)ow * c) {
+		struct aug_lin ly = aug_lin_of(h, oh, y);
+		const uint8_t *r0 = src + (size_t)ly.i0 * w * c, *r1 = src + (size_t)ly.i1 * w * c;
+		if (c == 1)
+			resize_row_c1(r0, r1, cols, ly, ow, dst);
+		else
+			resize_row_sep(r0, r1, cols, ly, ow, c, dst);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Windows                                                             */
+
+static int window_stage(const struct pipe_plan *p, const struct pipe_stage *st,
+			const struct aug_ctx *ctx, const uint8_t *src, size_t src_len,
+			uint8_t *dst, struct feed_err *err)
+{
+	uint64_t n = st->in_elems ? st->in_elems : src_len / st->elem_bytes, start = 0;
+
+	for (uint32_t j = 0; j < st->count; j++) {
+		uint32_t i = p->stage_ops[st->first + j];
+		uint64_t len = p->spec.ops[i].len;
+		if (n < len)
+			return feed_err_set(err, -EINVAL,
+					    "sample %" PRIu64 ": field '%s': %" PRIu64
+					    " elements, shorter than op %u random_window(len=%" PRIu64 ")",
+					    ctx->sample, p->in.fields[st->field].name, n, i + 1, len);
+		start += aug_window_start(n, len, feed_rand_u32(ctx->seed, ctx->epoch, ctx->sample,
+								 i, 0));
+		n = len;
+	}
+	memcpy(dst, src + start * st->elem_bytes, st->out_bytes);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Fields                                                              */
+
+static int check_in(const struct pipe_plan *p, uint32_t f, const struct aug_in *in,
+		    const struct aug_ctx *ctx, struct feed_err *err)
+{
+	const struct fmt_field *fd = &p->in.fields[f];
+	size_t elem = fmt_field_elem_bytes(fd);
+
+	if ((!fd->variable && in->len != fd->max_bytes) || (fd->variable && elem && in->len % elem))
+		return feed_err_set(err, -EINVAL,
+				    "sample %" PRIu64 ": field '%s': %zu bytes, want %s%zu",
+				    ctx->sample, fd->name, in->len,
+				    fd->variable ? "a multiple of " : "", elem);
+	if (in->len && !in->data)
+		return feed_err_set(err, -EINVAL, "sample %" PRIu64 ": field '%s': no data",
+				    ctx->sample, fd->name);
+	return 0;
+}
+
+static int no_room(const struct pipe_plan *p, uint32_t f, size_t need, size_t cap,
+		   struct feed_err *err)
+{
+	return feed_err_set(err, -ENOBUFS, "field '%s': output needs %zu bytes, slot has %zu",
+			    p->in.fields[f].name, need, cap);
+}
+
+/* Runs field f's stages: the last one writes out->dst, the others
+ * alternate between the two scratch buffers (the plan sized them, and
+ * scratch is only touched when a field has more than one stage or a
+ * resize). */
+static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx *ctx,
+		     const struct aug_in *in, const struct aug_out *out, uint8_t *scratch,
+		     struct feed_err *err)
+{
+	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
+	const uint8_t *src = in->data;
+	size_t src_len = in->len;
+	uint32_t s0 = p->field_stage[f], n = p->field_nstages[f];
+	const struct pipe_stage *last = &p->stages[s0 + n - 1];
+
+	if (out->cap < last->out_bytes)
+		return no_room(p, f, last->out_bytes, out->cap, err);
+	for (uint32_t k = 0; k < n; k++) {
+		const struct pipe_stage *st = &p->stages[s0 + k];
+		uint8_t *dst = k + 1 == n ? out->dst : k & 1 ? scratch + inter : scratch;
+		if (st->kind == PIPE_STAGE_GEO) {
+			geo_stage(p, st, ctx, src, dst);
+		} else if (st->kind == PIPE_STAGE_RESIZE) {
+			aug_resize_u8(src, st->in_h, st->in_w, st->c, dst, st->out_h, st->out_w,
+				      scratch + 2 * inter);
+		} else {
+			int rc = window_stage(p, st, ctx, src, src_len, dst, err);
+			if (rc < 0)
+				return rc;
+		}
+		src = dst;
+		src_len = st->out_bytes;
+	}
+	if (out->ret_len)
+		*out->ret_len = last->out_bytes;
+	return 0;
+}
+
+int aug_apply(const struct pipe_plan *plan, const struct aug_ctx *ctx, const struct aug_in *in,
+	      const struct aug_out *out, void *scratch, struct feed_err *err)
+{
+	for (uint32_t f = 0; f < plan->in.nfields; f++) {
+		int rc = check_in(plan, f, &in[f], ctx, err);
+		if (rc < 0)
+			return rc;
+		if (plan->field_nstages[f]) {
+			rc = run_field(plan, f, ctx, &in[f], &out[f], scratch, err);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if (in[f].len > out[f].cap)
+			return no_room(plan, f, in[f].len, out[f].cap, err);
+		if (in[f].len)
+			memcpy(out[f].dst, in[f].data, in[f].len);
+		if (out[f].ret_len)
+			*out[f].ret_len = in[f].len;
+	}
+	return 0;
+}

@@ -1,0 +1,699 @@
+/*
+ * check_augment.c: unit tests of daemon/augment.c and daemon/philox.h:
+ * Philox known-answer vectors, pure draws, draw -> parameter mappings
+ * (crop offsets, center offsets with Python's rounding, flip rate, window
+ * bounds), each op against hand-computed pixels on small images, fused
+ * crop/flip runs equal to the ops run one at a time, bilinear resize
+ * against hand-computed values, pass-through and errors.
+ *
+ * Also a probe for tests/python/test_augment_torchvision.py:
+ *   check_augment --probe PIPELINE H W C SEED EPOCH SAMPLE
+ * reads an H x W x C u8 image on stdin and writes one text line
+ * "top left flip out_h out_w" (the first random_crop's offsets in padded
+ * coordinates and the first hflip's decision, -1 when absent) followed by
+ * the output image bytes.
+ */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "augment.h"
+#include "philox.h"
+
+/* One u8 image field (rank 2 when c == 0, else H x W x C). */
+static void image_schema(struct fmt_schema *s, uint32_t h, uint32_t w, uint32_t c)
+{
+	memset(s, 0, sizeof(*s));
+	s->nfields = 1;
+	struct fmt_field *f = &s->fields[0];
+	strcpy(f->name, "image");
+	f->dtype = FEED_DTYPE_U8;
+	f->rank = c ? 3 : 2;
+	f->shape[0] = h;
+	f->shape[1] = w;
+	f->shape[2] = c;
+	f->max_bytes = (uint64_t)h * w * (c ? c : 1);
+}
+
+static struct pipe_plan *plan_for(const char *text, const struct fmt_schema *s)
+{
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+
+	ck_assert_ptr_nonnull(p);
+	ck_assert_msg(pipe_plan_text(text, s, p, &err) == 0, "'%s': %s", text, err.msg);
+	return p;
+}
+
+/* Applies a one-field plan; returns the output length. */
+static size_t apply1(const struct pipe_plan *p, const struct aug_ctx *ctx, const uint8_t *src,
+		     size_t len, uint8_t *dst, size_t cap)
+{
+	void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	size_t got = 0;
+	struct aug_in in = {src, len};
+	struct aug_out out = {dst, cap, &got};
+	struct feed_err err = {0};
+
+	ck_assert_msg(aug_apply(p, ctx, &in, &out, scratch, &err) == 0, "%s", err.msg);
+	free(scratch);
+	return got;
+}
+
+static void fill_image(uint8_t *img, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		img[i] = (uint8_t)(feed_rand_u32(seed, 0, i, 0, 0) >> 24);
+}
+
+/* ------------------------------------------------------------------ */
+/* Philox and draws                                                    */
+
+START_TEST(test_augment_philox_known_answers)
+{
+	static const uint32_t ctr[3][4] = {
+		{0, 0, 0, 0},
+		{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+		{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}};
+	static const uint32_t key[3][2] = {{0, 0}, {0xffffffff, 0xffffffff}, {0xa4093822, 0x299f31d0}};
+	static const uint32_t want[3][4] = {
+		{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+		{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+		{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
+
+	for (int v = 0; v < 3; v++) {
+		uint32_t out[4];
+		philox4x32_10(ctr[v], key[v], out);
+		for (int k = 0; k < 4; k++)
+			ck_assert_msg(out[k] == want[v][k], "vector %d word %d: %08x != %08x", v, k,
+				      out[k], want[v][k]);
+	}
+}
+END_TEST
+
+START_TEST(test_augment_draws_are_pure)
+{
+	uint32_t a = feed_rand_u32(1, 2, 3, 4, 5);
+
+	ck_assert_uint_eq(feed_rand_u32(1, 2, 3, 4, 5), a);
+	ck_assert_uint_ne(feed_rand_u32(9, 2, 3, 4, 5), a);
+	ck_assert_uint_ne(feed_rand_u32(1, 9, 3, 4, 5), a);
+	ck_assert_uint_ne(feed_rand_u32(1, 2, 9, 4, 5), a);
+	ck_assert_uint_ne(feed_rand_u32(1, 2, 3, 9, 5), a);
+	ck_assert_uint_ne(feed_rand_u32(1, 2, 3, 4, 9), a);
+	ck_assert_uint_ne(feed_rand_u32(1ull << 32, 2, 3, 4, 5), a); /* high seed bits count */
+	ck_assert_uint_ne(feed_rand_u32(1, 2, 3 + (1ull << 32), 4, 5), a);
+	/* draws 0..3 are the words of block 0 */
+	uint32_t w[4];
+	feed_rand_block(1, 2, 3, 4, 1, w);
+	ck_assert_uint_eq(w[1], a);
+	for (uint32_t d = 0; d < 1000; d++) {
+		float u = feed_rand_unit(7, 0, d, 1, 0);
+		ck_assert(u >= 0.0f && u < 1.0f);
+	}
+	ck_assert(feed_rand_unit_of(0xffffffffu) < 1.0f);
+	ck_assert(feed_rand_unit_of(0) == 0.0f);
+}
+END_TEST
+
+START_TEST(test_augment_draw_to_parameters)
+{
+	uint32_t top, left;
+
+	ck_assert_uint_eq(aug_randint(0, 7), 0);
+	ck_assert_uint_eq(aug_randint(0xffffffffu, 7), 6);
+	ck_assert_uint_eq(aug_randint(0x80000000u, 7), 3);
+	/* 4x5 image, pad 1, crop 3: top in [0, 3], left in [0, 4] */
+	aug_random_crop_offsets(4, 5, 3, 1, 0, 0, &top, &left);
+	ck_assert_uint_eq(top, 0);
+	ck_assert_uint_eq(left, 0);
+	aug_random_crop_offsets(4, 5, 3, 1, 0xffffffffu, 0xffffffffu, &top, &left);
+	ck_assert_uint_eq(top, 3);
+	ck_assert_uint_eq(left, 4);
+	aug_random_crop_offsets(4, 5, 3, 1, 0x80000000u, 0x80000000u, &top, &left);
+	ck_assert_uint_eq(top, 2);
+	ck_assert_uint_eq(left, 2);
+	aug_random_crop_offsets(28, 28, 28, 0, 0xffffffffu, 0x12345678u, &top, &left);
+	ck_assert_uint_eq(top + left, 0);
+	/* torchvision: int(round((n - size) / 2.0)), Python rounds ties to even */
+	ck_assert_int_eq(aug_center_crop_offset(4, 2), 1);   /* 1.0 */
+	ck_assert_int_eq(aug_center_crop_offset(5, 4), 0);   /* 0.5 -> 0 */
+	ck_assert_int_eq(aug_center_crop_offset(5, 2), 2);   /* 1.5 -> 2 */
+	ck_assert_int_eq(aug_center_crop_offset(7, 2), 2);   /* 2.5 -> 2 */
+	ck_assert_int_eq(aug_center_crop_offset(10, 3), 4);  /* 3.5 -> 4 */
+	ck_assert_int_eq(aug_center_crop_offset(3, 3), 0);
+	ck_assert_int_eq(aug_center_crop_offset(3, 5), -1);  /* pads 1 before, 1 after */
+	ck_assert_int_eq(aug_center_crop_offset(3, 6), -1);  /* pads 1 before, 2 after */
+	ck_assert_int_eq(aug_center_crop_offset(2, 7), -2);
+	/* flip iff (u >> 8) / 2^24 < p */
+	ck_assert(!aug_hflip_decision(0, 0));
+	ck_assert(aug_hflip_decision(0xffffffffu, PIPE_P_ONE));
+	ck_assert(aug_hflip_decision(0x7fffffffu, PIPE_P_ONE / 2));
+	ck_assert(!aug_hflip_decision(0x80000000u, PIPE_P_ONE / 2));
+	ck_assert(aug_hflip_decision(0xffu, 1)); /* rand 0 < 1e-9 */
+	ck_assert(!aug_hflip_decision(0x100u, 1)); /* rand 2^-24 > 1e-9 */
+	ck_assert_uint_eq(aug_window_start(10, 4, 0), 0);
+	ck_assert_uint_eq(aug_window_start(10, 4, 0xffffffffu), 6);
+	ck_assert_uint_eq(aug_window_start(10, 10, 0xffffffffu), 0);
+}
+END_TEST
+
+START_TEST(test_augment_hflip_rate)
+{
+	uint32_t flips = 0;
+
+	for (uint64_t s = 0; s < 20000; s++)
+		flips += aug_hflip_decision(feed_rand_u32(5, 1, s, 0, 0), PIPE_P_ONE / 2);
+	ck_assert_uint_gt(flips, 9700);
+	ck_assert_uint_lt(flips, 10300);
+	flips = 0;
+	for (uint64_t s = 0; s < 20000; s++)
+		flips += aug_hflip_decision(feed_rand_u32(5, 1, s, 0, 0), PIPE_P_ONE / 10);
+	ck_assert_uint_gt(flips, 1800);
+	ck_assert_uint_lt(flips, 2200);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Image ops against hand-computed pixels                              */
+
+/* 4x5x1 image holding 1..20 row by row. */
+static const uint8_t img45[20] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+				  11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+
+/* The first sample (from 0) whose crop draws give (top, left). */
+static uint64_t sample_with_crop(uint32_t want_top, uint32_t want_left)
+{
+	for (uint64_t s = 0; s < 100000; s++) {
+		uint32_t t, l;
+		aug_random_crop_offsets(4, 5, 3, 1, feed_rand_u32(11, 0, s, 0, 0),
+					feed_rand_u32(11, 0, s, 0, 1), &t, &l);
+		if (t == want_top && l == want_left)
+			return s;
+	}
+	ck_abort_msg("no sample with crop (%u, %u)", want_top, want_left);
+	return 0;
+}
+
+START_TEST(test_augment_random_crop_hand)
+{
+	struct fmt_schema s;
+	image_schema(&s, 4, 5, 0);
+	struct pipe_plan *p = plan_for("random_crop(size=3, pad=1)", &s);
+	static const uint8_t tl[9] = {0, 0, 0, 0, 1, 2, 0, 6, 7};
+	static const uint8_t br[9] = {14, 15, 0, 19, 20, 0, 0, 0, 0};
+	static const uint8_t mid[9] = {7, 8, 9, 12, 13, 14, 17, 18, 19};
+	uint8_t out[9];
+
+	struct aug_ctx ctx = {.seed = 11, .sample = sample_with_crop(0, 0)};
+	ck_assert_uint_eq(apply1(p, &ctx, img45, 20, out, sizeof(out)), 9);
+	ck_assert_mem_eq(out, tl, 9);
+	ctx.sample = sample_with_crop(3, 4);
+	apply1(p, &ctx, img45, 20, out, sizeof(out));
+	ck_assert_mem_eq(out, br, 9);
+	ctx.sample = sample_with_crop(2, 2);
+	apply1(p, &ctx, img45, 20, out, sizeof(out));
+	ck_assert_mem_eq(out, mid, 9);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_augment_hflip_hand)
+{
+	struct fmt_schema s;
+	uint8_t img[27], out[27], want[27];
+
+	image_schema(&s, 3, 3, 3);
+	for (int i = 0; i < 27; i++)
+		img[i] = (uint8_t)(10 + i);
+	for (int y = 0; y < 3; y++) /* pixel (y, x) <- (y, 2 - x), channels kept in order */
+		for (int x = 0; x < 3; x++)
+			for (int k = 0; k < 3; k++)
+				want[(y * 3 + x) * 3 + k] = (uint8_t)(10 + (y * 3 + 2 - x) * 3 + k);
+	struct pipe_plan *p = plan_for("hflip(p=1)", &s);
+	struct aug_ctx ctx = {.seed = 1, .sample = 3};
+	apply1(p, &ctx, img, 27, out, sizeof(out));
+	ck_assert_mem_eq(out, want, 27);
+	free(p);
+	p = plan_for("hflip(p=0)", &s);
+	apply1(p, &ctx, img, 27, out, sizeof(out));
+	ck_assert_mem_eq(out, img, 27);
+	free(p);
+	/* one channel, rows of 19 (two 8-byte swaps and a tail) */
+	uint8_t g[57], gout[57];
+	image_schema(&s, 3, 19, 0);
+	for (int i = 0; i < 57; i++)
+		g[i] = (uint8_t)(i * 3 + 1);
+	p = plan_for("hflip(p=1)", &s);
+	apply1(p, &ctx, g, 57, gout, sizeof(gout));
+	for (int y = 0; y < 3; y++)
+		for (int x = 0; x < 19; x++)
+			ck_assert_uint_eq(gout[y * 19 + x], g[y * 19 + 18 - x]);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_augment_center_crop_hand)
+{
+	struct fmt_schema s;
+	uint8_t out[25];
+	struct aug_ctx ctx = {0};
+
+	/* 4x5, size 3: top round(0.5) = 0, left round(1.0) = 1 */
+	image_schema(&s, 4, 5, 0);
+	struct pipe_plan *p = plan_for("center_crop(size=3)", &s);
+	static const uint8_t want3[9] = {2, 3, 4, 7, 8, 9, 12, 13, 14};
+	apply1(p, &ctx, img45, 20, out, sizeof(out));
+	ck_assert_mem_eq(out, want3, 9);
+	free(p);
+	/* 4x5, size 2: top 1, left round(1.5) = 2 */
+	p = plan_for("center_crop(size=2)", &s);
+	static const uint8_t want2[4] = {8, 9, 13, 14};
+	apply1(p, &ctx, img45, 20, out, sizeof(out));
+	ck_assert_mem_eq(out, want2, 4);
+	free(p);
+	/* 4x5, size 5: rows padded (5 - 4) // 2 = 0 before, 1 after */
+	p = plan_for("center_crop(size=5)", &s);
+	uint8_t want5[25] = {0};
+	memcpy(want5, img45, 20);
+	apply1(p, &ctx, img45, 20, out, sizeof(out));
+	ck_assert_mem_eq(out, want5, 25);
+	free(p);
+	/* 3x3x3 in a 5x5 window: one zero pixel all round */
+	uint8_t img[27], big[75], wantbig[75] = {0};
+	image_schema(&s, 3, 3, 3);
+	for (int i = 0; i < 27; i++)
+		img[i] = (uint8_t)(100 + i);
+	for (int y = 0; y < 3; y++)
+		memcpy(wantbig + ((y + 1) * 5 + 1) * 3, img + y * 9, 9);
+	p = plan_for("center_crop(size=5)", &s);
+	apply1(p, &ctx, img, 27, big, sizeof(big));
+	ck_assert_mem_eq(big, wantbig, 75);
+	free(p);
+}
+END_TEST
+
+/* Runs ops one plan at a time (op k behind k identity ops, so it draws as
+ * op k of the fused pipeline); returns the output size. */
+static size_t run_chain(const char *const *ops, uint32_t n, uint32_t h, uint32_t w, uint32_t c,
+			const uint8_t *src, const struct aug_ctx *ctx, uint8_t *dst)
+{
+	size_t len = (size_t)h * w * (c ? c : 1);
+	uint8_t *cur = malloc(len);
+
+	memcpy(cur, src, len);
+	for (uint32_t k = 0; k < n; k++) {
+		char text[512] = "";
+		struct fmt_schema s;
+		for (uint32_t j = 0; j < k; j++)
+			strcat(text, "identity | ");
+		strcat(text, ops[k]);
+		image_schema(&s, h, w, c);
+		struct pipe_plan *p = plan_for(text, &s);
+		size_t cap = p->out.fields[0].max_bytes;
+		uint8_t *next = malloc(cap);
+		len = apply1(p, ctx, cur, len, next, cap);
+		h = p->out.fields[0].shape[0];
+		w = p->out.fields[0].shape[1];
+		free(p);
+		free(cur);
+		cur = next;
+	}
+	memcpy(dst, cur, len);
+	free(cur);
+	return len;
+}
+
+static void check_fused_equals_chain(const char *const *ops, uint32_t n, uint32_t h, uint32_t w,
+				     uint32_t c)
+{
+	char text[512] = "";
+	struct fmt_schema s;
+	size_t len = (size_t)h * w * (c ? c : 1);
+	uint8_t *img = malloc(len), a[4096], b[4096];
+
+	for (uint32_t k = 0; k < n; k++) {
+		strcat(text, k ? " | " : "");
+		strcat(text, ops[k]);
+	}
+	image_schema(&s, h, w, c);
+	struct pipe_plan *p = plan_for(text, &s);
+	for (uint64_t smp = 0; smp < 200; smp++) {
+		struct aug_ctx ctx = {.seed = 99, .epoch = smp % 3, .sample = smp};
+		fill_image(img, len, (uint32_t)smp);
+		size_t la = apply1(p, &ctx, img, len, a, sizeof(a));
+		size_t lb = run_chain(ops, n, h, w, c, img, &ctx, b);
+		ck_assert_uint_eq(la, lb);
+		ck_assert_msg(!memcmp(a, b, la), "'%s' sample %" PRIu64 ": fused != one at a time",
+			      text, smp);
+	}
+	free(p);
+	free(img);
+}
+
+START_TEST(test_augment_crop_flip_fused_equals_separate)
+{
+	static const char *const cf[] = {"random_crop(size=3, pad=2)", "hflip(p=0.5)"};
+	check_fused_equals_chain(cf, 2, 4, 5, 0);
+	check_fused_equals_chain(cf, 2, 3, 3, 3);
+	static const char *const cf28[] = {"random_crop(size=28, pad=4)", "hflip(p=0.5)"};
+	check_fused_equals_chain(cf28, 2, 28, 28, 0);
+	static const char *const many[] = {"hflip(p=0.7)", "random_crop(size=6, pad=3)",
+					   "center_crop(size=5)", "hflip(p=0.5)",
+					   "random_crop(size=4, pad=1)", "center_crop(size=7)"};
+	check_fused_equals_chain(many, 6, 5, 7, 3);
+	check_fused_equals_chain(many, 6, 9, 4, 2);
+	/* resize breaks the run; the runs on either side still fuse */
+	static const char *const mixed[] = {"random_crop(size=5, pad=1)", "hflip(p=0.5)",
+					    "resize(h=7, w=9)", "hflip(p=0.5)",
+					    "center_crop(size=6)"};
+	check_fused_equals_chain(mixed, 5, 6, 6, 3);
+	/* crop then flip, by hand: flip decided by draw 0 of op 1 */
+	struct fmt_schema s;
+	image_schema(&s, 4, 5, 0);
+	struct pipe_plan *p = plan_for(cf[0], &s), *q = plan_for("random_crop(size=3, pad=2) | hflip", &s);
+	uint32_t flipped = 0;
+	for (uint64_t smp = 0; smp < 64; smp++) {
+		struct aug_ctx ctx = {.seed = 3, .sample = smp};
+		uint8_t crop[9], both[9], want[9];
+		apply1(p, &ctx, img45, 20, crop, 9);
+		apply1(q, &ctx, img45, 20, both, 9);
+		bool flip = aug_hflip_decision(feed_rand_u32(3, 0, smp, 1, 0), PIPE_P_ONE / 2);
+		for (int y = 0; y < 3; y++)
+			for (int x = 0; x < 3; x++)
+				want[y * 3 + x] = crop[y * 3 + (flip ? 2 - x : x)];
+		ck_assert_mem_eq(both, want, 9);
+		flipped += flip;
+	}
+	ck_assert_uint_gt(flipped, 10);
+	ck_assert_uint_lt(flipped, 54);
+	free(p);
+	free(q);
+}
+END_TEST
+
+static void check_resize(uint32_t h, uint32_t w, uint32_t oh, uint32_t ow, const uint8_t *src,
+			 const uint8_t *want)
+{
+	struct fmt_schema s;
+	char text[64];
+	uint8_t out[256];
+	struct aug_ctx ctx = {0};
+
+	image_schema(&s, h, w, 0);
+	snprintf(text, sizeof(text), "resize(h=%u, w=%u)", oh, ow);
+	struct pipe_plan *p = plan_for(text, &s);
+	ck_assert_uint_eq(apply1(p, &ctx, src, (size_t)h * w, out, sizeof(out)), (size_t)oh * ow);
+	for (uint32_t i = 0; i < oh * ow; i++)
+		ck_assert_msg(out[i] == want[i], "%ux%u -> %ux%u: pixel (%u, %u) = %u, want %u", h, w,
+			      oh, ow, i / ow, i % ow, out[i], want[i]);
+	free(p);
+}
+
+/*
+ * Hand-computed with half-pixel centres, src = (dst + 0.5) * in / out - 0.5
+ * clamped at 0, the right neighbour clamped at the edge:
+ *   2 -> 4: weights (1, 0), (.75, .25), (.25, .75), (0, 1); ties round to even
+ *   4 -> 2: src 0.5 and 2.5, the mean of each 2x2 block
+ *   3 -> 5: src 0, 0.4, 1, 1.6, 2.2 (-> 2)
+ */
+START_TEST(test_augment_resize_hand)
+{
+	static const uint8_t a[4] = {10, 20, 30, 40};
+	static const uint8_t a4[16] = {10, 12, 18, 20,  /* 12.5 -> 12, 17.5 -> 18 */
+				       15, 18, 22, 25,  /* 17.5 -> 18, 22.5 -> 22 */
+				       25, 28, 32, 35,  /* 27.5 -> 28, 32.5 -> 32 */
+				       30, 32, 38, 40}; /* 32.5 -> 32, 37.5 -> 38 */
+	check_resize(2, 2, 4, 4, a, a4);
+	static const uint8_t b[16] = {0, 10, 20, 30, 40, 52, 60, 70,
+				      80, 90, 100, 110, 120, 130, 140, 153};
+	static const uint8_t b2[4] = {26, 45, 105, 126}; /* 25.5 -> 26, 125.75 -> 126 */
+	check_resize(4, 4, 2, 2, b, b2);
+	static const uint8_t c[9] = {0, 100, 200, 50, 150, 250, 10, 20, 30};
+	static const uint8_t c5[25] = {0,  40, 100, 160, 200,
+				       20, 60, 120, 180, 220,
+				       50, 90, 150, 210, 250,
+				       26, 44, 72,  100, 118, /* 44.4, 99.6 */
+				       10, 14, 20,  26,  30};
+	check_resize(3, 3, 5, 5, c, c5);
+	static const uint8_t same[4] = {7, 8, 9, 250};
+	check_resize(2, 2, 2, 2, same, same);
+}
+END_TEST
+
+/* The separable path (c > 1) on the 2 -> 4 case, channels a, a + 100 and
+ * a + 1 (the odd shift moves every tie to the other even neighbour). */
+START_TEST(test_augment_resize_channels_hand)
+{
+	static const uint8_t a[4] = {10, 20, 30, 40};
+	static const uint8_t want[3][16] = {
+		{10, 12, 18, 20, 15, 18, 22, 25, 25, 28, 32, 35, 30, 32, 38, 40},
+		{110, 112, 118, 120, 115, 118, 122, 125, 125, 128, 132, 135, 130, 132, 138, 140},
+		{11, 14, 18, 21, 16, 18, 24, 26, 26, 28, 34, 36, 31, 34, 38, 41}};
+	static const uint8_t shift[3] = {0, 100, 1};
+	uint8_t img[12], out[48];
+	struct fmt_schema s;
+	struct aug_ctx ctx = {0};
+
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 3; k++)
+			img[i * 3 + k] = (uint8_t)(a[i] + shift[k]);
+	image_schema(&s, 2, 2, 3);
+	struct pipe_plan *p = plan_for("resize(h=4, w=4)", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, img, 12, out, sizeof(out)), 48);
+	for (int i = 0; i < 16; i++)
+		for (int k = 0; k < 3; k++)
+			ck_assert_msg(out[i * 3 + k] == want[k][i], "pixel %d channel %d: %u, want %u", i,
+				      k, out[i * 3 + k], want[k][i]);
+	free(p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Sequences, pass-through, errors                                     */
+
+/* label i64, tokens u16 variable (<= 64), vec u32 [10], name str. */
+static void seq_schema(struct fmt_schema *s)
+{
+	memset(s, 0, sizeof(*s));
+	struct fmt_field f[] = {
+		{.name = "label", .dtype = FEED_DTYPE_I64, .max_bytes = 8},
+		{.name = "tokens", .dtype = FEED_DTYPE_U16, .variable = true, .max_bytes = 128},
+		{.name = "vec", .dtype = FEED_DTYPE_U32, .rank = 1, .shape = {10}, .max_bytes = 40},
+		{.name = "name", .dtype = FEED_DTYPE_STR, .variable = true, .max_bytes = 30},
+	};
+	s->nfields = 4;
+	memcpy(s->fields, f, sizeof(f));
+}
+
+START_TEST(test_augment_random_window_bounds)
+{
+	struct fmt_schema s;
+	seq_schema(&s);
+	struct pipe_plan *p = plan_for("random_window(len=4) | random_window(len=3, field=vec)", &s);
+	int64_t label = -5;
+	uint16_t tok[20];
+	uint32_t vec[10];
+	const char *name = "sample";
+	for (int i = 0; i < 20; i++)
+		tok[i] = (uint16_t)(1000 + i);
+	for (int i = 0; i < 10; i++)
+		vec[i] = 70000u + (uint32_t)i;
+	uint8_t o_label[8], o_tok[128], o_vec[40], o_name[30];
+	size_t lens[4];
+	uint32_t seen_tok[20] = {0}, seen_vec[10] = {0};
+
+	for (uint64_t smp = 0; smp < 2000; smp++) {
+		size_t ntok = 4 + smp % 17; /* 4 .. 20 tokens */
+		struct aug_in in[4] = {{&label, 8}, {tok, ntok * 2}, {vec, 40}, {name, 6}};
+		struct aug_out out[4] = {{o_label, 8, &lens[0]}, {o_tok, 128, &lens[1]},
+					 {o_vec, 40, &lens[2]}, {o_name, 30, &lens[3]}};
+		struct aug_ctx ctx = {.seed = 8, .epoch = 1, .sample = smp};
+		void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+		ck_assert_int_eq(aug_apply(p, &ctx, in, out, scratch, NULL), 0);
+		free(scratch);
+		ck_assert_uint_eq(lens[0], 8);
+		ck_assert_mem_eq(o_label, &label, 8);
+		ck_assert_uint_eq(lens[3], 6);
+		ck_assert_mem_eq(o_name, name, 6);
+		ck_assert_uint_eq(lens[1], 8);
+		ck_assert_uint_eq(lens[2], 12);
+		uint16_t t0;
+		uint32_t v0;
+		memcpy(&t0, o_tok, 2);
+		memcpy(&v0, o_vec, 4);
+		uint64_t st = t0 - 1000u, sv = v0 - 70000u;
+		ck_assert_uint_eq(st, aug_window_start(ntok, 4, feed_rand_u32(8, 1, smp, 0, 0)));
+		ck_assert_uint_le(st + 4, ntok);
+		ck_assert_uint_le(sv + 3, 10);
+		ck_assert_mem_eq(o_tok, tok + st, 8);
+		ck_assert_mem_eq(o_vec, vec + sv, 12);
+		if (ntok == 20)
+			seen_tok[st]++;
+		seen_vec[sv]++;
+	}
+	for (int k = 0; k <= 16; k++) /* both ends reached, nothing beyond */
+		ck_assert_msg(seen_tok[k] > 0, "token start %d never drawn", k);
+	for (int k = 0; k <= 7; k++)
+		ck_assert_uint_gt(seen_vec[k], 0);
+	ck_assert_uint_eq(seen_vec[8] + seen_vec[9], 0);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_augment_errors)
+{
+	struct fmt_schema s;
+	seq_schema(&s);
+	struct pipe_plan *p = plan_for("random_window(len=4)", &s);
+	int64_t label = 1;
+	uint16_t tok[20] = {0};
+	uint32_t vec[10] = {0};
+	uint8_t o[4][128];
+	struct aug_in in[4] = {{&label, 8}, {tok, 6}, {vec, 40}, {"x", 1}};
+	struct aug_out out[4] = {{o[0], 128, NULL}, {o[1], 128, NULL}, {o[2], 128, NULL},
+				 {o[3], 128, NULL}};
+	struct aug_ctx ctx = {.sample = 17};
+	struct feed_err err = {0};
+
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), -EINVAL); /* 3 tokens < 4 */
+	ck_assert_ptr_nonnull(strstr(err.msg, "sample 17"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "'tokens'"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "op 1 random_window"));
+	in[1].len = 7; /* half a token */
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "multiple of 2"));
+	in[1].len = 8;
+	in[2].len = 36; /* fixed field of the wrong size */
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'vec'"));
+	in[2].len = 40;
+	out[1].cap = 7;
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), -ENOBUFS);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'tokens'"));
+	out[1].cap = 8;
+	out[3].cap = 0;
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), -ENOBUFS);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'name'"));
+	out[3].cap = 1;
+	ck_assert_int_eq(aug_apply(p, &ctx, in, out, NULL, &err), 0);
+	free(p);
+}
+END_TEST
+
+/* Same (seed, epoch, sample) -> same bytes; the key changes the result. */
+START_TEST(test_augment_deterministic)
+{
+	struct fmt_schema s;
+	uint8_t img[28 * 28], a[784], b[784];
+	uint32_t differ = 0;
+
+	image_schema(&s, 28, 28, 0);
+	fill_image(img, sizeof(img), 4);
+	struct pipe_plan *p = plan_for("random_crop(size=28, pad=2) | hflip(p=0.5)", &s);
+	for (uint64_t smp = 0; smp < 100; smp++) {
+		struct aug_ctx c1 = {.seed = 1, .epoch = 2, .sample = smp}, c2 = c1;
+		apply1(p, &c1, img, sizeof(img), a, sizeof(a));
+		apply1(p, &c2, img, sizeof(img), b, sizeof(b));
+		ck_assert_mem_eq(a, b, sizeof(a));
+		c2.epoch = 3;
+		apply1(p, &c2, img, sizeof(img), b, sizeof(b));
+		differ += memcmp(a, b, sizeof(a)) != 0;
+	}
+	ck_assert_uint_gt(differ, 90);
+	free(p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+
+static int probe(int argc, char **argv)
+{
+	if (argc != 9) {
+		fprintf(stderr, "usage: %s --probe PIPELINE H W C SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[3]), w = (uint32_t)atoi(argv[4]), c = (uint32_t)atoi(argv[5]);
+	struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), strtoull(argv[7], NULL, 0),
+			      strtoull(argv[8], NULL, 0)};
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	size_t len = (size_t)h * w * c;
+	uint8_t *img = malloc(len + 1);
+
+	image_schema(&s, h, w, c);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 || fread(img, 1, len, stdin) != len) {
+		fprintf(stderr, "probe: %s\n", err.msg[0] ? err.msg : "short input");
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {img, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply(p, &ctx, &in, &o, scratch, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	long top = -1, left = -1, flip = -1;
+	for (uint32_t i = p->spec.nops; i-- > 0;) {
+		const struct pipe_op *op = &p->spec.ops[i];
+		uint32_t t, l;
+		if (op->kind == PIPE_RANDOM_CROP) {
+			aug_random_crop_offsets(p->dims[i].in_h, p->dims[i].in_w, op->size, op->pad,
+						feed_rand_u32(ctx.seed, ctx.epoch, ctx.sample, i, 0),
+						feed_rand_u32(ctx.seed, ctx.epoch, ctx.sample, i, 1), &t, &l);
+			top = t;
+			left = l;
+		} else if (op->kind == PIPE_HFLIP) {
+			flip = aug_hflip_decision(feed_rand_u32(ctx.seed, ctx.epoch, ctx.sample, i, 0),
+						  op->p_ppb);
+		}
+	}
+	printf("%ld %ld %ld %u %u\n", top, left, flip, p->out.fields[0].shape[0],
+	       p->out.fields[0].shape[1]);
+	fwrite(out, 1, got, stdout);
+	free(out);
+	free(scratch);
+	free(img);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
+static Suite *augment_suite(void)
+{
+	Suite *s = suite_create("augment");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_augment_philox_known_answers);
+	tcase_add_test(tc, test_augment_draws_are_pure);
+	tcase_add_test(tc, test_augment_draw_to_parameters);
+	tcase_add_test(tc, test_augment_hflip_rate);
+	tcase_add_test(tc, test_augment_random_crop_hand);
+	tcase_add_test(tc, test_augment_hflip_hand);
+	tcase_add_test(tc, test_augment_center_crop_hand);
+	tcase_add_test(tc, test_augment_crop_flip_fused_equals_separate);
+	tcase_add_test(tc, test_augment_resize_hand);
+	tcase_add_test(tc, test_augment_resize_channels_hand);
+	tcase_add_test(tc, test_augment_random_window_bounds);
+	tcase_add_test(tc, test_augment_errors);
+	tcase_add_test(tc, test_augment_deterministic);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--probe"))
+		return probe(argc, argv);
+	SRunner *sr = srunner_create(augment_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
