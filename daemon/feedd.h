@@ -22,6 +22,7 @@
 
 struct cat;
 struct pool;
+struct cache;
 struct srv;
 
 struct feedd {
@@ -30,6 +31,7 @@ struct feedd {
 	uv_loop_t loop;            /* owns every handle: socket, connections, signals */
 	struct cat *cat;           /* datasets served */
 	struct pool *pool;         /* worker threads */
+	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct srv *srv;           /* listening socket and connections */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */

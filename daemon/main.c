@@ -14,6 +14,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "catalog.h"
 #include "cmdline.h"
 #include "feedd.h"
@@ -80,6 +81,11 @@ static int main_serve(struct feedd *d)
 		log_error(&d->log, "%s", err.msg);
 		goto out;
 	}
+	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
+		log_error(&d->log, "block cache of %llu bytes: out of memory",
+			  (unsigned long long)d->cfg->cache_bytes);
+		goto out;
+	}
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
 		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),
@@ -97,6 +103,7 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	cat_free(d->cat);
 	if (rc == 0)
 		log_info(&d->log, "stopped");

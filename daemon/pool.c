@@ -52,13 +52,16 @@ static void *pool_main(void *arg)
 		if (!p->head)
 			p->tail = NULL;
 		pthread_mutex_unlock(&p->mu);
+		bool notify = job->done != NULL;  /* read before run(): job may die in it */
 		job->run(job, &t->w);
 		pthread_mutex_lock(&p->mu);
-		job->next = p->done;
-		p->done = job;
-		pthread_mutex_unlock(&p->mu);
-		uv_async_send(&p->async);  /* coalesced; the loop drains the list */
-		pthread_mutex_lock(&p->mu);
+		if (notify) {
+			job->next = p->done;
+			p->done = job;
+			pthread_mutex_unlock(&p->mu);
+			uv_async_send(&p->async);  /* coalesced; the loop drains the list */
+			pthread_mutex_lock(&p->mu);
+		}
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -106,6 +109,8 @@ static void pool_join(struct pool *p)
 	for (unsigned i = 0; i < p->n; i++) {
 		pthread_join(p->threads[i].tid, NULL);
 		fmt_decoder_free(p->threads[i].w.dec);
+		free(p->threads[i].w.comp);
+		free(p->threads[i].w.scratch);
 	}
 	p->n = 0;
 }
@@ -169,7 +174,6 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 
 void pool_submit(struct pool *p, struct pool_job *job)
 {
-	assert(!p->stopped);
 	job->next = NULL;
 	pthread_mutex_lock(&p->mu);
 	if (p->tail)

@@ -25,13 +25,21 @@ struct fmt_decoder;
 struct pool_worker {
 	unsigned index;               /* 0 .. workers-1 */
 	struct fmt_decoder *dec;      /* this worker's own; never shared */
+	/* Buffers jobs grow to the largest need seen (64-byte aligned) and
+	 * reuse, so no job allocates per item; freed when the pool stops. */
+	void *comp;                   /* a compressed block */
+	size_t comp_cap;
+	void *scratch;                /* augmentation scratch */
+	size_t scratch_cap;
 };
 
-/* A unit of work, owned by whoever submits it until done() is called. */
+/* A unit of work, owned by whoever submits it until done() is called (or,
+ * with done NULL, until run() returns: such jobs never wake the loop, which
+ * is how batch building stays off the loop thread entirely). */
 struct pool_job {
 	struct pool_job *next;        /* private: list link */
 	void (*run)(struct pool_job *job, struct pool_worker *w);  /* worker thread */
-	void (*done)(struct pool_job *job);                        /* loop thread */
+	void (*done)(struct pool_job *job);                        /* loop thread, or NULL */
 };
 
 struct pool;
@@ -42,7 +50,7 @@ struct pool;
 int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **ret,
 	     struct feed_err *err);
 
-/* Queues job (loop thread). */
+/* Queues job. Any thread (workers queue follow-up batches). */
 void pool_submit(struct pool *p, struct pool_job *job);
 
 /* Loop thread: lets the workers finish every queued job, joins them, calls

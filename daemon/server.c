@@ -51,6 +51,8 @@ static void srv_on_conn_closed(uv_handle_t *h)
 
 	close(c->sock);
 	free(c->out);
+	for (unsigned i = 0; i < c->out_nfds; i++)
+		close(c->out_fds[i]);
 	acl_peer_clear(&c->peer);
 	free(c);
 }
@@ -63,6 +65,7 @@ void srv_conn_close(struct srv_conn *c, const char *why)
 		return;
 	c->closing = true;
 	log_info(&c->d->log, SRV_CONN_FMT ": closed: %s", SRV_CONN_ARGS(c), why);
+	ses_conn_closing(c); /* its streams stop; their slots and regions are freed */
 	acl_users_release(&s->users, c->peer.uid);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -82,14 +85,17 @@ static void srv_poll(struct srv_conn *c, int events)
 		srv_conn_close(c, uv_strerror(r));
 }
 
-void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close)
+static void srv_reply_any(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close,
+			  const int *fds, unsigned nfds)
 {
 	if (c->closing || c->out) {  /* nothing can be queued behind a waiting reply */
 		free(buf);
 		return;
 	}
-	int r = wire_send(c->sock, buf, len);
+	int r = wire_send_fds(c->sock, buf, len, fds, nfds);
 	if (r == -EAGAIN) {
+		for (unsigned i = 0; i < nfds; i++)
+			c->out_fds[c->out_nfds++] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
 		c->out = buf;
 		c->out_len = len;
 		c->close_after_out = then_close;
@@ -105,14 +111,28 @@ void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close)
 		srv_conn_close(c, "after the error reply");
 }
 
+void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close)
+{
+	srv_reply_any(c, buf, len, then_close, NULL, 0);
+}
+
+void srv_reply_fds(struct srv_conn *c, uint8_t *buf, size_t len, const int *fds,
+		   unsigned nfds)
+{
+	srv_reply_any(c, buf, len, false, fds, nfds);
+}
+
 static void srv_flush(struct srv_conn *c)
 {
-	int r = wire_send(c->sock, c->out, c->out_len);
+	int r = wire_send_fds(c->sock, c->out, c->out_len, c->out_fds, c->out_nfds);
 
 	if (r == -EAGAIN)
 		return;
 	free(c->out);
 	c->out = NULL;
+	for (unsigned i = 0; i < c->out_nfds; i++)
+		close(c->out_fds[i]);
+	c->out_nfds = 0;
 	if (r < 0)
 		srv_conn_close(c, r == -EPIPE || r == -ECONNRESET ? "peer went away" : strerror(-r));
 	else if (c->close_after_out)
@@ -466,4 +486,16 @@ uint32_t srv_connections(const struct srv *s)
 uint32_t srv_user_connections(const struct srv *s, uid_t uid)
 {
 	return acl_users_count(&s->users, uid);
+}
+
+void srv_user_usage(const struct srv *s, uid_t uid, uint32_t *ret_streams, uint64_t *ret_bytes)
+{
+	uint32_t n = 0;
+	uint64_t bytes = 0;
+
+	for (const struct srv_conn *c = s->conns; c; c = c->next)
+		if (c->peer.uid == uid)
+			ses_conn_usage(c, &n, &bytes);
+	*ret_streams = n;
+	*ret_bytes = bytes;
 }

@@ -32,9 +32,14 @@ struct srv_conn {
 	uint32_t version;              /* negotiated protocol version */
 	unsigned rejected;             /* malformed requests in a row */
 	char client_name[WIRE_CLIENT_NAME_MAX + 1];
+	/* Streams opened on this connection (session_stream.c). */
+	struct ses_stream *streams;
+	uint32_t next_stream_id;
 	/* Reply waiting for room in the socket; reading stops meanwhile. */
 	uint8_t *out;
 	size_t out_len;
+	int out_fds[5];                /* our duplicates, sent with out */
+	unsigned out_nfds;
 	bool close_after_out;          /* close once out is sent */
 	bool closing;                  /* uv_close() called; c dies in its callback */
 };
@@ -61,6 +66,15 @@ void srv_free(struct srv *s);
 /* Sends buf (len bytes, ownership taken) to c, or queues it until the
  * socket has room; closes c afterwards if then_close. */
 void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close);
+
+/* Like srv_reply(), sending nfds descriptors with the packet (the caller
+ * keeps its own; they are duplicated if the reply must wait). */
+void srv_reply_fds(struct srv_conn *c, uint8_t *buf, size_t len, const int *fds,
+		   unsigned nfds);
+
+/* Streams and shared-memory bytes held by every connection of uid. */
+void srv_user_usage(const struct srv *s, uid_t uid, uint32_t *ret_streams,
+		    uint64_t *ret_bytes);
 
 /* Closes c (logging why, at info level); safe to call twice. */
 void srv_conn_close(struct srv_conn *c, const char *why);

@@ -13,16 +13,8 @@
 #include "catalog.h"
 #include "pool.h"
 
-/* How a refusal weighs on the connection. */
-enum ses_weight {
-	SES_REFUSAL,    /* a fair request refused (access, unknown dataset): no count */
-	SES_MALFORMED,  /* counts toward WIRE_MAX_REJECTED in a row */
-	SES_FATAL,      /* the peer cannot be speaking this protocol: close */
-};
 
-
-static void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg,
-		      enum ses_weight w)
+void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum ses_weight w)
 {
 	char text[FEED_ERR_MSG_MAX + 64];
 	uint8_t *buf;
@@ -44,8 +36,7 @@ static void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg
 	srv_reply(c, buf, len, close);
 }
 
-/* Encodes and sends reply; a reply too large becomes an Error. */
-static void ses_send(struct srv_conn *c, Feed__Reply *reply)
+void ses_send_fds(struct srv_conn *c, Feed__Reply *reply, const int *fds, unsigned nfds)
 {
 	struct feed_err err = {0};
 	uint8_t *buf;
@@ -58,7 +49,13 @@ static void ses_send(struct srv_conn *c, Feed__Reply *reply)
 	}
 	c->d->requests++;
 	c->rejected = 0;
-	srv_reply(c, buf, len, false);
+	srv_reply_fds(c, buf, len, fds, nfds);
+}
+
+/* Encodes and sends reply; a reply too large becomes an Error. */
+static void ses_send(struct srv_conn *c, Feed__Reply *reply)
+{
+	ses_send_fds(c, reply, NULL, 0);
 }
 
 static void ses_hello(struct srv_conn *c, uint32_t id, const Feed__Hello *h)
@@ -133,7 +130,7 @@ static void ses_list(struct srv_conn *c, uint32_t id)
 
 /* Resolves a dataset a request names, or answers the refusal and returns
  * NULL. One log line per access refusal. */
-static const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name)
+const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name)
 {
 	const struct cfg_dataset *d = cfg_dataset_find(c->d->cfg, name);
 	char msg[200];
@@ -232,6 +229,12 @@ static void ses_dispatch(struct srv_conn *c, const Feed__Request *req)
 		break;
 	case FEED__REQUEST__BODY_STATS:
 		ses_stats(c, req->id);
+		break;
+	case FEED__REQUEST__BODY_OPEN_STREAM:
+		ses_open_stream(c, req->id, req->open_stream);
+		break;
+	case FEED__REQUEST__BODY_CLOSE_STREAM:
+		ses_close_stream(c, req->id, req->close_stream);
 		break;
 	default:  /* wire_request_check() let an unknown kind through: a bug */
 		ses_error(c, req->id, -EOPNOTSUPP, "unknown request", SES_MALFORMED);

@@ -71,6 +71,36 @@ int wire_send(int sock, const void *buf, size_t len)
 	return (size_t)n == len ? 0 : -EIO;  /* a packet goes whole or not at all */
 }
 
+int wire_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(WIRE_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+
+	if (nfds == 0)
+		return wire_send(sock, buf, len);
+	if (nfds > WIRE_FDS_MAX)
+		return -EINVAL;
+	memset(&ctl, 0, sizeof(ctl));
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	do
+		n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
 int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
 			struct feed_err *err)
 {
@@ -119,6 +149,36 @@ static int wire_hello_check(const Feed__Hello *h, struct feed_err *err)
 	return 0;
 }
 
+static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
+{
+	uint32_t world = o->world ? o->world : 1;
+
+	if (!wire_name_ok(o->dataset))
+		return feed_err_set(err, -EINVAL, "open_stream.dataset: not a dataset name "
+				    "(1..63 of A-Z a-z 0-9 _ . -)");
+	if (o->batch < 1 || o->batch > WIRE_BATCH_MAX)
+		return feed_err_set(err, -EINVAL, "open_stream.batch: %u, allowed 1..%d", o->batch,
+				    WIRE_BATCH_MAX);
+	if (o->credits > WIRE_CREDITS_MAX)
+		return feed_err_set(err, -EINVAL, "open_stream.credits: %u, allowed 0..%d (0 = 4)",
+				    o->credits, WIRE_CREDITS_MAX);
+	if (world > WIRE_WORLD_MAX || o->rank >= world)
+		return feed_err_set(err, -EINVAL, "open_stream.rank/world: rank %u of world %u "
+				    "(world 1..%d, rank < world)", o->rank, world, WIRE_WORLD_MAX);
+	if ((unsigned)o->order > FEED__ORDER__ORDER_BLOCK_WINDOW)
+		return feed_err_set(err, -EINVAL, "open_stream.order: unknown order %d", (int)o->order);
+	if (o->window > WIRE_WINDOW_MAX)
+		return feed_err_set(err, -EINVAL, "open_stream.window: %u blocks, at most %d",
+				    o->window, WIRE_WINDOW_MAX);
+	if (strlen(o->pipeline) > WIRE_PIPELINE_MAX || !wire_printable(o->pipeline))
+		return feed_err_set(err, -EINVAL, "open_stream.pipeline: at most %d printable "
+				    "ASCII bytes", WIRE_PIPELINE_MAX);
+	if (o->resume.len > WIRE_RESUME_MAX)
+		return feed_err_set(err, -EINVAL, "open_stream.resume: %zu bytes, at most %d",
+				    o->resume.len, WIRE_RESUME_MAX);
+	return 0;
+}
+
 int wire_request_check(const Feed__Request *req, struct feed_err *err)
 {
 	switch (req->body_case) {
@@ -126,6 +186,10 @@ int wire_request_check(const Feed__Request *req, struct feed_err *err)
 		return wire_hello_check(req->hello, err);
 	case FEED__REQUEST__BODY_LIST_DATASETS:
 	case FEED__REQUEST__BODY_STATS:
+		return 0;
+	case FEED__REQUEST__BODY_OPEN_STREAM:
+		return wire_open_stream_check(req->open_stream, err);
+	case FEED__REQUEST__BODY_CLOSE_STREAM:
 		return 0;
 	case FEED__REQUEST__BODY_DATASET_INFO:
 		if (!wire_name_ok(req->dataset_info->name))

@@ -32,6 +32,12 @@
 #define WIRE_MAX_REJECTED 8          /* refused requests in a row before closing */
 #define WIRE_CLIENT_NAME_MAX 64
 #define WIRE_FDS_MAX 16              /* descriptors one recvmsg can see (and close) */
+#define WIRE_BATCH_MAX 65536         /* open_stream limits */
+#define WIRE_CREDITS_MAX 64
+#define WIRE_WORLD_MAX 65536
+#define WIRE_WINDOW_MAX (1 << 20)
+#define WIRE_PIPELINE_MAX 4096
+#define WIRE_RESUME_MAX 1024
 
 /* What one wire_recv() saw besides the bytes. */
 struct wire_in {
@@ -49,6 +55,10 @@ int wire_recv(int sock, void *buf, size_t cap, struct wire_in *ret);
 /* Sends one packet without blocking and without SIGPIPE. Returns 0,
  * -EAGAIN when the peer's queue is full, or -errno. */
 int wire_send(int sock, const void *buf, size_t len);
+
+/* Sends one packet with nfds descriptors (SCM_RIGHTS; the caller keeps
+ * its own copies). Same returns as wire_send(), -EINVAL past WIRE_FDS_MAX. */
+int wire_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned nfds);
 
 /* Decodes a request. *ret is freed with wire_request_free(). -EMSGSIZE past
  * WIRE_REQUEST_MAX, -EBADMSG if it is not a Request. */

@@ -102,6 +102,7 @@ struct feed_shm_slot {
 	uint64_t index;           /* batch number within the epoch */
 	uint32_t flags;           /* FEED_SLOT_* */
 	uint32_t nfields;
+	uint64_t publish_ns;      /* CLOCK_MONOTONIC when published (latency figures) */
 	struct feed_shm_field field[FEED_SHM_MAX_FIELDS];
 	uint64_t sample[];        /* nsamples used of batch */
 };

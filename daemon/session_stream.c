@@ -1,0 +1,276 @@
+/*
+ * session_stream.c: the stream requests of a connection: open (checks,
+ * per-user limits, pipeline, regions, the release doorbell's uv_poll) and
+ * close, and closing every stream when the connection goes. Loop thread
+ * only; building batches happens on the workers (stream.c, batch.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "catalog.h"
+#include "feedd.h"
+#include "order.h"
+#include "pipeline.h"
+#include "session.h"
+#include "stream.h"
+
+#define SES_DEFAULT_CREDITS 4
+
+/* A stream as the connection sees it. */
+struct ses_stream {
+	struct ses_stream *next;   /* the connection's list */
+	struct srv_conn *conn;
+	uint32_t id;
+	struct stream *st;         /* delivery; closed when this goes */
+	uint64_t shm_bytes;        /* counted against the user's limit */
+	uv_poll_t poll;            /* the release doorbell */
+};
+
+static void ses_stream_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* Stops delivery and frees the wrapper once libuv let go of the poll. */
+static void ses_stream_drop(struct ses_stream *ss)
+{
+	stream_close(ss->st);
+	ss->st = NULL;
+	uv_poll_stop(&ss->poll);
+	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
+}
+
+static void ses_on_release(uv_poll_t *h, int status, int events)
+{
+	struct ses_stream *ss = h->data;
+
+	if (ss->st)
+		stream_on_release(ss->st);
+}
+
+void ses_conn_closing(struct srv_conn *c)
+{
+	while (c->streams) {
+		struct ses_stream *ss = c->streams;
+		c->streams = ss->next;
+		ses_stream_drop(ss);
+	}
+}
+
+void ses_conn_usage(const struct srv_conn *c, uint32_t *streams, uint64_t *bytes)
+{
+	for (const struct ses_stream *ss = c->streams; ss; ss = ss->next) {
+		(*streams)++;
+		*bytes += ss->shm_bytes;
+	}
+}
+
+/* The pipeline text a request names: a configured pipeline's, or its own. */
+static const char *ses_pipeline_text(const struct feedd *d, const char *asked)
+{
+	for (size_t i = 0; i < d->cfg->npipelines; i++)
+		if (!strcmp(d->cfg->pipelines[i].name, asked))
+			return d->cfg->pipelines[i].ops;
+	return asked;
+}
+
+static void ses_spec(const Feed__OpenStream *o, struct stream_spec *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+	sp->batch = o->batch;
+	sp->credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
+	sp->epochs = o->epochs;
+	sp->drop_last = o->drop_last;
+	sp->seed = o->seed;
+	sp->order = o->order == FEED__ORDER__ORDER_FULL	 ? ORD_FULL :
+		    o->order == FEED__ORDER__ORDER_BLOCK_WINDOW ? ORD_BLOCK_WINDOW :
+								  ORD_SEQUENTIAL;
+	sp->window = o->window ? o->window : 8;
+	sp->rank = o->rank;
+	sp->world = o->world ? o->world : 1;
+	sp->eval = o->eval;
+	sp->start_epoch = o->start_epoch;
+	sp->start_batch = o->start_batch;
+}
+
+/* Per-user limits that can be checked before anything is built. */
+static int ses_limits_before(struct srv_conn *c, const struct stream_spec *sp,
+			     struct feed_err *err)
+{
+	const struct cfg_limits *lim = &c->d->cfg->limits;
+	uint32_t streams;
+	uint64_t bytes;
+
+	srv_user_usage(c->d->srv, c->peer.uid, &streams, &bytes);
+	if (streams >= lim->max_streams)
+		return feed_err_set(err, -EUSERS, "user %u: %u streams open, limit max_streams is %llu",
+				    (unsigned)c->peer.uid, streams,
+				    (unsigned long long)lim->max_streams);
+	if (sp->credits > lim->max_credits)
+		return feed_err_set(err, -EINVAL, "credits %u exceed the limit max_credits %llu",
+				    sp->credits, (unsigned long long)lim->max_credits);
+	return 0;
+}
+
+static int ses_limits_after(struct srv_conn *c, uint64_t new_bytes, struct feed_err *err)
+{
+	const struct cfg_limits *lim = &c->d->cfg->limits;
+	uint32_t streams;
+	uint64_t bytes;
+
+	srv_user_usage(c->d->srv, c->peer.uid, &streams, &bytes);
+	if (bytes + new_bytes > lim->max_slot_bytes)
+		return feed_err_set(err, -ENOSPC, "user %u: %llu bytes of slots held, %llu more would "
+				    "exceed max_slot_bytes %llu", (unsigned)c->peer.uid,
+				    (unsigned long long)bytes, (unsigned long long)new_bytes,
+				    (unsigned long long)lim->max_slot_bytes);
+	return 0;
+}
+
+/* Advice for people, put in the open reply. */
+static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct stream_spec *sp,
+		     char *buf, size_t cap)
+{
+	buf[0] = '\0';
+	if (sp->order == ORD_FULL && !sp->eval && e->info->bytes_raw > d->cfg->cache_bytes)
+		snprintf(buf, cap, "full shuffle over %llu decoded bytes with a %llu byte block "
+			 "cache costs one block decode per sample; use block-window order or a "
+			 "larger cache_bytes", (unsigned long long)e->info->bytes_raw,
+			 (unsigned long long)d->cfg->cache_bytes);
+}
+
+/* Replies StreamOpened with the stream's descriptors. */
+static void ses_opened_reply(struct srv_conn *c, uint32_t id, struct ses_stream *ss,
+			     const struct pipe_plan *plan, const struct cat_entry *e,
+			     const struct stream_spec *sp, const char *note)
+{
+	Feed__Reply reply = FEED__REPLY__INIT;
+	Feed__StreamOpened so = FEED__STREAM_OPENED__INIT;
+	Feed__Schema schema = FEED__SCHEMA__INIT;
+	Feed__Field fields[FMT_MAX_FIELDS], *fptr[FMT_MAX_FIELDS];
+	struct stream_fds fds;
+
+	for (uint32_t f = 0; f < plan->out.nfields; f++) {
+		const struct fmt_field *fd = &plan->out.fields[f];
+		feed__field__init(&fields[f]);
+		fields[f].name = (char *)fd->name;
+		fields[f].dtype = (Feed__DType)fd->dtype;
+		fields[f].n_shape = fd->rank;
+		fields[f].shape = (uint32_t *)fd->shape;
+		fields[f].variable = fd->variable;
+		fields[f].max_bytes = fd->max_bytes;
+		fptr[f] = &fields[f];
+	}
+	schema.n_fields = plan->out.nfields;
+	schema.fields = fptr;
+	so.stream = ss->id;
+	so.schema = &schema;
+	so.batches_per_epoch = stream_batches_per_epoch(ss->st);
+	so.start_epoch = sp->start_epoch;
+	so.start_batch = sp->start_batch;
+	so.pipeline = (char *)plan->canonical;
+	so.pipeline_hash = plan->hash;
+	so.dataset_version = (char *)e->info->version;
+	so.note = (char *)note;
+	reply.id = id;
+	reply.body_case = FEED__REPLY__BODY_STREAM_OPENED;
+	reply.stream_opened = &so;
+	stream_fds(ss->st, &fds);
+	int list[5] = {fds.ctl, fds.data, fds.rel, fds.ready, fds.release};
+	ses_send_fds(c, &reply, list, 5);
+}
+
+/* Builds the stream and its doorbell poll; on failure err says why. */
+static int ses_stream_make(struct srv_conn *c, const struct cat_entry *e,
+			   const struct pipe_plan *plan, const struct stream_spec *sp,
+			   struct ses_stream **ret, struct feed_err *err)
+{
+	struct ses_stream *ss = calloc(1, sizeof(*ss));
+	struct stream_fds fds;
+	int rc;
+
+	if (!ss)
+		return feed_err_set(err, -ENOMEM, "open_stream: out of memory");
+	rc = stream_new(e->ds, plan, sp, c->d->cache, c->d->pool, &ss->st, err);
+	if (rc == 0)
+		rc = ses_limits_after(c, stream_shm_bytes(ss->st), err);
+	if (rc < 0) {
+		stream_close(ss->st);
+		free(ss);
+		return rc;
+	}
+	ss->conn = c;
+	ss->id = ++c->next_stream_id;
+	ss->shm_bytes = stream_shm_bytes(ss->st);
+	stream_fds(ss->st, &fds);
+	uv_poll_init(&c->d->loop, &ss->poll, fds.release);
+	ss->poll.data = ss;
+	uv_poll_start(&ss->poll, UV_READABLE, ses_on_release);
+	ss->next = c->streams;
+	c->streams = ss;
+	*ret = ss;
+	return 0;
+}
+
+void ses_open_stream(struct srv_conn *c, uint32_t id, const Feed__OpenStream *o)
+{
+	struct feed_err err = {0};
+	struct stream_spec sp;
+	struct ses_stream *ss = NULL;
+	char note[256];
+	const struct cat_entry *e = ses_dataset(c, id, o->dataset);
+
+	if (!e)
+		return;
+	ses_spec(o, &sp);
+	struct pipe_plan *plan = malloc(sizeof(*plan));
+	if (!plan) {
+		ses_error(c, id, -ENOMEM, "open_stream: out of memory", SES_REFUSAL);
+		return;
+	}
+	int rc = ses_limits_before(c, &sp, &err);
+	if (rc == 0 && (rc = pipe_plan_text(ses_pipeline_text(c->d, o->pipeline), e->info->schema,
+					    plan, &err)) < 0)
+		feed_err_prefix(&err, "pipeline");
+	if (rc == 0)
+		rc = ses_stream_make(c, e, plan, &sp, &ss, &err);
+	if (rc < 0) {
+		feed_err_prefix(&err, "dataset '%s'", o->dataset);
+		log_info(&c->d->log, SRV_CONN_FMT ": open_stream refused: %s", SRV_CONN_ARGS(c), err.msg);
+		ses_error(c, id, rc, err.msg, SES_REFUSAL);
+		free(plan);
+		return;
+	}
+	ses_note(c->d, e, &sp, note, sizeof(note));
+	ses_opened_reply(c, id, ss, plan, e, &sp, note);
+	log_info(&c->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, pipeline '%s'",
+		 SRV_CONN_ARGS(c), ss->id, o->dataset, sp.batch, sp.credits, plan->canonical);
+	free(plan);
+	stream_start(ss->st);
+}
+
+void ses_close_stream(struct srv_conn *c, uint32_t id, const Feed__CloseStream *q)
+{
+	char msg[80];
+
+	for (struct ses_stream **p = &c->streams; *p; p = &(*p)->next) {
+		struct ses_stream *ss = *p;
+		if (ss->id != q->stream)
+			continue;
+		*p = ss->next;
+		ses_stream_drop(ss);
+		Feed__Reply reply = FEED__REPLY__INIT;
+		Feed__StreamClosed sc = FEED__STREAM_CLOSED__INIT;
+		sc.stream = q->stream;
+		reply.id = id;
+		reply.body_case = FEED__REPLY__BODY_STREAM_CLOSED;
+		reply.stream_closed = &sc;
+		ses_send_fds(c, &reply, NULL, 0);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "close_stream: no stream %u on this connection", q->stream);
+	ses_error(c, id, -ENOENT, msg, SES_REFUSAL);
+}
