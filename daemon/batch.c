@@ -53,7 +53,11 @@ static int epoch_make(struct stream *s, uint64_t epoch, struct feed_err *err)
 	e->valid = false;
 	if ((rc = ord_spec_fill(s, &o, err)) < 0)
 		return rc;
-	if ((rc = ord_epoch_init(&e->ord, &o, epoch, err)) < 0)
+	if (s->spec.at_position && epoch == s->spec.start_epoch)
+		rc = ord_epoch_init_at(&e->ord, &o, epoch, s->spec.start_position, err);
+	else
+		rc = ord_epoch_init(&e->ord, &o, epoch, err);
+	if (rc < 0)
 		return rc;
 	e->valid = true;
 	e->epoch = epoch;
@@ -68,6 +72,19 @@ int batch_order_init(struct stream *s, struct feed_err *err)
 	if (rc < 0)
 		return rc;
 	uint64_t nb = ord_batches_per_epoch(&s->ep[s->spec.start_epoch & 1].ord);
+	if (nb == 0 && s->spec.at_position) {
+		/* the token was taken after an epoch's last batch: next epoch */
+		s->spec.at_position = false;
+		s->spec.start_epoch++;
+		s->spec.start_batch = 0;
+		if ((rc = epoch_make(s, s->spec.start_epoch, err)) < 0)
+			return rc;
+		nb = ord_batches_per_epoch(&s->ep[s->spec.start_epoch & 1].ord);
+	}
+	if (s->spec.epochs && s->spec.start_epoch >= s->spec.epochs)
+		return feed_err_set(err, -EINVAL, "start epoch %llu is past the %llu epochs asked for",
+				    (unsigned long long)s->spec.start_epoch,
+				    (unsigned long long)s->spec.epochs);
 	if (nb == 0)
 		return feed_err_set(err, -EINVAL, "rank %u of %u gets no batch of %u samples in an epoch",
 				    s->spec.rank, s->spec.world, s->spec.batch);
@@ -113,8 +130,7 @@ int batch_next_locked(struct stream *s, struct stream_job **ret_job)
 	j->ep = &e->ord;
 	j->nsamples = ord_batch_size(&e->ord, j->batch);
 	j->last_of_epoch = j->batch + 1 == nb;
-	j->last_of_stream = j->last_of_epoch && s->spec.epochs &&
-			    j->epoch + 1 >= s->spec.start_epoch + s->spec.epochs;
+	j->last_of_stream = j->last_of_epoch && s->spec.epochs && j->epoch + 1 >= s->spec.epochs;
 	j->built = false;
 	e->inflight++;
 	if (j->last_of_stream)
@@ -179,6 +195,7 @@ static void header_fill(struct stream *s, struct stream_job *j, struct feed_shm_
 	h->epoch = j->epoch;
 	h->index = j->batch;
 	h->flags = padded ? FEED_SLOT_PADDED : 0;
+	h->position = ord_position_of(j->ep, j->batch);
 	h->nfields = out->nfields;
 	j->bytes = 0;
 	for (uint32_t f = 0; f < out->nfields; f++) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "feed_shm.h"
 #include "catalog.h"
 #include "feedd.h"
 #include "order.h"
@@ -130,6 +131,57 @@ static int ses_limits_after(struct srv_conn *c, uint64_t new_bytes, struct feed_
 	return 0;
 }
 
+/* A token's parameter that must equal the request's. */
+static int ses_resume_same(const char *what, uint64_t token, uint64_t asked, struct feed_err *err)
+{
+	if (token == asked)
+		return 0;
+	return feed_err_set(err, -EINVAL, "resume token: %s is %llu in the token, %llu in the request",
+			    what, (unsigned long long)token, (unsigned long long)asked);
+}
+
+/* Applies a resume token (feed.proto ResumeToken) to sp, or says why not. */
+static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
+		      const struct pipe_plan *plan, struct stream_spec *sp, struct feed_err *err)
+{
+	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, o->resume.len, o->resume.data);
+	int rc = 0;
+
+	if (!t || t->magic != FEED_RESUME_MAGIC) {
+		rc = feed_err_set(err, -EINVAL, "resume token: not a feedd resume token");
+		goto out;
+	}
+	if (strcmp(t->dataset_version, e->info->version)) {
+		rc = feed_err_set(err, -ESTALE, "resume token: taken on dataset version %.16s, the "
+				  "dataset is now version %s", t->dataset_version, e->info->version);
+		goto out;
+	}
+	if (t->pipeline_hash != plan->hash) {
+		rc = feed_err_set(err, -ESTALE, "resume token: taken with another pipeline (hash "
+				  "%016llx); this one is '%s' (%016llx)",
+				  (unsigned long long)t->pipeline_hash, plan->canonical,
+				  (unsigned long long)plan->hash);
+		goto out;
+	}
+	if ((rc = ses_resume_same("seed", t->seed, o->seed, err)) < 0 ||
+	    (rc = ses_resume_same("batch", t->batch, o->batch, err)) < 0 ||
+	    (rc = ses_resume_same("order", (uint64_t)t->order, (uint64_t)o->order, err)) < 0 ||
+	    (rc = ses_resume_same("drop_last", t->drop_last, o->drop_last, err)) < 0 ||
+	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
+		goto out;
+	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW &&
+	    (rc = ses_resume_same("window", t->window, sp->window, err)) < 0)
+		goto out;
+	sp->start_epoch = t->epoch;
+	sp->start_batch = 0;
+	sp->at_position = true;
+	sp->start_position = t->position;
+out:
+	if (t)
+		feed__resume_token__free_unpacked(t, NULL);
+	return rc;
+}
+
 /* Advice for people, put in the open reply. */
 static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct stream_spec *sp,
 		     char *buf, size_t cap)
@@ -169,8 +221,8 @@ static void ses_opened_reply(struct srv_conn *c, uint32_t id, struct ses_stream 
 	so.stream = ss->id;
 	so.schema = &schema;
 	so.batches_per_epoch = stream_batches_per_epoch(ss->st);
-	so.start_epoch = sp->start_epoch;
-	so.start_batch = sp->start_batch;
+	so.start_epoch = stream_start_epoch(ss->st);
+	so.start_batch = sp->at_position ? 0 : sp->start_batch;
 	so.pipeline = (char *)plan->canonical;
 	so.pipeline_hash = plan->hash;
 	so.dataset_version = (char *)e->info->version;
@@ -235,6 +287,8 @@ void ses_open_stream(struct srv_conn *c, uint32_t id, const Feed__OpenStream *o)
 	if (rc == 0 && (rc = pipe_plan_text(ses_pipeline_text(c->d, o->pipeline), e->info->schema,
 					    plan, &err)) < 0)
 		feed_err_prefix(&err, "pipeline");
+	if (rc == 0 && o->resume.len)
+		rc = ses_resume(o, e, plan, &sp, &err);
 	if (rc == 0)
 		rc = ses_stream_make(c, e, plan, &sp, &ss, &err);
 	if (rc < 0) {

@@ -196,6 +196,11 @@ uint64_t stream_batches_per_epoch(const struct stream *s)
 	return ord_batches_per_epoch(&s->ep[s->spec.start_epoch & 1].ord);
 }
 
+uint64_t stream_start_epoch(const struct stream *s)
+{
+	return s->spec.start_epoch;
+}
+
 uint64_t stream_shm_bytes(const struct stream *s)
 {
 	return s->ctl.size + s->data.size + s->rel.size;

@@ -37,7 +37,8 @@ struct pool_worker;
 struct stream_spec {
 	uint32_t batch;        /* samples per batch, 1..STREAM_MAX_BATCH */
 	uint32_t credits;      /* built-but-unreleased batches, 1..STREAM_MAX_CREDITS */
-	uint64_t epochs;       /* epochs to deliver; 0 = until closed */
+	uint64_t epochs;       /* deliver epochs up to epochs-1 (counted from 0, so
+				* a resumed stream finishes the same run); 0 = until closed */
 	bool drop_last;        /* cut the epoch to whole batches (per rank) */
 	uint64_t seed;
 	int order;             /* enum ord_mode */
@@ -46,6 +47,9 @@ struct stream_spec {
 	bool eval;             /* sequential, every sample once across ranks */
 	uint64_t start_epoch;  /* resume position: first batch delivered */
 	uint64_t start_batch;
+	bool at_position;      /* resume token: the start epoch's layout begins at
+				* global position start_position (any world size) */
+	uint64_t start_position;
 };
 
 /* The descriptors a client needs; owned by the stream (send copies). */
@@ -65,9 +69,13 @@ int stream_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 
 void stream_fds(const struct stream *s, struct stream_fds *ret_fds);
 
-/* Batches per epoch for this rank (of the starting epoch; the same for
- * every epoch). */
+/* Batches of this rank in the start epoch (after a resume at a position,
+ * the rest of that epoch; every later epoch may have more). */
 uint64_t stream_batches_per_epoch(const struct stream *s);
+
+/* The epoch delivery starts in (a resume token taken at an epoch's end
+ * starts the next one). */
+uint64_t stream_start_epoch(const struct stream *s);
 
 /* Bytes of shared memory the stream holds (for per-user limits). */
 uint64_t stream_shm_bytes(const struct stream *s);

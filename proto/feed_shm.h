@@ -39,6 +39,7 @@
 #define FEED_SHM_CTL_MAGIC 0x4c544346u  /* "FCTL" */
 #define FEED_SHM_REL_MAGIC 0x4c455246u  /* "FREL" */
 #define FEED_SHM_VERSION 1
+#define FEED_RESUME_MAGIC 0x31545246u  /* "FRT1", feed.proto ResumeToken */
 #define FEED_SHM_MAX_FIELDS 16
 #define FEED_SHM_MAX_RANK 6  /* batch axis + 5 */
 #define FEED_SHM_ALIGN 64
@@ -103,6 +104,8 @@ struct feed_shm_slot {
 	uint32_t flags;           /* FEED_SLOT_* */
 	uint32_t nfields;
 	uint64_t publish_ns;      /* CLOCK_MONOTONIC when published (latency figures) */
+	uint64_t position;        /* global position of the first sample: where a
+				   * resume token continues from */
 	struct feed_shm_field field[FEED_SHM_MAX_FIELDS];
 	uint64_t sample[];        /* nsamples used of batch */
 };

@@ -46,7 +46,8 @@ struct feed_stream_opts {
 	const char *dataset;      /* required: a name from feed_list_datasets() */
 	uint32_t batch;           /* required: samples per batch */
 	uint32_t credits;         /* batches built ahead and held; 0 = 4 */
-	uint64_t epochs;          /* 0 = until closed */
+	uint64_t epochs;          /* the last epoch delivered is epochs-1 (counted
+				   * from 0, also when resuming); 0 = until closed */
 	bool drop_last;           /* no partial/padded last batch */
 	uint64_t seed;            /* order and augmentation randomness */
 	int order;                /* FEED_ORDER_* */
