@@ -88,10 +88,12 @@ static int cl_send(struct feed_conn *conn, const uint8_t *buf, size_t len, int64
 	}
 }
 
-/* Closes every descriptor in mh; returns how many there were. */
-static unsigned cl_drop_fds(struct msghdr *mh)
+/* Takes the descriptors in mh: up to cap of them into fds (in order, *ret_n
+ * counts them); any beyond cap, or all of them when fds is NULL, are
+ * closed. Returns how many were closed. */
+static unsigned cl_take_fds(struct msghdr *mh, int *fds, unsigned cap, unsigned *ret_n)
 {
-	unsigned count = 0;
+	unsigned closed = 0, n = 0;
 
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -99,43 +101,64 @@ static unsigned cl_drop_fds(struct msghdr *mh)
 		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			close(fd);
-			count++;
+			if (fds && n < cap) {
+				fds[n++] = fd;
+			} else {
+				close(fd);
+				closed++;
+			}
 		}
 	}
-	return count;
+	*ret_n = n;
+	return closed;
 }
 
-/* Receives one packet into conn->rbuf: its length, or -errno (0 = closed). */
-static ssize_t cl_recv(struct feed_conn *conn, int flags)
+static void cl_close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* Receives one packet into conn->rbuf: its length, or -errno (0 = closed).
+ * Descriptors with it go to fds (room for CL_MAX_FDS, *ret_n of them) if
+ * fds is not NULL; otherwise any descriptor is closed and refused
+ * (-EBADF), as is a packet whose descriptors did not all fit. */
+static ssize_t cl_recv(struct feed_conn *conn, int flags, int *fds, unsigned *ret_n)
 {
 	union {
-		char buf[CMSG_SPACE(8 * sizeof(int))];
+		char buf[CMSG_SPACE(CL_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = {.iov_base = conn->rbuf, .iov_len = CL_REPLY_MAX + 1};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 			    .msg_controllen = sizeof(ctl.buf)};
-	ssize_t n;
+	unsigned n = 0;
+	ssize_t len;
 
+	*ret_n = 0;
 	do
-		n = recvmsg(conn->sock, &mh, flags | MSG_CMSG_CLOEXEC | MSG_TRUNC);
-	while (n < 0 && errno == EINTR);
+		len = recvmsg(conn->sock, &mh, flags | MSG_CMSG_CLOEXEC | MSG_TRUNC);
+	while (len < 0 && errno == EINTR);
 	/* A daemon that answers and closes before reading our request makes
 	 * the kernel report ECONNRESET once, ahead of the answer still queued
 	 * (e.g. a connection-limit refusal): look once more. */
-	if (n < 0 && errno == ECONNRESET) {
-		n = recvmsg(conn->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC);
-		if (n < 0)
+	if (len < 0 && errno == ECONNRESET) {
+		len = recvmsg(conn->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC | MSG_TRUNC);
+		if (len < 0)
 			return -ECONNRESET;
 	}
-	if (n < 0)
+	if (len < 0)
 		return -errno;
-	if (cl_drop_fds(&mh) || (mh.msg_flags & MSG_CTRUNC))
+	if (cl_take_fds(&mh, fds, CL_MAX_FDS, &n) || (mh.msg_flags & MSG_CTRUNC)) {
+		cl_close_fds(fds, n);
 		return -EBADF;
-	if ((mh.msg_flags & MSG_TRUNC) || n > CL_REPLY_MAX)
+	}
+	if ((mh.msg_flags & MSG_TRUNC) || len > CL_REPLY_MAX) {
+		cl_close_fds(fds, n);
 		return -EMSGSIZE;
-	return n;
+	}
+	*ret_n = n;
+	return len;
 }
 
 /* Copies a string from the daemon, truncated, with anything but printable
@@ -199,10 +222,15 @@ static int cl_recv_fail(struct feed_conn *conn, ssize_t n)
 	return cl_fatal(conn, (int)n, msg);
 }
 
+/* Reads until the reply to id. With fds, that reply must carry exactly
+ * nfds descriptors (stored in fds); descriptors with other packets (an
+ * Error, a stale answer) are closed. */
 static int cl_read_reply(struct feed_conn *conn, uint32_t id, int64_t deadline,
-			 Feed__Reply **ret)
+			 Feed__Reply **ret, int *fds, unsigned nfds)
 {
+	int got[CL_MAX_FDS];
 	char msg[120];
+	unsigned ngot;
 
 	for (;;) {
 		int r = cl_wait(conn, POLLIN, deadline);
@@ -213,14 +241,29 @@ static int cl_read_reply(struct feed_conn *conn, uint32_t id, int64_t deadline,
 		}
 		if (r < 0)
 			return cl_fatal(conn, r, "poll on the feedd socket failed");
-		ssize_t n = cl_recv(conn, MSG_DONTWAIT);
+		ssize_t n = cl_recv(conn, MSG_DONTWAIT, fds ? got : NULL, &ngot);
 		if (n == -EAGAIN)
 			continue;
 		if (n <= 0)
 			return cl_recv_fail(conn, n);
 		r = cl_decode(conn, (size_t)n, id, ret);
-		if (r != 0)
-			return r < 0 ? r : 0;
+		if (r == 1 && fds && ngot != nfds) {
+			cl_close_fds(got, ngot);
+			feed__reply__free_unpacked(*ret, NULL);
+			*ret = NULL;
+			snprintf(msg, sizeof(msg), "%u file descriptors with the reply, %u expected",
+				 ngot, nfds);
+			return cl_bad_reply(conn, msg);
+		}
+		if (r == 1) {
+			if (fds)
+				memcpy(fds, got, nfds * sizeof(int));
+			return 0;
+		}
+		if (fds)
+			cl_close_fds(got, ngot);
+		if (r < 0)
+			return r;
 	}
 }
 
@@ -229,7 +272,8 @@ static int cl_read_reply(struct feed_conn *conn, uint32_t id, int64_t deadline,
 static int cl_hung_up(struct feed_conn *conn, uint32_t id)
 {
 	Feed__Reply *rep = NULL;
-	ssize_t n = cl_recv(conn, MSG_DONTWAIT);
+	unsigned nfds;
+	ssize_t n = cl_recv(conn, MSG_DONTWAIT, NULL, &nfds);
 	int r = n > 0 ? cl_decode(conn, (size_t)n, id, &rep) : 0;
 
 	if (rep)
@@ -243,6 +287,14 @@ static int cl_hung_up(struct feed_conn *conn, uint32_t id)
 
 int cl_call(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret)
 {
+	return cl_call_fds(conn, req, ret, NULL, 0);
+}
+
+int cl_call_fds(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret, int *fds,
+		unsigned nfds)
+{
+	if (fds && (nfds == 0 || nfds > CL_MAX_FDS))
+		return cl_fail(conn, -EINVAL, "cannot receive %u descriptors with a reply", nfds);
 	if (conn->sock < 0)
 		return cl_fail(conn, -ENOTCONN, "not connected to feedd");
 	if (++conn->next_id == 0)
@@ -265,7 +317,7 @@ int cl_call(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret)
 		return cl_fatal(conn, r, "feedd did not take the request in time; connection closed");
 	if (r < 0)
 		return cl_fatal(conn, r, "send to feedd failed");
-	return cl_read_reply(conn, req->id, deadline, ret);
+	return cl_read_reply(conn, req->id, deadline, ret, fds, nfds);
 }
 
 /* ------------------------------------------------------------------ */

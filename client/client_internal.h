@@ -1,7 +1,8 @@
 /*
  * client_internal.h: libfeedclient's insides, shared by client.c (the
- * connection and its transport) and client_query.c (requests and the
- * conversion of replies into the public structs). Nothing here is exported.
+ * connection and its transport), client_query.c (requests and the
+ * conversion of replies into the public structs) and client_stream.c
+ * (streams: regions, rings, doorbells). Nothing here is exported.
  * Runs on whichever thread calls the public function; never prints.
  */
 #ifndef FEED_CLIENT_INTERNAL_H
@@ -17,6 +18,7 @@
 #define CL_REQUEST_MAX (64 * 1024)  /* the daemon's cap on a request */
 #define CL_REPLY_MAX (128 * 1024)   /* the daemon's cap on a reply */
 #define CL_ERRMSG_MAX 512
+#define CL_MAX_FDS 8                /* descriptors one reply may carry */
 
 struct feed_conn {
 	int sock;                   /* -1 when not connected */
@@ -37,6 +39,13 @@ int cl_fail(struct feed_conn *conn, int code, const char *fmt, ...)
  * Error reply is returned as its code, with its message in errmsg. A
  * transport failure closes the connection. */
 int cl_call(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret);
+
+/* cl_call() for a reply that carries descriptors (SCM_RIGHTS): it must
+ * carry exactly nfds (1..CL_MAX_FDS), stored in fds in the order sent and
+ * owned by the caller from then on; otherwise they are closed and the
+ * call fails with -EPROTO. An Error reply carries none. */
+int cl_call_fds(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret, int *fds,
+		unsigned nfds);
 
 /* A reply of the wrong kind: -EPROTO, closes the connection. */
 int cl_bad_reply(struct feed_conn *conn, const char *what);

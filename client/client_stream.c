@@ -1,0 +1,807 @@
+/*
+ * client_stream.c: libfeedclient's streams (feed/stream.h): opening one
+ * (every region is checked before it is used), the ready ring consumer
+ * with its eventfd doorbell, the release ring producer, and closing. The
+ * protocol of both rings is proto/feed_shm.h's, fences included.
+ *
+ * Threads: feed_next(), open and close run on the caller's thread, one at
+ * a time per stream; feed_release() runs on any thread. The only lock is
+ * st->rel_lock, around the release ring's producer side; it is never held
+ * while blocking and nothing else is taken under it.
+ *
+ * Must never: allocate or enter the kernel when a batch is ready (the
+ * fast path of feed_next), print, or crash the host on a daemon bug: the
+ * regions' layout is checked once at open, each batch's header once at
+ * delivery, and what fails is -EPROTO naming the check.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "dtype.h"
+#include "feed/stream.h"
+#include "feed_shm.h"
+
+#define ST_NFDS 5                /* control, data, release, ready, release doorbell */
+#define ST_MAX_CREDITS 65536     /* sanity bound before asking the daemon */
+#define ST_PIPELINE_MAX 4096     /* bytes of pipeline text */
+#define ST_DEFAULT_CREDITS 4
+
+enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
+
+/* One per slot, allocated at open: delivering a batch fills it in. */
+struct feed_batch {
+	struct feed_stream *st;
+	uint32_t slot;             /* fixed at open */
+	uint32_t gen;              /* generation of the current delivery */
+	_Atomic bool held;         /* delivered, not yet released */
+	uint32_t nsamples;
+	uint32_t flags;            /* FEED_SLOT_* */
+	uint64_t epoch, index;
+	uint64_t publish_ns;       /* the daemon's CLOCK_MONOTONIC at publish */
+	const uint64_t *samples;   /* in the control region */
+	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
+};
+
+struct feed_stream {
+	/* consumer side, read on every feed_next() */
+	const struct feed_shm_ctl *ctl;  /* read-only mapping */
+	const uint64_t *ready;     /* the ready ring, in ctl */
+	uint64_t tail;             /* private: next ready entry to take */
+	uint32_t ring_cap;
+	uint32_t nslots;           /* = credits granted */
+	uint32_t nfields;
+	uint32_t batch;            /* largest sample count */
+	int stop;                  /* 0; FEED_END_OF_STREAM; or a sticky error */
+	_Atomic uint32_t nheld;    /* batches delivered and not released */
+	struct feed_batch *batches;/* [nslots] */
+	uint8_t *data;             /* the data region, read-write */
+	uint64_t slot_bytes, slot_hdr_bytes, slots_off;
+
+	/* producer side of the release ring (rel_lock) */
+	pthread_mutex_t rel_lock;
+	struct feed_shm_rel *rel;  /* client-writable mapping */
+	_Atomic uint64_t *rel_ring;
+	uint32_t rel_cap;
+	uint64_t rel_head;         /* private copy of rel->rel_head */
+
+	struct feed_conn *conn;
+	int fd[ST_NFDS];
+	size_t len[3];             /* mapped bytes of ctl, data, rel */
+	char stop_msg[256];        /* the sticky error's detail */
+	struct feed_stream_info info;
+	void *info_mem;            /* fields and strings of info */
+};
+
+static const char *const st_region_name[3] = {"control region", "data region",
+					      "release region"};
+
+static int64_t st_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* off + len fits in size, without overflow. */
+static bool st_fits(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+static bool st_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+/* ------------------------------------------------------------------ */
+/* Options and the request                                             */
+
+static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *o)
+{
+	uint32_t world = o->world ? o->world : 1;
+
+	if (!o->dataset || !*o->dataset || strlen(o->dataset) > 63)
+		return cl_fail(conn, -EINVAL, "option dataset: a name of 1 to 63 bytes is required");
+	if (o->batch == 0)
+		return cl_fail(conn, -EINVAL, "option batch: must be at least 1");
+	if (o->credits > ST_MAX_CREDITS)
+		return cl_fail(conn, -EINVAL, "option credits: %u exceeds %u", o->credits,
+			       ST_MAX_CREDITS);
+	if (o->order != FEED_ORDER_SEQUENTIAL && o->order != FEED_ORDER_FULL &&
+	    o->order != FEED_ORDER_BLOCK_WINDOW)
+		return cl_fail(conn, -EINVAL, "option order: %d is not a FEED_ORDER_* value",
+			       o->order);
+	if (o->rank >= world)
+		return cl_fail(conn, -EINVAL, "option rank: %u must be below world %u", o->rank,
+			       world);
+	if (o->pipeline && strlen(o->pipeline) > ST_PIPELINE_MAX)
+		return cl_fail(conn, -EINVAL, "option pipeline: %zu bytes, at most %d",
+			       strlen(o->pipeline), ST_PIPELINE_MAX);
+	return 0;
+}
+
+static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
+{
+	os->dataset = (char *)o->dataset;
+	os->batch = o->batch;
+	os->credits = o->credits ? o->credits : ST_DEFAULT_CREDITS;
+	os->epochs = o->epochs;
+	os->drop_last = o->drop_last;
+	os->seed = o->seed;
+	os->order = o->order == FEED_ORDER_FULL	   ? FEED__ORDER__ORDER_FULL :
+		    o->order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
+							  FEED__ORDER__ORDER_SEQUENTIAL;
+	os->window = o->window;
+	os->rank = o->rank;
+	os->world = o->world;
+	os->eval = o->eval;
+	os->pipeline = (char *)(o->pipeline ? o->pipeline : "");
+	os->start_epoch = o->start_epoch;
+	os->start_batch = o->start_batch;
+}
+
+/* Tells the daemon to drop stream id. A daemon already gone is no error:
+ * it has dropped everything itself. */
+static int st_tell_close(struct feed_conn *conn, uint32_t id)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__CloseStream cs = FEED__CLOSE_STREAM__INIT;
+	Feed__Reply *rep = NULL;
+
+	if (conn->sock < 0)
+		return 0;
+	cs.stream = id;
+	req.body_case = FEED__REQUEST__BODY_CLOSE_STREAM;
+	req.close_stream = &cs;
+	int r = cl_call(conn, &req, &rep);
+	if (r == -ECONNRESET || r == -ENOTCONN)
+		return 0;
+	if (r < 0)
+		return r;
+	if (rep->body_case != FEED__REPLY__BODY_STREAM_CLOSED || rep->stream_closed->stream != id)
+		r = cl_bad_reply(conn, "expected stream_closed");
+	feed__reply__free_unpacked(rep, NULL);
+	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* The open reply: info                                                */
+
+static char *st_copy(char **pool, const char *s)
+{
+	char *out = *pool;
+	size_t n = strlen(s) + 1;
+
+	memcpy(out, s, n);
+	*pool += n;
+	return out;
+}
+
+/* One allocation holds the fields and every string of st->info. */
+static int st_info(struct feed_stream *st, const Feed__StreamOpened *so)
+{
+	const Feed__Schema *sc = so->schema;
+	size_t strings = strlen(so->pipeline) + strlen(so->dataset_version) + strlen(so->note) + 3;
+
+	if (!sc || sc->n_fields == 0 || sc->n_fields > FEED_SHM_MAX_FIELDS)
+		return cl_bad_reply(st->conn, "stream_opened with no schema or too many fields");
+	for (size_t i = 0; i < sc->n_fields; i++) {
+		const Feed__Field *f = sc->fields[i];
+		if (f->n_shape > FEED_MAX_RANK || feed_dtype_size(f->dtype) == 0)
+			return cl_bad_reply(st->conn, "stream_opened with a field out of range");
+		strings += strlen(f->name) + 1;
+	}
+	size_t head = sc->n_fields * sizeof(struct feed_field);
+	struct feed_field *fs = calloc(1, head + strings);
+	if (!fs)
+		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's schema");
+	char *pool = (char *)fs + head;
+	for (size_t i = 0; i < sc->n_fields; i++) {
+		const Feed__Field *f = sc->fields[i];
+		fs[i].name = st_copy(&pool, f->name);
+		fs[i].dtype = f->dtype;
+		fs[i].dtype_name = feed_dtype_name(f->dtype);
+		fs[i].elem_size = feed_dtype_size(f->dtype);
+		fs[i].rank = (uint32_t)f->n_shape;
+		for (size_t k = 0; k < f->n_shape; k++)
+			fs[i].shape[k] = f->shape[k];
+		fs[i].variable = f->variable;
+		fs[i].max_bytes = f->max_bytes;
+	}
+	st->info_mem = fs;
+	st->info.id = so->stream;
+	st->info.num_fields = (uint32_t)sc->n_fields;
+	st->info.fields = fs;
+	st->info.batches_per_epoch = so->batches_per_epoch;
+	st->info.start_epoch = so->start_epoch;
+	st->info.start_batch = so->start_batch;
+	st->info.pipeline = st_copy(&pool, so->pipeline);
+	st->info.pipeline_hash = so->pipeline_hash;
+	st->info.dataset_version = st_copy(&pool, so->dataset_version);
+	st->info.note = st_copy(&pool, so->note);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Checking and mapping the regions                                    */
+
+static int st_bad(struct feed_stream *st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int st_bad(struct feed_stream *st, const char *fmt, ...)
+{
+	char what[CL_ERRMSG_MAX - 64];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	return cl_fail(st->conn, -EPROTO, "stream %u from feedd: %s", st->info.id, what);
+}
+
+/* A memfd with at least the seals want; its size in *ret_size. */
+static int st_check_memfd(struct feed_stream *st, int i, int want, size_t *ret_size)
+{
+	struct stat sb;
+	int seals;
+
+	if (fstat(st->fd[i], &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0)
+		return st_bad(st, "%s: not a memory file of non-zero size", st_region_name[i]);
+	seals = fcntl(st->fd[i], F_GET_SEALS);
+	if (seals < 0)
+		return st_bad(st, "%s: F_GET_SEALS: %s", st_region_name[i], feed_strerror(-errno));
+	if ((seals & want) != want)
+		return st_bad(st, "%s: seals 0x%x lack 0x%x (SHRINK, GROW, SEAL%s)",
+			      st_region_name[i], (unsigned)seals, (unsigned)(want & ~seals),
+			      want & F_SEAL_FUTURE_WRITE ? ", FUTURE_WRITE" : "");
+	*ret_size = (size_t)sb.st_size;
+	return 0;
+}
+
+/* An eventfd (as far as /proc tells), made non-blocking. */
+static int st_check_eventfd(struct feed_stream *st, int i)
+{
+	const char *name = i == ST_FD_READY ? "ready doorbell" : "release doorbell";
+	char path[64], link[64];
+	int fd = st->fd[i];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n >= 0) {
+		link[n] = '\0';
+		if (strcmp(link, "anon_inode:[eventfd]"))
+			return st_bad(st, "%s: not an eventfd (%s)", name, link);
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+		return st_bad(st, "%s: fcntl: %s", name, feed_strerror(-errno));
+	return 0;
+}
+
+static int st_map_one(struct feed_stream *st, int i, int prot, void **ret)
+{
+	void *p = mmap(NULL, st->len[i], prot, MAP_SHARED, st->fd[i], 0);
+
+	if (p == MAP_FAILED) {
+		int e = errno;
+		return cl_fail(st->conn, -e, "stream %u: mmap %s of %zu bytes: %s", st->info.id,
+			       st_region_name[i], st->len[i], feed_strerror(-e));
+	}
+	*ret = p;
+	return 0;
+}
+
+/* The control header's layout, against the sizes fstat gave. */
+static int st_check_ctl(struct feed_stream *st, const struct feed_shm_ctl *c, uint32_t batch,
+			uint32_t credits)
+{
+	uint64_t ring_end, slot_min;
+
+	if (c->magic != FEED_SHM_CTL_MAGIC || c->version != FEED_SHM_VERSION)
+		return st_bad(st, "control region: magic 0x%x version %u, expected 0x%x version %d",
+			      c->magic, c->version, FEED_SHM_CTL_MAGIC, FEED_SHM_VERSION);
+	if (c->ctl_bytes != st->len[0] || c->data_bytes != st->len[1] ||
+	    c->rel_bytes != st->len[2])
+		return st_bad(st, "control region: sizes %llu/%llu/%llu, the memfds have %zu/%zu/%zu",
+			      (unsigned long long)c->ctl_bytes, (unsigned long long)c->data_bytes,
+			      (unsigned long long)c->rel_bytes, st->len[0], st->len[1], st->len[2]);
+	if (c->nslots == 0 || c->nslots > credits)
+		return st_bad(st, "control region: %u slots for %u credits", c->nslots, credits);
+	if (c->batch != batch || c->nfields != st->info.num_fields ||
+	    c->nfields > FEED_SHM_MAX_FIELDS)
+		return st_bad(st, "control region: batch %u, %u fields; expected %u, %u", c->batch,
+			      c->nfields, batch, st->info.num_fields);
+	if (!st_pow2(c->ring_cap) || c->ring_cap <= c->nslots)
+		return st_bad(st, "control region: ring_cap %u is not a power of two above %u slots",
+			      c->ring_cap, c->nslots);
+	ring_end = c->ring_off + 8ull * c->ring_cap;
+	if (c->ring_off % 8 || c->ring_off < sizeof(*c) || !st_fits(c->ring_off, 8ull * c->ring_cap,
+								     c->ctl_bytes))
+		return st_bad(st, "control region: ready ring at %llu is outside it",
+			      (unsigned long long)c->ring_off);
+	slot_min = sizeof(struct feed_shm_slot) + 8ull * c->batch;
+	if (c->slot_hdr_bytes < slot_min || c->slot_hdr_bytes % 8 || c->slots_off % 8 ||
+	    c->slots_off < sizeof(*c) || (c->slots_off < ring_end && c->slots_off +
+					  c->nslots * c->slot_hdr_bytes > c->ring_off) ||
+	    !st_fits(c->slots_off, c->nslots * c->slot_hdr_bytes, c->ctl_bytes))
+		return st_bad(st, "control region: %u slot headers of %llu bytes at %llu do not fit",
+			      c->nslots, (unsigned long long)c->slot_hdr_bytes,
+			      (unsigned long long)c->slots_off);
+	if (c->slot_bytes == 0 || c->slot_bytes > c->data_bytes / c->nslots)
+		return st_bad(st, "control region: %u data slots of %llu bytes exceed %llu",
+			      c->nslots, (unsigned long long)c->slot_bytes,
+			      (unsigned long long)c->data_bytes);
+	return 0;
+}
+
+static int st_check_rel(struct feed_stream *st, const struct feed_shm_rel *r)
+{
+	if (r->magic != FEED_SHM_REL_MAGIC || r->version != FEED_SHM_VERSION)
+		return st_bad(st, "release region: magic 0x%x version %u, expected 0x%x version %d",
+			      r->magic, r->version, FEED_SHM_REL_MAGIC, FEED_SHM_VERSION);
+	if (!st_pow2(r->ring_cap) || r->ring_cap < st->nslots)
+		return st_bad(st, "release region: ring_cap %u is not a power of two of at least %u",
+			      r->ring_cap, st->nslots);
+	if (r->ring_off % 8 || r->ring_off < sizeof(*r) ||
+	    !st_fits(r->ring_off, 8ull * r->ring_cap, st->len[2]))
+		return st_bad(st, "release region: ring at %llu is outside it",
+			      (unsigned long long)r->ring_off);
+	if (atomic_load_explicit(&r->rel_head, memory_order_relaxed) != 0)
+		return st_bad(st, "release region: head is not 0 at open");
+	return 0;
+}
+
+static int st_map(struct feed_stream *st, uint32_t batch, uint32_t credits)
+{
+	const int shared = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	void *ctl = NULL, *data = NULL, *rel = NULL;
+	int r;
+
+	if ((r = st_check_memfd(st, ST_FD_CTL, shared | F_SEAL_FUTURE_WRITE, &st->len[0])) < 0 ||
+	    (r = st_check_memfd(st, ST_FD_DATA, shared, &st->len[1])) < 0 ||
+	    (r = st_check_memfd(st, ST_FD_REL, shared, &st->len[2])) < 0 ||
+	    (r = st_check_eventfd(st, ST_FD_READY)) < 0 ||
+	    (r = st_check_eventfd(st, ST_FD_RELEASE)) < 0)
+		return r;
+	if (st->len[0] < sizeof(struct feed_shm_ctl) || st->len[2] < sizeof(struct feed_shm_rel))
+		return st_bad(st, "control or release region smaller than its header");
+	if ((r = st_map_one(st, ST_FD_CTL, PROT_READ, &ctl)) < 0)
+		return r;
+	st->ctl = ctl;
+	if ((r = st_check_ctl(st, ctl, batch, credits)) < 0)
+		return r;
+	/* the stream's only reader may write its batches (in-place ops) */
+	if ((r = st_map_one(st, ST_FD_DATA, PROT_READ | PROT_WRITE, &data)) < 0)
+		return r;
+	st->data = data;
+	if ((r = st_map_one(st, ST_FD_REL, PROT_READ | PROT_WRITE, &rel)) < 0)
+		return r;
+	st->rel = rel;
+	st->nslots = st->ctl->nslots;
+	if ((r = st_check_rel(st, rel)) < 0)
+		return r;
+	st->ready = (const uint64_t *)((const uint8_t *)ctl + st->ctl->ring_off);
+	st->ring_cap = st->ctl->ring_cap;
+	st->nfields = st->ctl->nfields;
+	st->batch = st->ctl->batch;
+	st->slot_bytes = st->ctl->slot_bytes;
+	st->slot_hdr_bytes = st->ctl->slot_hdr_bytes;
+	st->slots_off = st->ctl->slots_off;
+	st->rel_ring = (_Atomic uint64_t *)((uint8_t *)rel + st->rel->ring_off);
+	st->rel_cap = st->rel->ring_cap;
+	st->info.credits = st->nslots;
+	st->info.batch = st->batch;
+	return 0;
+}
+
+static int st_batches_new(struct feed_stream *st)
+{
+	st->batches = calloc(st->nslots, sizeof(*st->batches));
+	if (!st->batches)
+		return cl_fail(st->conn, -ENOMEM, "out of memory for %u batches", st->nslots);
+	for (uint32_t i = 0; i < st->nslots; i++) {
+		st->batches[i].st = st;
+		st->batches[i].slot = i;
+		atomic_init(&st->batches[i].held, false);
+	}
+	return 0;
+}
+
+/* Unmaps, closes and frees; st may be partly built. */
+static void st_free(struct feed_stream *st)
+{
+	void *maps[3] = {(void *)st->ctl, st->data, st->rel};
+
+	for (int i = 0; i < 3; i++)
+		if (maps[i])
+			munmap(maps[i], st->len[i]);
+	for (int i = 0; i < ST_NFDS; i++)
+		if (st->fd[i] >= 0)
+			close(st->fd[i]);
+	pthread_mutex_destroy(&st->rel_lock);
+	free(st->batches);
+	free(st->info_mem);
+	free(st);
+}
+
+FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
+			      struct feed_stream **ret)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
+	Feed__Reply *rep = NULL;
+	struct feed_stream *st;
+	int fds[ST_NFDS], r;
+
+	if (!conn || !opts || !ret)
+		return -EINVAL;
+	if ((r = st_check_opts(conn, opts)) < 0)
+		return r;
+	st_request(opts, &os);
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &os;
+	if ((r = cl_call_fds(conn, &req, &rep, fds, ST_NFDS)) < 0)
+		return r;
+	if (rep->body_case != FEED__REPLY__BODY_STREAM_OPENED) {
+		for (int i = 0; i < ST_NFDS; i++)
+			close(fds[i]);
+		feed__reply__free_unpacked(rep, NULL);
+		return cl_bad_reply(conn, "expected stream_opened");
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		for (int i = 0; i < ST_NFDS; i++)
+			close(fds[i]);
+		r = cl_fail(conn, -ENOMEM, "out of memory for a stream");
+		goto refuse;
+	}
+	memcpy(st->fd, fds, sizeof(fds));
+	st->conn = conn;
+	st->info.id = rep->stream_opened->stream;
+	pthread_mutex_init(&st->rel_lock, NULL);
+	if ((r = st_info(st, rep->stream_opened)) < 0 || (r = st_map(st, os.batch, os.credits)) < 0 ||
+	    (r = st_batches_new(st)) < 0) {
+		st_free(st);
+		goto refuse;
+	}
+	feed__reply__free_unpacked(rep, NULL);
+	*ret = st;
+	return 0;
+refuse: {
+	/* the daemon holds a stream we will not use: tell it, keep our message */
+	char msg[CL_ERRMSG_MAX];
+	uint32_t id = rep->stream_opened->stream;
+	feed__reply__free_unpacked(rep, NULL);
+	memcpy(msg, conn->errmsg, sizeof(msg));
+	st_tell_close(conn, id);
+	memcpy(conn->errmsg, msg, sizeof(msg));
+	return r;
+}
+}
+
+FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st)
+{
+	return st ? &st->info : NULL;
+}
+
+FEED_API int feed_stream_fd(const struct feed_stream *st)
+{
+	return st ? st->fd[ST_FD_READY] : -EINVAL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Consuming the ready ring                                            */
+
+/* Stops the stream for good: every later feed_next() returns code. */
+static int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(st->stop_msg, sizeof(st->stop_msg), fmt, ap);
+	va_end(ap);
+	st->stop = code;
+	return cl_fail(st->conn, code, "stream %u: %s", st->info.id, st->stop_msg);
+}
+
+static int st_stopped(struct feed_stream *st)
+{
+	if (st->stop < 0)
+		cl_fail(st->conn, st->stop, "stream %u: %s", st->info.id, st->stop_msg);
+	return st->stop;
+}
+
+/* FEED_READY_ERROR: the daemon stopped the stream and said why. */
+static int st_daemon_error(struct feed_stream *st)
+{
+	const char *m = st->ctl->error_msg;
+	int code = st->ctl->error_code;
+	char msg[sizeof(st->ctl->error_msg)];
+	size_t i;
+
+	for (i = 0; i < sizeof(msg) - 1 && m[i]; i++)
+		msg[i] = m[i] >= 0x20 && m[i] < 0x7f ? m[i] : '?';
+	msg[i] = '\0';
+	if (code >= 0 || code < -4095)
+		return st_stop(st, -EPROTO, "feedd stopped the stream with code %d: %s", code, msg);
+	return st_stop(st, code, "%s", msg);
+}
+
+static int st_bad_field(struct feed_stream *st, uint32_t slot, uint32_t f, const char *what)
+{
+	return st_stop(st, -EPROTO, "slot %u field %u from feedd: %s", slot, f, what);
+}
+
+/* Checks field f of a delivered slot header and writes its view. */
+static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm_slot *h,
+		    uint32_t f, struct feed_view *v)
+{
+	const struct feed_shm_field *sf = &h->field[f];
+	const struct feed_field *want = &st->info.fields[f];
+	uint64_t lo = (uint64_t)slot * st->slot_bytes, n = h->nsamples;
+	uint64_t el = feed_dtype_size((int)sf->dtype);
+
+	if (sf->dtype != (uint32_t)want->dtype || sf->rank < 1u + want->variable ||
+	    sf->rank > FEED_SHM_MAX_RANK || sf->shape[0] != n || !!sf->var_off != want->variable)
+		return st_bad_field(st, slot, f, "dtype, rank or sample count differs from the schema");
+	if (sf->offset < lo || !st_fits(sf->offset - lo, sf->bytes, st->slot_bytes))
+		return st_bad_field(st, slot, f, "bytes outside the slot's data");
+	v->ends = NULL;
+	if (sf->var_off) {
+		uint64_t hdr = st->slots_off + (uint64_t)slot * st->slot_hdr_bytes;
+		if (sf->shape[1] != 0 || sf->var_off % 8 ||
+		    sf->var_off < hdr + sizeof(*h) + 8 * n ||
+		    !st_fits(sf->var_off - hdr, 8 * (n + 1), st->slot_hdr_bytes))
+			return st_bad_field(st, slot, f, "ends table outside the slot header");
+		const uint64_t *ends = (const uint64_t *)((const uint8_t *)st->ctl + sf->var_off);
+		uint64_t prev = 0;
+		if (ends[0] != 0)
+			return st_bad_field(st, slot, f, "ends table does not start at 0");
+		for (uint64_t i = 1; i <= n; i++) {
+			if (ends[i] < prev)
+				return st_bad_field(st, slot, f, "ends table not monotonic");
+			prev = ends[i];
+		}
+		if (prev > sf->bytes)
+			return st_bad_field(st, slot, f, "ends table past the field's bytes");
+		v->ends = ends;
+	} else {
+		uint64_t total = el;
+		for (uint32_t d = 0; d < sf->rank; d++)
+			if (__builtin_mul_overflow(total, sf->shape[d], &total))
+				return st_bad_field(st, slot, f, "shape overflows");
+		if (total != sf->bytes)
+			return st_bad_field(st, slot, f, "bytes do not match the shape");
+	}
+	v->data = st->data + sf->offset;
+	v->bytes = sf->bytes;
+	v->dtype = (int)sf->dtype;
+	v->rank = sf->rank;
+	memcpy(v->shape, sf->shape, sizeof(sf->shape));
+	memset(v->shape + FEED_SHM_MAX_RANK, 0,
+	       sizeof(v->shape) - FEED_SHM_MAX_RANK * sizeof(v->shape[0]));
+	return 0;
+}
+
+/* A ready entry naming a slot: check its header once, hand it out. */
+static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struct feed_batch **ret)
+{
+	struct feed_batch *b = &st->batches[slot];
+	const struct feed_shm_slot *h = (const struct feed_shm_slot *)(
+		(const uint8_t *)st->ctl + st->slots_off + (uint64_t)slot * st->slot_hdr_bytes);
+	int r;
+
+	/* relaxed: our own release, or one ordered before it by the daemon's
+	 * reclaim, which happened before the publish we acquired */
+	if (atomic_load_explicit(&b->held, memory_order_relaxed))
+		return st_stop(st, -EPROTO, "feedd delivered slot %u again while it is held", slot);
+	if (h->gen != gen)
+		return st_stop(st, -EPROTO, "slot %u: header generation %u, ready entry %u", slot,
+			       h->gen, gen);
+	if (h->nsamples == 0 || h->nsamples > st->batch || h->nfields != st->nfields)
+		return st_stop(st, -EPROTO, "slot %u: %u samples, %u fields (batch %u, %u fields)",
+			       slot, h->nsamples, h->nfields, st->batch, st->nfields);
+	for (uint32_t f = 0; f < st->nfields; f++)
+		if ((r = st_field(st, slot, h, f, &b->view[f])) < 0)
+			return r;
+	b->gen = gen;
+	b->nsamples = h->nsamples;
+	b->flags = h->flags;
+	b->epoch = h->epoch;
+	b->index = h->index;
+	b->publish_ns = h->publish_ns;
+	b->samples = h->sample;
+	atomic_store_explicit(&b->held, true, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->nheld, 1, memory_order_relaxed);
+	*ret = b;
+	return 0;
+}
+
+/* Takes the entry at the tail; head != tail. */
+static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **ret)
+{
+	if (head - st->tail > st->ring_cap)
+		return st_stop(st, -EPROTO, "ready queue head moved %llu entries past ours (capacity %u)",
+			       (unsigned long long)(head - st->tail), st->ring_cap);
+	uint64_t e = st->ready[st->tail & (st->ring_cap - 1)];
+	uint32_t slot = feed_ring_slot(e);
+
+	st->tail++;
+	if (slot < st->nslots)
+		return st_deliver(st, slot, feed_ring_gen(e), ret);
+	switch (slot) {
+	case FEED_READY_EPOCH_END:
+		return FEED_END_OF_EPOCH;
+	case FEED_READY_STREAM_END:
+		st->stop = FEED_END_OF_STREAM;
+		return FEED_END_OF_STREAM;
+	case FEED_READY_ERROR:
+		return st_daemon_error(st);
+	default:
+		return st_stop(st, -EPROTO, "ready queue entry names slot %u of %u", slot,
+			       st->nslots);
+	}
+}
+
+/* Nothing was ready: says we sleep, re-checks, then sleeps on the doorbell
+ * (or the socket's hang-up) until *deadline. 0: look again (spurious
+ * wake-ups are normal), or an error. */
+static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
+{
+	struct feed_conn *conn = st->conn;
+	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
+	int left = -1;
+
+	if (held >= st->nslots)
+		return cl_fail(conn, -ENOBUFS, "stream %u: all %u credits are held by unreleased "
+			       "batches; release one first", st->info.id, st->nslots);
+	if (timeout_ms == 0) {
+		strcpy(conn->errmsg, "no batch ready");
+		return -ETIMEDOUT;
+	}
+	if (conn->sock < 0)
+		return cl_fail(conn, -ECONNRESET, "stream %u: connection to feedd is closed",
+			       st->info.id);
+	if (timeout_ms > 0) {
+		if (*deadline < 0)
+			*deadline = st_now_ms() + timeout_ms;
+		int64_t ms = *deadline - st_now_ms();
+		if (ms <= 0)
+			return cl_fail(conn, -ETIMEDOUT, "stream %u: no batch within %d ms",
+				       st->info.id, timeout_ms);
+		left = (int)ms;
+	}
+	/* relaxed: the fence below orders it before the re-check */
+	atomic_store_explicit(&st->rel->client_waiting, 1, memory_order_relaxed);
+	/* seq_cst: pairs with the daemon's "store head, fence, exchange flag";
+	 * with acquire/release alone both sides may miss each other */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail)
+		return 0;
+	struct pollfd p[2] = {{.fd = st->fd[ST_FD_READY], .events = POLLIN},
+			      {.fd = conn->sock, .events = 0}}; /* 0: hang-up only */
+	int n = poll(p, 2, left);
+	if (n < 0 && errno != EINTR)
+		return cl_fail(conn, -errno, "stream %u: poll: %s", st->info.id,
+			       feed_strerror(-errno));
+	if (n <= 0)
+		return 0;
+	if (p[0].revents & POLLIN) {
+		uint64_t count;
+		(void)!read(st->fd[ST_FD_READY], &count, sizeof(count));
+	}
+	if (p[0].revents & (POLLERR | POLLNVAL))
+		return st_stop(st, -EPROTO, "ready doorbell failed");
+	if ((p[1].revents & (POLLHUP | POLLERR)) &&
+	    atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) == st->tail)
+		return cl_fail(conn, -ECONNRESET, "stream %u: feedd went away", st->info.id);
+	return 0;
+}
+
+FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret)
+{
+	int64_t deadline = -1;
+
+	if (!st || !ret)
+		return -EINVAL;
+	if (st->stop)
+		return st_stopped(st);
+	for (;;) {
+		/* acquire: the entries and slot headers written before the head */
+		uint64_t head = atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire);
+		if (head != st->tail)
+			return st_take(st, head, ret);
+		int r = st_wait(st, timeout_ms, &deadline);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Batches                                                             */
+
+FEED_API uint64_t feed_batch_epoch(const struct feed_batch *b)
+{
+	return b->epoch;
+}
+
+FEED_API uint64_t feed_batch_index(const struct feed_batch *b)
+{
+	return b->index;
+}
+
+FEED_API uint32_t feed_batch_size(const struct feed_batch *b)
+{
+	return b->nsamples;
+}
+
+FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b)
+{
+	return b->samples;
+}
+
+FEED_API bool feed_batch_padded(const struct feed_batch *b)
+{
+	return b->flags & FEED_SLOT_PADDED;
+}
+
+FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret)
+{
+	if (!b || !ret || i >= b->st->nfields)
+		return -EINVAL;
+	*ret = b->view[i];
+	return 0;
+}
+
+FEED_API int feed_release(struct feed_batch *b)
+{
+	if (!b)
+		return -EINVAL;
+	struct feed_stream *st = b->st;
+	/* acq_rel: exactly one caller turns held off and owns this release */
+	if (!atomic_exchange_explicit(&b->held, false, memory_order_acq_rel))
+		return -EINVAL;
+	pthread_mutex_lock(&st->rel_lock);
+	uint64_t head = st->rel_head++;
+	/* relaxed: published by the release store of the head */
+	atomic_store_explicit(&st->rel_ring[head & (st->rel_cap - 1)],
+			      feed_ring_entry(b->slot, b->gen), memory_order_relaxed);
+	/* release: the entry before the head */
+	atomic_store_explicit(&st->rel->rel_head, head + 1, memory_order_release);
+	/* seq_cst: pairs with the daemon's "set daemon_waiting, fence, re-check" */
+	atomic_thread_fence(memory_order_seq_cst);
+	bool ring = atomic_exchange_explicit(&st->rel->daemon_waiting, 0, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&st->nheld, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&st->rel_lock);
+	if (ring) {
+		uint64_t one = 1;
+		(void)!write(st->fd[ST_FD_RELEASE], &one, sizeof(one)); /* EAGAIN: rung already */
+	}
+	return 0;
+}
+
+FEED_API int feed_stream_close(struct feed_stream *st)
+{
+	if (!st)
+		return 0;
+	for (uint32_t i = 0; i < st->nslots; i++)
+		feed_release(&st->batches[i]); /* -EINVAL for those not held */
+	int r = st_tell_close(st->conn, st->info.id);
+	st_free(st);
+	return r;
+}
