@@ -760,6 +760,11 @@ FEED_API bool feed_batch_padded(const struct feed_batch *b)
 	return b->flags & FEED_SLOT_PADDED;
 }
 
+FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)
+{
+	return b->publish_ns;
+}
+
 FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret)
 {
 	if (!b || !ret || i >= b->st->nfields)

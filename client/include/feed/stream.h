@@ -7,6 +7,11 @@
  * the socket. The caller grants `credits`: at most that many batches are
  * built and not yet released; feed_release() gives a slot back.
  *
+ * When feedd restarts under a stream, feed_next() reconnects and resumes
+ * at the stream's position (opts.reconnect_ms bounds how long it tries):
+ * no batch is lost or returned twice. Batches held across the restart
+ * stay valid until released.
+ *
  * Return codes: 0 (or the FEED_END_* values where stated) on success, a
  * negative errno-style code on failure; feed_errmsg(conn) has the detail.
  *
@@ -58,6 +63,17 @@ struct feed_stream_opts {
 				   * a configured pipeline's name, or NULL */
 	uint64_t start_epoch;     /* first batch to deliver */
 	uint64_t start_batch;
+	const void *resume;       /* a token from feed_stream_resume_token():
+				   * continue exactly where it was taken
+				   * (start_* are then ignored); the daemon
+				   * refuses a token whose dataset version,
+				   * pipeline, seed, batch or order differ */
+	size_t resume_len;
+	int reconnect_ms;         /* when feedd goes away (a restart),
+				   * feed_next() reconnects to the same socket
+				   * and resumes at the stream's position,
+				   * retrying for up to this long; 0 = 30000,
+				   * negative = never (fail with -ECONNRESET) */
 };
 
 /* Facts about an open stream; owned by it, valid until it is closed. */
@@ -117,6 +133,8 @@ FEED_API uint64_t feed_batch_index(const struct feed_batch *b);   /* within the 
 FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
 FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
 FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-around repeats */
+/* The daemon's CLOCK_MONOTONIC (ns) when it published the batch. */
+FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 
 /* View of field i (0 .. num_fields-1). Returns 0 or -EINVAL. */
 FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret);
@@ -125,6 +143,16 @@ FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct fee
  * so is every view of it. Any thread. Returns 0, or -EINVAL for a batch
  * already released. */
 FEED_API int feed_release(struct feed_batch *b);
+
+/* The stream's position as an opaque token (at most FEED_RESUME_MAX
+ * bytes): the next batch not yet returned by feed_next(). Opening a stream
+ * with it (opts.resume) continues with exactly the batches that would have
+ * come, also in another process, after a daemon restart, or with another
+ * world size (the same global position). Writes the token to buf and its
+ * length to *ret_len. Returns 0, or -ENOSPC when cap is too small. */
+#define FEED_RESUME_MAX 256
+FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
+				      size_t *ret_len);
 
 /* The eventfd that becomes readable when a batch may be ready, for callers
  * with their own event loop. Owned by the stream. */
