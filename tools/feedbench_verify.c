@@ -1,0 +1,161 @@
+/*
+ * feedbench_verify.c: --verify. The rule comes from the daemon's partition
+ * (daemon/order.h), which is PyTorch's DistributedSampler order: rank r of
+ * world R reads, as sample i of batch b, global position
+ *     g = (b * B + i) * R + r
+ * of the epoch's permutation of [0, N). Without drop_last the epoch is
+ * padded to ceil(N / (R*B)) * R*B positions; a position g >= N repeats the
+ * sample at position g mod N, and its batch is flagged padded.
+ *
+ * So a job records, for each sample it is handed, the sample at position
+ * g (each position belongs to exactly one rank: no two jobs write the same
+ * entry). Per batch it checks what it can see alone (epoch, index, size,
+ * the padded flag, indices < N, no position twice); once every rank of the
+ * set has finished, the parent checks the whole epoch: positions [0, N)
+ * hold every sample exactly once, and every padding position holds the
+ * sample of the position it wraps to.
+ *
+ * Errors name the epoch and the sample index (and the position).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feedbench.h"
+
+#define FB_VERIFY_MAX_BYTES (4ull << 30) /* refuse --verify past this */
+
+static uint64_t fb_batches(uint64_t n, uint32_t batch, uint32_t world)
+{
+	uint64_t rb = (uint64_t)batch * world;
+
+	return (n + rb - 1) / rb;
+}
+
+size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t world)
+{
+	uint64_t per = fb_batches(n, batch, world) * batch * world; /* n + pad */
+	uint64_t total;
+
+	if (__builtin_mul_overflow(per, epochs, &total) ||
+	    __builtin_mul_overflow(total, (uint64_t)sizeof(uint64_t), &total) ||
+	    total > FB_VERIFY_MAX_BYTES)
+		return 0;
+	return (size_t)total;
+}
+
+void fb_verify_init(struct fb_verify *v, uint64_t *pos, uint64_t n, uint64_t epochs,
+		    uint32_t batch, uint32_t world)
+{
+	v->n = n;
+	v->epochs = epochs;
+	v->batch = batch;
+	v->world = world;
+	v->batches = fb_batches(n, batch, world);
+	v->pad = v->batches * batch * world - n;
+	v->pos = pos;
+	for (uint64_t i = 0; i < epochs * (n + v->pad); i++)
+		pos[i] = FB_UNSEEN;
+}
+
+int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t index,
+		    const uint64_t *samples, uint32_t nsamples, bool padded, char *msg,
+		    size_t cap)
+{
+	bool wraps = false;
+
+	if (epoch >= v->epochs) {
+		snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 ": only epochs 0..%" PRIu64
+			 " were asked for", epoch, index, v->epochs - 1);
+		return -1;
+	}
+	if (index >= v->batches || nsamples != v->batch) {
+		snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 ": %u samples; expected %u "
+			 "samples in each of batches 0..%" PRIu64, epoch, index, nsamples, v->batch,
+			 v->batches - 1);
+		return -1;
+	}
+	uint64_t *pos = v->pos + epoch * (v->n + v->pad);
+	for (uint32_t i = 0; i < nsamples; i++) {
+		uint64_t g = (index * v->batch + i) * v->world + rank;
+		if (samples[i] >= v->n) {
+			snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 " sample %u: dataset "
+				 "index %" PRIu64 " is not below N = %" PRIu64, epoch, index, i,
+				 samples[i], v->n);
+			return -1;
+		}
+		if (pos[g] != FB_UNSEEN) {
+			snprintf(msg, cap, "epoch %" PRIu64 ": global position %" PRIu64 " (sample %"
+				 PRIu64 ") delivered twice", epoch, g, samples[i]);
+			return -1;
+		}
+		pos[g] = samples[i];
+		wraps |= g >= v->n;
+	}
+	if (wraps != padded) {
+		snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 ": %s wrap-around samples but "
+			 "feed_batch_padded() says %s", epoch, index, wraps ? "holds" : "holds no",
+			 padded ? "true" : "false");
+		return -1;
+	}
+	return 0;
+}
+
+/* One epoch of a finished set. seen[s] = 1 + the position of sample s. */
+static int fb_verify_epoch(const struct fb_verify *v, uint64_t e, uint64_t *seen, char *msg,
+			   size_t cap)
+{
+	const uint64_t *pos = v->pos + e * (v->n + v->pad);
+
+	memset(seen, 0, v->n * sizeof(*seen));
+	for (uint64_t g = 0; g < v->n; g++) {
+		uint64_t s = pos[g];
+		if (s == FB_UNSEEN) {
+			snprintf(msg, cap, "epoch %" PRIu64 ": global position %" PRIu64 " (rank %"
+				 PRIu64 ") was never delivered", e, g, g % v->world);
+			return -1;
+		}
+		if (seen[s]) {
+			snprintf(msg, cap, "epoch %" PRIu64 ": duplicate sample %" PRIu64 " at global "
+				 "positions %" PRIu64 " and %" PRIu64, e, s, seen[s] - 1, g);
+			return -1;
+		}
+		seen[s] = g + 1;
+	}
+	for (uint64_t s = 0; s < v->n; s++)
+		if (!seen[s]) {
+			snprintf(msg, cap, "epoch %" PRIu64 ": missing sample %" PRIu64, e, s);
+			return -1;
+		}
+	for (uint64_t k = 0; k < v->pad; k++) {
+		uint64_t g = v->n + k, want = pos[g % v->n];
+		if (pos[g] != want) {
+			if (pos[g] == FB_UNSEEN)
+				snprintf(msg, cap, "epoch %" PRIu64 ": padding position %" PRIu64
+					 " was never delivered", e, g);
+			else
+				snprintf(msg, cap, "epoch %" PRIu64 ": padding position %" PRIu64
+					 " holds sample %" PRIu64 ", expected sample %" PRIu64
+					 " (the wrap-around of position %" PRIu64 ")", e, g, pos[g],
+					 want, g % v->n);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int fb_verify_check(const struct fb_verify *v, char *msg, size_t cap)
+{
+	uint64_t *seen = malloc(v->n * sizeof(*seen));
+	int r = 0;
+
+	if (!seen) {
+		snprintf(msg, cap, "out of memory for %" PRIu64 " samples' check", v->n);
+		return -1;
+	}
+	for (uint64_t e = 0; e < v->epochs && r == 0; e++)
+		r = fb_verify_epoch(v, e, seen, msg, cap);
+	free(seen);
+	return r;
+}
