@@ -28,6 +28,8 @@ struct ses_stream {
 	struct stream *st;         /* delivery; closed when this goes */
 	uint64_t shm_bytes;        /* counted against the user's limit */
 	uv_poll_t poll;            /* the release doorbell */
+	uint64_t bad_logged;       /* refused release entries already logged */
+	bool error_logged;         /* the stream's stop was logged */
 };
 
 static void ses_stream_closed(uv_handle_t *h)
@@ -35,21 +37,51 @@ static void ses_stream_closed(uv_handle_t *h)
 	free(h->data);
 }
 
-/* Stops delivery and frees the wrapper once libuv let go of the poll. */
+/* Stops delivery and frees the wrapper once libuv let go of the poll.
+ * The poll goes first: uv_close() takes the doorbell out of epoll, which
+ * it can no longer do once stream_close() has closed our descriptor, and
+ * the client's copy would keep the registration alive (a client ringing
+ * it would then spin the loop). */
 static void ses_stream_drop(struct ses_stream *ss)
 {
-	stream_close(ss->st);
-	ss->st = NULL;
 	uv_poll_stop(&ss->poll);
 	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
+	stream_close(ss->st);
+	ss->st = NULL;
+}
+
+/* Logs what the stream refused from its client since the last look: the
+ * release region is the client's to write, so this is where its mistakes
+ * (or tampering) show. */
+static void ses_stream_report(struct ses_stream *ss)
+{
+	struct srv_conn *c = ss->conn;
+	struct stream_stats st;
+
+	stream_stats(ss->st, &st);
+	if (st.bad_releases > ss->bad_logged) {
+		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
+			 "name no slot the client holds at that generation (%llu in all)",
+			 SRV_CONN_ARGS(c), ss->id,
+			 (unsigned long long)(st.bad_releases - ss->bad_logged),
+			 (unsigned long long)st.bad_releases);
+		ss->bad_logged = st.bad_releases;
+	}
+	if (st.error && !ss->error_logged) {
+		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c), ss->id,
+			 st.error_msg);
+		ss->error_logged = true;
+	}
 }
 
 static void ses_on_release(uv_poll_t *h, int status, int events)
 {
 	struct ses_stream *ss = h->data;
 
-	if (ss->st)
-		stream_on_release(ss->st);
+	if (!ss->st)
+		return;
+	stream_on_release(ss->st);
+	ses_stream_report(ss);
 }
 
 void ses_conn_closing(struct srv_conn *c)

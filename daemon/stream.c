@@ -453,5 +453,8 @@ void stream_stats(struct stream *s, struct stream_stats *ret_stats)
 	*ret_stats = s->st;
 	ret_stats->credits_in_use = s->nslots - s->nfree;
 	ret_stats->error = s->error;
+	/* ours alone to write (sealed FUTURE_WRITE), set once under the lock */
+	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s",
+		 s->error ? ((struct feed_shm_ctl *)s->ctl.map)->error_msg : "");
 	pthread_mutex_unlock(&s->lock);
 }

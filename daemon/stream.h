@@ -98,6 +98,7 @@ struct stream_stats {
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	int error;                         /* 0, or why the stream stopped */
+	char error_msg[256];               /* with error: what the client reads */
 };
 void stream_stats(struct stream *s, struct stream_stats *ret_stats);
 
