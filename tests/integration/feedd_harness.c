@@ -6,6 +6,7 @@
  */
 #include "feedd_harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -259,6 +260,42 @@ int h_raw_recv(int fd, int timeout_ms, Feed__Reply **ret)
 	return 1;
 }
 
+int h_raw_recv_fds(int fd, int timeout_ms, Feed__Reply **ret, int *fds, unsigned cap,
+		   unsigned *ret_nfds)
+{
+	static uint8_t buf[256 * 1024];
+	union {
+		char buf[CMSG_SPACE(16 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+			    .msg_controllen = sizeof(cbuf.buf)};
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	unsigned n = 0;
+
+	*ret_nfds = 0;
+	if (poll(&p, 1, timeout_ms) == 0)
+		return -ETIMEDOUT;
+	ssize_t len = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	if (len == 0 || (len < 0 && errno == ECONNRESET))
+		return 0;
+	ck_assert_msg(len > 0, "recvmsg: %s", strerror(errno));
+	ck_assert_msg(!(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)), "truncated packet or descriptors");
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		ck_assert_uint_le(n + k, cap);
+		memcpy(fds + n, CMSG_DATA(cm), k * sizeof(int));
+		n += (unsigned)k;
+	}
+	*ret = feed__reply__unpack(NULL, (size_t)len, buf);
+	ck_assert_ptr_nonnull(*ret);
+	*ret_nfds = n;
+	return 1;
+}
+
 void h_expect_error(int fd, uint32_t id, int code, const char *needle)
 {
 	Feed__Reply *rep = NULL;
@@ -315,4 +352,91 @@ void h_assert_healthy(void)
 	ck_assert_uint_eq(list->datasets[0].num_samples, H_SAMPLES);
 	feed_dataset_list_free(list);
 	feed_disconnect(conn);
+}
+
+int h_run_tool(const char *prog, const char *const *args, const char *log)
+{
+	const char *bin = getenv("FEED_BIN");
+	const char *argv[32] = {prog};
+	char path[300];
+	size_t n = 1;
+	int status;
+
+	if (!bin || !*bin)
+		return -1;
+	snprintf(path, sizeof(path), "%s/%s", bin, prog);
+	while (args && args[n - 1] && n < 31) {
+		argv[n] = args[n - 1];
+		n++;
+	}
+	argv[n] = NULL;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execv(path, (char *const *)argv);
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int h_proc_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+int h_proc_maps_count(pid_t pid, const char *needle)
+{
+	char path[64], line[512];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, needle))
+			n++;
+	fclose(f);
+	return n;
+}
+
+long h_proc_cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long ut, st;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* the command name may hold spaces: fields start after its ')' */
+	const char *p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+			 &st) != 2)
+		return -1;
+	return (long)(ut + st);
 }

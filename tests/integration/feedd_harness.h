@@ -79,6 +79,28 @@ void h_expect_eof(int fd);
 /* Says hello on fd and asserts the reply. */
 void h_raw_hello(int fd);
 
+/* Like h_raw_recv(), also taking the descriptors passed with the packet
+ * (SCM_RIGHTS, close-on-exec) into fds[0..cap); *ret_nfds says how many.
+ * More than cap, or a truncated control message, fails the test. */
+int h_raw_recv_fds(int fd, int timeout_ms, Feed__Reply **ret, int *fds, unsigned cap,
+		   unsigned *ret_nfds);
+
+/* Runs $FEED_BIN/prog with args (NULL-terminated, without argv[0]) to
+ * completion, its output appended to log. Usable outside a Check test (no
+ * assertions, h need not be set up): returns its exit code, or -1 when it
+ * could not run or died of a signal. */
+int h_run_tool(const char *prog, const char *const *args, const char *log);
+
+/* Debian's dataset-fashion-mnist: the IDX files (gzip). */
+#define H_FASHION_DIR "/usr/share/datasets/fashion-mnist"
+
+/* What /proc says about a process: its open descriptors, the lines of its
+ * maps that contain needle, and its CPU time (user + system, in clock
+ * ticks). -1 if it cannot be read. */
+int h_proc_fds(pid_t pid);
+int h_proc_maps_count(pid_t pid, const char *needle);
+long h_proc_cpu_ticks(pid_t pid);
+
 /* A fresh libfeedclient connection is served: it lists the test dataset
  * (under whatever name) first. */
 void h_assert_healthy(void);

@@ -7,10 +7,10 @@ add_library(feedd_harness STATIC ${FEED_IT_DIR}/feedd_harness.c)
 target_include_directories(feedd_harness PUBLIC ${FEED_IT_DIR})
 target_link_libraries(feedd_harness PUBLIC PkgConfig::CHECK feedclient feed_format feed_proto)
 
-# feed_integration_test(<name>): tests/integration/check_<name>.c
+# feed_integration_test(<name> [<libs>...]): tests/integration/check_<name>.c
 function(feed_integration_test name)
   add_executable(check_${name} ${FEED_IT_DIR}/check_${name}.c)
-  target_link_libraries(check_${name} PRIVATE feedd_harness)
+  target_link_libraries(check_${name} PRIVATE feedd_harness ${ARGN})
   add_dependencies(check_${name} feedd feedctl)
   add_test(NAME integration_${name} COMMAND check_${name})
   set_tests_properties(integration_${name} PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 900)
@@ -19,6 +19,8 @@ endfunction()
 feed_integration_test(protocol)
 feed_integration_test(lifecycle)
 feed_integration_test(refusals)
+feed_integration_test(delivery PkgConfig::ZLIB)
+feed_integration_test(partition)
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
 target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
