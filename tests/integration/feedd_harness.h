@@ -3,10 +3,12 @@
  * directory (mode 0755, so a child switched to nobody can reach it) holding
  * a tiny dataset written with the format library, a real feedd started on
  * a socket in it with its log in a file, raw SOCK_SEQPACKET helpers for
- * sending what libfeedclient never would, and waits that poll a condition
- * against a deadline instead of sleeping.
+ * sending what libfeedclient never would (and receiving the descriptors it
+ * would check), waits that poll a condition against a deadline instead of
+ * sleeping, and counters of a process read from /proc.
  *
- * Runs inside a Check test (forked per test): h is that process's state.
+ * Runs inside a Check test (forked per test): h is that process's state;
+ * h_run_tool() alone may run before any test (e.g. packing a dataset once).
  * A daemon started here gets SIGKILL if the test process dies first.
  */
 #ifndef FEEDD_HARNESS_H
