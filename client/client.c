@@ -28,7 +28,7 @@ int cl_fail(struct feed_conn *conn, int code, const char *fmt, ...)
 	return code;
 }
 
-static void cl_close(struct feed_conn *conn)
+void cl_close(struct feed_conn *conn)
 {
 	if (conn->sock >= 0)
 		close(conn->sock);
@@ -435,6 +435,9 @@ FEED_API int feed_conn_open(struct feed_conn *conn, const char *path)
 		cl_close(conn);
 		return cl_fail(conn, r, "feedd at %s: %s", path, detail);
 	}
+	if (path != conn->path) /* a reopening passes conn->path itself */
+		snprintf(conn->path, sizeof(conn->path), "%s", path);
+	conn->opens++;
 	conn->errmsg[0] = '\0';
 	return 0;
 }

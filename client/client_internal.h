@@ -28,7 +28,13 @@ struct feed_conn {
 	char server_version[32];    /* from the hello reply */
 	char errmsg[CL_ERRMSG_MAX]; /* detail of the last failure */
 	uint8_t *rbuf;              /* one reply: CL_REPLY_MAX + 1 bytes */
+	char path[108];             /* socket of the last successful open */
+	uint32_t opens;             /* successful opens so far: a stream opened
+				     * on an earlier one is gone */
 };
+
+/* Closes the socket (if open); the next call fails with -ENOTCONN. */
+void cl_close(struct feed_conn *conn);
 
 /* Sets conn->errmsg and returns code. */
 int cl_fail(struct feed_conn *conn, int code, const char *fmt, ...)

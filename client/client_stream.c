@@ -45,6 +45,7 @@ struct feed_batch {
 	struct feed_stream *st;
 	uint32_t slot;             /* fixed at open */
 	uint32_t gen;              /* generation of the current delivery */
+	uint32_t inc;              /* the stream's incarnation it came from */
 	_Atomic bool held;         /* delivered, not yet released */
 	uint32_t nsamples;
 	uint32_t flags;            /* FEED_SLOT_* */
@@ -82,7 +83,34 @@ struct feed_stream {
 	char stop_msg[256];        /* the sticky error's detail */
 	struct feed_stream_info info;
 	void *info_mem;            /* fields and strings of info */
+
+	/* position and reopening after a daemon restart */
+	uint64_t pos_epoch;        /* the next batch not yet returned: its epoch */
+	uint64_t pos_position;     /* and the global position of its first sample */
+	uint32_t world;
+	uint32_t inc;              /* incarnation: 0, then +1 per reopening */
+	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
+	struct st_retired *retired;/* earlier incarnations' regions still held (rel_lock) */
+	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
+	char *opts_mem;
 };
+
+/* The regions of an earlier incarnation, kept mapped while the caller
+ * holds batches from them (a daemon restart does not pull memory from
+ * under a trainer). Freed by the release of the last one, or at close. */
+struct st_retired {
+	struct st_retired *next;
+	uint32_t inc;
+	uint32_t held;
+	void *map[3];
+	size_t len[3];
+	struct feed_batch *batches;
+};
+
+static void st_retired_free(struct st_retired *r);
+/* Stops the stream for good: every later feed_next() returns code. */
+static int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 static const char *const st_region_name[3] = {"control region", "data region",
 					      "release region"};
@@ -430,14 +458,22 @@ static void st_free(struct feed_stream *st)
 	for (int i = 0; i < ST_NFDS; i++)
 		if (st->fd[i] >= 0)
 			close(st->fd[i]);
+	while (st->retired) {
+		struct st_retired *r = st->retired;
+		st->retired = r->next;
+		st_retired_free(r);
+	}
 	pthread_mutex_destroy(&st->rel_lock);
 	free(st->batches);
 	free(st->info_mem);
+	free(st->opts_mem);
 	free(st);
 }
 
-FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
-			      struct feed_stream **ret)
+/* Opens a stream on conn: the request, the reply, the regions; no copy of
+ * opts is kept (feed_stream_open and st_reopen do that). */
+static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
+		   struct feed_stream **ret)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
@@ -450,6 +486,10 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 	if ((r = st_check_opts(conn, opts)) < 0)
 		return r;
 	st_request(opts, &os);
+	if (opts->resume) {
+		os.resume.data = (uint8_t *)opts->resume;
+		os.resume.len = opts->resume_len;
+	}
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
 	req.open_stream = &os;
 	if ((r = cl_call_fds(conn, &req, &rep, fds, ST_NFDS)) < 0)
@@ -476,6 +516,10 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 		st_free(st);
 		goto refuse;
 	}
+	st->conn_opens = conn->opens;
+	st->world = opts->world ? opts->world : 1;
+	st->pos_epoch = st->info.start_epoch;
+	st->pos_position = st->info.start_batch * st->batch * st->world;
 	feed__reply__free_unpacked(rep, NULL);
 	*ret = st;
 	return 0;
@@ -491,6 +535,275 @@ refuse: {
 }
 }
 
+/* ------------------------------------------------------------------ */
+/* Position, resume tokens, reopening                                  */
+
+static Feed__Order st_order(int order)
+{
+	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
+	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
+						  FEED__ORDER__ORDER_SEQUENTIAL;
+}
+
+/* The token of the stream's position (feed.proto ResumeToken). */
+static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
+{
+	Feed__ResumeToken t = FEED__RESUME_TOKEN__INIT;
+
+	t.magic = FEED_RESUME_MAGIC;
+	t.dataset_version = (char *)st->info.dataset_version;
+	t.pipeline_hash = st->info.pipeline_hash;
+	t.seed = st->opts.seed;
+	t.batch = st->opts.batch;
+	t.world = st->world;
+	t.epoch = st->pos_epoch;
+	t.position = st->pos_position;
+	t.order = st_order(st->opts.order);
+	t.window = st->opts.window;
+	t.drop_last = st->opts.drop_last;
+	t.eval = st->opts.eval;
+	size_t n = feed__resume_token__get_packed_size(&t);
+	*ret_len = n;
+	if (n > cap)
+		return -ENOSPC;
+	feed__resume_token__pack(&t, buf);
+	return 0;
+}
+
+FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
+				      size_t *ret_len)
+{
+	size_t n;
+
+	if (!st || !buf || !ret_len)
+		return -EINVAL;
+	int r = st_token(st, buf, cap, &n);
+	*ret_len = n;
+	return r;
+}
+
+/* Keeps opts (and its strings) for reopening. */
+static int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
+{
+	size_t nd = strlen(o->dataset) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
+
+	st->opts_mem = malloc(nd + np);
+	if (!st->opts_mem)
+		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's options");
+	st->opts = *o;
+	st->opts.resume = NULL;
+	st->opts.resume_len = 0;
+	st->opts.dataset = memcpy(st->opts_mem, o->dataset, nd);
+	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
+	return 0;
+}
+
+/* A stream opened with a token starts at the token's position (one taken
+ * after an epoch's last batch first delivers that epoch's end). */
+static void st_resume_position(struct feed_stream *st, const void *token, size_t len)
+{
+	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, len, token);
+
+	if (!t)
+		return; /* the daemon accepted it, so this does not happen */
+	st->pos_epoch = t->epoch;
+	st->pos_position = t->position;
+	feed__resume_token__free_unpacked(t, NULL);
+}
+
+FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
+			      struct feed_stream **ret)
+{
+	struct feed_stream *st;
+	int r;
+
+	if (!conn || !opts || !ret)
+		return -EINVAL;
+	if (opts->resume && (opts->resume_len == 0 || opts->resume_len > FEED_RESUME_MAX))
+		return cl_fail(conn, -EINVAL, "option resume: a token of 1 to %d bytes is required",
+			       FEED_RESUME_MAX);
+	if ((r = st_open(conn, opts, &st)) < 0)
+		return r;
+	if ((r = st_keep_opts(st, opts)) < 0) {
+		feed_stream_close(st);
+		return r;
+	}
+	if (opts->resume)
+		st_resume_position(st, opts->resume, opts->resume_len);
+	*ret = st;
+	return 0;
+}
+
+/* Unmaps and frees a retired incarnation. */
+static void st_retired_free(struct st_retired *r)
+{
+	for (int i = 0; i < 3; i++)
+		if (r->map[i])
+			munmap(r->map[i], r->len[i]);
+	free(r->batches);
+	free(r);
+}
+
+/* The release of a batch of an earlier incarnation: nothing to tell the
+ * daemon that built it (it is gone); the last one frees its regions.
+ * Under rel_lock. */
+static void st_retired_put(struct feed_stream *st, uint32_t inc)
+{
+	for (struct st_retired **p = &st->retired; *p; p = &(*p)->next) {
+		struct st_retired *r = *p;
+		if (r->inc != inc)
+			continue;
+		if (--r->held == 0) {
+			*p = r->next;
+			st_retired_free(r);
+		}
+		return;
+	}
+}
+
+/* Makes n, a fresh stream on the same connection, st's next incarnation:
+ * st keeps its identity, info, options and position; the regions of the
+ * old one stay mapped while batches from them are held. */
+static int st_adopt(struct feed_stream *st, struct feed_stream *n)
+{
+	const struct feed_stream_info *a = &st->info, *b = &n->info;
+	struct st_retired *old = NULL;
+	bool same = a->num_fields == b->num_fields && n->batch == st->batch;
+
+	for (uint32_t f = 0; same && f < a->num_fields; f++)
+		same = a->fields[f].dtype == b->fields[f].dtype &&
+		       a->fields[f].variable == b->fields[f].variable &&
+		       a->fields[f].rank == b->fields[f].rank &&
+		       !memcmp(a->fields[f].shape, b->fields[f].shape,
+			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
+	if (!same)
+		return -EPROTO;
+	pthread_mutex_lock(&st->rel_lock);
+	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
+	if (held && (old = calloc(1, sizeof(*old)))) {
+		old->inc = st->inc;
+		old->held = held;
+		old->map[0] = (void *)st->ctl;
+		old->map[1] = st->data;
+		old->map[2] = st->rel;
+		memcpy(old->len, st->len, sizeof(old->len));
+		old->batches = st->batches;
+		old->next = st->retired;
+		st->retired = old;
+	} else {
+		/* nothing held (or no memory to keep it: held views die) */
+		munmap((void *)st->ctl, st->len[0]);
+		munmap(st->data, st->len[1]);
+		munmap(st->rel, st->len[2]);
+		free(st->batches);
+	}
+	for (int i = 0; i < ST_NFDS; i++)
+		close(st->fd[i]);
+	st->ctl = n->ctl;
+	st->ready = n->ready;
+	st->tail = n->tail;
+	st->ring_cap = n->ring_cap;
+	st->nslots = n->nslots;
+	st->nfields = n->nfields;
+	st->stop = 0;
+	atomic_store_explicit(&st->nheld, 0, memory_order_relaxed);
+	st->batches = n->batches;
+	st->data = n->data;
+	st->slot_bytes = n->slot_bytes;
+	st->slot_hdr_bytes = n->slot_hdr_bytes;
+	st->slots_off = n->slots_off;
+	st->rel = n->rel;
+	st->rel_ring = n->rel_ring;
+	st->rel_cap = n->rel_cap;
+	st->rel_head = n->rel_head;
+	memcpy(st->fd, n->fd, sizeof(st->fd));
+	memcpy(st->len, n->len, sizeof(st->len));
+	st->info.id = n->info.id;
+	st->info.credits = n->info.credits;
+	st->conn_opens = n->conn_opens;
+	st->inc++;
+	for (uint32_t i = 0; i < st->nslots; i++) {
+		st->batches[i].st = st;
+		st->batches[i].inc = st->inc;
+	}
+	pthread_mutex_unlock(&st->rel_lock);
+	pthread_mutex_destroy(&n->rel_lock);
+	free(n->info_mem);
+	free(n);
+	return 0;
+}
+
+static void st_sleep_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Failures of a reopening attempt that a later attempt may not meet: the
+ * daemon not (yet) there, or gone again. */
+static bool st_transient(int r)
+{
+	return r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN ||
+	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
+}
+
+/* The daemon went away under st (every batch it published has been
+ * returned): reconnects to the same socket and reopens the stream at its
+ * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
+ * when nothing was left to deliver, or a sticky error. */
+static int st_reopen(struct feed_stream *st)
+{
+	struct feed_conn *conn = st->conn;
+	int limit = st->opts.reconnect_ms ? st->opts.reconnect_ms : 30000;
+	uint8_t token[FEED_RESUME_MAX];
+	char last[CL_ERRMSG_MAX];
+	size_t len;
+	int r, delay = 20;
+
+	if (st->opts.epochs && st->pos_epoch >= st->opts.epochs) {
+		st->stop = FEED_END_OF_STREAM;
+		return FEED_END_OF_STREAM;
+	}
+	snprintf(last, sizeof(last), "%s", conn->errmsg);
+	if (st->opts.reconnect_ms < 0)
+		return st_stop(st, -ECONNRESET, "feedd went away (%s); reconnecting is off", last);
+	if (!conn->path[0])
+		return st_stop(st, -ECONNRESET, "feedd went away (%s)", last);
+	if ((r = st_token(st, token, sizeof(token), &len)) < 0)
+		return st_stop(st, r, "resume token does not fit");
+	struct feed_stream_opts o = st->opts;
+	o.resume = token;
+	o.resume_len = len;
+	int64_t deadline = st_now_ms() + limit;
+	for (;;) {
+		/* our connection is dead; another stream may have reconnected it */
+		if (conn->opens == st->conn_opens)
+			cl_close(conn);
+		r = conn->sock >= 0 ? 0 : feed_conn_open(conn, conn->path);
+		if (r == 0) {
+			struct feed_stream *n;
+			r = st_open(conn, &o, &n);
+			if (r == 0) {
+				if (st_adopt(st, n) == 0)
+					return 0;
+				feed_stream_close(n);
+				return st_stop(st, -EPROTO, "feedd came back with another schema for "
+					       "dataset '%s'", st->opts.dataset);
+			}
+			if (!st_transient(r))
+				return st_stop(st, r, "feedd came back but refused to resume: %s",
+					       conn->errmsg);
+		}
+		snprintf(last, sizeof(last), "%s", conn->errmsg);
+		if (st_now_ms() + delay > deadline)
+			return st_stop(st, -ECONNRESET, "feedd at %s went away and was not back "
+				       "within %d ms (%s)", conn->path, limit, last);
+		st_sleep_ms(delay);
+		delay = delay < 500 ? delay * 2 : 1000;
+	}
+}
+
 FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st)
 {
 	return st ? &st->info : NULL;
@@ -503,10 +816,6 @@ FEED_API int feed_stream_fd(const struct feed_stream *st)
 
 /* ------------------------------------------------------------------ */
 /* Consuming the ready ring                                            */
-
-/* Stops the stream for good: every later feed_next() returns code. */
-static int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 static int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
 {
@@ -626,6 +935,8 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	b->index = h->index;
 	b->publish_ns = h->publish_ns;
 	b->samples = h->sample;
+	st->pos_epoch = h->epoch;
+	st->pos_position = h->position + (uint64_t)st->batch * st->world;
 	atomic_store_explicit(&b->held, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&st->nheld, 1, memory_order_relaxed);
 	*ret = b;
@@ -646,6 +957,8 @@ static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **re
 		return st_deliver(st, slot, feed_ring_gen(e), ret);
 	switch (slot) {
 	case FEED_READY_EPOCH_END:
+		st->pos_epoch++;
+		st->pos_position = 0;
 		return FEED_END_OF_EPOCH;
 	case FEED_READY_STREAM_END:
 		st->stop = FEED_END_OF_STREAM;
@@ -674,7 +987,7 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 		strcpy(conn->errmsg, "no batch ready");
 		return -ETIMEDOUT;
 	}
-	if (conn->sock < 0)
+	if (conn->sock < 0 || conn->opens != st->conn_opens)
 		return cl_fail(conn, -ECONNRESET, "stream %u: connection to feedd is closed",
 			       st->info.id);
 	if (timeout_ms > 0) {
@@ -727,7 +1040,9 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 		if (head != st->tail)
 			return st_take(st, head, ret);
 		int r = st_wait(st, timeout_ms, &deadline);
-		if (r < 0)
+		if (r == -ECONNRESET)
+			r = st_reopen(st); /* every published batch was taken */
+		if (r != 0)
 			return r;
 	}
 }
@@ -778,10 +1093,17 @@ FEED_API int feed_release(struct feed_batch *b)
 	if (!b)
 		return -EINVAL;
 	struct feed_stream *st = b->st;
-	/* acq_rel: exactly one caller turns held off and owns this release */
-	if (!atomic_exchange_explicit(&b->held, false, memory_order_acq_rel))
-		return -EINVAL;
 	pthread_mutex_lock(&st->rel_lock);
+	/* under the lock, so a reopening sees held and nheld agree */
+	if (!atomic_exchange_explicit(&b->held, false, memory_order_acq_rel)) {
+		pthread_mutex_unlock(&st->rel_lock);
+		return -EINVAL;
+	}
+	if (b->inc != st->inc) {
+		st_retired_put(st, b->inc); /* b may be freed here */
+		pthread_mutex_unlock(&st->rel_lock);
+		return 0;
+	}
 	uint64_t head = st->rel_head++;
 	/* relaxed: published by the release store of the head */
 	atomic_store_explicit(&st->rel_ring[head & (st->rel_cap - 1)],
@@ -792,11 +1114,12 @@ FEED_API int feed_release(struct feed_batch *b)
 	atomic_thread_fence(memory_order_seq_cst);
 	bool ring = atomic_exchange_explicit(&st->rel->daemon_waiting, 0, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&st->nheld, 1, memory_order_relaxed);
-	pthread_mutex_unlock(&st->rel_lock);
 	if (ring) {
+		/* under the lock: a reopening closes this descriptor */
 		uint64_t one = 1;
 		(void)!write(st->fd[ST_FD_RELEASE], &one, sizeof(one)); /* EAGAIN: rung already */
 	}
+	pthread_mutex_unlock(&st->rel_lock);
 	return 0;
 }
 

@@ -73,7 +73,15 @@ int batch_order_init(struct stream *s, struct feed_err *err)
 		return rc;
 	uint64_t nb = ord_batches_per_epoch(&s->ep[s->spec.start_epoch & 1].ord);
 	if (nb == 0 && s->spec.at_position) {
-		/* the token was taken after an epoch's last batch: next epoch */
+		/* the token was taken after an epoch's last batch: that epoch's
+		 * end comes first (stream_new), then the next epoch, if any */
+		s->lead_epoch_end = true;
+		s->lead_epoch = s->spec.start_epoch;
+		if (s->spec.epochs && s->spec.start_epoch + 1 >= s->spec.epochs) {
+			s->lead_stream_end = true;
+			s->sched_done = true;
+			return 0;
+		}
 		s->spec.at_position = false;
 		s->spec.start_epoch++;
 		s->spec.start_batch = 0;

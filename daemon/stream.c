@@ -142,6 +142,9 @@ void stream_unref(struct stream *s)
 		stream_destroy(s);
 }
 
+static void ring_push(struct stream *s, uint64_t entry);
+static void ring_publish(struct stream *s);
+
 int stream_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	       const struct stream_spec *spec, struct cache *cache, struct pool *pool,
 	       struct stream **ret_stream, struct feed_err *err)
@@ -178,6 +181,12 @@ int stream_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		s->jobs[i].stream = s;
 		s->jobs[i].slot = i;
 	}
+	if (s->lead_epoch_end)
+		ring_push(s, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)s->lead_epoch));
+	if (s->lead_stream_end)
+		ring_push(s, feed_ring_entry(FEED_READY_STREAM_END, 0));
+	if (s->lead_epoch_end)
+		ring_publish(s);
 	*ret_stream = s;
 	return 0;
 fail:

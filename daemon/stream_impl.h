@@ -90,6 +90,10 @@ struct stream {
 	/* schedule (lock; batch.c) */
 	uint64_t next_epoch, next_batch;  /* next position to schedule */
 	bool sched_done;
+	/* a resume token taken after an epoch's last batch: the epoch's end
+	 * (and the stream's, if it was the last) is published first */
+	bool lead_epoch_end, lead_stream_end;
+	uint64_t lead_epoch;
 	struct stream_epoch ep[2];        /* by epoch & 1 */
 	uint64_t *block_first;            /* block-window table, or NULL */
 };
