@@ -635,28 +635,32 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 }
 
 /* Unmaps and frees a retired incarnation. */
-static void st_retired_free(struct st_retired *r)
+static void st_retired_unmap(struct st_retired *r)
 {
 	for (int i = 0; i < 3; i++)
 		if (r->map[i])
 			munmap(r->map[i], r->len[i]);
+	memset(r->map, 0, sizeof(r->map));
+}
+
+static void st_retired_free(struct st_retired *r)
+{
+	st_retired_unmap(r);
 	free(r->batches);
 	free(r);
 }
 
 /* The release of a batch of an earlier incarnation: nothing to tell the
- * daemon that built it (it is gone); the last one frees its regions.
- * Under rel_lock. */
+ * daemon that built it (it is gone); the last one unmaps its regions. The
+ * batches stay allocated until close, so releasing one twice is -EINVAL,
+ * as for any batch. Under rel_lock. */
 static void st_retired_put(struct feed_stream *st, uint32_t inc)
 {
-	for (struct st_retired **p = &st->retired; *p; p = &(*p)->next) {
-		struct st_retired *r = *p;
+	for (struct st_retired *r = st->retired; r; r = r->next) {
 		if (r->inc != inc)
 			continue;
-		if (--r->held == 0) {
-			*p = r->next;
-			st_retired_free(r);
-		}
+		if (--r->held == 0)
+			st_retired_unmap(r);
 		return;
 	}
 }
@@ -680,7 +684,9 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 		return -EPROTO;
 	pthread_mutex_lock(&st->rel_lock);
 	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
-	if (held && (old = calloc(1, sizeof(*old)))) {
+	/* kept until close even when nothing is held: a second release of
+	 * an old batch must find it */
+	if ((old = calloc(1, sizeof(*old)))) {
 		old->inc = st->inc;
 		old->held = held;
 		old->map[0] = (void *)st->ctl;
@@ -690,8 +696,10 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 		old->batches = st->batches;
 		old->next = st->retired;
 		st->retired = old;
+		if (!held)
+			st_retired_unmap(old);
 	} else {
-		/* nothing held (or no memory to keep it: held views die) */
+		/* no memory to keep them: views of held batches die */
 		munmap((void *)st->ctl, st->len[0]);
 		munmap(st->data, st->len[1]);
 		munmap(st->rel, st->len[2]);
@@ -1100,7 +1108,7 @@ FEED_API int feed_release(struct feed_batch *b)
 		return -EINVAL;
 	}
 	if (b->inc != st->inc) {
-		st_retired_put(st, b->inc); /* b may be freed here */
+		st_retired_put(st, b->inc);
 		pthread_mutex_unlock(&st->rel_lock);
 		return 0;
 	}
