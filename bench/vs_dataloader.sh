@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# bench/vs_dataloader.sh: feedd against PyTorch's DataLoader on the same job
+# (issue 5): Fashion-MNIST, "random_crop(size=28, pad=2) | hflip(p=0.5)",
+# batch 256, two CPU workers each; plus feedd's rate per worker core as a
+# share of the single-threaded decode+augment loop (bench_pipeline).
+#
+#   bench/vs_dataloader.sh [--bin DIR] [--data DIR] [--runs N] [--workers N]
+#                          [--feed-epochs E] [--dl-epochs E]
+#                          [--augment crop_flip|torchvision]
+#
+# Builds nothing: expects feedd, feedpack, feedctl, feedbench and
+# bench_pipeline in --bin (default build/bin). Packs Fashion-MNIST into a
+# temporary directory unless --data names a packed copy; starts
+# feedd --workers N on a private socket; cleans up on exit.
+#
+# Each round runs feedbench and bench/dataloader_baseline.py once, in
+# alternating order (so drift, e.g. a warming page cache, hits both), and
+# bench_pipeline once; the figures are the medians of --runs rounds (3).
+# Both readers touch every byte of every batch and time from their first
+# batch (start-up excluded). The DataLoader uses the numpy crop+flip the
+# baseline calls crop_flip (its fast way; torchvision's ops are ~10x
+# slower per sample) with num_workers=N and persistent workers.
+# feedbench reads more epochs (20) than the DataLoader (2) because it is
+# ~50x faster: both runs then last long enough to be timed. One untimed
+# feedbench epoch first warms feedd's block cache, as a long-running
+# daemon's is (bench_pipeline times only the epochs after its first; the
+# DataLoader's reader keeps one decoded block per worker, so it decodes a
+# block for nearly every sample of a shuffled epoch whatever we do).
+#
+# Caveat printed with the figures: the trainer process, feedd's loop
+# thread and its workers share the machine's CPUs, so "per worker core"
+# is samples/s divided by the worker count, not by cores actually free.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/build/bin
+data=
+runs=3
+workers=2
+feed_epochs=20
+dl_epochs=2
+augment=crop_flip
+pipeline="random_crop(size=28, pad=2) | hflip(p=0.5)"
+py=/usr/bin/python3   # Debian's, with numpy and torch
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--bin) bin=$2; shift 2 ;;
+	--data) data=$2; shift 2 ;;
+	--runs) runs=$2; shift 2 ;;
+	--workers) workers=$2; shift 2 ;;
+	--feed-epochs) feed_epochs=$2; shift 2 ;;
+	--dl-epochs) dl_epochs=$2; shift 2 ;;
+	--augment) augment=$2; shift 2 ;;
+	-h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+for b in feedd feedpack feedctl feedbench bench_pipeline; do
+	if [ ! -x "$bin/$b" ]; then
+		echo "vs_dataloader.sh: $bin/$b is missing; build first (cmake --build build)" >&2
+		exit 1
+	fi
+done
+"$py" -c 'import numpy, torch' 2>/dev/null || {
+	echo "vs_dataloader.sh: $py cannot import numpy and torch" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/feedd-vsdl.XXXXXX)
+feedd_pid=
+cleanup() {
+	if [ -n "$feedd_pid" ] && kill -0 "$feedd_pid" 2>/dev/null; then
+		kill -TERM "$feedd_pid"
+		wait "$feedd_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -z "$data" ]; then
+	src=/usr/share/datasets/fashion-mnist
+	data=$work/fashion-mnist
+	"$bin/feedpack" idx "$src/train-images-idx3-ubyte.gz" "$src/train-labels-idx1-ubyte.gz" \
+		-o "$data" --name fashion-mnist >/dev/null
+fi
+
+sock=$work/feedd.sock
+"$bin/feedd" --socket "$sock" --dataset "fashion-mnist=$data" --workers "$workers" \
+	2>"$work/feedd.log" &
+feedd_pid=$!
+for _ in $(seq 100); do
+	"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && break
+	kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
+	sleep 0.05
+done
+
+out=$work/results.jsonl
+: >"$out"
+tag() { sed "s/^{/{\"row\": \"$1\", /" >>"$out"; }
+run_feedd() {
+	"$bin/feedbench" --socket "$sock" --dataset fashion-mnist --pipeline "$pipeline" \
+		--batch 256 --epochs "$feed_epochs" --json | tag feedd
+}
+run_dl() {
+	"$py" "$root/bench/dataloader_baseline.py" "$data" --workers "$workers" --batch 256 \
+		--epochs "$dl_epochs" --augment "$augment" --size 28 --pad 2 --json | tag dataloader
+}
+
+echo "$(nproc) CPUs; $runs rounds; feedd --workers $workers, DataLoader num_workers=$workers" >&2
+# warm-up, not counted: fills feedd's block cache, as in a long-running
+# daemon (bench_pipeline likewise times only the epochs after its first)
+"$bin/feedbench" --socket "$sock" --dataset fashion-mnist --pipeline "$pipeline" --batch 256 \
+	--epochs 1 >/dev/null
+for i in $(seq "$runs"); do
+	if [ $((i % 2)) -eq 1 ]; then run_feedd; run_dl; else run_dl; run_feedd; fi
+	"$bin/bench_pipeline" "$data" --pipeline "$pipeline" --batch 256 --epochs 4 | tag single
+	echo "round $i of $runs done" >&2
+done
+
+"$py" - "$out" "$workers" "$pipeline" "$augment" <<'EOF'
+import json, statistics, sys
+
+path, workers, pipeline, augment = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rows = {"feedd": [], "dataloader": [], "single": []}
+for line in open(path):
+    d = json.loads(line)
+    rows[d["row"]].append(d)
+
+def med(name, key="samples_per_s"):
+    return statistics.median(r[key] for r in rows[name])
+
+def runs(name):
+    return ", ".join("%.0f" % r["samples_per_s"] for r in rows[name])
+
+f, dl, st = med("feedd"), med("dataloader"), med("single")
+print("Fashion-MNIST, '%s', batch 256, %d workers each (medians of %d)"
+      % (pipeline, workers, len(rows["feedd"])))
+print("  feedd + feedbench        %10.0f samples/s  (runs: %s; stall %.1f%%)"
+      % (f, runs("feedd"), med("feedd", "stall_pct")))
+print("  torch DataLoader (%s) %8.0f samples/s  (runs: %s; stall %.1f%%)"
+      % (augment, dl, runs("dataloader"), med("dataloader", "stall_pct")))
+print("  ratio feedd / DataLoader %10.1fx" % (f / dl))
+print("  single-thread loop       %10.0f samples/s  (bench_pipeline; runs: %s)" % (st, runs("single")))
+print("  feedd per worker core    %10.0f samples/s = %.0f%% of the single-thread rate"
+      % (f / workers, 100.0 * f / workers / st))
+print("  (the trainer, feedd's loop thread and its workers share the machine's CPUs)")
+EOF
