@@ -150,5 +150,5 @@ for place in ("unpinned", "same-cpu", "cross-cpu"):
     verdict.append((place, r50 <= 1.5 and r99 <= 1.5))
 print()
 print("target: feedbench --wake within 1.5x of the ping-pong at p50 and p99: "
-      + ", ".join("%s %s" % (pl, "met" if ok else "MISSED") for pl, ok in verdict))
+      + ", ".join("%s %s" % (pl, "met" if ok else "MISSED") for pl, ok in verdict) + ".")
 EOF

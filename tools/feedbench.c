@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +75,17 @@ static const struct option longopts[] = {
 	{NULL, 0, NULL, 0},
 };
 
-static int fb_usage_error(const char *fmt, const char *arg)
+static int fb_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line naming what was wrong, then the usage. Returns -1. */
+static int fb_usage_error(const char *fmt, ...)
 {
+	va_list ap;
+
 	fprintf(stderr, "feedbench: ");
-	fprintf(stderr, fmt, arg);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
 	fprintf(stderr, "\n%s", usage);
 	return -1;
 }
@@ -184,15 +192,15 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 		return FB_EXIT_USAGE;
 	}
 	if (!o->dataset) {
-		fb_usage_error("--dataset NAME is required%s", "");
+		fb_usage_error("--dataset NAME is required");
 		return FB_EXIT_USAGE;
 	}
 	if (o->wake && o->credits > 1) {
-		fb_usage_error("--wake reads with one credit; drop --credits %s", "");
+		fb_usage_error("--wake reads with one credit; --credits %u contradicts it", o->credits);
 		return FB_EXIT_USAGE;
 	}
 	if (o->world && o->jobs < 2) {
-		fb_usage_error("--world splits the epoch over --jobs K, K >= 2%s", "");
+		fb_usage_error("--world splits the epoch over --jobs K: K must be at least 2");
 		return FB_EXIT_USAGE;
 	}
 	return 0;
