@@ -351,8 +351,12 @@ static struct pool_job *pump_locked(struct stream *s)
 		list = &j->base;
 		atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 	}
-	if (s->nfree == 0 && !s->sched_done && !s->closing && !s->error) {
-		/* out of credits: ask the client to ring when it releases */
+	if (s->nfree == 0 && s->pub_seq == s->sched_seq && !s->sched_done && !s->closing &&
+	    !s->error) {
+		/* Out of credits and nothing in flight: ask the client to ring when
+		 * it releases. While a batch is still being built there is no need:
+		 * its job_run() calls advance() after publishing, and that reclaims
+		 * whatever the client released meanwhile, without waking the loop. */
 		struct feed_shm_rel *r = s->rel.map;
 		atomic_store_explicit(&r->daemon_waiting, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
