@@ -30,6 +30,8 @@
 # Caveat printed with the figures: the trainer process, feedd's loop
 # thread and its workers share the machine's CPUs, so "per worker core"
 # is samples/s divided by the worker count, not by cores actually free.
+# So a last section (two CPUs or more) measures it pinned: feedd
+# --workers 1 on CPU 1, feedbench on CPU 0, and bench_pipeline on CPU 1.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,7 +54,7 @@ while [ $# -gt 0 ]; do
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--augment) augment=$2; shift 2 ;;
-	-h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -67,12 +69,11 @@ done
 	echo "vs_dataloader.sh: $py cannot import numpy and torch" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/feedd-vsdl.XXXXXX)
-feedd_pid=
+feedd_pids=
 cleanup() {
-	if [ -n "$feedd_pid" ] && kill -0 "$feedd_pid" 2>/dev/null; then
-		kill -TERM "$feedd_pid"
-		wait "$feedd_pid" 2>/dev/null || true
-	fi
+	for pid in $feedd_pids; do
+		kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -84,15 +85,24 @@ if [ -z "$data" ]; then
 		-o "$data" --name fashion-mnist >/dev/null
 fi
 
+# start_feedd SOCK WORKERS [CMD-PREFIX...]: feedd on a private socket,
+# waited for until it answers; its pid goes to the list cleanup() stops.
+start_feedd() {
+	local sock=$1 nw=$2
+	shift 2
+	"$@" "$bin/feedd" --socket "$sock" --dataset "fashion-mnist=$data" --workers "$nw" \
+		2>>"$work/feedd.log" &
+	feedd_pids="$feedd_pids $!"
+	for _ in $(seq 100); do
+		"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && return 0
+		kill -0 "$!" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
+		sleep 0.05
+	done
+	echo "vs_dataloader.sh: feedd on $sock did not answer" >&2
+	exit 1
+}
 sock=$work/feedd.sock
-"$bin/feedd" --socket "$sock" --dataset "fashion-mnist=$data" --workers "$workers" \
-	2>"$work/feedd.log" &
-feedd_pid=$!
-for _ in $(seq 100); do
-	"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && break
-	kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
-	sleep 0.05
-done
+start_feedd "$sock" "$workers"
 
 out=$work/results.jsonl
 : >"$out"
@@ -117,11 +127,29 @@ for i in $(seq "$runs"); do
 	echo "round $i of $runs done" >&2
 done
 
+# Per core, pinned: one feedd worker alone on CPU 1 against the single
+# thread loop alone on CPU 1, the trainer (feedbench) on CPU 0, so neither
+# shares its core with anything else of the run. Needs two CPUs.
+if [ "$(nproc)" -ge 2 ]; then
+	psock=$work/feedd-pinned.sock
+	start_feedd "$psock" 1 taskset -c 1
+	taskset -c 0 "$bin/feedbench" --socket "$psock" --dataset fashion-mnist \
+		--pipeline "$pipeline" --batch 256 --epochs 1 >/dev/null
+	for i in $(seq "$runs"); do
+		taskset -c 0 "$bin/feedbench" --socket "$psock" --dataset fashion-mnist \
+			--pipeline "$pipeline" --batch 256 --epochs "$feed_epochs" --credits 8 \
+			--json | tag pinned
+		taskset -c 1 "$bin/bench_pipeline" "$data" --pipeline "$pipeline" --batch 256 \
+			--epochs 4 | tag pinned_single
+	done
+	echo "pinned per-core rounds done" >&2
+fi
+
 "$py" - "$out" "$workers" "$pipeline" "$augment" <<'EOF'
 import json, statistics, sys
 
 path, workers, pipeline, augment = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-rows = {"feedd": [], "dataloader": [], "single": []}
+rows = {"feedd": [], "dataloader": [], "single": [], "pinned": [], "pinned_single": []}
 for line in open(path):
     d = json.loads(line)
     rows[d["row"]].append(d)
@@ -144,4 +172,11 @@ print("  single-thread loop       %10.0f samples/s  (bench_pipeline; runs: %s)" 
 print("  feedd per worker core    %10.0f samples/s = %.0f%% of the single-thread rate"
       % (f / workers, 100.0 * f / workers / st))
 print("  (the trainer, feedd's loop thread and its workers share the machine's CPUs)")
+if rows["pinned"]:
+    p, ps = med("pinned"), med("pinned_single")
+    print("Per core, pinned: feedd --workers 1 on CPU 1, feedbench on CPU 0")
+    print("  feedd, 1 worker          %10.0f samples/s  (runs: %s)" % (p, runs("pinned")))
+    print("  single-thread loop       %10.0f samples/s  (on CPU 1; runs: %s)"
+          % (ps, runs("pinned_single")))
+    print("  feedd per worker core    %10.0f%% of the single-thread rate" % (100.0 * p / ps))
 EOF

@@ -48,6 +48,7 @@ struct fmt_dataset {
 	struct rd_shard *shards;
 	uint64_t nblocks;
 	struct rd_block *blocks;
+	uint64_t stride;           /* records in every block, or 0 if they differ */
 };
 
 struct fmt_decoder {
@@ -258,6 +259,21 @@ static void info_fill(struct fmt_dataset *ds)
 		in->bytes_raw += ds->blocks[b].raw_size;
 }
 
+/* When block b starts at sample b * R for every block (all blocks but the
+ * last hold R records, the last at most R), returns R, so that locating a sample is a division;
+ * otherwise 0. */
+static uint64_t uniform_stride(const struct fmt_dataset *ds)
+{
+	uint64_t r = ds->nblocks > 1 ? ds->blocks[1].first_sample : ds->info.num_samples;
+
+	if (r == 0 || ds->blocks[ds->nblocks - 1].num_records > r)
+		return 0;
+	for (uint64_t b = 0; b < ds->nblocks; b++)
+		if (ds->blocks[b].first_sample != b * r)
+			return 0;
+	return r;
+}
+
 int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err)
 {
 	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
@@ -289,6 +305,7 @@ int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_e
 			goto fail;
 	}
 	info_fill(ds);
+	ds->stride = uniform_stride(ds);
 	*ret_ds = ds;
 	return 0;
 fail:
@@ -327,6 +344,8 @@ int fmt_dataset_locate(const struct fmt_dataset *ds, uint64_t sample, struct fmt
 
 	if (sample >= ds->info.num_samples)
 		return -EINVAL;
+	if (ds->stride) /* the usual case: a division, not a search */
+		lo = hi = sample / ds->stride;
 	while (hi - lo > 1) { /* invariant: blocks[lo].first_sample <= sample */
 		uint64_t mid = lo + (hi - lo) / 2;
 		if (ds->blocks[mid].first_sample <= sample)
