@@ -3,7 +3,7 @@
  *
  * A program connects to feedd's Unix socket, says hello (protocol version
  * negotiation), and asks: which datasets may I read, what is in one, how is
- * the daemon doing. Batches come in a later version of this header.
+ * the daemon doing. Streams of batches are in feed/stream.h.
  *
  * Conventions for every call:
  *   - Returns 0 (or a count) on success, or a negative errno-style code;
