@@ -55,48 +55,16 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-for b in feedd feedpack feedctl feedbench wakeup_pingpong; do
-	if [ ! -x "$bin/$b" ]; then
-		echo "delivery.sh: $bin/$b is missing; build first (cmake --build build)" >&2
-		exit 1
-	fi
-done
-
-work=$(mktemp -d /tmp/feedd-delivery.XXXXXX)
-feedd_pid=
-cleanup() {
-	if [ -n "$feedd_pid" ] && kill -0 "$feedd_pid" 2>/dev/null; then
-		kill -TERM "$feedd_pid"
-		wait "$feedd_pid" 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-if [ -z "$data" ]; then
-	src=/usr/share/datasets/fashion-mnist
-	data=$work/fashion-mnist
-	"$bin/feedpack" idx "$src/train-images-idx3-ubyte.gz" "$src/train-labels-idx1-ubyte.gz" \
-		-o "$data" --name fashion-mnist >/dev/null
-fi
-
+me=delivery.sh
+source "$root/bench/lib.sh"
+bench_setup feedd feedpack feedctl feedbench wakeup_pingpong
 sock=$work/feedd.sock
-"$bin/feedd" --socket "$sock" --dataset "fashion-mnist=$data" --workers "$workers" \
-	2>"$work/feedd.log" &
-feedd_pid=$!
-for _ in $(seq 100); do
-	"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && break
-	kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
-	sleep 0.05
-done
+start_feedd "$sock" "$workers"
 
 bench() { "$bin/feedbench" --socket "$sock" --dataset fashion-mnist --batch 256 --json "$@"; }
 pin_feedd() { taskset -a -p -c "$1" "$feedd_pid" >/dev/null; }
 ncpu=$(nproc)
 out=$work/results.jsonl
-: >"$out"
-
-tag() { sed "s/^{/{\"row\": \"$1\", /" >>"$out"; }
 
 echo "feedd: $workers workers, $ncpu CPUs; identity batch 256 x $epochs epochs," \
 	"--wake x $wake_epochs epochs, ping-pong $rounds round trips" >&2

@@ -59,54 +59,16 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-for b in feedd feedpack feedctl feedbench bench_pipeline; do
-	if [ ! -x "$bin/$b" ]; then
-		echo "vs_dataloader.sh: $bin/$b is missing; build first (cmake --build build)" >&2
-		exit 1
-	fi
-done
+me=vs_dataloader.sh
+source "$root/bench/lib.sh"
+bench_setup feedd feedpack feedctl feedbench bench_pipeline
 "$py" -c 'import numpy, torch' 2>/dev/null || {
 	echo "vs_dataloader.sh: $py cannot import numpy and torch" >&2; exit 1; }
 
-work=$(mktemp -d /tmp/feedd-vsdl.XXXXXX)
-feedd_pids=
-cleanup() {
-	for pid in $feedd_pids; do
-		kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-if [ -z "$data" ]; then
-	src=/usr/share/datasets/fashion-mnist
-	data=$work/fashion-mnist
-	"$bin/feedpack" idx "$src/train-images-idx3-ubyte.gz" "$src/train-labels-idx1-ubyte.gz" \
-		-o "$data" --name fashion-mnist >/dev/null
-fi
-
-# start_feedd SOCK WORKERS [CMD-PREFIX...]: feedd on a private socket,
-# waited for until it answers; its pid goes to the list cleanup() stops.
-start_feedd() {
-	local sock=$1 nw=$2
-	shift 2
-	"$@" "$bin/feedd" --socket "$sock" --dataset "fashion-mnist=$data" --workers "$nw" \
-		2>>"$work/feedd.log" &
-	feedd_pids="$feedd_pids $!"
-	for _ in $(seq 100); do
-		"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && return 0
-		kill -0 "$!" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
-		sleep 0.05
-	done
-	echo "vs_dataloader.sh: feedd on $sock did not answer" >&2
-	exit 1
-}
 sock=$work/feedd.sock
 start_feedd "$sock" "$workers"
 
 out=$work/results.jsonl
-: >"$out"
-tag() { sed "s/^{/{\"row\": \"$1\", /" >>"$out"; }
 run_feedd() {
 	"$bin/feedbench" --socket "$sock" --dataset fashion-mnist --pipeline "$pipeline" \
 		--batch 256 --epochs "$feed_epochs" --json | tag feedd

@@ -37,7 +37,6 @@
 #define FM_PIXELS (FM_SIDE * FM_SIDE)
 #define NAP_MS 200   /* how long "nothing more happens" is watched */
 
-static char fm_root[64];   /* made by main(): fashion/ and pack.log */
 static char fm_dir[128];   /* the packed train split */
 static uint8_t *src_images; /* the IDX files' records, FM_PIXELS bytes each */
 static uint8_t *src_labels;
@@ -1040,21 +1039,10 @@ static int idx_load(const char *name, uint32_t magic, int ndims, uint64_t rec, u
 
 static int fashion_prepare(void)
 {
-	char images[256], labels[256], log[128];
 	uint64_t nl;
 
-	snprintf(images, sizeof(images), "%s/train-images-idx3-ubyte.gz", H_FASHION_DIR);
-	snprintf(labels, sizeof(labels), "%s/train-labels-idx1-ubyte.gz", H_FASHION_DIR);
-	strcpy(fm_root, "/tmp/feedd_fm.XXXXXX");
-	if (!mkdtemp(fm_root) || chmod(fm_root, 0755) < 0)
+	if (h_fashion_pack("train", fm_dir, sizeof(fm_dir)) < 0)
 		return -1;
-	snprintf(fm_dir, sizeof(fm_dir), "%s/fashion", fm_root);
-	snprintf(log, sizeof(log), "%s/pack.log", fm_root);
-	if (h_run_tool("feedpack", (const char *[]){"idx", images, labels, "-o", fm_dir, NULL},
-		       log) != 0) {
-		fprintf(stderr, "check_delivery: feedpack idx failed:\n%s", h_file_text(log));
-		return -1;
-	}
 	if (idx_load("train-images-idx3-ubyte.gz", 0x803, 3, FM_PIXELS, &src_images, &src_n) < 0 ||
 	    idx_load("train-labels-idx1-ubyte.gz", 0x801, 1, 1, &src_labels, &nl) < 0 ||
 	    nl != src_n) {
@@ -1085,20 +1073,12 @@ static Suite *delivery_suite(void)
 
 int main(void)
 {
-	char cmd[96];
 	int failed = 1;
 
-	if (fashion_prepare() == 0) {
-		SRunner *sr = srunner_create(delivery_suite());
-		srunner_run_all(sr, CK_NORMAL);
-		failed = srunner_ntests_failed(sr);
-		srunner_free(sr);
-	}
-	if (fm_root[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", fm_root);
-		if (system(cmd) != 0)
-			failed = 1;
-	}
+	if (fashion_prepare() == 0)
+		failed = h_run_suite(delivery_suite());
+	if (h_fashion_remove() < 0)
+		failed = 1;
 	free(src_images);
 	free(src_labels);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -19,7 +19,6 @@
 #include "feed/stream.h"
 #include "feedd_harness.h"
 
-static char fm_root[64];   /* made by main(): fashion/ and pack.log */
 static char fm_dir[128];   /* the packed test split */
 
 static struct feed_conn *conn_new(void)
@@ -297,25 +296,6 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
-static int fashion_prepare(void)
-{
-	char images[256], labels[256], log[128];
-
-	snprintf(images, sizeof(images), "%s/t10k-images-idx3-ubyte.gz", H_FASHION_DIR);
-	snprintf(labels, sizeof(labels), "%s/t10k-labels-idx1-ubyte.gz", H_FASHION_DIR);
-	strcpy(fm_root, "/tmp/feedd_fm.XXXXXX");
-	if (!mkdtemp(fm_root) || chmod(fm_root, 0755) < 0)
-		return -1;
-	snprintf(fm_dir, sizeof(fm_dir), "%s/fashion", fm_root);
-	snprintf(log, sizeof(log), "%s/pack.log", fm_root);
-	if (h_run_tool("feedpack", (const char *[]){"idx", images, labels, "-o", fm_dir, NULL},
-		       log) != 0) {
-		fprintf(stderr, "check_partition: feedpack idx failed:\n%s", h_file_text(log));
-		return -1;
-	}
-	return 0;
-}
-
 static Suite *partition_suite(void)
 {
 	Suite *s = suite_create("partition");
@@ -331,19 +311,11 @@ static Suite *partition_suite(void)
 
 int main(void)
 {
-	char cmd[96];
 	int failed = 1;
 
-	if (fashion_prepare() == 0) {
-		SRunner *sr = srunner_create(partition_suite());
-		srunner_run_all(sr, CK_NORMAL);
-		failed = srunner_ntests_failed(sr);
-		srunner_free(sr);
-	}
-	if (fm_root[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", fm_root);
-		if (system(cmd) != 0)
-			failed = 1;
-	}
+	if (h_fashion_pack("t10k", fm_dir, sizeof(fm_dir)) == 0)
+		failed = h_run_suite(partition_suite());
+	if (h_fashion_remove() < 0)
+		failed = 1;
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

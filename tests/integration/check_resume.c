@@ -435,10 +435,5 @@ int main(void)
 	tcase_add_test(tc, test_restart_loses_and_repeats_nothing);
 	tcase_add_test(tc, test_restart_bound);
 	suite_add_tcase(s, tc);
-
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

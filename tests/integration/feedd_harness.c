@@ -387,6 +387,53 @@ int h_run_tool(const char *prog, const char *const *args, const char *log)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+static char fashion_root[64]; /* made by h_fashion_pack(): fashion/, pack.log */
+
+int h_fashion_pack(const char *split, char *ret_dir, size_t cap)
+{
+	char images[256], labels[256], log[128];
+
+	snprintf(images, sizeof(images), "%s/%s-images-idx3-ubyte.gz", H_FASHION_DIR, split);
+	snprintf(labels, sizeof(labels), "%s/%s-labels-idx1-ubyte.gz", H_FASHION_DIR, split);
+	strcpy(fashion_root, "/tmp/feedd_fm.XXXXXX");
+	if (!mkdtemp(fashion_root) || chmod(fashion_root, 0755) < 0) {
+		fprintf(stderr, "cannot make a directory for Fashion-MNIST: %s\n", strerror(errno));
+		fashion_root[0] = 0;
+		return -1;
+	}
+	if ((size_t)snprintf(ret_dir, cap, "%s/fashion", fashion_root) >= cap)
+		return -1;
+	snprintf(log, sizeof(log), "%s/pack.log", fashion_root);
+	if (h_run_tool("feedpack", (const char *[]){"idx", images, labels, "-o", ret_dir, NULL},
+		       log) != 0) {
+		fprintf(stderr, "feedpack idx %s failed:\n%s", split, h_file_text(log));
+		return -1;
+	}
+	return 0;
+}
+
+int h_fashion_remove(void)
+{
+	char cmd[96];
+
+	if (!fashion_root[0])
+		return 0;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", fashion_root);
+	fashion_root[0] = 0;
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int h_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed;
+}
+
 int h_proc_fds(pid_t pid)
 {
 	char path[64];

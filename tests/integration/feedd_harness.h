@@ -96,6 +96,16 @@ int h_run_tool(const char *prog, const char *const *args, const char *log);
 /* Debian's dataset-fashion-mnist: the IDX files (gzip). */
 #define H_FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
+/* Packs one split of it ("train" or "t10k") with feedpack into a fresh
+ * world-readable directory under /tmp and copies the packed dataset's path
+ * to ret_dir. Usable outside a Check test: -1, with the reason on stderr,
+ * when it fails. h_fashion_remove() deletes what it made. */
+int h_fashion_pack(const char *split, char *ret_dir, size_t cap);
+int h_fashion_remove(void);
+
+/* Runs every test of s (its suite is freed); returns how many failed. */
+int h_run_suite(Suite *s);
+
 /* What /proc says about a process: its open descriptors, the lines of its
  * maps that contain needle, and its CPU time (user + system, in clock
  * ticks). -1 if it cannot be read. */
