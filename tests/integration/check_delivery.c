@@ -66,30 +66,12 @@ static void start(const char *const *extra)
 	h_start(args);
 }
 
-static struct feed_conn *conn_new(void)
-{
-	struct feed_conn *c;
-	int r = feed_connect(h.sock, &c);
-
-	ck_assert_msg(r == 0, "connect: %s", feed_strerror(r));
-	return c;
-}
-
-static struct feed_stream *stream_open(struct feed_conn *c, const struct feed_stream_opts *o)
-{
-	struct feed_stream *st;
-	int r = feed_stream_open(c, o, &st);
-
-	ck_assert_msg(r == 0, "open: %s: %s", feed_strerror(r), feed_errmsg(c));
-	return st;
-}
-
 /* The tiny dataset, batch 1, sequential, endless. */
 static struct feed_stream *tiny_open(struct feed_conn *c, uint32_t batch, uint32_t credits)
 {
 	struct feed_stream_opts o = {.dataset = "tiny", .batch = batch, .credits = credits};
 
-	return stream_open(c, &o);
+	return h_stream_open(c, &o);
 }
 
 /* Checks that every sample of b holds the tiny dataset's bytes. */
@@ -143,7 +125,7 @@ static void fashion_epoch(struct feed_conn *c, int order, bool drop_last)
 	uint64_t nb = drop_last ? src_n / B : (src_n + B - 1) / B, total = nb * B;
 	uint64_t *at = calloc(total, sizeof(*at));   /* sample at each position */
 	uint32_t *seen = calloc(src_n, sizeof(*seen));
-	struct feed_stream *st = stream_open(c, &o);
+	struct feed_stream *st = h_stream_open(c, &o);
 	const struct feed_stream_info *in = feed_stream_info(st);
 	struct feed_batch *b;
 	uint64_t got = 0;
@@ -220,7 +202,7 @@ static void fashion_epoch(struct feed_conn *c, int order, bool drop_last)
 START_TEST(test_delivery_fashion_epoch_bytes)
 {
 	start(NULL);
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	fashion_epoch(c, FEED_ORDER_SEQUENTIAL, false);
 	fashion_epoch(c, FEED_ORDER_FULL, false);
 	fashion_epoch(c, FEED_ORDER_FULL, true);
@@ -275,7 +257,7 @@ START_TEST(test_delivery_credits_bound_batches)
 	size_t ctl_len = 0;
 
 	start(NULL);
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = tiny_open(c, 1, C);
 	const struct feed_shm_ctl *ctl = own_ctl_map(&ctl_len);
 	ck_assert_uint_eq(ctl->nslots, C);
@@ -510,7 +492,7 @@ START_TEST(test_delivery_release_ring_abuse_refused)
 	char line[160];
 
 	start(NULL);
-	struct feed_conn *good = conn_new();
+	struct feed_conn *good = h_conn_new();
 	struct feed_stream *gst = tiny_open(good, 2, 2);
 	tiny_read(gst, 3);
 
@@ -770,7 +752,7 @@ START_TEST(test_delivery_killed_client_freed)
 	/* two streams per user: a stream left behind would refuse the next */
 	const char *cfg = h_write_file("feedd.yaml", "limits:\n  max_streams: 2\n");
 	start((const char *[]){"--config", cfg, NULL});
-	struct feed_conn *good = conn_new();
+	struct feed_conn *good = h_conn_new();
 	struct feed_stream *gst = tiny_open(good, 3, 2);
 	tiny_read(gst, 2);
 	int fds0 = h_proc_fds(h.pid), maps0 = h_proc_maps_count(h.pid, "memfd:feedd-");
@@ -895,7 +877,7 @@ static void var_epochs(struct feed_conn *c, int order)
 	const uint32_t B = 5;
 	struct feed_stream_opts o = {.dataset = "var", .batch = B, .epochs = 2, .seed = 3,
 				     .order = order, .credits = 3};
-	struct feed_stream *st = stream_open(c, &o);
+	struct feed_stream *st = h_stream_open(c, &o);
 	const struct feed_stream_info *in = feed_stream_info(st);
 	uint32_t seen[VAR_N] = {0};
 	uint64_t nb = (VAR_N + B - 1) / B, got = 0;
@@ -943,7 +925,7 @@ START_TEST(test_delivery_variable_length_ends)
 	var_dataset(dir);
 	snprintf(arg, sizeof(arg), "var=%s", dir);
 	start((const char *[]){"--dataset", arg, NULL});
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	var_epochs(c, FEED_ORDER_SEQUENTIAL);
 	var_epochs(c, FEED_ORDER_FULL);
 	feed_disconnect(c);
@@ -972,7 +954,7 @@ START_TEST(test_delivery_bad_pipeline_named)
 	struct feed_stream *st;
 
 	start(NULL);
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct feed_stream_opts o = {.dataset = bad[i].dataset, .batch = 4,
 					     .pipeline = bad[i].pipeline};
@@ -986,7 +968,7 @@ START_TEST(test_delivery_bad_pipeline_named)
 	/* The connection is as good as new. */
 	struct feed_stream_opts ok = {.dataset = "fashion", .batch = 4, .epochs = 1,
 				      .pipeline = "random_crop(size=28, pad=2) | hflip(p=0.5)"};
-	st = stream_open(c, &ok);
+	st = h_stream_open(c, &ok);
 	ck_assert_str_eq(feed_stream_info(st)->pipeline,
 			 "random_crop(size=28, pad=2, field=image) | hflip(p=0.5, field=image)");
 	struct feed_batch *b;

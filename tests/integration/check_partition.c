@@ -21,24 +21,6 @@
 
 static char fm_dir[128];   /* the packed test split */
 
-static struct feed_conn *conn_new(void)
-{
-	struct feed_conn *c;
-	int r = feed_connect(h.sock, &c);
-
-	ck_assert_msg(r == 0, "connect: %s", feed_strerror(r));
-	return c;
-}
-
-static struct feed_stream *stream_open(struct feed_conn *c, const struct feed_stream_opts *o)
-{
-	struct feed_stream *st;
-	int r = feed_stream_open(c, o, &st);
-
-	ck_assert_msg(r == 0, "open: %s: %s", feed_strerror(r), feed_errmsg(c));
-	return st;
-}
-
 /* ------------------------------------------------------------------ */
 /* Test 7: determinism                                                 */
 
@@ -65,10 +47,10 @@ struct det_run {
 /* Streams DET_EPOCHS epochs of the spec and hashes every batch. */
 static void det_read(uint64_t seed, const char *pipeline, struct det_run *out)
 {
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = "fashion", .batch = 256, .epochs = DET_EPOCHS,
 				     .seed = seed, .order = FEED_ORDER_FULL, .pipeline = pipeline};
-	struct feed_stream *st = stream_open(c, &o);
+	struct feed_stream *st = h_stream_open(c, &o);
 	struct feed_batch *b;
 	int r;
 
@@ -175,7 +157,7 @@ static void part_rank(struct feed_conn *c, enum part_mode m, int order, uint32_t
 	struct feed_stream_opts o = {.dataset = "part", .batch = PART_B, .epochs = 2, .seed = 9,
 				     .order = order, .rank = rank, .world = world,
 				     .drop_last = m == PART_DROP_LAST, .eval = m == PART_EVAL};
-	struct feed_stream *st = stream_open(c, &o);
+	struct feed_stream *st = h_stream_open(c, &o);
 	uint64_t total = part_total(m, world);
 	/* this rank's samples: positions rank, rank + world, ... below total */
 	uint64_t mine = (total - rank + world - 1) / world;
@@ -266,7 +248,7 @@ START_TEST(test_partition_ranks_like_distributed_sampler)
 	h_make_dataset(dir, PART_N);
 	snprintf(arg, sizeof(arg), "part=%s", dir);
 	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
-	struct feed_conn *c = conn_new();
+	struct feed_conn *c = h_conn_new();
 	for (uint32_t world = 2; world <= 3; world++) {
 		for (int m = PART_DROP_LAST; m <= PART_EVAL; m++)
 			part_world(c, (enum part_mode)m, FEED_ORDER_SEQUENTIAL, world, at);

@@ -140,14 +140,6 @@ static void r_assert_same(const struct r_run *a, const struct r_run *b)
 	}
 }
 
-static struct feed_conn *r_connect(void)
-{
-	struct feed_conn *c;
-	int r = feed_connect(h.sock, &c);
-	ck_assert_msg(r == 0, "connect: %s", feed_strerror(r));
-	return c;
-}
-
 /* The uninterrupted run every other run is compared with. */
 static void r_reference(struct feed_conn *c, struct r_run *ref)
 {
@@ -171,7 +163,7 @@ START_TEST(test_resume_token_continues_exactly)
 	struct feed_conn *c;
 
 	r_start();
-	c = r_connect();
+	c = h_conn_new();
 	r_reference(c, &ref);
 	for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
 		struct feed_stream_opts o = r_opts(0, 1);
@@ -185,7 +177,7 @@ START_TEST(test_resume_token_continues_exactly)
 		ck_assert_int_eq(feed_stream_resume_token(st, tok, sizeof(tok), &len), 0);
 		ck_assert_int_eq(feed_stream_close(st), 0);
 		/* a token is portable: use it on another connection */
-		struct feed_conn *c2 = r_connect();
+		struct feed_conn *c2 = h_conn_new();
 		o.resume = tok;
 		o.resume_len = len;
 		int r = feed_stream_open(c2, &o, &st);
@@ -212,7 +204,7 @@ START_TEST(test_resume_other_world_size)
 	uint8_t want[R_SAMPLES] = {0}, got[R_SAMPLES] = {0};
 
 	r_start();
-	c = r_connect();
+	c = h_conn_new();
 	r_reference(c, &ref);
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
 	static struct r_run head;
@@ -279,7 +271,7 @@ START_TEST(test_resume_mismatch_refused)
 	size_t len;
 
 	r_start();
-	c = r_connect();
+	c = h_conn_new();
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
 	static struct r_run run;
 	r_read(c, st, &run, 3);
@@ -338,7 +330,7 @@ START_TEST(test_restart_loses_and_repeats_nothing)
 	struct feed_stream_opts o = r_opts(0, 1);
 
 	r_start();
-	c = r_connect();
+	c = h_conn_new();
 	r_reference(c, &ref);
 	o.reconnect_ms = H_DEADLINE_MS;
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
@@ -379,7 +371,7 @@ START_TEST(test_restart_bound)
 	static struct r_run run;
 
 	r_start();
-	c = r_connect();
+	c = h_conn_new();
 	o.reconnect_ms = 400;
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
 	r_read(c, st, &run, 2);
@@ -405,7 +397,7 @@ START_TEST(test_restart_bound)
 	r_start();
 	feed_stream_close(st);
 	feed_disconnect(c);
-	c = r_connect();
+	c = h_conn_new();
 	o.reconnect_ms = -1;
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
 	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);

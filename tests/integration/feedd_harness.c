@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/stream.h"
 #include "fmt.h"
 
 struct h_env h;
@@ -421,6 +422,24 @@ int h_fashion_remove(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", fashion_root);
 	fashion_root[0] = 0;
 	return system(cmd) == 0 ? 0 : -1;
+}
+
+struct feed_conn *h_conn_new(void)
+{
+	struct feed_conn *c;
+	int r = feed_connect(h.sock, &c);
+
+	ck_assert_msg(r == 0, "connect: %s", feed_strerror(r));
+	return c;
+}
+
+struct feed_stream *h_stream_open(struct feed_conn *c, const struct feed_stream_opts *o)
+{
+	struct feed_stream *st;
+	int r = feed_stream_open(c, o, &st);
+
+	ck_assert_msg(r == 0, "open: %s: %s", feed_strerror(r), feed_errmsg(c));
+	return st;
 }
 
 int h_run_suite(Suite *s)

@@ -22,6 +22,10 @@
 
 #include "feed.pb-c.h"
 
+struct feed_conn;
+struct feed_stream;
+struct feed_stream_opts;
+
 #define H_DEADLINE_MS 20000  /* longest any wait may take (sanitizer builds are slow) */
 #define H_SAMPLES 10         /* records in the test dataset */
 
@@ -102,6 +106,11 @@ int h_run_tool(const char *prog, const char *const *args, const char *log);
  * when it fails. h_fashion_remove() deletes what it made. */
 int h_fashion_pack(const char *split, char *ret_dir, size_t cap);
 int h_fashion_remove(void);
+
+/* A libfeedclient connection to h's feedd, and a stream opened on it; a
+ * refusal fails the test with the daemon's words. */
+struct feed_conn *h_conn_new(void);
+struct feed_stream *h_stream_open(struct feed_conn *c, const struct feed_stream_opts *o);
 
 /* Runs every test of s (its suite is freed); returns how many failed. */
 int h_run_suite(Suite *s);
