@@ -13,6 +13,7 @@
 #include "feed_shm.h"
 #include "catalog.h"
 #include "feedd.h"
+#include "fmt_pb.h"
 #include "order.h"
 #include "pipeline.h"
 #include "session.h"
@@ -233,23 +234,11 @@ static void ses_opened_reply(struct srv_conn *c, uint32_t id, struct ses_stream 
 {
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__StreamOpened so = FEED__STREAM_OPENED__INIT;
-	Feed__Schema schema = FEED__SCHEMA__INIT;
+	Feed__Schema schema;
 	Feed__Field fields[FMT_MAX_FIELDS], *fptr[FMT_MAX_FIELDS];
 	struct stream_fds fds;
 
-	for (uint32_t f = 0; f < plan->out.nfields; f++) {
-		const struct fmt_field *fd = &plan->out.fields[f];
-		feed__field__init(&fields[f]);
-		fields[f].name = (char *)fd->name;
-		fields[f].dtype = (Feed__DType)fd->dtype;
-		fields[f].n_shape = fd->rank;
-		fields[f].shape = (uint32_t *)fd->shape;
-		fields[f].variable = fd->variable;
-		fields[f].max_bytes = fd->max_bytes;
-		fptr[f] = &fields[f];
-	}
-	schema.n_fields = plan->out.nfields;
-	schema.fields = fptr;
+	fmt_schema_to_pb(&plan->out, &schema, fields, fptr);
 	so.stream = ss->id;
 	so.schema = &schema;
 	so.batches_per_epoch = stream_batches_per_epoch(ss->st);

@@ -21,6 +21,7 @@
 
 #include "fmt.h"
 #include "fmt_layout.h"
+#include "fmt_pb.h"
 
 /* A growable byte buffer. */
 struct wr_buf {
@@ -382,12 +383,12 @@ uint64_t fmt_writer_bytes_out(const struct fmt_writer *w)
 
 /* Fills a Schema message whose fields point into w (no allocation beyond
  * the caller's arrays). */
-static void schema_to_pb(const struct fmt_writer *w, Feed__Schema *pb, Feed__Field *fields,
-			 Feed__Field **ptrs)
+void fmt_schema_to_pb(const struct fmt_schema *s, Feed__Schema *pb, Feed__Field *fields,
+		      Feed__Field **ptrs)
 {
 	feed__schema__init(pb);
-	for (uint32_t f = 0; f < w->schema.nfields; f++) {
-		const struct fmt_field *fd = &w->schema.fields[f];
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct fmt_field *fd = &s->fields[f];
 		feed__field__init(&fields[f]);
 		fields[f].name = (char *)fd->name;
 		fields[f].dtype = (Feed__DType)fd->dtype;
@@ -397,7 +398,7 @@ static void schema_to_pb(const struct fmt_writer *w, Feed__Schema *pb, Feed__Fie
 		fields[f].max_bytes = fd->max_bytes;
 		ptrs[f] = &fields[f];
 	}
-	pb->n_fields = w->schema.nfields;
+	pb->n_fields = s->nfields;
 	pb->fields = ptrs;
 }
 
@@ -454,7 +455,7 @@ static int manifest_write(struct fmt_writer *w, struct feed_err *err)
 		rc = feed_err_set(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	schema_to_pb(w, &schema, fields, fptrs);
+	fmt_schema_to_pb(&w->schema, &schema, fields, fptrs);
 	if ((rc = content_hash(w, &schema, version, err)) < 0)
 		goto out;
 	feed__manifest__init(&m);
