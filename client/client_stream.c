@@ -1007,6 +1007,11 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 				       st->info.id, timeout_ms);
 		left = (int)ms;
 	}
+	/* Clear the doorbell before asking for it, not after waking: the wake-up
+	 * path is then poll() alone. A ring from an earlier wait is dropped
+	 * here; one for this wait can only come after the flag is set. */
+	uint64_t count;
+	(void)!read(st->fd[ST_FD_READY], &count, sizeof(count));
 	/* relaxed: the fence below orders it before the re-check */
 	atomic_store_explicit(&st->rel->client_waiting, 1, memory_order_relaxed);
 	/* seq_cst: pairs with the daemon's "store head, fence, exchange flag";
@@ -1022,10 +1027,6 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 			       feed_strerror(-errno));
 	if (n <= 0)
 		return 0;
-	if (p[0].revents & POLLIN) {
-		uint64_t count;
-		(void)!read(st->fd[ST_FD_READY], &count, sizeof(count));
-	}
 	if (p[0].revents & (POLLERR | POLLNVAL))
 		return st_stop(st, -EPROTO, "ready doorbell failed");
 	if ((p[1].revents & (POLLHUP | POLLERR)) &&

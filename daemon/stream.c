@@ -143,7 +143,7 @@ void stream_unref(struct stream *s)
 }
 
 static void ring_push(struct stream *s, uint64_t entry);
-static void ring_publish(struct stream *s);
+static void ring_publish(struct stream *s, bool *defer_wake);
 
 int stream_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	       const struct stream_spec *spec, struct cache *cache, struct pool *pool,
@@ -186,7 +186,7 @@ int stream_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	if (s->lead_stream_end)
 		ring_push(s, feed_ring_entry(FEED_READY_STREAM_END, 0));
 	if (s->lead_epoch_end)
-		ring_publish(s);
+		ring_publish(s, NULL);
 	*ret_stream = s;
 	return 0;
 fail:
@@ -237,7 +237,17 @@ static void ring_push(struct stream *s, uint64_t entry)
 }
 
 /* Makes everything pushed visible and rings the client if it sleeps. */
-static void ring_publish(struct stream *s)
+static void ring_wake(struct stream *s)
+{
+	uint64_t one = 1;
+
+	(void)!write(s->ready_efd, &one, sizeof(one));
+}
+
+/* Makes the pushed entries visible. If the client sleeps it is woken now,
+ * or, with defer_wake, *defer_wake is set and the caller wakes it with
+ * ring_wake() once it has nothing else to do. */
+static void ring_publish(struct stream *s, bool *defer_wake)
 {
 	struct feed_shm_ctl *c = s->ctl.map;
 	struct feed_shm_rel *r = s->rel.map;
@@ -247,8 +257,10 @@ static void ring_publish(struct stream *s)
 	/* seq_cst: pairs with the client's "set waiting, fence, re-check head" */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_exchange_explicit(&r->client_waiting, 0, memory_order_relaxed)) {
-		uint64_t one = 1;
-		(void)!write(s->ready_efd, &one, sizeof(one));
+		if (defer_wake)
+			*defer_wake = true;
+		else
+			ring_wake(s);
 	}
 }
 
@@ -263,11 +275,11 @@ void stream_fail_locked(struct stream *s, int code, const char *msg)
 	c->error_code = code;
 	snprintf(c->error_msg, sizeof(c->error_msg), "%s", msg);
 	ring_push(s, feed_ring_entry(FEED_READY_ERROR, 0));
-	ring_publish(s);
+	ring_publish(s, NULL);
 }
 
 /* Publishes every built batch that is next in order. */
-static void publish_ready_locked(struct stream *s)
+static void publish_ready_locked(struct stream *s, bool *defer_wake)
 {
 	bool any = false;
 
@@ -291,7 +303,7 @@ static void publish_ready_locked(struct stream *s)
 		any = true;
 	}
 	if (any)
-		ring_publish(s);
+		ring_publish(s, defer_wake);
 }
 
 /* ---- releases (untrusted input) ---- */
@@ -412,6 +424,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	struct stream_job *j = (struct stream_job *)pj;
 	struct stream *s = j->stream;
 	struct feed_err err = {0};
+	bool wake = false;
 	int rc = 0;
 
 	if (atomic_load_explicit(&s->closed_flag, memory_order_relaxed)) {
@@ -427,10 +440,14 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	else
 		j->built = true;
 	if (!s->error && !s->closing)
-		publish_ready_locked(s);
+		publish_ready_locked(s, &wake);
 	pthread_mutex_unlock(&s->lock);
 	if (rc == 0)
 		advance(s);
+	/* The reader's wake-up comes last: a reader on this CPU then runs as
+	 * soon as we are done, not while we reclaim and schedule. */
+	if (wake)
+		ring_wake(s);
 	stream_unref(s);
 }
 
