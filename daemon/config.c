@@ -67,7 +67,7 @@ static const struct cfg_num {
 	{"limits.max_streams", NULL, RAW_AT(limits.max_streams), CFG_AT(limits.max_streams),
 	 NO_FLAG, false, 1, 4096, 16},
 	{"limits.max_credits", NULL, RAW_AT(limits.max_credits), CFG_AT(limits.max_credits),
-	 NO_FLAG, false, 1, 65536, 64},
+	 NO_FLAG, false, 1, CFG_MAX_CREDITS, CFG_MAX_CREDITS},
 	{"limits.max_slot_bytes", NULL, RAW_AT(limits.max_slot_bytes),
 	 CFG_AT(limits.max_slot_bytes), NO_FLAG, true, 1ull << 20, 1ull << 40, 4ull << 30},
 };

@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The most credits a stream can have (its fixed slot tables hold this many). */
+#define CFG_MAX_CREDITS 64
+
 #include "access.h"
 #include "feed_err.h"
 #include "log.h"
@@ -34,7 +37,7 @@
 struct cfg_limits {
 	uint64_t max_connections;  /* open connections */
 	uint64_t max_streams;      /* open streams (enforced from the delivery issue on) */
-	uint64_t max_credits;      /* credits per stream (idem) */
+	uint64_t max_credits;      /* credits per stream (idem), 1..CFG_MAX_CREDITS */
 	uint64_t max_slot_bytes;   /* bytes of slots over all streams (idem) */
 };
 

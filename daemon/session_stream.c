@@ -18,6 +18,7 @@
 #include "pipeline.h"
 #include "session.h"
 #include "stream.h"
+#include "wire.h"
 
 #define SES_DEFAULT_CREDITS 4
 
@@ -129,6 +130,9 @@ static void ses_spec(const Feed__OpenStream *o, struct stream_spec *sp)
 	sp->start_epoch = o->start_epoch;
 	sp->start_batch = o->start_batch;
 }
+
+_Static_assert(CFG_MAX_CREDITS == STREAM_MAX_CREDITS && WIRE_CREDITS_MAX == STREAM_MAX_CREDITS,
+	       "the config, the wire check and the stream agree on the most credits");
 
 /* Per-user limits that can be checked before anything is built. */
 static int ses_limits_before(struct srv_conn *c, const struct stream_spec *sp,

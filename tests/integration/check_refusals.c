@@ -3,7 +3,9 @@
  * switched to nobody does not see a dataset it may not read and is refused
  * by name when it asks for it (while datasets open to it by uid, group or
  * "*" are listed); without the socket group nobody cannot connect at all;
- * the per-user connection limit refuses with a message naming the limit.
+ * the per-user connection limit refuses with a message naming the limit;
+ * so do the per-user limits on streams, credits and slot bytes, and a
+ * refused stream leaves the user's count as it was.
  * The nobody tests need root and are left out otherwise.
  */
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/stream.h"
 #include "feedd_harness.h"
 
 #define NOBODY 65534
@@ -97,6 +100,17 @@ static int nobody_reads(void)
 	feed_dataset_list_free(list);
 	if (feed_stats(conn, &st) < 0 || st.datasets != 3)
 		return 9;
+	/* streams: refused on the dataset it may not read, served on another */
+	struct feed_stream *fs;
+	struct feed_batch *b;
+	struct feed_stream_opts o = {.dataset = "secret", .batch = 2};
+	if (feed_stream_open(conn, &o, &fs) != -EACCES ||
+	    strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 not allowed"))
+		return 10;
+	o.dataset = "everyone";
+	if (feed_stream_open(conn, &o, &fs) < 0 || feed_next(fs, H_DEADLINE_MS, &b) != 0 ||
+	    feed_batch_size(b) != 2 || feed_release(b) < 0 || feed_stream_close(fs) < 0)
+		return 11;
 	feed_disconnect(conn);
 	return 0;
 }
@@ -173,6 +187,60 @@ START_TEST(test_refusals_max_connections)
 }
 END_TEST
 
+/* Opens a stream on "everyone"; returns 0 or the refusal's code. */
+static int limits_open(struct feed_conn *c, uint32_t credits, const char *pipeline,
+		       struct feed_stream **ret)
+{
+	struct feed_stream_opts o = {.dataset = "everyone", .batch = 5, .credits = credits,
+				     .pipeline = pipeline};
+
+	return feed_stream_open(c, &o, ret);
+}
+
+START_TEST(test_refusals_stream_limits)
+{
+	struct feed_stream *a, *b, *x;
+	struct feed_conn *c;
+	int r;
+
+	start_with_config("limits:\n  max_streams: 2\n  max_credits: 8\n"
+			  "  max_slot_bytes: 1M\n");
+	c = h_conn_new();
+	/* more credits than max_credits */
+	r = limits_open(c, 9, NULL, &x);
+	ck_assert_msg(r == -EINVAL, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_str_eq(feed_errmsg(c),
+			 "dataset 'everyone': credits 9 exceed the limit max_credits 8");
+	/* a slot of 5 images resized to 256x256 is 320 KiB: 4 of them are
+	 * more than 1 MiB, 2 are not */
+	r = limits_open(c, 4, "resize(h=256, w=256)", &x);
+	ck_assert_msg(r == -ENOSPC, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'everyone': user 0: 0 bytes of slots held, ") &&
+		      strstr(feed_errmsg(c), "would exceed max_slot_bytes 1048576"),
+		      "%s", feed_errmsg(c));
+	ck_assert_int_eq(limits_open(c, 2, "resize(h=256, w=256)", &x), 0);
+	ck_assert_int_eq(feed_stream_close(x), 0);
+	/* the refusals counted nothing: two streams fit, a third does not */
+	ck_assert_int_eq(limits_open(c, 4, NULL, &a), 0);
+	ck_assert_int_eq(limits_open(c, 4, NULL, &b), 0);
+	r = limits_open(c, 4, NULL, &x);
+	ck_assert_msg(r == -EUSERS, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_str_eq(feed_errmsg(c),
+			 "dataset 'everyone': user 0: 2 streams open, limit max_streams is 2");
+	ck_assert(h_log_has("open_stream refused: dataset 'everyone': user 0: 2 streams open"));
+	/* a closed stream gives its place back */
+	ck_assert_int_eq(feed_stream_close(b), 0);
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	while ((r = limits_open(c, 4, NULL, &b)) == -EUSERS && h_now_ms() < end)
+		;
+	ck_assert_msg(r == 0, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(a), 0);
+	ck_assert_int_eq(feed_stream_close(b), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+}
+END_TEST
+
 static Suite *refusals_suite(void)
 {
 	Suite *s = suite_create("refusals");
@@ -187,6 +255,7 @@ static Suite *refusals_suite(void)
 		fprintf(stderr, "check_refusals: not root: the nobody tests are left out\n");
 	}
 	tcase_add_test(tc, test_refusals_max_connections);
+	tcase_add_test(tc, test_refusals_stream_limits);
 	suite_add_tcase(s, tc);
 	return s;
 }

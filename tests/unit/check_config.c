@@ -212,6 +212,7 @@ START_TEST(test_config_out_of_range)
 	refused("cache_bytes: 99999999999999999999\n", 1, "cache_bytes: 99999999999999999999 out of range");
 	refused("limits:\n  max_connections: 0\n", 2, "limits.max_connections: 0 out of range 1..65536");
 	refused("limits:\n  max_slot_bytes: 1K\n", 2, "limits.max_slot_bytes: 1K out of range");
+	refused("limits:\n  max_credits: 65\n", 2, "limits.max_credits: 65 out of range");
 	char longpath[200] = "socket: /tmp/";
 	memset(longpath + strlen(longpath), 'x', 120);
 	strcat(longpath, "\n");
