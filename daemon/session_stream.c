@@ -39,19 +39,6 @@ static void ses_stream_closed(uv_handle_t *h)
 	free(h->data);
 }
 
-/* Stops delivery and frees the wrapper once libuv let go of the poll.
- * The poll goes first: uv_close() takes the doorbell out of epoll, which
- * it can no longer do once stream_close() has closed our descriptor, and
- * the client's copy would keep the registration alive (a client ringing
- * it would then spin the loop). */
-static void ses_stream_drop(struct ses_stream *ss)
-{
-	uv_poll_stop(&ss->poll);
-	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
-	stream_close(ss->st);
-	ss->st = NULL;
-}
-
 /* Logs what the stream refused from its client since the last look: the
  * release region is the client's to write, so this is where its mistakes
  * (or tampering) show. */
@@ -74,6 +61,20 @@ static void ses_stream_report(struct ses_stream *ss)
 			 st.error_msg);
 		ss->error_logged = true;
 	}
+}
+
+/* Stops delivery and frees the wrapper once libuv let go of the poll.
+ * The poll goes first: uv_close() takes the doorbell out of epoll, which
+ * it can no longer do once stream_close() has closed our descriptor, and
+ * the client's copy would keep the registration alive (a client ringing
+ * it would then spin the loop). */
+static void ses_stream_drop(struct ses_stream *ss)
+{
+	ses_stream_report(ss);  /* what happened since the last doorbell */
+	uv_poll_stop(&ss->poll);
+	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
+	stream_close(ss->st);
+	ss->st = NULL;
 }
 
 static void ses_on_release(uv_poll_t *h, int status, int events)

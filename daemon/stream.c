@@ -276,6 +276,9 @@ void stream_fail_locked(struct stream *s, int code, const char *msg)
 	snprintf(c->error_msg, sizeof(c->error_msg), "%s", msg);
 	ring_push(s, feed_ring_entry(FEED_READY_ERROR, 0));
 	ring_publish(s, NULL);
+	/* and the loop, which logs the stop when its release doorbell rings */
+	uint64_t one = 1;
+	(void)!write(s->release_efd, &one, sizeof(one));
 }
 
 /* Publishes every built batch that is next in order. */

@@ -933,6 +933,60 @@ START_TEST(test_delivery_variable_length_ends)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Test 8b: a block that fails its checksum while serving              */
+
+/* Flips one byte of the tiny dataset's block 0 (its frame starts at byte
+ * 64 of the shard, FORMAT.md) under a running feedd. */
+static void tiny_corrupt_block0(void)
+{
+	char path[200];
+	uint8_t byte;
+
+	snprintf(path, sizeof(path), "%s/shard-00000.fsh", h.data);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &byte, 1, 64 + 6), 1);
+	byte ^= 0x5a;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, 64 + 6), 1);
+	close(fd);
+}
+
+START_TEST(test_delivery_corrupt_block_stops_stream)
+{
+	struct feed_conn *c;
+	struct feed_batch *b;
+	char line[300];
+
+	start(NULL);
+	tiny_corrupt_block0();
+	c = h_conn_new();
+	struct feed_stream *st = tiny_open(c, 2, 2);
+	int r = feed_next(st, H_DEADLINE_MS, &b);
+	ck_assert_msg(r == -EBADMSG, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "shard-00000.fsh: block 0: checksum mismatch"), "%s",
+		      feed_errmsg(c));
+	/* the daemon says so in its log while the stream is still open */
+	snprintf(line, sizeof(line), "stream %u stopped: sample ", feed_stream_info(st)->id);
+	const char *why = "/fm/shard-00000.fsh: block 0: checksum mismatch";
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	while (!(h_log_has(line) && h_log_has(why)) && h_now_ms() < end)
+		nap_ms(5);
+	ck_assert_msg(h_log_has(line) && h_log_has(why), "no '%s...%s' in the log:\n%s", line, why,
+		      h_file_text(h.log));
+	/* stopped for good, and everyone else is served */
+	ck_assert_int_eq(feed_next(st, 0, &b), -EBADMSG);
+	struct feed_stream_opts o = {.dataset = "fashion", .batch = 256, .credits = 2};
+	struct feed_stream *other = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_next(other, H_DEADLINE_MS, &b), 0);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(other), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 /* Test 9: pipelines refused by name                                   */
 
 START_TEST(test_delivery_bad_pipeline_named)
@@ -1049,6 +1103,7 @@ static Suite *delivery_suite(void)
 	tcase_add_test(tc, test_delivery_killed_client_freed);
 	tcase_add_test(tc, test_delivery_variable_length_ends);
 	tcase_add_test(tc, test_delivery_bad_pipeline_named);
+	tcase_add_test(tc, test_delivery_corrupt_block_stops_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }
