@@ -442,6 +442,54 @@ struct feed_stream *h_stream_open(struct feed_conn *c, const struct feed_stream_
 	return st;
 }
 
+struct feed_stream *h_tiny_open(struct feed_conn *c, uint32_t batch, uint32_t credits)
+{
+	struct feed_stream_opts o = {.dataset = "tiny", .batch = batch, .credits = credits};
+
+	return h_stream_open(c, &o);
+}
+
+void h_tiny_check(struct feed_batch *b)
+{
+	struct feed_view img, lab;
+	const uint64_t *idx = feed_batch_samples(b);
+
+	ck_assert_int_eq(feed_batch_field(b, 0, &img), 0);
+	ck_assert_int_eq(feed_batch_field(b, 1, &lab), 0);
+	ck_assert_uint_eq(img.bytes, 16ull * feed_batch_size(b));
+	ck_assert_uint_eq(lab.bytes, 8ull * feed_batch_size(b));
+	for (uint32_t i = 0; i < feed_batch_size(b); i++) {
+		const uint8_t *px = (const uint8_t *)img.data + 16 * i;
+		int64_t label;
+		ck_assert_uint_lt(idx[i], H_SAMPLES);
+		for (int k = 0; k < 16; k++)
+			ck_assert_uint_eq(px[k], idx[i]);
+		memcpy(&label, (const uint8_t *)lab.data + 8 * i, 8);
+		ck_assert_int_eq(label, (int64_t)idx[i]);
+	}
+}
+
+void h_tiny_read(struct feed_stream *st, int n)
+{
+	struct feed_batch *b;
+
+	while (n > 0) {
+		int r = feed_next(st, H_DEADLINE_MS, &b);
+		if (r == FEED_END_OF_EPOCH)
+			continue;
+		ck_assert_msg(r == 0, "feed_next: %s", feed_strerror(r));
+		h_tiny_check(b);
+		ck_assert_int_eq(feed_release(b), 0);
+		n--;
+	}
+}
+
+void h_nap_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+}
+
 int h_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

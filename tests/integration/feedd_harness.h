@@ -112,6 +112,18 @@ int h_fashion_remove(void);
 struct feed_conn *h_conn_new(void);
 struct feed_stream *h_stream_open(struct feed_conn *c, const struct feed_stream_opts *o);
 
+/* The harness's dataset as a stream: sequential, endless, batch and credits
+ * as given. h_tiny_check() asserts that every sample of b holds that
+ * dataset's bytes; h_tiny_read() takes n batches (stepping over epoch
+ * ends), checks and releases each. */
+struct feed_batch;
+struct feed_stream *h_tiny_open(struct feed_conn *c, uint32_t batch, uint32_t credits);
+void h_tiny_check(struct feed_batch *b);
+void h_tiny_read(struct feed_stream *st, int n);
+
+/* Sleeps ms milliseconds. */
+void h_nap_ms(int ms);
+
 /* Runs every test of s (its suite is freed); returns how many failed. */
 int h_run_suite(Suite *s);
 

@@ -20,6 +20,7 @@ feed_integration_test(protocol)
 feed_integration_test(lifecycle)
 feed_integration_test(refusals)
 feed_integration_test(delivery PkgConfig::ZLIB)
+feed_integration_test(isolation)
 feed_integration_test(partition)
 feed_integration_test(resume)
 
