@@ -261,14 +261,53 @@ static int sample_build(struct stream *s, struct stream_job *j, struct pool_work
 	return 0;
 }
 
+/* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
+ * them, pins their blocks with one trip to the cache for all that are
+ * cached (the others one by one, decoding), builds, unpins. */
+static int chunk_build(struct stream *s, struct stream_job *j, struct pool_worker *w,
+		       struct cache_worker *cw, uint32_t i0, uint32_t n, uint64_t *cursor,
+		       struct feed_shm_slot *h, bool *padded, struct feed_err *err)
+{
+	const struct fmt_info *in = fmt_dataset_info(s->ds);
+	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
+	uint32_t rec[CACHE_PIN_MAX];
+	const struct fmt_block *blk[CACHE_PIN_MAX];
+	struct cache_entry *ent[CACHE_PIN_MAX];
+	int rc = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct fmt_loc loc;
+		idx[k] = ord_sample(j->ep, j->batch, i0 + k);
+		*padded |= ord_global_position(j->ep, j->batch, i0 + k) >= in->num_samples;
+		h->sample[i0 + k] = idx[k];
+		fmt_dataset_locate(s->ds, idx[k], &loc);
+		block[k] = loc.block;
+		rec[k] = loc.record;
+	}
+	if (cache_pin_many(s->cache, s->ds, block, n, blk, ent) < n) {
+		for (uint32_t k = 0; k < n; k++) {
+			if (ent[k])
+				continue;
+			rc = cache_get(s->cache, s->ds, block[k], cw, &blk[k], &ent[k], err);
+			if (rc < 0) {
+				feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
+				goto out;
+			}
+		}
+	}
+	for (uint32_t k = 0; k < n && rc == 0; k++)
+		rc = sample_build(s, j, w, blk[k], rec[k], idx[k], i0 + k, cursor, h, err);
+out:
+	cache_put_many(s->cache, ent, n);
+	return rc;
+}
+
 int batch_build(struct stream *s, struct stream_job *j, struct pool_worker *w,
 		struct feed_err *err)
 {
 	const struct fmt_info *in = fmt_dataset_info(s->ds);
 	struct feed_shm_slot *h = stream_slot_header(s, j->slot);
-	uint64_t cursor[FMT_MAX_FIELDS] = {0}, cur = UINT64_MAX;
-	const struct fmt_block *blk = NULL;
-	struct cache_entry *ent = NULL;
+	uint64_t cursor[FMT_MAX_FIELDS] = {0};
 	bool padded = false;
 	int rc = 0;
 
@@ -276,26 +315,11 @@ int batch_build(struct stream *s, struct stream_job *j, struct pool_worker *w,
 	    worker_reserve(&w->scratch, &w->scratch_cap, pipe_scratch_bytes(s->plan) + 64) < 0)
 		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
-	for (uint32_t i = 0; i < j->nsamples; i++) {
-		struct fmt_loc loc;
-		uint64_t idx = ord_sample(j->ep, j->batch, i);
-		padded |= ord_global_position(j->ep, j->batch, i) >= in->num_samples;
-		h->sample[i] = idx;
-		fmt_dataset_locate(s->ds, idx, &loc);
-		if (loc.block != cur) {
-			cache_put(s->cache, ent);
-			ent = NULL;
-			if ((rc = cache_get(s->cache, s->ds, loc.block, &cw, &blk, &ent, err)) < 0) {
-				feed_err_prefix(err, "sample %llu", (unsigned long long)idx);
-				goto out;
-			}
-			cur = loc.block;
-		}
-		if ((rc = sample_build(s, j, w, blk, loc.record, idx, i, cursor, h, err)) < 0)
-			goto out;
+	for (uint32_t i0 = 0; i0 < j->nsamples && rc == 0; i0 += CACHE_PIN_MAX) {
+		uint32_t n = j->nsamples - i0 < CACHE_PIN_MAX ? j->nsamples - i0 : CACHE_PIN_MAX;
+		rc = chunk_build(s, j, w, &cw, i0, n, cursor, h, &padded, err);
 	}
-	header_fill(s, j, h, cursor, padded);
-out:
-	cache_put(s->cache, ent);
+	if (rc == 0)
+		header_fill(s, j, h, cursor, padded);
 	return rc;
 }

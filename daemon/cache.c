@@ -221,6 +221,46 @@ void cache_put(struct cache *c, struct cache_entry *e)
 	pthread_mutex_unlock(&c->lock);
 }
 
+size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint64_t *blocks,
+		      size_t n, const struct fmt_block **ret_blks, struct cache_entry **ret_entries)
+{
+	size_t pinned = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct cache_entry *e = lookup(c, ds, blocks[k]);
+		if (!e || !e->ready) {
+			ret_entries[k] = NULL;
+			continue;
+		}
+		if (e->pins++ == 0)
+			lru_unlink(e);
+		c->st.hits++;
+		ret_blks[k] = &e->blk;
+		ret_entries[k] = e;
+		pinned++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return pinned;
+}
+
+void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n)
+{
+	bool any = false;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct cache_entry *e = entries[k];
+		if (e && --e->pins == 0) {
+			lru_push(c, e);
+			any = true;
+		}
+	}
+	if (any)
+		evict(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 {
 	pthread_mutex_lock(&c->lock);

@@ -3,12 +3,15 @@
  * every stream over the same open dataset.
  *
  * Owns the decoded block buffers. Any worker thread calls cache_get() /
- * cache_put(); one mutex guards the table and the LRU list, and decoding
- * happens outside it. A worker pins at most one block at a time (copy the
- * record out, unpin), so a cache smaller than the working set never
- * deadlocks: when every entry is pinned the cache goes over budget until
- * the pins are dropped. Lock order: a stream's lock may be held while
- * calling in here; this module calls nothing that takes another lock.
+ * cache_put(), or the batched cache_pin_many() / cache_put_many() that take
+ * the lock once for many samples; one mutex guards the table and the LRU
+ * list, and decoding happens outside it. A worker pins at most
+ * CACHE_PIN_MAX blocks at a time and waits only for blocks another worker
+ * is decoding, so a cache smaller than the working set never deadlocks:
+ * when every entry is pinned the cache goes over budget (by at most
+ * workers x CACHE_PIN_MAX blocks) until the pins are dropped. Lock order:
+ * a stream's lock may be held while calling in here; this module calls
+ * nothing that takes another lock.
  */
 #ifndef FEED_CACHE_H
 #define FEED_CACHE_H
@@ -51,6 +54,19 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 
 /* Unpins an entry from cache_get(). Accepts NULL. */
 void cache_put(struct cache *c, struct cache_entry *e);
+
+/* The most blocks one worker should hold pinned at once. */
+#define CACHE_PIN_MAX 32
+
+/* Pins, under one lock hold, each of blocks[0..n) of ds that is cached and
+ * decoded: ret_blks[k] / ret_entries[k] as cache_get() would give; NULL in
+ * ret_entries[k] for the others (get those with cache_get()). Never blocks
+ * on a decode. Returns how many were pinned. */
+size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint64_t *blocks,
+		      size_t n, const struct fmt_block **ret_blks, struct cache_entry **ret_entries);
+
+/* Unpins entries[0..n) under one lock hold; NULL entries are skipped. */
+void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
 
 /* Drops every unpinned block of ds (a dataset being closed). */
 void cache_forget(struct cache *c, const struct fmt_dataset *ds);
