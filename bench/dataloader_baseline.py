@@ -9,10 +9,17 @@ same augmentation as feedd's `random_crop(size, pad) | hflip(p=0.5)`:
   torchvision  torchvision's RandomCrop(size, padding) + RandomHorizontalFlip
                on uint8 tensors (the common way; ~10x slower per sample here)
 The consumer touches every byte of every batch (a sum), as feedbench does.
+Where the records come from (--source):
+  blocks   feedformat's random access: each worker keeps its last decoded
+           block, so a shuffled epoch decodes a block for nearly every sample
+  memory   every record decoded up front into numpy arrays in the main
+           process, before the workers fork and share them (as torchvision's
+           FashionMNIST holds its tensors): the DataLoader's best case, at
+           the cost of the whole decoded dataset in memory
 
     /usr/bin/python3 bench/dataloader_baseline.py DIR [--workers 2] [--batch 256]
         [--epochs 2] [--augment crop_flip|torchvision|none] [--size 28 --pad 2]
-        [--step-ms X] [--json]
+        [--source blocks|memory] [--step-ms X] [--json]
 
 Timing starts when the first batch arrives (worker start-up excluded) and
 ends after the last; stall_pct is the share of that time spent waiting for
@@ -47,12 +54,25 @@ def np_crop_flip(img, size, pad):
     return np.ascontiguousarray(out)
 
 
+def load_all(ds):
+    """Every fixed-size field of ds as one numpy array (n,) + shape."""
+    cols = {f.name: [] for f in ds.schema}
+    for f in ds.schema:
+        if f.variable:
+            raise SystemExit("--source memory: field '%s' is variable-length" % f.name)
+    for b in range(ds.num_blocks):
+        for name, col in ds.read_block(b).items():
+            cols[name].append(np.array(col))
+    return {name: np.concatenate(parts) for name, parts in cols.items()}
+
+
 class FeedDataset(torch.utils.data.Dataset):
-    def __init__(self, path, augment, size, pad):
+    def __init__(self, path, augment, size, pad, source="blocks"):
         self.ds = feedformat.Dataset(path)
         self.names = [f.name for f in self.ds.schema]
         self.image = next(f.name for f in self.ds.schema
                           if not f.variable and len(f.shape) in (2, 3))
+        self.mem = load_all(self.ds) if source == "memory" else None
         self.tf = None
         self.augment, self.size, self.pad = augment, size, pad
         if augment == "torchvision":
@@ -64,7 +84,10 @@ class FeedDataset(torch.utils.data.Dataset):
         return len(self.ds)
 
     def __getitem__(self, i):
-        rec = self.ds.get(i, copy=False)
+        if self.mem is not None:
+            rec = {name: col[i:i + 1].reshape(col.shape[1:]) for name, col in self.mem.items()}
+        else:
+            rec = self.ds.get(i, copy=False)
         if self.augment == "crop_flip":
             img = torch.from_numpy(np_crop_flip(rec[self.image], self.size, self.pad))
         else:
@@ -87,7 +110,7 @@ def spin(seconds):
 
 
 def run(args):
-    dset = FeedDataset(args.dir, args.augment, args.size, args.pad)
+    dset = FeedDataset(args.dir, args.augment, args.size, args.pad, args.source)
     loader = torch.utils.data.DataLoader(
         dset, batch_size=args.batch, shuffle=True, num_workers=args.workers,
         persistent_workers=args.workers > 0, drop_last=False)
@@ -119,7 +142,8 @@ def run(args):
     pct = lambda q: waits[min(len(waits) - 1, int(q * len(waits)))] * 1e6 if waits else 0.0
     return {
         "loader": "torch.DataLoader", "workers": args.workers, "batch": args.batch,
-        "augment": args.augment, "epochs": args.epochs, "samples": samples,
+        "augment": args.augment, "source": args.source, "epochs": args.epochs,
+        "samples": samples,
         "samples_per_s": samples / wall, "mb_per_s": nbytes / wall / 1e6,
         "stall_pct": 100.0 * sum(waits) / wall, "p50_us": pct(0.5), "p99_us": pct(0.99),
         "checksum": checksum,
@@ -135,6 +159,7 @@ def main():
     p.add_argument("--augment", choices=["crop_flip", "torchvision", "none"], default="crop_flip")
     p.add_argument("--size", type=int, default=28)
     p.add_argument("--pad", type=int, default=2)
+    p.add_argument("--source", choices=["blocks", "memory"], default="blocks")
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

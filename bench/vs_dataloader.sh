@@ -13,9 +13,13 @@
 # temporary directory unless --data names a packed copy; starts
 # feedd --workers N on a private socket; cleans up on exit.
 #
-# Each round runs feedbench and bench/dataloader_baseline.py once, in
-# alternating order (so drift, e.g. a warming page cache, hits both), and
+# Each round runs feedbench and bench/dataloader_baseline.py in alternating
+# order (so drift, e.g. a warming page cache, hits both), and
 # bench_pipeline once; the figures are the medians of --runs rounds (3).
+# The DataLoader runs twice a round: --source blocks (feedformat's random
+# access, decoding a block for nearly every sample of a shuffled epoch)
+# and --source memory (every record decoded into numpy arrays before the
+# workers fork: its best case, the whole dataset in memory).
 # Both readers touch every byte of every batch and time from their first
 # batch (start-up excluded). The DataLoader uses the numpy crop+flip the
 # baseline calls crop_flip (its fast way; torchvision's ops are ~10x
@@ -54,7 +58,7 @@ while [ $# -gt 0 ]; do
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--augment) augment=$2; shift 2 ;;
-	-h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -74,8 +78,12 @@ run_feedd() {
 		--batch 256 --epochs "$feed_epochs" --json | tag feedd
 }
 run_dl() {
-	"$py" "$root/bench/dataloader_baseline.py" "$data" --workers "$workers" --batch 256 \
-		--epochs "$dl_epochs" --augment "$augment" --size 28 --pad 2 --json | tag dataloader
+	local src
+	for src in blocks memory; do
+		"$py" "$root/bench/dataloader_baseline.py" "$data" --workers "$workers" \
+			--batch 256 --epochs "$dl_epochs" --augment "$augment" --size 28 --pad 2 \
+			--source "$src" --json | tag "dataloader_$src"
+	done
 }
 
 echo "$(nproc) CPUs; $runs rounds; feedd --workers $workers, DataLoader num_workers=$workers" >&2
@@ -111,7 +119,8 @@ fi
 import json, statistics, sys
 
 path, workers, pipeline, augment = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-rows = {"feedd": [], "dataloader": [], "single": [], "pinned": [], "pinned_single": []}
+rows = {"feedd": [], "dataloader_blocks": [], "dataloader_memory": [], "single": [],
+        "pinned": [], "pinned_single": []}
 for line in open(path):
     d = json.loads(line)
     rows[d["row"]].append(d)
@@ -122,14 +131,17 @@ def med(name, key="samples_per_s"):
 def runs(name):
     return ", ".join("%.0f" % r["samples_per_s"] for r in rows[name])
 
-f, dl, st = med("feedd"), med("dataloader"), med("single")
+f, dl, dm, st = med("feedd"), med("dataloader_blocks"), med("dataloader_memory"), med("single")
 print("Fashion-MNIST, '%s', batch 256, %d workers each (medians of %d)"
       % (pipeline, workers, len(rows["feedd"])))
 print("  feedd + feedbench        %10.0f samples/s  (runs: %s; stall %.1f%%)"
       % (f, runs("feedd"), med("feedd", "stall_pct")))
-print("  torch DataLoader (%s) %8.0f samples/s  (runs: %s; stall %.1f%%)"
-      % (augment, dl, runs("dataloader"), med("dataloader", "stall_pct")))
-print("  ratio feedd / DataLoader %10.1fx" % (f / dl))
+print("  DataLoader, from blocks   %9.0f samples/s  (runs: %s; stall %.1f%%)"
+      % (dl, runs("dataloader_blocks"), med("dataloader_blocks", "stall_pct")))
+print("  DataLoader, from memory   %9.0f samples/s  (runs: %s; stall %.1f%%)"
+      % (dm, runs("dataloader_memory"), med("dataloader_memory", "stall_pct")))
+print("  ratio feedd / DataLoader  %9.1fx from blocks, %.1fx from memory (%s augmentation)"
+      % (f / dl, f / dm, augment))
 print("  single-thread loop       %10.0f samples/s  (bench_pipeline; runs: %s)" % (st, runs("single")))
 print("  feedd per worker core    %10.0f samples/s = %.0f%% of the single-thread rate"
       % (f / workers, 100.0 * f / workers / st))
