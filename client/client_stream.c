@@ -982,6 +982,24 @@ static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **re
 /* Nothing was ready: says we sleep, re-checks, then sleeps on the doorbell
  * (or the socket's hang-up) until *deadline. 0: look again (spurious
  * wake-ups are normal), or an error. */
+/* Asks the daemon to ring the ready doorbell at its next publish; true if
+ * a batch came meanwhile (then nothing will ring for it). The doorbell is
+ * cleared here, before asking, not after waking: the wake-up path is then
+ * poll() alone. A ring from an earlier wait is dropped here; one for this
+ * wait can only come after the flag is set. */
+static bool st_arm(struct feed_stream *st)
+{
+	uint64_t count;
+
+	(void)!read(st->fd[ST_FD_READY], &count, sizeof(count));
+	/* relaxed: the fence below orders it before the re-check */
+	atomic_store_explicit(&st->rel->client_waiting, 1, memory_order_relaxed);
+	/* seq_cst: pairs with the daemon's "store head, fence, exchange flag";
+	 * with acquire/release alone both sides may miss each other */
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail;
+}
+
 static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 {
 	struct feed_conn *conn = st->conn;
@@ -992,6 +1010,9 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 		return cl_fail(conn, -ENOBUFS, "stream %u: all %u credits are held by unreleased "
 			       "batches; release one first", st->info.id, st->nslots);
 	if (timeout_ms == 0) {
+		/* armed: feed_stream_fd() becomes readable at the next publish */
+		if (st_arm(st))
+			return 0;
 		strcpy(conn->errmsg, "no batch ready");
 		return -ETIMEDOUT;
 	}
@@ -1007,17 +1028,7 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 				       st->info.id, timeout_ms);
 		left = (int)ms;
 	}
-	/* Clear the doorbell before asking for it, not after waking: the wake-up
-	 * path is then poll() alone. A ring from an earlier wait is dropped
-	 * here; one for this wait can only come after the flag is set. */
-	uint64_t count;
-	(void)!read(st->fd[ST_FD_READY], &count, sizeof(count));
-	/* relaxed: the fence below orders it before the re-check */
-	atomic_store_explicit(&st->rel->client_waiting, 1, memory_order_relaxed);
-	/* seq_cst: pairs with the daemon's "store head, fence, exchange flag";
-	 * with acquire/release alone both sides may miss each other */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail)
+	if (st_arm(st))
 		return 0;
 	struct pollfd p[2] = {{.fd = st->fd[ST_FD_READY], .events = POLLIN},
 			      {.fd = conn->sock, .events = 0}}; /* 0: hang-up only */

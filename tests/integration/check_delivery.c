@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,43 @@ START_TEST(test_delivery_corrupt_block_stops_stream)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Test 3b: an event loop of the caller's own, on feed_stream_fd()     */
+
+START_TEST(test_delivery_stream_fd_wakes_poller)
+{
+	struct feed_batch *b;
+	int slept = 0;
+
+	start(NULL);
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 1);  /* one credit: one batch at a time */
+	for (int round = 0; round < 40; round++) {
+		int r;
+		/* drain what is ready, as an event loop does when woken */
+		while ((r = feed_next(st, 0, &b)) == FEED_END_OF_EPOCH)
+			;
+		if (r == -ETIMEDOUT) {
+			/* armed: the descriptor must become readable at the next publish */
+			struct pollfd p = {.fd = feed_stream_fd(st), .events = POLLIN};
+			ck_assert_msg(poll(&p, 1, H_DEADLINE_MS) == 1,
+				      "round %d: feed_stream_fd() never became readable", round);
+			slept++;
+			while ((r = feed_next(st, 0, &b)) == FEED_END_OF_EPOCH)
+				;
+		}
+		ck_assert_msg(r == 0, "round %d: %d: %s", round, r, feed_errmsg(c));
+		h_tiny_check(b);
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	/* with one credit the next batch is built only after a release, so a
+	 * poll right after releasing finds nothing nearly every time */
+	ck_assert_int_gt(slept, 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 /* Test 4: pipelines refused by name                                   */
 
 START_TEST(test_delivery_bad_pipeline_named)
@@ -453,6 +491,7 @@ static Suite *delivery_suite(void)
 	tcase_add_test(tc, test_delivery_variable_length_ends);
 	tcase_add_test(tc, test_delivery_bad_pipeline_named);
 	tcase_add_test(tc, test_delivery_corrupt_block_stops_stream);
+	tcase_add_test(tc, test_delivery_stream_fd_wakes_poller);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -124,7 +124,9 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * by batches not yet released (release one first); -ECONNRESET when the
  * daemon went away; the daemon's code when it stopped the stream (e.g.
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
- * Does not block when a batch is ready. */
+ * Does not block when a batch is ready. When the daemon goes away, it
+ * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
+ * says) and returns -ECONNRESET only if the daemon did not come back. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
 
 /* Position and content of a batch; valid until it is released. */
@@ -145,7 +147,9 @@ FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct fee
 FEED_API int feed_release(struct feed_batch *b);
 
 /* The stream's position as an opaque token (at most FEED_RESUME_MAX
- * bytes): the next batch not yet returned by feed_next(). Opening a stream
+ * bytes): the next batch not yet returned by feed_next(). Does not block
+ * and talks to nobody; call it from the thread that calls feed_next(),
+ * whose position it reads. The caller owns buf. Opening a stream
  * with it (opts.resume) continues with exactly the batches that would have
  * come, also in another process, after a daemon restart, or with another
  * world size (the same global position). Writes the token to buf and its
@@ -154,8 +158,14 @@ FEED_API int feed_release(struct feed_batch *b);
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len);
 
-/* The eventfd that becomes readable when a batch may be ready, for callers
- * with their own event loop. Owned by the stream. */
+/* For callers with their own event loop: an eventfd that becomes readable
+ * when a batch may be ready, once feed_next(st, 0, ...) has returned
+ * -ETIMEDOUT (that call asks the daemon to ring it). When it is readable,
+ * call feed_next(st, 0, ...) until it returns -ETIMEDOUT again; it clears
+ * the descriptor. Owned by the stream; it changes when feed_next()
+ * reconnects after a daemon restart, so fetch it again after each call.
+ * feed_next() with timeout 0 neither reconnects nor notices a daemon that
+ * went away: call it with a timeout now and then to find out. */
 FEED_API int feed_stream_fd(const struct feed_stream *st);
 
 /* Tells the daemon, unmaps and frees. Batches not released are released.
