@@ -1,0 +1,118 @@
+"""feedbench against a real feedd on a private socket.
+
+What scripts and the README's figures rely on: --json prints one object per
+job with the counts and a verdict; --verify checks that every epoch held
+every sample exactly once (also split over ranks with --jobs K --world);
+a bad command line exits 2 with one "feedbench: ..." line naming the
+problem; a dataset feedd does not serve exits 1 naming it.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+N = 1000
+
+
+def tool(feed_bin, name):
+    path = feed_bin / name
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path}: not built")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def daemon(feed_bin, feedpack, tmp_path_factory):
+    """feedd --workers 2 serving N samples as 'small'; yields the socket."""
+    d = tmp_path_factory.mktemp("feedbench")
+    np.save(d / "image.npy", (np.arange(N * 64) % 251).astype(np.uint8).reshape(N, 8, 8, 1))
+    np.save(d / "label.npy", np.arange(N, dtype=np.int64))
+    res = subprocess.run([feedpack, "npy", f"image={d / 'image.npy'}",
+                          f"label={d / 'label.npy'}", "-o", str(d / "small")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    sock = str(d / "feedd.sock")
+    log = open(d / "feedd.log", "w")
+    proc = subprocess.Popen([tool(feed_bin, "feedd"), "--socket", sock,
+                             "--dataset", f"small={d / 'small'}", "--workers", "2"],
+                            stdout=log, stderr=log)
+    feedctl = tool(feed_bin, "feedctl")
+    for _ in range(200):
+        if subprocess.run([feedctl, "--socket", sock, "status"],
+                          capture_output=True).returncode == 0:
+            break
+        assert proc.poll() is None, (d / "feedd.log").read_text()
+        time.sleep(0.05)
+    else:
+        pytest.fail("feedd did not answer")
+    yield sock
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    log.close()
+
+
+def bench(feed_bin, sock, *args):
+    return subprocess.run([tool(feed_bin, "feedbench"), "--socket", sock, *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_json_verified_epochs(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 64, "--epochs", 2,
+                "--pipeline", "hflip(p=0.5)", "--verify", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["verified"] is True
+    # 1000 = 15 x 64 + 40: the last batch wraps around to 64 (DESIGN.md)
+    assert (r["samples"], r["epochs"], r["batches"]) == (2 * 16 * 64, 2, 2 * 16)
+    assert r["bytes"] == 2 * 16 * 64 * (64 + 8)
+    assert r["dataset"] == "small" and r["batch"] == 64
+    assert r["samples_per_s"] > 0 and len(r["checksum"]) == 16
+
+
+def test_same_spec_same_checksum(feed_bin, daemon):
+    args = ("--dataset", "small", "--batch", 100, "--seed", 7, "--json")
+    sums = {json.loads(bench(feed_bin, daemon, *args).stdout)["checksum"] for _ in range(2)}
+    other = json.loads(bench(feed_bin, daemon, *args[:-1], "--seed", 8, "--json").stdout)
+    assert len(sums) == 1
+    assert other["checksum"] not in sums
+
+
+def test_ranks_split_the_epoch(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 2, "--world",
+                "--verify", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = sorted((json.loads(line) for line in res.stdout.splitlines()),
+                  key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["verified"]) for r in rows] == [(0, 2, True), (1, 2, True)]
+    assert [r["samples"] for r in rows] == [N // 2, N // 2]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--dataset", "small", "--bogus"], ["unknown option", "--bogus"]),
+    (["--batch", "4"], ["--dataset NAME is required"]),
+    (["--dataset", "small", "--order", "random"], ["--order 'random'"]),
+    (["--dataset", "small", "--world"], ["--world", "at least 2"]),
+    (["--dataset", "small", "--wake", "--credits", "3"], ["--wake", "--credits 3"]),
+    (["--dataset", "small", "--step-ms", "-1"], ["--step-ms '-1'"]),
+    (["--dataset", "small", "--group", "g"], ["--group 'g'", "not supported"]),
+])
+def test_bad_command_line(feed_bin, daemon, args, words):
+    res = bench(feed_bin, daemon, *args)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("feedbench: "), res.stderr
+    for w in words:
+        assert w in first, (w, first)
+    assert res.stdout == ""
+
+
+def test_unknown_dataset_named(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "nope", "--json")
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    assert "nope" in res.stderr
