@@ -60,12 +60,15 @@ void cache_put(struct cache *c, struct cache_entry *e);
 
 /* Pins, under one lock hold, each of blocks[0..n) of ds that is cached and
  * decoded: ret_blks[k] / ret_entries[k] as cache_get() would give; NULL in
- * ret_entries[k] for the others (get those with cache_get()). Never blocks
- * on a decode. Returns how many were pinned. */
+ * ret_entries[k] for the others (get those with cache_get()). Any thread;
+ * takes the cache's lock once and never waits for a decode or the disk.
+ * Each pinned entry is the caller's until cache_put_many() / cache_put().
+ * Returns how many were pinned. */
 size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint64_t *blocks,
 		      size_t n, const struct fmt_block **ret_blks, struct cache_entry **ret_entries);
 
-/* Unpins entries[0..n) under one lock hold; NULL entries are skipped. */
+/* Unpins entries[0..n) under one lock hold (any thread; evicts to the
+ * budget if something became unpinned); NULL entries are skipped. */
 void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
 
 /* Drops every unpinned block of ds (a dataset being closed). */

@@ -8,8 +8,9 @@
 #include "feed.pb-c.h"
 #include "fmt.h"
 
-/* Fills pb from s, using fields[] and ptrs[] (at least s->nfields each) as
- * storage. pb points into s (names, shapes): s must outlive it. */
+/* Fills pb from s, using the caller's fields[] and ptrs[] (at least
+ * s->nfields each) as storage: nothing is allocated, nothing to free. pb
+ * points into s (names, shapes), so s must outlive it. Pure, any thread. */
 void fmt_schema_to_pb(const struct fmt_schema *s, Feed__Schema *pb, Feed__Field *fields,
 		      Feed__Field **ptrs);
 
