@@ -22,10 +22,11 @@
 # workers fork: its best case, the whole dataset in memory).
 # Both readers touch every byte of every batch and time from their first
 # batch (start-up excluded). The DataLoader uses the numpy crop+flip the
-# baseline calls crop_flip (its fast way; torchvision's ops are ~10x
-# slower per sample) with num_workers=N and persistent workers.
+# baseline calls crop_flip (its fast way; with torchvision's ops the
+# DataLoader ran at about half that rate here) with num_workers=N and
+# persistent workers.
 # feedbench reads more epochs (20) than the DataLoader (2) because it is
-# ~50x faster: both runs then last long enough to be timed. One untimed
+# 25-125x faster here: both runs then last long enough to be timed. One untimed
 # feedbench epoch first warms feedd's block cache, as a long-running
 # daemon's is (bench_pipeline times only the epochs after its first; the
 # DataLoader's reader keeps one decoded block per worker, so it decodes a
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--augment) augment=$2; shift 2 ;;
-	-h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done

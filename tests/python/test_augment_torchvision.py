@@ -1,8 +1,8 @@
 """daemon/augment.c against torch, pixel for pixel.
 
 DESIGN.md promises that the image ops mean what torchvision's ops of the
-same names mean. torchvision itself is not in Debian, so each reference is
-built from torch: Resize((h, w)) bilinear without antialiasing is
+same names mean. scripts/test installs torch but not torchvision (Debian's
+python3-torchvision), so each reference is built from torch: Resize((h, w)) bilinear without antialiasing is
 torch.nn.functional.interpolate on a float copy rounded with torch.round
 (what torchvision does for uint8 tensors); CenterCrop is torchvision's own
 padding and rounding formula; RandomCrop(size, padding) + RandomHorizontalFlip
