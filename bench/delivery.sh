@@ -22,9 +22,10 @@
 #
 # Placement (taskset). On a small VM the wake-up cost depends mostly on
 # whether the sleeper's vCPU is halted (the waker is on another vCPU and
-# must send an IPI, ~20-30 us here) or the sleeper shares the waker's vCPU
-# (a context switch, ~3 us). Unpinned, the scheduler picks either, and a
-# run's p50 moves between the two. So rows 2 and 3 are run three ways with
+# must send an IPI: 27-34 us at p50 for the ping-pong on our 2-vCPU VM,
+# 2026-11-23) or the sleeper shares the waker's vCPU (a context switch:
+# 1.1-1.3 us there). Unpinned, the scheduler picks either, and a run's p50
+# moves between the two. So rows 2 and 3 are run three ways with
 # the same placement on both sides:
 #   unpinned   nothing pinned (what a user gets; the headline ratio)
 #   same-cpu   feedd's threads and feedbench on CPU 0; ping-pong --cpus 0,0
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
 	--wake-epochs) wake_epochs=$2; shift 2 ;;
 	--rounds) rounds=$2; shift 2 ;;
 	--workers) workers=$2; shift 2 ;;
-	-h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "delivery.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
