@@ -1,6 +1,6 @@
 /*
  * feedbench_verify.c: --verify. The rule comes from the daemon's partition
- * (daemon/order.h), which is PyTorch's DistributedSampler order: rank r of
+ * (core/order.h), which is PyTorch's DistributedSampler order: rank r of
  * world R reads, as sample i of batch b, global position
  *     g = (b * B + i) * R + r
  * of the epoch's permutation of [0, N). Without drop_last the epoch is

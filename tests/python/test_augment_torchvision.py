@@ -1,4 +1,4 @@
-"""daemon/augment.c against torch, pixel for pixel.
+"""core/augment.c against torch, pixel for pixel.
 
 DESIGN.md promises that the image ops mean what torchvision's ops of the
 same names mean. scripts/test installs torch but not torchvision (Debian's

@@ -1,5 +1,5 @@
 /*
- * check_access.c: unit tests of daemon/access.c: names and ids resolved,
+ * check_access.c: unit tests of daemon/control/access.c: names and ids resolved,
  * peer credentials from a real socket, the groups of a passwd entry, who
  * an access list admits (root, the daemon's own user, "*", uids, groups),
  * and per-user connection counting against a limit.

@@ -1,5 +1,5 @@
 /*
- * check_augment.c: unit tests of daemon/augment.c and daemon/philox.h:
+ * check_augment.c: unit tests of core/augment.c and core/philox.h:
  * Philox known-answer vectors, pure draws, draw -> parameter mappings
  * (crop offsets, center offsets with Python's rounding, flip rate, window
  * bounds), each op against hand-computed pixels on small images, fused

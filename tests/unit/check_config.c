@@ -1,5 +1,5 @@
 /*
- * check_config.c: unit tests of daemon/config*.c and daemon/cmdline.c:
+ * check_config.c: unit tests of the files of daemon/config/:
  * defaults, every value of a full file, every kind of refusal (unknown
  * key, wrong type, out of range, missing required key, bad dataset entry,
  * syntax) with the file, line and key path it must name, and the command

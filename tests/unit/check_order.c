@@ -1,5 +1,5 @@
 /*
- * check_order.c: unit tests of daemon/order.c: every mode is a bijection
+ * check_order.c: unit tests of core/order.c: every mode is a bijection
  * for awkward N, keys separate seeds / epochs / versions, lookups need no
  * table, block windows keep their blocks together, and the rank partitions
  * (drop_last, padding, eval) cover the epoch exactly as order.h specifies,

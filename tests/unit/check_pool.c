@@ -1,5 +1,5 @@
 /*
- * check_pool.c: unit tests of daemon/pool.c: jobs run on worker threads,
+ * check_pool.c: unit tests of daemon/work/pool.c: jobs run on worker threads,
  * each worker owns a decoder, done() runs on the loop thread exactly once
  * per job, and stopping finishes queued jobs and joins every thread.
  */

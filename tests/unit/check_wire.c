@@ -1,5 +1,5 @@
 /*
- * check_wire.c: unit tests of daemon/wire.c, the daemon's side of the
+ * check_wire.c: unit tests of daemon/control/wire.c, the daemon's side of the
  * control protocol: the size caps, undecodable and truncated requests,
  * unknown request kinds, field range checks, reply size limit, and the
  * packet layer on a real SOCK_SEQPACKET pair (oversized packets, attached
