@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "quota.h"
 
 #ifndef FEEDD_VERSION
 #define FEEDD_VERSION "0"
@@ -33,6 +34,7 @@ struct feedd {
 	struct pool *pool;         /* worker threads */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct srv *srv;           /* listening socket and connections */
+	struct quota quota;        /* what each user holds (loop thread) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */
 	uint64_t requests;         /* requests answered (loop thread) */

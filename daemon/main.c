@@ -105,6 +105,7 @@ out:
 	pool_free(d->pool);
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	cat_free(d->cat);
+	quota_free(&d->quota);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;

@@ -9,7 +9,7 @@ FEED_PACKAGES=(
   cmake gcc make pkg-config
   libzstd-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libuv1-dev libcyaml-dev libyaml-dev libsystemd-dev check zlib1g-dev
-  python3-numpy python3-pytest python3-zstandard python3-torch
+  python3-numpy python3-pytest python3-zstandard python3-torch strace
   dataset-fashion-mnist
 )
 

@@ -60,21 +60,4 @@ int acl_parse_user(const char *s, uid_t *ret, struct feed_err *err);
 /* "100" or a group name -> gid, like acl_parse_user(). */
 int acl_parse_group(const char *s, gid_t *ret, struct feed_err *err);
 
-/* Open connections per uid (loop thread). Zero-initialise; free with
- * acl_users_free(). */
-struct acl_users {
-	struct acl_user_count { uid_t uid; uint32_t conns; } *v;  /* owned */
-	size_t len, cap;
-};
-
-/* Counts one more connection for uid unless it already holds limit:
- * then -EUSERS and nothing changes. -ENOMEM. */
-int acl_users_acquire(struct acl_users *u, uid_t uid, uint64_t limit);
-
-/* Counts one connection of uid fewer (it must hold one). */
-void acl_users_release(struct acl_users *u, uid_t uid);
-
-uint32_t acl_users_count(const struct acl_users *u, uid_t uid);
-void acl_users_free(struct acl_users *u);
-
 #endif

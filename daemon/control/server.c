@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "quota.h"
 #include "session.h"
 
 #define SRV_BACKLOG 128
@@ -35,7 +36,6 @@ struct srv {
 	struct srv_conn *conns;        /* open connections */
 	uint32_t nconns;
 	uint64_t next_id;
-	struct acl_users users;        /* connections per uid */
 	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
 };
 
@@ -57,16 +57,15 @@ static void srv_on_conn_closed(uv_handle_t *h)
 	free(c);
 }
 
-void srv_conn_close(struct srv_conn *c, const char *why)
+static void srv_conn_close_now(struct srv_conn *c, const char *why)
 {
 	struct srv *s = c->d->srv;
 
-	if (c->closing)
-		return;
 	c->closing = true;
 	log_info(&c->d->log, SRV_CONN_FMT ": closed: %s", SRV_CONN_ARGS(c), why);
-	ses_conn_closing(c); /* its streams stop; their slots and regions are freed */
-	acl_users_release(&s->users, c->peer.uid);
+	ses_free(c->ses); /* its streams stop; their slots and regions are freed */
+	c->ses = NULL;
+	quota_conn_give(&c->d->quota, c->peer.uid);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -76,6 +75,34 @@ void srv_conn_close(struct srv_conn *c, const char *why)
 	s->nconns--;
 	uv_poll_stop(&c->poll);
 	uv_close((uv_handle_t *)&c->poll, srv_on_conn_closed);
+}
+
+void srv_conn_close(struct srv_conn *c, const char *why)
+{
+	if (c->closing || c->close_pending)
+		return;
+	if (c->busy) {
+		c->close_pending = true;
+		snprintf(c->close_why, sizeof(c->close_why), "%s", why);
+		return;
+	}
+	srv_conn_close_now(c, why);
+}
+
+void srv_conn_hold(struct srv_conn *c)
+{
+	c->busy++;
+}
+
+void srv_conn_unhold(struct srv_conn *c)
+{
+	if (--c->busy == 0 && c->close_pending && !c->closing)
+		srv_conn_close_now(c, c->close_why);
+}
+
+bool srv_conn_gone(const struct srv_conn *c)
+{
+	return c->closing || c->close_pending;
 }
 
 static void srv_poll(struct srv_conn *c, int events)
@@ -88,14 +115,24 @@ static void srv_poll(struct srv_conn *c, int events)
 static void srv_reply_any(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close,
 			  const int *fds, unsigned nfds)
 {
-	if (c->closing || c->out) {  /* nothing can be queued behind a waiting reply */
+	if (srv_conn_gone(c) || c->out) {  /* nothing can be queued behind a waiting reply */
 		free(buf);
 		return;
 	}
 	int r = wire_send_fds(c->sock, buf, len, fds, nfds);
 	if (r == -EAGAIN) {
-		for (unsigned i = 0; i < nfds; i++)
-			c->out_fds[c->out_nfds++] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+		for (unsigned i = 0; i < nfds; i++) {
+			int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+			if (fd < 0) {
+				char why[96];
+				snprintf(why, sizeof(why), "cannot keep a reply's descriptors: %s",
+					 strerror(errno));
+				free(buf);
+				srv_conn_close(c, why); /* srv_on_conn_closed() closes the dups */
+				return;
+			}
+			c->out_fds[c->out_nfds++] = fd;
+		}
 		c->out = buf;
 		c->out_len = len;
 		c->close_after_out = then_close;
@@ -146,7 +183,7 @@ static void srv_read(struct srv_conn *c)
 	struct srv *s = c->d->srv;
 	struct wire_in in;
 
-	for (int i = 0; i < SRV_READ_BURST && !c->closing && !c->out; i++) {
+	for (int i = 0; i < SRV_READ_BURST && !srv_conn_gone(c) && !c->out; i++) {
 		int r = wire_recv(c->sock, s->rbuf, sizeof(s->rbuf), &in);
 		if (r == -EAGAIN)
 			return;
@@ -158,7 +195,9 @@ static void srv_read(struct srv_conn *c)
 			srv_conn_close(c, strerror(-r));
 			return;
 		}
-		ses_packet(c, s->rbuf, &in);
+		srv_conn_hold(c);
+		ses_packet(c->ses, s->rbuf, &in);
+		srv_conn_unhold(c);
 	}
 }
 
@@ -177,16 +216,11 @@ static void srv_on_conn_io(uv_poll_t *h, int status, int events)
 }
 
 /* Refuses a peer over its connection limit: one Error reply, then close. */
-static void srv_refuse(struct srv *s, int fd, const struct acl_peer *p)
+static void srv_refuse(struct srv *s, int fd, const struct acl_peer *p, const char *msg)
 {
-	char msg[200];
 	uint8_t *buf;
 	size_t len;
 
-	snprintf(msg, sizeof(msg), "user %u already has %u connections "
-		 "(limits.max_connections = %llu)", (unsigned)p->uid,
-		 acl_users_count(&s->users, p->uid),
-		 (unsigned long long)s->d->cfg->limits.max_connections);
 	log_warn(&s->d->log, "connection refused (uid %u pid %d): %s", (unsigned)p->uid,
 		 (int)p->pid, msg);
 	if (wire_error_encode(0, -EUSERS, msg, &buf, &len) == 0) {
@@ -200,25 +234,30 @@ static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_pee
 {
 	struct feedd *d = s->d;
 	struct srv_conn *c = calloc(1, sizeof(*c));
-	int r = c ? uv_poll_init(&d->loop, &c->poll, fd) : -ENOMEM;
+	int r = -ENOMEM;
 
-	if (r < 0) {
-		log_error(&d->log, "connection dropped (uid %u pid %d): %s", (unsigned)peer->uid,
-			  (int)peer->pid, uv_strerror(r));
-		free(c);
-		return NULL;
+	if (c) {
+		c->d = d;
+		c->sock = fd;
+		c->peer = *peer;
+		c->ses = ses_new(c);
 	}
-	c->d = d;
-	c->sock = fd;
-	c->peer = *peer;
-	c->id = ++s->next_id;
-	c->poll.data = c;
-	c->next = s->conns;
-	if (s->conns)
-		s->conns->prev = c;
-	s->conns = c;
-	s->nconns++;
-	return c;
+	if (c && c->ses && (r = uv_poll_init(&d->loop, &c->poll, fd)) == 0) {
+		c->id = ++s->next_id;
+		c->poll.data = c;
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nconns++;
+		return c;
+	}
+	log_error(&d->log, "connection dropped (uid %u pid %d): %s", (unsigned)peer->uid,
+		  (int)peer->pid, uv_strerror(r));
+	if (c)
+		ses_free(c->ses);
+	free(c);
+	return NULL;
 }
 
 static void srv_accept_one(struct srv *s, int fd)
@@ -233,17 +272,17 @@ static void srv_accept_one(struct srv *s, int fd)
 		close(fd);
 		return;
 	}
-	int r = acl_users_acquire(&s->users, peer.uid, d->cfg->limits.max_connections);
+	int r = quota_conn_take(&d->quota, peer.uid, d->cfg->limits.max_connections, &err);
 	if (r == -EUSERS) {
-		srv_refuse(s, fd, &peer);
+		srv_refuse(s, fd, &peer, err.msg);
 		goto drop;
 	}
 	if (r < 0) {
-		log_error(&d->log, "connection dropped (uid %u): out of memory", (unsigned)peer.uid);
+		log_error(&d->log, "connection dropped: %s", err.msg);
 		goto drop;
 	}
 	if (!(c = srv_conn_new(s, fd, &peer))) {
-		acl_users_release(&s->users, peer.uid);
+		quota_conn_give(&d->quota, peer.uid);
 		goto drop;
 	}
 	log_debug(&d->log, SRV_CONN_FMT ": connected (gid %u)", SRV_CONN_ARGS(c), (unsigned)peer.gid);
@@ -474,7 +513,6 @@ void srv_free(struct srv *s)
 		return;
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);  /* releases the lock; the file stays, harmlessly */
-	acl_users_free(&s->users);
 	free(s);
 }
 
@@ -483,19 +521,3 @@ uint32_t srv_connections(const struct srv *s)
 	return s->nconns;
 }
 
-uint32_t srv_user_connections(const struct srv *s, uid_t uid)
-{
-	return acl_users_count(&s->users, uid);
-}
-
-void srv_user_usage(const struct srv *s, uid_t uid, uint32_t *ret_streams, uint64_t *ret_bytes)
-{
-	uint32_t n = 0;
-	uint64_t bytes = 0;
-
-	for (const struct srv_conn *c = s->conns; c; c = c->next)
-		if (c->peer.uid == uid)
-			ses_conn_usage(c, &n, &bytes);
-	*ret_streams = n;
-	*ret_bytes = bytes;
-}

@@ -20,6 +20,10 @@
 #include "feedd.h"
 #include "wire.h"
 
+struct ses;
+
+/* One connection. The server is its transport: it reads packets, sends
+ * replies and closes; what a packet means is the session's (c->ses). */
 struct srv_conn {
 	struct feedd *d;
 	struct srv_conn *prev, *next;  /* srv's list */
@@ -27,20 +31,18 @@ struct srv_conn {
 	int sock;
 	uint64_t id;                   /* "conn N" in logs */
 	struct acl_peer peer;          /* who connected, read at accept */
-	/* Protocol state, session.c's. */
-	bool hello_done;
-	uint32_t version;              /* negotiated protocol version */
-	unsigned rejected;             /* malformed requests in a row */
-	char client_name[WIRE_CLIENT_NAME_MAX + 1];
-	/* Streams opened on this connection (session_stream.c). */
-	struct ses_stream *streams;
-	uint32_t next_stream_id;
+	struct ses *ses;               /* protocol state, opaque here (session.h) */
 	/* Reply waiting for room in the socket; reading stops meanwhile. */
 	uint8_t *out;
 	size_t out_len;
 	int out_fds[5];                /* our duplicates, sent with out */
 	unsigned out_nfds;
 	bool close_after_out;          /* close once out is sent */
+	/* A close asked for while a handler runs on c waits until it returns,
+	 * so nothing a handler stands on is freed under it. */
+	unsigned busy;                 /* handlers running on c (srv_conn_hold) */
+	bool close_pending;            /* srv_conn_close() came while busy */
+	char close_why[96];            /* its reason, logged when it happens */
 	bool closing;                  /* uv_close() called; c dies in its callback */
 };
 
@@ -72,14 +74,21 @@ void srv_reply(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close);
 void srv_reply_fds(struct srv_conn *c, uint8_t *buf, size_t len, const int *fds,
 		   unsigned nfds);
 
-/* Streams and shared-memory bytes held by every connection of uid. */
-void srv_user_usage(const struct srv *s, uid_t uid, uint32_t *ret_streams,
-		    uint64_t *ret_bytes);
-
-/* Closes c (logging why, at info level); safe to call twice. */
+/* Closes c (logging why, at info level): its session is freed and every
+ * stream on it closed. While a handler holds c the close is only marked
+ * and happens when the last holder lets go; no more replies are sent
+ * meanwhile. Safe to call twice. */
 void srv_conn_close(struct srv_conn *c, const char *why);
 
+/* Brackets work on c from outside its own read handler (e.g. a worker's
+ * completion): c stays alive until the matching srv_conn_unhold(), which
+ * carries out a close asked for meanwhile. Loop thread. */
+void srv_conn_hold(struct srv_conn *c);
+void srv_conn_unhold(struct srv_conn *c);
+
+/* True once c is closed or a close is pending: send nothing more. */
+bool srv_conn_gone(const struct srv_conn *c);
+
 uint32_t srv_connections(const struct srv *s);
-uint32_t srv_user_connections(const struct srv *s, uid_t uid);
 
 #endif

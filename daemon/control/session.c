@@ -12,93 +12,94 @@
 
 #include "catalog.h"
 #include "pool.h"
+#include "quota.h"
 
 
-void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum ses_weight w)
+void ses_error(struct ses *se, uint32_t id, int code, const char *msg, enum ses_weight w)
 {
 	char text[FEED_ERR_MSG_MAX + 64];
 	uint8_t *buf;
 	size_t len;
 	bool close = w == SES_FATAL;
 
-	c->d->requests++;
-	c->d->rejected++;
-	if (w == SES_MALFORMED && ++c->rejected >= WIRE_MAX_REJECTED)
+	se->d->requests++;
+	se->d->rejected++;
+	if (w == SES_MALFORMED && ++se->rejected >= WIRE_MAX_REJECTED)
 		close = true;
 	snprintf(text, sizeof(text), "%s%s", msg,
 		 close && w != SES_FATAL ? "; closing after repeated malformed requests" : "");
 	if (w != SES_REFUSAL)
-		log_warn(&c->d->log, SRV_CONN_FMT ": %s%s", SRV_CONN_ARGS(c), msg, close ? "; closing" : "");
+		log_warn(&se->d->log, SRV_CONN_FMT ": %s%s", SRV_CONN_ARGS(se->conn), msg, close ? "; closing" : "");
 	if (wire_error_encode(id, code, text, &buf, &len) < 0) {
-		srv_conn_close(c, "out of memory for an error reply");
+		srv_conn_close(se->conn, "out of memory for an error reply");
 		return;
 	}
-	srv_reply(c, buf, len, close);
+	srv_reply(se->conn, buf, len, close);
 }
 
-void ses_send_fds(struct srv_conn *c, Feed__Reply *reply, const int *fds, unsigned nfds)
+void ses_send_fds(struct ses *se, Feed__Reply *reply, const int *fds, unsigned nfds)
 {
 	struct feed_err err = {0};
 	uint8_t *buf;
 	size_t len;
 
 	if (wire_reply_encode(reply, &buf, &len, &err) < 0) {
-		log_error(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), err.msg);
-		ses_error(c, reply->id, err.code, err.msg, SES_REFUSAL);
+		log_error(&se->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(se->conn), err.msg);
+		ses_error(se, reply->id, err.code, err.msg, SES_REFUSAL);
 		return;
 	}
-	c->d->requests++;
-	c->rejected = 0;
-	srv_reply_fds(c, buf, len, fds, nfds);
+	se->d->requests++;
+	se->rejected = 0;
+	srv_reply_fds(se->conn, buf, len, fds, nfds);
 }
 
 /* Encodes and sends reply; a reply too large becomes an Error. */
-static void ses_send(struct srv_conn *c, Feed__Reply *reply)
+static void ses_send(struct ses *se, Feed__Reply *reply)
 {
-	ses_send_fds(c, reply, NULL, 0);
+	ses_send_fds(se, reply, NULL, 0);
 }
 
-static void ses_hello(struct srv_conn *c, uint32_t id, const Feed__Hello *h)
+static void ses_hello(struct ses *se, uint32_t id, const Feed__Hello *h)
 {
 	char msg[160];
 	uint32_t lo = h->min_version > WIRE_PROTO_MIN ? h->min_version : WIRE_PROTO_MIN;
 	uint32_t hi = h->max_version < WIRE_PROTO_MAX ? h->max_version : WIRE_PROTO_MAX;
 
-	if (c->hello_done) {
-		ses_error(c, id, -EPROTO, "hello: already done on this connection", SES_MALFORMED);
+	if (se->hello_done) {
+		ses_error(se, id, -EPROTO, "hello: already done on this connection", SES_MALFORMED);
 		return;
 	}
 	if (lo > hi) {
 		snprintf(msg, sizeof(msg), "hello: no common protocol version: client speaks %u..%u, "
 			 "feedd speaks %u..%u", h->min_version, h->max_version, WIRE_PROTO_MIN,
 			 WIRE_PROTO_MAX);
-		ses_error(c, id, -EPROTONOSUPPORT, msg, SES_FATAL);
+		ses_error(se, id, -EPROTONOSUPPORT, msg, SES_FATAL);
 		return;
 	}
-	c->hello_done = true;
-	c->version = hi;
-	snprintf(c->client_name, sizeof(c->client_name), "%s", h->client_name);
-	log_info(&c->d->log, SRV_CONN_FMT ": '%s' connected, protocol %u", SRV_CONN_ARGS(c),
-		 c->client_name, c->version);
+	se->hello_done = true;
+	se->version = hi;
+	snprintf(se->client_name, sizeof(se->client_name), "%s", h->client_name);
+	log_info(&se->d->log, SRV_CONN_FMT ": '%s' connected, protocol %u", SRV_CONN_ARGS(se->conn),
+		 se->client_name, se->version);
 
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__HelloReply hr = FEED__HELLO_REPLY__INIT;
-	hr.version = c->version;
+	hr.version = se->version;
 	hr.server_name = "feedd";
 	hr.server_version = FEEDD_VERSION;
 	reply.id = id;
 	reply.body_case = FEED__REPLY__BODY_HELLO;
 	reply.hello = &hr;
-	ses_send(c, &reply);
+	ses_send(se, &reply);
 }
 
-static bool ses_may_read(const struct srv_conn *c, const struct cfg_dataset *d)
+static bool ses_may_read(const struct ses *se, const struct cfg_dataset *d)
 {
-	return acl_allows(&d->acl, &c->peer, c->d->self_uid);
+	return acl_allows(&d->acl, &se->conn->peer, se->d->self_uid);
 }
 
 /* Replies with the datasets in list (n of them). */
-static void ses_send_list(struct srv_conn *c, uint32_t id, Feed__DatasetInfo **list, size_t n)
+static void ses_send_list(struct ses *se, uint32_t id, Feed__DatasetInfo **list, size_t n)
 {
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__DatasetList dl = FEED__DATASET_LIST__INIT;
@@ -108,67 +109,67 @@ static void ses_send_list(struct srv_conn *c, uint32_t id, Feed__DatasetInfo **l
 	reply.id = id;
 	reply.body_case = FEED__REPLY__BODY_DATASETS;
 	reply.datasets = &dl;
-	ses_send(c, &reply);
+	ses_send(se, &reply);
 }
 
-static void ses_list(struct srv_conn *c, uint32_t id)
+static void ses_list(struct ses *se, uint32_t id)
 {
-	const struct cat *cat = c->d->cat;
+	const struct cat *cat = se->d->cat;
 	Feed__DatasetInfo **list = calloc(cat->n + 1, sizeof(*list));
 	size_t n = 0;
 
 	if (!list) {
-		ses_error(c, id, -ENOMEM, "list datasets: out of memory", SES_REFUSAL);
+		ses_error(se, id, -ENOMEM, "list datasets: out of memory", SES_REFUSAL);
 		return;
 	}
 	for (size_t i = 0; i < cat->n; i++)
-		if (ses_may_read(c, cat->e[i].cfg))
+		if (ses_may_read(se, cat->e[i].cfg))
 			list[n++] = (Feed__DatasetInfo *)&cat->e[i].pb;
-	ses_send_list(c, id, list, n);
+	ses_send_list(se, id, list, n);
 	free(list);
 }
 
 /* Resolves a dataset a request names, or answers the refusal and returns
  * NULL. One log line per access refusal. */
-const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name)
+const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name)
 {
-	const struct cfg_dataset *d = cfg_dataset_find(c->d->cfg, name);
+	const struct cfg_dataset *d = cfg_dataset_find(se->d->cfg, name);
 	char msg[200];
 
 	if (!d) {
 		snprintf(msg, sizeof(msg), "dataset '%s': no such dataset", name);
-		ses_error(c, id, -ENOENT, msg, SES_REFUSAL);
+		ses_error(se, id, -ENOENT, msg, SES_REFUSAL);
 		return NULL;
 	}
-	if (!ses_may_read(c, d)) {
+	if (!ses_may_read(se, d)) {
 		snprintf(msg, sizeof(msg), "dataset '%s': user %u not allowed", name,
-			 (unsigned)c->peer.uid);
-		log_warn(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), msg);
-		ses_error(c, id, -EACCES, msg, SES_REFUSAL);
+			 (unsigned)se->conn->peer.uid);
+		log_warn(&se->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(se->conn), msg);
+		ses_error(se, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;
 	}
-	const struct cat_entry *e = cat_find(c->d->cat, name);
+	const struct cat_entry *e = cat_find(se->d->cat, name);
 	if (!e) {
 		snprintf(msg, sizeof(msg), "dataset '%s': not served (it failed to open at start; "
 			 "see the daemon's log)", name);
-		ses_error(c, id, -ENOENT, msg, SES_REFUSAL);
+		ses_error(se, id, -ENOENT, msg, SES_REFUSAL);
 	}
 	return e;
 }
 
-static void ses_info(struct srv_conn *c, uint32_t id, const Feed__DatasetQuery *q)
+static void ses_info(struct ses *se, uint32_t id, const Feed__DatasetQuery *q)
 {
-	const struct cat_entry *e = ses_dataset(c, id, q->name);
+	const struct cat_entry *e = ses_dataset(se, id, q->name);
 
 	if (e) {
 		Feed__DatasetInfo *one = (Feed__DatasetInfo *)&e->pb;
-		ses_send_list(c, id, &one, 1);
+		ses_send_list(se, id, &one, 1);
 	}
 }
 
-static void ses_stats(struct srv_conn *c, uint32_t id)
+static void ses_stats(struct ses *se, uint32_t id)
 {
-	struct feedd *d = c->d;
+	struct feedd *d = se->d;
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__Stats st = FEED__STATS__INIT;
 	Feed__DatasetStats *ds = calloc(d->cat->n + 1, sizeof(*ds));
@@ -177,12 +178,12 @@ static void ses_stats(struct srv_conn *c, uint32_t id)
 	if (!ds || !dp) {
 		free(ds);
 		free(dp);
-		ses_error(c, id, -ENOMEM, "stats: out of memory", SES_REFUSAL);
+		ses_error(se, id, -ENOMEM, "stats: out of memory", SES_REFUSAL);
 		return;
 	}
 	for (size_t i = 0; i < d->cat->n; i++) {
 		const struct cat_entry *e = &d->cat->e[i];
-		if (!ses_may_read(c, e->cfg))
+		if (!ses_may_read(se, e->cfg))
 			continue;
 		Feed__DatasetStats *s = &ds[st.n_datasets];
 		feed__dataset_stats__init(s);
@@ -193,56 +194,67 @@ static void ses_stats(struct srv_conn *c, uint32_t id)
 	}
 	st.datasets = dp;
 	st.server_version = FEEDD_VERSION;
-	st.protocol_version = c->version;
+	st.protocol_version = se->version;
 	st.uptime_ms = uv_now(&d->loop) - d->start_ms;
 	st.connections = srv_connections(d->srv);
-	st.user_connections = srv_user_connections(d->srv, c->peer.uid);
+	st.user_connections = quota_of(&d->quota, se->conn->peer.uid).conns;
 	st.workers = pool_size(d->pool);
 	st.requests = d->requests;
 	st.rejected = d->rejected;
 	reply.id = id;
 	reply.body_case = FEED__REPLY__BODY_STATS;
 	reply.stats = &st;
-	ses_send(c, &reply);
+	ses_send(se, &reply);
 	free(ds);
 	free(dp);
 }
 
-static void ses_dispatch(struct srv_conn *c, const Feed__Request *req)
+static void ses_dispatch(struct ses *se, const Feed__Request *req)
 {
-	log_debug(&c->d->log, SRV_CONN_FMT ": request %u kind %d", SRV_CONN_ARGS(c), req->id,
+	log_debug(&se->d->log, SRV_CONN_FMT ": request %u kind %d", SRV_CONN_ARGS(se->conn), req->id,
 		  (int)req->body_case);
-	if (!c->hello_done && req->body_case != FEED__REQUEST__BODY_HELLO) {
-		ses_error(c, req->id, -EPROTO, "hello first: no request is served before hello",
+	if (!se->hello_done && req->body_case != FEED__REQUEST__BODY_HELLO) {
+		ses_error(se, req->id, -EPROTO, "hello first: no request is served before hello",
 			  SES_MALFORMED);
 		return;
 	}
 	switch (req->body_case) {
 	case FEED__REQUEST__BODY_HELLO:
-		ses_hello(c, req->id, req->hello);
+		ses_hello(se, req->id, req->hello);
 		break;
 	case FEED__REQUEST__BODY_LIST_DATASETS:
-		ses_list(c, req->id);
+		ses_list(se, req->id);
 		break;
 	case FEED__REQUEST__BODY_DATASET_INFO:
-		ses_info(c, req->id, req->dataset_info);
+		ses_info(se, req->id, req->dataset_info);
 		break;
 	case FEED__REQUEST__BODY_STATS:
-		ses_stats(c, req->id);
+		ses_stats(se, req->id);
 		break;
 	case FEED__REQUEST__BODY_OPEN_STREAM:
-		ses_open_stream(c, req->id, req->open_stream);
+		ses_open_stream(se, req->id, req->open_stream);
 		break;
 	case FEED__REQUEST__BODY_CLOSE_STREAM:
-		ses_close_stream(c, req->id, req->close_stream);
+		ses_close_stream(se, req->id, req->close_stream);
 		break;
 	default:  /* wire_request_check() let an unknown kind through: a bug */
-		ses_error(c, req->id, -EOPNOTSUPP, "unknown request", SES_MALFORMED);
+		ses_error(se, req->id, -EOPNOTSUPP, "unknown request", SES_MALFORMED);
 		break;
 	}
 }
 
-void ses_packet(struct srv_conn *c, const uint8_t *buf, const struct wire_in *in)
+struct ses *ses_new(struct srv_conn *conn)
+{
+	struct ses *se = calloc(1, sizeof(*se));
+
+	if (se) {
+		se->conn = conn;
+		se->d = conn->d;
+	}
+	return se;
+}
+
+void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 {
 	struct feed_err err = {0};
 	Feed__Request *req = NULL;
@@ -251,7 +263,7 @@ void ses_packet(struct srv_conn *c, const uint8_t *buf, const struct wire_in *in
 	if (in->truncated) {
 		snprintf(msg, sizeof(msg), "request of %zu bytes exceeds the %d byte limit",
 			 in->len, WIRE_REQUEST_MAX);
-		ses_error(c, 0, -EMSGSIZE, msg, SES_FATAL);
+		ses_error(se, 0, -EMSGSIZE, msg, SES_FATAL);
 		return;
 	}
 	int r = wire_request_decode(buf, in->len, &req, &err);
@@ -259,13 +271,13 @@ void ses_packet(struct srv_conn *c, const uint8_t *buf, const struct wire_in *in
 	if (in->nfds || in->ctrunc) {
 		snprintf(msg, sizeof(msg), "unexpected file descriptor%s (%u closed); request ignored",
 			 in->ctrunc ? "s, more than fit" : "", in->nfds);
-		ses_error(c, id, -EPROTO, msg, SES_MALFORMED);
+		ses_error(se, id, -EPROTO, msg, SES_MALFORMED);
 	} else if (r < 0) {
-		ses_error(c, 0, r, err.msg, SES_FATAL);
+		ses_error(se, 0, r, err.msg, SES_FATAL);
 	} else if (wire_request_check(req, &err) < 0) {
-		ses_error(c, id, err.code, err.msg, SES_MALFORMED);
+		ses_error(se, id, err.code, err.msg, SES_MALFORMED);
 	} else {
-		ses_dispatch(c, req);
+		ses_dispatch(se, req);
 	}
 	wire_request_free(req);
 }

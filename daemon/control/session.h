@@ -1,29 +1,54 @@
 /*
- * session.h: what a packet means. The protocol state machine of one
- * connection (hello first, version negotiation, refusal counting) and the
- * request handlers: hello, list datasets, dataset info, stats.
+ * session.h: what a packet means. The protocol state of one connection
+ * (hello first, version negotiation, refusal counting), the request
+ * handlers (hello, list datasets, dataset info, stats: session.c) and the
+ * stream requests (open, close: session_stream.c, one module in two files).
  *
- * Loop thread only. Never does I/O itself (replies go through srv_reply())
- * and never blocks: handlers answer from the catalog and counters in
- * memory. Long work, when requests need it, goes to the worker pool.
+ * Loop thread only. Never does socket I/O itself (replies go through
+ * srv_reply*()) and never blocks: handlers answer from the catalog and
+ * counters in memory, and long work (creating a stream's shared memory)
+ * goes to the worker pool and finishes in a completion on the loop. The
+ * server holds the connection while a handler runs, so a reply that fails
+ * never frees anything under the handler (server.h, srv_conn_hold()).
  */
 #ifndef FEEDD_SESSION_H
 #define FEEDD_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "server.h"
 #include "wire.h"
 
-/* Handles one packet that arrived on c: buf holds in->len bytes unless
- * in->truncated. Always answers (or closes c). */
-void ses_packet(struct srv_conn *c, const uint8_t *buf, const struct wire_in *in);
+struct ses_stream;
 
-/* c is closing: closes every stream opened on it (session_stream.c). */
-void ses_conn_closing(struct srv_conn *c);
+/* The session of one connection. Private to session.c and
+ * session_stream.c; the server sees it as opaque. */
+struct ses {
+	struct srv_conn *conn;         /* the transport; outlives the session */
+	struct feedd *d;
+	bool hello_done;
+	uint32_t version;              /* negotiated protocol version */
+	unsigned rejected;             /* malformed requests in a row */
+	char client_name[WIRE_CLIENT_NAME_MAX + 1];
+	struct ses_stream *streams;    /* open streams */
+	struct ses_stream *opening;    /* streams whose memory a worker is making */
+	uint32_t next_stream_id;
+};
 
-/* Adds c's open streams and their shared-memory bytes to the counters. */
-void ses_conn_usage(const struct srv_conn *c, uint32_t *streams, uint64_t *bytes);
+/* --- what the server calls --- */
+
+/* A session for a new connection; NULL when out of memory. */
+struct ses *ses_new(struct srv_conn *conn);
+
+/* Handles one packet that arrived: buf holds in->len bytes unless
+ * in->truncated. Always answers (or closes the connection). */
+void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in);
+
+/* The connection is closing: closes every open stream (slots and regions
+ * are freed once no worker builds into them), lets streams still being
+ * opened finish and close themselves, and frees the session. Accepts NULL. */
+void ses_free(struct ses *se);
 
 /* --- shared by session.c and session_stream.c --- */
 
@@ -34,17 +59,17 @@ enum ses_weight {
 	SES_FATAL,      /* the peer cannot be speaking this protocol: close */
 };
 
-/* Answers request id with an Error (and closes c as w says). */
-void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum ses_weight w);
+/* Answers request id with an Error (and closes the connection as w says). */
+void ses_error(struct ses *se, uint32_t id, int code, const char *msg, enum ses_weight w);
 
 /* Encodes reply and sends it with nfds descriptors; too large: an Error. */
-void ses_send_fds(struct srv_conn *c, Feed__Reply *reply, const int *fds, unsigned nfds);
+void ses_send_fds(struct ses *se, Feed__Reply *reply, const int *fds, unsigned nfds);
 
-/* The served dataset a request names if c's peer may read it; otherwise
+/* The served dataset a request names if the peer may read it; otherwise
  * answers the refusal and returns NULL. */
-const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name);
+const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name);
 
-void ses_open_stream(struct srv_conn *c, uint32_t id, const Feed__OpenStream *o);
-void ses_close_stream(struct srv_conn *c, uint32_t id, const Feed__CloseStream *q);
+void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o);
+void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q);
 
 #endif

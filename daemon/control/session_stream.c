@@ -1,42 +1,63 @@
 /*
- * session_stream.c: the stream requests of a connection: open (checks,
- * per-user limits, pipeline, regions, the release doorbell's uv_poll) and
- * close, and closing every stream when the connection goes. Loop thread
- * only; building batches happens on the workers (stream.c, batch.c).
+ * session_stream.c: the stream requests of a connection. Open: access,
+ * pipeline, resume token, layout, and every per-user limit checked against
+ * the layout's bytes before any memory exists (quota.h); then a worker
+ * creates the stream's regions (delivery.h, dlv_prepare) and the reply goes
+ * out from the completion on the loop. Close, and closing every stream when
+ * the connection goes, including those still being opened. Loop thread
+ * only; building batches happens on the workers.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "feed_shm.h"
 #include "catalog.h"
+#include "delivery.h"
+#include "feed_shm.h"
 #include "feedd.h"
 #include "fmt_pb.h"
+#include "layout.h"
 #include "order.h"
 #include "pipeline.h"
+#include "quota.h"
 #include "session.h"
-#include "stream.h"
 #include "wire.h"
 
 #define SES_DEFAULT_CREDITS 4
 
-/* A stream as the connection sees it. */
+/* A stream as the session sees it, from the open request on. */
 struct ses_stream {
-	struct ses_stream *next;   /* the connection's list */
-	struct srv_conn *conn;
-	uint32_t id;
-	struct stream *st;         /* delivery; closed when this goes */
+	struct ses_stream *next;   /* the session's streams or opening list */
+	struct ses *se;            /* NULL once the connection went during the open */
+	struct feedd *d;
+	uid_t uid;                 /* whose quota holds it */
 	uint64_t shm_bytes;        /* counted against the user's limit */
-	uv_poll_t poll;            /* the release doorbell */
+	uint32_t req_id;           /* the open request, answered when ready */
+	uint32_t id;               /* stream id on the connection, once open */
+	uint32_t batch, credits;   /* for the log */
+	struct dlv *dlv;           /* delivery; closed when this goes */
+	struct pipe_plan *plan;    /* owned until the reply is sent */
+	const struct cat_entry *e; /* the dataset (the catalog outlives us) */
+	char note[256];            /* advice for the open reply */
+	uv_poll_t poll;            /* the release doorbell, once open */
+	bool poll_live;            /* poll initialised: uv_close() frees us */
 	uint64_t bad_logged;       /* refused release entries already logged */
 	bool error_logged;         /* the stream's stop was logged */
 };
 
+static void ses_stream_free(struct ses_stream *ss)
+{
+	if (ss->dlv)
+		dlv_close(ss->dlv);
+	quota_stream_give(&ss->d->quota, ss->uid, ss->shm_bytes);
+	free(ss->plan);
+	free(ss);
+}
+
 static void ses_stream_closed(uv_handle_t *h)
 {
-	free(h->data);
+	ses_stream_free(h->data);
 }
 
 /* Logs what the stream refused from its client since the last look: the
@@ -44,12 +65,14 @@ static void ses_stream_closed(uv_handle_t *h)
  * (or tampering) show. */
 static void ses_stream_report(struct ses_stream *ss)
 {
-	struct srv_conn *c = ss->conn;
-	struct stream_stats st;
+	struct srv_conn *c = ss->se->conn;
+	struct dlv_stats st;
 
-	stream_stats(ss->st, &st);
+	if (!ss->dlv)
+		return;
+	dlv_stats(ss->dlv, &st);
 	if (st.bad_releases > ss->bad_logged) {
-		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
+		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
 			 "name no slot the client holds at that generation (%llu in all)",
 			 SRV_CONN_ARGS(c), ss->id,
 			 (unsigned long long)(st.bad_releases - ss->bad_logged),
@@ -57,51 +80,49 @@ static void ses_stream_report(struct ses_stream *ss)
 		ss->bad_logged = st.bad_releases;
 	}
 	if (st.error && !ss->error_logged) {
-		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c), ss->id,
-			 st.error_msg);
+		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c),
+			 ss->id, st.error_msg);
 		ss->error_logged = true;
 	}
 }
 
-/* Stops delivery and frees the wrapper once libuv let go of the poll.
- * The poll goes first: uv_close() takes the doorbell out of epoll, which
- * it can no longer do once stream_close() has closed our descriptor, and
- * the client's copy would keep the registration alive (a client ringing
- * it would then spin the loop). */
+/* Stops delivery and frees the stream once libuv let go of the poll. The
+ * poll goes first: uv_close() takes the doorbell out of epoll, which it can
+ * no longer do once dlv_close() has closed our descriptor, and the
+ * client's copy would keep the registration alive (a client ringing it
+ * would then spin the loop). */
 static void ses_stream_drop(struct ses_stream *ss)
 {
 	ses_stream_report(ss);  /* what happened since the last doorbell */
+	if (!ss->poll_live) {
+		ses_stream_free(ss);
+		return;
+	}
 	uv_poll_stop(&ss->poll);
 	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
-	stream_close(ss->st);
-	ss->st = NULL;
 }
 
 static void ses_on_release(uv_poll_t *h, int status, int events)
 {
 	struct ses_stream *ss = h->data;
 
-	if (!ss->st)
-		return;
-	stream_on_release(ss->st);
+	dlv_on_release(ss->dlv);
 	ses_stream_report(ss);
 }
 
-void ses_conn_closing(struct srv_conn *c)
+void ses_free(struct ses *se)
 {
-	while (c->streams) {
-		struct ses_stream *ss = c->streams;
-		c->streams = ss->next;
+	if (!se)
+		return;
+	while (se->streams) {
+		struct ses_stream *ss = se->streams;
+		se->streams = ss->next;
 		ses_stream_drop(ss);
 	}
-}
-
-void ses_conn_usage(const struct srv_conn *c, uint32_t *streams, uint64_t *bytes)
-{
-	for (const struct ses_stream *ss = c->streams; ss; ss = ss->next) {
-		(*streams)++;
-		*bytes += ss->shm_bytes;
-	}
+	/* their completion finds no session and frees them (ses_open_ready) */
+	for (struct ses_stream *ss = se->opening; ss; ss = ss->next)
+		ss->se = NULL;
+	free(se);
 }
 
 /* The pipeline text a request names: a configured pipeline's, or its own. */
@@ -113,61 +134,35 @@ static const char *ses_pipeline_text(const struct feedd *d, const char *asked)
 	return asked;
 }
 
-static void ses_spec(const Feed__OpenStream *o, struct stream_spec *sp)
+static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const struct cat_entry *e,
+		     struct dlv_spec *sp)
 {
+	struct ord_spec *ord = &sp->sched.ord;
+
 	memset(sp, 0, sizeof(*sp));
-	sp->batch = o->batch;
 	sp->credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
-	sp->epochs = o->epochs;
-	sp->drop_last = o->drop_last;
 	sp->seed = o->seed;
-	sp->order = o->order == FEED__ORDER__ORDER_FULL	 ? ORD_FULL :
+	ord->n = e->info->num_samples;
+	ord->seed = o->seed;
+	snprintf(ord->version, sizeof(ord->version), "%s", e->info->version);
+	ord->mode = o->order == FEED__ORDER__ORDER_FULL	 ? ORD_FULL :
 		    o->order == FEED__ORDER__ORDER_BLOCK_WINDOW ? ORD_BLOCK_WINDOW :
 								  ORD_SEQUENTIAL;
-	sp->window = o->window ? o->window : 8;
-	sp->rank = o->rank;
-	sp->world = o->world ? o->world : 1;
-	sp->eval = o->eval;
-	sp->start_epoch = o->start_epoch;
-	sp->start_batch = o->start_batch;
+	ord->window = o->window ? o->window : 8;
+	ord->block_first = e->block_first;
+	ord->nblocks = e->info->num_blocks;
+	ord->rank = o->rank;
+	ord->world = o->world ? o->world : 1;
+	ord->batch = o->batch;
+	ord->drop_last = o->drop_last;
+	ord->eval = o->eval;
+	sp->sched.epochs = o->epochs;
+	sp->sched.start_epoch = o->start_epoch;
+	sp->sched.start_batch = o->start_batch;
 }
 
-_Static_assert(CFG_MAX_CREDITS == STREAM_MAX_CREDITS && WIRE_CREDITS_MAX == STREAM_MAX_CREDITS,
-	       "the config, the wire check and the stream agree on the most credits");
-
-/* Per-user limits that can be checked before anything is built. */
-static int ses_limits_before(struct srv_conn *c, const struct stream_spec *sp,
-			     struct feed_err *err)
-{
-	const struct cfg_limits *lim = &c->d->cfg->limits;
-	uint32_t streams;
-	uint64_t bytes;
-
-	srv_user_usage(c->d->srv, c->peer.uid, &streams, &bytes);
-	if (streams >= lim->max_streams)
-		return feed_err_set(err, -EUSERS, "user %u: %u streams open, limit max_streams is %llu",
-				    (unsigned)c->peer.uid, streams,
-				    (unsigned long long)lim->max_streams);
-	if (sp->credits > lim->max_credits)
-		return feed_err_set(err, -EINVAL, "credits %u exceed the limit max_credits %llu",
-				    sp->credits, (unsigned long long)lim->max_credits);
-	return 0;
-}
-
-static int ses_limits_after(struct srv_conn *c, uint64_t new_bytes, struct feed_err *err)
-{
-	const struct cfg_limits *lim = &c->d->cfg->limits;
-	uint32_t streams;
-	uint64_t bytes;
-
-	srv_user_usage(c->d->srv, c->peer.uid, &streams, &bytes);
-	if (bytes + new_bytes > lim->max_slot_bytes)
-		return feed_err_set(err, -ENOSPC, "user %u: %llu bytes of slots held, %llu more would "
-				    "exceed max_slot_bytes %llu", (unsigned)c->peer.uid,
-				    (unsigned long long)bytes, (unsigned long long)new_bytes,
-				    (unsigned long long)lim->max_slot_bytes);
-	return 0;
-}
+_Static_assert(CFG_MAX_CREDITS == DLV_MAX_CREDITS && WIRE_CREDITS_MAX == DLV_MAX_CREDITS,
+	       "the config, the wire check and the delivery agree on the most credits");
 
 /* A token's parameter that must equal the request's. */
 static int ses_resume_same(const char *what, uint64_t token, uint64_t asked, struct feed_err *err)
@@ -180,7 +175,7 @@ static int ses_resume_same(const char *what, uint64_t token, uint64_t asked, str
 
 /* Applies a resume token (feed.proto ResumeToken) to sp, or says why not. */
 static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
-		      const struct pipe_plan *plan, struct stream_spec *sp, struct feed_err *err)
+		      const struct pipe_plan *plan, struct dlv_spec *sp, struct feed_err *err)
 {
 	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, o->resume.len, o->resume.data);
 	int rc = 0;
@@ -208,12 +203,12 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
 		goto out;
 	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW &&
-	    (rc = ses_resume_same("window", t->window, sp->window, err)) < 0)
+	    (rc = ses_resume_same("window", t->window, sp->sched.ord.window, err)) < 0)
 		goto out;
-	sp->start_epoch = t->epoch;
-	sp->start_batch = 0;
-	sp->at_position = true;
-	sp->start_position = t->position;
+	sp->sched.start_epoch = t->epoch;
+	sp->sched.start_batch = 0;
+	sp->sched.at_position = true;
+	sp->sched.start_position = t->position;
 out:
 	if (t)
 		feed__resume_token__free_unpacked(t, NULL);
@@ -221,11 +216,11 @@ out:
 }
 
 /* Advice for people, put in the open reply. */
-static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct stream_spec *sp,
+static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct dlv_spec *sp,
 		     char *buf, size_t cap)
 {
 	buf[0] = '\0';
-	if (sp->order == ORD_FULL && !sp->eval && e->info->bytes_raw > d->cfg->cache_bytes)
+	if (sp->sched.ord.mode == ORD_FULL && !sp->sched.ord.eval && e->info->bytes_raw > d->cfg->cache_bytes)
 		snprintf(buf, cap, "full shuffle over %llu decoded bytes with a %llu byte block "
 			 "cache costs one block decode per sample; use block-window order or a "
 			 "larger cache_bytes", (unsigned long long)e->info->bytes_raw,
@@ -233,110 +228,175 @@ static void ses_note(const struct feedd *d, const struct cat_entry *e, const str
 }
 
 /* Replies StreamOpened with the stream's descriptors. */
-static void ses_opened_reply(struct srv_conn *c, uint32_t id, struct ses_stream *ss,
-			     const struct pipe_plan *plan, const struct cat_entry *e,
-			     const struct stream_spec *sp, const char *note)
+static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 {
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__StreamOpened so = FEED__STREAM_OPENED__INIT;
 	Feed__Schema schema;
 	Feed__Field fields[FMT_MAX_FIELDS], *fptr[FMT_MAX_FIELDS];
-	struct stream_fds fds;
+	struct dlv_fds fds;
 
-	fmt_schema_to_pb(&plan->out, &schema, fields, fptr);
+	fmt_schema_to_pb(&ss->plan->out, &schema, fields, fptr);
 	so.stream = ss->id;
 	so.schema = &schema;
-	so.batches_per_epoch = stream_batches_per_epoch(ss->st);
-	so.start_epoch = stream_start_epoch(ss->st);
-	so.start_batch = sp->at_position ? 0 : sp->start_batch;
-	so.pipeline = (char *)plan->canonical;
-	so.pipeline_hash = plan->hash;
-	so.dataset_version = (char *)e->info->version;
-	so.note = (char *)note;
-	reply.id = id;
+	so.batches_per_epoch = dlv_batches_per_epoch(ss->dlv);
+	so.start_epoch = dlv_start_epoch(ss->dlv);
+	so.start_batch = dlv_start_index(ss->dlv);
+	so.pipeline = (char *)ss->plan->canonical;
+	so.pipeline_hash = ss->plan->hash;
+	so.dataset_version = (char *)ss->e->info->version;
+	so.note = ss->note;
+	reply.id = ss->req_id;
 	reply.body_case = FEED__REPLY__BODY_STREAM_OPENED;
 	reply.stream_opened = &so;
-	stream_fds(ss->st, &fds);
+	dlv_fds(ss->dlv, &fds);
 	int list[5] = {fds.ctl, fds.data, fds.rel, fds.ready, fds.release};
-	ses_send_fds(c, &reply, list, 5);
+	ses_send_fds(se, &reply, list, 5);
 }
 
-/* Builds the stream and its doorbell poll; on failure err says why. */
-static int ses_stream_make(struct srv_conn *c, const struct cat_entry *e,
-			   const struct pipe_plan *plan, const struct stream_spec *sp,
-			   struct ses_stream **ret, struct feed_err *err)
+/* Starts listening to the stream's release doorbell. */
+static int ses_stream_poll(struct ses_stream *ss, struct feed_err *err)
 {
-	struct ses_stream *ss = calloc(1, sizeof(*ss));
-	struct stream_fds fds;
-	int rc;
+	struct dlv_fds fds;
+	int r;
 
-	if (!ss)
-		return feed_err_set(err, -ENOMEM, "open_stream: out of memory");
-	rc = stream_new(e->ds, plan, sp, c->d->cache, c->d->pool, &ss->st, err);
-	if (rc == 0)
-		rc = ses_limits_after(c, stream_shm_bytes(ss->st), err);
-	if (rc < 0) {
-		stream_close(ss->st);
-		free(ss);
-		return rc;
-	}
-	ss->conn = c;
-	ss->id = ++c->next_stream_id;
-	ss->shm_bytes = stream_shm_bytes(ss->st);
-	stream_fds(ss->st, &fds);
-	uv_poll_init(&c->d->loop, &ss->poll, fds.release);
+	dlv_fds(ss->dlv, &fds);
+	if ((r = uv_poll_init(&ss->d->loop, &ss->poll, fds.release)) < 0)
+		return feed_err_set(err, r, "release doorbell: uv_poll_init: %s", uv_strerror(r));
 	ss->poll.data = ss;
-	uv_poll_start(&ss->poll, UV_READABLE, ses_on_release);
-	ss->next = c->streams;
-	c->streams = ss;
-	*ret = ss;
+	ss->poll_live = true;
+	if ((r = uv_poll_start(&ss->poll, UV_READABLE, ses_on_release)) < 0)
+		return feed_err_set(err, r, "release doorbell: uv_poll_start: %s", uv_strerror(r));
 	return 0;
 }
 
-void ses_open_stream(struct srv_conn *c, uint32_t id, const Feed__OpenStream *o)
+static void ses_unlink_opening(struct ses *se, struct ses_stream *ss)
+{
+	for (struct ses_stream **p = &se->opening; *p; p = &(*p)->next)
+		if (*p == ss) {
+			*p = ss->next;
+			return;
+		}
+}
+
+/* Refuses an open: logs, answers, frees what the stream held. */
+static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const char *msg)
+{
+	char text[FEED_ERR_MSG_MAX + 80];
+
+	snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
+	log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s", SRV_CONN_ARGS(se->conn),
+		 text);
+	ses_error(se, ss->req_id, rc, text, SES_REFUSAL);
+	ses_stream_drop(ss);
+}
+
+/* The stream's regions are made (or could not be): answer the open. Loop
+ * thread, from the pool's completion. */
+static void ses_open_ready(void *arg, int rc, const char *msg)
+{
+	struct ses_stream *ss = arg;
+	struct ses *se = ss->se;
+	struct feed_err err = {0};
+
+	if (!se) {  /* the connection went meanwhile */
+		ses_stream_free(ss);
+		return;
+	}
+	struct srv_conn *c = se->conn;
+	srv_conn_hold(c);  /* a failed reply closes c only once we are done */
+	ses_unlink_opening(se, ss);
+	if (rc == 0 && (rc = ses_stream_poll(ss, &err)) < 0)
+		msg = err.msg;
+	if (rc < 0) {
+		ses_open_refuse(se, ss, rc, msg);
+		srv_conn_unhold(c);
+		return;
+	}
+	ss->id = ++se->next_stream_id;
+	ss->next = se->streams;
+	se->streams = ss;
+	ses_opened_reply(se, ss);
+	log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, pipeline '%s'",
+		 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch, ss->credits, ss->plan->canonical);
+	free(ss->plan);
+	ss->plan = NULL;
+	dlv_start(ss->dlv);
+	srv_conn_unhold(c);
+}
+
+/* Everything an open needs before memory: plan, resume, layout, limits.
+ * On success the user's quota holds the stream. */
+static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
+			  struct dlv_spec *sp, struct slot_layout *lay, struct feed_err *err)
+{
+	int rc;
+
+	ses_spec(se, o, ss->e, sp);
+	if ((rc = pipe_plan_text(ses_pipeline_text(se->d, o->pipeline), ss->e->info->schema,
+				 ss->plan, err)) < 0) {
+		feed_err_prefix(err, "pipeline");
+		return rc;
+	}
+	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
+		return rc;
+	if ((rc = layout_compute(&ss->plan->out, o->batch, sp->credits, lay, err)) < 0)
+		return rc;
+	ss->shm_bytes = layout_shm_bytes(lay);
+	ss->batch = o->batch;
+	ss->credits = sp->credits;
+	return quota_stream_take(&se->d->quota, ss->uid, sp->credits, ss->shm_bytes,
+				 &se->d->cfg->limits, err);
+}
+
+void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 {
 	struct feed_err err = {0};
-	struct stream_spec sp;
-	struct ses_stream *ss = NULL;
-	char note[256];
-	const struct cat_entry *e = ses_dataset(c, id, o->dataset);
+	struct dlv_spec sp;
+	struct slot_layout lay;
+	const struct cat_entry *e = ses_dataset(se, id, o->dataset);
+	struct ses_stream *ss;
 
 	if (!e)
 		return;
-	ses_spec(o, &sp);
-	struct pipe_plan *plan = malloc(sizeof(*plan));
-	if (!plan) {
-		ses_error(c, id, -ENOMEM, "open_stream: out of memory", SES_REFUSAL);
+	if (!(ss = calloc(1, sizeof(*ss))) || !(ss->plan = malloc(sizeof(*ss->plan)))) {
+		free(ss);
+		ses_error(se, id, -ENOMEM, "open_stream: out of memory", SES_REFUSAL);
 		return;
 	}
-	int rc = ses_limits_before(c, &sp, &err);
-	if (rc == 0 && (rc = pipe_plan_text(ses_pipeline_text(c->d, o->pipeline), e->info->schema,
-					    plan, &err)) < 0)
-		feed_err_prefix(&err, "pipeline");
-	if (rc == 0 && o->resume.len)
-		rc = ses_resume(o, e, plan, &sp, &err);
-	if (rc == 0)
-		rc = ses_stream_make(c, e, plan, &sp, &ss, &err);
+	ss->se = se;
+	ss->d = se->d;
+	ss->e = e;
+	ss->req_id = id;
+	ss->uid = se->conn->peer.uid;
+	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
 	if (rc < 0) {
+		ss->shm_bytes = 0;
 		feed_err_prefix(&err, "dataset '%s'", o->dataset);
-		log_info(&c->d->log, SRV_CONN_FMT ": open_stream refused: %s", SRV_CONN_ARGS(c), err.msg);
-		ses_error(c, id, rc, err.msg, SES_REFUSAL);
-		free(plan);
+		log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s",
+			 SRV_CONN_ARGS(se->conn), err.msg);
+		ses_error(se, id, rc, err.msg, SES_REFUSAL);
+		free(ss->plan);
+		free(ss);
 		return;
 	}
-	ses_note(c->d, e, &sp, note, sizeof(note));
-	ses_opened_reply(c, id, ss, plan, e, &sp, note);
-	log_info(&c->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, pipeline '%s'",
-		 SRV_CONN_ARGS(c), ss->id, o->dataset, sp.batch, sp.credits, plan->canonical);
-	free(plan);
-	stream_start(ss->st);
+	/* from here the quota holds it: ses_stream_free() gives it back */
+	if ((rc = dlv_new(e->ds, ss->plan, &lay, &sp, se->d->cache, se->d->pool, &ss->dlv,
+			  &err)) < 0) {
+		ses_open_refuse(se, ss, rc, err.msg);
+		return;
+	}
+	ses_note(se->d, e, &sp, ss->note, sizeof(ss->note));
+	ss->next = se->opening;
+	se->opening = ss;
+	dlv_prepare(ss->dlv, ses_open_ready, ss);
 }
 
-void ses_close_stream(struct srv_conn *c, uint32_t id, const Feed__CloseStream *q)
+void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q)
 {
 	char msg[80];
 
-	for (struct ses_stream **p = &c->streams; *p; p = &(*p)->next) {
+	for (struct ses_stream **p = &se->streams; *p; p = &(*p)->next) {
 		struct ses_stream *ss = *p;
 		if (ss->id != q->stream)
 			continue;
@@ -348,9 +408,9 @@ void ses_close_stream(struct srv_conn *c, uint32_t id, const Feed__CloseStream *
 		reply.id = id;
 		reply.body_case = FEED__REPLY__BODY_STREAM_CLOSED;
 		reply.stream_closed = &sc;
-		ses_send_fds(c, &reply, NULL, 0);
+		ses_send_fds(se, &reply, NULL, 0);
 		return;
 	}
 	snprintf(msg, sizeof(msg), "close_stream: no stream %u on this connection", q->stream);
-	ses_error(c, id, -ENOENT, msg, SES_REFUSAL);
+	ses_error(se, id, -ENOENT, msg, SES_REFUSAL);
 }

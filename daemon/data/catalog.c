@@ -38,6 +38,25 @@ static void cat_describe(struct cat_entry *e)
 	e->pb.schema = &e->pb_schema;
 }
 
+/* The first sample of every block, and the sample count after the last:
+ * block-window order's table, built once here and borrowed by every
+ * stream over the dataset (core/order.h). */
+static int cat_blocks(struct cat_entry *e)
+{
+	uint64_t n = e->info->num_blocks;
+
+	e->block_first = malloc((n + 1) * sizeof(*e->block_first));
+	if (!e->block_first)
+		return -ENOMEM;
+	for (uint64_t b = 0; b < n; b++) {
+		struct fmt_block_meta m;
+		fmt_dataset_block_meta(e->ds, b, &m);
+		e->block_first[b] = m.first_sample;
+	}
+	e->block_first[n] = e->info->num_samples;
+	return 0;
+}
+
 int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct feed_err *err)
 {
 	struct cat *cat = calloc(1, sizeof(*cat));
@@ -64,6 +83,12 @@ int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct
 		}
 		e->cfg = d;
 		e->info = fmt_dataset_info(e->ds);
+		if (cat_blocks(e) < 0) {
+			fmt_dataset_close(e->ds);
+			cat_free(cat);
+			return feed_err_set(err, -ENOMEM, "dataset '%s' (%s): out of memory for its "
+					    "block table", d->name, d->path);
+		}
 		cat_describe(e);
 		cat->n++;
 		log_info(lg, "dataset '%s' (%s): %llu samples, %u fields, version %s", d->name,
@@ -86,8 +111,10 @@ void cat_free(struct cat *cat)
 {
 	if (!cat)
 		return;
-	for (size_t i = 0; i < cat->n; i++)
+	for (size_t i = 0; i < cat->n; i++) {
 		fmt_dataset_close(cat->e[i].ds);
+		free(cat->e[i].block_first);
+	}
 	free(cat->e);
 	free(cat);
 }

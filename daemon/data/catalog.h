@@ -21,6 +21,8 @@ struct cat_entry {
 	const struct cfg_dataset *cfg;   /* name, directory, access list */
 	struct fmt_dataset *ds;          /* open dataset, owned */
 	const struct fmt_info *info;     /* fmt_dataset_info(ds) */
+	uint64_t *block_first;           /* owned: info->num_blocks + 1 entries, block b
+					  * holds samples [block_first[b], block_first[b+1]) */
 	Feed__DatasetInfo pb;            /* points into info and the arrays below */
 	Feed__Schema pb_schema;
 	Feed__Field pb_fields[FMT_MAX_FIELDS];

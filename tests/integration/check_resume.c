@@ -124,11 +124,14 @@ static int r_read(struct feed_conn *c, struct feed_stream *st, struct r_run *run
 	return 0;
 }
 
-static void r_assert_same(const struct r_run *a, const struct r_run *b)
+/* Asserts b is a with item `skip` left out (SIZE_MAX: nothing). */
+static void r_assert_same_but(const struct r_run *a, const struct r_run *b, size_t skip)
 {
-	ck_assert_uint_eq(a->len, b->len);
-	for (size_t i = 0; i < a->len; i++) {
-		const struct r_item *x = &a->item[i], *y = &b->item[i];
+	ck_assert_uint_eq(a->len - (skip < a->len), b->len);
+	for (size_t i = 0, j = 0; i < a->len; i++, j++) {
+		if (i == skip && ++i == a->len)
+			break;
+		const struct r_item *x = &a->item[i], *y = &b->item[j];
 		ck_assert_msg(x->kind == y->kind, "item %zu: kind %d vs %d", i, x->kind, y->kind);
 		if (x->kind)
 			continue;
@@ -138,6 +141,11 @@ static void r_assert_same(const struct r_run *a, const struct r_run *b)
 			      (unsigned long long)x->epoch, (unsigned long long)y->epoch);
 		ck_assert_msg(x->hash == y->hash, "item %zu: same samples, other bytes", i);
 	}
+}
+
+static void r_assert_same(const struct r_run *a, const struct r_run *b)
+{
+	r_assert_same_but(a, b, SIZE_MAX);
 }
 
 /* The uninterrupted run every other run is compared with. */
@@ -155,7 +163,10 @@ static void r_reference(struct feed_conn *c, struct r_run *ref)
 
 /* Stops after k items at several points (start, mid-epoch, just before
  * and just after an epoch's end, in the second epoch) and resumes through
- * a token in a new stream on a new connection. */
+ * a token in a new stream on a new connection. A token taken after an
+ * epoch's last batch resumes with the next epoch's first batch: the
+ * END_OF_EPOCH of the epoch the first stream finished is not delivered
+ * again (the trainer's end-of-epoch work must not run twice). */
 START_TEST(test_resume_token_continues_exactly)
 {
 	static struct r_run ref, run;
@@ -185,8 +196,80 @@ START_TEST(test_resume_token_continues_exactly)
 		ck_assert_int_eq(r_read(c2, st, &run, R_MAX), FEED_END_OF_STREAM);
 		ck_assert_int_eq(feed_stream_close(st), 0);
 		feed_disconnect(c2);
-		r_assert_same(&ref, &run);
+		bool at_end = cut[i] > 0 && ref.item[cut[i] - 1].kind == 0 &&
+			      ref.item[cut[i]].kind == FEED_END_OF_EPOCH;
+		r_assert_same_but(&ref, &run, at_end ? cut[i] : SIZE_MAX);
 	}
+	feed_disconnect(c);
+}
+END_TEST
+
+/* Reads k batches of a fresh stream (and the epoch ends between them, not
+ * one after the k-th) and returns its token in tok. */
+static size_t r_token_after(struct feed_conn *c, int k, uint8_t *tok)
+{
+	struct feed_stream_opts o = r_opts(0, 1);
+	struct feed_stream *st;
+	size_t len;
+
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
+	for (int i = 0; i < k;) {
+		struct feed_batch *b;
+		int r = feed_next(st, H_DEADLINE_MS, &b);
+		ck_assert_msg(r == 0 || r == FEED_END_OF_EPOCH, "feed_next: %d", r);
+		if (r == 0) {
+			ck_assert_int_eq(feed_release(b), 0);
+			i++;
+		}
+	}
+	ck_assert_int_eq(feed_stream_resume_token(st, tok, FEED_RESUME_MAX, &len), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	return len;
+}
+
+/* A resumed stream says where it starts, and its batches carry their true
+ * epoch and index: batch 7 is batch 7 of an epoch of 19, not batch 0 of
+ * one of 12; after an epoch's last batch, batch 0 of the next epoch comes
+ * first, with no END_OF_EPOCH before it. */
+START_TEST(test_resume_positions_are_true)
+{
+	struct feed_conn *c;
+	uint8_t tok[FEED_RESUME_MAX];
+	const struct {
+		int read;
+		uint64_t epoch, index;
+	} cases[] = {{7, 0, 7}, {19, 1, 0}, {19 + 3, 1, 3}};
+
+	r_start();
+	c = h_conn_new();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct feed_stream_opts o = r_opts(0, 1);
+		struct feed_stream *st;
+		struct feed_batch *b;
+
+		o.resume = tok;
+		o.resume_len = r_token_after(c, cases[i].read, tok);
+		ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
+		const struct feed_stream_info *info = feed_stream_info(st);
+		ck_assert_uint_eq(info->batches_per_epoch, 19);
+		ck_assert_uint_eq(info->start_epoch, cases[i].epoch);
+		ck_assert_uint_eq(info->start_batch, cases[i].index);
+		int r = feed_next(st, H_DEADLINE_MS, &b);
+		ck_assert_msg(r == 0, "case %zu: feed_next gave %d", i, r);
+		ck_assert_uint_eq(feed_batch_epoch(b), cases[i].epoch);
+		ck_assert_uint_eq(feed_batch_index(b), cases[i].index);
+		ck_assert_int_eq(feed_release(b), 0);
+		ck_assert_int_eq(feed_stream_close(st), 0);
+	}
+	/* after the last epoch's last batch there is nothing but the end */
+	struct feed_stream_opts o = r_opts(0, 1);
+	struct feed_stream *st;
+	struct feed_batch *b;
+	o.resume = tok;
+	o.resume_len = r_token_after(c, 2 * 19, tok);
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b), FEED_END_OF_STREAM);
+	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
 END_TEST
@@ -423,6 +506,7 @@ int main(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_resume_token_continues_exactly);
 	tcase_add_test(tc, test_resume_other_world_size);
+	tcase_add_test(tc, test_resume_positions_are_true);
 	tcase_add_test(tc, test_resume_mismatch_refused);
 	tcase_add_test(tc, test_restart_loses_and_repeats_nothing);
 	tcase_add_test(tc, test_restart_bound);

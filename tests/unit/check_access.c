@@ -1,8 +1,7 @@
 /*
  * check_access.c: unit tests of daemon/control/access.c: names and ids resolved,
  * peer credentials from a real socket, the groups of a passwd entry, who
- * an access list admits (root, the daemon's own user, "*", uids, groups),
- * and per-user connection counting against a limit.
+ * an access list admits (root, the daemon's own user, "*", uids, groups).
  */
 #include <check.h>
 #include <errno.h>
@@ -99,29 +98,6 @@ START_TEST(test_access_allows)
 }
 END_TEST
 
-START_TEST(test_access_user_counts)
-{
-	struct acl_users u = {0};
-
-	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
-	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
-	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), -EUSERS);
-	ck_assert_uint_eq(acl_users_count(&u, 7), 2);
-	for (uid_t uid = 100; uid < 120; uid++)  /* grows past its first size */
-		ck_assert_int_eq(acl_users_acquire(&u, uid, 2), 0);
-	ck_assert_uint_eq(acl_users_count(&u, 119), 1);
-	acl_users_release(&u, 7);
-	ck_assert_uint_eq(acl_users_count(&u, 7), 1);
-	ck_assert_int_eq(acl_users_acquire(&u, 7, 2), 0);
-	acl_users_release(&u, 7);
-	acl_users_release(&u, 7);
-	ck_assert_uint_eq(acl_users_count(&u, 7), 0);
-	ck_assert_uint_eq(acl_users_count(&u, 110), 1);
-	ck_assert_int_eq(acl_users_acquire(&u, 8, 0), -EUSERS);
-	acl_users_free(&u);
-}
-END_TEST
-
 static Suite *access_suite(void)
 {
 	Suite *s = suite_create("access");
@@ -132,7 +108,6 @@ static Suite *access_suite(void)
 	tcase_add_test(tc, test_access_peer_read);
 	tcase_add_test(tc, test_access_peer_groups);
 	tcase_add_test(tc, test_access_allows);
-	tcase_add_test(tc, test_access_user_counts);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,187 @@
+/*
+ * schedule.c: a stream's positions (see schedule.h). Called by delivery
+ * under its lock; allocates only when an epoch's order does (block-window).
+ */
+#include "schedule.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Builds epoch `epoch` from position 0 into its half of s->ep. */
+static int epoch_make(struct sched *s, uint64_t epoch, struct feed_err *err)
+{
+	struct sched_epoch *e = &s->ep[epoch & 1];
+	int rc;
+
+	if (e->valid)
+		ord_epoch_fini(&e->ord);
+	memset(e, 0, sizeof(*e));
+	if ((rc = ord_epoch_init(&e->ord, &s->spec.ord, epoch, err)) < 0)
+		return rc;
+	e->valid = true;
+	e->epoch = epoch;
+	return 0;
+}
+
+/* The start epoch of a resume at global position P: the whole epoch's
+ * layout when P starts one of its batches (true indices), else the rest of
+ * the epoch laid out from P. *ret_end is set when P is at or past the
+ * epoch's end. */
+static int epoch_make_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *ret_end,
+			 struct feed_err *err)
+{
+	struct sched_epoch *e = &s->ep[epoch & 1];
+	uint64_t b, stride = (uint64_t)s->spec.ord.batch * s->spec.ord.world;
+	int rc = epoch_make(s, epoch, err);
+
+	if (rc < 0)
+		return rc;
+	uint64_t nb = ord_batches_per_epoch(&e->ord);
+	*ret_end = pos >= ord_position_of(&e->ord, nb);
+	if (*ret_end)
+		return 0;
+	if (ord_batch_at_position(&e->ord, pos, &b) == 0) {
+		s->next_batch = b;
+		return 0;
+	}
+	ord_epoch_fini(&e->ord);
+	e->valid = false;
+	if ((rc = ord_epoch_init_at(&e->ord, &s->spec.ord, epoch, pos, err)) < 0)
+		return rc;
+	e->valid = true;
+	e->base = pos / stride;
+	s->next_batch = 0;
+	*ret_end = ord_batches_per_epoch(&e->ord) == 0;
+	return 0;
+}
+
+/* The start position, resolved; *ret_empty when nothing is left. */
+static int sched_start(struct sched *s, bool *ret_empty, struct feed_err *err)
+{
+	const struct sched_spec *sp = &s->spec;
+	bool end = false;
+	int rc;
+
+	*ret_empty = false;
+	s->next_epoch = sp->start_epoch;
+	s->next_batch = sp->start_batch;
+	if (!sp->at_position)
+		return epoch_make(s, sp->start_epoch, err);
+	if ((rc = epoch_make_at(s, sp->start_epoch, sp->start_position, &end, err)) < 0 || !end)
+		return rc;
+	/* taken once the epoch was done: the next one starts, with no END_OF_EPOCH */
+	s->next_epoch = sp->start_epoch + 1;
+	s->next_batch = 0;
+	if (sp->epochs && s->next_epoch >= sp->epochs) {
+		*ret_empty = true;
+		return 0;
+	}
+	return epoch_make(s, s->next_epoch, err);
+}
+
+int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *err)
+{
+	bool empty;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->spec = *spec;
+	if ((rc = sched_start(s, &empty, err)) < 0)
+		return rc;
+	s->first_epoch = s->next_epoch;
+	if (empty) {
+		s->empty = s->done = true;
+		return 0;
+	}
+	const struct sched_epoch *e = &s->ep[s->next_epoch & 1];
+	s->first_index = e->base + s->next_batch;
+	uint64_t nb = ord_batches_per_epoch(&e->ord);
+	if (spec->epochs && s->next_epoch >= spec->epochs)
+		return feed_err_set(err, -EINVAL, "start epoch %llu is past the %llu epochs asked for",
+				    (unsigned long long)s->next_epoch,
+				    (unsigned long long)spec->epochs);
+	if (nb == 0)
+		return feed_err_set(err, -EINVAL, "rank %u of %u gets no batch of %u samples in an epoch",
+				    spec->ord.rank, spec->ord.world, spec->ord.batch);
+	if (s->next_batch >= nb)
+		return feed_err_set(err, -EINVAL, "start batch %llu is past the epoch's %llu batches",
+				    (unsigned long long)s->next_batch, (unsigned long long)nb);
+	return 0;
+}
+
+void sched_fini(struct sched *s)
+{
+	for (int i = 0; i < 2; i++)
+		if (s->ep[i].valid)
+			ord_epoch_fini(&s->ep[i].ord);
+	memset(s->ep, 0, sizeof(s->ep));
+}
+
+int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
+{
+	struct sched_epoch *e = &s->ep[s->next_epoch & 1];
+	int rc;
+
+	if (s->done)
+		return -ENODATA;
+	if (!e->valid || e->epoch != s->next_epoch) {
+		if (e->valid && e->inflight > 0)
+			return -EAGAIN; /* epoch - 2 still has batches being built */
+		if ((rc = epoch_make(s, s->next_epoch, err)) < 0)
+			return rc;
+	}
+	uint64_t nb = ord_batches_per_epoch(&e->ord);
+	if (s->next_batch >= nb)
+		return feed_err_set(err, -EINVAL, "epoch %llu has no batch %llu for rank %u",
+				    (unsigned long long)s->next_epoch,
+				    (unsigned long long)s->next_batch, s->spec.ord.rank);
+	*ret = (struct sched_pos){
+		.epoch = s->next_epoch,
+		.index = e->base + s->next_batch,
+		.batch = s->next_batch,
+		.ord = &e->ord,
+		.nsamples = ord_batch_size(&e->ord, s->next_batch),
+		.last_of_epoch = s->next_batch + 1 == nb,
+	};
+	ret->last_of_stream = ret->last_of_epoch && s->spec.epochs &&
+			      s->next_epoch + 1 >= s->spec.epochs;
+	e->inflight++;
+	if (ret->last_of_stream)
+		s->done = true;
+	if (ret->last_of_epoch) {
+		s->next_epoch++;
+		s->next_batch = 0;
+	} else {
+		s->next_batch++;
+	}
+	return 0;
+}
+
+void sched_done(struct sched *s, const struct sched_pos *p)
+{
+	struct sched_epoch *e = &s->ep[p->epoch & 1];
+
+	if (e->valid && e->epoch == p->epoch && e->inflight > 0)
+		e->inflight--;
+}
+
+uint64_t sched_batches_per_epoch(const struct sched *s)
+{
+	const struct sched_epoch *e = &s->ep[s->first_epoch & 1];
+	return s->empty || !e->valid ? 0 : e->base + ord_batches_per_epoch(&e->ord);
+}
+
+uint64_t sched_start_epoch(const struct sched *s)
+{
+	return s->first_epoch;
+}
+
+uint64_t sched_start_index(const struct sched *s)
+{
+	return s->first_index;
+}
+
+bool sched_empty(const struct sched *s)
+{
+	return s->empty;
+}

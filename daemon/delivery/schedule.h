@@ -1,0 +1,93 @@
+/*
+ * schedule.h: the positions a stream delivers, in order: (epoch, batch) after
+ * (epoch, batch), each with its order (core/order.h) and sample count. Knows
+ * no slots, no regions and no threads.
+ *
+ * Not thread-safe: the owner (delivery) calls it under its own lock. Two
+ * epochs' orders are alive at once (the one being finished and the next);
+ * a third waits (-EAGAIN) until every batch of the oldest is done.
+ *
+ * Batch indices are true: a stream resumed at batch 37 of an epoch
+ * delivers index 37 first, and batches_per_epoch counts the whole epoch.
+ * When the resume position is not a batch boundary of this stream's layout
+ * (a token taken with another world size or batch size), the rest of the
+ * epoch is laid out from that position and indices count on from the batch
+ * the position falls in.
+ */
+#ifndef FEEDD_SCHEDULE_H
+#define FEEDD_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "feed_err.h"
+#include "order.h"
+
+/* What a stream asks for. */
+struct sched_spec {
+	struct ord_spec ord;       /* order and partition; block_first borrowed from
+				    * the catalog, which outlives every stream */
+	uint64_t epochs;           /* deliver epochs < epochs; 0 = no end */
+	uint64_t start_epoch;      /* first position delivered */
+	uint64_t start_batch;      /* with !at_position */
+	bool at_position;          /* resume token: start at global position */
+	uint64_t start_position;   /* with at_position */
+};
+
+/* One batch to build. */
+struct sched_pos {
+	uint64_t epoch;
+	uint64_t index;            /* true batch index in the epoch (see above) */
+	uint64_t batch;            /* batch in ord's layout, for the ord_*() queries */
+	const struct ord_epoch *ord; /* valid until sched_done() of this position */
+	uint32_t nsamples;
+	bool last_of_epoch;        /* an EPOCH_END follows it */
+	bool last_of_stream;       /* a STREAM_END follows it */
+};
+
+struct sched_epoch {
+	bool valid;
+	uint64_t epoch;
+	uint64_t base;             /* index of the layout's batch 0 */
+	uint32_t inflight;         /* positions handed out, not yet done */
+	struct ord_epoch ord;
+};
+
+struct sched {
+	struct sched_spec spec;
+	uint64_t next_epoch, next_batch; /* next position (batch in its layout) */
+	bool done;                 /* every position handed out */
+	bool empty;                /* nothing to deliver at all: only STREAM_END */
+	uint64_t first_epoch;      /* the first position delivered */
+	uint64_t first_index;
+	struct sched_epoch ep[2];  /* by epoch & 1 */
+};
+
+/* Builds the start epoch's order and checks the start position. A resume
+ * position at an epoch's end starts the next epoch (no END_OF_EPOCH first:
+ * the token was taken once that epoch was done); past the last epoch asked
+ * for, the stream is empty. Returns 0 or -EINVAL naming the parameter
+ * (e.g. an epoch with no batch for this rank), -ENOMEM. On failure
+ * sched_fini() is still safe. */
+int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *err);
+void sched_fini(struct sched *s);
+
+/* The next position. Returns 0; -EAGAIN when the next epoch must wait for
+ * the oldest one's positions to be done; -ENODATA when every position was
+ * handed out; -ENOMEM or -EINVAL naming what failed to build an epoch. */
+int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err);
+
+/* A position from sched_next() was built or abandoned. */
+void sched_done(struct sched *s, const struct sched_pos *p);
+
+/* Batches of the start epoch (true count: a resumed epoch counts its
+ * batches before the start too), the start epoch and its first index. */
+uint64_t sched_batches_per_epoch(const struct sched *s);
+uint64_t sched_start_epoch(const struct sched *s);
+uint64_t sched_start_index(const struct sched *s);
+
+/* True when the stream has nothing to deliver (a token taken after the
+ * last epoch's last batch): its only entry is STREAM_END. */
+bool sched_empty(const struct sched *s);
+
+#endif

@@ -1,0 +1,180 @@
+/*
+ * builder.c: one batch into one destination (see builder.h). Worker
+ * thread, no lock of ours; the cache takes its own.
+ */
+#include "builder.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "augment.h"
+#include "cache.h"
+#include "feed_shm.h"
+#include "fmt.h"
+#include "layout.h"
+#include "order.h"
+#include "pipeline.h"
+#include "pool.h"
+
+/* Per-worker buffers, grown once to the largest need seen. */
+static int worker_reserve(void **p, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return 0;
+	void *n = aligned_alloc(64, (need + 63) & ~(size_t)63);
+	if (!n)
+		return -ENOMEM;
+	free(*p);
+	*p = n;
+	*cap = need;
+	return 0;
+}
+
+/* Where field f of sample i goes, and how much room it has. */
+static void out_dest(const struct bld_batch *b, uint32_t f, uint32_t i, const uint64_t *cursor,
+		     struct aug_out *o, size_t *len)
+{
+	const struct fmt_field *fd = &b->plan->out.fields[f];
+	uint8_t *base = b->data + b->lay->field_off[f];
+
+	o->ret_len = len;
+	if (!fd->variable) {
+		o->dst = base + (size_t)i * fd->max_bytes;
+		o->cap = fd->max_bytes;
+	} else {
+		o->dst = base + cursor[f];
+		o->cap = (size_t)b->lay->batch * fd->max_bytes - cursor[f];
+	}
+}
+
+/* Writes the slot header's field table once the bytes are in place; the
+ * generation goes last. Returns the field bytes. */
+static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, bool padded)
+{
+	const struct fmt_schema *out = &b->plan->out;
+	struct feed_shm_slot *h = b->hdr;
+	uint64_t bytes = 0;
+
+	h->nsamples = b->nsamples;
+	h->epoch = b->epoch;
+	h->index = b->index;
+	h->flags = padded ? FEED_SLOT_PADDED : 0;
+	h->position = ord_position_of(b->ord, b->ord_batch);
+	h->nfields = out->nfields;
+	for (uint32_t f = 0; f < out->nfields; f++) {
+		const struct fmt_field *fd = &out->fields[f];
+		struct feed_shm_field *sf = &h->field[f];
+		memset(sf, 0, sizeof(*sf));
+		sf->dtype = (uint32_t)fd->dtype;
+		sf->rank = fd->rank + 1;
+		sf->shape[0] = b->nsamples;
+		for (uint32_t d = 0; d < fd->rank; d++)
+			sf->shape[d + 1] = fd->shape[d];
+		sf->offset = b->data_off + b->lay->field_off[f];
+		if (fd->variable) {
+			sf->bytes = cursor[f];
+			sf->var_off = b->hdr_off + b->lay->var_off[f];
+			/* the variable axis: shape[1] = 0, element shape after it */
+			sf->rank = fd->rank + 2;
+			memmove(&sf->shape[2], &sf->shape[1], fd->rank * sizeof(uint64_t));
+			sf->shape[1] = 0;
+		} else {
+			sf->bytes = (uint64_t)b->nsamples * fd->max_bytes;
+		}
+		bytes += sf->bytes;
+	}
+	h->gen = b->gen;
+	return bytes;
+}
+
+/* Builds sample i of the batch into the destination. */
+static int sample_build(const struct bld_batch *b, struct pool_worker *w,
+			const struct fmt_block *blk, uint32_t rec, uint64_t idx, uint32_t i,
+			uint64_t *cursor, struct feed_err *err)
+{
+	uint32_t nf = b->plan->in.nfields;
+	struct aug_in ain[FMT_MAX_FIELDS];
+	struct aug_out aout[FMT_MAX_FIELDS];
+	size_t len[FMT_MAX_FIELDS];
+	struct aug_ctx ctx = {.seed = b->seed, .epoch = b->epoch, .sample = idx};
+
+	for (uint32_t f = 0; f < nf; f++) {
+		ain[f].data = fmt_block_field(blk, f, rec, &ain[f].len);
+		out_dest(b, f, i, cursor, &aout[f], &len[f]);
+	}
+	int rc = aug_apply(b->plan, &ctx, ain, aout, w->scratch, err);
+	if (rc < 0)
+		return rc;
+	for (uint32_t f = 0; f < nf; f++) {
+		if (!b->plan->out.fields[f].variable)
+			continue;
+		uint64_t *ends = (uint64_t *)((uint8_t *)b->hdr + b->lay->var_off[f]);
+		cursor[f] += len[f];
+		ends[0] = 0;
+		ends[i + 1] = cursor[f];
+	}
+	return 0;
+}
+
+/* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
+ * them, pins their blocks with one trip to the cache for all that are
+ * cached (the others one by one, decoding), builds, unpins. */
+static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
+		       struct cache_worker *cw, uint32_t i0, uint32_t n, uint64_t *cursor,
+		       bool *padded, struct feed_err *err)
+{
+	const struct fmt_info *in = fmt_dataset_info(b->ds);
+	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
+	uint32_t rec[CACHE_PIN_MAX];
+	const struct fmt_block *blk[CACHE_PIN_MAX];
+	struct cache_entry *ent[CACHE_PIN_MAX];
+	int rc = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct fmt_loc loc;
+		idx[k] = ord_sample(b->ord, b->ord_batch, i0 + k);
+		*padded |= ord_global_position(b->ord, b->ord_batch, i0 + k) >= in->num_samples;
+		b->hdr->sample[i0 + k] = idx[k];
+		fmt_dataset_locate(b->ds, idx[k], &loc);
+		block[k] = loc.block;
+		rec[k] = loc.record;
+	}
+	if (cache_pin_many(b->cache, b->ds, block, n, blk, ent) < n) {
+		for (uint32_t k = 0; k < n; k++) {
+			if (ent[k])
+				continue;
+			rc = cache_get(b->cache, b->ds, block[k], cw, &blk[k], &ent[k], err);
+			if (rc < 0) {
+				feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
+				goto out;
+			}
+		}
+	}
+	for (uint32_t k = 0; k < n && rc == 0; k++)
+		rc = sample_build(b, w, blk[k], rec[k], idx[k], i0 + k, cursor, err);
+out:
+	cache_put_many(b->cache, ent, n);
+	return rc;
+}
+
+int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
+	      struct feed_err *err)
+{
+	const struct fmt_info *in = fmt_dataset_info(b->ds);
+	uint64_t cursor[FMT_MAX_FIELDS] = {0};
+	bool padded = false;
+	int rc = 0;
+
+	if (worker_reserve(&w->comp, &w->comp_cap, in->max_block_comp) < 0 ||
+	    worker_reserve(&w->scratch, &w->scratch_cap, pipe_scratch_bytes(b->plan) + 64) < 0)
+		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
+	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
+	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0; i0 += CACHE_PIN_MAX) {
+		uint32_t n = b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 : CACHE_PIN_MAX;
+		rc = chunk_build(b, w, &cw, i0, n, cursor, &padded, err);
+	}
+	if (rc == 0)
+		*ret_bytes = header_fill(b, cursor, padded);
+	return rc;
+}

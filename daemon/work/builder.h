@@ -1,0 +1,53 @@
+/*
+ * builder.h: builds one batch into one destination: its samples located in
+ * the dataset, their blocks pinned from the cache (decoded on a miss), the
+ * pipeline applied straight into the destination's bytes, and the slot
+ * header written last. Knows no stream, no slot table and no lock: whoever
+ * owns the destination (delivery) hands it over for the build and takes it
+ * back when bld_build() returns.
+ *
+ * Worker thread. Never allocates per batch or per sample (the worker's
+ * buffers grow once to the largest need seen).
+ */
+#ifndef FEEDD_BUILDER_H
+#define FEEDD_BUILDER_H
+
+#include <stdint.h>
+
+#include "feed_err.h"
+
+struct cache;
+struct feed_shm_slot;
+struct fmt_dataset;
+struct ord_epoch;
+struct pipe_plan;
+struct pool_worker;
+struct slot_layout;
+
+/* What to build. Every pointer is borrowed for the call. */
+struct bld_batch {
+	const struct fmt_dataset *ds;
+	const struct pipe_plan *plan;
+	const struct slot_layout *lay;
+	struct cache *cache;         /* shared by every stream over ds */
+	uint64_t seed;               /* the stream's: augmentation draws */
+	/* position (schedule.h's struct sched_pos) */
+	uint64_t epoch, index;       /* written in the header */
+	const struct ord_epoch *ord; /* which samples */
+	uint64_t ord_batch;          /* batch in ord's layout */
+	uint32_t nsamples;
+	/* destination */
+	uint8_t *data;               /* the slot's bytes (lay->slot_bytes) */
+	uint64_t data_off;           /* their offset in the data region */
+	struct feed_shm_slot *hdr;   /* the slot header (lay->slot_hdr_bytes) */
+	uint64_t hdr_off;            /* its offset in the control region */
+	uint32_t gen;                /* the slot's generation, written last */
+};
+
+/* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error
+ * naming the sample and shard/block (-EBADMSG), the field, or the worker
+ * (-ENOMEM). On error the destination holds garbage. */
+int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
+	      struct feed_err *err);
+
+#endif

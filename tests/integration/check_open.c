@@ -1,0 +1,190 @@
+/*
+ * check_open.c: opening a stream, the one request that makes the daemon
+ * allocate on a client's behalf. A client that goes away at any point of
+ * an open (before, while and after its regions are made) harms nobody; the
+ * per-user limits are checked against the stream's layout before a byte of
+ * shared memory exists; and the shared memory is made by a worker, never
+ * by the loop thread that serves every other client meanwhile.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "feed/client.h"
+#include "feed/stream.h"
+#include "feedd_harness.h"
+
+static const char *data_arg(void)
+{
+	static char arg[160];
+	snprintf(arg, sizeof(arg), "fm=%s", h.data);
+	return arg;
+}
+
+/* Sends an open_stream for fm on fd (after hello) with request id id. */
+static void raw_open(int fd, uint32_t id, uint32_t batch, const char *pipeline)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
+
+	os.dataset = "fm";
+	os.batch = batch;
+	os.credits = 4;
+	os.pipeline = (char *)pipeline;
+	req.id = id;
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &os;
+	h_raw_send_request(fd, &req);
+}
+
+/* Waits until the daemon holds no stream's shared memory any more. */
+static void wait_no_regions(void)
+{
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+
+	while (h_proc_maps_count(h.pid, "memfd:feedd-") > 0 && h_now_ms() < end)
+		h_nap_ms(5);
+	ck_assert_int_eq(h_proc_maps_count(h.pid, "memfd:feedd-"), 0);
+}
+
+/* Hello, open, gone: before the fix the reply's EPIPE closed the
+ * connection inside the open handler, which then started a stream it no
+ * longer had (SIGSEGV: every client of the node lost). Here the client
+ * goes at every point: right after asking, after a large open that keeps a
+ * worker busy making memory, and after reading the reply. */
+START_TEST(test_open_client_gone)
+{
+	h_start((const char *[]){"--dataset", data_arg(), "--workers", "2", NULL});
+	for (int i = 0; i < 30; i++) {
+		int fd = h_raw_connect();
+		h_raw_hello(fd);
+		raw_open(fd, 2, 1 + i % 4, i % 3 ? NULL : "resize(h=512, w=512)");
+		if (i % 5 == 4) {  /* reads the reply, descriptors and all, then goes */
+			Feed__Reply *rep;
+			int fds[8];
+			unsigned nfds;
+			ck_assert_int_eq(h_raw_recv_fds(fd, H_DEADLINE_MS, &rep, fds, 8, &nfds), 1);
+			ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_STREAM_OPENED);
+			feed__reply__free_unpacked(rep, NULL);
+			for (unsigned k = 0; k < nfds; k++)
+				close(fds[k]);
+		}
+		close(fd);
+	}
+	h_assert_healthy();
+	wait_no_regions();  /* and nothing the vanished clients asked for is kept */
+}
+END_TEST
+
+/* Starts feedd under strace, recording every fallocate of every thread,
+ * and returns the daemon's own pid (the loop thread's id). h.pid is
+ * strace's: it exits with feedd's status. */
+static pid_t start_traced(const char *config, const char *trace)
+{
+	char bin[300];
+	pid_t parent = getpid(), pid;
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+
+	snprintf(bin, sizeof(bin), "%s/feedd", h.bin);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		FILE *f = freopen(h.log, "a", stderr);
+		if (!f || dup2(2, 1) < 0)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(126);
+		execlp("strace", "strace", "-f", "-qq", "-e", "trace=fallocate", "-o", trace, bin,
+		       "--socket", h.sock, "--config", config, (char *)NULL);
+		_exit(127);
+	}
+	h.pid = pid;
+	const char *ready;
+	while (!(ready = strstr(h_file_text(h.log), "ready:"))) {
+		ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "feedd under strace exited:\n%s",
+			      h_file_text(h.log));
+		ck_assert_msg(h_now_ms() < end, "feedd not ready:\n%s", h_file_text(h.log));
+		h_nap_ms(5);
+	}
+	const char *p = strstr(h_file_text(h.log), "feedd[");
+	ck_assert_ptr_nonnull(p);
+	return (pid_t)atoi(p + 6);
+}
+
+/* With max_slot_bytes 1M, a stream whose slots need 32 MiB is refused by
+ * the limit before any memory is made (before the fix strace showed the
+ * 32 MiB fallocated, then the refusal), and the regions of a stream that
+ * fits are made by a worker thread, not the loop. */
+START_TEST(test_open_limits_before_memory)
+{
+	char cfg[512], trace[200];
+	struct feed_conn *c;
+	struct feed_stream *st;
+	int r;
+
+	snprintf(cfg, sizeof(cfg), "limits:\n  max_slot_bytes: 1M\nworkers: 2\n"
+		 "datasets:\n  - name: fm\n    path: %s\n", h.data);
+	snprintf(trace, sizeof(trace), "%s/strace.txt", h.dir);
+	pid_t daemon = start_traced(h_write_file("feedd.yaml", cfg), trace);
+	c = h_conn_new();
+	/* 4 credits of 8 images of 1024 x 1024 bytes */
+	struct feed_stream_opts o = {.dataset = "fm", .batch = 8, .credits = 4,
+				     .pipeline = "resize(h=1024, w=1024)"};
+	r = feed_stream_open(c, &o, &st);
+	ck_assert_msg(r == -ENOSPC, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "more would exceed max_slot_bytes 1048576"), "%s",
+		      feed_errmsg(c));
+	o.pipeline = NULL;  /* a stream that fits is served */
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
+	h_tiny_read(st, 3);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+
+	ck_assert_int_eq(kill(daemon, SIGTERM), 0);
+	int status = h_wait(h.pid, H_DEADLINE_MS);
+	h.pid = 0;
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d:\n%s", status,
+		      h_file_text(h.log));
+	/* "<tid> fallocate(<fd>, 0, 0, <bytes>) = 0" */
+	char text[1 << 15];
+	snprintf(text, sizeof(text), "%s", h_file_text(trace));
+	long tid[16];
+	unsigned long long bytes[16];
+	int calls = 0;
+	for (char *line = strtok(text, "\n"); line && calls < 16; line = strtok(NULL, "\n"))
+		if (sscanf(line, "%ld fallocate(%*d, %*d, %*d, %llu)", &tid[calls],
+			   &bytes[calls]) == 2)
+			calls++;
+	for (int i = 0; i < calls; i++)
+		ck_assert_msg(bytes[i] <= (1u << 20), "fallocate of %llu bytes:\n%s", bytes[i],
+			      h_file_text(trace));
+	for (int i = 0; i < calls; i++)
+		ck_assert_msg(tid[i] != daemon, "the loop thread made shared memory:\n%s",
+			      h_file_text(trace));
+	ck_assert_int_eq(calls, 3);  /* the served stream's three regions, no more */
+}
+END_TEST
+
+static Suite *open_suite(void)
+{
+	Suite *s = suite_create("open");
+	TCase *tc = tcase_create("open");
+
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_open_client_gone);
+	tcase_add_test(tc, test_open_limits_before_memory);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return h_run_suite(open_suite()) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
