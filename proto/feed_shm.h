@@ -25,7 +25,8 @@
  * Release ring protocol (client produces, daemon consumes), mirror image:
  *   client: store entry; store_release(rel_head); fence(seq_cst); if
  *           exchange(daemon_waiting, 0): ring release eventfd.
- *   daemon: tail is private; head - tail > capacity is tampering.
+ *   daemon: tail is private; a head behind the tail, or more than the
+ *           capacity ahead of it, is tampering.
  * The seq_cst fences pair the "publish then check the flag" of one side
  * with the "set the flag then re-check" of the other: with acquire/release
  * alone both sides can miss each other and sleep forever.
@@ -33,7 +34,9 @@
 #ifndef FEED_SHM_H
 #define FEED_SHM_H
 
+#include <stdalign.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define FEED_SHM_CTL_MAGIC 0x4c544346u  /* "FCTL" */
@@ -127,6 +130,31 @@ struct feed_shm_rel {
 	_Alignas(64) _Atomic uint32_t daemon_waiting; /* daemon sets, client clears */
 	uint8_t pad3[60];
 };
+
+/* Two programs built apart (perhaps by other compilers) map these structs:
+ * their layout is the contract, so any change to it fails here, not as a
+ * wrong read in a trainer. The atomics must be lock-free, or they would not
+ * work across processes at all. */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && sizeof(_Atomic uint64_t) == 8,
+	       "64-bit atomics in shared memory must be lock-free");
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && sizeof(_Atomic uint32_t) == 4,
+	       "32-bit atomics in shared memory must be lock-free");
+_Static_assert(sizeof(struct feed_shm_ctl) == 512 &&
+	       offsetof(struct feed_shm_ctl, error_msg) == 88 &&
+	       offsetof(struct feed_shm_ctl, ready_head) == 448,
+	       "feed_shm_ctl layout (FEED_SHM_VERSION 1)");
+_Static_assert(sizeof(struct feed_shm_field) == 80 &&
+	       offsetof(struct feed_shm_field, offset) == 56,
+	       "feed_shm_field layout (FEED_SHM_VERSION 1)");
+_Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
+	       offsetof(struct feed_shm_slot, sample) == 48 + 80 * FEED_SHM_MAX_FIELDS &&
+	       offsetof(struct feed_shm_slot, sample) % 8 == 0,
+	       "feed_shm_slot layout (FEED_SHM_VERSION 1)");
+_Static_assert(sizeof(struct feed_shm_rel) == 256 &&
+	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
+	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
+	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,
+	       "feed_shm_rel layout (FEED_SHM_VERSION 1): each flag on its own cache line");
 
 static inline uint64_t feed_shm_align(uint64_t x)
 {
