@@ -18,6 +18,7 @@
 
 #include "access.h"
 #include "feedd.h"
+#include "log_limit.h"
 #include "wire.h"
 
 struct srv_conn {
@@ -31,6 +32,8 @@ struct srv_conn {
 	bool hello_done;
 	uint32_t version;              /* negotiated protocol version */
 	unsigned rejected;             /* malformed requests in a row */
+	struct log_limit malformed_log;/* warnings about its bad requests (ses_error) */
+	struct log_limit release_log;  /* warnings about its refused release entries */
 	char client_name[WIRE_CLIENT_NAME_MAX + 1];
 	/* Streams opened on this connection (session_stream.c). */
 	struct ses_stream *streams;

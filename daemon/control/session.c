@@ -13,6 +13,21 @@
 #include "catalog.h"
 #include "pool.h"
 
+/* Logs a malformed request: rate-limited per connection, so a peer that
+ * sends them in a loop (with a good one now and then to stay connected)
+ * cannot flood the log; the line that closes the connection always goes. */
+static void ses_error_log(struct srv_conn *c, const char *msg, bool close)
+{
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
+
+	if (close)
+		dropped = log_limit_take_suppressed(&c->malformed_log);
+	else if (!log_limit_allow(&c->malformed_log, uv_now(&c->d->loop), &dropped))
+		return;
+	log_warn(&c->d->log, SRV_CONN_FMT ": %s%s%s", SRV_CONN_ARGS(c), msg,
+		 log_limit_note(dropped, note), close ? "; closing" : "");
+}
 
 void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum ses_weight w)
 {
@@ -28,7 +43,7 @@ void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum 
 	snprintf(text, sizeof(text), "%s%s", msg,
 		 close && w != SES_FATAL ? "; closing after repeated malformed requests" : "");
 	if (w != SES_REFUSAL)
-		log_warn(&c->d->log, SRV_CONN_FMT ": %s%s", SRV_CONN_ARGS(c), msg, close ? "; closing" : "");
+		ses_error_log(c, msg, close);
 	if (wire_error_encode(id, code, text, &buf, &len) < 0) {
 		srv_conn_close(c, "out of memory for an error reply");
 		return;

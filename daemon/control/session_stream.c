@@ -41,21 +41,25 @@ static void ses_stream_closed(uv_handle_t *h)
 
 /* Logs what the stream refused from its client since the last look: the
  * release region is the client's to write, so this is where its mistakes
- * (or tampering) show. */
+ * (or tampering) show. Rate-limited per connection: a client that rings
+ * bad entries in a loop gets a few lines, then one a second saying how
+ * many were left out; "in all" keeps the full count. */
 static void ses_stream_report(struct ses_stream *ss)
 {
 	struct srv_conn *c = ss->conn;
 	struct stream_stats st;
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
 
 	stream_stats(ss->st, &st);
-	if (st.bad_releases > ss->bad_logged) {
+	if (st.bad_releases > ss->bad_logged &&
+	    log_limit_allow(&c->release_log, uv_now(&c->d->loop), &dropped))
 		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
-			 "name no slot the client holds at that generation (%llu in all)",
+			 "name no slot the client holds at that generation (%llu in all)%s",
 			 SRV_CONN_ARGS(c), ss->id,
 			 (unsigned long long)(st.bad_releases - ss->bad_logged),
-			 (unsigned long long)st.bad_releases);
-		ss->bad_logged = st.bad_releases;
-	}
+			 (unsigned long long)st.bad_releases, log_limit_note(dropped, note));
+	ss->bad_logged = st.bad_releases;
 	if (st.error && !ss->error_logged) {
 		log_warn(&c->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c), ss->id,
 			 st.error_msg);

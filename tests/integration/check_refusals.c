@@ -187,6 +187,38 @@ START_TEST(test_refusals_max_connections)
 }
 END_TEST
 
+/* A user who keeps connecting past max_connections is refused every time,
+ * but the log gets a few lines and how many it left out, not one each. */
+START_TEST(test_refusals_connection_flood_log_bounded)
+{
+	struct feed_conn *a;
+	unsigned refused = 0;
+
+	start_with_config("limits:\n  max_connections: 1\n");
+	ck_assert_int_eq(feed_connect(h.sock, &a), 0);
+	for (int64_t end = h_now_ms() + 1500; h_now_ms() < end; refused++) {
+		int fd = h_raw_connect();
+		h_expect_error(fd, 0, -EUSERS, "limits.max_connections = 1");
+		close(fd);
+	}
+	ck_assert_uint_gt(refused, 100);
+	unsigned lines = h_log_count("connection refused");
+	ck_assert_msg(lines <= 12, "%u lines logged for %u refused connections", lines, refused);
+	ck_assert(h_log_has("(limits.max_connections = 1); "));
+	ck_assert(h_log_has(" more suppressed"));
+	/* still serving: once a goes (the daemon sees it soon), b gets in */
+	feed_disconnect(a);
+	struct feed_conn *b;
+	int r;
+	ck_assert_int_eq(feed_conn_new(&b), 0);
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	while ((r = feed_conn_open(b, h.sock)) == -EUSERS && h_now_ms() < end)
+		;
+	ck_assert_int_eq(r, 0);
+	feed_disconnect(b);
+}
+END_TEST
+
 /* Opens a stream on "everyone"; returns 0 or the refusal's code. */
 static int limits_open(struct feed_conn *c, uint32_t credits, const char *pipeline,
 		       struct feed_stream **ret)
@@ -256,6 +288,7 @@ static Suite *refusals_suite(void)
 	}
 	tcase_add_test(tc, test_refusals_max_connections);
 	tcase_add_test(tc, test_refusals_stream_limits);
+	tcase_add_test(tc, test_refusals_connection_flood_log_bounded);
 	suite_add_tcase(s, tc);
 	return s;
 }
