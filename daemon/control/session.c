@@ -277,7 +277,8 @@ void ses_packet(struct srv_conn *c, const uint8_t *buf, const struct wire_in *in
 		ses_error(c, id, -EPROTO, msg, SES_MALFORMED);
 	} else if (r < 0) {
 		ses_error(c, 0, r, err.msg, SES_FATAL);
-	} else if (wire_request_check(req, &err) < 0) {
+	} else if (wire_request_check_strings(buf, in->len, &err) < 0 ||
+		   wire_request_check(req, &err) < 0) {
 		ses_error(c, id, err.code, err.msg, SES_MALFORMED);
 	} else {
 		ses_dispatch(c, req);

@@ -209,6 +209,40 @@ START_TEST(test_protocol_unknown_kind)
 }
 END_TEST
 
+/* A string with a NUL inside is refused naming the field, not read as
+ * the C string before the NUL ("fm", a dataset that exists). */
+START_TEST(test_protocol_string_nul)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
+	uint8_t buf[64];
+
+	start_fm();
+	int fd = h_raw_connect();
+	h_raw_hello(fd);
+	q.name = "fm#/../x";
+	req.id = 8;
+	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
+	req.dataset_info = &q;
+	size_t len = feed__request__get_packed_size(&req);
+	ck_assert_uint_le(len, sizeof(buf));
+	feed__request__pack(&req, buf);
+	*(uint8_t *)memchr(buf, '#', len) = '\0';
+	h_raw_send(fd, buf, len);
+	h_expect_error(fd, 8, -EINVAL, "dataset_info.name: a NUL byte at offset 2");
+	/* refused, not disconnected */
+	Feed__Reply *rep = NULL;
+	q.name = "fm";
+	req.id = 9;
+	h_raw_send_request(fd, &req);
+	ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
+	ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_DATASETS);
+	feed__reply__free_unpacked(rep, NULL);
+	close(fd);
+	h_assert_healthy();
+}
+END_TEST
+
 START_TEST(test_protocol_hello_first)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
@@ -462,6 +496,7 @@ static Suite *protocol_suite(void)
 	tcase_add_test(tc, test_protocol_truncated);
 	tcase_add_test(tc, test_protocol_unexpected_fd);
 	tcase_add_test(tc, test_protocol_unknown_kind);
+	tcase_add_test(tc, test_protocol_string_nul);
 	tcase_add_test(tc, test_protocol_hello_first);
 	tcase_add_test(tc, test_protocol_version_mismatch);
 	tcase_add_test(tc, test_protocol_repeated_malformed);
