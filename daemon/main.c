@@ -119,6 +119,14 @@ static int main_check_config(const struct cli *cli)
 		fprintf(stderr, "feedd: %s\n", err.msg);
 		return 1;
 	}
+	/* What a start would meet: every dataset opens, every pipeline fits one. */
+	int errors = cat_check(cfg, stderr);
+	if (errors) {
+		if (errors < 0)
+			fprintf(stderr, "feedd: %s: %s\n", cli->check_config, strerror(-errors));
+		cfg_free(cfg);
+		return 1;
+	}
 	printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers)\n",
 	       cli->check_config, cfg->socket_path, cfg->ndatasets, cfg->npipelines,
 	       (unsigned long long)cfg->workers);
