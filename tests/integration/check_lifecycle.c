@@ -1,12 +1,14 @@
 /*
  * check_lifecycle.c: feedd as a process: SIGTERM and SIGINT stop it with
- * exit 0, a second daemon on the same socket is refused, a stale socket is
- * replaced and anything else at that path is left alone, missing and
+ * exit 0, SIGHUP is logged and changes nothing, a second daemon on the
+ * same socket is refused, a stale socket is replaced and anything else at
+ * that path is left alone, missing and
  * corrupt datasets are left out (and none at all still serves), the
  * runtime directory and socket modes, FEEDD_SOCKET, a config file, every
- * file in configs/ loading, and feedctl.
+ * file in configs/ loading, --check-config's deeper checks, and feedctl.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +87,22 @@ START_TEST(test_lifecycle_sigint)
 	int status = h_wait(pid, H_DEADLINE_MS);
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+END_TEST
+
+/* SIGHUP (a reload, later) neither kills feedd nor goes unnoticed: one
+ * log line says reload is not supported, and the daemon keeps serving. */
+START_TEST(test_lifecycle_sighup_keeps_serving)
+{
+	h_start((const char *[]){"--dataset", fm_arg(), NULL});
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert_msg(h_log_has("SIGHUP: reload is not supported"), "log:\n%s",
+		      h_file_text(h.log));
+	h_assert_healthy();
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	h_assert_healthy();
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert(h_log_has("SIGTERM: stopping"));
 }
 END_TEST
 
@@ -389,6 +407,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_lifecycle_sigterm);
 	tcase_add_test(tc, test_lifecycle_sd_notify);
 	tcase_add_test(tc, test_lifecycle_sigint);
+	tcase_add_test(tc, test_lifecycle_sighup_keeps_serving);
 	tcase_add_test(tc, test_lifecycle_second_daemon);
 	tcase_add_test(tc, test_lifecycle_stale_socket);
 	tcase_add_test(tc, test_lifecycle_not_a_socket);
