@@ -108,13 +108,36 @@ void ses_conn_usage(const struct srv_conn *c, uint32_t *streams, uint64_t *bytes
 	}
 }
 
-/* The pipeline text a request names: a configured pipeline's, or its own. */
-static const char *ses_pipeline_text(const struct feedd *d, const char *asked)
+/* The pipeline text a request names: a configured pipeline's, or its own.
+ * A bare name (what a configured pipeline is called) that is neither a
+ * configured pipeline nor op text is refused as a pipeline that does not
+ * exist, listing those that do, not as an unknown op. */
+static int ses_pipeline_text(const struct feedd *d, const char *asked, const char **ret,
+			     struct feed_err *err)
 {
-	for (size_t i = 0; i < d->cfg->npipelines; i++)
-		if (!strcmp(d->cfg->pipelines[i].name, asked))
-			return d->cfg->pipelines[i].ops;
-	return asked;
+	const struct cfg *cfg = d->cfg;
+	struct pipe_spec spec;
+	char list[320] = "";
+	size_t n = 0;
+
+	for (size_t i = 0; i < cfg->npipelines; i++)
+		if (!strcmp(cfg->pipelines[i].name, asked)) {
+			*ret = cfg->pipelines[i].ops;
+			return 0;
+		}
+	if (!cfg_name_ok(asked) || pipe_parse(asked, &spec, NULL) == 0) {
+		*ret = asked;  /* op text: planning says what is wrong with it */
+		return 0;
+	}
+	for (size_t i = 0; i < cfg->npipelines && n < sizeof(list); i++) {
+		int m = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
+				 cfg->pipelines[i].name);
+		n += m > 0 ? (size_t)m : 0;
+	}
+	if (n >= sizeof(list))  /* cut: say so */
+		strcpy(list + sizeof(list) - sizeof(", ..."), ", ...");
+	return feed_err_set(err, -EINVAL, "no pipeline named '%s' (%s%s)", asked,
+			    n ? "configured: " : "none configured", list);
 }
 
 static void ses_spec(const Feed__OpenStream *o, struct stream_spec *sp)
@@ -313,9 +336,11 @@ void ses_open_stream(struct srv_conn *c, uint32_t id, const Feed__OpenStream *o)
 		ses_error(c, id, -ENOMEM, "open_stream: out of memory", SES_REFUSAL);
 		return;
 	}
+	const char *text = NULL;
 	int rc = ses_limits_before(c, &sp, &err);
-	if (rc == 0 && (rc = pipe_plan_text(ses_pipeline_text(c->d, o->pipeline), e->info->schema,
-					    plan, &err)) < 0)
+	if (rc == 0)
+		rc = ses_pipeline_text(c->d, o->pipeline, &text, &err);
+	if (rc == 0 && (rc = pipe_plan_text(text, e->info->schema, plan, &err)) < 0)
 		feed_err_prefix(&err, "pipeline");
 	if (rc == 0 && o->resume.len)
 		rc = ses_resume(o, e, plan, &sp, &err);

@@ -5,7 +5,9 @@
  * "*" are listed); without the socket group nobody cannot connect at all;
  * the per-user connection limit refuses with a message naming the limit;
  * so do the per-user limits on streams, credits and slot bytes, and a
- * refused stream leaves the user's count as it was.
+ * refused stream leaves the user's count as it was; a pipeline name that
+ * is not configured is refused as such; refusals in a loop do not flood
+ * the log.
  * The nobody tests need root and are left out otherwise.
  */
 #include <errno.h>
@@ -219,6 +221,45 @@ START_TEST(test_refusals_connection_flood_log_bounded)
 }
 END_TEST
 
+/* A bare name that is no configured pipeline (and no op) is refused as a
+ * pipeline that does not exist, listing those that do; op text, op names
+ * and configured names still work as before. */
+START_TEST(test_refusals_unknown_pipeline_name)
+{
+	static const struct {
+		const char *pipeline, *msg;
+	} bad[] = {
+		{"img-aug", "dataset 'everyone': no pipeline named 'img-aug' (configured: train, "
+			    "eval.v2)"},
+		{"imgaug", "dataset 'everyone': no pipeline named 'imgaug' (configured: train, "
+			   "eval.v2)"},
+	};
+	struct feed_stream *st;
+	struct feed_conn *c;
+
+	start_with_config("pipelines:\n  - name: train\n    ops: \"hflip(p=0.5)\"\n"
+			  "  - name: eval.v2\n    ops: identity\n");
+	c = h_conn_new();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct feed_stream_opts o = {.dataset = "everyone", .batch = 2,
+					     .pipeline = bad[i].pipeline};
+		int r = feed_stream_open(c, &o, &st);
+		ck_assert_msg(r == -EINVAL, "'%s': got %d: %s", bad[i].pipeline, r, feed_errmsg(c));
+		ck_assert_str_eq(feed_errmsg(c), bad[i].msg);
+	}
+	struct feed_stream_opts o = {.dataset = "everyone", .batch = 2, .pipeline = "blur(p=1)"};
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(feed_errmsg(c), "op 1 'blur': unknown op"));
+	const char *good[] = {"train", "eval.v2", "hflip", "", "center_crop(size=2)"};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		o.pipeline = good[i];
+		st = h_stream_open(c, &o);
+		ck_assert_int_eq(feed_stream_close(st), 0);
+	}
+	feed_disconnect(c);
+}
+END_TEST
+
 /* Opens a stream on "everyone"; returns 0 or the refusal's code. */
 static int limits_open(struct feed_conn *c, uint32_t credits, const char *pipeline,
 		       struct feed_stream **ret)
@@ -289,6 +330,7 @@ static Suite *refusals_suite(void)
 	tcase_add_test(tc, test_refusals_max_connections);
 	tcase_add_test(tc, test_refusals_stream_limits);
 	tcase_add_test(tc, test_refusals_connection_flood_log_bounded);
+	tcase_add_test(tc, test_refusals_unknown_pipeline_name);
 	suite_add_tcase(s, tc);
 	return s;
 }
