@@ -148,7 +148,7 @@ static void ses_list(struct srv_conn *c, uint32_t id)
 const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name)
 {
 	const struct cfg_dataset *d = cfg_dataset_find(c->d->cfg, name);
-	char msg[200];
+	char msg[320];
 
 	if (!d) {
 		snprintf(msg, sizeof(msg), "dataset '%s': no such dataset", name);
@@ -156,8 +156,10 @@ const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char 
 		return NULL;
 	}
 	if (!ses_may_read(c, d)) {
-		snprintf(msg, sizeof(msg), "dataset '%s': user %u not allowed", name,
-			 (unsigned)c->peer.uid);
+		char groups[160];
+		acl_peer_groups_text(&c->peer, groups, sizeof(groups));
+		snprintf(msg, sizeof(msg), "dataset '%s': user %u (groups %s) not allowed", name,
+			 (unsigned)c->peer.uid, groups);
 		log_warn(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), msg);
 		ses_error(c, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;

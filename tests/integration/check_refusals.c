@@ -1,9 +1,11 @@
 /*
  * check_refusals.c: access control seen from outside: a child process
  * switched to nobody does not see a dataset it may not read and is refused
- * by name when it asks for it (while datasets open to it by uid, group or
- * "*" are listed); without the socket group nobody cannot connect at all;
- * the per-user connection limit refuses with a message naming the limit;
+ * by name, with the groups it was seen with, when it asks for it (while
+ * datasets open to it by uid, group or "*" are listed, and by a group its
+ * process holds that its passwd entry does not name); without the socket
+ * group nobody cannot connect at all; the per-user connection limit
+ * refuses with a message naming the limit;
  * so do the per-user limits on streams, credits and slot bytes, and a
  * refused stream leaves the user's count as it was; a pipeline name that
  * is not configured is refused as such; refusals in a loop do not flood
@@ -24,15 +26,16 @@
 
 #define NOBODY 65534
 
-/* Forks a child that becomes nobody and runs fn; returns fn's exit code
- * (0 = every check in it passed; n = check n failed). */
-static int as_nobody(int (*fn)(void))
+/* Forks a child that takes the supplementary groups (n of them), becomes
+ * nobody and runs fn; returns fn's exit code (0 = every check in it passed;
+ * n = check n failed). */
+static int as_nobody_in(int (*fn)(void), const gid_t *groups, size_t n)
 {
 	pid_t pid = fork();
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+		if (setgroups(n, groups) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
 			_exit(100);
 		if (getuid() != NOBODY || geteuid() != NOBODY)
 			_exit(101);
@@ -44,9 +47,14 @@ static int as_nobody(int (*fn)(void))
 	return WEXITSTATUS(status);
 }
 
+static int as_nobody(int (*fn)(void))
+{
+	return as_nobody_in(fn, NULL, 0);
+}
+
 static void start_with_config(const char *extra)
 {
-	char text[1024];
+	char text[1280];
 
 	snprintf(text, sizeof(text),
 		 "%s"
@@ -64,7 +72,10 @@ static void start_with_config(const char *extra)
 		 "    path: fm\n"
 		 "    allow_users: [\"*\"]\n"
 		 "  - name: owner_only\n"
-		 "    path: fm\n",
+		 "    path: fm\n"
+		 "  - name: by_extra_group\n"
+		 "    path: fm\n"
+		 "    allow_groups: [\"4242\"]\n",
 		 extra);
 	const char *cfg = h_write_file("feedd.yaml", text);
 	h_start((const char *[]){"--config", cfg, NULL});
@@ -91,7 +102,7 @@ static int nobody_reads(void)
 	feed_dataset_list_free(list);
 	if (feed_dataset_info(conn, "secret", &list) != -EACCES)
 		return 5;
-	if (strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 not allowed")) {
+	if (strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 (groups 65534) not allowed")) {
 		fprintf(stderr, "nobody: message: %s\n", feed_errmsg(conn));
 		return 6;
 	}
@@ -107,7 +118,7 @@ static int nobody_reads(void)
 	struct feed_batch *b;
 	struct feed_stream_opts o = {.dataset = "secret", .batch = 2};
 	if (feed_stream_open(conn, &o, &fs) != -EACCES ||
-	    strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 not allowed"))
+	    strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 (groups 65534) not allowed"))
 		return 10;
 	o.dataset = "everyone";
 	if (feed_stream_open(conn, &o, &fs) < 0 || feed_next(fs, H_DEADLINE_MS, &b) != 0 ||
@@ -127,13 +138,82 @@ START_TEST(test_refusals_nobody)
 	ck_assert_msg(code == 0, "check %d failed in the nobody child; daemon log:\n%s", code,
 		      h_file_text(h.log));
 	ck_assert(h_log_has("uid 65534 pid"));
-	ck_assert(h_log_has("dataset 'secret': user 65534 not allowed"));
+	ck_assert(h_log_has("dataset 'secret': user 65534 (groups 65534) not allowed"));
 	/* Root reads everything. */
 	ck_assert_int_eq(feed_connect(h.sock, &conn), 0);
 	ck_assert_int_eq(feed_list_datasets(conn, &list), 0);
-	ck_assert_uint_eq(list->count, 5);
+	ck_assert_uint_eq(list->count, 6);
 	feed_dataset_list_free(list);
 	feed_disconnect(conn);
+}
+END_TEST
+
+/* In a nobody child that holds group 4242 besides its own: the dataset
+ * open to that group only is listed and read, though nobody's passwd
+ * entry knows nothing of 4242. */
+static int extra_group_reads(void)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+	struct feed_stream *fs;
+	struct feed_batch *b;
+	struct feed_stream_opts o = {.dataset = "by_extra_group", .batch = 2};
+
+	if (feed_connect(h.sock, &conn) < 0)
+		return 1;
+	if (feed_dataset_info(conn, "by_extra_group", &list) < 0) {
+		fprintf(stderr, "extra group: %s\n", feed_errmsg(conn));
+		return 2;
+	}
+	feed_dataset_list_free(list);
+	if (feed_list_datasets(conn, &list) < 0 || list->count != 4 ||
+	    strcmp(list->datasets[3].name, "by_extra_group"))
+		return 3;
+	feed_dataset_list_free(list);
+	if (feed_stream_open(conn, &o, &fs) < 0 || feed_next(fs, H_DEADLINE_MS, &b) != 0 ||
+	    feed_release(b) < 0 || feed_stream_close(fs) < 0)
+		return 4;
+	/* other groups' datasets stay closed, and the refusal names the groups seen */
+	if (feed_dataset_info(conn, "secret", &list) != -EACCES ||
+	    strcmp(feed_errmsg(conn), "dataset 'secret': user 65534 (groups 65534, 4242) not "
+				      "allowed")) {
+		fprintf(stderr, "extra group: %s\n", feed_errmsg(conn));
+		return 5;
+	}
+	feed_disconnect(conn);
+	return 0;
+}
+
+/* In a nobody child with no extra group: refused, the groups named. */
+static int no_extra_group_refused(void)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+
+	if (feed_connect(h.sock, &conn) < 0)
+		return 1;
+	if (feed_dataset_info(conn, "by_extra_group", &list) != -EACCES)
+		return 2;
+	if (strcmp(feed_errmsg(conn), "dataset 'by_extra_group': user 65534 (groups 65534) not "
+				      "allowed")) {
+		fprintf(stderr, "no extra group: %s\n", feed_errmsg(conn));
+		return 3;
+	}
+	feed_disconnect(conn);
+	return 0;
+}
+
+START_TEST(test_refusals_process_groups)
+{
+	static const gid_t extra[] = {4242};
+
+	start_with_config("socket_group: nogroup\n");
+	int code = as_nobody_in(extra_group_reads, extra, 1);
+	ck_assert_msg(code == 0, "check %d failed in the child with group 4242; daemon log:\n%s",
+		      code, h_file_text(h.log));
+	code = as_nobody(no_extra_group_refused);
+	ck_assert_msg(code == 0, "check %d failed in the child without it; daemon log:\n%s",
+		      code, h_file_text(h.log));
 }
 END_TEST
 
@@ -324,6 +404,7 @@ static Suite *refusals_suite(void)
 	if (geteuid() == 0) {
 		tcase_add_test(tc, test_refusals_nobody);
 		tcase_add_test(tc, test_refusals_socket_mode);
+		tcase_add_test(tc, test_refusals_process_groups);
 	} else {
 		fprintf(stderr, "check_refusals: not root: the nobody tests are left out\n");
 	}
