@@ -34,6 +34,7 @@ struct srv_conn {
 	unsigned rejected;             /* malformed requests in a row */
 	struct log_limit malformed_log;/* warnings about its bad requests (ses_error) */
 	struct log_limit release_log;  /* warnings about its refused release entries */
+	struct log_limit access_log;   /* warnings about datasets it may not read */
 	char client_name[WIRE_CLIENT_NAME_MAX + 1];
 	/* Streams opened on this connection (session_stream.c). */
 	struct ses_stream *streams;

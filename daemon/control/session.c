@@ -13,20 +13,21 @@
 #include "catalog.h"
 #include "pool.h"
 
-/* Logs a malformed request: rate-limited per connection, so a peer that
- * sends them in a loop (with a good one now and then to stay connected)
- * cannot flood the log; the line that closes the connection always goes. */
-static void ses_error_log(struct srv_conn *c, const char *msg, bool close)
+/* Logs a warning about c through one of its log limits (so a peer that
+ * misbehaves in a loop cannot flood the log); force: the line goes anyway
+ * (the connection's last), with the count of those left out. */
+static void ses_warn_limited(struct srv_conn *c, struct log_limit *l, bool force,
+			     const char *msg, const char *tail)
 {
 	char note[LOG_LIMIT_NOTE_MAX];
 	uint64_t dropped;
 
-	if (close)
-		dropped = log_limit_take_suppressed(&c->malformed_log);
-	else if (!log_limit_allow(&c->malformed_log, uv_now(&c->d->loop), &dropped))
+	if (force)
+		dropped = log_limit_take_suppressed(l);
+	else if (!log_limit_allow(l, uv_now(&c->d->loop), &dropped))
 		return;
 	log_warn(&c->d->log, SRV_CONN_FMT ": %s%s%s", SRV_CONN_ARGS(c), msg,
-		 log_limit_note(dropped, note), close ? "; closing" : "");
+		 log_limit_note(dropped, note), tail);
 }
 
 void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum ses_weight w)
@@ -43,7 +44,7 @@ void ses_error(struct srv_conn *c, uint32_t id, int code, const char *msg, enum 
 	snprintf(text, sizeof(text), "%s%s", msg,
 		 close && w != SES_FATAL ? "; closing after repeated malformed requests" : "");
 	if (w != SES_REFUSAL)
-		ses_error_log(c, msg, close);
+		ses_warn_limited(c, &c->malformed_log, close, msg, close ? "; closing" : "");
 	if (wire_error_encode(id, code, text, &buf, &len) < 0) {
 		srv_conn_close(c, "out of memory for an error reply");
 		return;
@@ -144,7 +145,8 @@ static void ses_list(struct srv_conn *c, uint32_t id)
 }
 
 /* Resolves a dataset a request names, or answers the refusal and returns
- * NULL. One log line per access refusal. */
+ * NULL. One log line per access refusal, rate-limited per connection (a
+ * client asking in a loop must not flood the log). */
 const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char *name)
 {
 	const struct cfg_dataset *d = cfg_dataset_find(c->d->cfg, name);
@@ -160,7 +162,7 @@ const struct cat_entry *ses_dataset(struct srv_conn *c, uint32_t id, const char 
 		acl_peer_groups_text(&c->peer, groups, sizeof(groups));
 		snprintf(msg, sizeof(msg), "dataset '%s': user %u (groups %s) not allowed", name,
 			 (unsigned)c->peer.uid, groups);
-		log_warn(&c->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(c), msg);
+		ses_warn_limited(c, &c->access_log, false, msg, "");
 		ses_error(c, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;
 	}

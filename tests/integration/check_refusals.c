@@ -203,6 +203,35 @@ static int no_extra_group_refused(void)
 	return 0;
 }
 
+/* In the nobody child: asks for a dataset it may not read, in a loop for
+ * 1.5 s; every time refused. */
+static int nobody_asks_in_a_loop(void)
+{
+	struct feed_conn *conn;
+	struct feed_dataset_list *list;
+	unsigned n = 0;
+
+	if (feed_connect(h.sock, &conn) < 0)
+		return 1;
+	for (int64_t end = h_now_ms() + 1500; h_now_ms() < end; n++)
+		if (feed_dataset_info(conn, "secret", &list) != -EACCES)
+			return 2;
+	feed_disconnect(conn);
+	return n > 100 ? 0 : 3;
+}
+
+START_TEST(test_refusals_access_flood_log_bounded)
+{
+	start_with_config("socket_group: nogroup\n");
+	int code = as_nobody(nobody_asks_in_a_loop);
+	ck_assert_msg(code == 0, "check %d failed in the nobody child", code);
+	unsigned lines = h_log_count("dataset 'secret': user 65534");
+	ck_assert_msg(lines <= 12, "%u lines logged for the refusals", lines);
+	ck_assert(h_log_has("not allowed; "));
+	ck_assert(h_log_has(" more suppressed"));
+}
+END_TEST
+
 START_TEST(test_refusals_process_groups)
 {
 	static const gid_t extra[] = {4242};
@@ -405,6 +434,7 @@ static Suite *refusals_suite(void)
 		tcase_add_test(tc, test_refusals_nobody);
 		tcase_add_test(tc, test_refusals_socket_mode);
 		tcase_add_test(tc, test_refusals_process_groups);
+		tcase_add_test(tc, test_refusals_access_flood_log_bounded);
 	} else {
 		fprintf(stderr, "check_refusals: not root: the nobody tests are left out\n");
 	}
