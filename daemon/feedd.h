@@ -42,6 +42,7 @@ struct feedd {
 	bool stopping;             /* a stop signal arrived */
 	uv_signal_t sigterm;
 	uv_signal_t sigint;
+	uv_signal_t sighup;        /* logged: no reload yet, and not a death either */
 };
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * main.c: feedd's entry point. Wires the modules together: command line,
  * config, datasets, worker pool, server, signals, systemd notification,
- * then runs the loop until SIGTERM or SIGINT.
+ * then runs the loop until SIGTERM or SIGINT (SIGHUP is logged: no reload
+ * yet).
  *
  * Main thread, which becomes the loop thread. The only place that exits:
  * 0 after a clean stop, 1 when it cannot start, 2 on a usage error.
@@ -41,6 +42,7 @@ static void main_stop(struct feedd *d, const char *why)
 		pool_stop(d->pool);
 	uv_close((uv_handle_t *)&d->sigterm, main_on_closed_signal);
 	uv_close((uv_handle_t *)&d->sigint, main_on_closed_signal);
+	uv_close((uv_handle_t *)&d->sighup, main_on_closed_signal);
 }
 
 static void main_on_signal(uv_signal_t *h, int signum)
@@ -48,14 +50,28 @@ static void main_on_signal(uv_signal_t *h, int signum)
 	main_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+/* SIGHUP would kill us by default (what systemctl reload and a closed
+ * terminal send); until reload exists, say so and keep serving. */
+static void main_on_sighup(uv_signal_t *h, int signum)
+{
+	struct feedd *d = h->data;
+
+	(void)signum;
+	log_warn(&d->log, "SIGHUP: reload is not supported; still serving with the configuration "
+		 "loaded at start (%s)", d->cfg->file ? d->cfg->file : "built-in defaults and flags");
+}
+
 static int main_signals(struct feedd *d)
 {
 	uv_signal_init(&d->loop, &d->sigterm);
 	uv_signal_init(&d->loop, &d->sigint);
-	d->sigterm.data = d->sigint.data = d;
+	uv_signal_init(&d->loop, &d->sighup);
+	d->sigterm.data = d->sigint.data = d->sighup.data = d;
 	int r = uv_signal_start(&d->sigterm, main_on_signal, SIGTERM);
 	if (r == 0)
 		r = uv_signal_start(&d->sigint, main_on_signal, SIGINT);
+	if (r == 0)
+		r = uv_signal_start(&d->sighup, main_on_sighup, SIGHUP);
 	return r;
 }
 
@@ -118,6 +134,14 @@ static int main_check_config(const struct cli *cli)
 
 	if (cfg_load(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
 		fprintf(stderr, "feedd: %s\n", err.msg);
+		return 1;
+	}
+	/* What a start would meet: every dataset opens, every pipeline fits one. */
+	int errors = cat_check(cfg, stderr);
+	if (errors) {
+		if (errors < 0)
+			fprintf(stderr, "feedd: %s: %s\n", cli->check_config, strerror(-errors));
+		cfg_free(cfg);
 		return 1;
 	}
 	printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers)\n",

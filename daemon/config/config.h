@@ -50,8 +50,8 @@ struct cfg_dataset {
 
 struct cfg_pipeline {
 	char name[CFG_NAME_MAX];   /* unique */
-	char *ops;                 /* pipeline text, checked when the pipeline
-				    * module arrives */
+	char *ops;                 /* pipeline text; parses (pipe_parse()), not yet
+				    * planned against any dataset */
 };
 
 struct cfg {

@@ -1,8 +1,8 @@
 /*
  * config_datasets.c: the datasets and pipelines sections of the config and
  * the --dataset flags (see config.h). Main thread, before the loop starts.
- * Resolves user and group names once, here, so a typo is refused at start
- * and never becomes a silent refusal later.
+ * Resolves user and group names and parses pipeline texts once, here, so a
+ * typo is refused at start and never becomes a silent refusal later.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config_raw.h"
+#include "pipeline.h"
 
 /* path as given, or joined to the config file's directory if relative. */
 static char *cfg_path_join(const char *file, const char *path)
@@ -129,6 +130,28 @@ int cfg_flag_datasets(struct cfg *c, const struct cfg_overrides *ov, struct feed
 	return 0;
 }
 
+/* Parses a pipeline's ops: an unknown op or key, or a value out of range,
+ * is refused naming the pipeline, the op and the key. Planning against a
+ * dataset's schema needs the dataset, so it waits for the catalog. */
+static int cfg_pipeline_parse(const struct cfg_raw_pipeline *rp, size_t i,
+			      const struct cfg_src *src, struct feed_err *err)
+{
+	struct feed_err e2 = {0};
+	struct pipe_spec spec;
+	char key[64];
+
+	if (pipe_parse(rp->ops, &spec, &e2) == 0)
+		return 0;
+	/* "pipeline op 1 'x': ..." / "pipeline: ..." read as "pipeline 'NAME': ..." */
+	const char *what = e2.msg;
+	if (!strncmp(what, "pipeline ", 9))
+		what += 9;
+	else if (!strncmp(what, "pipeline: ", 10))
+		what += 10;
+	snprintf(key, sizeof(key), "pipelines[%zu].ops", i);
+	return cfg_key_err(src, err, key, "pipeline '%s': %s", rp->name, what);
+}
+
 int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
 		  struct feed_err *err)
 {
@@ -150,6 +173,9 @@ int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src
 				return cfg_key_err(src, err, key, "pipeline '%s' defined twice",
 						   rp->name);
 		snprintf(p->name, sizeof(p->name), "%s", rp->name);
+		int r = cfg_pipeline_parse(rp, i, src, err);
+		if (r < 0)
+			return r;
 		p->ops = strdup(rp->ops);
 		if (!p->ops)
 			return feed_err_set(err, -ENOMEM, "pipelines: out of memory");

@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -162,14 +163,82 @@ int acl_peer_from_ids(uid_t uid, gid_t gid, pid_t pid, struct acl_peer *ret,
 	return 0;
 }
 
+/* The supplementary groups the peer's process held at connect
+ * (SO_PEERGROUPS, Linux 4.13), into a new array; the buffer grows to the
+ * size the kernel asks for on ERANGE. -ENOPROTOOPT on older kernels. */
+static int acl_sock_groups(int sock, gid_t **ret, size_t *ret_n)
+{
+	socklen_t len = 32 * sizeof(gid_t);
+
+	for (int tries = 0; tries < 4; tries++) {
+		gid_t *g = malloc(len ? len : sizeof(gid_t));
+		socklen_t got = len;
+		if (!g)
+			return -ENOMEM;
+		if (getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, g, &got) == 0) {
+			*ret = g;
+			*ret_n = got / sizeof(gid_t);
+			return 0;
+		}
+		int e = errno;
+		free(g);
+		if (e != ERANGE)
+			return -e;
+		len = got > len ? got : len * 2;  /* got: the size it needs */
+	}
+	return -E2BIG;  /* the groups kept changing size: cannot happen once connected */
+}
+
 int acl_peer_read(int sock, struct acl_peer *ret, struct feed_err *err)
 {
+	struct acl_peer p = {0};
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
+	gid_t *g = NULL;
+	size_t n = 0;
 
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
 		return feed_err_set(err, -errno, "SO_PEERCRED: %s", strerror(errno));
-	return acl_peer_from_ids(cr.uid, cr.gid, cr.pid, ret, err);
+	int r = acl_sock_groups(sock, &g, &n);
+	if (r == -ENOPROTOOPT)  /* before Linux 4.13: what the passwd entry says */
+		return acl_peer_from_ids(cr.uid, cr.gid, cr.pid, ret, err);
+	if (r < 0)
+		return feed_err_set(err, r, "SO_PEERGROUPS of uid %u: %s", (unsigned)cr.uid,
+				    strerror(-r));
+	/* The primary group first, then the supplementary ones not already it. */
+	p.groups = malloc(sizeof(*p.groups) * (n + 1));
+	if (!p.groups) {
+		free(g);
+		return feed_err_set(err, -ENOMEM, "groups of uid %u: out of memory",
+				    (unsigned)cr.uid);
+	}
+	p.pid = cr.pid;
+	p.uid = cr.uid;
+	p.gid = cr.gid;
+	p.groups[p.ngroups++] = cr.gid;
+	for (size_t i = 0; i < n; i++)
+		if (!acl_has_gid(p.groups, p.ngroups, g[i]))
+			p.groups[p.ngroups++] = g[i];
+	free(g);
+	*ret = p;
+	return 0;
+}
+
+void acl_peer_groups_text(const struct acl_peer *p, char *buf, size_t cap)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < p->ngroups && n < cap; i++) {
+		int m = i < ACL_GROUPS_SHOWN
+			? snprintf(buf + n, cap - n, "%s%u", i ? ", " : "", (unsigned)p->groups[i])
+			: snprintf(buf + n, cap - n, ", ... (%zu in all)", p->ngroups);
+		if (m < 0)
+			break;
+		n += (size_t)m;
+		if (i >= ACL_GROUPS_SHOWN)
+			break;
+	}
 }
 
 void acl_peer_clear(struct acl_peer *p)

@@ -1,11 +1,12 @@
 /*
  * access.h: who a peer is and what it may read.
  *
- * Owns: the peer's identity (SO_PEERCRED at accept, plus the groups of its
- * passwd entry), dataset access lists, user and group names from the config
- * resolved to ids, and per-user connection counts. Runs on the loop thread
- * (acl_peer_read() and config loading look up passwd/group, which may block
- * on NSS: done once per connection and once at start, never per request).
+ * Owns: the peer's identity (SO_PEERCRED at accept, plus the supplementary
+ * groups its process holds, SO_PEERGROUPS), dataset access lists, user and
+ * group names from the config resolved to ids, and per-user connection
+ * counts. Runs on the loop thread (config loading, and acl_peer_read() on
+ * kernels without SO_PEERGROUPS, look up passwd/group, which may block on
+ * NSS: done once at start and once per connection, never per request).
  * Never trusts anything the peer says about itself.
  */
 #ifndef FEEDD_ACCESS_H
@@ -23,16 +24,27 @@ struct acl_peer {
 	pid_t pid;        /* at connect time; for logs only */
 	uid_t uid;        /* effective uid at connect */
 	gid_t gid;        /* effective gid at connect */
-	gid_t *groups;    /* gid, plus every group of uid's passwd entry; owned */
+	gid_t *groups;    /* gid first, then the other groups it holds; owned */
 	size_t ngroups;
 };
 
-/* Reads SO_PEERCRED of sock and the peer's groups into *ret (cleared with
- * acl_peer_clear()). -errno naming the call on failure. */
+#define ACL_GROUPS_SHOWN 16  /* groups acl_peer_groups_text() writes out */
+
+/* Reads SO_PEERCRED of sock and the groups the peer's process held when it
+ * connected (SO_PEERGROUPS: what setgroups(), setpriv or a container gave
+ * it, whatever its passwd entry says, and for uids with no entry too) into
+ * *ret (cleared with acl_peer_clear()). Before Linux 4.13 (no
+ * SO_PEERGROUPS) the groups are acl_peer_from_ids()'s. -errno naming the
+ * call on failure. */
 int acl_peer_read(int sock, struct acl_peer *ret, struct feed_err *err);
 
-/* Fills *ret for uid/gid/pid as acl_peer_read() would; groups come from
- * getgrouplist() on uid's passwd entry, or are just gid without one. */
+/* "65534, 4242": p's groups for a message, the first ACL_GROUPS_SHOWN then
+ * ", ... (N in all)"; cut to cap bytes (NUL included). */
+void acl_peer_groups_text(const struct acl_peer *p, char *buf, size_t cap);
+
+/* Fills *ret for uid/gid/pid from the user database: groups come from
+ * getgrouplist() on uid's passwd entry, or are just gid without one (the
+ * fallback of acl_peer_read() on kernels without SO_PEERGROUPS). */
 int acl_peer_from_ids(uid_t uid, gid_t gid, pid_t pid, struct acl_peer *ret,
 		      struct feed_err *err);
 

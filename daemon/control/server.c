@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "log_limit.h"
 #include "quota.h"
 #include "session.h"
 
@@ -36,6 +37,7 @@ struct srv {
 	struct srv_conn *conns;        /* open connections */
 	uint32_t nconns;
 	uint64_t next_id;
+	struct log_limit refuse_log;   /* "connection refused" lines, all users together */
 	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
 };
 
@@ -215,14 +217,19 @@ static void srv_on_conn_io(uv_poll_t *h, int status, int events)
 		srv_read(c);  /* also on UV_DISCONNECT: reading finds the end */
 }
 
-/* Refuses a peer over its connection limit: one Error reply, then close. */
+/* Refuses a peer over its connection limit: one Error reply, then close.
+ * A user who retries in a loop gets every refusal but not a log line each:
+ * the lines are rate-limited over all users together. */
 static void srv_refuse(struct srv *s, int fd, const struct acl_peer *p, const char *msg)
 {
 	uint8_t *buf;
 	size_t len;
 
-	log_warn(&s->d->log, "connection refused (uid %u pid %d): %s", (unsigned)p->uid,
-		 (int)p->pid, msg);
+	uint64_t dropped;
+	char note[LOG_LIMIT_NOTE_MAX];
+	if (log_limit_allow(&s->refuse_log, uv_now(&s->d->loop), &dropped))
+		log_warn(&s->d->log, "connection refused (uid %u pid %d): %s%s", (unsigned)p->uid,
+			 (int)p->pid, msg, log_limit_note(dropped, note));
 	if (wire_error_encode(0, -EUSERS, msg, &buf, &len) == 0) {
 		wire_send(fd, buf, len);  /* best effort: the socket is new and empty */
 		free(buf);

@@ -14,6 +14,22 @@
 #include "pool.h"
 #include "quota.h"
 
+/* Logs a warning about the connection through one of its log limits (so a peer that
+ * misbehaves in a loop cannot flood the log); force: the line goes anyway
+ * (the connection's last), with the count of those left out. */
+static void ses_warn_limited(struct ses *se, struct log_limit *l, bool force,
+			     const char *msg, const char *tail)
+{
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
+
+	if (force)
+		dropped = log_limit_take_suppressed(l);
+	else if (!log_limit_allow(l, uv_now(&se->d->loop), &dropped))
+		return;
+	log_warn(&se->d->log, SRV_CONN_FMT ": %s%s%s", SRV_CONN_ARGS(se->conn), msg,
+		 log_limit_note(dropped, note), tail);
+}
 
 void ses_error(struct ses *se, uint32_t id, int code, const char *msg, enum ses_weight w)
 {
@@ -29,7 +45,7 @@ void ses_error(struct ses *se, uint32_t id, int code, const char *msg, enum ses_
 	snprintf(text, sizeof(text), "%s%s", msg,
 		 close && w != SES_FATAL ? "; closing after repeated malformed requests" : "");
 	if (w != SES_REFUSAL)
-		log_warn(&se->d->log, SRV_CONN_FMT ": %s%s", SRV_CONN_ARGS(se->conn), msg, close ? "; closing" : "");
+		ses_warn_limited(se, &se->malformed_log, close, msg, close ? "; closing" : "");
 	if (wire_error_encode(id, code, text, &buf, &len) < 0) {
 		srv_conn_close(se->conn, "out of memory for an error reply");
 		return;
@@ -130,11 +146,12 @@ static void ses_list(struct ses *se, uint32_t id)
 }
 
 /* Resolves a dataset a request names, or answers the refusal and returns
- * NULL. One log line per access refusal. */
+ * NULL. One log line per access refusal, rate-limited per connection (a
+ * client asking in a loop must not flood the log). */
 const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name)
 {
 	const struct cfg_dataset *d = cfg_dataset_find(se->d->cfg, name);
-	char msg[200];
+	char msg[320];
 
 	if (!d) {
 		snprintf(msg, sizeof(msg), "dataset '%s': no such dataset", name);
@@ -142,9 +159,11 @@ const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *nam
 		return NULL;
 	}
 	if (!ses_may_read(se, d)) {
-		snprintf(msg, sizeof(msg), "dataset '%s': user %u not allowed", name,
-			 (unsigned)se->conn->peer.uid);
-		log_warn(&se->d->log, SRV_CONN_FMT ": %s", SRV_CONN_ARGS(se->conn), msg);
+		char groups[160];
+		acl_peer_groups_text(&se->conn->peer, groups, sizeof(groups));
+		snprintf(msg, sizeof(msg), "dataset '%s': user %u (groups %s) not allowed", name,
+			 (unsigned)se->conn->peer.uid, groups);
+		ses_warn_limited(se, &se->access_log, false, msg, "");
 		ses_error(se, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;
 	}
@@ -274,7 +293,8 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 		ses_error(se, id, -EPROTO, msg, SES_MALFORMED);
 	} else if (r < 0) {
 		ses_error(se, 0, r, err.msg, SES_FATAL);
-	} else if (wire_request_check(req, &err) < 0) {
+	} else if (wire_request_check_strings(buf, in->len, &err) < 0 ||
+		   wire_request_check(req, &err) < 0) {
 		ses_error(se, id, err.code, err.msg, SES_MALFORMED);
 	} else {
 		ses_dispatch(se, req);

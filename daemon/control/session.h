@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "log_limit.h"
 #include "server.h"
 #include "wire.h"
 
@@ -30,6 +31,10 @@ struct ses {
 	bool hello_done;
 	uint32_t version;              /* negotiated protocol version */
 	unsigned rejected;             /* malformed requests in a row */
+	struct log_limit malformed_log;/* warnings about its bad requests (ses_error) */
+	struct log_limit release_log;  /* warnings about its refused release entries */
+	struct log_limit access_log;   /* warnings about datasets it may not read */
+	struct log_limit refusal_log;  /* its refused opens (session_stream.c) */
 	char client_name[WIRE_CLIENT_NAME_MAX + 1];
 	struct ses_stream *streams;    /* open streams */
 	struct ses_stream *opening;    /* streams whose memory a worker is making */

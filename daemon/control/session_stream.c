@@ -62,23 +62,27 @@ static void ses_stream_closed(uv_handle_t *h)
 
 /* Logs what the stream refused from its client since the last look: the
  * release region is the client's to write, so this is where its mistakes
- * (or tampering) show. */
+ * (or tampering) show. Rate-limited per connection: a client that rings
+ * bad entries in a loop gets a few lines, then one a second saying how
+ * many were left out; "in all" keeps the full count. */
 static void ses_stream_report(struct ses_stream *ss)
 {
 	struct srv_conn *c = ss->se->conn;
 	struct dlv_stats st;
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
 
 	if (!ss->dlv)
 		return;
 	dlv_stats(ss->dlv, &st);
-	if (st.bad_releases > ss->bad_logged) {
+	if (st.bad_releases > ss->bad_logged &&
+	    log_limit_allow(&ss->se->release_log, uv_now(&ss->d->loop), &dropped))
 		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
-			 "name no slot the client holds at that generation (%llu in all)",
+			 "name no slot the client holds at that generation (%llu in all)%s",
 			 SRV_CONN_ARGS(c), ss->id,
 			 (unsigned long long)(st.bad_releases - ss->bad_logged),
-			 (unsigned long long)st.bad_releases);
-		ss->bad_logged = st.bad_releases;
-	}
+			 (unsigned long long)st.bad_releases, log_limit_note(dropped, note));
+	ss->bad_logged = st.bad_releases;
 	if (st.error && !ss->error_logged) {
 		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c),
 			 ss->id, st.error_msg);
@@ -125,13 +129,36 @@ void ses_free(struct ses *se)
 	free(se);
 }
 
-/* The pipeline text a request names: a configured pipeline's, or its own. */
-static const char *ses_pipeline_text(const struct feedd *d, const char *asked)
+/* The pipeline text a request names: a configured pipeline's, or its own.
+ * A bare name (what a configured pipeline is called) that is neither a
+ * configured pipeline nor op text is refused as a pipeline that does not
+ * exist, listing those that do, not as an unknown op. */
+static int ses_pipeline_text(const struct feedd *d, const char *asked, const char **ret,
+			     struct feed_err *err)
 {
-	for (size_t i = 0; i < d->cfg->npipelines; i++)
-		if (!strcmp(d->cfg->pipelines[i].name, asked))
-			return d->cfg->pipelines[i].ops;
-	return asked;
+	const struct cfg *cfg = d->cfg;
+	struct pipe_spec spec;
+	char list[320] = "";
+	size_t n = 0;
+
+	for (size_t i = 0; i < cfg->npipelines; i++)
+		if (!strcmp(cfg->pipelines[i].name, asked)) {
+			*ret = cfg->pipelines[i].ops;
+			return 0;
+		}
+	if (!cfg_name_ok(asked) || pipe_parse(asked, &spec, NULL) == 0) {
+		*ret = asked;  /* op text: planning says what is wrong with it */
+		return 0;
+	}
+	for (size_t i = 0; i < cfg->npipelines && n < sizeof(list); i++) {
+		int m = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
+				 cfg->pipelines[i].name);
+		n += m > 0 ? (size_t)m : 0;
+	}
+	if (n >= sizeof(list))  /* cut: say so */
+		strcpy(list + sizeof(list) - sizeof(", ..."), ", ...");
+	return feed_err_set(err, -EINVAL, "no pipeline named '%s' (%s%s)", asked,
+			    n ? "configured: " : "none configured", list);
 }
 
 static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const struct cat_entry *e,
@@ -279,14 +306,25 @@ static void ses_unlink_opening(struct ses *se, struct ses_stream *ss)
 		}
 }
 
+/* Logs a refused open, rate-limited per connection: a client retrying a
+ * refused open in a loop gets every answer, not a log line each. */
+static void ses_log_refusal(struct ses *se, const char *msg)
+{
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
+
+	if (log_limit_allow(&se->refusal_log, uv_now(&se->d->loop), &dropped))
+		log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s%s",
+			 SRV_CONN_ARGS(se->conn), msg, log_limit_note(dropped, note));
+}
+
 /* Refuses an open: logs, answers, frees what the stream held. */
 static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const char *msg)
 {
 	char text[FEED_ERR_MSG_MAX + 80];
 
 	snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
-	log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s", SRV_CONN_ARGS(se->conn),
-		 text);
+	ses_log_refusal(se, text);
 	ses_error(se, ss->req_id, rc, text, SES_REFUSAL);
 	ses_stream_drop(ss);
 }
@@ -332,9 +370,12 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 {
 	int rc;
 
+	const char *text = NULL;
+
 	ses_spec(se, o, ss->e, sp);
-	if ((rc = pipe_plan_text(ses_pipeline_text(se->d, o->pipeline), ss->e->info->schema,
-				 ss->plan, err)) < 0) {
+	if ((rc = ses_pipeline_text(se->d, o->pipeline, &text, err)) < 0)
+		return rc;
+	if ((rc = pipe_plan_text(text, ss->e->info->schema, ss->plan, err)) < 0) {
 		feed_err_prefix(err, "pipeline");
 		return rc;
 	}
@@ -373,8 +414,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	if (rc < 0) {
 		ss->shm_bytes = 0;
 		feed_err_prefix(&err, "dataset '%s'", o->dataset);
-		log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s",
-			 SRV_CONN_ARGS(se->conn), err.msg);
+		ses_log_refusal(se, err.msg);
 		ses_error(se, id, rc, err.msg, SES_REFUSAL);
 		free(ss->plan);
 		free(ss);

@@ -6,6 +6,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -203,6 +204,112 @@ int wire_request_check(const Feed__Request *req, struct feed_err *err)
 		return feed_err_set(err, -EOPNOTSUPP, "unknown request (field %u)",
 				    (unsigned)req->base.unknown_fields[0].tag);
 	return feed_err_set(err, -EOPNOTSUPP, "empty request: no request kind set");
+}
+
+/* ------------------------------------------------------------------ */
+/* NUL bytes inside strings, found in the wire bytes                   */
+
+#define WIRE_NEST_MAX 8             /* message depth walked (feed.proto has 2) */
+#define WIRE_PATH_MAX 128
+
+/* Reads a varint at *p (below end) into *ret and moves *p past it. */
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
+		uint8_t b = *(*p)++;
+		v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*ret = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Reads the field at *p: 1 with its key, value and length if it is
+ * length-delimited, 0 for a number (skipped), -EBADMSG if it runs past end. */
+static int wire_field(const uint8_t **p, const uint8_t *end, uint64_t *ret_key,
+		      const uint8_t **ret_val, uint64_t *ret_len, struct feed_err *err)
+{
+	uint64_t key, n;
+
+	if (!wire_varint(p, end, &key))
+		return feed_err_set(err, -EBADMSG, "request: a field key runs past the end");
+	switch (key & 7) {
+	case 0:  /* varint */
+		if (!wire_varint(p, end, &n))
+			return feed_err_set(err, -EBADMSG, "request: a varint runs past the end");
+		return 0;
+	case 1:  /* 64-bit */
+	case 5:  /* 32-bit */
+		n = (key & 7) == 1 ? 8 : 4;
+		if ((uint64_t)(end - *p) < n)
+			return feed_err_set(err, -EBADMSG, "request: a number runs past the end");
+		*p += n;
+		return 0;
+	case 2:  /* string, bytes, message, packed numbers */
+		if (!wire_varint(p, end, &n) || n > (uint64_t)(end - *p))
+			return feed_err_set(err, -EBADMSG, "request: a field's length runs past "
+					    "the end");
+		*ret_key = key;
+		*ret_val = *p;
+		*ret_len = n;
+		*p += n;
+		return 1;
+	default:  /* groups: protobuf-c does not decode them either */
+		return feed_err_set(err, -EBADMSG, "request: wire type %u not supported",
+				    (unsigned)(key & 7));
+	}
+}
+
+/* Walks the fields of one message of type desc in [p, end): strings are
+ * searched for NUL, sub-messages walked. path (WIRE_PATH_MAX bytes, path_len
+ * used) names the message so far, for the error. */
+static int wire_walk_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+			     const uint8_t *end, char *path, size_t path_len, unsigned depth,
+			     struct feed_err *err)
+{
+	if (depth > WIRE_NEST_MAX)
+		return feed_err_set(err, -EBADMSG, "request nested deeper than %d messages",
+				    WIRE_NEST_MAX);
+	while (p < end) {
+		const uint8_t *val = NULL;
+		uint64_t key = 0, n = 0;
+		int r = wire_field(&p, end, &key, &val, &n, err);
+		if (r <= 0) {
+			if (r < 0)
+				return r;
+			continue;
+		}
+		const ProtobufCFieldDescriptor *f = key >> 3 > UINT32_MAX ? NULL
+			: protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
+		if (!f || (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE))
+			continue;  /* unknown fields, bytes, packed numbers: no strings */
+		snprintf(path + path_len, WIRE_PATH_MAX - path_len, "%s%s", path_len ? "." : "",
+			 f->name);
+		if (f->type == PROTOBUF_C_TYPE_STRING) {
+			const uint8_t *nul = memchr(val, '\0', (size_t)n);
+			if (nul)
+				return feed_err_set(err, -EINVAL, "%s: a NUL byte at offset %zu (a "
+						    "string may not hold one)", path,
+						    (size_t)(nul - val));
+		} else if ((r = wire_walk_strings(f->descriptor, val, val + n, path, strlen(path),
+						  depth + 1, err)) < 0) {
+			return r;
+		}
+		path[path_len] = '\0';
+	}
+	return 0;
+}
+
+int wire_request_check_strings(const void *buf, size_t len, struct feed_err *err)
+{
+	char path[WIRE_PATH_MAX] = "";
+	const uint8_t *p = buf;
+
+	return wire_walk_strings(&feed__request__descriptor, p, p + len, path, 0, 0, err);
 }
 
 int wire_reply_encode(const Feed__Reply *reply, uint8_t **ret_buf, size_t *ret_len,

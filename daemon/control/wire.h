@@ -70,6 +70,14 @@ void wire_request_free(Feed__Request *req);  /* accepts NULL */
  * -EOPNOTSUPP for an unknown or missing kind, -EINVAL naming the field. */
 int wire_request_check(const Feed__Request *req, struct feed_err *err);
 
+/* Checks the packed request buf (len bytes, which wire_request_decode()
+ * accepted) for string fields holding a NUL byte: protobuf-c hands them on
+ * as C strings cut at the NUL, so "fm\0/../x" would pass every later check
+ * as "fm". Walks the wire bytes with the message descriptors, into
+ * sub-messages too; bytes fields may hold anything. -EINVAL naming the
+ * field ("open_stream.dataset: ..."), -EBADMSG if the bytes do not walk. */
+int wire_request_check_strings(const void *buf, size_t len, struct feed_err *err);
+
 /* Encodes reply into a new buffer (*ret_buf, freed by the caller).
  * -EMSGSIZE past WIRE_REPLY_MAX, -ENOMEM. */
 int wire_reply_encode(const Feed__Reply *reply, uint8_t **ret_buf, size_t *ret_len,

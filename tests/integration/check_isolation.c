@@ -425,6 +425,35 @@ START_TEST(test_isolation_release_ring_abuse_refused)
 }
 END_TEST
 
+/* A client that writes a bad release entry and rings the doorbell in a
+ * loop (paced by a good release, so the ring never overflows) gets each
+ * one refused, but the log gets a few lines and how many it left out. */
+START_TEST(test_isolation_release_abuse_log_bounded)
+{
+	struct rs r;
+	unsigned rounds = 0;
+
+	start(NULL);
+	int sock = h_raw_connect();
+	h_raw_hello(sock);
+	rs_open(&r, sock, 2, 2);
+	uint64_t e = rs_take(&r);
+	(void)rs_take(&r);
+	for (int64_t end = h_now_ms() + 1500; h_now_ms() < end; rounds++) {
+		const uint64_t two[] = {0xdeadbeefcafef00dull, e};
+		rs_push(&r, two, 2);
+		e = rs_take(&r);  /* built after the daemon read both */
+	}
+	ck_assert_uint_gt(rounds, 100);
+	unsigned lines = h_log_count("release entries that name no slot");
+	ck_assert_msg(lines <= 12, "%u lines logged for %u refused entries", lines, rounds);
+	ck_assert(h_log_has(" more suppressed"));
+	rs_unmap(&r);
+	close(sock);
+	h_assert_healthy();
+}
+END_TEST
+
 /* A closed stream's release doorbell, still held by the client, rung
  * forever: the daemon must not spin on it (or on a descriptor it closed). */
 START_TEST(test_isolation_closed_stream_doorbell_ignored)
@@ -638,6 +667,7 @@ static Suite *isolation_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_isolation_credits_bound_batches);
 	tcase_add_test(tc, test_isolation_release_ring_abuse_refused);
+	tcase_add_test(tc, test_isolation_release_abuse_log_bounded);
 	tcase_add_test(tc, test_isolation_closed_stream_doorbell_ignored);
 	tcase_add_test(tc, test_isolation_region_seals_hold);
 	tcase_add_test(tc, test_isolation_killed_client_freed);

@@ -176,6 +176,29 @@ START_TEST(test_open_limits_before_memory)
 }
 END_TEST
 
+/* A client retrying a refused open in a loop gets every refusal, but the
+ * log gets a few lines and then one a second saying how many were left
+ * out (before, one line each: thousands a second). */
+START_TEST(test_open_refusal_flood_log_bounded)
+{
+	h_start((const char *[]){"--dataset", data_arg(), NULL});
+	int fd = h_raw_connect();
+	h_raw_hello(fd);
+	unsigned n = 0;
+	for (int64_t end = h_now_ms() + 1500; h_now_ms() < end; n++) {
+		raw_open(fd, n + 2, 4, "no_such_op(x=1)");
+		h_expect_error(fd, n + 2, -EINVAL, "unknown op");
+	}
+	close(fd);
+	h_assert_healthy();
+	ck_assert_uint_gt(n, 100);
+	unsigned lines = h_log_count("open_stream refused");
+	ck_assert_msg(lines >= 1 && lines <= 12, "%u lines for %u refusals:\n%s", lines, n,
+		      h_file_text(h.log));
+	ck_assert(h_log_has("more suppressed"));
+}
+END_TEST
+
 static Suite *open_suite(void)
 {
 	Suite *s = suite_create("open");
@@ -185,6 +208,7 @@ static Suite *open_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_open_client_gone);
 	tcase_add_test(tc, test_open_limits_before_memory);
+	tcase_add_test(tc, test_open_refusal_flood_log_bounded);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -209,6 +209,40 @@ START_TEST(test_protocol_unknown_kind)
 }
 END_TEST
 
+/* A string with a NUL inside is refused naming the field, not read as
+ * the C string before the NUL ("fm", a dataset that exists). */
+START_TEST(test_protocol_string_nul)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
+	uint8_t buf[64];
+
+	start_fm();
+	int fd = h_raw_connect();
+	h_raw_hello(fd);
+	q.name = "fm#/../x";
+	req.id = 8;
+	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
+	req.dataset_info = &q;
+	size_t len = feed__request__get_packed_size(&req);
+	ck_assert_uint_le(len, sizeof(buf));
+	feed__request__pack(&req, buf);
+	*(uint8_t *)memchr(buf, '#', len) = '\0';
+	h_raw_send(fd, buf, len);
+	h_expect_error(fd, 8, -EINVAL, "dataset_info.name: a NUL byte at offset 2");
+	/* refused, not disconnected */
+	Feed__Reply *rep = NULL;
+	q.name = "fm";
+	req.id = 9;
+	h_raw_send_request(fd, &req);
+	ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
+	ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_DATASETS);
+	feed__reply__free_unpacked(rep, NULL);
+	close(fd);
+	h_assert_healthy();
+}
+END_TEST
+
 START_TEST(test_protocol_hello_first)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
@@ -261,6 +295,49 @@ START_TEST(test_protocol_repeated_malformed)
 	h_raw_send(fd, empty, sizeof(empty));
 	h_expect_error(fd, 5, -EOPNOTSUPP, "closing after repeated malformed requests");
 	h_expect_eof(fd);
+	close(fd);
+	h_assert_healthy();
+}
+END_TEST
+
+/* Longer than one second of flooding, so the limit lets a line through
+ * after suppressing some; the log must stay within a handful of lines. */
+#define FLOOD_MS 1500
+#define FLOOD_LINES_MAX 12
+
+/* A peer that sends malformed requests in a loop (a good one every few
+ * keeps the connection open) gets them all answered, but the daemon logs
+ * a few of them and then how many it left out, not one line each. */
+START_TEST(test_protocol_malformed_flood_log_bounded)
+{
+	static const uint8_t empty[] = {0x08, 0x05};  /* id 5, no kind */
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__StatsQuery q = FEED__STATS_QUERY__INIT;
+	Feed__Reply *rep = NULL;
+	unsigned sent = 0;
+
+	start_fm();
+	int fd = h_raw_connect();
+	h_raw_hello(fd);
+	req.id = 6;
+	req.body_case = FEED__REQUEST__BODY_STATS;
+	req.stats = &q;
+	for (int64_t end = h_now_ms() + FLOOD_MS; h_now_ms() < end;) {
+		for (int i = 0; i < 4; i++, sent++) {
+			h_raw_send(fd, empty, sizeof(empty));
+			h_expect_error(fd, 5, -EOPNOTSUPP, "empty request");
+		}
+		h_raw_send_request(fd, &req);
+		ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
+		ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_STATS);
+		feed__reply__free_unpacked(rep, NULL);
+	}
+	ck_assert_uint_gt(sent, 100);
+	unsigned lines = h_log_count("empty request");
+	ck_assert_msg(lines <= FLOOD_LINES_MAX, "%u lines logged for %u malformed requests", lines,
+		      sent);
+	ck_assert(h_log_has("empty request: no request kind set; "));
+	ck_assert(h_log_has(" more suppressed"));
 	close(fd);
 	h_assert_healthy();
 }
@@ -419,9 +496,11 @@ static Suite *protocol_suite(void)
 	tcase_add_test(tc, test_protocol_truncated);
 	tcase_add_test(tc, test_protocol_unexpected_fd);
 	tcase_add_test(tc, test_protocol_unknown_kind);
+	tcase_add_test(tc, test_protocol_string_nul);
 	tcase_add_test(tc, test_protocol_hello_first);
 	tcase_add_test(tc, test_protocol_version_mismatch);
 	tcase_add_test(tc, test_protocol_repeated_malformed);
+	tcase_add_test(tc, test_protocol_malformed_flood_log_bounded);
 	tcase_add_test(tc, test_protocol_slow_reader);
 	tcase_add_test(tc, test_protocol_vanishing_clients);
 	tcase_add_test(tc, test_protocol_client_timeout);

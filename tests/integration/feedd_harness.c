@@ -136,6 +136,22 @@ bool h_log_has(const char *needle)
 	return h_file_has(h.log, needle);
 }
 
+unsigned h_log_count(const char *needle)
+{
+	FILE *f = fopen(h.log, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	unsigned n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (getline(&line, &cap, f) >= 0)
+		if (strstr(line, needle))
+			n++;
+	free(line);
+	fclose(f);
+	return n;
+}
+
 pid_t h_spawn(const char *prog, const char *const *args, const char *log)
 {
 	char path[300];

@@ -68,6 +68,8 @@ int h_stop(void);
 bool h_file_has(const char *file, const char *needle);
 /* Like h_file_has(h.log, needle). */
 bool h_log_has(const char *needle);
+/* Lines of the daemon's log (all of it, however long) holding needle. */
+unsigned h_log_count(const char *needle);
 /* The whole file, NUL-terminated, in a static buffer. */
 const char *h_file_text(const char *file);
 

@@ -1,10 +1,13 @@
 /*
  * check_access.c: unit tests of daemon/control/access.c: names and ids resolved,
- * peer credentials from a real socket, the groups of a passwd entry, who
- * an access list admits (root, the daemon's own user, "*", uids, groups).
+ * peer credentials and the groups the peer's process holds from a real
+ * socket, the groups of a passwd entry, who an access list admits (root,
+ * the daemon's own user, "*", uids, groups).
  */
 #include <check.h>
 #include <errno.h>
+#include <grp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -57,6 +60,41 @@ START_TEST(test_access_peer_read)
 }
 END_TEST
 
+/* The peer's groups are the ones its process holds (SO_PEERGROUPS), not
+ * those of its passwd entry: a process given extra groups (setpriv,
+ * containers) is seen with them, and many of them fit. Root only (this
+ * forked test process changes its own groups). */
+START_TEST(test_access_peer_read_process_groups)
+{
+	struct feed_err err = {0};
+	struct acl_peer p;
+	gid_t extra[200];
+	int sv[2];
+
+	for (size_t i = 0; i < 200; i++)
+		extra[i] = (gid_t)(70000 + i);
+	ck_assert_int_eq(setgroups(200, extra), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	ck_assert_int_eq(acl_peer_read(sv[0], &p, &err), 0);
+	ck_assert_uint_eq(p.ngroups, 201);
+	ck_assert_uint_eq(p.groups[0], getegid());  /* the primary group first */
+	for (size_t i = 0; i < 200; i++)
+		ck_assert_uint_eq(p.groups[i + 1], 70000 + i);
+	acl_peer_clear(&p);
+	close(sv[0]);
+	close(sv[1]);
+	/* none at all: the primary group alone */
+	ck_assert_int_eq(setgroups(0, NULL), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	ck_assert_int_eq(acl_peer_read(sv[0], &p, &err), 0);
+	ck_assert_uint_eq(p.ngroups, 1);
+	ck_assert_uint_eq(p.groups[0], getegid());
+	acl_peer_clear(&p);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
 START_TEST(test_access_peer_groups)
 {
 	struct feed_err err = {0};
@@ -72,6 +110,25 @@ START_TEST(test_access_peer_groups)
 	ck_assert_uint_eq(p.ngroups, 1);
 	ck_assert_uint_eq(p.groups[0], 777);
 	acl_peer_clear(&p);
+}
+END_TEST
+
+START_TEST(test_access_groups_text)
+{
+	gid_t two[] = {65534, 4242}, many[40];
+	struct acl_peer p = {.uid = 65534, .groups = two, .ngroups = 2};
+	char buf[200], tiny[8];
+
+	acl_peer_groups_text(&p, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "65534, 4242");
+	for (size_t i = 0; i < 40; i++)
+		many[i] = (gid_t)i;
+	p.groups = many;
+	p.ngroups = 40;
+	acl_peer_groups_text(&p, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, ... (40 in all)");
+	acl_peer_groups_text(&p, tiny, sizeof(tiny));
+	ck_assert_str_eq(tiny, "0, 1, 2");  /* cut, still terminated */
 }
 END_TEST
 
@@ -107,6 +164,11 @@ static Suite *access_suite(void)
 	tcase_add_test(tc, test_access_parse_names);
 	tcase_add_test(tc, test_access_peer_read);
 	tcase_add_test(tc, test_access_peer_groups);
+	if (geteuid() == 0)
+		tcase_add_test(tc, test_access_peer_read_process_groups);
+	else
+		fprintf(stderr, "check_access: not root: the setgroups test is left out\n");
+	tcase_add_test(tc, test_access_groups_text);
 	tcase_add_test(tc, test_access_allows);
 	suite_add_tcase(s, tc);
 	return s;

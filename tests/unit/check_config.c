@@ -242,8 +242,23 @@ START_TEST(test_config_bad_dataset)
 		"datasets[0].allow_users[0]: user id '99999999999' out of range");
 	refused("datasets:\n  - name: a\n    path: \"\"\n", 3, "datasets[0].path: must not be empty");
 	refused("socket_group: no_such_group_zq\n", 1, "socket_group: no group named");
-	refused("pipelines:\n  - name: p\n    ops: x\n  - name: p\n    ops: y\n", 4,
+	refused("pipelines:\n  - name: p\n    ops: identity\n  - name: p\n    ops: hflip\n", 4,
 		"pipelines[1].name: pipeline 'p' defined twice");
+}
+END_TEST
+
+/* A configured pipeline is parsed at load: an unknown op or key is refused
+ * naming the file, line, pipeline, op and key, at --check-config and at
+ * start alike (both load the config this way). */
+START_TEST(test_config_bad_pipeline)
+{
+	refused("pipelines:\n  - name: train\n    ops: hflip\n  - name: lm\n"
+		"    ops: random_windw(len=256)\n", 5,
+		"pipelines[1].ops: pipeline 'lm': op 1 'random_windw': unknown op");
+	refused("pipelines:\n  - name: aug\n    ops: \"random_crop(size=28) | hflip(q=0.5)\"\n", 3,
+		"pipelines[0].ops: pipeline 'aug': op 2 'hflip': unknown key 'q'");
+	refused("pipelines:\n  - name: aug\n    ops: \"hflip(p=2)\"\n", 3,
+		"pipelines[0].ops: pipeline 'aug': op 1 'hflip': key 'p'");
 }
 END_TEST
 
@@ -423,6 +438,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_out_of_range);
 	tcase_add_test(tc, test_config_missing_required);
 	tcase_add_test(tc, test_config_bad_dataset);
+	tcase_add_test(tc, test_config_bad_pipeline);
 	tcase_add_test(tc, test_config_syntax_and_duplicates);
 	tcase_add_test(tc, test_config_missing_file);
 	tcase_add_test(tc, test_config_flags_override);

@@ -1,7 +1,8 @@
 /*
  * check_wire.c: unit tests of daemon/control/wire.c, the daemon's side of the
  * control protocol: the size caps, undecodable and truncated requests,
- * unknown request kinds, field range checks, reply size limit, and the
+ * unknown request kinds, field range checks, NUL bytes inside strings,
+ * reply size limit, and the
  * packet layer on a real SOCK_SEQPACKET pair (oversized packets, attached
  * descriptors closed, end of stream, no SIGPIPE).
  */
@@ -35,13 +36,16 @@ static uint8_t *pack_hello(const char *name, uint32_t lo, uint32_t hi, size_t *r
 	return buf;
 }
 
-/* Decodes and checks buf; returns the first failing code (or 0). */
+/* Decodes and checks buf as ses_packet() does; returns the first failing
+ * code (or 0). */
 static int decode_check(const void *buf, size_t len, struct feed_err *err)
 {
 	Feed__Request *req = NULL;
 
 	memset(err, 0, sizeof(*err));
 	int r = wire_request_decode(buf, len, &req, err);
+	if (r == 0)
+		r = wire_request_check_strings(buf, len, err);
 	if (r == 0)
 		r = wire_request_check(req, err);
 	wire_request_free(req);
@@ -172,6 +176,101 @@ START_TEST(test_wire_dataset_name)
 	ck_assert_int_eq(check_info("a b", &err), -EINVAL);
 	ck_assert_int_eq(check_info(long64, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "dataset_info.name"));
+}
+END_TEST
+
+/* Packs req and turns every '#' of the packed bytes into a NUL: the way
+ * to put a NUL inside a string protobuf-c would pack only up to it. */
+static uint8_t *pack_with_nuls(const Feed__Request *req, size_t *ret_len)
+{
+	size_t len = feed__request__get_packed_size(req);
+	uint8_t *buf = malloc(len);
+
+	ck_assert_ptr_nonnull(buf);
+	feed__request__pack(req, buf);
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] == '#')
+			buf[i] = '\0';
+	*ret_len = len;
+	return buf;
+}
+
+/* An open_stream request for dataset and pipeline, '#' turned into NUL. */
+static int check_open_nul(const char *dataset, const char *pipeline, const char *resume,
+			  struct feed_err *err)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+	size_t len;
+
+	o.dataset = (char *)dataset;
+	o.pipeline = (char *)pipeline;
+	o.batch = 4;
+	o.resume.data = (uint8_t *)resume;
+	o.resume.len = strlen(resume);
+	req.id = 3;
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	uint8_t *buf = pack_with_nuls(&req, &len);
+	int r = decode_check(buf, len, err);
+	free(buf);
+	return r;
+}
+
+START_TEST(test_wire_string_nul_refused)
+{
+	struct feed_err err;
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
+	size_t len;
+	uint8_t *buf;
+
+	/* the name checks alone would see "fmnist" and pass it */
+	ck_assert_int_eq(check_open_nul("fmnist#/../x", "", "", &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.dataset: a NUL byte at offset 6 (a string may "
+				  "not hold one)");
+	ck_assert_int_eq(check_open_nul("fmnist", "hflip#", "", &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.pipeline: a NUL byte at offset 5 (a string may "
+				  "not hold one)");
+	/* bytes fields may hold anything; a clean request passes */
+	ck_assert_int_eq(check_open_nul("fmnist", "hflip", "a#b", &err), 0);
+	ck_assert_int_eq(check_open_nul("fmnist", "", "", &err), 0);
+
+	buf = pack_hello("trainer#evil", 1, 1, &len);
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] == '#')
+			buf[i] = '\0';
+	ck_assert_int_eq(decode_check(buf, len, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "hello.client_name: a NUL byte"));
+	free(buf);
+
+	q.name = "#";
+	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
+	req.dataset_info = &q;
+	buf = pack_with_nuls(&req, &len);
+	ck_assert_int_eq(decode_check(buf, len, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "dataset_info.name: a NUL byte at offset 0"));
+	free(buf);
+}
+END_TEST
+
+/* Bytes that decode_check() never sees (the decoder refuses them) still
+ * walk safely: truncated lengths and varints are -EBADMSG, not a read past
+ * the end. */
+START_TEST(test_wire_string_walk_bounds)
+{
+	struct feed_err err = {0};
+	static const uint8_t cut_len[] = {0x32, 0x05, 0x0a, 0x03, 'a'};   /* open_stream of 5, 2 there */
+	static const uint8_t cut_inner[] = {0x32, 0x02, 0x0a, 0x09};      /* dataset of 9, none there */
+	static const uint8_t cut_varint[] = {0x08, 0xff, 0xff};           /* id's varint never ends */
+	static const uint8_t group[] = {0x0b, 0x0c};                      /* a group: not proto3 */
+
+	ck_assert_int_eq(wire_request_check_strings(cut_len, sizeof(cut_len), &err), -EBADMSG);
+	ck_assert_int_eq(wire_request_check_strings(cut_inner, sizeof(cut_inner), &err), -EBADMSG);
+	ck_assert_int_eq(wire_request_check_strings(cut_varint, sizeof(cut_varint), &err),
+			 -EBADMSG);
+	ck_assert_int_eq(wire_request_check_strings(group, sizeof(group), &err), -EBADMSG);
+	ck_assert_int_eq(wire_request_check_strings("", 0, &err), 0);
 }
 END_TEST
 
@@ -346,6 +445,8 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_unknown_kind);
 	tcase_add_test(tc, test_wire_hello_ranges);
 	tcase_add_test(tc, test_wire_dataset_name);
+	tcase_add_test(tc, test_wire_string_nul_refused);
+	tcase_add_test(tc, test_wire_string_walk_bounds);
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);
 	tcase_add_test(tc, test_wire_recv_closes_fds);

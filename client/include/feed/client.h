@@ -9,8 +9,8 @@
  *   - Returns 0 (or a count) on success, or a negative errno-style code;
  *     feed_strerror() names the code and feed_errmsg(conn) gives the detail
  *     (the daemon's own message for a refusal, e.g. "dataset 'x': user 1000
- *     not allowed", or what the library saw, e.g. "connect /run/feedd/
- *     feedd.sock: No such file or directory").
+ *     (groups 1000, 27) not allowed", or what the library saw, e.g.
+ *     "connect /run/feedd/feedd.sock: No such file or directory").
  *   - Outputs go through ret parameters, written only on success.
  *   - Calls that talk to the daemon block until it answers or the
  *     connection's timeout (10 s unless set) passes: then -ETIMEDOUT, and
