@@ -119,16 +119,51 @@ const char *h_file_text(const char *file)
 	return buf;
 }
 
+bool h_wait_until(bool (*cond)(void *arg), void *arg, int timeout_ms)
+{
+	int64_t end = h_now_ms() + timeout_ms;
+
+	for (;;) {
+		if (cond(arg))
+			return true;
+		if (h_now_ms() >= end)
+			return false;
+		h_nap();
+	}
+}
+
+struct h_needles {
+	const char *file;
+	const char *first, *then;    /* then: NULL for a needle anywhere */
+};
+
+static bool h_needles_found(void *arg)
+{
+	const struct h_needles *n = arg;
+	const char *text = h_file_text(n->file);
+
+	if (!n->then)
+		return strstr(text, n->first) != NULL;
+	for (const char *p = text; (p = strstr(p, n->first)); p++) {
+		const char *eol = strchr(p, '\n'), *t = strstr(p, n->then);
+		if (t && (!eol || t < eol))
+			return true;
+	}
+	return false;
+}
+
 bool h_file_has(const char *file, const char *needle)
 {
-	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	struct h_needles n = {file, needle, NULL};
 
-	do {
-		if (strstr(h_file_text(file), needle))
-			return true;
-		h_nap();
-	} while (h_now_ms() < end);
-	return false;
+	return h_wait_until(h_needles_found, &n, H_DEADLINE_MS);
+}
+
+bool h_log_line_has(const char *first, const char *then)
+{
+	struct h_needles n = {h.log, first, then};
+
+	return h_wait_until(h_needles_found, &n, H_DEADLINE_MS);
 }
 
 bool h_log_has(const char *needle)

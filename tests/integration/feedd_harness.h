@@ -64,10 +64,17 @@ void h_start(const char *const *args);
 /* SIGTERMs the daemon and returns its exit code (-1: killed/timeout). */
 int h_stop(void);
 
+/* Polls cond(arg) every few milliseconds: true once it holds, false if
+ * it still does not after timeout_ms. What a test waits on instead of
+ * sleeping. */
+bool h_wait_until(bool (*cond)(void *arg), void *arg, int timeout_ms);
 /* True once file contains needle (polled until the deadline). */
 bool h_file_has(const char *file, const char *needle);
 /* Like h_file_has(h.log, needle). */
 bool h_log_has(const char *needle);
+/* True once one line of the log contains first and, after it, then
+ * (polled until the deadline). */
+bool h_log_line_has(const char *first, const char *then);
 /* The whole file, NUL-terminated, in a static buffer. */
 const char *h_file_text(const char *file);
 
