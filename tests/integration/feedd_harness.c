@@ -43,6 +43,11 @@ static void h_nap(void)
 
 void h_make_dataset(const char *dir, uint64_t n)
 {
+	h_make_dataset_blocks(dir, n, 0);
+}
+
+void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records)
+{
 	struct fmt_schema s = {.nfields = 2};
 	struct fmt_writer *w;
 	struct feed_err err = {0};
@@ -52,8 +57,10 @@ void h_make_dataset(const char *dir, uint64_t n)
 	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 2,
 					 .shape = {4, 4}};
 	s.fields[1] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
-	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "tiny"}, &w,
-				     &err) == 0, "%s", err.msg);
+	ck_assert_msg(fmt_writer_new(dir, &s,
+				     &(struct fmt_writer_opts){.name = "tiny",
+							       .block_records = block_records},
+				     &w, &err) == 0, "%s", err.msg);
 	for (uint64_t i = 0; i < n; i++) {
 		memset(image, (int)i, sizeof(image));
 		label = (int64_t)i;

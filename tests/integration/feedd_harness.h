@@ -46,8 +46,11 @@ void h_setup(void);
  * the directory. */
 void h_teardown(void);
 
-/* Writes a dataset of n records (image u8[4,4], label i64) at dir. */
+/* Writes a dataset of n records (image u8[4,4] all i & 0xff, label i64 i)
+ * at dir; h_make_dataset_blocks() puts at most block_records records in a
+ * block (0: the writer's default, by bytes). */
 void h_make_dataset(const char *dir, uint64_t n);
+void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records);
 /* Writes text to dir/name and returns the path in a static buffer. */
 const char *h_write_file(const char *name, const char *text);
 /* Milliseconds on the monotonic clock. */
