@@ -21,7 +21,6 @@ struct cache_entry {
 	size_t bytes;
 	uint32_t pins;
 	bool ready;                     /* false while one thread decodes */
-	bool failed;                    /* decode failed: waiters retry */
 };
 
 struct cache {

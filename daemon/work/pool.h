@@ -55,7 +55,11 @@ void pool_submit(struct pool *p, struct pool_job *job);
 
 /* Loop thread: lets the workers finish every queued job, joins them, calls
  * the remaining done() callbacks, and starts closing the async handle.
- * Later submissions are a bug. Idempotent. */
+ * Jobs that a worker submits from run() before the join completes run too
+ * (a stream's follow-up batches; the stream is closing, so they end at
+ * once), so a chain of jobs that never ends keeps pool_stop() from
+ * returning. A submission from the loop thread or from a done() callback
+ * after pool_stop() began is a bug. Idempotent. */
 void pool_stop(struct pool *p);
 
 /* Frees the pool once pool_stop() ran and the loop has processed the close

@@ -27,7 +27,9 @@
 #include "feed_shm.h"
 #include "feedd_harness.h"
 
-#define NAP_MS 200   /* how long "nothing more happens" is watched */
+/* How long a stopped stream is watched for "nothing more happens": it has
+ * no idle signal to wait for (daemon_idle() below is a live stream's). */
+#define NAP_MS 200
 
 /* Starts feedd serving "tiny" with two workers, extra args after. */
 static void start(const char *const *extra)
@@ -46,13 +48,13 @@ static void start(const char *const *extra)
 /* ------------------------------------------------------------------ */
 /* Test 1: credits                                                     */
 
-/* Maps this process's only control region read-only (found by the name
- * the daemon gives its memfds), to watch what the daemon publishes. */
-static const struct feed_shm_ctl *own_ctl_map(size_t *ret_len)
+/* Maps this process's only region named name read-only (found by the
+ * name the daemon gives its memfds), to watch what the daemon does. */
+static const void *own_region_map(const char *name, size_t *ret_len)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
-	const struct feed_shm_ctl *ctl = NULL;
+	const void *ctl = NULL;
 	char path[300], link[256];
 
 	ck_assert_ptr_nonnull(d);
@@ -62,7 +64,7 @@ static const struct feed_shm_ctl *own_ctl_map(size_t *ret_len)
 		if (n < 0)
 			continue;
 		link[n] = '\0';
-		if (!strstr(link, "memfd:feedd-control"))
+		if (!strstr(link, name))
 			continue;
 		struct stat sb;
 		int fd = atoi(e->d_name);
@@ -77,6 +79,26 @@ static const struct feed_shm_ctl *own_ctl_map(size_t *ret_len)
 	return ctl;
 }
 
+static const struct feed_shm_ctl *own_ctl_map(size_t *ret_len)
+{
+	return own_region_map("memfd:feedd-control", ret_len);
+}
+
+/* Waits until the daemon says it waits for a release (daemon_waiting,
+ * feed_shm.h). It says so only when every credit is held and no batch of
+ * the stream is being built: whatever it was going to publish is then
+ * published, and nothing more comes until the client releases. */
+static bool daemon_waits(void *rel)
+{
+	return atomic_load_explicit(&((struct feed_shm_rel *)rel)->daemon_waiting,
+				    memory_order_acquire) != 0;
+}
+
+static bool daemon_idle(const struct feed_shm_rel *rel)
+{
+	return h_wait_until(daemon_waits, (void *)rel, H_DEADLINE_MS);
+}
+
 static uint64_t ready_head(const struct feed_shm_ctl *ctl)
 {
 	return atomic_load_explicit(&((struct feed_shm_ctl *)ctl)->ready_head, memory_order_acquire);
@@ -87,12 +109,13 @@ START_TEST(test_isolation_credits_bound_batches)
 	enum { C = 3 };
 	struct feed_batch *held[C], *b;
 	uint64_t consumed = 0, next_index = 0;   /* ready entries we took; batch expected */
-	size_t ctl_len = 0;
+	size_t ctl_len = 0, rel_len = 0;
 
 	start(NULL);
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = h_tiny_open(c, 1, C);
 	const struct feed_shm_ctl *ctl = own_ctl_map(&ctl_len);
+	const struct feed_shm_rel *rel = own_region_map("memfd:feedd-release", &rel_len);
 	ck_assert_uint_eq(ctl->nslots, C);
 	ck_assert_uint_eq(feed_stream_info(st)->credits, C);
 
@@ -110,7 +133,7 @@ START_TEST(test_isolation_credits_bound_batches)
 	ck_assert_int_lt(h_now_ms() - t0, 1000);
 	ck_assert_ptr_nonnull(strstr(feed_errmsg(c), "credits are held"));
 	/* ... and the daemon built nothing more. */
-	h_nap_ms(NAP_MS);
+	ck_assert_msg(daemon_idle(rel), "feedd never waited for a release with every credit held");
 	ck_assert_uint_eq(ready_head(ctl), consumed);
 
 	/* Release one, the next comes, into the slot given back; many times
@@ -138,9 +161,10 @@ START_TEST(test_isolation_credits_bound_batches)
 		/* published = taken: with every credit held nothing else is built */
 		ck_assert_uint_eq(ready_head(ctl), consumed);
 	}
-	h_nap_ms(NAP_MS);
+	ck_assert_msg(daemon_idle(rel), "feedd never waited for a release with every credit held");
 	ck_assert_uint_eq(ready_head(ctl), consumed);
 	munmap((void *)ctl, ctl_len);
+	munmap((void *)rel, rel_len);
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
@@ -265,7 +289,8 @@ static void rs_ring(struct rs *r)
 }
 
 /* Writes entries into the release ring, moves the head past them and
- * rings the daemon (always, whatever daemon_waiting says). */
+ * rings the daemon (always, whatever daemon_waiting said; the flag is
+ * cleared as a client clears it, so rs_expect_quiet() sees it set anew). */
 static void rs_push(struct rs *r, const uint64_t *entries, size_t n)
 {
 	_Atomic uint64_t *ring = (_Atomic uint64_t *)((uint8_t *)r->rel + r->rel->ring_off);
@@ -274,14 +299,46 @@ static void rs_push(struct rs *r, const uint64_t *entries, size_t n)
 		atomic_store_explicit(&ring[r->rel_head++ & (r->rel->ring_cap - 1)], entries[i],
 				      memory_order_relaxed);
 	atomic_store_explicit(&r->rel->rel_head, r->rel_head, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	atomic_exchange_explicit(&r->rel->daemon_waiting, 0, memory_order_relaxed);
 	rs_ring(r);
 }
 
-/* Nothing more is published for NAP_MS. */
+/* Nothing more is published: once the daemon waits for a release with
+ * every credit of this live stream held, nothing was left unpublished. */
 static void rs_expect_quiet(struct rs *r)
 {
-	h_nap_ms(NAP_MS);
+	ck_assert_msg(daemon_idle(r->rel), "stream %u: feedd never waited for a release", r->id);
 	ck_assert_msg(rs_head(r) == r->tail, "feedd published %llu entries unasked",
+		      (unsigned long long)(rs_head(r) - r->tail));
+}
+
+/* A round trip on the stream's socket: once the daemon answers, its loop
+ * has handled every doorbell rung before the request. */
+static void rs_round_trip(struct rs *r, uint32_t req_id)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__StatsQuery q = FEED__STATS_QUERY__INIT;
+	Feed__Reply *rep = NULL;
+
+	req.id = req_id;
+	req.body_case = FEED__REQUEST__BODY_STATS;
+	req.stats = &q;
+	h_raw_send_request(r->sock, &req);
+	ck_assert_int_eq(h_raw_recv(r->sock, H_DEADLINE_MS, &rep), 1);
+	ck_assert_int_eq(rep->body_case, FEED__REPLY__BODY_STATS);
+	ck_assert_uint_eq(rep->id, req_id);
+	feed__reply__free_unpacked(rep, NULL);
+}
+
+/* A stopped stream publishes nothing more: the daemon has handled the
+ * doorbell, and then nothing comes for NAP_MS (a stopped stream never
+ * says it is idle, so this one watch is a sleep). */
+static void rs_expect_stopped_quiet(struct rs *r, uint32_t req_id)
+{
+	rs_round_trip(r, req_id);
+	h_nap_ms(NAP_MS);
+	ck_assert_msg(rs_head(r) == r->tail, "stopped stream %u published %llu entries", r->id,
 		      (unsigned long long)(rs_head(r) - r->tail));
 }
 
@@ -392,7 +449,7 @@ START_TEST(test_isolation_release_ring_abuse_refused)
 	ck_assert_msg(h_log_has(line), "no '%s' in the log:\n%s", line, h_file_text(h.log));
 	const uint64_t late[] = {e3, e4};
 	rs_push(&r, late, 2);
-	rs_expect_quiet(&r);  /* stopped for good */
+	rs_expect_stopped_quiet(&r, 20);  /* stopped for good */
 
 	/* A head moved backwards is the same tampering. */
 	rs_open(&r2, sock, 3, 2);
@@ -467,8 +524,10 @@ START_TEST(test_isolation_closed_stream_doorbell_ignored)
 	(void)rs_take(&r);
 	raw_close_stream(sock, 3, r.id);
 	rs_ring(&r);   /* the eventfd stays readable: nobody reads it now */
-	h_nap_ms(50);
+	rs_round_trip(&r, 4);   /* the loop has seen it, were it still polled */
 	long t0 = h_proc_cpu_ticks(h.pid);
+	/* The scenario's measure: CPU used over half a second of nothing to do
+	 * (a loop spinning on the doorbell would use all of it). */
 	h_nap_ms(500);
 	long used = h_proc_cpu_ticks(h.pid) - t0;
 	ck_assert_int_ge(t0, 0);
@@ -597,17 +656,15 @@ static void holder_child(int wfd)
 		pause();
 }
 
+static bool daemon_holds_fds(void *want)
+{
+	return h_proc_fds(h.pid) == *(int *)want;
+}
+
 /* Waits until the daemon holds want descriptors. */
 static bool daemon_fds_settle(int want)
 {
-	int64_t end = h_now_ms() + H_DEADLINE_MS;
-
-	while (h_proc_fds(h.pid) != want) {
-		if (h_now_ms() >= end)
-			return false;
-		h_nap_ms(5);
-	}
-	return true;
+	return h_wait_until(daemon_holds_fds, &want, H_DEADLINE_MS);
 }
 
 START_TEST(test_isolation_killed_client_freed)

@@ -5,7 +5,9 @@
  * that path is left alone, missing and
  * corrupt datasets are left out (and none at all still serves), the
  * runtime directory and socket modes, FEEDD_SOCKET, a config file, every
- * file in configs/ loading, --check-config's deeper checks, and feedctl.
+ * file in configs/ loading, --check-config's deeper checks, and feedctl;
+ * SIGTERM while workers are building batches drains them and ends the
+ * client's stream cleanly.
  */
 #include <errno.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/stream.h"
 #include "feedd_harness.h"
 
 static const char *fm_arg(void)
@@ -397,6 +400,101 @@ START_TEST(test_lifecycle_feedctl)
 }
 END_TEST
 
+
+/* A heavy pipeline: each 4x4 image is blown up to 1024x1024 and shrunk
+ * back to 64x64, about a million pixels of work per sample for 4 KiB of
+ * output, so a batch keeps a worker busy for tens of milliseconds (ten
+ * times that under a sanitizer) and BUILD_CREDITS of them for a good part
+ * of a second, in little memory. The dataset has BUILD_SAMPLES records so
+ * that an epoch holds more batches than there are credits: the credits,
+ * not the epoch, bound what is queued. */
+#define BUILD_PIPELINE "resize(h=1024, w=1024) | resize(h=64, w=64)"
+#define BUILD_SAMPLES 200
+#define BUILD_BATCH 8
+#define BUILD_CREDITS 16
+
+/* Every sample of a batch of the heavy pipeline: a constant image (the
+ * harness's sample i is all i & 0xff, and so is any resize of it). */
+static void build_check(struct feed_batch *b)
+{
+	struct feed_view img;
+	const uint64_t *idx = feed_batch_samples(b);
+
+	ck_assert_int_eq(feed_batch_size(b), BUILD_BATCH);
+	ck_assert_int_eq(feed_batch_field(b, 0, &img), 0);
+	ck_assert_uint_eq(img.bytes, 64ull * 64 * BUILD_BATCH);
+	for (uint32_t i = 0; i < BUILD_BATCH; i++) {
+		const uint8_t *px = (const uint8_t *)img.data + 64 * 64 * i;
+		ck_assert_uint_lt(idx[i], BUILD_SAMPLES);
+		for (int k = 0; k < 64 * 64; k++)
+			ck_assert_uint_eq(px[k], idx[i] & 0xff);
+	}
+}
+
+/* SIGTERM while the workers build: the stream has BUILD_CREDITS credits,
+ * all free but one, and the daemon fills them as fast as it can. feedd
+ * finishes or drops the builds under way, exits 0 in time, says so and
+ * removes its socket; the client gets what was published, whole, then
+ * -ECONNRESET, at once rather than at its timeout. */
+START_TEST(test_lifecycle_sigterm_while_building)
+{
+	struct feed_stream_opts o = {.dataset = "big", .batch = BUILD_BATCH,
+				     .credits = BUILD_CREDITS, .pipeline = BUILD_PIPELINE,
+				     .reconnect_ms = -1};
+	char dir[128], arg[160];
+	struct feed_batch *held, *b;
+	struct stat st;
+	int r, got = 0;
+
+	snprintf(dir, sizeof(dir), "%s/big", h.dir);
+	h_make_dataset(dir, BUILD_SAMPLES);
+	snprintf(arg, sizeof(arg), "big=%s", dir);
+	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *fs = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_next(fs, H_DEADLINE_MS, &held), 0);
+	build_check(held);
+	got++;
+
+	pid_t pid = h.pid;
+	h.pid = 0;
+	int64_t t0 = h_now_ms();
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	/* what was published comes, then the end; a hang would be -ETIMEDOUT */
+	while ((r = feed_next(fs, H_DEADLINE_MS, &b)) == 0 || r == FEED_END_OF_EPOCH) {
+		if (r == 0) {
+			build_check(b);
+			ck_assert_int_eq(feed_release(b), 0);
+			got++;
+		}
+	}
+	int64_t ended = h_now_ms() - t0;
+	ck_assert_msg(r == -ECONNRESET, "feed_next after SIGTERM: %s: %s", feed_strerror(r),
+		      feed_errmsg(c));
+	ck_assert_msg(ended < H_DEADLINE_MS / 2, "the stream ended %lld ms after SIGTERM",
+		      (long long)ended);
+	/* the daemon stopped with batches still to build: the scenario held */
+	ck_assert_msg(got < BUILD_CREDITS, "all %d credits were built before SIGTERM", got);
+
+	int status = h_wait(pid, H_DEADLINE_MS);
+	ck_assert_msg(status != -1, "feedd still running %d ms after SIGTERM", H_DEADLINE_MS);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fputs(h_file_text(h.log), stderr);  /* a sanitizer's report is longer than
+						     * a Check message may be */
+		ck_abort_msg("feedd ended with status 0x%x; its log is on stderr", status);
+	}
+	/* it has exited: its log is whole, no need to wait for a line */
+	const char *log = h_file_text(h.log);
+	ck_assert_msg(strstr(log, "SIGTERM: stopping") && strstr(log, "info: stopped"),
+		      "no stop in the log:\n%s", log);
+	ck_assert_int_eq(stat(h.sock, &st), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	build_check(held);   /* a batch held across the daemon's exit stays whole */
+	feed_stream_close(fs);
+	feed_disconnect(c);
+}
+END_TEST
+
 static Suite *lifecycle_suite(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -408,6 +506,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_lifecycle_sd_notify);
 	tcase_add_test(tc, test_lifecycle_sigint);
 	tcase_add_test(tc, test_lifecycle_sighup_keeps_serving);
+	tcase_add_test(tc, test_lifecycle_sigterm_while_building);
 	tcase_add_test(tc, test_lifecycle_second_daemon);
 	tcase_add_test(tc, test_lifecycle_stale_socket);
 	tcase_add_test(tc, test_lifecycle_not_a_socket);

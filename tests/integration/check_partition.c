@@ -4,12 +4,15 @@
  * gives the same bytes, run twice and with one worker or two; ranks of
  * world 2 and 3 with drop_last, with padding and in eval mode read the
  * global positions torch's DistributedSampler gives them, with the union
- * and multiplicity it specifies.
+ * and multiplicity it specifies; block-window order over several epochs
+ * holds every sample once per epoch, in windows of whole blocks, with
+ * epochs that differ and the same bytes for the same seed.
  *
  * main() packs the Fashion-MNIST test split (10 000 images) once for the
  * determinism test; the partition test writes its own small dataset.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +280,146 @@ START_TEST(test_partition_ranks_like_distributed_sampler)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Block-window order over epochs                                      */
+
+#define BW_N 1003     /* 41 blocks: 40 of 25 records and one of 3 */
+#define BW_BLOCK 25
+#define BW_NBLOCKS ((BW_N + BW_BLOCK - 1) / BW_BLOCK)
+#define BW_WINDOW 4
+#define BW_BATCH 17    /* 1003 = 59 x 17: no batch padded by wrap-around */
+#define BW_EPOCHS 4
+
+struct bw_run {
+	uint64_t order[BW_EPOCHS][BW_N];   /* sample at each position of each epoch */
+	uint64_t hash;                     /* positions, samples and bytes of every batch */
+};
+
+/* Reads a whole BW_EPOCHS-epoch block-window stream of seed: checks each
+ * sample's bytes, and records the order and a hash of everything. */
+static void bw_read(struct feed_conn *c, uint64_t seed, struct bw_run *out)
+{
+	struct feed_stream_opts o = {.dataset = "bw", .batch = BW_BATCH, .epochs = BW_EPOCHS,
+				     .seed = seed, .order = FEED_ORDER_BLOCK_WINDOW,
+				     .window = BW_WINDOW};
+	struct feed_stream *st = h_stream_open(c, &o);
+	uint64_t got[BW_EPOCHS] = {0}, ends = 0;
+	struct feed_batch *b;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	out->hash = 0xcbf29ce484222325ull;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) != FEED_END_OF_STREAM) {
+		if (r == FEED_END_OF_EPOCH) {
+			ck_assert_uint_eq(got[ends], BW_N);
+			ends++;
+			continue;
+		}
+		ck_assert_msg(r == 0, "%s: %s", feed_strerror(r), feed_errmsg(c));
+		uint64_t e = feed_batch_epoch(b), n = feed_batch_size(b);
+		const uint64_t *idx = feed_batch_samples(b);
+		struct feed_view img, lab;
+		ck_assert_uint_eq(e, ends);
+		ck_assert_uint_le(got[e] + n, BW_N);
+		ck_assert_int_eq(feed_batch_field(b, 0, &img), 0);
+		ck_assert_int_eq(feed_batch_field(b, 1, &lab), 0);
+		for (uint64_t i = 0; i < n; i++) {
+			int64_t label;
+			ck_assert_uint_lt(idx[i], BW_N);
+			ck_assert_uint_eq(((const uint8_t *)img.data)[16 * i + 15], idx[i] & 0xff);
+			memcpy(&label, (const uint8_t *)lab.data + 8 * i, 8);
+			ck_assert_int_eq(label, (int64_t)idx[i]);
+			out->order[e][got[e]++] = idx[i];
+		}
+		uint64_t pos[2] = {e, feed_batch_index(b)};
+		out->hash = fnv(out->hash, pos, sizeof(pos));
+		out->hash = fnv(out->hash, idx, 8 * n);
+		out->hash = fnv(out->hash, img.data, img.bytes);
+		out->hash = fnv(out->hash, lab.data, lab.bytes);
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	ck_assert_uint_eq(ends, BW_EPOCHS);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+}
+
+/* One epoch's order: every sample exactly once, laid out window after
+ * window, each window the samples of BW_WINDOW whole blocks (the last may
+ * have fewer). Returns how many windows are not simply blocks 4k..4k+3. */
+static int bw_check_epoch(const uint64_t *order, int epoch)
+{
+	static uint8_t seen[BW_N];
+	uint32_t left[BW_NBLOCKS];      /* samples of each block not yet read */
+	uint32_t win[BW_WINDOW];        /* blocks of the current window */
+	uint32_t nwin = 0, windows = 0, blocks_done = 0;
+	int moved = 0;
+
+	memset(seen, 0, sizeof(seen));
+	for (uint32_t k = 0; k < BW_NBLOCKS; k++)
+		left[k] = k + 1 < BW_NBLOCKS ? BW_BLOCK : BW_N - k * BW_BLOCK;
+	for (uint64_t p = 0; p < BW_N; p++) {
+		uint64_t s = order[p];
+		uint32_t blk = (uint32_t)(s / BW_BLOCK), k;
+		ck_assert_msg(!seen[s], "epoch %d: sample %llu twice", epoch, (unsigned long long)s);
+		seen[s] = 1;
+		for (k = 0; k < nwin && win[k] != blk; k++)
+			;
+		if (k == nwin) {   /* a block the window has not started */
+			ck_assert_msg(nwin < BW_WINDOW, "epoch %d, position %llu: sample %llu of block "
+				      "%u while the window's %d blocks are unfinished", epoch,
+				      (unsigned long long)p, (unsigned long long)s, blk, BW_WINDOW);
+			ck_assert_msg(left[blk] > 0, "epoch %d: block %u again", epoch, blk);
+			win[nwin++] = blk;
+		}
+		left[blk]--;
+		bool whole = nwin == BW_WINDOW || blocks_done + nwin == BW_NBLOCKS;
+		for (k = 0; k < nwin && whole; k++)
+			whole = left[win[k]] == 0;
+		if (whole) {   /* the window is done: its blocks were read whole */
+			for (k = 0; k < nwin; k++)
+				moved += win[k] / BW_WINDOW != windows;
+			blocks_done += nwin;
+			windows++;
+			nwin = 0;
+		}
+	}
+	ck_assert_uint_eq(blocks_done, BW_NBLOCKS);
+	ck_assert_uint_eq(windows, (BW_NBLOCKS + BW_WINDOW - 1) / BW_WINDOW);
+	return moved;
+}
+
+START_TEST(test_partition_block_window_epochs)
+{
+	static struct bw_run a, again, other;
+	static char arg[160];
+	char dir[128];
+
+	snprintf(dir, sizeof(dir), "%s/bw", h.dir);
+	h_make_dataset_blocks(dir, BW_N, BW_BLOCK);
+	snprintf(arg, sizeof(arg), "bw=%s", dir);
+	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	struct feed_conn *c = h_conn_new();
+	bw_read(c, 77, &a);
+	for (int e = 0; e < BW_EPOCHS; e++) {
+		int in_place = 0;
+		/* blocks are permuted, not only samples inside fixed windows */
+		ck_assert_msg(bw_check_epoch(a.order[e], e) > 0, "epoch %d: blocks not permuted", e);
+		for (int p = 0; p < BW_N; p++)
+			in_place += a.order[e][p] == (uint64_t)p;
+		ck_assert_int_lt(in_place, BW_N / 4);
+		for (int f = 0; f < e; f++)
+			ck_assert_msg(memcmp(a.order[e], a.order[f], sizeof(a.order[e])),
+				      "epochs %d and %d in the same order", f, e);
+	}
+	/* the same seed again: the same bytes; another seed: another order */
+	bw_read(c, 77, &again);
+	ck_assert_msg(a.hash == again.hash, "seed 77 twice: different batches");
+	bw_read(c, 78, &other);
+	ck_assert(memcmp(a.order, other.order, sizeof(a.order)));
+	ck_assert(a.hash != other.hash);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 
 static Suite *partition_suite(void)
 {
@@ -287,6 +430,7 @@ static Suite *partition_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_partition_same_spec_same_bytes);
 	tcase_add_test(tc, test_partition_ranks_like_distributed_sampler);
+	tcase_add_test(tc, test_partition_block_window_epochs);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -43,6 +43,11 @@ static void h_nap(void)
 
 void h_make_dataset(const char *dir, uint64_t n)
 {
+	h_make_dataset_blocks(dir, n, 0);
+}
+
+void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records)
+{
 	struct fmt_schema s = {.nfields = 2};
 	struct fmt_writer *w;
 	struct feed_err err = {0};
@@ -52,8 +57,10 @@ void h_make_dataset(const char *dir, uint64_t n)
 	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 2,
 					 .shape = {4, 4}};
 	s.fields[1] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
-	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "tiny"}, &w,
-				     &err) == 0, "%s", err.msg);
+	ck_assert_msg(fmt_writer_new(dir, &s,
+				     &(struct fmt_writer_opts){.name = "tiny",
+							       .block_records = block_records},
+				     &w, &err) == 0, "%s", err.msg);
 	for (uint64_t i = 0; i < n; i++) {
 		memset(image, (int)i, sizeof(image));
 		label = (int64_t)i;
@@ -87,8 +94,13 @@ void h_teardown(void)
 
 	if (h.pid) {
 		int code = h_stop();
-		ck_assert_msg(code == 0, "feedd exited with %d; its log:\n%s", code,
-			      h_file_text(h.log));
+		if (code != 0) {
+			/* on stderr: a sanitizer's report is longer than a Check
+			 * message may be (Check would exit with "Message string
+			 * too long" instead) */
+			fputs(h_file_text(h.log), stderr);
+			ck_abort_msg("feedd exited with %d; its log is on stderr", code);
+		}
 	}
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", h.dir);
 	ck_assert_int_eq(system(cmd), 0);
@@ -119,16 +131,51 @@ const char *h_file_text(const char *file)
 	return buf;
 }
 
+bool h_wait_until(bool (*cond)(void *arg), void *arg, int timeout_ms)
+{
+	int64_t end = h_now_ms() + timeout_ms;
+
+	for (;;) {
+		if (cond(arg))
+			return true;
+		if (h_now_ms() >= end)
+			return false;
+		h_nap();
+	}
+}
+
+struct h_needles {
+	const char *file;
+	const char *first, *then;    /* then: NULL for a needle anywhere */
+};
+
+static bool h_needles_found(void *arg)
+{
+	const struct h_needles *n = arg;
+	const char *text = h_file_text(n->file);
+
+	if (!n->then)
+		return strstr(text, n->first) != NULL;
+	for (const char *p = text; (p = strstr(p, n->first)); p++) {
+		const char *eol = strchr(p, '\n'), *t = strstr(p, n->then);
+		if (t && (!eol || t < eol))
+			return true;
+	}
+	return false;
+}
+
 bool h_file_has(const char *file, const char *needle)
 {
-	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	struct h_needles n = {file, needle, NULL};
 
-	do {
-		if (strstr(h_file_text(file), needle))
-			return true;
-		h_nap();
-	} while (h_now_ms() < end);
-	return false;
+	return h_wait_until(h_needles_found, &n, H_DEADLINE_MS);
+}
+
+bool h_log_line_has(const char *first, const char *then)
+{
+	struct h_needles n = {h.log, first, then};
+
+	return h_wait_until(h_needles_found, &n, H_DEADLINE_MS);
 }
 
 bool h_log_has(const char *needle)

@@ -46,8 +46,11 @@ void h_setup(void);
  * the directory. */
 void h_teardown(void);
 
-/* Writes a dataset of n records (image u8[4,4], label i64) at dir. */
+/* Writes a dataset of n records (image u8[4,4] all i & 0xff, label i64 i)
+ * at dir; h_make_dataset_blocks() puts at most block_records records in a
+ * block (0: the writer's default, by bytes). */
 void h_make_dataset(const char *dir, uint64_t n);
+void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records);
 /* Writes text to dir/name and returns the path in a static buffer. */
 const char *h_write_file(const char *name, const char *text);
 /* Milliseconds on the monotonic clock. */
@@ -64,12 +67,19 @@ void h_start(const char *const *args);
 /* SIGTERMs the daemon and returns its exit code (-1: killed/timeout). */
 int h_stop(void);
 
+/* Polls cond(arg) every few milliseconds: true once it holds, false if
+ * it still does not after timeout_ms. What a test waits on instead of
+ * sleeping. */
+bool h_wait_until(bool (*cond)(void *arg), void *arg, int timeout_ms);
 /* True once file contains needle (polled until the deadline). */
 bool h_file_has(const char *file, const char *needle);
 /* Like h_file_has(h.log, needle). */
 bool h_log_has(const char *needle);
 /* Lines of the daemon's log (all of it, however long) holding needle. */
 unsigned h_log_count(const char *needle);
+/* True once one line of the log contains first and, after it, then
+ * (polled until the deadline). */
+bool h_log_line_has(const char *first, const char *then);
 /* The whole file, NUL-terminated, in a static buffer. */
 const char *h_file_text(const char *file);
 

@@ -13,7 +13,8 @@ function(feed_integration_test name)
   target_link_libraries(check_${name} PRIVATE feedd_harness ${ARGN})
   add_dependencies(check_${name} feedd feedctl)
   add_test(NAME integration_${name} COMMAND check_${name})
-  set_tests_properties(integration_${name} PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 900)
+  set_tests_properties(integration_${name} PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 900
+                       LABELS integration)
 endfunction()
 
 feed_integration_test(protocol)
@@ -29,4 +30,5 @@ add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
 target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
 add_dependencies(check_client_elf feedclient)
 add_test(NAME integration_client_elf COMMAND check_client_elf)
-set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60)
+set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60
+                     LABELS integration)

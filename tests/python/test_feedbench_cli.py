@@ -41,14 +41,15 @@ def daemon(feed_bin, feedpack, tmp_path_factory):
                              "--dataset", f"small={d / 'small'}", "--workers", "2"],
                             stdout=log, stderr=log)
     feedctl = tool(feed_bin, "feedctl")
-    for _ in range(200):
-        if subprocess.run([feedctl, "--socket", sock, "status"],
-                          capture_output=True).returncode == 0:
-            break
+    # Waits until feedd answers, or exits, or 20 s pass; the sleep is the
+    # poll interval only.
+    deadline = time.monotonic() + 20
+    while subprocess.run([feedctl, "--socket", sock, "status"],
+                         capture_output=True).returncode != 0:
         assert proc.poll() is None, (d / "feedd.log").read_text()
+        if time.monotonic() > deadline:
+            pytest.fail("feedd did not answer within 20 s")
         time.sleep(0.05)
-    else:
-        pytest.fail("feedd did not answer")
     yield sock
     proc.terminate()
     assert proc.wait(timeout=30) == 0

@@ -1,8 +1,13 @@
 /*
  * check_cache.c: the block cache keeps within its budget when nothing is
  * pinned, never evicts a pinned block, decodes a block once however many
- * threads ask for it together, and never caches a failed decode; pinning
- * many at once pins exactly the cached ones, once per ask.
+ * threads ask for it together, and never caches a failed decode, also for
+ * a thread that waited for it; pinning many at once pins exactly the
+ * cached ones, once per ask.
+ *
+ * Linked with -Wl,--wrap=pread,--wrap=pthread_cond_wait (tests/CMakeLists.txt):
+ * the wrappers below pass every call through, but let one test hold a
+ * decode inside its read and see a second thread start waiting for it.
  */
 #include <check.h>
 #include <errno.h>
@@ -12,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -230,6 +236,187 @@ START_TEST(test_cache_failed_decode_not_cached)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* A thread waiting for a decode that fails                            */
+
+ssize_t __real_pread(int fd, void *buf, size_t n, off_t off);
+int __real_pthread_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu);
+
+/* What the wrappers let a test see and hold (all under hk.mu). */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;           /* any field below changed */
+	bool hold_read;              /* the next pread waits for release_read */
+	bool in_read;                /* a pread is being held */
+	bool release_read;
+	int waits;                   /* cond waits by threads marked hk_watched */
+	int finished;                /* test threads done with cache_get */
+} hk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static __thread bool hk_watched;   /* this thread's cond waits are counted */
+
+ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
+{
+	pthread_mutex_lock(&hk.mu);
+	if (hk.hold_read) {
+		hk.hold_read = false;
+		hk.in_read = true;
+		pthread_cond_broadcast(&hk.cv);
+		while (!hk.release_read)
+			__real_pthread_cond_wait(&hk.cv, &hk.mu);
+		hk.in_read = false;
+	}
+	pthread_mutex_unlock(&hk.mu);
+	return __real_pread(fd, buf, n, off);
+}
+
+/* Counts the wait before making it: the caller still holds its mutex, so
+ * whatever it waits for cannot be signalled before it really waits (a
+ * signaller must take that mutex first). */
+int __wrap_pthread_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
+{
+	if (hk_watched) {
+		pthread_mutex_lock(&hk.mu);
+		hk.waits++;
+		pthread_cond_broadcast(&hk.cv);
+		pthread_mutex_unlock(&hk.mu);
+	}
+	return __real_pthread_cond_wait(cv, mu);
+}
+
+/* Waits up to 10 s (under hk.mu) until *what is at least want. */
+static bool hk_await(const int *what, int want)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	while (*what < want)
+		if (pthread_cond_timedwait(&hk.cv, &hk.mu, &until) != 0)
+			return false;
+	return true;
+}
+
+struct getter {
+	struct cache *c;
+	bool watched;                /* count this thread's cond waits */
+	int rc;
+	struct feed_err err;
+	uint32_t value;              /* record 5 of block 0, on success */
+	pthread_t tid;
+};
+
+static void *getter_main(void *arg)
+{
+	struct getter *g = arg;
+	struct cache_worker w = {.comp_cap = wk.comp_cap, .comp = malloc(wk.comp_cap)};
+	const struct fmt_block *blk;
+	struct cache_entry *e;
+
+	hk_watched = g->watched;
+	fmt_decoder_new(&w.dec);
+	g->rc = cache_get(g->c, ds, 0, &w, &blk, &e, &g->err);
+	if (g->rc == 0) {
+		g->value = value_at(blk, 5);
+		cache_put(g->c, e);
+	}
+	hk_watched = false;
+	fmt_decoder_free(w.dec);
+	free(w.comp);
+	pthread_mutex_lock(&hk.mu);
+	hk.finished++;
+	pthread_cond_broadcast(&hk.cv);
+	pthread_mutex_unlock(&hk.mu);
+	return NULL;
+}
+
+/* Flips one bit in the middle of block 0's compressed bytes (the block's
+ * frame starts at byte 64 of the shard). */
+static void flip_block0(void)
+{
+	struct fmt_block_meta m;
+	char path[300];
+	uint8_t x;
+
+	fmt_dataset_block_meta(ds, 0, &m);
+	snprintf(path, sizeof(path), "%s/shard-00000.fsh", dir);
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &x, 1, 64 + m.comp_size / 2), 1);
+	x ^= 1;
+	ck_assert_int_eq(pwrite(fd, &x, 1, 64 + m.comp_size / 2), 1);
+	close(fd);
+}
+
+/* A decodes block 0, which fails its checksum; B asks for block 0 while
+ * A's read is held and waits for it. Both get -EBADMSG naming shard and
+ * block; nothing stays cached or pinned; once the file is right again a
+ * get decodes it afresh. */
+START_TEST(test_cache_waiter_on_failed_decode)
+{
+	struct cache *c;
+	struct cache_stats st;
+	struct getter a = {0}, b = {0};
+
+	ck_assert_int_eq(cache_new(1 << 20, &c), 0);
+	flip_block0();
+	a.c = b.c = c;
+	b.watched = true;
+
+	pthread_mutex_lock(&hk.mu);
+	hk.hold_read = true;
+	hk.release_read = false;
+	hk.waits = hk.finished = 0;
+	pthread_create(&a.tid, NULL, getter_main, &a);
+	/* A has made the entry and is reading the block */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	while (!hk.in_read)
+		ck_assert_msg(pthread_cond_timedwait(&hk.cv, &hk.mu, &until) == 0,
+			      "A never read the block (is pread wrapped?)");
+	pthread_mutex_unlock(&hk.mu);
+	pthread_create(&b.tid, NULL, getter_main, &b);
+	pthread_mutex_lock(&hk.mu);
+	/* B waits for A's decode: it found the entry not ready */
+	ck_assert_msg(hk_await(&hk.waits, 1), "B never waited for A's decode");
+	ck_assert_int_eq(hk.finished, 0);
+	hk.release_read = true;
+	pthread_cond_broadcast(&hk.cv);
+	ck_assert_msg(hk_await(&hk.finished, 2), "%d of 2 gets returned after the failed decode",
+		      hk.finished);
+	pthread_mutex_unlock(&hk.mu);
+	pthread_join(a.tid, NULL);
+	pthread_join(b.tid, NULL);
+
+	ck_assert_int_eq(a.rc, -EBADMSG);
+	ck_assert_int_eq(b.rc, -EBADMSG);
+	ck_assert_msg(strstr(a.err.msg, "shard-00000.fsh: block 0: checksum mismatch"), "A: %s",
+		      a.err.msg);
+	ck_assert_msg(strstr(b.err.msg, "shard-00000.fsh: block 0: checksum mismatch"), "B: %s",
+		      b.err.msg);
+	/* B waited once: woken by A's failure it read the block itself */
+	ck_assert_int_eq(hk.waits, 1);
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.entries, 0);
+	ck_assert_uint_eq(st.bytes, 0);
+	ck_assert_uint_eq(st.hits, 0);
+	ck_assert_uint_eq(st.misses, 2);
+
+	/* The block made right again: the next get decodes it. */
+	flip_block0();
+	a = (struct getter){.c = c};
+	pthread_create(&a.tid, NULL, getter_main, &a);
+	pthread_join(a.tid, NULL);
+	ck_assert_int_eq(a.rc, 0);
+	ck_assert_uint_eq(a.value, 5);
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.misses, 3);
+	ck_assert_uint_eq(st.entries, 1);
+	cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -241,6 +428,7 @@ int main(void)
 	tcase_add_test(tc, test_cache_pin_many);
 	tcase_add_test(tc, test_cache_one_decode_for_many_threads);
 	tcase_add_test(tc, test_cache_failed_decode_not_cached);
+	tcase_add_test(tc, test_cache_waiter_on_failed_decode);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
