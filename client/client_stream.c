@@ -667,11 +667,12 @@ static void st_retired_put(struct feed_stream *st, uint32_t inc)
 
 /* Makes n, a fresh stream on the same connection, st's next incarnation:
  * st keeps its identity, info, options and position; the regions of the
- * old one stay mapped while batches from them are held. */
+ * old one stay mapped while batches from them are held. -EPROTO when n's
+ * schema differs, -ENOMEM; on failure st is untouched (n is the caller's). */
 static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 {
 	const struct feed_stream_info *a = &st->info, *b = &n->info;
-	struct st_retired *old = NULL;
+	struct st_retired *old;
 	bool same = a->num_fields == b->num_fields && n->batch == st->batch;
 
 	for (uint32_t f = 0; same && f < a->num_fields; f++)
@@ -682,29 +683,26 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
 	if (!same)
 		return -EPROTO;
+	/* before anything of st changes: without this record the held
+	 * batches' regions and tables could not be kept, so st stays as it was */
+	old = calloc(1, sizeof(*old));
+	if (!old)
+		return -ENOMEM;
 	pthread_mutex_lock(&st->rel_lock);
 	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
 	/* kept until close even when nothing is held: a second release of
 	 * an old batch must find it */
-	if ((old = calloc(1, sizeof(*old)))) {
-		old->inc = st->inc;
-		old->held = held;
-		old->map[0] = (void *)st->ctl;
-		old->map[1] = st->data;
-		old->map[2] = st->rel;
-		memcpy(old->len, st->len, sizeof(old->len));
-		old->batches = st->batches;
-		old->next = st->retired;
-		st->retired = old;
-		if (!held)
-			st_retired_unmap(old);
-	} else {
-		/* no memory to keep them: views of held batches die */
-		munmap((void *)st->ctl, st->len[0]);
-		munmap(st->data, st->len[1]);
-		munmap(st->rel, st->len[2]);
-		free(st->batches);
-	}
+	old->inc = st->inc;
+	old->held = held;
+	old->map[0] = (void *)st->ctl;
+	old->map[1] = st->data;
+	old->map[2] = st->rel;
+	memcpy(old->len, st->len, sizeof(old->len));
+	old->batches = st->batches;
+	old->next = st->retired;
+	st->retired = old;
+	if (!held)
+		st_retired_unmap(old);
 	for (int i = 0; i < ST_NFDS; i++)
 		close(st->fd[i]);
 	st->ctl = n->ctl;
@@ -759,7 +757,8 @@ static bool st_transient(int r)
 /* The daemon went away under st (every batch it published has been
  * returned): reconnects to the same socket and reopens the stream at its
  * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
- * when nothing was left to deliver, or a sticky error. */
+ * when nothing was left to deliver, -ENOMEM with st unchanged (the next
+ * call tries again), or a sticky error. */
 static int st_reopen(struct feed_stream *st)
 {
 	struct feed_conn *conn = st->conn;
@@ -793,15 +792,26 @@ static int st_reopen(struct feed_stream *st)
 			struct feed_stream *n;
 			r = st_open(conn, &o, &n);
 			if (r == 0) {
-				if (st_adopt(st, n) == 0)
+				r = st_adopt(st, n);
+				if (r == 0)
 					return 0;
 				feed_stream_close(n);
+				if (r == -ENOMEM)
+					return cl_fail(conn, r, "stream %u: out of memory to keep the "
+						       "held batches while reopening it after feedd "
+						       "came back", st->info.id);
 				return st_stop(st, -EPROTO, "feedd came back with another schema for "
 					       "dataset '%s'", st->opts.dataset);
 			}
-			if (!st_transient(r))
-				return st_stop(st, r, "feedd came back but refused to resume: %s",
-					       conn->errmsg);
+			if (r != -ENOMEM && !st_transient(r))
+				return st_stop(st, r, "feedd came back but the stream could not be "
+					       "reopened: %s", conn->errmsg);
+		}
+		if (r == -ENOMEM) {
+			/* not sticky: st is as it was, so the next call tries again */
+			snprintf(last, sizeof(last), "%s", conn->errmsg);
+			return cl_fail(conn, r, "stream %u: reopening it after feedd came back: %s",
+				       st->info.id, last);
 		}
 		snprintf(last, sizeof(last), "%s", conn->errmsg);
 		if (st_now_ms() + delay > deadline)

@@ -126,7 +126,9 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
  * Does not block when a batch is ready. When the daemon goes away, it
  * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
- * says) and returns -ECONNRESET only if the daemon did not come back. */
+ * says) and returns -ECONNRESET only if the daemon did not come back, or
+ * -ENOMEM if memory ran out while reopening: then the stream and every
+ * batch held stay as they were, and the next call tries again. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
 
 /* Position and content of a batch; valid until it is released. */
