@@ -545,7 +545,8 @@ static Feed__Order st_order(int order)
 						  FEED__ORDER__ORDER_SEQUENTIAL;
 }
 
-/* The token of the stream's position (feed.proto ResumeToken). */
+/* The token of the stream's position (feed.proto ResumeToken) into buf,
+ * its length into *ret_len; -ENOSPC (nothing written) past cap. */
 static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
 {
 	Feed__ResumeToken t = FEED__RESUME_TOKEN__INIT;
@@ -563,23 +564,19 @@ static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t 
 	t.drop_last = st->opts.drop_last;
 	t.eval = st->opts.eval;
 	size_t n = feed__resume_token__get_packed_size(&t);
-	*ret_len = n;
 	if (n > cap)
 		return -ENOSPC;
 	feed__resume_token__pack(&t, buf);
+	*ret_len = n;
 	return 0;
 }
 
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len)
 {
-	size_t n;
-
 	if (!st || !buf || !ret_len)
 		return -EINVAL;
-	int r = st_token(st, buf, cap, &n);
-	*ret_len = n;
-	return r;
+	return st_token(st, buf, cap, ret_len);
 }
 
 /* Keeps opts (and its strings) for reopening. */

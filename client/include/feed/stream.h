@@ -155,7 +155,9 @@ FEED_API int feed_release(struct feed_batch *b);
  * with it (opts.resume) continues with exactly the batches that would have
  * come, also in another process, after a daemon restart, or with another
  * world size (the same global position). Writes the token to buf and its
- * length to *ret_len. Returns 0, or -ENOSPC when cap is too small. */
+ * length to *ret_len. Returns 0, -ENOSPC when cap is too small (a buf of
+ * FEED_RESUME_MAX bytes never is), or -EINVAL for a NULL argument; on
+ * failure neither buf nor *ret_len is written. */
 #define FEED_RESUME_MAX 256
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len);
