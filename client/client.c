@@ -56,7 +56,8 @@ static int64_t cl_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits for events on the socket until deadline: 1 ready, -ETIMEDOUT. */
+/* Waits for events on the socket until deadline: 1 ready, -ETIMEDOUT, or
+ * poll's -errno. */
 static int cl_wait(struct feed_conn *conn, short events, int64_t deadline)
 {
 	for (;;) {

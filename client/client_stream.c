@@ -6,8 +6,9 @@
  *
  * Threads: feed_next(), open and close run on the caller's thread, one at
  * a time per stream; feed_release() runs on any thread. The only lock is
- * st->rel_lock, around the release ring's producer side; it is never held
- * while blocking and nothing else is taken under it.
+ * st->rel_lock, around the release ring's producer side and the switch to
+ * a new incarnation after a daemon restart (which swaps that ring); it is
+ * never held while waiting and nothing else is taken under it.
  *
  * Must never: allocate or enter the kernel when a batch is ready (the
  * fast path of feed_next), print, or crash the host on a daemon bug: the
@@ -65,7 +66,8 @@ struct feed_stream {
 	uint32_t nfields;
 	uint32_t batch;            /* largest sample count */
 	int stop;                  /* 0; FEED_END_OF_STREAM; or a sticky error */
-	_Atomic uint32_t nheld;    /* batches delivered and not released */
+	_Atomic uint32_t nheld;    /* this incarnation's batches delivered and not
+				    * released */
 	struct feed_batch *batches;/* [nslots] */
 	uint8_t *data;             /* the data region, read-write */
 	uint64_t slot_bytes, slot_hdr_bytes, slots_off;
@@ -90,14 +92,16 @@ struct feed_stream {
 	uint32_t world;
 	uint32_t inc;              /* incarnation: 0, then +1 per reopening */
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
-	struct st_retired *retired;/* earlier incarnations' regions still held (rel_lock) */
+	struct st_retired *retired;/* earlier incarnations, until close (rel_lock) */
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 };
 
 /* The regions of an earlier incarnation, kept mapped while the caller
  * holds batches from them (a daemon restart does not pull memory from
- * under a trainer). Freed by the release of the last one, or at close. */
+ * under a trainer). The release of the last one unmaps them; the record
+ * and its batches are freed at close, so that releasing one of them twice
+ * still finds it. */
 struct st_retired {
 	struct st_retired *next;
 	uint32_t inc;
@@ -471,7 +475,7 @@ static void st_free(struct feed_stream *st)
 }
 
 /* Opens a stream on conn: the request, the reply, the regions; no copy of
- * opts is kept (feed_stream_open and st_reopen do that). */
+ * opts is kept (feed_stream_open keeps one, which a reopening reuses). */
 static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 		   struct feed_stream **ret)
 {
@@ -631,7 +635,7 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 	return 0;
 }
 
-/* Unmaps and frees a retired incarnation. */
+/* Unmaps a retired incarnation's regions (once: the maps are cleared). */
 static void st_retired_unmap(struct st_retired *r)
 {
 	for (int i = 0; i < 3; i++)
@@ -640,6 +644,7 @@ static void st_retired_unmap(struct st_retired *r)
 	memset(r->map, 0, sizeof(r->map));
 }
 
+/* Unmaps (if still mapped) and frees a retired incarnation. */
 static void st_retired_free(struct st_retired *r)
 {
 	st_retired_unmap(r);
@@ -986,11 +991,9 @@ static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **re
 	}
 }
 
-/* Nothing was ready: says we sleep, re-checks, then sleeps on the doorbell
- * (or the socket's hang-up) until *deadline. 0: look again (spurious
- * wake-ups are normal), or an error. */
 /* Asks the daemon to ring the ready doorbell at its next publish; true if
- * a batch came meanwhile (then nothing will ring for it). The doorbell is
+ * a batch came meanwhile (take it rather than sleep: published before the
+ * flag was seen, nothing rings for it). The doorbell is
  * cleared here, before asking, not after waking: the wake-up path is then
  * poll() alone. A ring from an earlier wait is dropped here; one for this
  * wait can only come after the flag is set. */
@@ -1007,6 +1010,13 @@ static bool st_arm(struct feed_stream *st)
 	return atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail;
 }
 
+/* Nothing was ready. -ENOBUFS if every credit is held. With timeout_ms 0:
+ * arms the doorbell (st_arm, so feed_stream_fd() wakes a poller) and
+ * returns -ETIMEDOUT unless a batch came meanwhile. Otherwise -ECONNRESET
+ * if the connection is gone, -ETIMEDOUT past *deadline (set at the call's
+ * first wait), else arms the doorbell and sleeps on it and on the socket's
+ * hang-up until the deadline. 0: look again (spurious wake-ups are
+ * normal); -ECONNRESET when the daemon hung up with nothing left to take. */
 static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 {
 	struct feed_conn *conn = st->conn;

@@ -19,7 +19,8 @@
  * on a stream; feed_release() may be called from any thread, concurrently
  * with feed_next() (e.g. from a garbage collector). Streams of one
  * connection share it: serialise calls that use the connection
- * (feed_stream_open, feed_stream_close) with its other calls.
+ * (feed_stream_open, feed_stream_close, and feed_next, which reconnects it
+ * after a daemon restart) with its other calls.
  *
  * Never prints, never exits, never raises a signal in the host: every
  * region is checked (magic, version, seals, sizes) before it is used, and a
@@ -116,6 +117,9 @@ struct feed_batch;
 FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 			      struct feed_stream **ret);
 
+/* The stream's facts (NULL for NULL). Owned by st, valid until
+ * feed_stream_close(); not changed by a reconnection. Does not block; any
+ * thread. */
 FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st);
 
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next batch.
@@ -131,9 +135,15 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * batch held stay as they were, and the next call tries again. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
 
-/* Position and content of a batch; valid until it is released. */
+/* Position and content of a batch; valid until it is released. They do
+ * not block; any thread that holds b. feed_batch_samples() points to
+ * feed_batch_size() entries, owned by the batch. */
 FEED_API uint64_t feed_batch_epoch(const struct feed_batch *b);
-FEED_API uint64_t feed_batch_index(const struct feed_batch *b);   /* within the epoch */
+/* The batch's number within the epoch (from opts.start_batch on). In the
+ * epoch where a resume token or a reconnection to a restarted feedd took
+ * up the stream, it counts from that position instead: 0 is the first
+ * batch after it. */
+FEED_API uint64_t feed_batch_index(const struct feed_batch *b);
 FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
 FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
 FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-around repeats */
@@ -173,8 +183,9 @@ FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, s
 FEED_API int feed_stream_fd(const struct feed_stream *st);
 
 /* Tells the daemon, unmaps and frees. Batches not released are released.
- * Accepts NULL. Returns 0 or the error of telling the daemon (the stream
- * is freed anyway). */
+ * Accepts NULL. Blocks up to the connection's timeout while telling the
+ * daemon. Returns 0 or the error of telling the daemon (the stream is
+ * freed anyway). */
 FEED_API int feed_stream_close(struct feed_stream *st);
 
 #ifdef __cplusplus
