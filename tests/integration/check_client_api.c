@@ -56,6 +56,46 @@ START_TEST(test_client_resume_token_enospc_writes_nothing)
 }
 END_TEST
 
+/* The public FEED_DTYPE_* constants are the values fields and views
+ * carry: the tiny dataset's image is u8, its label i64. */
+START_TEST(test_client_dtype_constants_match_fields)
+{
+	struct feed_dataset_list *list;
+	struct feed_batch *b;
+	struct feed_view v;
+
+	api_start();
+	struct feed_conn *c = h_conn_new();
+	ck_assert_int_eq(feed_dataset_info(c, "tiny", &list), 0);
+	ck_assert_int_eq(list->datasets[0].fields[0].dtype, FEED_DTYPE_UINT8);
+	ck_assert_int_eq(list->datasets[0].fields[1].dtype, FEED_DTYPE_INT64);
+	feed_dataset_list_free(list);
+
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	const struct feed_stream_info *in = feed_stream_info(st);
+	ck_assert_int_eq(in->fields[0].dtype, FEED_DTYPE_UINT8);
+	ck_assert_str_eq(in->fields[0].dtype_name, "u8");
+	ck_assert_int_eq(in->fields[1].dtype, FEED_DTYPE_INT64);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b), 0);
+	ck_assert_int_eq(feed_batch_field(b, 0, &v), 0);
+	ck_assert_int_eq(v.dtype, FEED_DTYPE_UINT8);
+	ck_assert_int_eq(feed_batch_field(b, 1, &v), 0);
+	ck_assert_int_eq(v.dtype, FEED_DTYPE_INT64);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+
+	/* distinct, and the ones a reader of feed.proto expects */
+	const int all[] = {FEED_DTYPE_UINT8,   FEED_DTYPE_INT8,    FEED_DTYPE_UINT16,
+			   FEED_DTYPE_INT16,   FEED_DTYPE_UINT32,  FEED_DTYPE_INT32,
+			   FEED_DTYPE_UINT64,  FEED_DTYPE_INT64,   FEED_DTYPE_FLOAT16,
+			   FEED_DTYPE_BFLOAT16, FEED_DTYPE_FLOAT32, FEED_DTYPE_FLOAT64,
+			   FEED_DTYPE_BOOLEAN, FEED_DTYPE_STRING};
+	for (int i = 0; i < (int)(sizeof(all) / sizeof(all[0])); i++)
+		ck_assert_int_eq(all[i], i + 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_api");
@@ -64,6 +104,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, h_setup, h_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_client_resume_token_enospc_writes_nothing);
+	tcase_add_test(tc, test_client_dtype_constants_match_fields);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -91,10 +91,31 @@ FEED_API const char *feed_strerror(int code);
 /* ------------------------------------------------------------------ */
 /* Datasets                                                            */
 
+/* Element types, the values of struct feed_field.dtype and struct
+ * feed_view.dtype: feed.proto's DType, also what feedd writes in shared
+ * memory; they never change. Named as numpy names them; a field's
+ * dtype_name has the short form ("u8", "i64", "f32", "bf16", "bool",
+ * "str"). A string field (FEED_DTYPE_STRING) holds UTF-8 bytes and is
+ * always variable-length. */
+#define FEED_DTYPE_UINT8 1
+#define FEED_DTYPE_INT8 2
+#define FEED_DTYPE_UINT16 3
+#define FEED_DTYPE_INT16 4
+#define FEED_DTYPE_UINT32 5
+#define FEED_DTYPE_INT32 6
+#define FEED_DTYPE_UINT64 7
+#define FEED_DTYPE_INT64 8
+#define FEED_DTYPE_FLOAT16 9
+#define FEED_DTYPE_BFLOAT16 10
+#define FEED_DTYPE_FLOAT32 11
+#define FEED_DTYPE_FLOAT64 12
+#define FEED_DTYPE_BOOLEAN 13       /* one byte, 0 or 1 */
+#define FEED_DTYPE_STRING 14
+
 /* One field of a dataset's records. */
 struct feed_field {
 	const char *name;         /* unique within the dataset */
-	int dtype;                /* element type: feed.proto DType value */
+	int dtype;                /* element type: FEED_DTYPE_* */
 	const char *dtype_name;   /* "u8", "f32", "str", ... */
 	size_t elem_size;         /* bytes of one element */
 	uint32_t rank;            /* entries in shape, <= FEED_MAX_RANK */

@@ -97,7 +97,7 @@ struct feed_stream_info {
 struct feed_view {
 	void *data;               /* writable for a stream's only reader */
 	size_t bytes;             /* bytes at data */
-	int dtype;                /* feed.proto DType */
+	int dtype;                /* FEED_DTYPE_* */
 	uint32_t rank;            /* entries of shape; shape[0] = samples */
 	uint64_t shape[FEED_MAX_RANK]; /* variable fields: shape[1] = 0 */
 	const uint64_t *ends;     /* variable fields: shape[0]+1 byte offsets
