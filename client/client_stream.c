@@ -1125,6 +1125,18 @@ FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct fee
 	return 0;
 }
 
+FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name)
+{
+	if (!b || !name)
+		return -EINVAL;
+	/* the stream's info for good: a reconnection does not change it */
+	const struct feed_stream_info *in = &b->st->info;
+	for (uint32_t i = 0; i < in->num_fields; i++)
+		if (!strcmp(in->fields[i].name, name))
+			return (int)i;
+	return -ENOENT;
+}
+
 FEED_API int feed_release(struct feed_batch *b)
 {
 	if (!b)

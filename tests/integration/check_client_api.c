@@ -96,6 +96,32 @@ START_TEST(test_client_dtype_constants_match_fields)
 }
 END_TEST
 
+/* Fields are found by name, as feed_stream_info() lists them. */
+START_TEST(test_client_batch_field_index_by_name)
+{
+	struct feed_batch *b;
+	struct feed_view v;
+
+	api_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b), 0);
+	ck_assert_int_eq(feed_batch_field_index(b, "image"), 0);
+	ck_assert_int_eq(feed_batch_field_index(b, "label"), 1);
+	ck_assert_int_eq(feed_batch_field_index(b, "Label"), -ENOENT);
+	ck_assert_int_eq(feed_batch_field_index(b, "label "), -ENOENT);
+	ck_assert_int_eq(feed_batch_field_index(b, ""), -ENOENT);
+	ck_assert_int_eq(feed_batch_field_index(b, NULL), -EINVAL);
+	ck_assert_int_eq(feed_batch_field_index(NULL, "image"), -EINVAL);
+	int i = feed_batch_field_index(b, "label");
+	ck_assert_int_eq(feed_batch_field(b, (uint32_t)i, &v), 0);
+	ck_assert_uint_eq(v.bytes, 8ull * feed_batch_size(b));
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_api");
@@ -105,6 +131,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_client_resume_token_enospc_writes_nothing);
 	tcase_add_test(tc, test_client_dtype_constants_match_fields);
+	tcase_add_test(tc, test_client_batch_field_index_by_name);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -153,6 +153,13 @@ FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 /* View of field i (0 .. num_fields-1). Returns 0 or -EINVAL. */
 FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret);
 
+/* The index of b's field called name (exactly, as feed_stream_info()
+ * lists it), for feed_batch_field(). Every batch of a stream has the same
+ * fields, so one look-up serves them all. Returns the index (>= 0),
+ * -ENOENT if there is no such field, -EINVAL for NULL. name stays the
+ * caller's. Does not block; any thread that holds b. */
+FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name);
+
 /* Gives the batch's slot back to the daemon; b is invalid afterwards, and
  * so is every view of it. Any thread. Returns 0, or -EINVAL for a batch
  * already released. */
