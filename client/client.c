@@ -473,6 +473,11 @@ FEED_API const char *feed_errmsg(const struct feed_conn *conn)
 	return conn ? conn->errmsg : "";
 }
 
+FEED_API const char *feed_version(void)
+{
+	return FEED_CLIENT_VERSION;
+}
+
 FEED_API const char *feed_strerror(int code)
 {
 	if (code == 0)

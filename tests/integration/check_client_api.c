@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "feed/client.h"
 #include "feed/stream.h"
@@ -122,6 +123,22 @@ START_TEST(test_client_batch_field_index_by_name)
 }
 END_TEST
 
+/* The library says which version it is: the project's, which CMake also
+ * gave the shared object's file name. */
+START_TEST(test_client_version_is_the_projects)
+{
+	const char *lib = getenv("FEED_LIB");
+	char path[512];
+
+	ck_assert_ptr_nonnull(feed_version());
+	ck_assert_str_eq(feed_version(), API_PROJECT_VERSION);
+	ck_assert_ptr_eq(feed_version(), feed_version()); /* static */
+	ck_assert_msg(lib != NULL, "FEED_LIB is not set (ctest sets it)");
+	snprintf(path, sizeof(path), "%s/libfeedclient.so.%s", lib, feed_version());
+	ck_assert_msg(access(path, F_OK) == 0, "%s does not exist", path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_api");
@@ -132,6 +149,7 @@ int main(void)
 	tcase_add_test(tc, test_client_resume_token_enospc_writes_nothing);
 	tcase_add_test(tc, test_client_dtype_constants_match_fields);
 	tcase_add_test(tc, test_client_batch_field_index_by_name);
+	tcase_add_test(tc, test_client_version_is_the_projects);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

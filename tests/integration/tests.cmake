@@ -25,6 +25,7 @@ feed_integration_test(partition)
 feed_integration_test(resume)
 feed_integration_test(client_nomem)
 feed_integration_test(client_api)
+target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
 target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)

@@ -83,6 +83,11 @@ FEED_API void feed_disconnect(struct feed_conn *conn);
  * (then ""). */
 FEED_API const char *feed_errmsg(const struct feed_conn *conn);
 
+/* This library's version, "MAJOR.MINOR.PATCH": the version of the feedd
+ * project it was built from (the daemon's own is in feed_stats()). The
+ * string is static. Does not block; any thread. */
+FEED_API const char *feed_version(void);
+
 /* The name of code (a negative errno-style value, e.g. -EACCES gives
  * "Permission denied"); for 0 "Success"; never NULL. The string is static.
  * Any thread. */
