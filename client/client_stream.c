@@ -293,7 +293,7 @@ static int st_check_memfd(struct feed_stream *st, int i, int want, size_t *ret_s
 		return st_bad(st, "%s: not a memory file of non-zero size", st_region_name[i]);
 	seals = fcntl(st->fd[i], F_GET_SEALS);
 	if (seals < 0)
-		return st_bad(st, "%s: F_GET_SEALS: %s", st_region_name[i], feed_strerror(-errno));
+		return st_bad(st, "%s: F_GET_SEALS: %s", st_region_name[i], cl_os_strerror(errno));
 	if ((seals & want) != want)
 		return st_bad(st, "%s: seals 0x%x lack 0x%x (SHRINK, GROW, SEAL%s)",
 			      st_region_name[i], (unsigned)seals, (unsigned)(want & ~seals),
@@ -318,7 +318,7 @@ static int st_check_eventfd(struct feed_stream *st, int i)
 	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return st_bad(st, "%s: fcntl: %s", name, feed_strerror(-errno));
+		return st_bad(st, "%s: fcntl: %s", name, cl_os_strerror(errno));
 	return 0;
 }
 
@@ -329,7 +329,7 @@ static int st_map_one(struct feed_stream *st, int i, int prot, void **ret)
 	if (p == MAP_FAILED) {
 		int e = errno;
 		return cl_fail(st->conn, -e, "stream %u: mmap %s of %zu bytes: %s", st->info.id,
-			       st_region_name[i], st->len[i], feed_strerror(-e));
+			       st_region_name[i], st->len[i], cl_os_strerror(e));
 	}
 	*ret = p;
 	return 0;
@@ -1052,7 +1052,7 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 	int n = poll(p, 2, left);
 	if (n < 0 && errno != EINTR)
 		return cl_fail(conn, -errno, "stream %u: poll: %s", st->info.id,
-			       feed_strerror(-errno));
+			       cl_os_strerror(errno));
 	if (n <= 0)
 		return 0;
 	if (p[0].revents & (POLLERR | POLLNVAL))

@@ -139,6 +139,61 @@ START_TEST(test_client_version_is_the_projects)
 }
 END_TEST
 
+/* feed_strerror() names a code in feedd's terms (a per-user limit is not
+ * "Too many users", a stale resume token not a "Stale file handle");
+ * feed_errmsg() has the daemon's words exactly, and the operating system's
+ * for what the operating system refused. */
+START_TEST(test_client_strerror_speaks_feedd)
+{
+	static const struct {
+		int code;
+		const char *words;
+	} want[] = {
+		{-EUSERS, "Per-user limit reached (connections or streams)"},
+		{-ENOSPC, "Not enough room (slot memory limit, shared memory or buffer size)"},
+		{-ESTALE, "Resume token does not match the dataset version or pipeline"},
+		{-ENOENT, "No such dataset, stream or feedd socket"},
+		{-EPROTO, "Protocol error between feedd and the client"},
+		{-EINVAL, "Invalid argument or option"},
+		{-EMSGSIZE, "Message larger than the protocol allows"},
+		{-EPROTONOSUPPORT, "No protocol version in common with feedd"},
+		{-EOPNOTSUPP, "Request not supported by feedd"},
+		{-EBADMSG, "Corrupt data (a dataset block or a message)"},
+		{-ENOBUFS, "No buffer left (every credit held, or a slot too small)"},
+		{-ECONNRESET, "feedd closed the connection"},
+		{-ECONNREFUSED, "No feedd listening on the socket"},
+		{-ENOTCONN, "Not connected to feedd"},
+		{-EISCONN, "Already connected to feedd"},
+		{-ETIMEDOUT, "Timed out waiting for feedd"},
+		{-ENOMEM, "Out of memory"},
+		{-EACCES, "Permission denied"},
+		{-EIO, "Input/output error"}, /* no meaning of feedd's own */
+		{0, "Success"},
+	};
+	struct feed_dataset_list *list;
+	struct feed_conn *c;
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		ck_assert_str_eq(feed_strerror(want[i].code), want[i].words);
+	ck_assert_str_eq(feed_strerror(-99999), "Unknown error");
+	ck_assert_str_eq(feed_strerror(ESTALE), feed_strerror(-ESTALE));
+
+	/* the operating system's words for its own refusal */
+	ck_assert_int_eq(feed_conn_new(&c), 0);
+	ck_assert_int_eq(feed_conn_open(c, h.sock), -ENOENT);
+	ck_assert_msg(strstr(feed_errmsg(c), "No such file or directory"), "message: %s",
+		      feed_errmsg(c));
+	feed_disconnect(c);
+
+	/* the daemon's, exactly */
+	api_start();
+	c = h_conn_new();
+	ck_assert_int_eq(feed_dataset_info(c, "nope", &list), -ENOENT);
+	ck_assert_str_eq(feed_errmsg(c), "dataset 'nope': no such dataset");
+	feed_disconnect(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_api");
@@ -150,6 +205,7 @@ int main(void)
 	tcase_add_test(tc, test_client_dtype_constants_match_fields);
 	tcase_add_test(tc, test_client_batch_field_index_by_name);
 	tcase_add_test(tc, test_client_version_is_the_projects);
+	tcase_add_test(tc, test_client_strerror_speaks_feedd);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

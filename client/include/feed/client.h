@@ -77,10 +77,17 @@ FEED_API int feed_conn_open(struct feed_conn *conn, const char *path);
  * frees conn. Never blocks. Accepts NULL. conn must not be used after. */
 FEED_API void feed_disconnect(struct feed_conn *conn);
 
-/* The detail of the last failed call on conn: the daemon's message or the
- * library's own. Empty string if there is none. The string belongs to conn
+/* The detail of the last failed call on conn. When the daemon refused a
+ * request it is the daemon's exact message, which names the dataset,
+ * limit, field or token parameter concerned (e.g. "dataset 'x': user
+ * 1000 not allowed"; bytes outside printable ASCII become '?', and it is
+ * cut at 511 bytes), prefixed with "feedd at PATH: " for a refusal at
+ * connect and "stream N: " when the daemon stopped a stream. Otherwise it
+ * is the library's own account, with the system's words for a failed
+ * system call (e.g. "cannot reach feedd at PATH: No such file or
+ * directory"). Empty string if there is none. The string belongs to conn
  * and lives until its next call or feed_disconnect(). conn may be NULL
- * (then ""). */
+ * (then ""). Does not block. */
 FEED_API const char *feed_errmsg(const struct feed_conn *conn);
 
 /* This library's version, "MAJOR.MINOR.PATCH": the version of the feedd
@@ -88,9 +95,16 @@ FEED_API const char *feed_errmsg(const struct feed_conn *conn);
  * string is static. Does not block; any thread. */
 FEED_API const char *feed_version(void);
 
-/* The name of code (a negative errno-style value, e.g. -EACCES gives
- * "Permission denied"); for 0 "Success"; never NULL. The string is static.
- * Any thread. */
+/* What code (a negative errno-style value; the sign is ignored) means
+ * from feedd or this library, in words that fit feedd's use of it: e.g.
+ * -EUSERS "Per-user limit reached (connections or streams)", -ENOSPC "Not
+ * enough room (slot memory limit, shared memory or buffer size)", -ESTALE
+ * "Resume token does not match the dataset version or pipeline", -EACCES
+ * "Permission denied". A code without a meaning of feedd's own gets the C
+ * library's description; 0 gives "Success", an unknown code "Unknown
+ * error". These words name the kind of failure only; which limit, dataset
+ * or field is in feed_errmsg(conn). Never NULL; the string is static.
+ * Does not block; any thread. */
 FEED_API const char *feed_strerror(int code);
 
 /* ------------------------------------------------------------------ */
