@@ -32,3 +32,11 @@ target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
 add_dependencies(check_client_elf feedclient)
 add_test(NAME integration_client_elf COMMAND check_client_elf)
 set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60)
+
+# README.md's C example compiles against the public headers as written.
+add_test(NAME integration_readme_example
+  COMMAND ${CMAKE_COMMAND} -DREADME=${CMAKE_SOURCE_DIR}/README.md
+          -DOUT=${CMAKE_CURRENT_BINARY_DIR}/readme_example.c -DCC=${CMAKE_C_COMPILER}
+          -DINCLUDE=${CMAKE_SOURCE_DIR}/client/include
+          -P ${FEED_IT_DIR}/check_readme_example.cmake)
+set_tests_properties(integration_readme_example PROPERTIES TIMEOUT 60)
