@@ -56,7 +56,8 @@ static int64_t cl_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits for events on the socket until deadline: 1 ready, -ETIMEDOUT. */
+/* Waits for events on the socket until deadline: 1 ready, -ETIMEDOUT, or
+ * poll's -errno. */
 static int cl_wait(struct feed_conn *conn, short events, int64_t deadline)
 {
 	for (;;) {
@@ -218,7 +219,7 @@ static int cl_recv_fail(struct feed_conn *conn, ssize_t n)
 		return cl_fatal(conn, -EPROTO, "feedd sent an unexpected file descriptor");
 	if (n == -EMSGSIZE)
 		return cl_bad_reply(conn, "reply larger than the protocol allows");
-	snprintf(msg, sizeof(msg), "receive from feedd: %s", feed_strerror((int)n));
+	snprintf(msg, sizeof(msg), "receive from feedd: %s", cl_os_strerror((int)n));
 	return cl_fatal(conn, (int)n, msg);
 }
 
@@ -344,13 +345,13 @@ static int cl_connect(struct feed_conn *conn, const char *path)
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return cl_fail(conn, -errno, "socket: %s", feed_strerror(-errno));
+		return cl_fail(conn, -errno, "socket: %s", cl_os_strerror(errno));
 	/* A full listen backlog makes connect wait; bound it by the timeout. */
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno == EINPROGRESS || errno == EAGAIN ? ETIMEDOUT : errno;
 		close(fd);
-		return cl_fail(conn, -e, "cannot reach feedd at %s: %s", path, feed_strerror(-e));
+		return cl_fail(conn, -e, "cannot reach feedd at %s: %s", path, cl_os_strerror(e));
 	}
 	conn->sock = fd;
 	return 0;
@@ -472,10 +473,52 @@ FEED_API const char *feed_errmsg(const struct feed_conn *conn)
 	return conn ? conn->errmsg : "";
 }
 
-FEED_API const char *feed_strerror(int code)
+FEED_API const char *feed_version(void)
 {
-	if (code == 0)
-		return "Success";
+	return FEED_CLIENT_VERSION;
+}
+
+/* What the codes mean coming from feedd or this library, where the C
+ * library's words would mislead: -ENOSPC is never a full disk here, nor
+ * -ESTALE a file handle. One row per code feedd sends (daemon/control) or
+ * the library returns for a reason of its own. */
+static const struct {
+	int code;
+	const char *words;
+} cl_words[] = {
+	{EUSERS, "Per-user limit reached (connections or streams)"},
+	{ENOSPC, "Not enough room (slot memory limit, shared memory or buffer size)"},
+	{ESTALE, "Resume token does not match the dataset version or pipeline"},
+	{ENOENT, "No such dataset, stream or feedd socket"},
+	{EPROTO, "Protocol error between feedd and the client"},
+	{EINVAL, "Invalid argument or option"},
+	{EMSGSIZE, "Message larger than the protocol allows"},
+	{EPROTONOSUPPORT, "No protocol version in common with feedd"},
+	{EOPNOTSUPP, "Request not supported by feedd"},
+	{EBADMSG, "Corrupt data (a dataset block or a message)"},
+	{ENOBUFS, "No buffer left (every credit held, or a slot too small)"},
+	{ECONNRESET, "feedd closed the connection"},
+	{ECONNREFUSED, "No feedd listening on the socket"},
+	{ENOTCONN, "Not connected to feedd"},
+	{EISCONN, "Already connected to feedd"},
+	{ETIMEDOUT, "Timed out waiting for feedd"},
+	{ENOMEM, "Out of memory"},
+};
+
+const char *cl_os_strerror(int code)
+{
 	const char *s = strerrordesc_np(code < 0 ? -code : code);
 	return s ? s : "Unknown error";
+}
+
+FEED_API const char *feed_strerror(int code)
+{
+	int e = code < 0 ? -code : code;
+
+	if (code == 0)
+		return "Success";
+	for (size_t i = 0; i < sizeof(cl_words) / sizeof(cl_words[0]); i++)
+		if (cl_words[i].code == e)
+			return cl_words[i].words;
+	return cl_os_strerror(code);
 }

@@ -53,6 +53,12 @@ int cl_call(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret);
 int cl_call_fds(struct feed_conn *conn, Feed__Request *req, Feed__Reply **ret, int *fds,
 		unsigned nfds);
 
+/* The C library's description of an errno value (either sign), for
+ * messages about a system call: feed_strerror() gives feedd's meaning of a
+ * code, which would misname what the kernel said (ENOENT from connect()
+ * is a missing socket file, not a missing dataset). Static; never NULL. */
+const char *cl_os_strerror(int code);
+
 /* A reply of the wrong kind: -EPROTO, closes the connection. */
 int cl_bad_reply(struct feed_conn *conn, const char *what);
 

@@ -12,6 +12,29 @@
 #include "client_internal.h"
 #include "dtype.h"
 
+/* The public constants are the wire's DType (feed_field.dtype comes from
+ * it) and proto/dtype.h's enum (what slot headers carry, feed_view.dtype):
+ * the three spellings must not drift apart. The public names differ from
+ * dtype.h's so that code of this tree may include both headers. */
+#define CL_SAME_DTYPE(pub, wire, shm)                                                  \
+	_Static_assert(pub == FEED__DTYPE__DTYPE_##wire && pub == FEED_DTYPE_##shm,      \
+		       #pub " must be DTYPE_" #wire " in feed.proto and " #shm " in dtype.h")
+CL_SAME_DTYPE(FEED_DTYPE_UINT8, U8, U8);
+CL_SAME_DTYPE(FEED_DTYPE_INT8, I8, I8);
+CL_SAME_DTYPE(FEED_DTYPE_UINT16, U16, U16);
+CL_SAME_DTYPE(FEED_DTYPE_INT16, I16, I16);
+CL_SAME_DTYPE(FEED_DTYPE_UINT32, U32, U32);
+CL_SAME_DTYPE(FEED_DTYPE_INT32, I32, I32);
+CL_SAME_DTYPE(FEED_DTYPE_UINT64, U64, U64);
+CL_SAME_DTYPE(FEED_DTYPE_INT64, I64, I64);
+CL_SAME_DTYPE(FEED_DTYPE_FLOAT16, F16, F16);
+CL_SAME_DTYPE(FEED_DTYPE_BFLOAT16, BF16, BF16);
+CL_SAME_DTYPE(FEED_DTYPE_FLOAT32, F32, F32);
+CL_SAME_DTYPE(FEED_DTYPE_FLOAT64, F64, F64);
+CL_SAME_DTYPE(FEED_DTYPE_BOOLEAN, BOOL, BOOL);
+CL_SAME_DTYPE(FEED_DTYPE_STRING, STR, STR);
+_Static_assert(FEED_DTYPE_MAX_ == FEED_DTYPE_STRING + 1, "a dtype without a public constant");
+
 #define CL_MAX_DATASETS 4096
 #define CL_MAX_FIELDS 64
 #define CL_NAME_MAX 255

@@ -6,8 +6,9 @@
  *
  * Threads: feed_next(), open and close run on the caller's thread, one at
  * a time per stream; feed_release() runs on any thread. The only lock is
- * st->rel_lock, around the release ring's producer side; it is never held
- * while blocking and nothing else is taken under it.
+ * st->rel_lock, around the release ring's producer side and the switch to
+ * a new incarnation after a daemon restart (which swaps that ring); it is
+ * never held while waiting and nothing else is taken under it.
  *
  * Must never: allocate or enter the kernel when a batch is ready (the
  * fast path of feed_next), print, or crash the host on a daemon bug: the
@@ -65,7 +66,8 @@ struct feed_stream {
 	uint32_t nfields;
 	uint32_t batch;            /* largest sample count */
 	int stop;                  /* 0; FEED_END_OF_STREAM; or a sticky error */
-	_Atomic uint32_t nheld;    /* batches delivered and not released */
+	_Atomic uint32_t nheld;    /* this incarnation's batches delivered and not
+				    * released */
 	struct feed_batch *batches;/* [nslots] */
 	uint8_t *data;             /* the data region, read-write */
 	uint64_t slot_bytes, slot_hdr_bytes, slots_off;
@@ -90,14 +92,16 @@ struct feed_stream {
 	uint32_t world;
 	uint32_t inc;              /* incarnation: 0, then +1 per reopening */
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
-	struct st_retired *retired;/* earlier incarnations' regions still held (rel_lock) */
+	struct st_retired *retired;/* earlier incarnations, until close (rel_lock) */
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 };
 
 /* The regions of an earlier incarnation, kept mapped while the caller
  * holds batches from them (a daemon restart does not pull memory from
- * under a trainer). Freed by the release of the last one, or at close. */
+ * under a trainer). The release of the last one unmaps them; the record
+ * and its batches are freed at close, so that releasing one of them twice
+ * still finds it. */
 struct st_retired {
 	struct st_retired *next;
 	uint32_t inc;
@@ -289,7 +293,7 @@ static int st_check_memfd(struct feed_stream *st, int i, int want, size_t *ret_s
 		return st_bad(st, "%s: not a memory file of non-zero size", st_region_name[i]);
 	seals = fcntl(st->fd[i], F_GET_SEALS);
 	if (seals < 0)
-		return st_bad(st, "%s: F_GET_SEALS: %s", st_region_name[i], feed_strerror(-errno));
+		return st_bad(st, "%s: F_GET_SEALS: %s", st_region_name[i], cl_os_strerror(errno));
 	if ((seals & want) != want)
 		return st_bad(st, "%s: seals 0x%x lack 0x%x (SHRINK, GROW, SEAL%s)",
 			      st_region_name[i], (unsigned)seals, (unsigned)(want & ~seals),
@@ -314,7 +318,7 @@ static int st_check_eventfd(struct feed_stream *st, int i)
 	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return st_bad(st, "%s: fcntl: %s", name, feed_strerror(-errno));
+		return st_bad(st, "%s: fcntl: %s", name, cl_os_strerror(errno));
 	return 0;
 }
 
@@ -325,7 +329,7 @@ static int st_map_one(struct feed_stream *st, int i, int prot, void **ret)
 	if (p == MAP_FAILED) {
 		int e = errno;
 		return cl_fail(st->conn, -e, "stream %u: mmap %s of %zu bytes: %s", st->info.id,
-			       st_region_name[i], st->len[i], feed_strerror(-e));
+			       st_region_name[i], st->len[i], cl_os_strerror(e));
 	}
 	*ret = p;
 	return 0;
@@ -471,7 +475,7 @@ static void st_free(struct feed_stream *st)
 }
 
 /* Opens a stream on conn: the request, the reply, the regions; no copy of
- * opts is kept (feed_stream_open and st_reopen do that). */
+ * opts is kept (feed_stream_open keeps one, which a reopening reuses). */
 static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 		   struct feed_stream **ret)
 {
@@ -545,7 +549,8 @@ static Feed__Order st_order(int order)
 						  FEED__ORDER__ORDER_SEQUENTIAL;
 }
 
-/* The token of the stream's position (feed.proto ResumeToken). */
+/* The token of the stream's position (feed.proto ResumeToken) into buf,
+ * its length into *ret_len; -ENOSPC (nothing written) past cap. */
 static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
 {
 	Feed__ResumeToken t = FEED__RESUME_TOKEN__INIT;
@@ -563,23 +568,19 @@ static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t 
 	t.drop_last = st->opts.drop_last;
 	t.eval = st->opts.eval;
 	size_t n = feed__resume_token__get_packed_size(&t);
-	*ret_len = n;
 	if (n > cap)
 		return -ENOSPC;
 	feed__resume_token__pack(&t, buf);
+	*ret_len = n;
 	return 0;
 }
 
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len)
 {
-	size_t n;
-
 	if (!st || !buf || !ret_len)
 		return -EINVAL;
-	int r = st_token(st, buf, cap, &n);
-	*ret_len = n;
-	return r;
+	return st_token(st, buf, cap, ret_len);
 }
 
 /* Keeps opts (and its strings) for reopening. */
@@ -634,7 +635,7 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 	return 0;
 }
 
-/* Unmaps and frees a retired incarnation. */
+/* Unmaps a retired incarnation's regions (once: the maps are cleared). */
 static void st_retired_unmap(struct st_retired *r)
 {
 	for (int i = 0; i < 3; i++)
@@ -643,6 +644,7 @@ static void st_retired_unmap(struct st_retired *r)
 	memset(r->map, 0, sizeof(r->map));
 }
 
+/* Unmaps (if still mapped) and frees a retired incarnation. */
 static void st_retired_free(struct st_retired *r)
 {
 	st_retired_unmap(r);
@@ -667,11 +669,12 @@ static void st_retired_put(struct feed_stream *st, uint32_t inc)
 
 /* Makes n, a fresh stream on the same connection, st's next incarnation:
  * st keeps its identity, info, options and position; the regions of the
- * old one stay mapped while batches from them are held. */
+ * old one stay mapped while batches from them are held. -EPROTO when n's
+ * schema differs, -ENOMEM; on failure st is untouched (n is the caller's). */
 static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 {
 	const struct feed_stream_info *a = &st->info, *b = &n->info;
-	struct st_retired *old = NULL;
+	struct st_retired *old;
 	bool same = a->num_fields == b->num_fields && n->batch == st->batch;
 
 	for (uint32_t f = 0; same && f < a->num_fields; f++)
@@ -682,29 +685,26 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
 	if (!same)
 		return -EPROTO;
+	/* before anything of st changes: without this record the held
+	 * batches' regions and tables could not be kept, so st stays as it was */
+	old = calloc(1, sizeof(*old));
+	if (!old)
+		return -ENOMEM;
 	pthread_mutex_lock(&st->rel_lock);
 	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
 	/* kept until close even when nothing is held: a second release of
 	 * an old batch must find it */
-	if ((old = calloc(1, sizeof(*old)))) {
-		old->inc = st->inc;
-		old->held = held;
-		old->map[0] = (void *)st->ctl;
-		old->map[1] = st->data;
-		old->map[2] = st->rel;
-		memcpy(old->len, st->len, sizeof(old->len));
-		old->batches = st->batches;
-		old->next = st->retired;
-		st->retired = old;
-		if (!held)
-			st_retired_unmap(old);
-	} else {
-		/* no memory to keep them: views of held batches die */
-		munmap((void *)st->ctl, st->len[0]);
-		munmap(st->data, st->len[1]);
-		munmap(st->rel, st->len[2]);
-		free(st->batches);
-	}
+	old->inc = st->inc;
+	old->held = held;
+	old->map[0] = (void *)st->ctl;
+	old->map[1] = st->data;
+	old->map[2] = st->rel;
+	memcpy(old->len, st->len, sizeof(old->len));
+	old->batches = st->batches;
+	old->next = st->retired;
+	st->retired = old;
+	if (!held)
+		st_retired_unmap(old);
 	for (int i = 0; i < ST_NFDS; i++)
 		close(st->fd[i]);
 	st->ctl = n->ctl;
@@ -759,7 +759,8 @@ static bool st_transient(int r)
 /* The daemon went away under st (every batch it published has been
  * returned): reconnects to the same socket and reopens the stream at its
  * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
- * when nothing was left to deliver, or a sticky error. */
+ * when nothing was left to deliver, -ENOMEM with st unchanged (the next
+ * call tries again), or a sticky error. */
 static int st_reopen(struct feed_stream *st)
 {
 	struct feed_conn *conn = st->conn;
@@ -793,15 +794,26 @@ static int st_reopen(struct feed_stream *st)
 			struct feed_stream *n;
 			r = st_open(conn, &o, &n);
 			if (r == 0) {
-				if (st_adopt(st, n) == 0)
+				r = st_adopt(st, n);
+				if (r == 0)
 					return 0;
 				feed_stream_close(n);
+				if (r == -ENOMEM)
+					return cl_fail(conn, r, "stream %u: out of memory to keep the "
+						       "held batches while reopening it after feedd "
+						       "came back", st->info.id);
 				return st_stop(st, -EPROTO, "feedd came back with another schema for "
 					       "dataset '%s'", st->opts.dataset);
 			}
-			if (!st_transient(r))
-				return st_stop(st, r, "feedd came back but refused to resume: %s",
-					       conn->errmsg);
+			if (r != -ENOMEM && !st_transient(r))
+				return st_stop(st, r, "feedd came back but the stream could not be "
+					       "reopened: %s", conn->errmsg);
+		}
+		if (r == -ENOMEM) {
+			/* not sticky: st is as it was, so the next call tries again */
+			snprintf(last, sizeof(last), "%s", conn->errmsg);
+			return cl_fail(conn, r, "stream %u: reopening it after feedd came back: %s",
+				       st->info.id, last);
 		}
 		snprintf(last, sizeof(last), "%s", conn->errmsg);
 		if (st_now_ms() + delay > deadline)
@@ -979,11 +991,9 @@ static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **re
 	}
 }
 
-/* Nothing was ready: says we sleep, re-checks, then sleeps on the doorbell
- * (or the socket's hang-up) until *deadline. 0: look again (spurious
- * wake-ups are normal), or an error. */
 /* Asks the daemon to ring the ready doorbell at its next publish; true if
- * a batch came meanwhile (then nothing will ring for it). The doorbell is
+ * a batch came meanwhile (take it rather than sleep: published before the
+ * flag was seen, nothing rings for it). The doorbell is
  * cleared here, before asking, not after waking: the wake-up path is then
  * poll() alone. A ring from an earlier wait is dropped here; one for this
  * wait can only come after the flag is set. */
@@ -1000,6 +1010,13 @@ static bool st_arm(struct feed_stream *st)
 	return atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail;
 }
 
+/* Nothing was ready. -ENOBUFS if every credit is held. With timeout_ms 0:
+ * arms the doorbell (st_arm, so feed_stream_fd() wakes a poller) and
+ * returns -ETIMEDOUT unless a batch came meanwhile. Otherwise -ECONNRESET
+ * if the connection is gone, -ETIMEDOUT past *deadline (set at the call's
+ * first wait), else arms the doorbell and sleeps on it and on the socket's
+ * hang-up until the deadline. 0: look again (spurious wake-ups are
+ * normal); -ECONNRESET when the daemon hung up with nothing left to take. */
 static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 {
 	struct feed_conn *conn = st->conn;
@@ -1035,7 +1052,7 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 	int n = poll(p, 2, left);
 	if (n < 0 && errno != EINTR)
 		return cl_fail(conn, -errno, "stream %u: poll: %s", st->info.id,
-			       feed_strerror(-errno));
+			       cl_os_strerror(errno));
 	if (n <= 0)
 		return 0;
 	if (p[0].revents & (POLLERR | POLLNVAL))
@@ -1106,6 +1123,18 @@ FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct fee
 		return -EINVAL;
 	*ret = b->view[i];
 	return 0;
+}
+
+FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name)
+{
+	if (!b || !name)
+		return -EINVAL;
+	/* the stream's info for good: a reconnection does not change it */
+	const struct feed_stream_info *in = &b->st->info;
+	for (uint32_t i = 0; i < in->num_fields; i++)
+		if (!strcmp(in->fields[i].name, name))
+			return (int)i;
+	return -ENOENT;
 }
 
 FEED_API int feed_release(struct feed_batch *b)

@@ -25,6 +25,9 @@ feed_integration_test(isolation)
 feed_integration_test(partition)
 feed_integration_test(resume)
 feed_integration_test(open)
+feed_integration_test(client_nomem)
+feed_integration_test(client_api)
+target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
 target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
@@ -32,3 +35,11 @@ add_dependencies(check_client_elf feedclient)
 add_test(NAME integration_client_elf COMMAND check_client_elf)
 set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60
                      LABELS integration)
+
+# README.md's C example compiles against the public headers as written.
+add_test(NAME integration_readme_example
+  COMMAND ${CMAKE_COMMAND} -DREADME=${CMAKE_SOURCE_DIR}/README.md
+          -DOUT=${CMAKE_CURRENT_BINARY_DIR}/readme_example.c -DCC=${CMAKE_C_COMPILER}
+          -DINCLUDE=${CMAKE_SOURCE_DIR}/client/include
+          -P ${FEED_IT_DIR}/check_readme_example.cmake)
+set_tests_properties(integration_readme_example PROPERTIES TIMEOUT 60 LABELS integration)

@@ -77,24 +77,64 @@ FEED_API int feed_conn_open(struct feed_conn *conn, const char *path);
  * frees conn. Never blocks. Accepts NULL. conn must not be used after. */
 FEED_API void feed_disconnect(struct feed_conn *conn);
 
-/* The detail of the last failed call on conn: the daemon's message or the
- * library's own. Empty string if there is none. The string belongs to conn
+/* The detail of the last failed call on conn. When the daemon refused a
+ * request it is the daemon's exact message, which names the dataset,
+ * limit, field or token parameter concerned (e.g. "dataset 'x': user
+ * 1000 not allowed"; bytes outside printable ASCII become '?', and it is
+ * cut at 511 bytes), prefixed with "feedd at PATH: " for a refusal at
+ * connect and "stream N: " when the daemon stopped a stream. Otherwise it
+ * is the library's own account, with the system's words for a failed
+ * system call (e.g. "cannot reach feedd at PATH: No such file or
+ * directory"). Empty string if there is none. The string belongs to conn
  * and lives until its next call or feed_disconnect(). conn may be NULL
- * (then ""). */
+ * (then ""). Does not block. */
 FEED_API const char *feed_errmsg(const struct feed_conn *conn);
 
-/* The name of code (a negative errno-style value, e.g. -EACCES gives
- * "Permission denied"); for 0 "Success"; never NULL. The string is static.
- * Any thread. */
+/* This library's version, "MAJOR.MINOR.PATCH": the version of the feedd
+ * project it was built from (the daemon's own is in feed_stats()). The
+ * string is static. Does not block; any thread. */
+FEED_API const char *feed_version(void);
+
+/* What code (a negative errno-style value; the sign is ignored) means
+ * from feedd or this library, in words that fit feedd's use of it: e.g.
+ * -EUSERS "Per-user limit reached (connections or streams)", -ENOSPC "Not
+ * enough room (slot memory limit, shared memory or buffer size)", -ESTALE
+ * "Resume token does not match the dataset version or pipeline", -EACCES
+ * "Permission denied". A code without a meaning of feedd's own gets the C
+ * library's description; 0 gives "Success", an unknown code "Unknown
+ * error". These words name the kind of failure only; which limit, dataset
+ * or field is in feed_errmsg(conn). Never NULL; the string is static.
+ * Does not block; any thread. */
 FEED_API const char *feed_strerror(int code);
 
 /* ------------------------------------------------------------------ */
 /* Datasets                                                            */
 
+/* Element types, the values of struct feed_field.dtype and struct
+ * feed_view.dtype: feed.proto's DType, also what feedd writes in shared
+ * memory; they never change. Named as numpy names them; a field's
+ * dtype_name has the short form ("u8", "i64", "f32", "bf16", "bool",
+ * "str"). A string field (FEED_DTYPE_STRING) holds UTF-8 bytes and is
+ * always variable-length. */
+#define FEED_DTYPE_UINT8 1
+#define FEED_DTYPE_INT8 2
+#define FEED_DTYPE_UINT16 3
+#define FEED_DTYPE_INT16 4
+#define FEED_DTYPE_UINT32 5
+#define FEED_DTYPE_INT32 6
+#define FEED_DTYPE_UINT64 7
+#define FEED_DTYPE_INT64 8
+#define FEED_DTYPE_FLOAT16 9
+#define FEED_DTYPE_BFLOAT16 10
+#define FEED_DTYPE_FLOAT32 11
+#define FEED_DTYPE_FLOAT64 12
+#define FEED_DTYPE_BOOLEAN 13       /* one byte, 0 or 1 */
+#define FEED_DTYPE_STRING 14
+
 /* One field of a dataset's records. */
 struct feed_field {
 	const char *name;         /* unique within the dataset */
-	int dtype;                /* element type: feed.proto DType value */
+	int dtype;                /* element type: FEED_DTYPE_* */
 	const char *dtype_name;   /* "u8", "f32", "str", ... */
 	size_t elem_size;         /* bytes of one element */
 	uint32_t rank;            /* entries in shape, <= FEED_MAX_RANK */

@@ -19,7 +19,8 @@
  * on a stream; feed_release() may be called from any thread, concurrently
  * with feed_next() (e.g. from a garbage collector). Streams of one
  * connection share it: serialise calls that use the connection
- * (feed_stream_open, feed_stream_close) with its other calls.
+ * (feed_stream_open, feed_stream_close, and feed_next, which reconnects it
+ * after a daemon restart) with its other calls.
  *
  * Never prints, never exits, never raises a signal in the host: every
  * region is checked (magic, version, seals, sizes) before it is used, and a
@@ -96,7 +97,7 @@ struct feed_stream_info {
 struct feed_view {
 	void *data;               /* writable for a stream's only reader */
 	size_t bytes;             /* bytes at data */
-	int dtype;                /* feed.proto DType */
+	int dtype;                /* FEED_DTYPE_* */
 	uint32_t rank;            /* entries of shape; shape[0] = samples */
 	uint64_t shape[FEED_MAX_RANK]; /* variable fields: shape[1] = 0 */
 	const uint64_t *ends;     /* variable fields: shape[0]+1 byte offsets
@@ -116,6 +117,9 @@ struct feed_batch;
 FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 			      struct feed_stream **ret);
 
+/* The stream's facts (NULL for NULL). Owned by st, valid until
+ * feed_stream_close(); not changed by a reconnection. Does not block; any
+ * thread. */
 FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st);
 
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next batch.
@@ -126,12 +130,20 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
  * Does not block when a batch is ready. When the daemon goes away, it
  * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
- * says) and returns -ECONNRESET only if the daemon did not come back. */
+ * says) and returns -ECONNRESET only if the daemon did not come back, or
+ * -ENOMEM if memory ran out while reopening: then the stream and every
+ * batch held stay as they were, and the next call tries again. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
 
-/* Position and content of a batch; valid until it is released. */
+/* Position and content of a batch; valid until it is released. They do
+ * not block; any thread that holds b. feed_batch_samples() points to
+ * feed_batch_size() entries, owned by the batch. */
 FEED_API uint64_t feed_batch_epoch(const struct feed_batch *b);
-FEED_API uint64_t feed_batch_index(const struct feed_batch *b);   /* within the epoch */
+/* The batch's number within the epoch (from opts.start_batch on). In the
+ * epoch where a resume token or a reconnection to a restarted feedd took
+ * up the stream, it counts from that position instead: 0 is the first
+ * batch after it. */
+FEED_API uint64_t feed_batch_index(const struct feed_batch *b);
 FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
 FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
 FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-around repeats */
@@ -140,6 +152,13 @@ FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 
 /* View of field i (0 .. num_fields-1). Returns 0 or -EINVAL. */
 FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret);
+
+/* The index of b's field called name (exactly, as feed_stream_info()
+ * lists it), for feed_batch_field(). Every batch of a stream has the same
+ * fields, so one look-up serves them all. Returns the index (>= 0),
+ * -ENOENT if there is no such field, -EINVAL for NULL. name stays the
+ * caller's. Does not block; any thread that holds b. */
+FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name);
 
 /* Gives the batch's slot back to the daemon; b is invalid afterwards, and
  * so is every view of it. Any thread. Returns 0, or -EINVAL for a batch
@@ -153,7 +172,9 @@ FEED_API int feed_release(struct feed_batch *b);
  * with it (opts.resume) continues with exactly the batches that would have
  * come, also in another process, after a daemon restart, or with another
  * world size (the same global position). Writes the token to buf and its
- * length to *ret_len. Returns 0, or -ENOSPC when cap is too small. */
+ * length to *ret_len. Returns 0, -ENOSPC when cap is too small (a buf of
+ * FEED_RESUME_MAX bytes never is), or -EINVAL for a NULL argument; on
+ * failure neither buf nor *ret_len is written. */
 #define FEED_RESUME_MAX 256
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len);
@@ -169,8 +190,9 @@ FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, s
 FEED_API int feed_stream_fd(const struct feed_stream *st);
 
 /* Tells the daemon, unmaps and frees. Batches not released are released.
- * Accepts NULL. Returns 0 or the error of telling the daemon (the stream
- * is freed anyway). */
+ * Accepts NULL. Blocks up to the connection's timeout while telling the
+ * daemon. Returns 0 or the error of telling the daemon (the stream is
+ * freed anyway). */
 FEED_API int feed_stream_close(struct feed_stream *st);
 
 #ifdef __cplusplus
