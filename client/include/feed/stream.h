@@ -83,8 +83,11 @@ struct feed_stream_info {
 	uint32_t num_fields;
 	const struct feed_field *fields;  /* each batch's fields, sample axis not
 					   * included in shape */
-	uint64_t batches_per_epoch;       /* for this rank */
-	uint64_t start_epoch, start_batch;
+	uint64_t batches_per_epoch;       /* for this rank, in the start epoch: the
+					   * whole epoch's count, also when the
+					   * stream resumed in its middle */
+	uint64_t start_epoch, start_batch;/* the first batch delivered: its epoch
+					   * and feed_batch_index() */
 	uint32_t credits;
 	uint32_t batch;
 	const char *pipeline;             /* canonical text */
@@ -134,15 +137,25 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * -ENOMEM if memory ran out while reopening: then the stream and every
  * batch held stay as they were, and the next call tries again. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
+/* When the END_* values come: FEED_END_OF_EPOCH right after the last batch
+ * of every epoch this stream delivered, FEED_END_OF_STREAM right after the
+ * last epoch's (opts.epochs). A stream opened with a token taken after an
+ * epoch's last batch begins with the next epoch's first batch, with no
+ * FEED_END_OF_EPOCH before it (the epoch ended in the stream that delivered
+ * its last batch, so end-of-epoch work does not run twice); a token taken
+ * after the last epoch's last batch gives FEED_END_OF_STREAM at once. A
+ * reconnection after a daemon restart loses and repeats no batch and no
+ * END_* value. */
 
 /* Position and content of a batch; valid until it is released. They do
  * not block; any thread that holds b. feed_batch_samples() points to
  * feed_batch_size() entries, owned by the batch. */
 FEED_API uint64_t feed_batch_epoch(const struct feed_batch *b);
-/* The batch's number within the epoch (from opts.start_batch on). In the
- * epoch where a resume token or a reconnection to a restarted feedd took
- * up the stream, it counts from that position instead: 0 is the first
- * batch after it. */
+/* The batch's number within its epoch, from 0 at the epoch's first batch,
+ * also after a resume token or a reconnection (batch 37 is 37). Only when
+ * a token taken with another world or batch size resumes in the middle of
+ * an epoch (no batch of this stream starts exactly there) do the rest of
+ * that epoch's batches count on from the batch the position falls in. */
 FEED_API uint64_t feed_batch_index(const struct feed_batch *b);
 FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
 FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
