@@ -90,20 +90,25 @@ static void ses_stream_report(struct ses_stream *ss)
 	}
 }
 
-/* Stops delivery and frees the stream once libuv let go of the poll. The
- * poll goes first: uv_close() takes the doorbell out of epoll, which it can
- * no longer do once dlv_close() has closed our descriptor, and the
- * client's copy would keep the registration alive (a client ringing it
- * would then spin the loop). */
+/* Stops delivery at once, and frees the stream once libuv let go of the
+ * poll. The poll goes first: uv_close() takes the doorbell out of epoll
+ * right away, which it could no longer do once dlv_close() has closed our
+ * descriptor, and the client's copy would keep the registration alive (a
+ * client ringing it would then spin the loop). dlv_close() must not wait
+ * for the close callback: on a stop, pool_stop() runs before the loop
+ * turns again, and a delivery still open would keep its workers building
+ * for a client that keeps releasing. */
 static void ses_stream_drop(struct ses_stream *ss)
 {
 	ses_stream_report(ss);  /* what happened since the last doorbell */
-	if (!ss->poll_live) {
-		ses_stream_free(ss);
-		return;
+	if (ss->poll_live) {
+		uv_poll_stop(&ss->poll);
+		uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
 	}
-	uv_poll_stop(&ss->poll);
-	uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
+	dlv_close(ss->dlv);
+	ss->dlv = NULL;
+	if (!ss->poll_live)
+		ses_stream_free(ss);
 }
 
 static void ses_on_release(uv_poll_t *h, int status, int events)
