@@ -171,6 +171,7 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->credits = o->credits ? o->credits : ST_DEFAULT_CREDITS;
 	os->epochs = o->epochs;
 	os->drop_last = o->drop_last;
+	os->pad_last = o->pad_last;
 	os->seed = o->seed;
 	os->order = o->order == FEED_ORDER_FULL	   ? FEED__ORDER__ORDER_FULL :
 		    o->order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
@@ -566,6 +567,7 @@ static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t 
 	t.order = st_order(st->opts.order);
 	t.window = st->opts.window;
 	t.drop_last = st->opts.drop_last;
+	t.pad_last = st->opts.pad_last;
 	t.eval = st->opts.eval;
 	size_t n = feed__resume_token__get_packed_size(&t);
 	if (n > cap)

@@ -236,8 +236,14 @@ static void ord_layout(struct ord_epoch *e)
 		return;
 	}
 	uint64_t rem = st < n ? n - st : 0;
-	e->batches = s->drop_last ? rem / rb : (rem + rb - 1) / rb;
-	e->rank_count = e->batches * s->batch;
+	if (s->drop_last || s->pad_last) {
+		e->batches = s->drop_last ? rem / rb : (rem + rb - 1) / rb;
+		e->rank_count = e->batches * s->batch;
+		return;
+	}
+	/* DistributedSampler's equal share, DataLoader's partial last batch */
+	e->rank_count = (rem + s->world - 1) / s->world;
+	e->batches = (e->rank_count + s->batch - 1) / s->batch;
 }
 
 int ord_epoch_init_at(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,

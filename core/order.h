@@ -44,14 +44,17 @@
  *               the cut tail (< R*B positions) changes with the epoch's
  *               order. With S = 0 this is exactly DistributedSampler
  *               (drop_last=True) followed by DataLoader(drop_last=True).
- *   padding     (drop_last false) the epoch is extended to
- *               S + ceil((N-S) / (R*B)) * R*B positions; a position p >= N
- *               reads position p mod N of the same order, i.e. it wraps
- *               around to the start of the epoch, as DistributedSampler
- *               pads. Every batch of every rank is full, so ranks stay in
- *               step. (DistributedSampler pads only to a multiple of R and
- *               leaves a short last batch per rank; here the padding goes on
- *               to a multiple of R*B, and the positions both pad agree.)
+ *   padding     (drop_last false) as DistributedSampler pads: the epoch
+ *               is extended to S + ceil((N-S) / R) * R positions, so every
+ *               rank gets the same count, ceil((N-S) / R); a position p >= N
+ *               reads position p mod N of the same order (it wraps around
+ *               to the start of the epoch). Each rank's last batch holds
+ *               what is left, as DataLoader's last batch does: one rank,
+ *               N = 60,000, B = 256 gives 234 batches of 256 and one of 96.
+ *   pad_last    (drop_last false) the epoch is extended further, to
+ *               S + ceil((N-S) / (R*B)) * R*B positions, wrapping around
+ *               the same way: every batch of every rank is full (static
+ *               shapes for the trainer), the ranks stay in step.
  *   eval        sequential order whatever the mode, no padding, no cut:
  *               rank r gets positions S + r, S + r + R, ... < N, so every
  *               sample is read exactly once across ranks; the last batch of
@@ -106,6 +109,7 @@ struct ord_spec {
 	uint32_t rank, world;      /* 0 <= rank < world */
 	uint32_t batch;            /* samples per batch, >= 1 */
 	bool drop_last;            /* cut the epoch instead of padding it */
+	bool pad_last;             /* pad every rank's last batch to full size */
 	bool eval;                 /* sequential, every sample once, no padding */
 };
 

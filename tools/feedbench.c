@@ -36,10 +36,13 @@ static const char usage[] =
 	"                 [--epochs E] [--jobs K [--world]] [--group G] [--step-ms X]\n"
 	"                 [--verify] [--json] [--credits C] [--order sequential|full|block]\n"
 	"                 [--window W] [--seed S] [--wake] [--timeout-ms T] [--workers-note]\n"
+	"                 [--pad-last]\n"
 	"  --jobs K        K processes, each with its own connection and stream; each\n"
 	"                  reads the whole dataset, unless --world: job j is rank j of K\n"
 	"  --step-ms X     busy X ms after each batch, as a training step would\n"
 	"  --verify        check that every epoch holds every sample exactly once\n"
+	"  --pad-last      every batch full: each rank's last batch wraps around\n"
+	"                  (default: DataLoader's partial last batch)\n"
 	"  --wake          credits 1: every call sleeps until the daemon publishes, so\n"
 	"                  the wake-up latency (publish -> return) is measured each time\n"
 	"  --workers-note  also print the daemon's worker count, samples/s per worker\n"
@@ -50,7 +53,7 @@ static const char usage[] =
 
 enum { OPT_SOCKET = 256, OPT_DATASET, OPT_PIPELINE, OPT_BATCH, OPT_EPOCHS, OPT_JOBS,
        OPT_GROUP, OPT_STEP, OPT_VERIFY, OPT_JSON, OPT_CREDITS, OPT_ORDER, OPT_WINDOW,
-       OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_HELP };
+       OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_PAD_LAST, OPT_HELP };
 
 static const struct option longopts[] = {
 	{"socket", required_argument, NULL, OPT_SOCKET},
@@ -62,6 +65,7 @@ static const struct option longopts[] = {
 	{"group", required_argument, NULL, OPT_GROUP},
 	{"step-ms", required_argument, NULL, OPT_STEP},
 	{"verify", no_argument, NULL, OPT_VERIFY},
+	{"pad-last", no_argument, NULL, OPT_PAD_LAST},
 	{"json", no_argument, NULL, OPT_JSON},
 	{"credits", required_argument, NULL, OPT_CREDITS},
 	{"order", required_argument, NULL, OPT_ORDER},
@@ -140,6 +144,7 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_DATASET: o->dataset = arg; return 0;
 	case OPT_PIPELINE: o->pipeline = arg; return 0;
 	case OPT_VERIFY: o->verify = true; return 0;
+	case OPT_PAD_LAST: o->pad_last = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
 	case OPT_WAKE: o->wake = true; return 0;
 	case OPT_NOTE: o->workers_note = true; return 0;
@@ -252,7 +257,7 @@ static int fb_layout_new(const struct fb_opts *o, struct fb_layout *l)
 	if (o->verify) {
 		if (fb_dataset_size(o, &n))
 			return FB_EXIT_FAIL;
-		set_bytes = fb_verify_bytes(n, o->epochs, o->batch, world);
+		set_bytes = fb_verify_bytes(n, o->epochs, o->batch, world, o->pad_last);
 		if (set_bytes == 0 || set_bytes > SIZE_MAX / l->nsets / 2) {
 			fprintf(stderr, "feedbench: --verify: %" PRIu64 " samples x %" PRIu64
 				" epochs needs more than 4 GiB per job of records; use fewer epochs\n",
@@ -275,7 +280,7 @@ static int fb_layout_new(const struct fb_opts *o, struct fb_layout *l)
 	for (uint32_t s = 0; s < l->nsets; s++)
 		fb_verify_init(&l->sets[s], (uint64_t *)((char *)l->map + head + res_bytes +
 							 s * set_bytes),
-			       n, o->epochs, o->batch, world);
+			       n, o->epochs, o->batch, world, o->pad_last);
 	return 0;
 }
 

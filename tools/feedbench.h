@@ -40,6 +40,7 @@ struct fb_opts {
 	double step_ms;           /* busy time per batch, imitating a step */
 	int timeout_ms;           /* longest wait for one batch */
 	bool world;               /* job j is rank j of jobs */
+	bool pad_last;            /* every batch full: the last wraps around */
 	bool verify;              /* check every epoch's samples */
 	bool wake;                /* credits 1: every feed_next() sleeps */
 	bool json;                /* one JSON object per job per line */
@@ -76,7 +77,8 @@ struct fb_verify {
 	uint64_t n;               /* dataset samples */
 	uint64_t epochs;
 	uint32_t batch, world;
-	uint64_t batches;         /* per rank per epoch: ceil(N / (world*batch)) */
+	uint64_t per_rank;        /* samples per rank per epoch */
+	uint64_t batches;         /* per rank per epoch: ceil(per_rank / batch) */
 	uint64_t pad;             /* padding positions per epoch */
 	uint64_t *pos;            /* [epochs][n + pad], in shared memory */
 };
@@ -98,10 +100,11 @@ void fb_json_string(char *out, size_t cap, const char *s);
 
 /* feedbench_verify.c */
 /* Bytes of the positions of one set; 0 when they would pass 4 GiB. */
-size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t world);
+size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t world,
+		       bool pad_last);
 /* Fills v for its geometry and marks every position unseen. */
 void fb_verify_init(struct fb_verify *v, uint64_t *pos, uint64_t n, uint64_t epochs,
-		    uint32_t batch, uint32_t world);
+		    uint32_t batch, uint32_t world, bool pad_last);
 /* Records batch `index` of `epoch` read by `rank` and checks it against
  * the daemon's partition (order.h): size, padded flag, indices. Returns 0,
  * or -1 with the first problem in msg. */

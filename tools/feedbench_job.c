@@ -87,6 +87,7 @@ static int fb_open(struct fb_run *r)
 	so.batch = o->batch;
 	so.credits = o->wake ? 1 : o->credits;
 	so.epochs = o->epochs;
+	so.pad_last = o->pad_last;
 	so.seed = o->seed;
 	so.order = o->order;
 	so.window = o->window;

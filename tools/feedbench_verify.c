@@ -3,9 +3,11 @@
  * (core/order.h), which is PyTorch's DistributedSampler order: rank r of
  * world R reads, as sample i of batch b, global position
  *     g = (b * B + i) * R + r
- * of the epoch's permutation of [0, N). Without drop_last the epoch is
- * padded to ceil(N / (R*B)) * R*B positions; a position g >= N repeats the
- * sample at position g mod N, and its batch is flagged padded.
+ * of the epoch's permutation of [0, N). The epoch is padded as
+ * DistributedSampler pads, to ceil(N / R) * R positions (each rank's last
+ * batch partial, as DataLoader's), or with --pad-last to ceil(N / (R*B)) *
+ * R*B positions (every batch full); a position g >= N repeats the sample
+ * at position g mod N, and its batch is flagged padded.
  *
  * So a job records, for each sample it is handed, the sample at position
  * g (each position belongs to exactly one rank: no two jobs write the same
@@ -26,16 +28,18 @@
 
 #define FB_VERIFY_MAX_BYTES (4ull << 30) /* refuse --verify past this */
 
-static uint64_t fb_batches(uint64_t n, uint32_t batch, uint32_t world)
+/* Samples of each rank in an epoch (core/order.h's partition). */
+static uint64_t fb_per_rank(uint64_t n, uint32_t batch, uint32_t world, bool pad_last)
 {
 	uint64_t rb = (uint64_t)batch * world;
 
-	return (n + rb - 1) / rb;
+	return pad_last ? (n + rb - 1) / rb * batch : (n + world - 1) / world;
 }
 
-size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t world)
+size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t world,
+		       bool pad_last)
 {
-	uint64_t per = fb_batches(n, batch, world) * batch * world; /* n + pad */
+	uint64_t per = fb_per_rank(n, batch, world, pad_last) * world; /* n + pad */
 	uint64_t total;
 
 	if (__builtin_mul_overflow(per, epochs, &total) ||
@@ -46,14 +50,15 @@ size_t fb_verify_bytes(uint64_t n, uint64_t epochs, uint32_t batch, uint32_t wor
 }
 
 void fb_verify_init(struct fb_verify *v, uint64_t *pos, uint64_t n, uint64_t epochs,
-		    uint32_t batch, uint32_t world)
+		    uint32_t batch, uint32_t world, bool pad_last)
 {
 	v->n = n;
 	v->epochs = epochs;
 	v->batch = batch;
 	v->world = world;
-	v->batches = fb_batches(n, batch, world);
-	v->pad = v->batches * batch * world - n;
+	v->per_rank = fb_per_rank(n, batch, world, pad_last);
+	v->batches = (v->per_rank + batch - 1) / batch;
+	v->pad = v->per_rank * world - n;
 	v->pos = pos;
 	for (uint64_t i = 0; i < epochs * (n + v->pad); i++)
 		pos[i] = FB_UNSEEN;
@@ -70,10 +75,12 @@ int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t
 			 " were asked for", epoch, index, v->epochs - 1);
 		return -1;
 	}
-	if (index >= v->batches || nsamples != v->batch) {
-		snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 ": %u samples; expected %u "
-			 "samples in each of batches 0..%" PRIu64, epoch, index, nsamples, v->batch,
-			 v->batches - 1);
+	uint64_t want = index + 1 < v->batches ? v->batch : v->per_rank - index * v->batch;
+	if (index >= v->batches || nsamples != want) {
+		snprintf(msg, cap, "epoch %" PRIu64 " batch %" PRIu64 ": %u samples; expected %"
+			 PRIu64 " of batches 0..%" PRIu64 " (%" PRIu64 " samples per rank)", epoch,
+			 index, nsamples, index < v->batches ? want : 0, v->batches - 1,
+			 v->per_rank);
 		return -1;
 	}
 	uint64_t *pos = v->pos + epoch * (v->n + v->pad);

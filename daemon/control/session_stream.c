@@ -187,6 +187,7 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	ord->world = o->world ? o->world : 1;
 	ord->batch = o->batch;
 	ord->drop_last = o->drop_last;
+	ord->pad_last = o->pad_last;
 	ord->eval = o->eval;
 	sp->sched.epochs = o->epochs;
 	sp->sched.start_epoch = o->start_epoch;
@@ -232,6 +233,7 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	    (rc = ses_resume_same("batch", t->batch, o->batch, err)) < 0 ||
 	    (rc = ses_resume_same("order", (uint64_t)t->order, (uint64_t)o->order, err)) < 0 ||
 	    (rc = ses_resume_same("drop_last", t->drop_last, o->drop_last, err)) < 0 ||
+	    (rc = ses_resume_same("pad_last", t->pad_last, o->pad_last, err)) < 0 ||
 	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
 		goto out;
 	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW &&

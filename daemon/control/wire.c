@@ -177,6 +177,11 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 	if (o->resume.len > WIRE_RESUME_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.resume: %zu bytes, at most %d",
 				    o->resume.len, WIRE_RESUME_MAX);
+	if (o->pad_last && (o->eval || o->drop_last))
+		return feed_err_set(err, -EINVAL, "open_stream.pad_last: not with %s (%s)",
+				    o->eval ? "eval" : "drop_last",
+				    o->eval ? "eval delivers every sample once, unpadded"
+					    : "drop_last leaves no partial batch to pad");
 	return 0;
 }
 

@@ -68,8 +68,7 @@ static void nm_disarm(void)
 }
 
 /* Where the stream is: the epoch and the number of batches delivered in
- * it, which in sequential order fixes each sample of the next batch.
- * (feed_batch_index() counts from where a resumed stream started.) */
+ * it, which in sequential order fixes each sample of the next batch. */
 struct nm_pos {
 	uint64_t epoch, index, per_epoch;
 };
@@ -108,7 +107,9 @@ static int nm_next(struct feed_stream *st, struct nm_pos *p, struct feed_batch *
  * (nothing failed: every allocation of the path has been failed once). */
 static bool nm_round(long k, const char *tiny_arg)
 {
+	/* pad_last: every batch full, so each sample due is (batch * index + i) mod N */
 	struct feed_stream_opts o = {.dataset = "tiny", .batch = NM_BATCH, .credits = 2,
+				     .pad_last = true,
 				     .reconnect_ms = H_DEADLINE_MS};
 	struct feed_batch *held, *b;
 	bool complete = false;

@@ -2,7 +2,8 @@
  * check_partition.c: order, partition and randomness through a real feedd
  * (DESIGN.md "Order, partition, randomness, resume"): the same stream spec
  * gives the same bytes, run twice and with one worker or two; ranks of
- * world 2 and 3 with drop_last, with padding and in eval mode read the
+ * world 2 and 3 with drop_last, with padding (DistributedSampler's, and
+ * pad_last's to whole batches) and in eval mode read the
  * global positions torch's DistributedSampler gives them, with the union
  * and multiplicity it specifies; block-window order over several epochs
  * holds every sample once per epoch, in windows of whole blocks, with
@@ -136,9 +137,9 @@ END_TEST
 #define PART_N 103   /* a prime: no world size or batch divides it */
 #define PART_B 8
 
-enum part_mode { PART_DROP_LAST, PART_PAD, PART_EVAL };
+enum part_mode { PART_DROP_LAST, PART_PAD, PART_PAD_LAST, PART_EVAL };
 
-static const char *const part_mode_name[] = {"drop_last", "padding", "eval"};
+static const char *const part_mode_name[] = {"drop_last", "padding", "pad_last", "eval"};
 
 /* Global positions an epoch covers, over all ranks. */
 static uint64_t part_total(enum part_mode m, uint32_t world)
@@ -147,7 +148,9 @@ static uint64_t part_total(enum part_mode m, uint32_t world)
 
 	if (m == PART_DROP_LAST)
 		return PART_N / rb * rb;
-	if (m == PART_PAD)
+	if (m == PART_PAD)   /* DistributedSampler: ceil(N / R) per rank */
+		return (PART_N + world - 1) / world * world;
+	if (m == PART_PAD_LAST)  /* and on to whole batches of every rank */
 		return (PART_N + rb - 1) / rb * rb;
 	return PART_N;
 }
@@ -159,7 +162,8 @@ static void part_rank(struct feed_conn *c, enum part_mode m, int order, uint32_t
 {
 	struct feed_stream_opts o = {.dataset = "part", .batch = PART_B, .epochs = 2, .seed = 9,
 				     .order = order, .rank = rank, .world = world,
-				     .drop_last = m == PART_DROP_LAST, .eval = m == PART_EVAL};
+				     .drop_last = m == PART_DROP_LAST, .pad_last = m == PART_PAD_LAST,
+				     .eval = m == PART_EVAL};
 	struct feed_stream *st = h_stream_open(c, &o);
 	uint64_t total = part_total(m, world);
 	/* this rank's samples: positions rank, rank + world, ... below total */
@@ -182,7 +186,8 @@ static void part_rank(struct feed_conn *c, enum part_mode m, int order, uint32_t
 		bool padded = false;
 		ck_assert_uint_eq(feed_batch_epoch(b), e);
 		ck_assert_uint_eq(feed_batch_index(b), bi);
-		/* full batches, but for eval's last one */
+		/* full batches, but for the last one of eval and of padding as
+		 * DataLoader's (pad_last fills it) */
 		ck_assert_uint_eq(n, bi + 1 < nb ? PART_B : mine - bi * PART_B);
 		ck_assert_int_eq(feed_batch_field(b, 0, &img), 0);
 		ck_assert_int_eq(feed_batch_field(b, 1, &lab), 0);

@@ -20,7 +20,7 @@
 #include "feedd_harness.h"
 
 #define R_SAMPLES 300   /* records in the dataset of these tests */
-#define R_BATCH 16      /* 19 batches an epoch, the last one padded */
+#define R_BATCH 16      /* 19 batches an epoch, the last one of 12 */
 #define R_EPOCHS 2
 #define R_MAX 256       /* batches and markers a run may hold */
 #define R_PIPE "random_crop(size=4, pad=1) | hflip(p=0.5)"

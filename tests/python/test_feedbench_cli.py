@@ -69,11 +69,20 @@ def test_json_verified_epochs(feed_bin, daemon):
     assert len(rows) == 1
     r = rows[0]
     assert r["verified"] is True
-    # 1000 = 15 x 64 + 40: the last batch wraps around to 64 (DESIGN.md)
-    assert (r["samples"], r["epochs"], r["batches"]) == (2 * 16 * 64, 2, 2 * 16)
-    assert r["bytes"] == 2 * 16 * 64 * (64 + 8)
+    # 1000 = 15 x 64 + 40: the last batch holds 40, as DataLoader's does
+    assert (r["samples"], r["epochs"], r["batches"]) == (2 * 1000, 2, 2 * 16)
+    assert r["bytes"] == 2 * 1000 * (64 + 8)
     assert r["dataset"] == "small" and r["batch"] == 64
     assert r["samples_per_s"] > 0 and len(r["checksum"]) == 16
+
+
+def test_pad_last_fills_the_last_batch(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 64, "--epochs", 2,
+                "--pad-last", "--verify", "--json")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    # with --pad-last it wraps around to 64 (static shapes)
+    assert (r["samples"], r["batches"], r["verified"]) == (2 * 16 * 64, 2 * 16, True)
 
 
 def test_same_spec_same_checksum(feed_bin, daemon):

@@ -247,20 +247,27 @@ static const uint32_t part_cases[][3] = {
 	{10, 3, 2}, {10, 4, 3}, {7, 2, 5}, {1, 3, 2}, {1000, 8, 32}, {60000, 3, 256}, {17, 17, 1},
 };
 
+/* Padding as DistributedSampler pads (each rank ceil(N/R) samples, the
+ * last batch partial, as DataLoader gives it), and with pad_last to whole
+ * batches of every rank; either way every sample comes at least once and
+ * exactly the first total-N positions of the order come twice. */
 START_TEST(test_order_partition_padding)
 {
+	for (int pad = 0; pad < 2; pad++)
 	for (size_t k = 0; k < sizeof(part_cases) / sizeof(part_cases[0]); k++) {
 		struct ord_spec s = spec_of(part_cases[k][0], ORD_FULL);
 		uint32_t rb = part_cases[k][1] * part_cases[k][2], batches[32];
 		uint64_t total;
 		s.world = part_cases[k][1];
 		s.batch = part_cases[k][2];
+		s.pad_last = pad;
 		uint32_t *count = run_ranks(s, batches, &total);
-		uint64_t want_total = (s.n + rb - 1) / rb * rb;
+		uint64_t per_rank = (s.n + s.world - 1) / s.world;
+		uint64_t want_total = pad ? (s.n + rb - 1) / rb * rb : per_rank * s.world;
+		uint64_t want_batches = pad ? want_total / rb : (per_rank + s.batch - 1) / s.batch;
 		ck_assert_uint_eq(total, want_total);
 		for (uint32_t r = 0; r < s.world; r++)
-			ck_assert_uint_eq(batches[r], want_total / rb);
-		/* every sample at least once; exactly the first total-n positions twice */
+			ck_assert_uint_eq(batches[r], want_batches);
 		struct ord_epoch e;
 		ck_assert_int_eq(ord_epoch_init(&e, &s, 4, NULL), 0);
 		for (uint64_t p = 0; p < s.n; p++) {
@@ -270,6 +277,28 @@ START_TEST(test_order_partition_padding)
 		ord_epoch_fini(&e);
 		free(count);
 	}
+}
+END_TEST
+
+/* DataLoader's own figure: 60,000 samples, batch 256, one rank: 234 full
+ * batches and one of 96, nothing repeated. */
+START_TEST(test_order_dataloader_counts)
+{
+	struct ord_spec s = spec_of(60000, ORD_FULL);
+	struct ord_epoch e;
+
+	s.batch = 256;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 0, NULL), 0);
+	ck_assert_uint_eq(ord_batches_per_epoch(&e), 235);
+	ck_assert_uint_eq(ord_batch_size(&e, 233), 256);
+	ck_assert_uint_eq(ord_batch_size(&e, 234), 96);
+	ck_assert_uint_lt(ord_global_position(&e, 234, 95), 60000);
+	ord_epoch_fini(&e);
+	s.pad_last = true;  /* static shapes: the last batch wraps around */
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 0, NULL), 0);
+	ck_assert_uint_eq(ord_batch_size(&e, 234), 256);
+	ck_assert_uint_eq(ord_global_position(&e, 234, 255), 60159);
+	ord_epoch_fini(&e);
 }
 END_TEST
 
@@ -377,11 +406,14 @@ START_TEST(test_order_resume_positions)
 			ck_assert_uint_eq(back, b);
 			ck_assert_int_eq(ord_epoch_init_at(&e2, &s, 3, pos, NULL), 0);
 			ck_assert_uint_eq(ord_batches_per_epoch(&e2), ord_batches_per_epoch(&e) - b);
-			for (uint64_t k = 0; k < ord_batches_per_epoch(&e2); k++)
-				for (uint32_t i = 0; i < 8; i++)
+			for (uint64_t k = 0; k < ord_batches_per_epoch(&e2); k++) {
+				ck_assert_uint_eq(ord_batch_size(&e2, k), ord_batch_size(&e, b + k));
+				for (uint32_t i = 0; i < ord_batch_size(&e2, k); i++)
 					ck_assert_uint_eq(ord_sample(&e2, k, i), ord_sample(&e, b + k, i));
-			for (uint64_t k = 0; k < b; k++) /* consumed, padding aside */
-				for (uint32_t i = 0; i < 8; i++)
+			}
+			for (uint64_t k = 0; k < b && k < ord_batches_per_epoch(&e); k++)
+				/* consumed, padding aside */
+				for (uint32_t i = 0; i < ord_batch_size(&e, k); i++)
 					if (ord_global_position(&e, k, i) < s.n)
 						seen[ord_sample(&e, k, i)]++;
 			ord_epoch_fini(&e);
@@ -396,7 +428,7 @@ START_TEST(test_order_resume_positions)
 			s3.rank = r;
 			ck_assert_int_eq(ord_epoch_init_at(&e, &s3, 3, pos, NULL), 0);
 			for (uint64_t k = 0; k < ord_batches_per_epoch(&e); k++)
-				for (uint32_t i = 0; i < 5; i++)
+				for (uint32_t i = 0; i < ord_batch_size(&e, k); i++)
 					if (ord_global_position(&e, k, i) < s.n)
 						seen[ord_sample(&e, k, i)]++;
 			ord_epoch_fini(&e);
@@ -474,6 +506,7 @@ static Suite *order_suite(void)
 	tcase_add_test(tc, test_order_lookup_constant);
 	tcase_add_test(tc, test_order_block_window_locality);
 	tcase_add_test(tc, test_order_partition_padding);
+	tcase_add_test(tc, test_order_dataloader_counts);
 	tcase_add_test(tc, test_order_partition_drop_last);
 	tcase_add_test(tc, test_order_partition_eval);
 	tcase_add_test(tc, test_order_partition_matches_distributed_sampler);

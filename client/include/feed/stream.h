@@ -54,7 +54,15 @@ struct feed_stream_opts {
 	uint32_t credits;         /* batches built ahead and held; 0 = 4 */
 	uint64_t epochs;          /* the last epoch delivered is epochs-1 (counted
 				   * from 0, also when resuming); 0 = until closed */
-	bool drop_last;           /* no partial/padded last batch */
+	bool drop_last;           /* each rank's share cut to whole batches, as
+				   * DistributedSampler(drop_last=True) with
+				   * DataLoader(drop_last=True) */
+	bool pad_last;            /* without drop_last: fill each rank's last
+				   * batch by wrap-around, so every batch is
+				   * full (static shapes). Default (both false):
+				   * DataLoader's counts, each rank's share
+				   * padded to equal counts as DistributedSampler
+				   * does, its last batch partial */
 	uint64_t seed;            /* order and augmentation randomness */
 	int order;                /* FEED_ORDER_* */
 	uint32_t window;          /* FEED_ORDER_BLOCK_WINDOW: blocks per window */
