@@ -19,22 +19,28 @@ Where the records come from (--source):
            FashionMNIST holds its tensors): the DataLoader's best case, at
            the cost of the whole decoded dataset in memory
 
+With --per-batch, the Dataset is indexed by a BatchSampler's lists
+(DataLoader(batch_size=None)) and crop_flip runs once per batch, vectorised
+in numpy (each sample still gets its own crop and flip): with
+--workers 0 --source memory, the fastest DataLoader here.
+
     /usr/bin/python3 bench/dataloader_baseline.py DIR [--workers 2] [--batch 256]
         [--epochs 2] [--augment crop_flip|torchvision|none] [--size 28 --pad 2]
-        [--source blocks|memory] [--step-ms X] [--json]
+        [--source blocks|memory] [--per-batch] [--step-ms X] [--json]
 
-Timing starts when the first batch arrives (worker start-up excluded) and
-ends after the last; stall_pct is the share of that time spent waiting for
-the next batch (with --step-ms, a simulated GPU step of X ms per batch).
+The loop is bench/consume_batches.py's: timing starts when the first batch
+arrives (worker start-up excluded) and ends after the last; stall_pct is
+the share of that time spent waiting for the next batch (with --step-ms,
+a simulated GPU step of X ms per batch).
 """
 import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import feedformat  # noqa: E402
+from consume_batches import consume  # noqa: E402
 import random  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -53,6 +59,23 @@ def np_crop_flip(img, size, pad):
     out = padded[top:top + size, left:left + size]
     if random.random() < 0.5:
         out = out[:, ::-1]
+    return np.ascontiguousarray(out)
+
+
+def np_crop_flip_batch(imgs, size, pad, rng):
+    """np_crop_flip on every image of an (n, h, w, ...) batch at once, each
+    with its own offsets and flip: one zero-padded copy, one gather of the
+    windows, one flip of the flipped ones (5x faster here than a gather of
+    every pixel by index, 1.7x faster than a loop over the samples)."""
+    n, h, w = imgs.shape[:3]
+    padded = np.zeros((n, h + 2 * pad, w + 2 * pad) + imgs.shape[3:], imgs.dtype)
+    padded[:, pad:pad + h, pad:pad + w] = imgs
+    top = rng.integers(0, h + 2 * pad - size + 1, n)
+    left = rng.integers(0, w + 2 * pad - size + 1, n)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (size, size), axis=(1, 2))
+    out = np.moveaxis(windows[np.arange(n), top, left], (-2, -1), (1, 2))
+    flip = rng.random(n) < 0.5
+    out[flip] = out[flip, :, ::-1]
     return np.ascontiguousarray(out)
 
 
@@ -109,51 +132,52 @@ class FeedDataset(torch.utils.data.Dataset):
         return out
 
 
-def spin(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+class BatchDataset(torch.utils.data.Dataset):
+    """A FeedDataset read a batch at a time (the index is a list, from a
+    BatchSampler) and augmented per batch in numpy: the DataLoader's fastest
+    form here, one numpy call per batch instead of one per sample."""
+
+    def __init__(self, samples):
+        self.s = samples
+        self.rng = None  # made in the process that reads, so workers differ
+
+    def __len__(self):
+        return len(self.s)
+
+    def __getitem__(self, indices):
+        s = self.s
+        if self.rng is None:
+            self.rng = np.random.default_rng(torch.initial_seed())
+        if s.mem is not None:
+            idx = np.asarray(indices)
+            rec = {name: col[idx] for name, col in s.mem.items()}
+        else:
+            recs = [s.ds.get(i, copy=False) for i in indices]
+            rec = {name: np.stack([r[name] for r in recs]) for name in s.names}
+        if s.augment == "crop_flip":
+            rec[s.image] = np_crop_flip_batch(rec[s.image], s.size, s.pad, self.rng)
+        elif s.augment != "none":
+            raise SystemExit("--per-batch: only --augment crop_flip or none")
+        return {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in rec.items()}
 
 
 def run(args):
     dset = FeedDataset(args.dir, args.augment, args.size, args.pad, args.source)
-    loader = torch.utils.data.DataLoader(
-        dset, batch_size=args.batch, shuffle=True, num_workers=args.workers,
-        persistent_workers=args.workers > 0, drop_last=False)
-    samples = nbytes = 0
-    waits = []
-    start = None
-    checksum = 0
-    for _ in range(args.epochs):
-        it = iter(loader)
-        while True:
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            if start is None:
-                start = t1
-            else:
-                waits.append(t1 - t0)
-            for v in batch.values():
-                checksum += int(v.sum())  # touch every byte
-                nbytes += v.numel() * v.element_size()
-            samples += len(batch[dset.image])
-            if args.step_ms:
-                spin(args.step_ms / 1000.0)
-    wall = time.perf_counter() - start
-    waits.sort()
-    pct = lambda q: waits[min(len(waits) - 1, int(q * len(waits)))] * 1e6 if waits else 0.0
-    return {
-        "loader": "torch.DataLoader", "workers": args.workers, "batch": args.batch,
-        "augment": args.augment, "source": args.source, "epochs": args.epochs,
-        "samples": samples,
-        "samples_per_s": samples / wall, "mb_per_s": nbytes / wall / 1e6,
-        "stall_pct": 100.0 * sum(waits) / wall, "p50_us": pct(0.5), "p99_us": pct(0.99),
-        "checksum": checksum,
-    }
+    if args.per_batch:
+        dset = BatchDataset(dset)
+        sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(dset),
+                                                args.batch, drop_last=False)
+        loader = torch.utils.data.DataLoader(  # batch_size=None: the sampler's lists
+            dset, batch_size=None, sampler=sampler, num_workers=args.workers,
+            persistent_workers=args.workers > 0)
+    else:
+        loader = torch.utils.data.DataLoader(
+            dset, batch_size=args.batch, shuffle=True, num_workers=args.workers,
+            persistent_workers=args.workers > 0, drop_last=False)
+    r = {"loader": "torch.DataLoader", "workers": args.workers, "batch": args.batch,
+         "augment": args.augment, "per_batch": args.per_batch, "source": args.source}
+    r.update(consume(loader, args.epochs, args.step_ms))
+    return r
 
 
 def main():
@@ -166,6 +190,7 @@ def main():
     p.add_argument("--size", type=int, default=28)
     p.add_argument("--pad", type=int, default=2)
     p.add_argument("--source", choices=["blocks", "memory"], default="blocks")
+    p.add_argument("--per-batch", action="store_true")
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

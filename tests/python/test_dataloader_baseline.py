@@ -48,3 +48,29 @@ def test_memory_refuses_variable_fields(feedpack, tmp_path):
     pack(feedpack, "files", src, "-o", out)
     with pytest.raises(SystemExit, match="--source memory: field '.+' is variable-length"):
         dlb.load_all(dlb.feedformat.Dataset(str(out)))
+
+
+def crops(img, size, pad):
+    """Every image np_crop_flip can make of img: each offset, flipped or not."""
+    h, w = img.shape[:2]
+    padded = np.zeros((h + 2 * pad, w + 2 * pad) + img.shape[2:], img.dtype)
+    padded[pad:pad + h, pad:pad + w] = img
+    for top in range(h + 2 * pad - size + 1):
+        for left in range(w + 2 * pad - size + 1):
+            c = padded[top:top + size, left:left + size]
+            yield (top, left, False), c
+            yield (top, left, True), c[:, ::-1]
+
+
+def test_crop_flip_batch_crops_each_sample_on_its_own():
+    rng = np.random.default_rng(5)
+    imgs = rng.integers(1, 256, (64, 6, 5, 1), dtype=np.uint8)  # no zeros: padding shows
+    out = dlb.np_crop_flip_batch(imgs, 4, 2, np.random.default_rng(9))
+    assert out.shape == (64, 4, 4, 1) and out.dtype == np.uint8 and out.flags.c_contiguous
+    drawn = set()
+    for img, o in zip(imgs, out):
+        match = [k for k, c in crops(img, 4, 2) if np.array_equal(c, o)]
+        assert match, "not a crop (with zero padding 2), flipped or not, of its own image"
+        drawn.update(match)
+    # the offsets and flips vary from sample to sample
+    assert len({k[:2] for k in drawn}) > 5 and {k[2] for k in drawn} == {False, True}
