@@ -36,13 +36,15 @@ static const char usage[] =
 	"                 [--epochs E] [--jobs K [--world]] [--group G] [--step-ms X]\n"
 	"                 [--verify] [--json] [--credits C] [--order sequential|full|block]\n"
 	"                 [--window W] [--seed S] [--wake] [--timeout-ms T] [--workers-note]\n"
-	"                 [--pad-last]\n"
+	"                 [--pad-last] [--no-touch]\n"
 	"  --jobs K        K processes, each with its own connection and stream; each\n"
 	"                  reads the whole dataset, unless --world: job j is rank j of K\n"
 	"  --step-ms X     busy X ms after each batch, as a training step would\n"
 	"  --verify        check that every epoch holds every sample exactly once\n"
 	"  --pad-last      every batch full: each rank's last batch wraps around\n"
 	"                  (default: DataLoader's partial last batch)\n"
+	"  --no-touch      find each field but read none of its bytes: the reader's own\n"
+	"                  cost per batch, to compare with another reader's (no checksum)\n"
 	"  --wake          credits 1: every call sleeps until the daemon publishes, so\n"
 	"                  the wake-up latency (publish -> return) is measured each time\n"
 	"  --workers-note  also print the daemon's worker count, samples/s per worker\n"
@@ -53,7 +55,8 @@ static const char usage[] =
 
 enum { OPT_SOCKET = 256, OPT_DATASET, OPT_PIPELINE, OPT_BATCH, OPT_EPOCHS, OPT_JOBS,
        OPT_GROUP, OPT_STEP, OPT_VERIFY, OPT_JSON, OPT_CREDITS, OPT_ORDER, OPT_WINDOW,
-       OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_PAD_LAST, OPT_HELP };
+       OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_PAD_LAST, OPT_NO_TOUCH,
+       OPT_HELP };
 
 static const struct option longopts[] = {
 	{"socket", required_argument, NULL, OPT_SOCKET},
@@ -66,6 +69,7 @@ static const struct option longopts[] = {
 	{"step-ms", required_argument, NULL, OPT_STEP},
 	{"verify", no_argument, NULL, OPT_VERIFY},
 	{"pad-last", no_argument, NULL, OPT_PAD_LAST},
+	{"no-touch", no_argument, NULL, OPT_NO_TOUCH},
 	{"json", no_argument, NULL, OPT_JSON},
 	{"credits", required_argument, NULL, OPT_CREDITS},
 	{"order", required_argument, NULL, OPT_ORDER},
@@ -145,6 +149,7 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_PIPELINE: o->pipeline = arg; return 0;
 	case OPT_VERIFY: o->verify = true; return 0;
 	case OPT_PAD_LAST: o->pad_last = true; return 0;
+	case OPT_NO_TOUCH: o->no_touch = true; return 0;
 	case OPT_JSON: o->json = true; return 0;
 	case OPT_WAKE: o->wake = true; return 0;
 	case OPT_NOTE: o->workers_note = true; return 0;

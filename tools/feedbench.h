@@ -42,6 +42,7 @@ struct fb_opts {
 	bool world;               /* job j is rank j of jobs */
 	bool pad_last;            /* every batch full: the last wraps around */
 	bool verify;              /* check every epoch's samples */
+	bool no_touch;            /* views only: no byte read, no checksum */
 	bool wake;                /* credits 1: every feed_next() sleeps */
 	bool json;                /* one JSON object per job per line */
 	bool workers_note;        /* print the daemon's workers and note */

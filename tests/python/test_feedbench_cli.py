@@ -3,6 +3,7 @@
 What scripts and the README's figures rely on: --json prints one object per
 job with the counts and a verdict; --verify checks that every epoch held
 every sample exactly once (also split over ranks with --jobs K --world);
+--no-touch counts the same batches without reading them;
 a bad command line exits 2 with one "feedbench: ..." line naming the
 problem; a dataset feedd does not serve exits 1 naming it.
 """
@@ -91,6 +92,18 @@ def test_same_spec_same_checksum(feed_bin, daemon):
     other = json.loads(bench(feed_bin, daemon, *args[:-1], "--seed", 8, "--json").stdout)
     assert len(sums) == 1
     assert other["checksum"] not in sums
+
+
+def test_no_touch_counts_the_same_but_reads_no_byte(feed_bin, daemon):
+    args = ("--dataset", "small", "--batch", 100, "--verify", "--json", "--no-touch")
+    a = json.loads(bench(feed_bin, daemon, *args, "--seed", 7).stdout)
+    b = json.loads(bench(feed_bin, daemon, *args, "--seed", 8).stdout)
+    touched = json.loads(bench(feed_bin, daemon, *args[:-1], "--seed", 7).stdout)
+    assert a["verified"] is True
+    assert (a["samples"], a["batches"], a["bytes"]) == \
+        (touched["samples"], touched["batches"], touched["bytes"])
+    # other bytes (another seed's order), same sum: none of them was read
+    assert a["checksum"] == b["checksum"] != touched["checksum"]
 
 
 def test_ranks_split_the_epoch(feed_bin, daemon):
