@@ -60,6 +60,7 @@ struct fb_result {
 	uint64_t timed_samples, timed_bytes;    /* after the first batch */
 	double wall_s;            /* first batch consumed to the last consumed */
 	double stall_s;           /* of wall_s: inside feed_next() calls that slept */
+	double cpu_s;             /* this job's CPU time from the first batch to the end */
 	uint64_t fast_calls, wake_calls;        /* batches by path */
 	double p50_us, p99_us;    /* fast path: a batch was ready */
 	double wake_p50_us, wake_p99_us;        /* slept: publish -> return */
@@ -92,6 +93,7 @@ struct fb_shared {
 
 /* feedbench_measure.c */
 uint64_t fb_now_ns(void);
+uint64_t fb_cpu_ns(void);
 double fb_clock_cost_ns(void);
 void fb_spin_ns(uint64_t ns);
 uint64_t fb_hash(uint64_t seed, const void *data, size_t len);

@@ -45,6 +45,7 @@ struct fb_run {
 	uint64_t epoch, index;        /* the next batch expected */
 	uint64_t bpe;                 /* batches per epoch for this rank */
 	uint64_t t_first, t_last;     /* first batch consumed, last batch consumed */
+	uint64_t cpu_first;           /* this process's CPU clock at t_first */
 	uint64_t stall_ns;
 };
 
@@ -236,8 +237,10 @@ static int fb_loop(struct fb_run *r)
 		if ((rc = fb_consume(r, b)))
 			return rc;
 		r->t_last = fb_now_ns();
-		if (!r->t_first)
+		if (!r->t_first) {
 			r->t_first = r->t_last; /* the timed window starts here */
+			r->cpu_first = fb_cpu_ns();
+		}
 	}
 }
 
@@ -246,6 +249,7 @@ static void fb_summarise(struct fb_run *r)
 	struct fb_result *res = r->res;
 
 	res->wall_s = (double)(r->t_last - r->t_first) * 1e-9;
+	res->cpu_s = r->t_first ? (double)(fb_cpu_ns() - r->cpu_first) * 1e-9 : 0.0;
 	res->stall_s = (double)r->stall_ns * 1e-9;
 	res->p50_us = fb_percentile_us(r->fast_ns, res->fast_calls, 0.50);
 	res->p99_us = fb_percentile_us(r->fast_ns, res->fast_calls, 0.99);

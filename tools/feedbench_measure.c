@@ -19,6 +19,16 @@ uint64_t fb_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* This process's CPU time (user and system, all threads). A system call,
+ * unlike fb_now_ns(): read twice a run, never per batch. */
+uint64_t fb_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Median cost of two back-to-back clock reads: the floor under every
  * fast-path latency feedbench reports. */
 double fb_clock_cost_ns(void)

@@ -75,6 +75,9 @@ def test_json_verified_epochs(feed_bin, daemon):
     assert r["bytes"] == 2 * 1000 * (64 + 8)
     assert r["dataset"] == "small" and r["batch"] == 64
     assert r["samples_per_s"] > 0 and len(r["checksum"]) == 16
+    # the reader's CPU time over the timed window: some, and no more than one
+    # thread can spend in it (the window ends at the last batch, cpu_s just after)
+    assert 0 < r["cpu_s"] <= r["wall_s"] + 0.05
 
 
 def test_pad_last_fills_the_last_batch(feed_bin, daemon):
