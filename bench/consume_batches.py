@@ -3,7 +3,8 @@
 consume(loader, epochs) iterates `loader` once per epoch, as a training loop
 would, and touches every byte of every batch as torch tensors (a sum of
 each field, on this thread), so that each loader is charged for delivering
-memory the trainer really reads. Batches are dicts of field name -> torch
+memory the trainer really reads. touch=False skips the sums (to time a
+loader's own cost per batch); step_ms adds a busy step after each batch. Batches are dicts of field name -> torch
 tensor (DataLoader's collated dicts, feedclient's batches with as_torch).
 
 Timing starts when the first batch is in hand (start-up excluded) and ends
@@ -21,10 +22,10 @@ def _spin(seconds):
         pass
 
 
-def consume(loader, epochs, step_ms=0.0):
+def consume(loader, epochs, step_ms=0.0, touch=True):
     samples = nbytes = batches = checksum = 0
     waits = []
-    touch = 0.0
+    touch_s = 0.0
     start = cpu0 = None
     for _ in range(epochs):
         it = iter(loader)
@@ -39,11 +40,12 @@ def consume(loader, epochs, step_ms=0.0):
             else:
                 waits.append(t1 - t0)
             for v in batch.values():
-                checksum += int(v.sum())  # touch every byte
+                if touch:
+                    checksum += int(v.sum())  # reads every byte
                 nbytes += v.numel() * v.element_size()
             samples += len(v)
             batches += 1
-            touch += time.perf_counter() - t1
+            touch_s += time.perf_counter() - t1
             del batch, v  # a feedclient batch's slot goes back here
             if step_ms:
                 _spin(step_ms / 1000.0)
@@ -55,6 +57,6 @@ def consume(loader, epochs, step_ms=0.0):
         "epochs": epochs, "samples": samples, "batches": batches,
         "samples_per_s": samples / wall, "mb_per_s": nbytes / wall / 1e6,
         "us_per_batch": wall / batches * 1e6, "stall_pct": 100.0 * sum(waits) / wall,
-        "p50_us": pct(0.5), "p99_us": pct(0.99), "touch_us": touch / batches * 1e6,
+        "p50_us": pct(0.5), "p99_us": pct(0.99), "touch_us": touch_s / batches * 1e6,
         "cpu_us": cpu / batches * 1e6, "checksum": checksum,
     }
