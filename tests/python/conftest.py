@@ -48,6 +48,14 @@ if "FEED_LIB" in os.environ or "FEEDCLIENT_LIB" not in os.environ:
 READY_S = 60  # longest a daemon may take to answer (sanitizer builds are slow)
 
 
+def _die_with_parent():
+    """In the child before exec: SIGKILL when pytest dies first (an abort
+    skips the fixtures' teardown), as feedd_harness.c does for C tests."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class FeedDaemon:
     """A feedd process on a private socket, its log in a file beside it."""
 
@@ -63,7 +71,8 @@ class FeedDaemon:
         """Starts it and returns once it answers on its socket."""
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen([str(self.bin / "feedd"), "--socket", self.sock,
-                                          *self.args], stdout=log, stderr=log)
+                                          *self.args], stdout=log, stderr=log,
+                                         preexec_fn=_die_with_parent)
         # Polls until feedd answers, or exits, or READY_S pass; the sleep is
         # the poll interval only.
         deadline = time.monotonic() + READY_S
