@@ -1,0 +1,222 @@
+"""feedclient._lib: finds libfeedclient.so and declares its C API to ctypes.
+
+Owns the one CDLL handle of the process and the mirrors of the public C
+structs of feed/client.h and feed/stream.h; nothing here allocates or keeps
+C objects (loader.py does). The structs must match the headers field for
+field: a change there is a change here. Calls through ctypes release the
+GIL while the C function runs.
+
+Where the library comes from, in order: $FEEDCLIENT_LIB (a file, or a
+directory holding libfeedclient.so), the build tree of the source checkout
+this package sits in (<root>/build/lib), then the system loader
+(ldconfig's cache, LD_LIBRARY_PATH). When none loads, the error lists every
+path tried and why each failed.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import pathlib
+
+from .errors import LibraryNotFound
+
+FEED_MAX_RANK = 8
+FEED_RESUME_MAX = 256
+
+FEED_ORDER_SEQUENTIAL = 0
+FEED_ORDER_FULL = 1
+FEED_ORDER_BLOCK_WINDOW = 2
+
+FEED_END_OF_EPOCH = 1
+FEED_END_OF_STREAM = 2
+
+# FEED_DTYPE_* (feed/client.h) -> numpy dtype string. bfloat16 has no numpy
+# type, so its raw bits come as uint16, which loader.py turns into
+# torch.bfloat16 when asked for tensors. Strings are UTF-8 bytes.
+DTYPES = {
+    1: "u1", 2: "i1", 3: "<u2", 4: "<i2", 5: "<u4", 6: "<i4", 7: "<u8", 8: "<i8",
+    9: "<f2", 10: "<u2", 11: "<f4", 12: "<f8", 13: "?", 14: "u1",
+}
+DTYPE_BFLOAT16 = 10
+DTYPE_STRING = 14
+
+_SONAME = "libfeedclient.so"
+
+
+class Field(ctypes.Structure):
+    """struct feed_field"""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("dtype_name", ctypes.c_char_p),
+        ("elem_size", ctypes.c_size_t),
+        ("rank", ctypes.c_uint32),
+        ("shape", ctypes.c_uint32 * FEED_MAX_RANK),
+        ("variable", ctypes.c_bool),
+        ("max_bytes", ctypes.c_uint64),
+    ]
+
+
+class Dataset(ctypes.Structure):
+    """struct feed_dataset"""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("version", ctypes.c_char_p),
+        ("num_samples", ctypes.c_uint64),
+        ("num_fields", ctypes.c_uint32),
+        ("fields", ctypes.POINTER(Field)),
+    ]
+
+
+class DatasetList(ctypes.Structure):
+    """struct feed_dataset_list"""
+    _fields_ = [
+        ("count", ctypes.c_size_t),
+        ("datasets", ctypes.POINTER(Dataset)),
+    ]
+
+
+class StreamOpts(ctypes.Structure):
+    """struct feed_stream_opts"""
+    _fields_ = [
+        ("dataset", ctypes.c_char_p),
+        ("batch", ctypes.c_uint32),
+        ("credits", ctypes.c_uint32),
+        ("epochs", ctypes.c_uint64),
+        ("drop_last", ctypes.c_bool),
+        ("pad_last", ctypes.c_bool),
+        ("seed", ctypes.c_uint64),
+        ("order", ctypes.c_int),
+        ("window", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("world", ctypes.c_uint32),
+        ("eval", ctypes.c_bool),
+        ("pipeline", ctypes.c_char_p),
+        ("start_epoch", ctypes.c_uint64),
+        ("start_batch", ctypes.c_uint64),
+        ("resume", ctypes.c_void_p),
+        ("resume_len", ctypes.c_size_t),
+        ("reconnect_ms", ctypes.c_int),
+    ]
+
+
+class StreamInfo(ctypes.Structure):
+    """struct feed_stream_info"""
+    _fields_ = [
+        ("id", ctypes.c_uint32),
+        ("num_fields", ctypes.c_uint32),
+        ("fields", ctypes.POINTER(Field)),
+        ("batches_per_epoch", ctypes.c_uint64),
+        ("start_epoch", ctypes.c_uint64),
+        ("start_batch", ctypes.c_uint64),
+        ("credits", ctypes.c_uint32),
+        ("batch", ctypes.c_uint32),
+        ("pipeline", ctypes.c_char_p),
+        ("pipeline_hash", ctypes.c_uint64),
+        ("dataset_version", ctypes.c_char_p),
+        ("note", ctypes.c_char_p),
+    ]
+
+
+class View(ctypes.Structure):
+    """struct feed_view"""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_uint32),
+        ("shape", ctypes.c_uint64 * FEED_MAX_RANK),
+        ("ends", ctypes.c_void_p),
+    ]
+
+
+_P = ctypes.c_void_p  # opaque pointers: conn, stream, batch
+
+# name: (restype, argtypes)
+_API = {
+    "feed_conn_new": (ctypes.c_int, [ctypes.POINTER(_P)]),
+    "feed_conn_open": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "feed_conn_set_timeout": (ctypes.c_int, [_P, ctypes.c_int]),
+    "feed_disconnect": (None, [_P]),
+    "feed_errmsg": (ctypes.c_char_p, [_P]),
+    "feed_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "feed_version": (ctypes.c_char_p, []),
+    "feed_list_datasets": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.POINTER(DatasetList))]),
+    "feed_dataset_info": (ctypes.c_int, [_P, ctypes.c_char_p,
+                                         ctypes.POINTER(ctypes.POINTER(DatasetList))]),
+    "feed_dataset_list_free": (None, [ctypes.POINTER(DatasetList)]),
+    "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
+    "feed_stream_info": (ctypes.POINTER(StreamInfo), [_P]),
+    "feed_next": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
+    "feed_batch_epoch": (ctypes.c_uint64, [_P]),
+    "feed_batch_index": (ctypes.c_uint64, [_P]),
+    "feed_batch_size": (ctypes.c_uint32, [_P]),
+    "feed_batch_samples": (ctypes.c_void_p, [_P]),
+    "feed_batch_padded": (ctypes.c_bool, [_P]),
+    "feed_batch_field": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(View)]),
+    "feed_release": (ctypes.c_int, [_P]),
+    "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_size_t)]),
+    "feed_stream_close": (ctypes.c_int, [_P]),
+}
+
+
+def _candidates():
+    """(path, where) pairs to try, in order."""
+    out = []
+    env = os.environ.get("FEEDCLIENT_LIB")
+    if env:
+        p = pathlib.Path(env)
+        out.append((str(p / _SONAME) if p.is_dir() else env, "$FEEDCLIENT_LIB"))
+    here = pathlib.Path(__file__).resolve().parent      # <root>/client/python/feedclient
+    root = here.parents[2]
+    if (root / "client" / "include" / "feed" / "client.h").exists():
+        out.append((str(root / "build" / "lib" / _SONAME), "build tree"))
+    else:
+        out.append((None, f"build tree: none, {here} is not in a feedd source checkout"))
+    found = ctypes.util.find_library("feedclient")
+    if found:
+        out.append((found, "system loader"))
+    out.append((_SONAME + ".0", "system loader"))
+    return out
+
+
+def _load():
+    tried = []
+    for path, where in _candidates():
+        if path is None:
+            tried.append(where)
+            continue
+        if where == "build tree" and not os.path.exists(path):
+            tried.append(f"{path} ({where}): does not exist")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({where}): {e}")
+            continue
+        try:
+            for name, (res, args) in _API.items():
+                fn = getattr(lib, name)
+                fn.restype = res
+                fn.argtypes = args
+        except AttributeError as e:
+            tried.append(f"{path} ({where}): not libfeedclient or too old: {e}")
+            continue
+        return lib, path
+    raise LibraryNotFound("feedclient: cannot load libfeedclient.so; tried:\n  " +
+                      "\n  ".join(tried) +
+                      "\nBuild it (cmake --build build) or set FEEDCLIENT_LIB to its path.")
+
+
+lib, path = _load()
+
+
+def errmsg(conn):
+    """feed_errmsg(conn) as str."""
+    return lib.feed_errmsg(conn).decode("utf-8", "replace")
+
+
+def strerror(code):
+    """feed_strerror(code) as str."""
+    return lib.feed_strerror(code).decode("utf-8", "replace")

@@ -1,0 +1,861 @@
+"""feedclient.loader: batches from feedd as numpy arrays or torch tensors.
+
+Owns the Python side of every C connection and stream the package opens.
+A Loader opens one stream at a time, each on a connection of its own; a
+stream (class _Stream) lives while its Loader uses it or any batch of it
+is alive, and is closed by whoever drops the last of them: the Loader's
+thread, or whichever thread the garbage collector runs a batch's
+finalizer on. feed_stream_close() unmaps the regions and releases every
+batch, so it must never run while an array still views a slot: that is why
+a stream outlives its Loader when batches outlive it.
+
+Threads: one thread at a time uses a Loader (its lock is taken without
+waiting; a second thread gets ConcurrentUse). Batches may be dropped on
+any thread: feed_release() may run concurrently with feed_next().
+
+Must never: release a slot that an array still views, close a stream with
+batches alive, or touch C objects in a process forked from the one that
+opened them (a forked child shares the parent's release ring).
+"""
+
+import collections
+import ctypes
+import errno
+import gc
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+from .errors import (ConcurrentUse, DaemonNotRunning, FeedError, InvalidArgument, LoaderClosed,
+                     StreamStopped, UnknownDataset, class_for)
+
+_NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
+
+# Bumped in every forked child: C objects opened before the fork belong to
+# the parent (their shared memory and socket are shared with it).
+_fork_gen = 0
+
+
+def _after_fork_in_child():
+    global _fork_gen
+    _fork_gen += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+FieldInfo = collections.namedtuple("FieldInfo", "name dtype shape variable max_bytes")
+FieldInfo.__doc__ = """One field of a dataset or of a stream's batches.
+
+name: str; dtype: the short name feedd gives it ("u8", "i64", "f32",
+"bf16", "bool", "str", ...); shape: tuple, a record's shape (fixed fields,
+batches add the sample axis in front), or for variable fields one
+element's shape along the varying first axis; variable: bool; max_bytes:
+the largest record of the field."""
+
+DatasetInfo = collections.namedtuple("DatasetInfo", "name samples version fields")
+DatasetInfo.__doc__ = """A dataset feedd serves: name, samples (count), version (content
+hash: same version, same records), fields (tuple of FieldInfo)."""
+
+
+def _fields(ptr, count):
+    out = []
+    for i in range(count):
+        f = ptr[i]
+        out.append(FieldInfo(f.name.decode(), f.dtype_name.decode(),
+                             tuple(f.shape[:f.rank]), bool(f.variable), f.max_bytes))
+    return tuple(out)
+
+
+def _error(conn, code, hint=""):
+    """The exception for a failed C call on conn (call before conn's next call)."""
+    detail = _lib.errmsg(conn) or _lib.strerror(code)
+    cls = class_for(code, detail)
+    if hint:
+        detail = f"{detail}; {hint}"
+    return cls(detail, code, _lib.strerror(code))
+
+
+def _connect(socket):
+    """A new connection (ctypes pointer) to feedd at socket (None: $FEEDD_SOCKET,
+    else /run/feedd/feedd.sock). Raises DaemonNotRunning, AccessDenied or
+    FeedError with the library's words, which name the socket."""
+    conn = ctypes.c_void_p()
+    r = lib.feed_conn_new(ctypes.byref(conn))
+    if r < 0:
+        raise MemoryError("feedclient: out of memory for a connection")
+    r = lib.feed_conn_open(conn, os.fsencode(socket) if socket is not None else None)
+    if r >= 0:
+        return conn
+    detail = _lib.errmsg(conn)
+    lib.feed_disconnect(conn)
+    reason = _lib.strerror(r)
+    if r in (-errno.ENOENT, -errno.ECONNREFUSED, -errno.ENOTSOCK):
+        raise DaemonNotRunning(f"{detail}; is feedd running there? Start it (feedd --socket "
+                               f"PATH), or pass socket= (or set $FEEDD_SOCKET) to where it "
+                               f"listens", r, reason, socket)
+    if r == -errno.EACCES:
+        cls = class_for(r, detail)
+        raise cls(f"{detail}; this user may not connect to the socket (its group is set by "
+                  f"feedd's socket_group)", r, reason)
+    raise class_for(r, detail)(detail, r, reason)
+
+
+def datasets(socket=None):
+    """The datasets feedd serves to this user, in the daemon's config order.
+
+    Returns a list of DatasetInfo(name, samples, version, fields). socket:
+    the daemon's socket (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock).
+    Blocks until the daemon answers (at most 10 s). Any thread. Raises
+    DaemonNotRunning (naming the socket), AccessDenied, FeedError.
+    """
+    conn = _connect(socket)
+    try:
+        lst = ctypes.POINTER(_lib.DatasetList)()
+        r = lib.feed_list_datasets(conn, ctypes.byref(lst))
+        if r < 0:
+            raise _error(conn, r)
+        try:
+            out = []
+            for i in range(lst.contents.count):
+                d = lst.contents.datasets[i]
+                out.append(DatasetInfo(d.name.decode(), d.num_samples, d.version.decode(),
+                                       _fields(d.fields, d.num_fields)))
+            return out
+        finally:
+            lib.feed_dataset_list_free(lst)
+    finally:
+        lib.feed_disconnect(conn)
+
+
+class Batch(dict):
+    """One batch: field name -> numpy array (or torch tensor) viewing the slot.
+
+    Attributes: epoch (int), index (int: the batch's number within its
+    epoch, from 0, also after a resume), indices (numpy int64 array,
+    read-only: the dataset index of every sample, in order), padded (bool:
+    holds wrap-around repeats of samples).
+
+    Lifetime: the arrays view the batch's slot in shared memory with no
+    copy. The slot goes back to feedd when this dict and every array or
+    tensor viewing it (views of views included) are gone, whichever goes
+    last; until then the memory stays valid, also after the Loader is
+    closed. Arrays are writable: in-place ops touch only this batch.
+    """
+
+    __slots__ = ("epoch", "index", "indices", "padded", "_slot")
+
+    def __repr__(self):
+        epoch = getattr(self, "epoch", "?")
+        index = getattr(self, "index", "?")
+        n = len(getattr(self, "indices", ()))
+        fields = ", ".join(f"{k}: {_describe(v)}" for k, v in self.items())
+        return f"<feedclient.Batch epoch {epoch} index {index}, {n} samples, {{{fields}}}>"
+
+
+def _describe(v):
+    if isinstance(v, list):
+        return f"list of {len(v)}"
+    return f"{getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
+
+
+class _Slot:
+    """Owner of one delivered batch: numpy arrays of the batch have it as
+    their base (through __array_interface__), and the Batch holds it. Its
+    __del__ runs when the last of them goes, on whatever thread drops it,
+    and releases the slot."""
+
+    __slots__ = ("__array_interface__", "stream", "b")
+
+    def __init__(self, stream, b):
+        stream.delivered()
+        self.stream = stream
+        self.b = b
+
+    def __del__(self):
+        stream = self.stream
+        if stream is not None:
+            self.stream = None
+            stream.release(self.b)
+
+
+class _FieldPlan:
+    """How to turn field i of a batch into arrays; fixed per stream."""
+
+    __slots__ = ("name", "i", "dtype", "trail", "row_bytes", "variable", "string", "bf16",
+                 "torch_ok")
+
+    def __init__(self, i, f, torch):
+        self.name = f.name.decode()
+        self.i = i
+        self.variable = bool(f.variable)
+        self.string = f.dtype == _lib.DTYPE_STRING
+        self.bf16 = f.dtype == _lib.DTYPE_BFLOAT16
+        self.dtype = np.dtype(_lib.DTYPES.get(f.dtype, "u1"))
+        # info.fields: shape without the sample axis; variable fields: one
+        # element's shape along the varying axis
+        self.trail = tuple(f.shape[:f.rank])
+        row = self.dtype.itemsize
+        for d in self.trail:
+            row *= d
+        self.row_bytes = row
+        self.torch_ok = False
+        if torch is not None and not self.string:
+            try:
+                # bf16: the bits go to torch as int16, which every torch takes
+                torch.from_numpy(np.empty(0, np.int16 if self.bf16 else self.dtype))
+                self.torch_ok = True
+            except TypeError:  # e.g. uint16 before torch 2.3: stays numpy
+                pass
+
+
+class _Stream:
+    """One C connection and one stream on it, with the count of what keeps
+    them: the Loader (until it moves to another stream or closes) and each
+    batch delivered and not yet released. The last to go closes both, on
+    its own thread. Never in a reference cycle (it points to no Python
+    object that points back), so it is freed as soon as its count says."""
+
+    def __init__(self, conn, st, torch):
+        self.conn = conn
+        self.st = st
+        self.fork_gen = _fork_gen
+        self.lock = threading.Lock()   # refs and held; nothing else is taken under it
+        self.refs = 1                  # the Loader's
+        self.held = 0                  # batches delivered, not released
+        info = lib.feed_stream_info(st).contents
+        self.batches_per_epoch = info.batches_per_epoch
+        self.start_epoch = info.start_epoch
+        self.start_batch = info.start_batch
+        self.credits = info.credits
+        self.batch = info.batch
+        self.pipeline = (info.pipeline or b"").decode()
+        self.dataset_version = (info.dataset_version or b"").decode()
+        self.note = (info.note or b"").decode()
+        self.fields = _fields(info.fields, info.num_fields)
+        self.plan = [_FieldPlan(i, info.fields[i], torch) for i in range(info.num_fields)]
+        self.view = _lib.View()
+        self.view_ref = ctypes.byref(self.view)
+        self.bp = ctypes.c_void_p()
+        self.bp_ref = ctypes.byref(self.bp)
+
+    def delivered(self):
+        with self.lock:
+            self.refs += 1
+            self.held += 1
+
+    def release(self, b):
+        """feed_release(b); closes the stream if that was the last reference."""
+        if self.fork_gen != _fork_gen:
+            return  # a forked child: the slot is the parent's to release
+        if lib.feed_release(b) < 0:
+            return  # released already: nothing of ours to count
+        with self.lock:
+            self.held -= 1
+            self.refs -= 1
+            last = self.refs == 0
+        if last:
+            self._close()
+
+    def unref(self):
+        """Drops the Loader's reference; closes the stream if it was the last."""
+        with self.lock:
+            self.refs -= 1
+            last = self.refs == 0
+        if last:
+            self._close()
+
+    def _close(self):
+        if self.fork_gen != _fork_gen:
+            return
+        st, conn, self.st, self.conn = self.st, self.conn, None, None
+        lib.feed_stream_close(st)   # nothing is held: every batch went first
+        lib.feed_disconnect(conn)
+
+
+def _drop_stream(box):
+    """The Loader's finalizer (close() or garbage collection): lets its stream go."""
+    stream, box[0] = box[0], None
+    if stream is not None:
+        stream.unref()
+
+
+def _env_int(names, default):
+    for name in names:
+        v = os.environ.get(name)
+        if v is not None and v != "":
+            try:
+                return int(v), name
+            except ValueError:
+                raise InvalidArgument(f"${name}={v!r} is not an integer") from None
+    return default, None
+
+
+def _check_int(name, v, lo, hi=None):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgument(f"{name}: an int is required, not {type(v).__name__}")
+    if v < lo or (hi is not None and v > hi):
+        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise InvalidArgument(f"{name}: {v} is out of range ({bound})")
+    return v
+
+
+_NOT_A_DATASET = (
+    "feedclient.Loader is not a Dataset: it already yields whole batches, built by feedd. "
+    "Use it where the DataLoader would go (`for batch in loader:`; frameworks such as "
+    "Lightning accept any iterable as a dataloader) rather than wrapping it in "
+    "torch.utils.data.DataLoader; it needs no worker processes, and shuffling, batching, "
+    "ranks and epochs are the Loader's own options (shuffle=, batch_size, rank=, "
+    "world_size=, set_epoch()).")
+
+
+class Loader:
+    """Batches of a dataset served by feedd, one epoch per iteration.
+
+    Loader(dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
+           drop_last=False, pad_last=False, eval=False, window=None,
+           rank=None, world_size=None, credits=4, socket=None,
+           as_torch=False, reconnect_s=30)
+
+    dataset: a name feedd serves (see datasets()). batch_size: samples per
+    batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
+    | hflip(p=0.5)", or the name of a pipeline in feedd's config; None: the
+    records as stored. shuffle: a new permutation of the dataset each epoch
+    (False: sequential order). window: block-window shuffle, W blocks per
+    window (each decoded block used while cached; needs shuffle=True).
+    seed: order and augmentation randomness (same seed, same batches).
+    drop_last: each rank's share cut to whole batches. pad_last: the last
+    batch filled by wrap-around so every batch is full (static shapes);
+    without either, DataLoader's counts: the last batch is partial, and with
+    several ranks each rank's share is padded to equal counts as
+    DistributedSampler pads it. eval: sequential, every sample exactly once
+    across all ranks (ranks may get uneven counts). rank, world_size: this
+    process's share; by default torchrun's $RANK/$WORLD_SIZE, else Slurm's
+    $SLURM_PROCID/$SLURM_NTASKS, else 0 and 1. credits: batches built ahead
+    and held (a batch kept alive holds one). socket: the daemon's socket
+    (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch: batches
+    hold torch tensors over the same memory (torch.from_numpy) instead of
+    numpy arrays. reconnect_s: when feedd goes away (a restart), how long to
+    keep reconnecting before DaemonGone; 0: fail at once.
+
+    Epochs: iter(loader) gives the batches of one epoch, then stops. The
+    epoch is the one set_epoch(n) chose, else the one after the previous
+    iteration's (0 first), as with DistributedSampler. A new iteration
+    always gives a whole epoch: one started before the previous one was
+    finished (a `break`) reopens the stream at the new epoch's first batch.
+    The only partial epoch is the first after load_state_dict(). Behind the
+    scenes the C stream runs on endlessly from epoch to epoch, so the
+    daemon builds the next epoch's first batches while the trainer finishes
+    the current one.
+
+    Batches: see Batch. Fixed-size fields are arrays of shape (samples,
+    *record shape). Variable-length fields are lists of per-sample arrays
+    (each of shape (length, *element shape)), also viewing the slot; "str"
+    fields are lists of Python str (decoded copies). bf16 fields are uint16
+    arrays of the raw bits in numpy, torch.bfloat16 tensors with as_torch.
+    Under as_torch, a field whose dtype this torch cannot hold (uint16,
+    uint32, uint64 before torch 2.3) stays a numpy array.
+
+    Opening blocks until feedd has created the stream (up to 10 s) and
+    raises DaemonNotRunning, UnknownDataset, AccessDenied, BadPipeline,
+    InvalidArgument, LimitReached or FeedError, each with the daemon's
+    words. Iterating may raise CreditsExhausted, DaemonGone, StreamStopped.
+
+    Threads: one thread at a time; use from a second thread meanwhile
+    raises ConcurrentUse. Batches may be dropped on any thread. Not for
+    processes forked after it was opened (DataLoader workers): open a
+    Loader in each process instead.
+
+    Lifetime: close() (or `with`, or garbage collection) lets go of the
+    stream; feedd frees it once every batch still alive is gone too.
+    """
+
+    def __init__(self, dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
+                 drop_last=False, pad_last=False, eval=False, window=None, rank=None,
+                 world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30):
+        self._closed = True  # until the first stream is open
+        if not isinstance(dataset, str) or not dataset:
+            raise InvalidArgument("dataset: a non-empty name (str) is required")
+        _check_int("batch_size", batch_size, 1, 2**32 - 1)
+        _check_int("seed", seed, 0, 2**64 - 1)
+        _check_int("credits", credits, 1, 65536)
+        if pipeline is not None and not isinstance(pipeline, str):
+            raise InvalidArgument("pipeline: a str or None is required")
+        if window is not None:
+            _check_int("window", window, 1, 2**32 - 1)
+            if not shuffle or eval:
+                raise InvalidArgument("window: block-window order shuffles; it needs "
+                                      "shuffle=True and eval=False")
+        if drop_last and pad_last:
+            raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
+                                  "last batch that drop_last drops)")
+        if rank is None:
+            rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
+        if world_size is None:
+            world_size, _ = _env_int(("WORLD_SIZE", "SLURM_NTASKS"), 1)
+        _check_int("world_size", world_size, 1, 2**32 - 1)
+        _check_int("rank", rank, 0, 2**32 - 1)
+        if rank >= world_size:
+            raise InvalidArgument(f"rank {rank} must be below world_size {world_size}")
+        if not isinstance(reconnect_s, (int, float)) or reconnect_s < 0 \
+                or reconnect_s * 1000 > 2**31 - 1:
+            raise InvalidArgument(f"reconnect_s: {reconnect_s!r} is not a number of seconds "
+                                  f"in 0..{(2**31 - 1) // 1000}")
+        self._torch = None
+        if as_torch:
+            import torch
+            self._torch = torch
+        self._dataset = dataset
+        self._socket = socket
+        self._batch_size = batch_size
+        self._rank = rank
+        self._world_size = world_size
+        self._as_torch = bool(as_torch)
+        self._opts = _lib.StreamOpts()
+        o = self._opts
+        self._dataset_b = dataset.encode()
+        self._pipeline_b = pipeline.encode() if pipeline is not None else None
+        o.dataset = self._dataset_b
+        o.batch = batch_size
+        o.credits = credits
+        o.epochs = 0   # endless: epochs are cut at FEED_END_OF_EPOCH
+        o.drop_last = bool(drop_last)
+        o.pad_last = bool(pad_last)
+        o.seed = seed
+        if eval or not shuffle:
+            o.order = _lib.FEED_ORDER_SEQUENTIAL
+        elif window is not None:
+            o.order = _lib.FEED_ORDER_BLOCK_WINDOW
+            o.window = window
+        else:
+            o.order = _lib.FEED_ORDER_FULL
+        o.rank = rank
+        o.world = world_size
+        o.eval = bool(eval)
+        o.pipeline = self._pipeline_b
+        o.reconnect_ms = int(reconnect_s * 1000) if reconnect_s > 0 else -1
+        if o.reconnect_ms == 0:
+            o.reconnect_ms = 1
+
+        self._lock = threading.Lock()
+        self._fork_gen = _fork_gen
+        self._box = [None]         # the current _Stream
+        self._finalizer = weakref.finalize(self, _drop_stream, self._box)
+        self._finalizer.atexit = False  # the process's exit frees everything
+        self._epoch_next = 0       # the epoch the next iteration gives
+        self._gen = 0              # bumped by each iteration: older iterators stop
+        self._iter_epoch = None    # epoch of the iteration in progress
+        self._cur_start = None     # the stream's next batch is this epoch's first
+        self._resume = None        # (epoch, token) loaded and not yet iterated
+        stream = self._open(0, None)
+        self._len = stream.batches_per_epoch
+        self._closed = False
+
+    # ---- the stream ------------------------------------------------------
+
+    def _open(self, start_epoch, token):
+        """Opens a stream at start_epoch's first batch, or at token's position,
+        on a new connection, and makes it current. Lock held (or __init__)."""
+        conn = _connect(self._socket)
+        o = self._opts
+        o.start_epoch = start_epoch
+        o.start_batch = 0
+        if token is not None:
+            buf = ctypes.create_string_buffer(token, len(token))
+            o.resume = ctypes.cast(buf, ctypes.c_void_p)
+            o.resume_len = len(token)
+        else:
+            o.resume = None
+            o.resume_len = 0
+        st = ctypes.c_void_p()
+        r = lib.feed_stream_open(conn, ctypes.byref(o), ctypes.byref(st))
+        o.resume = None
+        o.resume_len = 0
+        if r < 0:
+            err = _error(conn, r)
+            lib.feed_disconnect(conn)
+            if isinstance(err, UnknownDataset):
+                err = self._unknown(err)
+            raise err
+        stream = _Stream(conn, st, self._torch)
+        old, self._box[0] = self._box[0], stream
+        if old is not None:
+            old.unref()
+        self._cur_start = stream.start_epoch if stream.start_batch == 0 else None
+        return stream
+
+    def _unknown(self, err):
+        """err with the names feedd serves added, when they can be had."""
+        try:
+            names = [d.name for d in datasets(self._socket)]
+        except FeedError:
+            return err
+        served = ", ".join(repr(n) for n in names) or "none"
+        return UnknownDataset(f"{err.detail}; feedd serves {served} to this user",
+                              err.code, err.reason)
+
+    def _enter(self):
+        """Takes the lock for one call; raises if that cannot be done safely."""
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentUse("feedclient.Loader used from two threads at once: one thread "
+                                "at a time may iterate it, close it or take its state")
+        if self._closed or self._fork_gen != _fork_gen:
+            self._lock.release()
+            self._check_usable()
+
+    def _check_usable(self):
+        if self._fork_gen != _fork_gen:
+            raise FeedError("feedclient.Loader used in a process forked from the one that "
+                            "opened it (a DataLoader worker?); its stream belongs to the "
+                            "parent. Iterate the Loader in the process that made it, with no "
+                            "worker processes, or open a Loader in each process")
+        if self._closed:
+            raise LoaderClosed(f"feedclient.Loader for '{self._dataset}' is closed")
+
+    # ---- public ----------------------------------------------------------
+
+    def __len__(self):
+        """This rank's batches per epoch (with a resumed stream: a whole epoch's)."""
+        self._check_usable()
+        return self._len
+
+    def __iter__(self):
+        """An iterator over the batches of one epoch (see the class's docstring).
+
+        Starting it makes older iterators of this Loader stop with an error.
+        Blocks only when it must reopen the stream (up to 10 s)."""
+        _in_worker_check()
+        self._enter()
+        try:
+            epoch = self._epoch_next
+            stream = self._box[0]
+            empty = False
+            if self._resume is not None and self._resume[0] == epoch:
+                # the loaded stream goes on; nothing is left of the epoch if the
+                # token was taken after its last batch
+                empty = stream.start_epoch > epoch
+            elif self._cur_start != epoch:
+                stream = self._open(epoch, None)   # a failure changes nothing
+            self._epoch_next = epoch + 1
+            self._gen += 1
+            self._resume = None
+            if empty:
+                self._iter_epoch = None
+                return _EpochIter(self, self._gen, epoch, stream, done=True)
+            self._cur_start = None
+            self._iter_epoch = epoch
+            return _EpochIter(self, self._gen, epoch, stream)
+        finally:
+            self._lock.release()
+
+    def set_epoch(self, epoch):
+        """Chooses the epoch the next iteration gives (as
+        DistributedSampler.set_epoch does); it changes the order and the
+        augmentation draws. Without it each iteration gives the epoch after
+        the previous one's. Does not block."""
+        _check_int("epoch", epoch, 0, 2**63 - 1)
+        self._enter()
+        try:
+            self._epoch_next = epoch
+            if self._resume is not None and self._resume[0] != epoch:
+                self._resume = None
+        finally:
+            self._lock.release()
+
+    def state_dict(self):
+        """The position: the next batch not yet returned, and its epoch.
+
+        A dict {"feedclient": 1, "dataset": str, "epoch": int, "token": bytes
+        or None} (picklable, torch.save-able). Taken during an iteration, it
+        is the position after the last batch that iteration returned;
+        between iterations, the start of the epoch the next one gives. The
+        token is the C library's resume token (feed_stream_resume_token):
+        it also names the dataset version, pipeline, seed, batch size and
+        order, which the daemon checks when it is loaded. Does not block;
+        takes the same thread as the iteration."""
+        self._enter()
+        try:
+            if self._resume is not None:
+                epoch, token = self._resume
+            elif self._iter_epoch is not None:
+                epoch, token = self._iter_epoch, self._token()
+            else:
+                epoch = self._epoch_next
+                token = self._token() if self._cur_start == epoch else None
+            return {"feedclient": 1, "dataset": self._dataset, "epoch": epoch, "token": token}
+        finally:
+            self._lock.release()
+
+    def _token(self):
+        buf = ctypes.create_string_buffer(_lib.FEED_RESUME_MAX)
+        n = ctypes.c_size_t()
+        r = lib.feed_stream_resume_token(self._box[0].st, buf, len(buf), ctypes.byref(n))
+        if r < 0:
+            raise FeedError(f"resume token: {_lib.strerror(r)}", r, _lib.strerror(r))
+        return buf.raw[:n.value]
+
+    def load_state_dict(self, state):
+        """Continues where state_dict() was taken: the next iteration gives
+        the rest of that epoch (from the batch not yet returned then, none
+        if it was the last), the ones after it whole epochs. Works in a new
+        process and with another world_size or rank (the same global
+        position). Opens the stream now, so a refusal raises here:
+        ResumeRefused naming what differs, InvalidArgument for a dict that
+        is not a Loader's state. Blocks up to 10 s while the daemon opens
+        the stream."""
+        if not isinstance(state, dict) or state.get("feedclient") != 1 or \
+                not isinstance(state.get("epoch"), int) or \
+                not isinstance(state.get("token"), (bytes, type(None))):
+            raise InvalidArgument("load_state_dict: not a feedclient.Loader state_dict")
+        if state.get("dataset") != self._dataset:
+            raise InvalidArgument(f"load_state_dict: the state is of dataset "
+                                  f"{state.get('dataset')!r}, this Loader reads "
+                                  f"{self._dataset!r}")
+        epoch, token = state["epoch"], state["token"]
+        self._enter()
+        try:
+            if token is not None:
+                self._open(0, token)    # a refusal leaves the Loader as it was
+            self._gen += 1
+            self._iter_epoch = None
+            self._epoch_next = epoch
+            self._resume = (epoch, token) if token is not None else None
+        finally:
+            self._lock.release()
+
+    def close(self):
+        """Lets go of the stream: feedd frees it, now if no batch is alive,
+        else when the last one goes (their memory stays valid until then).
+        Later use raises LoaderClosed; closing again does nothing. Blocks
+        up to 10 s while telling the daemon."""
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentUse("feedclient.Loader closed while another thread uses it")
+        try:
+            if self._closed:
+                return
+            self._closed = True
+            self._gen += 1
+            if self._fork_gen == _fork_gen:
+                self._finalizer()
+            else:
+                self._finalizer.detach()
+        finally:
+            self._lock.release()
+
+    def __enter__(self):
+        self._check_usable()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getitem__(self, index):
+        raise TypeError(_NOT_A_DATASET)
+
+    def __reduce__(self):
+        raise TypeError("feedclient.Loader cannot be pickled (its stream lives in this "
+                        "process). " + _NOT_A_DATASET)
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"next epoch {self._epoch_next}"
+        return (f"<feedclient.Loader '{self._dataset}' batch {self._batch_size}, "
+                f"rank {self._rank}/{self._world_size}, {state}>")
+
+    # ---- read-only facts -------------------------------------------------
+
+    @property
+    def dataset(self):
+        return self._dataset
+
+    @property
+    def batch_size(self):
+        return self._batch_size
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def world_size(self):
+        return self._world_size
+
+    @property
+    def fields(self):
+        """Tuple of FieldInfo: each batch's fields, after the pipeline (shape
+        without the sample axis)."""
+        return self._current().fields
+
+    @property
+    def dataset_version(self):
+        return self._current().dataset_version
+
+    @property
+    def pipeline(self):
+        """The pipeline in canonical text, as the daemon runs it."""
+        return self._current().pipeline
+
+    @property
+    def note(self):
+        """Advice from the daemon about this stream (e.g. on full shuffle
+        over a dataset larger than its cache); may be ""."""
+        return self._current().note
+
+    def _current(self):
+        self._check_usable()
+        return self._box[0]
+
+
+def _in_worker_check():
+    """Refuses iteration inside a torch DataLoader worker, naming the fix."""
+    data = sys.modules.get("torch.utils.data")
+    if data is not None and data.get_worker_info() is not None:
+        raise FeedError("feedclient.Loader iterated in a torch DataLoader worker: each "
+                        "worker would read the data again. " + _NOT_A_DATASET)
+
+
+class _EpochIter:
+    """The batches of one epoch of a Loader."""
+
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done")
+
+    def __init__(self, loader, gen, epoch, stream, done=False):
+        self._loader = loader
+        self._gen = gen
+        self._epoch = epoch
+        self._stream = stream
+        self._done = done
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return self._loader._len
+
+    def __next__(self):
+        """The next batch: blocks until feedd has it ready (or reconnects
+        after a daemon restart, up to reconnect_s). Raises StopIteration at
+        the epoch's end, CreditsExhausted, DaemonGone, StreamStopped."""
+        loader = self._loader
+        loader._enter()
+        try:
+            if self._gen != loader._gen:
+                raise FeedError("this iterator of feedclient.Loader was superseded by a later "
+                                "iter(loader), load_state_dict() or close()")
+            if self._done:
+                raise StopIteration
+            s = self._stream
+            retried = False
+            while True:
+                r = lib.feed_next(s.st, _NEXT_SLICE_MS, s.bp_ref)
+                if r == 0:
+                    slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
+                    break
+                if r == -errno.ETIMEDOUT:
+                    continue
+                if r == _lib.FEED_END_OF_EPOCH:
+                    self._done = True
+                    loader._iter_epoch = None
+                    loader._cur_start = self._epoch + 1
+                    raise StopIteration
+                if r == -errno.ENOBUFS and not retried:
+                    retried = True
+                    gc.collect()  # dead batches in reference cycles hold credits too
+                    continue
+                raise self._error(r)
+            batch = _make_batch(s, slot, loader._as_torch)
+            if batch.epoch != self._epoch:
+                raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
+                                    f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))
+            return batch
+        finally:
+            loader._lock.release()
+
+    def _error(self, r):
+        s = self._stream
+        if r == -errno.ENOBUFS:
+            held = s.held
+            alive = "1 batch of this stream is" if held == 1 else \
+                f"{held} batches of this stream are"
+            err = _error(s.conn, r, f"{alive} still alive (a batch, or an array or tensor "
+                                    f"viewing one, holds its slot): drop some, or open the "
+                                    f"Loader with more than credits={s.credits}")
+            err.held = held
+            return err
+        if r == -errno.ECONNRESET:
+            return _error(s.conn, r, "feedd did not come back within reconnect_s")
+        if r == _lib.FEED_END_OF_STREAM:
+            return StreamStopped("feedd ended an endless stream", -errno.EPROTO,
+                                 _lib.strerror(-errno.EPROTO))
+        err = _error(s.conn, r)
+        if r == -errno.ENOMEM:   # the stream is as it was: the next call tries again
+            return err
+        if type(err) in (FeedError, InvalidArgument, UnknownDataset):
+            err = StreamStopped(err.detail, err.code, err.reason)
+        return err
+
+
+def _make_batch(s, slot, as_torch):
+    """A Batch over the batch slot owns, of stream s (just delivered)."""
+    lib_ = lib
+    b = slot.b
+    n = lib_.feed_batch_size(b)
+    batch = Batch()
+    batch._slot = slot
+    batch.epoch = lib_.feed_batch_epoch(b)
+    batch.index = lib_.feed_batch_index(b)
+    batch.padded = bool(lib_.feed_batch_padded(b))
+    idx = np.frombuffer(ctypes.string_at(lib_.feed_batch_samples(b), 8 * n), "<i8")
+    batch.indices = idx
+    view = s.view
+    views = []
+    lo = hi = None
+    for p in s.plan:
+        lib_.feed_batch_field(b, p.i, s.view_ref)
+        data, nbytes = view.data or 0, view.bytes
+        ends = ctypes.string_at(view.ends, 8 * (n + 1)) if p.variable else None
+        views.append((p, data, nbytes, ends))
+        if nbytes:
+            lo = data if lo is None or data < lo else lo
+            end = data + nbytes
+            hi = end if hi is None or end > hi else hi
+    if lo is None:
+        lo = hi = 0
+    slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,), "typestr": "|u1",
+                                "version": 3}
+    span = np.asarray(slot)
+    torch = None
+    if as_torch:
+        torch = sys.modules["torch"]
+    for p, data, nbytes, ends in views:
+        off = data - lo
+        if not p.variable:
+            arr = np.ndarray((n,) + p.trail, p.dtype, span, off) if nbytes else \
+                np.empty((n,) + p.trail, p.dtype)
+            batch[p.name] = _to_torch(torch, p, arr) if torch is not None else arr
+            continue
+        e = np.frombuffer(ends, "<u8").tolist()
+        if p.string:
+            base = span[off:off + nbytes].tobytes() if nbytes else b""
+            batch[p.name] = [base[e[i]:e[i + 1]].decode("utf-8", "surrogateescape")
+                             for i in range(n)]
+            continue
+        row = p.row_bytes or 1
+        out = []
+        for i in range(n):
+            a = np.ndarray(((e[i + 1] - e[i]) // row,) + p.trail, p.dtype, span, off + e[i]) \
+                if e[i + 1] > e[i] else np.empty((0,) + p.trail, p.dtype)
+            out.append(_to_torch(torch, p, a) if torch is not None else a)
+        batch[p.name] = out
+    return batch
+
+
+def _to_torch(torch, p, arr):
+    if not p.torch_ok:
+        return arr
+    if p.bf16:
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)
