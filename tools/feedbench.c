@@ -389,7 +389,7 @@ static void fb_json_us(char *out, size_t cap, double us)
 static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_result *r,
 			  const char *verified)
 {
-	char ds[160], pipe[2 * FB_MSG_MAX], note[2 * FB_MSG_MAX], lat[4][32];
+	char ds[160], pipe[2 * FB_MSG_MAX], note[2 * FB_MSG_MAX], lat[5][32];
 
 	fb_json_string(ds, sizeof(ds), o->dataset);
 	fb_json_string(pipe, sizeof(pipe), r->pipeline);
@@ -398,12 +398,13 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	fb_json_us(lat[1], sizeof(lat[1]), r->p99_us);
 	fb_json_us(lat[2], sizeof(lat[2]), r->wake_p50_us);
 	fb_json_us(lat[3], sizeof(lat[3]), r->wake_p99_us);
+	fb_json_us(lat[4], sizeof(lat[4]), r->own_p50_us);
 	printf("{\"job\": %u, \"rank\": %u, \"world\": %u, \"dataset\": %s, \"pipeline\": %s, "
 	       "\"batch\": %u, \"credits\": %u, \"wake_mode\": %s, \"step_ms\": %g, "
 	       "\"epochs\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", "
 	       "\"bytes\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
 	       "\"mb_per_s\": %.3f, \"stall_pct\": %.3f, \"cpu_s\": %.6f, "
-	       "\"p50_us\": %s, \"p99_us\": %s, "
+	       "\"own_p50_us\": %s, \"p50_us\": %s, \"p99_us\": %s, "
 	       "\"fast_calls\": %" PRIu64 ", \"wake_p50_us\": %s, \"wake_p99_us\": %s, "
 	       "\"wake_calls\": %" PRIu64 ", \"clock_ns\": %.1f, \"checksum\": \"%016" PRIx64 "\", "
 	       "\"verified\": %s, \"daemon_workers\": %u, \"note\": %s}\n",
@@ -411,7 +412,8 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	       o->step_ms, r->epochs, r->batches, r->samples, r->bytes, r->wall_s,
 	       fb_rate((double)r->timed_samples, r->wall_s),
 	       fb_rate((double)r->timed_bytes / 1e6, r->wall_s),
-	       r->wall_s > 0 ? 100.0 * r->stall_s / r->wall_s : 0.0, r->cpu_s, lat[0], lat[1],
+	       r->wall_s > 0 ? 100.0 * r->stall_s / r->wall_s : 0.0, r->cpu_s,
+	       lat[4], lat[0], lat[1],
 	       r->fast_calls, lat[2], lat[3], r->wake_calls, r->clock_ns, r->checksum, verified,
 	       r->daemon_workers, note);
 }

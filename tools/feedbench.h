@@ -64,6 +64,8 @@ struct fb_result {
 	uint64_t fast_calls, wake_calls;        /* batches by path */
 	double p50_us, p99_us;    /* fast path: a batch was ready */
 	double wake_p50_us, wake_p99_us;        /* slept: publish -> return */
+	double own_p50_us;        /* a batch's time in the reader, feed_next (waits
+				   * included) to release, --step-ms excluded */
 	double clock_ns;          /* cost of one clock_gettime() pair */
 	uint64_t checksum;        /* over every byte of every field, in order */
 	char note[FB_MSG_MAX];    /* the daemon's advice at open */

@@ -41,6 +41,8 @@ struct fb_run {
 	struct feed_conn *conn;
 	struct feed_stream *st;
 	uint64_t *fast_ns, *wake_ns;  /* one entry per batch at most */
+	uint64_t *own_ns;             /* per batch: feed_next to release, no step */
+	uint64_t own_n;               /* entries of own_ns */
 	uint64_t cap;                 /* entries of each */
 	uint64_t epoch, index;        /* the next batch expected */
 	uint64_t bpe;                 /* batches per epoch for this rank */
@@ -106,7 +108,8 @@ static int fb_open(struct fb_run *r)
 	r->cap = r->bpe * o->epochs + 1;
 	r->fast_ns = malloc(r->cap * sizeof(uint64_t));
 	r->wake_ns = malloc(r->cap * sizeof(uint64_t));
-	if (!r->fast_ns || !r->wake_ns) {
+	r->own_ns = malloc(r->cap * sizeof(uint64_t));
+	if (!r->fast_ns || !r->wake_ns || !r->own_ns) {
 		fprintf(stderr, "feedbench: job %u: out of memory for %" PRIu64 " latencies\n",
 			r->job, r->cap);
 		return FB_EXIT_FAIL;
@@ -170,7 +173,7 @@ static int fb_epoch_end(struct fb_run *r)
 	return 0;
 }
 
-/* One batch in hand: verify, touch, release, step. */
+/* One batch in hand: verify, touch, release. */
 static int fb_consume(struct fb_run *r, struct feed_batch *b)
 {
 	uint64_t bytes;
@@ -191,8 +194,6 @@ static int fb_consume(struct fb_run *r, struct feed_batch *b)
 		r->res->timed_samples += n;
 		r->res->timed_bytes += bytes;
 	}
-	if (r->o->step_ms > 0)
-		fb_spin_ns((uint64_t)(r->o->step_ms * 1e6));
 	return 0;
 }
 
@@ -225,6 +226,7 @@ static int fb_loop(struct fb_run *r)
 {
 	for (;;) {
 		struct feed_batch *b;
+		uint64_t t0 = fb_now_ns();
 		int rc = fb_next(r, &b);
 		if (rc == FEED_END_OF_STREAM)
 			return 0;
@@ -240,7 +242,11 @@ static int fb_loop(struct fb_run *r)
 		if (!r->t_first) {
 			r->t_first = r->t_last; /* the timed window starts here */
 			r->cpu_first = fb_cpu_ns();
+		} else if (r->own_n < r->cap) {
+			r->own_ns[r->own_n++] = r->t_last - t0;
 		}
+		if (r->o->step_ms > 0)
+			fb_spin_ns((uint64_t)(r->o->step_ms * 1e6));
 	}
 }
 
@@ -255,6 +261,7 @@ static void fb_summarise(struct fb_run *r)
 	res->p99_us = fb_percentile_us(r->fast_ns, res->fast_calls, 0.99);
 	res->wake_p50_us = fb_percentile_us(r->wake_ns, res->wake_calls, 0.50);
 	res->wake_p99_us = fb_percentile_us(r->wake_ns, res->wake_calls, 0.99);
+	res->own_p50_us = fb_percentile_us(r->own_ns, r->own_n, 0.50);
 	res->clock_ns = fb_clock_cost_ns();
 }
 
@@ -287,5 +294,6 @@ int fb_job_run(const struct fb_opts *o, uint32_t j, struct fb_shared *sh, struct
 	feed_disconnect(r.conn);
 	free(r.fast_ns);
 	free(r.wake_ns);
+	free(r.own_ns);
 	return rc;
 }

@@ -3,7 +3,8 @@
 What scripts and the README's figures rely on: --json prints one object per
 job with the counts and a verdict; --verify checks that every epoch held
 every sample exactly once (also split over ranks with --jobs K --world);
---no-touch counts the same batches without reading them;
+--no-touch counts the same batches without reading them; cpu_s and
+own_p50_us measure the reader, --step-ms excluded from the latter;
 a bad command line exits 2 with one "feedbench: ..." line naming the
 problem; a dataset feedd does not serve exits 1 naming it.
 """
@@ -107,6 +108,16 @@ def test_no_touch_counts_the_same_but_reads_no_byte(feed_bin, daemon):
         (touched["samples"], touched["batches"], touched["bytes"])
     # other bytes (another seed's order), same sum: none of them was read
     assert a["checksum"] == b["checksum"] != touched["checksum"]
+
+
+def test_own_time_leaves_out_the_step(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 100, "--step-ms", 3,
+                "--json")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    # the window holds 9 steps of 3 ms; a batch's own time holds none of them
+    assert r["wall_s"] >= 9 * 0.003
+    assert 0 < r["own_p50_us"] < 3000
 
 
 def test_ranks_split_the_epoch(feed_bin, daemon):
