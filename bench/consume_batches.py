@@ -7,11 +7,14 @@ memory the trainer really reads. touch=False skips the sums (to time a
 loader's own cost per batch); step_ms adds a busy step after each batch. Batches are dicts of field name -> torch
 tensor (DataLoader's collated dicts, feedclient's batches with as_torch).
 
-Timing starts when the first batch is in hand (start-up excluded) and ends
-after the last. It returns what bench/ scripts print as JSON:
-samples_per_s, stall_pct (time blocked in next() over the timed window),
-touch_us and cpu_us (per batch: the sum, and the process CPU time over
-the window), and a checksum.
+The timed window opens when the first batch is done (start-up excluded)
+and closes when the last is done; what is counted is the batches after
+the first, as feedbench counts them. It returns what bench/ scripts
+print as JSON: samples_per_s, us_per_batch, stall_pct (time blocked in
+next() over the window), own_p50_us (a batch's time in the loop, from
+next() to dropping it, step excluded: feedbench's own_p50_us), touch_us
+(the sums, per batch), cpu_us (the process's CPU time over the window,
+per batch: feedbench's cpu_s) and a checksum.
 """
 import time
 
@@ -24,9 +27,9 @@ def _spin(seconds):
 
 def consume(loader, epochs, step_ms=0.0, touch=True):
     samples = nbytes = batches = checksum = 0
-    waits = []
+    waits, own = [], []
     touch_s = 0.0
-    start = cpu0 = None
+    start = end = cpu0 = None
     for _ in range(epochs):
         it = iter(loader)
         while True:
@@ -35,28 +38,32 @@ def consume(loader, epochs, step_ms=0.0, touch=True):
             t1 = time.perf_counter()
             if batch is None:
                 break
-            if start is None:
-                start, cpu0 = t1, time.process_time()
-            else:
-                waits.append(t1 - t0)
+            n = 0
             for v in batch.values():
                 if touch:
                     checksum += int(v.sum())  # reads every byte
-                nbytes += v.numel() * v.element_size()
-            samples += len(v)
-            batches += 1
-            touch_s += time.perf_counter() - t1
+                n += v.numel() * v.element_size()
+            k = len(v)
             del batch, v  # a feedclient batch's slot goes back here
+            end = time.perf_counter()
+            if start is None:  # the window opens when the first batch is done
+                start, cpu0 = end, time.process_time()
+            else:
+                samples, nbytes, batches = samples + k, nbytes + n, batches + 1
+                waits.append(t1 - t0)
+                own.append(end - t0)
+                touch_s += end - t1
             if step_ms:
                 _spin(step_ms / 1000.0)
-    wall = time.perf_counter() - start
+    wall = end - start
     cpu = time.process_time() - cpu0
+    p50 = lambda xs: sorted(xs)[len(xs) // 2] * 1e6
     waits.sort()
-    pct = lambda q: waits[min(len(waits) - 1, int(q * len(waits)))] * 1e6 if waits else 0.0
     return {
         "epochs": epochs, "samples": samples, "batches": batches,
         "samples_per_s": samples / wall, "mb_per_s": nbytes / wall / 1e6,
         "us_per_batch": wall / batches * 1e6, "stall_pct": 100.0 * sum(waits) / wall,
-        "p50_us": pct(0.5), "p99_us": pct(0.99), "touch_us": touch_s / batches * 1e6,
+        "p50_us": p50(waits), "p99_us": waits[min(len(waits) - 1, int(0.99 * len(waits)))] * 1e6,
+        "own_p50_us": p50(own), "touch_us": touch_s / batches * 1e6,
         "cpu_us": cpu / batches * 1e6, "checksum": checksum,
     }

@@ -28,10 +28,10 @@ in numpy (each sample still gets its own crop and flip): with
         [--epochs 2] [--augment crop_flip|torchvision|none] [--size 28 --pad 2]
         [--source blocks|memory] [--per-batch] [--step-ms X] [--json]
 
-The loop is bench/consume_batches.py's: timing starts when the first batch
-arrives (worker start-up excluded) and ends after the last; stall_pct is
-the share of that time spent waiting for the next batch (with --step-ms,
-a simulated GPU step of X ms per batch).
+The loop is bench/consume_batches.py's: timed from the end of the first
+batch (worker start-up excluded) to the end of the last; stall_pct is the
+share of that time spent waiting for the next batch (with --step-ms, a
+simulated GPU step of X ms per batch).
 """
 import argparse
 import json

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/feedclient_loop.py --socket SOCK [--dataset NAME]
         [--pipeline P] [--batch 256] [--epochs 20] [--seed 1] [--credits 4]
-        [--no-touch] [--first-batch N] [--json]
+        [--no-touch] [--step-ms X] [--first-batch N] [--json]
 
 By default, reads --epochs epochs of a running feedd through
 feedclient.Loader(as_torch=True) in bench/consume_batches.py's loop (every
@@ -11,7 +11,8 @@ byte of every batch touched as a torch tensor, timed from the first batch;
 the same loop bench/dataloader_baseline.py runs). --pipeline "" or
 "identity" reads the records as stored. --no-touch leaves out the sums
 (the loop then costs what the Python layer costs, to compare with
-feedbench --no-touch).
+feedbench --no-touch); --step-ms X spins X ms after each batch, as a
+training step would, so that batches wait for the reader.
 
 With --first-batch N, instead: N times, the time from Loader(...) to the
 first batch in hand (the stream opened, its regions mapped, one batch
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--credits", type=int, default=4)
     p.add_argument("--no-touch", action="store_true")
+    p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--first-batch", type=int, default=0, metavar="N")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -70,8 +72,8 @@ def main():
     else:
         with loader(args) as ld:
             r = {"loader": "feedclient", "pipeline": ld.pipeline, "batch": args.batch,
-                 "credits": args.credits, "touch": not args.no_touch}
-            r.update(consume(ld, args.epochs, touch=not args.no_touch))
+                 "credits": args.credits, "touch": not args.no_touch, "step_ms": args.step_ms}
+            r.update(consume(ld, args.epochs, args.step_ms, touch=not args.no_touch))
     if args.json:
         print(json.dumps(r))
     elif args.first_batch:

@@ -6,6 +6,7 @@
 #
 #   bench/vs_dataloader_python.sh [--bin DIR] [--data DIR] [--runs N] [--workers N]
 #                                 [--feed-epochs E] [--dl-epochs E] [--first N]
+#                                 [--step-ms X]
 #
 # Builds nothing: expects feedd, feedpack, feedctl and feedbench in --bin
 # (default build/bin), the package in client/python (put first on
@@ -29,10 +30,13 @@
 #   (e) the Python layer's own cost per batch: identity pipeline, neither
 #       reader touching the bytes (feedbench --no-touch; the loop without
 #       its sums), us per batch of the Python loop above feedbench on the
-#       same stream (batch 256, full shuffle, seed 1, credits 4), flat out:
-#       in wall time, and in the reader process's CPU time over the timed
-#       window, which preemption by feedd's workers (or anything else on
-#       the machine) does not inflate
+#       same stream (batch 256, full shuffle, seed 1, credits 4). Flat
+#       out, in wall time and in the reader process's CPU time over the
+#       timed window (which preemption by feedd's workers does not
+#       inflate); then with a busy step of --step-ms (1) ms after each
+#       batch, so that batches wait for the reader as in training: the
+#       median time a batch spends in the reader, from next() to dropping
+#       it (own_p50_us of either)
 #   (f) first batch: time from Loader(...) to the first batch in hand on
 #       the running daemon, --first (10) times in one process (median)
 # Each round runs the feedd rows and the DataLoader rows in alternating
@@ -50,6 +54,7 @@ workers=2
 feed_epochs=20
 dl_epochs=2
 first=10
+step_ms=1
 pipeline="random_crop(size=28, pad=2) | hflip(p=0.5)"
 py=/usr/bin/python3   # Debian's, with numpy and torch
 
@@ -62,7 +67,8 @@ while [ $# -gt 0 ]; do
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--first) first=$2; shift 2 ;;
-	-h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--step-ms) step_ms=$2; shift 2 ;;
+	-h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "vs_dataloader_python.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -88,6 +94,8 @@ run_feedd() {
 	fbench --pipeline "$pipeline" --epochs "$feed_epochs" | tag feedbench
 	loop --pipeline identity --no-touch --epochs "$feed_epochs" | tag layer_py
 	fbench --no-touch --epochs "$feed_epochs" | tag layer_c
+	loop --pipeline identity --no-touch --epochs 4 --step-ms "$step_ms" | tag step_py
+	fbench --no-touch --epochs 4 --step-ms "$step_ms" | tag step_c
 	loop --pipeline "$pipeline" --first-batch "$first" | tag first
 }
 dl() {
@@ -108,10 +116,10 @@ for i in $(seq "$runs"); do
 	echo "round $i of $runs done" >&2
 done
 
-"$py" - "$work/results.jsonl" "$workers" "$pipeline" <<'EOF'
+"$py" - "$work/results.jsonl" "$workers" "$pipeline" "$step_ms" <<'EOF'
 import collections, json, os, statistics, sys
 
-path, workers, pipeline = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, workers, pipeline, step_ms = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = collections.defaultdict(list)
 for line in open(path):
     d = json.loads(line)
@@ -146,9 +154,13 @@ print("  ratios (a)/(b) %.1fx (target >= 10x), (a)/(c) %.1fx, (a)/(d) %.1fx (tar
       % (a / b, a / c, a / d))
 print("(e) Python layer, identity, no byte touched by either reader, us per batch "
       "(target <= 20 above C):")
-for label, f in (("wall time", us), ("reader's CPU time", cpu)):
-    p, q = f("layer_py"), f("layer_c")
-    print("  %-20s Python loop %6.1f, feedbench %6.1f: %+5.1f" % (label, p, q, p - q))
+own = lambda name: med(name, "own_p50_us")
+for label, f, py_row, c_row in (
+        ("flat out, wall time", us, "layer_py", "layer_c"),
+        ("flat out, reader's CPU time", cpu, "layer_py", "layer_c"),
+        ("%s ms step, a batch's own time" % step_ms, own, "step_py", "step_c")):
+    p, q = f(py_row), f(c_row)
+    print("  %-32s Python loop %6.1f, feedbench %6.1f: %+5.1f" % (label, p, q, p - q))
 print("(f) first batch, Loader(...) to a batch in hand: median %.1f ms (runs' medians: %s; "
       "target <= 100 ms)" % (med("first", "first_batch_ms"), ", ".join(
           "%.1f" % r["first_batch_ms"] for r in rows["first"])))
