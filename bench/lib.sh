@@ -4,6 +4,24 @@
 # bench_setup TOOL...; afterwards $work is a private directory removed on
 # exit, $data names a packed Fashion-MNIST, and start_feedd can be called.
 
+# bench_option ARG [VALUE...]: the options the DataLoader comparisons
+# share (--bin DIR, --data DIR, --runs N, --workers N): sets the variable
+# and returns 0 (the caller shifts 2), exits naming ARG when its value is
+# missing, returns 1 for any other ARG.
+bench_option() {
+	case $1 in
+	--bin | --data | --runs | --workers)
+		[ $# -ge 2 ] || { echo "$me: $1 needs a value" >&2; exit 2; } ;;
+	*) return 1 ;;
+	esac
+	case $1 in
+	--bin) bin=$2 ;;
+	--data) data=$2 ;;
+	--runs) runs=$2 ;;
+	--workers) workers=$2 ;;
+	esac
+}
+
 # bench_setup TOOL...: checks that every TOOL is built in $bin, makes $work
 # (cleaned up on exit, with every feedd started here) and packs the
 # Fashion-MNIST training split into it unless $data is set.

@@ -50,22 +50,21 @@ augment=crop_flip
 pipeline="random_crop(size=28, pad=2) | hflip(p=0.5)"
 py=/usr/bin/python3   # Debian's, with numpy and torch
 
+me=vs_dataloader.sh
+source "$root/bench/lib.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
-	--bin) bin=$2; shift 2 ;;
-	--data) data=$2; shift 2 ;;
-	--runs) runs=$2; shift 2 ;;
-	--workers) workers=$2; shift 2 ;;
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--augment) augment=$2; shift 2 ;;
 	-h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	*) echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	*)
+		bench_option "$@" || {
+			echo "vs_dataloader.sh: unknown argument '$1' (see --help)" >&2; exit 2; }
+		shift 2 ;;
 	esac
 done
 
-me=vs_dataloader.sh
-source "$root/bench/lib.sh"
 bench_setup feedd feedpack feedctl feedbench bench_pipeline
 "$py" -c 'import numpy, torch' 2>/dev/null || {
 	echo "vs_dataloader.sh: $py cannot import numpy and torch" >&2; exit 1; }

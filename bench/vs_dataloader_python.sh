@@ -58,18 +58,19 @@ step_ms=1
 pipeline="random_crop(size=28, pad=2) | hflip(p=0.5)"
 py=/usr/bin/python3   # Debian's, with numpy and torch
 
+me=vs_dataloader_python.sh
+source "$root/bench/lib.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
-	--bin) bin=$2; shift 2 ;;
-	--data) data=$2; shift 2 ;;
-	--runs) runs=$2; shift 2 ;;
-	--workers) workers=$2; shift 2 ;;
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
 	--first) first=$2; shift 2 ;;
 	--step-ms) step_ms=$2; shift 2 ;;
 	-h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	*) echo "vs_dataloader_python.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	*)
+		bench_option "$@" || {
+			echo "vs_dataloader_python.sh: unknown argument '$1' (see --help)" >&2; exit 2; }
+		shift 2 ;;
 	esac
 done
 
@@ -78,8 +79,6 @@ export PYTHONPATH=$root/client/python${PYTHONPATH:+:$PYTHONPATH}
 	echo "vs_dataloader_python.sh: $py cannot import numpy, torch and feedclient" \
 		"(client/python)" >&2; exit 1; }
 
-me=vs_dataloader_python.sh
-source "$root/bench/lib.sh"
 bench_setup feedd feedpack feedctl feedbench
 
 sock=$work/feedd.sock
