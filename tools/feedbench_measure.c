@@ -11,22 +11,24 @@
 
 #include "feedbench.h"
 
-uint64_t fb_now_ns(void)
+static inline uint64_t fb_clock_ns(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t fb_now_ns(void)
+{
+	return fb_clock_ns(CLOCK_MONOTONIC);
 }
 
 /* This process's CPU time (user and system, all threads). A system call,
  * unlike fb_now_ns(): read twice a run, never per batch. */
 uint64_t fb_cpu_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return fb_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 /* Median cost of two back-to-back clock reads: the floor under every
