@@ -81,6 +81,11 @@ struct dlv {
 	bool want_recheck;                /* daemon_waiting was set */
 	bool closing;
 	int error;
+	/* A batch that failed to build ends the stream only once every batch
+	 * before it is published: the client gets those first, in order. */
+	int fail_code;                    /* 0, or the earliest failed batch's error */
+	uint64_t fail_seq;                /* its publication order */
+	char fail_msg[FEED_ERR_MSG_MAX];
 	struct dlv_stats st;
 };
 
@@ -305,12 +310,21 @@ static void fail_locked(struct dlv *d, int code, const char *msg)
 	(void)!write(d->release_efd, &one, sizeof(one));
 }
 
-/* Publishes every built batch that is next in order. */
+/* Publishes every built batch that is next in order, and a failed
+ * batch's error when its turn comes. */
 static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 {
 	bool any = false;
 
-	while (d->pub_seq < d->sched_seq) {
+	for (;;) {
+		if (d->fail_code && d->pub_seq == d->fail_seq) {
+			if (any)
+				ring_publish(d, defer_wake);
+			fail_locked(d, d->fail_code, d->fail_msg);
+			return;
+		}
+		if (d->pub_seq == d->sched_seq)
+			break;
 		struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
 		if (!j || !j->built)
 			break;
@@ -388,13 +402,16 @@ static struct pool_job *pump_locked(struct dlv *d)
 	struct pool_job *list = NULL;
 	struct feed_err err = {0};
 
-	while (!d->closing && !d->error && d->nfree > 0 && !d->sched.done) {
+	while (!d->closing && !d->error && !d->fail_code && d->nfree > 0 && !d->sched.done) {
 		struct dlv_job *j = &d->jobs[d->free_slots[d->nfree - 1]];
 		int rc = sched_next(&d->sched, &j->pos, &err);
 		if (rc == -EAGAIN || rc == -ENODATA)
 			break;
-		if (rc < 0) {
-			fail_locked(d, rc, err.msg);
+		if (rc < 0) {  /* after the batches already scheduled */
+			d->fail_code = rc;
+			d->fail_seq = d->sched_seq;
+			snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", err.msg);
+			publish_ready_locked(d, NULL);
 			break;
 		}
 		d->nfree--;
@@ -410,7 +427,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 		atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
 	}
 	if (d->nfree == 0 && d->pub_seq == d->sched_seq && !d->sched.done && !d->closing &&
-	    !d->error) {
+	    !d->error && !d->fail_code) {
 		/* Out of credits and nothing in flight: ask the client to ring when
 		 * it releases. While a batch is still being built there is no need:
 		 * its job_run() calls advance() after publishing, and that reclaims
@@ -497,10 +514,13 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	}
 	pthread_mutex_lock(&d->lock);
 	sched_done(&d->sched, &j->pos);
-	if (rc == 0)
+	if (rc == 0) {
 		j->built = true;
-	else if (rc != -ECANCELED)
-		fail_locked(d, rc, err.msg);
+	} else if (rc != -ECANCELED && (!d->fail_code || j->seq < d->fail_seq)) {
+		d->fail_code = rc;
+		d->fail_seq = j->seq;
+		snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", err.msg);
+	}
 	if (!d->error && !d->closing)
 		publish_ready_locked(d, &wake);
 	pthread_mutex_unlock(&d->lock);

@@ -345,6 +345,61 @@ START_TEST(test_delivery_corrupt_block_stops_stream)
 }
 END_TEST
 
+/* A batch that fails (its block is corrupt) ends the stream only after
+ * every batch before it: the reader gets batches 0..8 whole and in order,
+ * then the error. Before, the error went to the ready queue as soon as the
+ * failing build ended, ahead of earlier batches still being built. */
+START_TEST(test_delivery_error_after_earlier_batches)
+{
+	char dir[160], arg[200], path[220];
+	struct fmt_dataset *ds;
+	struct feed_err err = {0};
+	struct feed_batch *b;
+	uint64_t off = 64;   /* block 0's frame; each block starts where the last ends */
+	uint8_t byte;
+
+	snprintf(dir, sizeof(dir), "%s/blk", h.dir);
+	h_make_dataset_blocks(dir, 40, 4);   /* 10 blocks of 4 records */
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), 0);
+	for (uint64_t k = 0; k < 9; k++) {
+		struct fmt_block_meta m;
+		ck_assert_int_eq(fmt_dataset_block_meta(ds, k, &m), 0);
+		ck_assert_uint_eq(m.shard, 0);
+		off += m.comp_size;
+	}
+	fmt_dataset_close(ds);
+	snprintf(path, sizeof(path), "%s/shard-00000.fsh", dir);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &byte, 1, (off_t)off + 6), 1);
+	byte ^= 0x5a;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, (off_t)off + 6), 1);
+	close(fd);
+
+	snprintf(arg, sizeof(arg), "blk=%s", dir);
+	start((const char *[]){"--dataset", arg, NULL});
+	struct feed_conn *c = h_conn_new();
+	/* every batch scheduled at once; the good ones take longer to build */
+	struct feed_stream_opts o = {.dataset = "blk", .batch = 4, .credits = 16, .epochs = 1,
+				     .order = FEED_ORDER_SEQUENTIAL,
+				     .pipeline = "resize(h=256, w=256) | resize(h=4, w=4)"};
+	struct feed_stream *st = h_stream_open(c, &o);
+	for (uint64_t i = 0; i < 9; i++) {
+		int r = feed_next(st, H_DEADLINE_MS, &b);
+		ck_assert_msg(r == 0, "batch %llu: got %d (%s) before it", (unsigned long long)i, r,
+			      feed_errmsg(c));
+		ck_assert_uint_eq(feed_batch_index(b), i);
+		ck_assert_uint_eq(feed_batch_samples(b)[0], 4 * i);
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	int r = feed_next(st, H_DEADLINE_MS, &b);
+	ck_assert_msg(r == -EBADMSG, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "block 9: checksum mismatch"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Test 3b: an event loop of the caller's own, on feed_stream_fd()     */
 
@@ -495,6 +550,7 @@ static Suite *delivery_suite(void)
 	tcase_add_test(tc, test_delivery_variable_length_ends);
 	tcase_add_test(tc, test_delivery_bad_pipeline_named);
 	tcase_add_test(tc, test_delivery_corrupt_block_stops_stream);
+	tcase_add_test(tc, test_delivery_error_after_earlier_batches);
 	tcase_add_test(tc, test_delivery_stream_fd_wakes_poller);
 	suite_add_tcase(s, tc);
 	return s;
