@@ -27,9 +27,14 @@ feed_install() {
 }
 
 # feed_build DIR [cmake args...]: configure (once) and build into DIR.
+# CUDA (kernels/*.cu) is built whenever nvcc is there: CMake finds it on
+# PATH; CUDACXX points it at the toolkit's default place otherwise.
 feed_build() {
   local dir=$1
   shift
+  if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
   cmake -S "$FEED_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
   cmake --build "$dir" -j"$(nproc)"
 }
