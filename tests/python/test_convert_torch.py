@@ -20,8 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# (mean, std) per channel: ImageNet's, plain x/255, [-1, 1], and sets that
-# overflow fp16 and reach its subnormals.
+# (mean, std) per channel: ImageNet's, plain x/255, [-1, 1], sets that
+# overflow fp16 and reach its subnormals, and one that makes exact ties.
 PARAMS = [
     ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
     ([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
@@ -30,6 +30,8 @@ PARAMS = [
     ([0.0, 1.0, 0.25], [1e-6, 3e-5, 1e4]),
     ([0.3], [0.7]),
     ([0.1, 0.2, 0.3, 0.4], [0.9, 0.8, 0.7, 0.6]),
+    # scale exactly 1 + 2^-8 and 1 + 2^-11: exact bf16 and fp16 ties (x = 1, ...)
+    ([0.0, 0.0], [0.003906309604644775, 0.003919654525816441]),
 ]
 MODERATE = 3  # the first sets: float64 holds x * scale + bias exactly
 

@@ -22,8 +22,9 @@
 
 #include "convert.h"
 
-/* Parameter sets: torchvision's ImageNet values, plain x/255, [-1, 1], and
- * ones that push fp16 past its range and under its normals. */
+/* Parameter sets: torchvision's ImageNet values, plain x/255, [-1, 1],
+ * ones that push fp16 past its range and under its normals, and one that
+ * makes exact ties. */
 static const struct {
 	float mean[3], std[3];
 } params[] = {
@@ -33,6 +34,9 @@ static const struct {
 	{ { 0.5f, -3.0f, 100.0f }, { 1e-3f, 7.0f, 0.01f } },
 	{ { 0.0f, 1.0f, 0.25f }, { 1e-6f, 3e-5f, 1e4f } },
 	{ { 1e3f, -1e3f, 0.0f }, { 1e-7f, 1e-7f, 1e5f } },
+	/* scale exactly 1 + 2^-8 and 1 + 2^-11: x = 1 (and others) land on
+	 * bf16 and fp16 ties, which a round-half-up would get wrong */
+	{ { 0.0f, 0.0f, 0.0f }, { 0.003906309604644775f, 0.003919654525816441f, 1.0f } },
 };
 #define NPARAMS (sizeof(params) / sizeof(params[0]))
 
@@ -345,7 +349,7 @@ END_TEST
  * many mantissas), finite values only for bf16's reference. */
 START_TEST(test_convert_rounding_sweep)
 {
-	for (uint64_t u = 0; u <= UINT32_MAX; u += 1021) {
+	for (uint64_t u = 0; u <= UINT32_MAX; u += 4099) {
 		float f = from_bits((uint32_t)u);
 		if (isnan(f))
 			continue;
