@@ -86,6 +86,7 @@ size_t feed_convert_sample_bytes(const struct feed_convert *cv)
 		}                                                                       \
 	} while (0)
 
+__attribute__((target_clones("fma", "default")))
 static void convert_sample(const struct feed_convert *cv, const uint8_t *in, int fl, void *out)
 {
 	uint32_t h = cv->h, w = cv->w, c = cv->c;
