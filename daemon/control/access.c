@@ -1,6 +1,6 @@
 /*
- * access.c: peer identity, access lists, name resolution and per-user
- * connection counts (see access.h). Loop thread (and config loading before
+ * access.c: peer identity, access lists and name resolution (see
+ * access.h; what each user holds is quota.c's). Loop thread (and config loading before
  * the loop starts). Never logs: callers log a refusal once, where they
  * handle it.
  */
@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,66 +36,79 @@ static int acl_parse_id(const char *s, unsigned long *ret)
 	return 1;
 }
 
+/* One name-service lookup into buf: 0 with *ret_found (and *ret_id when
+ * found), or the errno getpwnam_r/getgrnam_r returned. */
+typedef int acl_nss_fn(const char *name, char *buf, size_t cap, unsigned long *ret_id,
+		       bool *ret_found);
+
+static int acl_nss_user(const char *name, char *buf, size_t cap, unsigned long *ret_id,
+			bool *ret_found)
+{
+	struct passwd pw, *res = NULL;
+	int r = getpwnam_r(name, &pw, buf, cap, &res);
+
+	*ret_found = r == 0 && res;
+	if (*ret_found)
+		*ret_id = pw.pw_uid;
+	return r;
+}
+
+static int acl_nss_group(const char *name, char *buf, size_t cap, unsigned long *ret_id,
+			 bool *ret_found)
+{
+	struct group gr, *res = NULL;
+	int r = getgrnam_r(name, &gr, buf, cap, &res);
+
+	*ret_found = r == 0 && res;
+	if (*ret_found)
+		*ret_id = gr.gr_gid;
+	return r;
+}
+
+/* "1000" or a name of `kind` ("user", "group") -> its id, through lookup,
+ * growing the scratch buffer while it says ERANGE. */
+static int acl_parse_name(const char *kind, const char *s, acl_nss_fn *lookup,
+			  unsigned long *ret, struct feed_err *err)
+{
+	int r = acl_parse_id(s, ret);
+
+	if (r < 0)
+		return feed_err_set(err, r, "%s id '%s' out of range", kind, s);
+	if (r > 0)
+		return 0;
+	for (size_t cap = ACL_NSS_BUF;; cap *= 4) {
+		bool found = false;
+		char *buf = malloc(cap);
+		if (!buf)
+			return feed_err_set(err, -ENOMEM, "%s '%s': out of memory", kind, s);
+		r = lookup(s, buf, cap, ret, &found);
+		free(buf);
+		if (r == ERANGE && cap < (1u << 24))
+			continue;
+		if (r)
+			return feed_err_set(err, -r, "%s '%s': %s", kind, s, strerror(r));
+		return found ? 0 : feed_err_set(err, -ENOENT, "no %s named '%s'", kind, s);
+	}
+}
+
 int acl_parse_user(const char *s, uid_t *ret, struct feed_err *err)
 {
 	unsigned long id;
-	int r = acl_parse_id(s, &id);
+	int r = acl_parse_name("user", s, acl_nss_user, &id, err);
 
-	if (r < 0)
-		return feed_err_set(err, r, "user id '%s' out of range", s);
-	if (r > 0) {
+	if (r == 0)
 		*ret = (uid_t)id;
-		return 0;
-	}
-	size_t cap = ACL_NSS_BUF;
-	for (;;) {
-		struct passwd pw, *res = NULL;
-		char *buf = malloc(cap);
-		if (!buf)
-			return feed_err_set(err, -ENOMEM, "user '%s': out of memory", s);
-		r = getpwnam_r(s, &pw, buf, cap, &res);
-		if (r == 0 && res)
-			*ret = pw.pw_uid;
-		free(buf);
-		if (r == ERANGE && cap < (1u << 24)) {
-			cap *= 4;
-			continue;
-		}
-		if (r)
-			return feed_err_set(err, -r, "user '%s': %s", s, strerror(r));
-		return res ? 0 : feed_err_set(err, -ENOENT, "no user named '%s'", s);
-	}
+	return r;
 }
 
 int acl_parse_group(const char *s, gid_t *ret, struct feed_err *err)
 {
 	unsigned long id;
-	int r = acl_parse_id(s, &id);
+	int r = acl_parse_name("group", s, acl_nss_group, &id, err);
 
-	if (r < 0)
-		return feed_err_set(err, r, "group id '%s' out of range", s);
-	if (r > 0) {
+	if (r == 0)
 		*ret = (gid_t)id;
-		return 0;
-	}
-	size_t cap = ACL_NSS_BUF;
-	for (;;) {
-		struct group gr, *res = NULL;
-		char *buf = malloc(cap);
-		if (!buf)
-			return feed_err_set(err, -ENOMEM, "group '%s': out of memory", s);
-		r = getgrnam_r(s, &gr, buf, cap, &res);
-		if (r == 0 && res)
-			*ret = gr.gr_gid;
-		free(buf);
-		if (r == ERANGE && cap < (1u << 24)) {
-			cap *= 4;
-			continue;
-		}
-		if (r)
-			return feed_err_set(err, -r, "group '%s': %s", s, strerror(r));
-		return res ? 0 : feed_err_set(err, -ENOENT, "no group named '%s'", s);
-	}
+	return r;
 }
 
 /* The groups of user name with primary group base, grown until they fit. */
