@@ -1,8 +1,8 @@
 /*
  * access.c: peer identity, access lists and name resolution (see
- * access.h; what each user holds is quota.c's). Loop thread (and config loading before
- * the loop starts). Never logs: callers log a refusal once, where they
- * handle it.
+ * access.h; what each user holds is quota.c's). Loop thread (and config
+ * loading before the loop starts). Never logs: callers log a refusal
+ * once, where they handle it.
  */
 #include "access.h"
 
