@@ -46,6 +46,12 @@ struct fmt_field {
 	uint32_t shape[FMT_MAX_RANK]; /* fixed: full shape; variable: element shape */
 	bool variable;            /* record length varies (first axis) */
 	uint64_t max_bytes;       /* largest record of the field (fixed: its size) */
+	/* Encoded images (feedpack imagefolder): a variable u8 field whose
+	 * records are whole JPEG or PNG files. */
+	bool image;               /* records are encoded images */
+	uint32_t max_width;       /* image: largest width of any record */
+	uint32_t max_height;      /* image: largest height of any record */
+	uint64_t max_pixels;      /* image: largest width * height of any record */
 };
 
 struct fmt_schema {
@@ -86,6 +92,9 @@ struct fmt_info {
 	uint64_t bytes_on_disk;   /* sum of shard file sizes */
 	uint64_t bytes_raw;       /* sum of decoded block sizes */
 	const struct fmt_schema *schema;
+	/* Class names (feedpack imagefolder): label value i is classes[i]. */
+	uint32_t num_classes;
+	const char *const *classes;
 };
 
 /* Where a sample lives. */
