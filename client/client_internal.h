@@ -8,6 +8,8 @@
 #ifndef FEED_CLIENT_INTERNAL_H
 #define FEED_CLIENT_INTERNAL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "feed.pb-c.h"
@@ -61,5 +63,36 @@ const char *cl_os_strerror(int code);
 
 /* A reply of the wrong kind: -EPROTO, closes the connection. */
 int cl_bad_reply(struct feed_conn *conn, const char *what);
+
+/* ------------------------------------------------------------------ */
+/* Between streams (client_stream.c) and the GPU path (client_gpu.c)    */
+
+struct feed_stream;
+struct feed_batch;
+struct cl_gpu_stream;
+
+/* The stream's GPU state (NULL until its first device call); owned by the
+ * stream, freed by cl_gpu_close(). */
+struct cl_gpu_stream **cl_stream_gpu(struct feed_stream *st);
+struct feed_conn *cl_stream_conn(struct feed_stream *st);
+struct feed_stream *cl_batch_stream(struct feed_batch *b);
+bool cl_batch_held(struct feed_batch *b);
+/* The mapping of the data region b lives in (its incarnation's). */
+void cl_batch_region(const struct feed_batch *b, void **ret_base, size_t *ret_len);
+/* Gives b's slot back now (feed_release without the GPU's deferral). */
+int cl_release_now(struct feed_batch *b);
+
+/* feed_release(b) while copies from b are in flight: 1 when the release is
+ * deferred until they are done, 0 when b has none, -EINVAL when b's
+ * release was already deferred. Any thread; takes no stream lock. */
+int cl_gpu_defer_release(struct cl_gpu_stream *g, struct feed_batch *b);
+/* Releases the deferred batches whose copies are done; when wait_one and
+ * none is, waits for the oldest copy first. feed_next()'s thread. */
+void cl_gpu_poll(struct feed_stream *st, bool wait_one);
+/* Unregisters the region at base before it is unmapped. Under rel_lock. */
+void cl_gpu_forget(struct feed_stream *st, void *base);
+/* Waits for every copy, releases the deferred batches, unregisters, frees
+ * the GPU state. Before the stream's regions are unmapped. */
+void cl_gpu_close(struct feed_stream *st);
 
 #endif

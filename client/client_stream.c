@@ -95,6 +95,7 @@ struct feed_stream {
 	struct st_retired *retired;/* earlier incarnations, until close (rel_lock) */
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
+	struct cl_gpu_stream *gpu; /* GPU delivery (client_gpu.c), NULL until asked */
 };
 
 /* The regions of an earlier incarnation, kept mapped while the caller
@@ -663,8 +664,10 @@ static void st_retired_put(struct feed_stream *st, uint32_t inc)
 	for (struct st_retired *r = st->retired; r; r = r->next) {
 		if (r->inc != inc)
 			continue;
-		if (--r->held == 0)
+		if (--r->held == 0) {
+			cl_gpu_forget(st, r->map[1]);
 			st_retired_unmap(r);
+		}
 		return;
 	}
 }
@@ -705,8 +708,10 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	old->batches = st->batches;
 	old->next = st->retired;
 	st->retired = old;
-	if (!held)
+	if (!held) {
+		cl_gpu_forget(st, old->map[1]);
 		st_retired_unmap(old);
+	}
 	for (int i = 0; i < ST_NFDS; i++)
 		close(st->fd[i]);
 	st->ctl = n->ctl;
@@ -1071,6 +1076,9 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 
 	if (!st || !ret)
 		return -EINVAL;
+	if (st->gpu) /* slots released while their copies ran go back now */
+		cl_gpu_poll(st, timeout_ms != 0 && atomic_load_explicit(&st->nheld, memory_order_relaxed) ==
+						       st->nslots);
 	if (st->stop)
 		return st_stopped(st);
 	for (;;) {
@@ -1143,6 +1151,16 @@ FEED_API int feed_release(struct feed_batch *b)
 {
 	if (!b)
 		return -EINVAL;
+	/* copies from b in flight: the slot goes back when they are done */
+	struct cl_gpu_stream *g = b->st->gpu;
+	int d = g ? cl_gpu_defer_release(g, b) : 0;
+	if (d)
+		return d > 0 ? 0 : d;
+	return cl_release_now(b);
+}
+
+int cl_release_now(struct feed_batch *b)
+{
 	struct feed_stream *st = b->st;
 	pthread_mutex_lock(&st->rel_lock);
 	/* under the lock, so a reopening sees held and nheld agree */
@@ -1178,9 +1196,45 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 {
 	if (!st)
 		return 0;
+	cl_gpu_close(st); /* copies done, deferred releases made, unregistered */
 	for (uint32_t i = 0; i < st->nslots; i++)
 		feed_release(&st->batches[i]); /* -EINVAL for those not held */
 	int r = st_tell_close(st->conn, st->info.id);
 	st_free(st);
 	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* For the GPU path (client_internal.h)                                */
+
+struct cl_gpu_stream **cl_stream_gpu(struct feed_stream *st)
+{
+	return &st->gpu;
+}
+
+struct feed_conn *cl_stream_conn(struct feed_stream *st)
+{
+	return st->conn;
+}
+
+struct feed_stream *cl_batch_stream(struct feed_batch *b)
+{
+	return b->st;
+}
+
+bool cl_batch_held(struct feed_batch *b)
+{
+	return atomic_load_explicit(&b->held, memory_order_acquire);
+}
+
+void cl_batch_region(const struct feed_batch *b, void **ret_base, size_t *ret_len)
+{
+	const struct feed_stream *st = b->st;
+	*ret_base = st->data;
+	*ret_len = st->len[1];
+	for (const struct st_retired *r = st->retired; r && b->inc != st->inc; r = r->next)
+		if (r->inc == b->inc) {
+			*ret_base = r->map[1];
+			*ret_len = r->len[1];
+		}
 }

@@ -11,6 +11,7 @@
  * synchronize and never print.
  */
 #include "convert.h"
+#include "convert_kernels.cuh"
 
 #include <errno.h>
 
@@ -27,27 +28,17 @@ unsigned blocks_for(size_t total)
 	return b > kMaxBlocks ? kMaxBlocks : (unsigned)b;
 }
 
-/* Output element i of the batch: sample i / per, element i % per. */
 template <typename T, T (*PX)(uint8_t, float, float)>
 __global__ void convert_images(struct feed_convert cv, const uint8_t *__restrict__ src, size_t n,
 			       const uint8_t *__restrict__ flip, T *__restrict__ dst)
 {
-	size_t per = (size_t)cv.h * cv.w * cv.c, total = per * n;
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-		size_t s = i / per, e = i % per;
-		uint32_t ch;
-		size_t at = feed_convert_src_index(&cv, e, flip && flip[s], &ch);
-		dst[i] = PX(src[s * per + at], cv.scale[ch], cv.bias[ch]);
-	}
+	feed_k_images<T, PX>(cv, src, n, flip, dst);
 }
 
 template <typename T, int64_t (*TOK)(T)>
 __global__ void convert_tokens(const T *__restrict__ src, size_t n, int64_t *__restrict__ dst)
 {
-	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-		dst[i] = TOK(src[i]);
+	feed_k_tokens<T, TOK>(src, n, dst);
 }
 
 /* The launch's outcome as convert.h's codes. cudaGetLastError also clears

@@ -1,0 +1,521 @@
+/*
+ * client_gpu.c: batches to a device or to host memory, converted
+ * (feed/gpu.h, feed_batch_to_device), and the deferred release of a slot
+ * whose bytes are still being copied.
+ *
+ * Owns, per stream that asked for GPU delivery (struct cl_gpu_stream,
+ * hung on the stream at its first device call): the context and the
+ * module of the embedded kernels, the registration of each data region
+ * for DMA (once per region: cuMemHostRegister, undone before the region
+ * is unmapped), a device staging buffer per batch and field, and the
+ * events of copies in flight with the batches they read from. A batch
+ * released while one of its events is pending goes back to the daemon
+ * when the events have completed: cl_gpu_poll() checks them (cuEventQuery)
+ * at each feed_next(), feed_batch_to_device() and feed_stream_close() on
+ * the stream; no driver callback ever calls into the library.
+ *
+ * Threads: feed_batch_to_device(), cl_gpu_poll() and cl_gpu_close() run
+ * on the thread that calls feed_next(); cl_gpu_defer_release() on any
+ * thread (feed_release()). g->lock guards the pending events, the batches
+ * waiting for them and the regions; lock order: the stream's rel_lock,
+ * then g->lock (cl_gpu_forget runs under rel_lock); a real release
+ * (cl_release_now, which takes rel_lock) is never called under g->lock.
+ * Never prints.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_cuda.h"
+#include "client_internal.h"
+#include "convert.h"
+#include "feed/gpu.h"
+#include "feed/stream.h"
+
+#define GPU_THREADS 256u     /* per block, as kernels/convert.cu launches */
+#define GPU_MAX_BLOCKS 65535u /* the kernels are grid-stride */
+
+enum { K_F32, K_F16, K_BF16, K_TOK16, K_TOK32, K_COUNT };
+static const char *const gpu_kernel_name[K_COUNT] = {
+	"feed_k_images_f32", "feed_k_images_f16", "feed_k_images_bf16",
+	"feed_k_tokens_u16", "feed_k_tokens_u32",
+};
+
+struct gpu_pending {
+	struct feed_batch *b;      /* the batch the copy reads */
+	CUevent ev;                /* recorded after the copy and the kernel */
+};
+
+struct gpu_region {
+	void *base;                /* a data region's mapping */
+	bool registered;           /* ours to unregister (else pageable, or the
+				    * caller registered it) */
+};
+
+struct gpu_staging {
+	const struct feed_batch *b;/* the batch and field it holds */
+	uint32_t field;
+	CUdeviceptr p;
+	size_t size;
+};
+
+struct cl_gpu_stream {
+	pthread_mutex_t lock;      /* pending, wanted, regions */
+	const struct cl_cuda *cu;
+	CUcontext ctx;             /* of the first device call; later ones must match */
+	int device;
+	CUmodule mod;
+	CUfunction fn[K_COUNT];
+	struct gpu_pending *pending; /* copies in flight (lock) */
+	size_t npending, cap_pending;
+	struct feed_batch **wanted;  /* released by the caller, copies in flight (lock) */
+	size_t nwanted, cap_wanted;
+	struct gpu_region *regions;  /* (lock) */
+	size_t nregions, cap_regions;
+	struct gpu_staging *staging; /* caller's thread only */
+	size_t nstaging, cap_staging;
+};
+
+/* Grows *arr (of *cap elements of size sz) to hold n + 1. */
+static int gpu_grow(void *arr, size_t *cap, size_t n, size_t sz)
+{
+	void **a = arr;
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? *cap * 2 : 8;
+	void *p = realloc(*a, nc * sz);
+	if (!p)
+		return -ENOMEM;
+	*a = p;
+	*cap = nc;
+	return 0;
+}
+
+static int gpu_fail_cu(struct feed_conn *conn, const struct cl_cuda *cu, CUresult e,
+		       const char *what)
+{
+	char name[96];
+	return cl_fail(conn, -EIO, "%s failed: %s", what, cl_cuda_errname(cu, e, name, sizeof(name)));
+}
+
+/* ------------------------------------------------------------------ */
+/* Deferred release                                                    */
+
+static bool gpu_in_flight(const struct cl_gpu_stream *g, const struct feed_batch *b)
+{
+	for (size_t i = 0; i < g->npending; i++)
+		if (g->pending[i].b == b)
+			return true;
+	return false;
+}
+
+int cl_gpu_defer_release(struct cl_gpu_stream *g, struct feed_batch *b)
+{
+	int r = 0;
+	pthread_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->nwanted; i++)
+		if (g->wanted[i] == b)
+			r = -EINVAL; /* released twice */
+	if (!r && gpu_in_flight(g, b)) {
+		r = gpu_grow(&g->wanted, &g->cap_wanted, g->nwanted, sizeof(*g->wanted));
+		if (!r) {
+			g->wanted[g->nwanted++] = b;
+			r = 1;
+		} else {
+			r = 0; /* no memory to defer: wait for its copies instead */
+			for (size_t i = 0; i < g->npending; i++)
+				if (g->pending[i].b == b)
+					g->cu->api.EventSynchronize(g->pending[i].ev);
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+	return r;
+}
+
+/* Drops completed events (every event when wait; else the oldest is waited
+ * for when wait_one and none completed) and releases the batches whose
+ * copies are all done and that the caller released. */
+static void gpu_poll(struct feed_stream *st, struct cl_gpu_stream *g, bool wait_one, bool wait)
+{
+	struct feed_batch *done[64];
+	size_t ndone;
+	const struct cl_cuda_api *api = &g->cu->api;
+
+	do {
+		ndone = 0;
+		pthread_mutex_lock(&g->lock);
+		size_t kept = 0, before = g->npending;
+		for (size_t i = 0; i < g->npending; i++) {
+			CUevent ev = g->pending[i].ev;
+			CUresult e = wait || (wait_one && i == 0 && before == g->npending)
+					     ? api->EventSynchronize(ev)
+					     : api->EventQuery(ev);
+			if (e == CUDA_ERROR_NOT_READY) {
+				g->pending[kept++] = g->pending[i];
+				continue;
+			}
+			/* complete, or the context failed: no copy runs any more */
+			api->EventDestroy(ev);
+		}
+		g->npending = kept;
+		for (size_t i = 0; i < g->nwanted && ndone < 64;) {
+			if (gpu_in_flight(g, g->wanted[i])) {
+				i++;
+				continue;
+			}
+			done[ndone++] = g->wanted[i];
+			g->wanted[i] = g->wanted[--g->nwanted];
+		}
+		pthread_mutex_unlock(&g->lock);
+		for (size_t i = 0; i < ndone; i++)
+			cl_release_now(done[i]);
+		wait_one = false;
+	} while (ndone == 64);
+	(void)st;
+}
+
+void cl_gpu_poll(struct feed_stream *st, bool wait_one)
+{
+	struct cl_gpu_stream *g = *cl_stream_gpu(st);
+	if (g && g->npending)
+		gpu_poll(st, g, wait_one, false);
+}
+
+bool cl_gpu_waiting(struct feed_stream *st)
+{
+	struct cl_gpu_stream *g = *cl_stream_gpu(st);
+	return g && g->nwanted;
+}
+
+void cl_gpu_forget(struct feed_stream *st, void *base)
+{
+	struct cl_gpu_stream *g = *cl_stream_gpu(st);
+	if (!g || !base)
+		return;
+	pthread_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->nregions; i++) {
+		if (g->regions[i].base != base)
+			continue;
+		if (g->regions[i].registered)
+			g->cu->api.MemHostUnregister(base);
+		g->regions[i] = g->regions[--g->nregions];
+		break;
+	}
+	pthread_mutex_unlock(&g->lock);
+}
+
+void cl_gpu_close(struct feed_stream *st)
+{
+	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
+	if (!g)
+		return;
+	const struct cl_cuda_api *api = &g->cu->api;
+	CUcontext prev = NULL;
+	api->CtxGetCurrent(&prev);
+	if (g->ctx && prev != g->ctx)
+		api->CtxSetCurrent(g->ctx);
+	gpu_poll(st, g, false, true); /* every copy done before anything goes */
+	for (size_t i = 0; i < g->nregions; i++)
+		if (g->regions[i].registered)
+			api->MemHostUnregister(g->regions[i].base);
+	for (size_t i = 0; i < g->nstaging; i++)
+		api->MemFree(g->staging[i].p);
+	if (g->mod)
+		api->ModuleUnload(g->mod);
+	if (g->ctx && prev != g->ctx)
+		api->CtxSetCurrent(prev);
+	pthread_mutex_destroy(&g->lock);
+	free(g->pending);
+	free(g->wanted);
+	free(g->regions);
+	free(g->staging);
+	free(g);
+	*gp = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The conversion                                                      */
+
+/* What one field becomes: an image conversion, or tokens. */
+struct gpu_job {
+	struct feed_convert cv;    /* images */
+	int kernel;                /* K_* */
+	size_t n;                  /* samples (images) or tokens */
+	size_t out_bytes;
+};
+
+static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t field,
+		    const struct feed_to_device *to, struct gpu_job *ret)
+{
+	struct gpu_job j = {0};
+	if (v->ends)
+		return cl_fail(conn, -EINVAL, "field %u: variable-length, not convertible", field);
+	if (v->dtype == FEED_DTYPE_UINT16 || v->dtype == FEED_DTYPE_UINT32) {
+		size_t es = v->dtype == FEED_DTYPE_UINT16 ? 2 : 4;
+		j.kernel = es == 2 ? K_TOK16 : K_TOK32;
+		j.n = v->bytes / es;
+		j.out_bytes = j.n * sizeof(int64_t);
+	} else if (v->dtype == FEED_DTYPE_UINT8) {
+		if (v->rank != 3 && v->rank != 4)
+			return cl_fail(conn, -EINVAL,
+				       "field %u: u8 of rank %u, not images [n, h, w] or [n, h, w, c]",
+				       field, v->rank - 1);
+		uint64_t h = v->shape[1], w = v->shape[2], c = v->rank == 4 ? v->shape[3] : 1;
+		if (h > UINT32_MAX || w > UINT32_MAX || c > FEED_CONVERT_MAX_C)
+			return cl_fail(conn, -EINVAL, "field %u: images of %llux%llux%llu not convertible "
+				       "(at most %d channels)", field, (unsigned long long)h,
+				       (unsigned long long)w, (unsigned long long)c, FEED_CONVERT_MAX_C);
+		if (to->dtype < FEED_TO_F32 || to->dtype > FEED_TO_BF16 ||
+		    (to->layout != FEED_TO_NCHW && to->layout != FEED_TO_NHWC))
+			return cl_fail(conn, -EINVAL, "field %u: unknown dtype %d or layout %d", field,
+				       to->dtype, to->layout);
+		if (feed_convert_init(&j.cv, (uint32_t)h, (uint32_t)w, (uint32_t)c,
+				      (enum feed_convert_dtype)to->dtype,
+				      (enum feed_convert_layout)to->layout, to->mean, to->std) < 0)
+			return cl_fail(conn, -EINVAL, "field %u: mean/std give outputs that are not "
+				       "finite (a std of 0?) or the image is too large", field);
+		j.kernel = K_F32 + to->dtype;
+		j.n = v->shape[0];
+		j.out_bytes = j.n * feed_convert_sample_bytes(&j.cv);
+	} else {
+		return cl_fail(conn, -EINVAL, "field %u: dtype %d not convertible (u8 images, u16 or "
+			       "u32 tokens)", field, v->dtype);
+	}
+	*ret = j;
+	return 0;
+}
+
+static int gpu_cpu(const struct gpu_job *j, const struct feed_view *v, void *dst)
+{
+	switch (j->kernel) {
+	case K_TOK16:
+		return feed_convert_tokens_u16_cpu(v->data, j->n, dst);
+	case K_TOK32:
+		return feed_convert_tokens_u32_cpu(v->data, j->n, dst);
+	default:
+		return feed_convert_images_cpu(&j->cv, v->data, j->n, NULL, dst);
+	}
+}
+
+/* The stream's GPU state, made at its first device call in the context
+ * current now (or the device's primary one). */
+static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device,
+		      struct cl_gpu_stream **ret)
+{
+	const struct cl_cuda *cu = cl_cuda();
+	const struct cl_cuda_api *api = &cu->api;
+	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
+	CUcontext ctx = NULL;
+	CUdevice dev;
+	CUresult e;
+
+	if (!cu->info.usable)
+		return cl_fail(conn, -ENODEV, "GPU path not usable: %s", cu->info.reason);
+	if ((e = api->CtxGetCurrent(&ctx)) != CUDA_SUCCESS)
+		return gpu_fail_cu(conn, cu, e, "cuCtxGetCurrent");
+	if (ctx) {
+		if ((e = api->CtxGetDevice(&dev)) != CUDA_SUCCESS)
+			return gpu_fail_cu(conn, cu, e, "cuCtxGetDevice");
+		if (dev != device)
+			return cl_fail(conn, -EINVAL, "device %d asked, but the current context is "
+				       "device %d's", device, dev);
+	} else {
+		if ((e = api->DeviceGet(&dev, device)) != CUDA_SUCCESS)
+			return cl_fail(conn, -EINVAL, "no CUDA device %d (%u found)", device,
+				       cu->info.num_devices);
+		if ((e = api->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
+			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
+		if ((e = api->CtxSetCurrent(ctx)) != CUDA_SUCCESS)
+			return gpu_fail_cu(conn, cu, e, "cuCtxSetCurrent");
+	}
+	if (g) {
+		if (g->ctx != ctx)
+			return cl_fail(conn, -EINVAL, "stream %u: its GPU delivery began in another "
+				       "context", feed_stream_info(st)->id);
+		*ret = g;
+		return 0;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return cl_fail(conn, -ENOMEM, "out of memory for GPU delivery");
+	g->cu = cu;
+	g->ctx = ctx;
+	g->device = device;
+	pthread_mutex_init(&g->lock, NULL);
+	if ((e = api->ModuleLoadData(&g->mod, cl_cuda_fatbin())) != CUDA_SUCCESS) {
+		g->mod = NULL;
+		goto fail;
+	}
+	for (int k = 0; k < K_COUNT; k++)
+		if ((e = api->ModuleGetFunction(&g->fn[k], g->mod, gpu_kernel_name[k])) != CUDA_SUCCESS)
+			goto fail;
+	*gp = g;
+	*ret = g;
+	return 0;
+fail:
+	if (g->mod)
+		api->ModuleUnload(g->mod);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+	return gpu_fail_cu(conn, cu, e, "loading the embedded kernels (cuModuleLoadData)");
+}
+
+/* Registers b's data region for DMA unless it already is (once per region). */
+static int gpu_register(struct cl_gpu_stream *g, struct feed_conn *conn, const struct feed_batch *b)
+{
+	void *base;
+	size_t len;
+	int r = 0;
+
+	cl_batch_region(b, &base, &len);
+	pthread_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->nregions; i++)
+		if (g->regions[i].base == base)
+			goto out;
+	if ((r = gpu_grow(&g->regions, &g->cap_regions, g->nregions, sizeof(*g->regions))) < 0) {
+		r = cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
+		goto out;
+	}
+	/* the device only reads the region: say so where the device takes it */
+	unsigned flags = g->cu->read_only_register ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
+	CUresult e = g->cu->api.MemHostRegister(base, len, flags);
+	/* refused (or registered by the caller): copies still work, unpinned */
+	g->regions[g->nregions++] = (struct gpu_region){base, e == CUDA_SUCCESS};
+out:
+	pthread_mutex_unlock(&g->lock);
+	return r;
+}
+
+/* The device staging buffer of (b, field), at least size bytes. */
+static int gpu_staging(struct cl_gpu_stream *g, struct feed_conn *conn, const struct feed_batch *b,
+		       uint32_t field, size_t size, CUdeviceptr *ret)
+{
+	struct gpu_staging *s = NULL;
+	CUresult e;
+	for (size_t i = 0; i < g->nstaging; i++)
+		if (g->staging[i].b == b && g->staging[i].field == field)
+			s = &g->staging[i];
+	if (!s) {
+		if (gpu_grow(&g->staging, &g->cap_staging, g->nstaging, sizeof(*g->staging)) < 0)
+			return cl_fail(conn, -ENOMEM, "out of memory for a staging buffer");
+		s = &g->staging[g->nstaging++];
+		*s = (struct gpu_staging){b, field, 0, 0};
+	}
+	if (s->size < size) {
+		if (s->p)
+			g->cu->api.MemFree(s->p); /* no copy into it is in flight: its batch
+						   * was released after them */
+		s->p = 0;
+		s->size = 0;
+		if ((e = g->cu->api.MemAlloc(&s->p, size)) != CUDA_SUCCESS)
+			return gpu_fail_cu(conn, g->cu, e, "cuMemAlloc of a staging buffer");
+		s->size = size;
+	}
+	*ret = s->p;
+	return 0;
+}
+
+static int gpu_launch(struct cl_gpu_stream *g, const struct gpu_job *j, CUdeviceptr src,
+		      CUdeviceptr dst, CUstream stream)
+{
+	struct feed_convert cv = j->cv;
+	size_t n = j->n;
+	CUdeviceptr flip = 0;
+	size_t total = j->kernel >= K_TOK16 ? n : n * cv.h * cv.w * cv.c;
+	size_t blocks = (total + GPU_THREADS - 1) / GPU_THREADS;
+	void *img[] = {&cv, &src, &n, &flip, &dst};
+	void *tok[] = {&src, &n, &dst};
+
+	if (!total)
+		return CUDA_SUCCESS;
+	if (blocks > GPU_MAX_BLOCKS)
+		blocks = GPU_MAX_BLOCKS;
+	return g->cu->api.LaunchKernel(g->fn[j->kernel], (unsigned)blocks, 1, 1, GPU_THREADS, 1, 1, 0,
+				       stream, j->kernel >= K_TOK16 ? tok : img, NULL);
+}
+
+/* Copy, convert and an event, on stream; the event joins the pending ones. */
+static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct feed_batch *b,
+		       uint32_t field, const struct feed_view *v, const struct gpu_job *j,
+		       void *dst, CUstream stream)
+{
+	const struct cl_cuda_api *api = &g->cu->api;
+	CUdeviceptr src = 0;
+	CUevent ev;
+	CUresult e;
+	int r;
+
+	if ((r = gpu_register(g, conn, b)) < 0 ||
+	    (r = gpu_staging(g, conn, b, field, v->bytes ? v->bytes : 1, &src)) < 0)
+		return r;
+	pthread_mutex_lock(&g->lock);
+	r = gpu_grow(&g->pending, &g->cap_pending, g->npending, sizeof(*g->pending));
+	pthread_mutex_unlock(&g->lock);
+	if (r < 0)
+		return cl_fail(conn, -ENOMEM, "out of memory for an event");
+	if ((e = api->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+		return gpu_fail_cu(conn, g->cu, e, "cuEventCreate");
+	if ((e = api->MemcpyHtoDAsync(src, v->data, v->bytes, stream)) != CUDA_SUCCESS) {
+		r = gpu_fail_cu(conn, g->cu, e, "cuMemcpyHtoDAsync of the field");
+		goto fail;
+	}
+	if ((e = gpu_launch(g, j, src, (CUdeviceptr)(uintptr_t)dst, stream)) != CUDA_SUCCESS)
+		r = gpu_fail_cu(conn, g->cu, e, "cuLaunchKernel of the conversion");
+	/* recorded even after a failed launch: the copy was enqueued, and the
+	 * slot must not go back before it ran */
+	if ((e = api->EventRecord(ev, stream)) != CUDA_SUCCESS) {
+		api->EventDestroy(ev);
+		/* nothing tells when the copy ends: wait for everything on stream */
+		CUevent sync;
+		if (api->EventCreate(&sync, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+			if (api->EventRecord(sync, stream) == CUDA_SUCCESS)
+				api->EventSynchronize(sync);
+			api->EventDestroy(sync);
+		}
+		return r ? r : gpu_fail_cu(conn, g->cu, e, "cuEventRecord");
+	}
+	pthread_mutex_lock(&g->lock);
+	g->pending[g->npending++] = (struct gpu_pending){b, ev};
+	pthread_mutex_unlock(&g->lock);
+	return r;
+fail:
+	api->EventDestroy(ev);
+	return r;
+}
+
+FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *dst,
+				  const struct feed_to_device *to, void *stream)
+{
+	struct feed_view v;
+	struct gpu_job j;
+	struct cl_gpu_stream *g = NULL;
+	int r;
+
+	if (!b || !to || !dst)
+		return -EINVAL;
+	struct feed_stream *st = cl_batch_stream(b);
+	struct feed_conn *conn = cl_stream_conn(st);
+	if (!cl_batch_held(b))
+		return cl_fail(conn, -EINVAL, "batch already released");
+	if (feed_batch_field(b, field, &v) < 0)
+		return cl_fail(conn, -EINVAL, "no field %u (the stream has %u)", field,
+			       feed_stream_info(st)->num_fields);
+	if ((r = gpu_plan(conn, &v, field, to, &j)) < 0)
+		return r;
+	if (to->dst_bytes < j.out_bytes)
+		return cl_fail(conn, -EINVAL, "field %u: dst holds %zu bytes, the output needs %zu",
+			       field, to->dst_bytes, j.out_bytes);
+	if (to->device == FEED_DEVICE_CPU)
+		return gpu_cpu(&j, &v, dst) < 0 ? cl_fail(conn, -EINVAL, "field %u: conversion "
+							    "refused", field) : 0;
+	if (to->device < 0)
+		return cl_fail(conn, -EINVAL, "device %d: neither a CUDA device nor "
+			       "FEED_DEVICE_CPU", to->device);
+	if ((r = gpu_stream(st, conn, to->device, &g)) < 0)
+		return r;
+	cl_gpu_poll(st, false);
+	return gpu_enqueue(g, conn, b, field, &v, &j, dst, (CUstream)stream);
+}

@@ -1,0 +1,120 @@
+/*
+ * feed/gpu.h: batches to the GPU (libfeedclient, part 3).
+ *
+ * Batches travel as their smallest dtype (u8 pixels, u16/u32 tokens): one
+ * byte per pixel crosses PCIe, and the conversion to fp32 / fp16 / bf16
+ * (images, normalized per channel) or int64 (tokens) runs on the device,
+ * with the kernels of kernels/ embedded in this library. The library links
+ * no CUDA library: it loads the driver (libcuda.so.1) on first use, so the
+ * same binary runs on nodes with no GPU, no driver or too old a driver,
+ * where feed_gpu_query() says why and the same conversion runs on the CPU
+ * (the kernels' CPU twins give the same bits).
+ *
+ * Never prints: an older driver's notice is feed_gpu_query()'s reason.
+ */
+#ifndef FEED_GPU_H_PUBLIC
+#define FEED_GPU_H_PUBLIC
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feed/client.h"
+#include "feed/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FEED_GPU_MAX_DEVICES 16
+
+/* One CUDA device, as the driver names it. */
+struct feed_gpu_device {
+	char name[128];           /* e.g. "NVIDIA H100 80GB HBM3" */
+	int cc_major, cc_minor;   /* compute capability, e.g. 9.0 */
+};
+
+/* What the GPU path can do on this machine. All fields public. */
+struct feed_gpu_info {
+	bool usable;              /* feed_batch_to_device() can reach a device */
+	bool kernels;             /* this build embeds the CUDA kernels */
+	int driver_version;       /* cuDriverGetVersion(): 1000*major + 10*minor,
+				   * e.g. 13000; 0 when no driver was loaded */
+	int driver_needed;        /* the least driver_version the kernels need */
+	uint32_t num_devices;     /* devices the driver reports (all of them) */
+	struct feed_gpu_device devices[FEED_GPU_MAX_DEVICES]; /* the first ones */
+	char reason[256];         /* when !usable, why, in words, e.g.
+				   * "libcuda.so.1 not found: ..." or "driver
+				   * 12.4 too old: the kernels need 13.0 (r580)
+				   * or newer; converting on the CPU"; else "" */
+};
+
+/*
+ * Fills *ret with this machine's GPU facts. The first call (of the
+ * process) loads the driver and asks it, which may take a while (cuInit);
+ * later calls copy what it found. Returns 0, or -EINVAL for NULL. An
+ * unusable GPU path is not an error: ret->usable says it. Any thread.
+ */
+FEED_API int feed_gpu_query(struct feed_gpu_info *ret);
+
+#define FEED_DEVICE_CPU (-1)      /* feed_to_device.device: host memory */
+
+#define FEED_TO_F32 0             /* feed_to_device.dtype */
+#define FEED_TO_F16 1
+#define FEED_TO_BF16 2
+
+#define FEED_TO_NCHW 0            /* feed_to_device.layout */
+#define FEED_TO_NHWC 1
+
+/* A conversion for feed_batch_to_device(). Zero-initialise, then set. */
+struct feed_to_device {
+	int device;               /* CUDA device ordinal (the caller's stream's),
+				   * or FEED_DEVICE_CPU: dst is host memory and
+				   * the CPU twin converts */
+	int dtype;                /* FEED_TO_*: u8 image fields; token fields
+				   * (u16, u32) always become int64 */
+	int layout;               /* FEED_TO_NCHW or FEED_TO_NHWC (images) */
+	const float *mean, *std;  /* per channel, in units of x/255 (torchvision's
+				   * Normalize after ToTensor); NULL: 0 and 1.
+				   * Borrowed for the call. */
+	size_t dst_bytes;         /* bytes at dst; checked against the output */
+};
+
+/*
+ * Converts field `field` of b into dst. A u8 field of shape [n, h, w, c]
+ * (or [n, h, w]: c = 1; c <= 4) becomes n images in to->dtype and
+ * to->layout, normalized; a u16 / u32 field becomes int64.
+ *
+ * to->device >= 0: stream is the caller's CUstream / cudaStream_t (NULL:
+ * the legacy default stream) on that device, whose context is current (or
+ * none is: then the device's primary context is used); dst is device
+ * memory there, owned by the caller. The first call on a stream registers
+ * its data region for DMA (once per region: cuMemHostRegister); each call
+ * enqueues on stream a copy of the field's bytes into a device staging
+ * buffer the library owns, the conversion kernel, and an event, and
+ * returns without waiting. The batch stays valid for the caller; when the
+ * caller releases it (feed_release, which then does not wait either), the
+ * slot goes back to the daemon only once every conversion enqueued from
+ * it has run (its event completed, as seen by the next feed_next(),
+ * feed_batch_to_device() or feed_stream_close() on the stream), never
+ * earlier. dst must stay allocated until the caller's stream has run the
+ * work, as for any kernel.
+ *
+ * to->device == FEED_DEVICE_CPU: converts on the calling thread into host
+ * memory dst and returns when done; stream is ignored.
+ *
+ * Returns 0, or: -EINVAL naming what was wrong in feed_errmsg() of the
+ * stream's connection (field, dtype, shape, mean/std, dst_bytes too
+ * small); -ENODEV when the GPU path is not usable (the reason is
+ * feed_gpu_query()'s, also in feed_errmsg()); -EIO when the driver fails
+ * a call (named in feed_errmsg()); -ENOMEM. Call it from the thread that
+ * calls feed_next() on b's stream.
+ */
+FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *dst,
+				  const struct feed_to_device *to, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
