@@ -147,12 +147,12 @@ static void gpu_poll(struct feed_stream *st, struct cl_gpu_stream *g, bool wait_
 	do {
 		ndone = 0;
 		pthread_mutex_lock(&g->lock);
-		size_t kept = 0, before = g->npending;
+		size_t kept = 0;
 		for (size_t i = 0; i < g->npending; i++) {
 			CUevent ev = g->pending[i].ev;
-			CUresult e = wait || (wait_one && i == 0 && before == g->npending)
-					     ? api->EventSynchronize(ev)
-					     : api->EventQuery(ev);
+			CUresult e = api->EventQuery(ev);
+			if (e == CUDA_ERROR_NOT_READY && (wait || (wait_one && i == 0)))
+				e = api->EventSynchronize(ev);
 			if (e == CUDA_ERROR_NOT_READY) {
 				g->pending[kept++] = g->pending[i];
 				continue;

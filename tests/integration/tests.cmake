@@ -43,3 +43,15 @@ add_test(NAME integration_readme_example
           -DINCLUDE=${CMAKE_SOURCE_DIR}/client/include
           -P ${FEED_IT_DIR}/check_readme_example.cmake)
 set_tests_properties(integration_readme_example PROPERTIES TIMEOUT 60 LABELS integration)
+
+# The GPU path against the test double of the driver (tests/gpu_double),
+# which libfeedclient loads through FEED_CUDA_DRIVER when a test sets it.
+add_library(fake_cuda SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double/fake_cuda.c)
+target_link_libraries(fake_cuda PRIVATE feed_kernels)
+set_target_properties(fake_cuda PROPERTIES C_VISIBILITY_PRESET hidden)
+feed_integration_test(client_gpu)
+target_include_directories(check_client_gpu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double)
+target_link_libraries(check_client_gpu PRIVATE ${CMAKE_DL_LIBS} m)
+add_dependencies(check_client_gpu fake_cuda)
+set_tests_properties(integration_client_gpu PROPERTIES ENVIRONMENT
+  "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")

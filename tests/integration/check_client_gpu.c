@@ -1,0 +1,362 @@
+/*
+ * check_client_gpu.c: libfeedclient's GPU path (feed/gpu.h) against a real
+ * feedd, with the driver either absent or replaced by its test double
+ * (tests/gpu_double/fake_cuda.c, loaded through FEED_CUDA_DRIVER; its
+ * kernels run the CPU twins, its events complete when a test says so).
+ * Each Check test is a fresh process, so each loads the driver anew with
+ * the environment it set first.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fake_cuda.h"
+#include "feed/client.h"
+#include "feed/gpu.h"
+#include "feed/stream.h"
+#include "feedd_harness.h"
+
+#define CU_READ_ONLY 0x08 /* CU_MEMHOSTREGISTER_READ_ONLY */
+
+static const struct fake_cuda_stats *(*fake_stats)(void);
+static void (*fake_complete)(void);
+
+/* Points libfeedclient at the double, with its settings. */
+static void use_fake(const char *version, const char *ro)
+{
+	const char *lib = getenv("FEED_FAKE_CUDA");
+	ck_assert_msg(lib, "FEED_FAKE_CUDA (the double's path) not set");
+	setenv("FEED_CUDA_DRIVER", lib, 1);
+	setenv("FAKE_CUDA_VERSION", version, 1);
+	setenv("FAKE_CUDA_RO", ro, 1);
+	void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL); /* the handle libfeedclient gets */
+	ck_assert_msg(dl, "%s", dlerror());
+	*(void **)&fake_stats = dlsym(dl, "fake_cuda_stats");
+	*(void **)&fake_complete = dlsym(dl, "fake_cuda_complete_events");
+	ck_assert(fake_stats && fake_complete);
+}
+
+static bool kernels_built(void)
+{
+	struct feed_gpu_info gi;
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	return gi.kernels;
+}
+
+static void gpu_start(void)
+{
+	static char tiny[200];
+	snprintf(tiny, sizeof(tiny), "tiny=%s", h.data);
+	h_start((const char *[]){"--dataset", tiny, NULL});
+}
+
+static struct feed_batch *next_batch(struct feed_stream *st)
+{
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
+		;
+	ck_assert_msg(r == 0, "feed_next: %d", r);
+	return b;
+}
+
+/* ------------------------------------------------------------------ */
+/* Capability                                                          */
+
+/* This machine as it is: without libcuda.so.1 the query says so. */
+START_TEST(test_client_gpu_query_this_machine)
+{
+	struct feed_gpu_info gi;
+	unsetenv("FEED_CUDA_DRIVER");
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert_int_eq(gi.driver_needed, 13000);
+	if (!lib) {
+		ck_assert(!gi.usable);
+		ck_assert_msg(!strncmp(gi.reason, "libcuda.so.1 not found", 22), "%s", gi.reason);
+		ck_assert_int_eq(gi.driver_version, 0);
+		ck_assert_uint_eq(gi.num_devices, 0);
+	} else {
+		ck_assert(gi.usable || gi.reason[0]); /* a driver: usable, or why not */
+	}
+	ck_assert_int_eq(feed_gpu_query(NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_client_gpu_query_driver_absent)
+{
+	struct feed_gpu_info gi;
+	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert(!gi.usable);
+	ck_assert_msg(strstr(gi.reason, "/nonexistent/libcuda.so.1 not found"), "%s", gi.reason);
+}
+END_TEST
+
+START_TEST(test_client_gpu_query_old_driver)
+{
+	struct feed_gpu_info gi;
+	use_fake("12040", "0");
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert(!gi.usable);
+	ck_assert_int_eq(gi.driver_version, 12040);
+	ck_assert_uint_eq(gi.num_devices, 1);
+	ck_assert_msg(strstr(gi.reason, "driver 12.4 too old") && strstr(gi.reason, "13.0"), "%s",
+		      gi.reason);
+}
+END_TEST
+
+START_TEST(test_client_gpu_query_init_error)
+{
+	struct feed_gpu_info gi;
+	use_fake("13000", "0");
+	setenv("FAKE_CUDA_INIT", "100", 1);
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert(!gi.usable);
+	ck_assert_msg(strstr(gi.reason, "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"), "%s", gi.reason);
+}
+END_TEST
+
+START_TEST(test_client_gpu_query_fake_device)
+{
+	struct feed_gpu_info gi;
+	use_fake("13020", "0");
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert_int_eq(gi.driver_version, 13020);
+	ck_assert_uint_eq(gi.num_devices, 1);
+	ck_assert_str_eq(gi.devices[0].name, "Fake GPU 0 (test double)");
+	ck_assert_int_eq(gi.devices[0].cc_major, 9);
+	ck_assert_int_eq(gi.devices[0].cc_minor, 0);
+	if (gi.kernels) {
+		ck_assert_msg(gi.usable, "%s", gi.reason);
+		ck_assert_str_eq(gi.reason, "");
+	} else {
+		ck_assert(!gi.usable);
+		ck_assert_msg(strstr(gi.reason, "built without CUDA kernels"), "%s", gi.reason);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Conversion                                                          */
+
+/* The tiny dataset's image of sample i is 16 bytes of i: normalized,
+ * (i/255 - mean)/std, within a few ulp of the float formula. */
+static void expect_images(const float *out, const struct feed_batch *b, float mean, float std)
+{
+	const uint64_t *idx = feed_batch_samples(b);
+	for (uint32_t s = 0; s < feed_batch_size(b); s++)
+		for (int k = 0; k < 16; k++) {
+			float want = ((float)idx[s] / 255.0f - mean) / std;
+			ck_assert_msg(fabsf(out[s * 16 + k] - want) <= 1e-6f * (1 + fabsf(want)),
+				      "sample %u px %d: %g, not %g", s, k, out[s * 16 + k], want);
+		}
+}
+
+START_TEST(test_client_gpu_cpu_path_converts)
+{
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_batch *b = next_batch(st);
+	float mean = 0.25f, sd = 0.5f, out[3 * 16];
+	int64_t bad[3];
+	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
+				    .mean = &mean, .std = &sd, .dst_bytes = sizeof(out)};
+
+	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), 0);
+	expect_images(out, b, mean, sd);
+	/* too small a destination, a field that is no image, no such field */
+	to.dst_bytes = sizeof(out) - 1;
+	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "dst holds 191 bytes, the output needs 192"), "%s",
+		      feed_errmsg(c));
+	to.dst_bytes = sizeof(bad);
+	ck_assert_int_eq(feed_batch_to_device(b, 1, bad, &to, NULL), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "field 1: dtype"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_batch_to_device(b, 7, out, &to, NULL), -EINVAL);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), -EINVAL); /* released */
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* Without a driver a device request is refused with the query's reason. */
+START_TEST(test_client_gpu_device_refused_without_driver)
+{
+	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_batch *b = next_batch(st);
+	float out[3 * 16];
+	struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(out)};
+
+	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), -ENODEV);
+	ck_assert_msg(strstr(feed_errmsg(c), "GPU path not usable: /nonexistent/libcuda.so.1 not found"),
+		      "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_release(b), 0);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* Through the double: one registration per region (flags as the device
+ * takes them), a copy and a launch per call, the kernel's output the
+ * twin's, and everything undone at close. */
+static void device_converts(const char *ro, unsigned want_flags)
+{
+	use_fake("13000", ro);
+	if (!kernels_built())
+		return; /* without nvcc there is nothing to launch */
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	float mean = 0.5f, sd = 0.25f;
+	float *dev = malloc(3 * 16 * sizeof(float)); /* the double's device memory is host memory */
+	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_F32, .mean = &mean, .std = &sd,
+				    .dst_bytes = 3 * 16 * sizeof(float)};
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	for (int i = 0; i < 4; i++) {
+		struct feed_batch *b = next_batch(st);
+		ck_assert_int_eq(feed_batch_to_device(b, 0, dev, &to, NULL), 0);
+		expect_images(dev, b, mean, sd);
+		ck_assert_int_eq(feed_release(b), 0);
+		fake_complete();
+	}
+	ck_assert_int_eq(fs->registers, 1);
+	ck_assert_uint_eq(fs->last_register_flags, want_flags);
+	ck_assert_int_eq(fs->module_loads, 1);
+	ck_assert_int_eq(fs->copies, 4);
+	ck_assert_int_eq(fs->launches, 4);
+	ck_assert_int_eq(fs->unregisters, 0);
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 1);
+	ck_assert_int_eq(fs->allocs, fs->frees);
+	ck_assert_int_eq(fs->events_created, fs->events_destroyed);
+	free(dev);
+	feed_disconnect(c);
+}
+
+START_TEST(test_client_gpu_register_once)
+{
+	device_converts("0", 0);
+}
+END_TEST
+
+START_TEST(test_client_gpu_register_read_only_where_taken)
+{
+	device_converts("1", CU_READ_ONLY);
+}
+END_TEST
+
+/* A batch released while its copy is in flight keeps its slot until the
+ * event completes: with both credits held, no third batch comes. */
+START_TEST(test_client_gpu_release_waits_for_event)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+	float dev[2 * 16];
+	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_BF16, .dst_bytes = sizeof(dev)};
+	struct feed_batch *b1 = next_batch(st), *b2 = next_batch(st), *b3;
+
+	ck_assert_int_eq(feed_batch_to_device(b1, 0, dev, &to, NULL), 0);
+	ck_assert_int_eq(fs->events_pending, 1);
+	ck_assert_int_eq(feed_release(b1), 0);      /* deferred, does not wait */
+	ck_assert_int_eq(feed_release(b1), -EINVAL); /* still once only */
+	ck_assert_int_eq(feed_release(b2), 0);       /* no copy: goes back now */
+	ck_assert_int_eq(feed_next(st, 0, &b3), 0);  /* b2's slot */
+	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS); /* b1's slot is not back */
+	ck_assert_int_eq(fs->syncs, 0);
+	fake_complete();
+	struct feed_batch *b4 = next_batch(st);     /* now it is */
+	ck_assert_int_eq(fs->events_destroyed, 1);
+	ck_assert_int_eq(fs->syncs, 0);
+	/* with every credit held and a copy pending, a waiting feed_next waits
+	 * for the copy (cuEventSynchronize), not for a daemon that cannot send */
+	ck_assert_int_eq(feed_batch_to_device(b4, 0, dev, &to, NULL), 0);
+	ck_assert_int_eq(feed_release(b4), 0);
+	struct feed_batch *b5 = next_batch(st);
+	ck_assert_int_eq(fs->syncs, 1);
+	ck_assert_int_eq(fs->events_pending, 0);
+	feed_release(b5);
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->events_created, fs->events_destroyed);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* A consumer killed with its region registered and copies in flight: the
+ * daemon reclaims its slots as for any client and serves the next one. */
+START_TEST(test_client_gpu_consumer_killed)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	gpu_start();
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = h_conn_new();
+		struct feed_stream *st = h_tiny_open(c, 2, 2);
+		float dev[2 * 16];
+		struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(dev)};
+		for (int i = 0; i < 2; i++) {
+			struct feed_batch *b = next_batch(st);
+			if (feed_batch_to_device(b, 0, dev, &to, NULL) || feed_release(b))
+				_exit(1);
+		}
+		char ok = fake_stats()->registers == 1 && fake_stats()->events_pending == 2;
+		(void)!write(pipefd[1], &ok, 1);
+		pause();
+		_exit(0);
+	}
+	char ok = 0;
+	ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
+	ck_assert_msg(ok, "the child did not register once with two copies pending");
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_ne(h_wait(pid, H_DEADLINE_MS), -1);
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	h_tiny_read(st, 6);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("client_gpu");
+	TCase *tc = tcase_create("client_gpu");
+
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_client_gpu_query_this_machine);
+	tcase_add_test(tc, test_client_gpu_query_driver_absent);
+	tcase_add_test(tc, test_client_gpu_query_old_driver);
+	tcase_add_test(tc, test_client_gpu_query_init_error);
+	tcase_add_test(tc, test_client_gpu_query_fake_device);
+	tcase_add_test(tc, test_client_gpu_cpu_path_converts);
+	tcase_add_test(tc, test_client_gpu_device_refused_without_driver);
+	tcase_add_test(tc, test_client_gpu_register_once);
+	tcase_add_test(tc, test_client_gpu_register_read_only_where_taken);
+	tcase_add_test(tc, test_client_gpu_release_waits_for_event);
+	tcase_add_test(tc, test_client_gpu_consumer_killed);
+	suite_add_tcase(s, tc);
+	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
