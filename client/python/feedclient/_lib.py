@@ -130,6 +130,46 @@ class View(ctypes.Structure):
     ]
 
 
+FEED_GPU_MAX_DEVICES = 16
+FEED_DEVICE_CPU = -1
+FEED_TO_F32, FEED_TO_F16, FEED_TO_BF16 = 0, 1, 2
+FEED_TO_NCHW, FEED_TO_NHWC = 0, 1
+
+
+class GpuDevice(ctypes.Structure):
+    """struct feed_gpu_device (feed/gpu.h)"""
+    _fields_ = [
+        ("name", ctypes.c_char * 128),
+        ("cc_major", ctypes.c_int),
+        ("cc_minor", ctypes.c_int),
+    ]
+
+
+class GpuInfo(ctypes.Structure):
+    """struct feed_gpu_info (feed/gpu.h)"""
+    _fields_ = [
+        ("usable", ctypes.c_bool),
+        ("kernels", ctypes.c_bool),
+        ("driver_version", ctypes.c_int),
+        ("driver_needed", ctypes.c_int),
+        ("num_devices", ctypes.c_uint32),
+        ("devices", GpuDevice * FEED_GPU_MAX_DEVICES),
+        ("reason", ctypes.c_char * 256),
+    ]
+
+
+class ToDevice(ctypes.Structure):
+    """struct feed_to_device (feed/gpu.h)"""
+    _fields_ = [
+        ("device", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("layout", ctypes.c_int),
+        ("mean", ctypes.POINTER(ctypes.c_float)),
+        ("std", ctypes.POINTER(ctypes.c_float)),
+        ("dst_bytes", ctypes.c_size_t),
+    ]
+
+
 _P = ctypes.c_void_p  # opaque pointers: conn, stream, batch
 
 # name: (restype, argtypes)
@@ -158,6 +198,9 @@ _API = {
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,
                                                 ctypes.POINTER(ctypes.c_size_t)]),
     "feed_stream_close": (ctypes.c_int, [_P]),
+    "feed_gpu_query": (ctypes.c_int, [ctypes.POINTER(GpuInfo)]),
+    "feed_batch_to_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
+                                            ctypes.POINTER(ToDevice), ctypes.c_void_p]),
 }
 
 

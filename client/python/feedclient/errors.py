@@ -131,3 +131,10 @@ def class_for(code, detail):
     if code == -_errno.EINVAL and "pipeline" in detail:
         return BadPipeline
     return _BY_CODE.get(code, FeedError)
+
+
+class GpuUnavailable(FeedError):
+    """Loader(device="cuda") where libfeedclient's GPU path is not usable:
+    no NVIDIA driver, one too old for the kernels, no device, or a build
+    without the kernels; the message is feed_gpu_query()'s reason
+    (feedclient.gpu_info() gives it too). device="cpu" works everywhere."""

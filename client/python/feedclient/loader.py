@@ -370,14 +370,36 @@ class Loader:
     processes forked after it was opened (DataLoader workers): open a
     Loader in each process instead.
 
+    device, dtype, mean, std, layout: converted batches (feedclient.device):
+    device="cuda" (or "cuda:N") or "cpu"; each u8 image field, (h, w) or
+    (h, w, c) with c <= 4, becomes a tensor of dtype (torch.float32, the
+    default, torch.float16 or torch.bfloat16) in layout "NCHW" (default) or
+    "NHWC", normalized as torchvision's Normalize after ToTensor with mean
+    and std (one value per channel, or one for all; units of x/255; None:
+    x/255); u16 / u32 fields become int64; other fields become tensors on
+    the device (copies). On "cuda" the u8 bytes are copied and converted on
+    the GPU into tensors torch allocates, on its current stream; where the
+    GPU path is not usable Loader raises GpuUnavailable with the reason
+    (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
+    Such batches hold no slot: it goes back once the conversion has run.
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
 
     def __init__(self, dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
-                 world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30):
+                 world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
+                 device=None, dtype=None, mean=None, std=None, layout="NCHW"):
         self._closed = True  # until the first stream is open
+        # device= (feedclient.device): converted tensors on "cuda" or "cpu"
+        self._conv = None
+        if device is not None:
+            from .device import Conversion
+            self._conv = Conversion(device, dtype, mean, std, layout)
+        elif dtype is not None or mean is not None or std is not None:
+            raise InvalidArgument("dtype, mean and std convert batches for a device: give "
+                                  "device='cuda' or device='cpu' too")
         if not isinstance(dataset, str) or not dataset:
             raise InvalidArgument("dataset: a non-empty name (str) is required")
         _check_int("batch_size", batch_size, 1, 2**32 - 1)
@@ -766,7 +788,10 @@ class _EpochIter:
                     gc.collect()  # dead batches in reference cycles hold credits too
                     continue
                 raise self._error(r)
-            batch = _make_batch(s, slot, loader._as_torch)
+            batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+            if loader._conv is not None:  # tensors of their own: the slot goes now
+                batch = loader._conv.convert(s, slot.b, batch)
+                del slot
             if batch.epoch != self._epoch:
                 raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
                                     f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))

@@ -1,0 +1,176 @@
+"""feedclient.device: batches converted for training, on the GPU or the CPU.
+
+Loader(..., device="cuda" | "cpu", dtype=torch.bfloat16, mean=..., std=...)
+delivers each u8 image field as a normalized float tensor, NCHW by
+default, and each u16 / u32 token field as int64, through libfeedclient's
+feed_batch_to_device(): on "cuda" the u8 bytes cross PCIe (one byte per
+pixel) and the embedded kernels convert them into a tensor torch allocated
+on its current stream; on "cpu" the kernels' CPU twins convert into a CPU
+tensor (the same bits). Other fields become tensors on the same device
+(copies). Nothing of the batch views shared memory: its slot goes back to
+feedd as soon as the conversion has run (on the GPU: when its event
+completes, never earlier).
+
+Normalization is torchvision's Normalize after ToTensor: mean and std in
+units of x/255, y = (x/255 - mean) / std, computed as one fused
+multiply-add per pixel; fp32 results are within a few ulp of torchvision's
+(tests/python/test_feedclient_device.py checks it), and
+fp16 / bf16 results are the round-to-nearest-even of the fp32 value.
+
+Owns: the capability query (gpu_info) and the per-Loader conversion plan.
+Runs on the Loader's thread; never prints.
+"""
+
+import ctypes
+import errno
+from types import SimpleNamespace
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+from .errors import FeedError, GpuUnavailable, InvalidArgument, class_for
+
+
+def gpu_info():
+    """feed_gpu_query(): what the GPU path can do on this machine, as a
+    namespace: usable (bool), kernels (bool: the build embeds them),
+    driver_version and driver_needed (int, 1000*major + 10*minor; 0: no
+    driver), devices (list of (name, (major, minor))), reason (str: why not
+    usable, "" when usable). The first call loads the driver."""
+    gi = _lib.GpuInfo()
+    lib.feed_gpu_query(ctypes.byref(gi))
+    n = min(gi.num_devices, _lib.FEED_GPU_MAX_DEVICES)
+    devices = [(gi.devices[i].name.decode("utf-8", "replace"),
+                (gi.devices[i].cc_major, gi.devices[i].cc_minor)) for i in range(n)]
+    return SimpleNamespace(usable=bool(gi.usable), kernels=bool(gi.kernels),
+                           driver_version=gi.driver_version, driver_needed=gi.driver_needed,
+                           num_devices=gi.num_devices, devices=devices,
+                           reason=gi.reason.decode("utf-8", "replace"))
+
+
+def _floats(name, v):
+    if v is None:
+        return None
+    try:
+        out = [float(x) for x in (v if hasattr(v, "__iter__") else [v])]
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name}: a number or a sequence of numbers is required, "
+                              f"not {v!r}") from None
+    if not 1 <= len(out) <= 4:
+        raise InvalidArgument(f"{name}: 1 to 4 values (one per channel), not {len(out)}")
+    return out
+
+
+class Conversion:
+    """How a Loader's batches are converted (its device, dtype, mean/std)."""
+
+    def __init__(self, device, dtype, mean, std, layout):
+        import torch
+        self.torch = torch
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise InvalidArgument(f"device: 'cuda', 'cuda:N' or 'cpu', not {device!r}") from None
+        if self.device.type not in ("cuda", "cpu"):
+            raise InvalidArgument(f"device: 'cuda', 'cuda:N' or 'cpu', not {device!r}")
+        dtypes = {torch.float32: _lib.FEED_TO_F32, torch.float16: _lib.FEED_TO_F16,
+                  torch.bfloat16: _lib.FEED_TO_BF16}
+        self.dtype = torch.float32 if dtype is None else dtype
+        if self.dtype not in dtypes:
+            raise InvalidArgument(f"dtype: torch.float32, torch.float16 or torch.bfloat16, "
+                                  f"not {dtype!r}")
+        if layout not in ("NCHW", "NHWC"):
+            raise InvalidArgument(f"layout: 'NCHW' or 'NHWC', not {layout!r}")
+        self.layout = layout
+        self.mean = _floats("mean", mean)
+        self.std = _floats("std", std)
+        self.to = _lib.ToDevice()
+        self.to.dtype = dtypes[self.dtype]
+        self.to.layout = _lib.FEED_TO_NCHW if layout == "NCHW" else _lib.FEED_TO_NHWC
+        self.channels = {}  # c -> (mean, std) arrays kept alive for the C call
+        if self.device.type == "cuda":
+            info = gpu_info()
+            if not info.usable:
+                raise GpuUnavailable(f"device={device!r}: libfeedclient's GPU path is not "
+                                     f"usable: {info.reason}; device='cpu' converts the same "
+                                     f"way on the CPU", -errno.ENODEV, "no usable GPU")
+            self.index = self.device.index if self.device.index is not None else \
+                torch.cuda.current_device()
+            self.to.device = self.index
+        else:
+            self.to.device = _lib.FEED_DEVICE_CPU
+
+    def _norm(self, name, c):
+        """(mean, std) as C float arrays for images of c channels."""
+        got = self.channels.get(c)
+        if got is None:
+            arrs = []
+            for what, v in (("mean", self.mean), ("std", self.std)):
+                if v is None:
+                    arrs.append(None)
+                    continue
+                if len(v) not in (1, c):
+                    raise InvalidArgument(f"{what}: {len(v)} values for field '{name}' of "
+                                          f"{c} channels (give 1 or {c})")
+                arrs.append((ctypes.c_float * c)(*(v * c if len(v) == 1 else v)))
+            got = self.channels[c] = tuple(arrs)
+        return got
+
+    def _image(self, p):
+        """(h, w, c) when plan p is a u8 image field, else None."""
+        if p.variable or p.string or p.dtype != np.uint8:
+            return None
+        if len(p.trail) == 2:
+            return p.trail[0], p.trail[1], 1
+        if len(p.trail) == 3 and 1 <= p.trail[2] <= 4:
+            return p.trail
+        return None
+
+    def convert(self, s, b, batch):
+        """A new Batch of tensors on self.device from batch (numpy views of
+        the delivered slot b of stream s), which the caller then drops."""
+        torch = self.torch
+        dev = self.device if self.device.type == "cpu" else torch.device("cuda", self.index)
+        stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
+        out = type(batch)()
+        out.epoch, out.index, out.indices, out.padded = \
+            batch.epoch, batch.index, batch.indices, batch.padded
+        n = len(batch.indices)
+        for p in s.plan:
+            v = batch[p.name]
+            img = self._image(p)
+            if img is not None or (not p.variable and p.dtype in (np.uint16, np.uint32)):
+                if img is not None:
+                    h, w, c = img
+                    shape = (n, c, h, w) if self.layout == "NCHW" else (n, h, w, c)
+                    dtype = self.dtype
+                    mean, std = self._norm(p.name, c)
+                    self.to.mean = ctypes.cast(mean, ctypes.POINTER(ctypes.c_float)) \
+                        if mean is not None else None
+                    self.to.std = ctypes.cast(std, ctypes.POINTER(ctypes.c_float)) \
+                        if std is not None else None
+                else:
+                    shape, dtype = (n,) + p.trail, torch.int64
+                t = torch.empty(shape, dtype=dtype, device=dev)
+                self.to.dst_bytes = t.numel() * t.element_size()
+                r = lib.feed_batch_to_device(b, p.i, t.data_ptr() if t.numel() else 1,
+                                             ctypes.byref(self.to), stream)
+                if r < 0:
+                    detail = _lib.errmsg(s.conn)
+                    cls = GpuUnavailable if r == -errno.ENODEV else class_for(r, detail)
+                    raise cls(f"field '{p.name}': {detail}", r, _lib.strerror(r))
+                out[p.name] = t
+            elif isinstance(v, list):
+                out[p.name] = [x if isinstance(x, str) else
+                               torch.from_numpy(np.array(x)).to(dev) for x in v]
+            else:
+                a = np.array(v)  # a copy: nothing may view the slot
+                try:
+                    out[p.name] = torch.from_numpy(a).to(dev)
+                except TypeError:  # a dtype this torch lacks: stays numpy, on the CPU
+                    out[p.name] = a
+        return out
+
+
+__all__ = ["gpu_info", "Conversion", "FeedError"]
