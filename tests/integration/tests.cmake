@@ -55,3 +55,16 @@ target_link_libraries(check_client_gpu PRIVATE ${CMAKE_DL_LIBS} m)
 add_dependencies(check_client_gpu fake_cuda)
 set_tests_properties(integration_client_gpu PROPERTIES ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")
+
+# The same on a real device (tests/gpu): built with CUDA, skipped (exit 77)
+# where nvidia-smi lists no GPU. The test itself links cudart to allocate
+# device memory; libfeedclient still loads the driver at run time.
+if(FEED_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  add_executable(check_client_gpu_device ${CMAKE_CURRENT_SOURCE_DIR}/gpu/check_client_gpu_device.c)
+  target_link_libraries(check_client_gpu_device PRIVATE feedd_harness CUDA::cudart)
+  add_dependencies(check_client_gpu_device feedd feedctl)
+  add_test(NAME gpu_client COMMAND check_client_gpu_device)
+  set_tests_properties(gpu_client PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 LABELS gpu)
+endif()
