@@ -62,7 +62,10 @@ static const char *strtab_of(const Elf64_Shdr *s)
 START_TEST(test_client_elf_needed)
 {
 	static const char *const forbidden[] = {"libuv", "libzstd", "libyaml", "libcyaml",
-						"libsystemd", "libxxhash"};
+						"libsystemd", "libxxhash",
+						/* CUDA (libcuda, libcudart): the driver is
+						 * dlopen()ed at run time */
+						"libcuda", "libnvrtc", "libnvidia"};
 	const Elf64_Shdr *dyn = section(SHT_DYNAMIC);
 	bool has_protobuf = false;
 
@@ -108,6 +111,30 @@ START_TEST(test_client_elf_exports)
 }
 END_TEST
 
+/* No undefined CUDA symbol (cu* driver or cuda* runtime calls) either: one
+ * would need a CUDA library at load time on every node, GPU or not. */
+START_TEST(test_client_elf_no_cuda_symbols)
+{
+	const Elf64_Shdr *sym = section(SHT_DYNSYM);
+	bool has_dlopen = false;
+
+	ck_assert_ptr_nonnull(sym);
+	const char *str = strtab_of(sym);
+	const Elf64_Sym *s = (const Elf64_Sym *)(img + sym->sh_offset);
+	for (size_t i = 1; i < sym->sh_size / sizeof(*s); i++) {
+		const char *name = str + s[i].st_name;
+		if (s[i].st_shndx != SHN_UNDEF)
+			continue;
+		ck_assert_msg(strncmp(name, "cuda", 4) && !(name[0] == 'c' && name[1] == 'u' &&
+							  name[2] >= 'A' && name[2] <= 'Z'),
+			      "libfeedclient.so needs %s at load time", name);
+		has_dlopen |= !strcmp(name, "dlopen") || !strncmp(name, "dlopen@", 7);
+	}
+	ck_assert_msg(has_dlopen, "libfeedclient.so does not dlopen (the driver) at all");
+	free(img);
+}
+END_TEST
+
 static Suite *elf_suite(void)
 {
 	Suite *s = suite_create("client_elf");
@@ -117,6 +144,7 @@ static Suite *elf_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_client_elf_needed);
 	tcase_add_test(tc, test_client_elf_exports);
+	tcase_add_test(tc, test_client_elf_no_cuda_symbols);
 	suite_add_tcase(s, tc);
 	return s;
 }
