@@ -116,12 +116,6 @@ static int cu_devices(struct cl_cuda *cu)
 		d->name[sizeof(d->name) - 1] = '\0';
 		cu->api.DeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
 		cu->api.DeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-		if (i == 0) {
-			int ro = 0;
-			if (cu->api.DeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-						       dev) == CUDA_SUCCESS)
-				cu->read_only_register = ro != 0;
-		}
 	}
 	return 0;
 }

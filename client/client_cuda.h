@@ -92,7 +92,6 @@ struct cl_cuda_api {
 struct cl_cuda {
 	struct cl_cuda_api api;     /* all set when info.usable */
 	struct feed_gpu_info info;  /* the capability facts */
-	int read_only_register;     /* device 0 takes CU_MEMHOSTREGISTER_READ_ONLY */
 };
 
 /* The process's driver, loaded on first use (FEED_CUDA_DRIVER or

@@ -67,6 +67,7 @@ struct cl_gpu_stream {
 	const struct cl_cuda *cu;
 	CUcontext ctx;             /* of the first device call; later ones must match */
 	int device;
+	bool read_only;            /* the device takes CU_MEMHOSTREGISTER_READ_ONLY */
 	CUmodule mod;
 	CUfunction fn[K_COUNT];
 	struct gpu_pending *pending; /* copies in flight (lock) */
@@ -184,12 +185,6 @@ void cl_gpu_poll(struct feed_stream *st, bool wait_one)
 		gpu_poll(st, g, wait_one, false);
 }
 
-bool cl_gpu_waiting(struct feed_stream *st)
-{
-	struct cl_gpu_stream *g = *cl_stream_gpu(st);
-	return g && g->nwanted;
-}
-
 void cl_gpu_forget(struct feed_stream *st, void *base)
 {
 	struct cl_gpu_stream *g = *cl_stream_gpu(st);
@@ -233,7 +228,7 @@ void cl_gpu_close(struct feed_stream *st)
 	free(g->regions);
 	free(g->staging);
 	free(g);
-	*gp = NULL;
+	__atomic_store_n(gp, NULL, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------------ */
@@ -352,7 +347,11 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	for (int k = 0; k < K_COUNT; k++)
 		if ((e = api->ModuleGetFunction(&g->fn[k], g->mod, gpu_kernel_name[k])) != CUDA_SUCCESS)
 			goto fail;
-	*gp = g;
+	int ro = 0;
+	g->read_only = api->DeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+					       dev) == CUDA_SUCCESS && ro;
+	/* release: feed_release() on another thread reads it (client_stream.c) */
+	__atomic_store_n(gp, g, __ATOMIC_RELEASE);
 	*ret = g;
 	return 0;
 fail:
@@ -379,8 +378,10 @@ static int gpu_register(struct cl_gpu_stream *g, struct feed_conn *conn, const s
 		r = cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
 		goto out;
 	}
-	/* the device only reads the region: say so where the device takes it */
-	unsigned flags = g->cu->read_only_register ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
+	/* The device only reads the region. It is mapped read-write here (the
+	 * stream's reader may change its batches in place), so READ_ONLY is
+	 * not required: it is a promise, given where the device takes it. */
+	unsigned flags = g->read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
 	CUresult e = g->cu->api.MemHostRegister(base, len, flags);
 	/* refused (or registered by the caller): copies still work, unpinned */
 	g->regions[g->nregions++] = (struct gpu_region){base, e == CUDA_SUCCESS};

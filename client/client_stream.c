@@ -1152,7 +1152,8 @@ FEED_API int feed_release(struct feed_batch *b)
 	if (!b)
 		return -EINVAL;
 	/* copies from b in flight: the slot goes back when they are done */
-	struct cl_gpu_stream *g = b->st->gpu;
+	/* acquire: set by the first feed_batch_to_device(), maybe on another thread */
+	struct cl_gpu_stream *g = __atomic_load_n(&b->st->gpu, __ATOMIC_ACQUIRE);
 	int d = g ? cl_gpu_defer_release(g, b) : 0;
 	if (d)
 		return d > 0 ? 0 : d;

@@ -278,7 +278,7 @@ START_TEST(test_client_gpu_release_waits_for_event)
 	ck_assert_int_eq(feed_release(b1), 0);      /* deferred, does not wait */
 	ck_assert_int_eq(feed_release(b1), -EINVAL); /* still once only */
 	ck_assert_int_eq(feed_release(b2), 0);       /* no copy: goes back now */
-	ck_assert_int_eq(feed_next(st, 0, &b3), 0);  /* b2's slot */
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b3), 0); /* b2's slot */
 	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS); /* b1's slot is not back */
 	ck_assert_int_eq(fs->syncs, 0);
 	fake_complete();
