@@ -8,7 +8,11 @@
  * a time per stream; feed_release() runs on any thread. The only lock is
  * st->rel_lock, around the release ring's producer side and the switch to
  * a new incarnation after a daemon restart (which swaps that ring); it is
- * never held while waiting and nothing else is taken under it.
+ * never held while waiting and nothing else is taken under it but the GPU
+ * state's lock (client_gpu.c: cl_gpu_forget, before a retired region is
+ * unmapped). A stream with GPU delivery checks its copies' events
+ * (cuEventQuery, no system call) at each feed_next(), and feed_release()
+ * of a batch with copies in flight is deferred until they are done.
  *
  * Must never: allocate or enter the kernel when a batch is ready (the
  * fast path of feed_next), print, or crash the host on a daemon bug: the
