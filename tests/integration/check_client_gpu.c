@@ -99,6 +99,17 @@ START_TEST(test_client_gpu_query_driver_absent)
 }
 END_TEST
 
+/* A library that loads but is no CUDA driver names the missing entry point. */
+START_TEST(test_client_gpu_query_not_a_driver)
+{
+	struct feed_gpu_info gi;
+	setenv("FEED_CUDA_DRIVER", "libm.so.6", 1);
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert(!gi.usable);
+	ck_assert_msg(strstr(gi.reason, "libm.so.6 has no cuInit"), "%s", gi.reason);
+}
+END_TEST
+
 START_TEST(test_client_gpu_query_old_driver)
 {
 	struct feed_gpu_info gi;
@@ -348,6 +359,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_client_gpu_query_this_machine);
 	tcase_add_test(tc, test_client_gpu_query_driver_absent);
+	tcase_add_test(tc, test_client_gpu_query_not_a_driver);
 	tcase_add_test(tc, test_client_gpu_query_old_driver);
 	tcase_add_test(tc, test_client_gpu_query_init_error);
 	tcase_add_test(tc, test_client_gpu_query_fake_device);
