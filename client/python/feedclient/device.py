@@ -95,6 +95,11 @@ class Conversion:
                 raise GpuUnavailable(f"device={device!r}: libfeedclient's GPU path is not "
                                      f"usable: {info.reason}; device='cpu' converts the same "
                                      f"way on the CPU", -errno.ENODEV, "no usable GPU")
+            if not torch.cuda.is_available():
+                raise GpuUnavailable(f"device={device!r}: libfeedclient can reach the GPU but "
+                                     f"this torch cannot (built without CUDA, or "
+                                     f"CUDA_VISIBLE_DEVICES hides it)", -errno.ENODEV,
+                                     "no usable GPU")
             self.index = self.device.index if self.device.index is not None else \
                 torch.cuda.current_device()
             self.to.device = self.index
