@@ -159,3 +159,14 @@ def test_cuda_with_old_driver_names_it(fc):
     out = run_cuda_loader(fc, {"FEED_CUDA_DRIVER": fake, "FAKE_CUDA_VERSION": "12080"})
     assert out.startswith("GpuUnavailable ")
     assert "driver 12.8 too old: the kernels need CUDA 13.0" in out
+
+
+def test_cuda_when_torch_has_none(fc):
+    """libfeedclient reaches a (fake) GPU, torch reaches none: said so."""
+    fake = str(LIB / "libfake_cuda.so")
+    if not os.path.exists(fake) or torch.cuda.is_available():
+        pytest.skip("needs the driver's test double and a torch without CUDA")
+    out = run_cuda_loader(fc, {"FEED_CUDA_DRIVER": fake, "FAKE_CUDA_VERSION": "13000"})
+    if "built without CUDA kernels" in out:
+        pytest.skip("this build has no kernels")
+    assert out.startswith("GpuUnavailable ") and "this torch cannot" in out, out
