@@ -74,6 +74,10 @@ void ses_send_fds(struct ses *se, Feed__Reply *reply, const int *fds, unsigned n
  * answers the refusal and returns NULL. */
 const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name);
 
+/* Logs what a stream's client did wrong since the last look, and its stop
+ * (a detach from its group included), once. session_stream.c. */
+void ses_stream_report(struct ses_stream *ss);
+
 void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o);
 void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q);
 
