@@ -168,6 +168,11 @@ void ses_group_unref(struct ses_group *g)
 			*p = g->next;
 			break;
 		}
+	struct dlv_stats st;
+	dlv_stats(g->dlv, &st);
+	log_info(&g->d->log, "group '%s' on '%s' closed: %llu batches built once, %llu delivered "
+		 "to its members", g->name, g->key.e->cfg->name, (unsigned long long)st.batches,
+		 (unsigned long long)st.delivered);
 	dlv_close(g->dlv);
 	quota_group_give(&g->d->quota, g->uid, g->data_bytes);
 	uv_close((uv_handle_t *)&g->timer, ses_group_closed);

@@ -463,6 +463,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		m->held |= 1ull << s;
 		mask |= 1ull << i;
 		m->batches++;
+		d->st.delivered++;
 		m->samples += j->pos.nsamples;
 		m->bytes += j->bytes;
 		if (j->pos.last_of_epoch)
@@ -588,6 +589,21 @@ static bool receivers_locked(const struct dlv *d)
 	return false;
 }
 
+/* A group builds no epoch that no active member will receive. */
+static bool wanted_locked(const struct dlv *d)
+{
+	uint64_t epoch, index;
+
+	if (!d->group || !sched_peek(&d->sched, &epoch, &index))
+		return true;
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		const struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE && (!m->epochs || epoch < m->epochs))
+			return true;
+	}
+	return false;
+}
+
 /* Out of slots and nothing in flight: asks every member holding a slot to
  * ring when it releases. While a batch is still being built there is no
  * need: its job_run() calls advance() after publishing, and that reclaims
@@ -613,7 +629,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 	struct feed_err err = {0};
 	bool go = !d->closing && !d->error && !d->fail_code && d->started && receivers_locked(d);
 
-	while (go && d->nfree > 0 && !d->sched.done) {
+	while (go && d->nfree > 0 && !d->sched.done && wanted_locked(d)) {
 		struct dlv_job *j = &d->jobs[d->free_slots[d->nfree - 1]];
 		int rc = sched_next(&d->sched, &j->pos, &err);
 		if (rc == -EAGAIN || rc == -ENODATA)

@@ -138,6 +138,7 @@ void dlv_close(struct dlv *d);
 /* Counters for stats. */
 struct dlv_stats {
 	uint64_t batches, samples, bytes;  /* published (built once, whatever the members) */
+	uint64_t delivered;                /* batches handed to members, each counted */
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	uint32_t members;                  /* receiving batches or holding slots */

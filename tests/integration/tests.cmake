@@ -43,3 +43,7 @@ add_test(NAME integration_readme_example
           -DINCLUDE=${CMAKE_SOURCE_DIR}/client/include
           -P ${FEED_IT_DIR}/check_readme_example.cmake)
 set_tests_properties(integration_readme_example PROPERTIES TIMEOUT 60 LABELS integration)
+
+# Groups (DESIGN.md "Sharing between jobs"): identical batches built once,
+# killed and stopped members, mismatches, late joiners, private writes.
+feed_integration_test(groups)
