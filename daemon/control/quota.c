@@ -76,7 +76,7 @@ int quota_stream_take(struct quota *q, uid_t uid, uint32_t credits, uint64_t byt
 {
 	struct quota_use now = quota_of(q, uid);
 
-	if ((uint64_t)now.streams + now.groups >= lim->max_streams)
+	if (now.streams >= lim->max_streams)
 		return feed_err_set(err, -EUSERS, "user %u: %u streams open, limit max_streams is %llu",
 				    (unsigned)uid, now.streams,
 				    (unsigned long long)lim->max_streams);
@@ -114,10 +114,6 @@ int quota_group_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cf
 {
 	struct quota_use now = quota_of(q, uid);
 
-	if ((uint64_t)now.streams + now.groups >= lim->max_streams)
-		return feed_err_set(err, -EUSERS, "user %u: %u streams and %u groups open, limit "
-				    "max_streams is %llu", (unsigned)uid, now.streams, now.groups,
-				    (unsigned long long)lim->max_streams);
 	if (bytes > lim->max_slot_bytes || now.bytes > lim->max_slot_bytes - bytes)
 		return feed_err_set(err, -ENOSPC, "user %u: %llu bytes of slots held, a group's "
 				    "%llu more would exceed max_slot_bytes %llu", (unsigned)uid,

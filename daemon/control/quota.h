@@ -49,9 +49,9 @@ int quota_stream_take(struct quota *q, uid_t uid, uint32_t credits, uint64_t byt
 void quota_stream_give(struct quota *q, uid_t uid, uint64_t bytes);
 
 /* Counts a group's data region (bytes) for uid, its creator, until the
- * group ends; its members count as streams. A group counts against
- * max_streams as one more stream (its region outlives any one member):
- * -EUSERS, -ENOSPC (max_slot_bytes) naming the limit; -ENOMEM. */
+ * group ends (it outlives any one member); each membership counts as a
+ * stream (quota_stream_take, with the member's own regions' bytes).
+ * -ENOSPC (max_slot_bytes) naming the limit; -ENOMEM. */
 int quota_group_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
 		     struct feed_err *err);
 void quota_group_give(struct quota *q, uid_t uid, uint64_t bytes);
