@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -496,6 +497,94 @@ START_TEST(test_groups_write_stays_private)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Test 6: who may join, and the limits that cover a group             */
+
+#define NOBODY 65534
+
+/* Starts feedd with g1k readable by everyone and the given limits. */
+static void start_open_to_all(const char *limits)
+{
+	char text[512];
+
+	snprintf(gr_dir, sizeof(gr_dir), "%s/g1k", h.dir);
+	h_make_dataset_blocks(gr_dir, GR_SAMPLES, 50);
+	snprintf(text, sizeof(text), "%sdatasets:\n  - name: tiny\n    path: %s\n"
+		 "  - name: g1k\n    path: %s\n    allow_users: [\"*\"]\n", limits, h.data,
+		 gr_dir);
+	const char *cfg = h_write_file("feedd.yaml", text);
+	h_start((const char *[]){"--config", cfg, NULL});
+}
+
+/* In a child that became nobody: joining root's group is refused. */
+static int gr_nobody_joins(void)
+{
+	struct feed_conn *c;
+	struct feed_stream *st;
+	struct feed_stream_opts o = gr_opts("g", 0);
+
+	if (feed_connect(h.sock, &c))
+		return 1;
+	if (feed_stream_open(c, &o, &st) != -EACCES)
+		return 2;
+	if (!strstr(feed_errmsg(c), "group 'g' belongs to user 0: only its creator may join it"))
+		return 3;
+	o.group = "mine";  /* its own group is fine */
+	if (feed_stream_open(c, &o, &st))
+		return 4;
+	feed_stream_close(st);
+	feed_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_groups_other_user_refused)
+{
+	start_open_to_all("socket_group: nogroup\n");
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = gr_opts("g", 0);
+	struct feed_stream *st = h_stream_open(c, &o);
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+			_exit(100);
+		_exit(gr_nobody_joins());
+	}
+	int status = h_wait(pid, H_DEADLINE_MS);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody: status 0x%x",
+		      status);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_groups_limits_cover_groups)
+{
+	struct feed_stream *st, *st2;
+
+	start_open_to_all("limits:\n  max_streams: 2\n  max_slot_bytes: 1M\n");
+	struct feed_conn *c = h_conn_new();
+	/* 64 slots of 1000 samples (24 000 bytes, 6 pages each): 1.5 MiB of region */
+	struct feed_stream_opts o = gr_opts("big", 0);
+	o.batch = 1000;
+	o.group_depth = 64;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -ENOSPC);
+	ck_assert_msg(strstr(feed_errmsg(c), "group 'big'") &&
+		      strstr(feed_errmsg(c), "max_slot_bytes 1048576"), "%s", feed_errmsg(c));
+	/* each membership is a stream */
+	o = gr_opts("g", 0);
+	st = h_stream_open(c, &o);
+	st2 = h_stream_open(c, &o);
+	struct feed_stream *st3;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st3), -EUSERS);
+	ck_assert_msg(strstr(feed_errmsg(c), "max_streams is 2"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(st2), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 static Suite *groups_suite(void)
 {
 	Suite *s = suite_create("groups");
@@ -508,6 +597,11 @@ static Suite *groups_suite(void)
 	tcase_add_test(tc, test_groups_mismatch_refused);
 	tcase_add_test(tc, test_groups_late_joiner_partial_epoch);
 	tcase_add_test(tc, test_groups_write_stays_private);
+	tcase_add_test(tc, test_groups_limits_cover_groups);
+	if (geteuid() == 0)
+		tcase_add_test(tc, test_groups_other_user_refused);
+	else
+		fprintf(stderr, "check_groups: not root: the other-user test is left out\n");
 	suite_add_tcase(s, tc);
 	return s;
 }
