@@ -113,6 +113,17 @@ void ses_stream_report(struct ses_stream *ss)
 	}
 }
 
+void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret)
+{
+	*ret = (struct ses_stream_view){
+		.id = ss->id, .uid = ss->uid, .pid = ss->se ? ss->se->conn->peer.pid : 0,
+		.dataset = ss->e->cfg->name, .group = ss->grp ? ses_group_name(ss->grp) : "",
+		.batch = ss->batch, .credits = ss->credits,
+	};
+	if (ss->mem)
+		dlv_member_stats(ss->mem, &ret->m);
+}
+
 /* Stops delivery at once, and frees the stream once libuv let go of the
  * poll. The poll goes first: uv_close() takes the doorbell out of epoll
  * right away, which it could no longer do once dlv_close() has closed our
