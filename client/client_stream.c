@@ -757,6 +757,8 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	memcpy(st->len, n->len, sizeof(st->len));
 	st->info.id = n->info.id;
 	st->info.credits = n->info.credits;
+	st->group = n->group;
+	st->take_max = n->take_max;
 	st->conn_opens = n->conn_opens;
 	st->inc++;
 	for (uint32_t i = 0; i < st->nslots; i++) {

@@ -102,7 +102,11 @@ struct feed_stream_opts {
 				   * next feed_next() fails with FEED_EDETACHED,
 				   * the batches it holds stay valid until
 				   * released. credits is what it may hold at a
-				   * time. */
+				   * time. After a daemon restart a member
+				   * rejoins where the group then is (the first
+				   * to come back starts it at its own position):
+				   * unlike a plain stream's, its batches may
+				   * skip or repeat across the restart. */
 	uint32_t group_depth;     /* with a new group: slots the fastest member
 				   * may run ahead of the slowest, up to the
 				   * daemon's max_credits; 0 = credits. A joiner's
