@@ -1,8 +1,10 @@
 /*
- * delivery.c: one stream's slots, credits, ready ring and releases (see
- * delivery.h). Positions come from schedule.c, batches are built by
- * work/builder.c; this file decides which slot a batch goes into, when it
- * is published and when the slot comes back.
+ * delivery.c: one stream's or group's slots, its members, their ready
+ * rings and releases (see delivery.h). Positions come from schedule.c,
+ * batches are built by work/builder.c; this file decides which slot a
+ * batch goes into, when it is published and to which members, when the
+ * slot comes back (every member it went to released it), and when a
+ * group member is detached.
  */
 #include "delivery.h"
 
@@ -912,7 +914,6 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 			 "the other members went on", name,
 			 (unsigned long long)(timeout_ns / 1000000));
 		detach_untaken_locked(d, m);
-		m->error = 0;  /* a member that finished its epochs is told too */
 		member_fail_locked(m, -ENOLINK, msg, DLV_MEMBER_DETACHED);
 		n++;
 	}
