@@ -462,9 +462,14 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 		ses_group_key_of(o, ss, sp, &k);
 		if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
 			return rc;
-		/* the group's depth is its creator's: a joiner's says nothing */
+		/* the group's depth is its creator's: a joiner's says nothing.
+		 * By default twice the credits: a member holding all it may
+		 * take (or one detached, keeping what it took) then leaves the
+		 * others room to go on. */
+		uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
 		sp->credits = ss->grp ? ses_group_depth(ss->grp) :
-			      o->group_depth ? o->group_depth : sp->credits;
+			      o->group_depth ? o->group_depth :
+			      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
 		sp->group = true;
 		sp->sched.epochs = 0;  /* each member ends at its own epochs */
 	}

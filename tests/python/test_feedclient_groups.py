@@ -54,3 +54,24 @@ def test_group_set_epoch_refused(fc):
     with feedclient.Loader("small", 7, socket=fc.sock, group="pye") as a:
         with pytest.raises(feedclient.InvalidArgument, match="group 'pye'"):
             a.set_epoch(3)
+
+
+def test_idle_member_detached_others_go_on(fc, feedd_factory, tmp_path):
+    d = feedd_factory(tmp_path, "--dataset", f"small={fc.dir / 'small'}",
+                      "--group-timeout-ms", 200)
+    kw = dict(socket=d.sock, shuffle=True, seed=1, credits=2, group="pyd")
+    src = fc.src["small"]["image"]
+    with feedclient.Loader("small", 10, **kw) as b:
+        ib = iter(b)
+        held = next(ib)  # b holds a batch, and the group's others unread, then idles
+        with feedclient.Loader("small", 10, **kw) as a:
+            # a joins behind b's slots: it gets batches once b is detached
+            n = sum(1 for _ in a)
+            assert a.first_batch > 0 and n == len(a) - a.first_batch
+        with pytest.raises(feedclient.Detached) as e:
+            next(ib)
+        assert "group 'pyd': detached after releasing nothing for 200 ms" in str(e.value)
+        assert isinstance(e.value, feedclient.StreamStopped)
+        # what it held stayed intact
+        np.testing.assert_array_equal(held["image"], src[held.indices])
+    assert "detached after releasing nothing" in d.log_text()

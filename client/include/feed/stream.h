@@ -109,8 +109,9 @@ struct feed_stream_opts {
 				   * skip or repeat across the restart. */
 	uint32_t group_depth;     /* with a new group: slots the fastest member
 				   * may run ahead of the slowest, up to the
-				   * daemon's max_credits; 0 = credits. A joiner's
-				   * is the group's */
+				   * daemon's max_credits; 0 = twice credits
+				   * (within max_credits). A joiner's is the
+				   * group's */
 };
 
 /* feed_next() on a group member the daemon detached (it released nothing

@@ -19,7 +19,7 @@ build tree of this checkout (build/lib), then the system loader.
 from ._lib import path as library_path
 from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
-                     DaemonNotRunning, FeedError, InvalidArgument, LibraryNotFound, LimitReached,
+                     DaemonNotRunning, Detached, FeedError, InvalidArgument, LibraryNotFound, LimitReached,
                      LoaderClosed, ResumeRefused, StreamStopped, UnknownDataset)
 from .loader import Batch, DatasetInfo, FieldInfo, Loader, datasets
 
@@ -31,5 +31,5 @@ __all__ = [
     "Loader", "Batch", "datasets", "DatasetInfo", "FieldInfo", "FeedError", "LibraryNotFound",
     "DaemonNotRunning", "UnknownDataset", "AccessDenied", "InvalidArgument", "BadPipeline",
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
-    "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
+    "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
 ]

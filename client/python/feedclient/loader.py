@@ -349,7 +349,7 @@ class Loader:
     batches are copy-on-write: writing into one changes it for this process
     only. A member that holds batches and releases none for feedd's group
     timeout (30 s by default) is detached: its next batch raises
-    StreamStopped saying so.
+    Detached (a StreamStopped) saying so.
 
     Groups: iterations follow the group. The first gives the rest of the
     epoch the group is in (partial for a Loader that joins late: its
