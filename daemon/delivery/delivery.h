@@ -116,10 +116,10 @@ void dlv_start(struct dlv *d);
 void dlv_member_on_release(struct dlv_member *m);
 
 /* m leaves: every slot it holds goes back, its regions and doorbells are
- * freed (a plain stream's with the delivery) and the others go on. The
- * client may keep its mappings. Loop thread; accepts NULL; also for a
- * member whose ready() has not come yet (it is then freed when it comes:
- * call nothing else on it). */
+ * freed (a plain stream's with the delivery) and the others go on; m is
+ * invalid afterwards. The client may keep its mappings. Loop thread, once
+ * m's ready() has come (ready() itself may call it, also after a failed
+ * dlv_member_add() or none); accepts NULL. */
 void dlv_member_leave(struct dlv_member *m);
 
 /* Detaches every member that holds a slot and released nothing for
