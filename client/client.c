@@ -503,6 +503,7 @@ static const struct {
 	{EISCONN, "Already connected to feedd"},
 	{ETIMEDOUT, "Timed out waiting for feedd"},
 	{ENOMEM, "Out of memory"},
+	{ENOLINK, "Detached from its group (released nothing within the group timeout)"},
 };
 
 const char *cl_os_strerror(int code)

@@ -42,8 +42,11 @@
 #define ST_MAX_CREDITS 65536     /* sanity bound before asking the daemon */
 #define ST_PIPELINE_MAX 4096     /* bytes of pipeline text */
 #define ST_DEFAULT_CREDITS 4
+#define ST_MAX_GROUP_SLOTS 64    /* a group's depth: the daemon's most credits */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
+
+_Static_assert(FEED_EDETACHED == -ENOLINK, "feed/stream.h spells ENOLINK out");
 
 /* One per slot, allocated at open: delivering a batch fills it in. */
 struct feed_batch {
@@ -73,7 +76,10 @@ struct feed_stream {
 	_Atomic uint32_t nheld;    /* this incarnation's batches delivered and not
 				    * released */
 	struct feed_batch *batches;/* [nslots] */
-	uint8_t *data;             /* the data region, read-write */
+	uint8_t *data;             /* the data region, read-write (a group's: private,
+				    * copy-on-write) */
+	bool group;                /* a group member: drop written pages at release */
+	uint32_t take_max;         /* batches it may hold: nslots, or a member's credits */
 	uint64_t slot_bytes, slot_hdr_bytes, slots_off;
 
 	/* producer side of the release ring (rel_lock) */
@@ -163,6 +169,10 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 	if (o->rank >= world)
 		return cl_fail(conn, -EINVAL, "option rank: %u must be below world %u", o->rank,
 			       world);
+	if (o->group && (!*o->group || strlen(o->group) > 63))
+		return cl_fail(conn, -EINVAL, "option group: a name of 1 to 63 bytes, or NULL");
+	if (o->group_depth && !o->group)
+		return cl_fail(conn, -EINVAL, "option group_depth: only with a group");
 	if (o->pipeline && strlen(o->pipeline) > ST_PIPELINE_MAX)
 		return cl_fail(conn, -EINVAL, "option pipeline: %zu bytes, at most %d",
 			       strlen(o->pipeline), ST_PIPELINE_MAX);
@@ -188,6 +198,8 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->pipeline = (char *)(o->pipeline ? o->pipeline : "");
 	os->start_epoch = o->start_epoch;
 	os->start_batch = o->start_batch;
+	os->group = (char *)(o->group ? o->group : "");
+	os->group_depth = o->group_depth;
 }
 
 /* Tells the daemon to drop stream id. A daemon already gone is no error:
@@ -231,7 +243,8 @@ static char *st_copy(char **pool, const char *s)
 static int st_info(struct feed_stream *st, const Feed__StreamOpened *so)
 {
 	const Feed__Schema *sc = so->schema;
-	size_t strings = strlen(so->pipeline) + strlen(so->dataset_version) + strlen(so->note) + 3;
+	size_t strings = strlen(so->pipeline) + strlen(so->dataset_version) + strlen(so->note) +
+			 strlen(so->group) + 4;
 
 	if (!sc || sc->n_fields == 0 || sc->n_fields > FEED_SHM_MAX_FIELDS)
 		return cl_bad_reply(st->conn, "stream_opened with no schema or too many fields");
@@ -269,6 +282,10 @@ static int st_info(struct feed_stream *st, const Feed__StreamOpened *so)
 	st->info.pipeline_hash = so->pipeline_hash;
 	st->info.dataset_version = st_copy(&pool, so->dataset_version);
 	st->info.note = st_copy(&pool, so->note);
+	st->info.group = st_copy(&pool, so->group);
+	st->info.group_depth = so->group_depth;
+	st->info.group_members = so->group_members;
+	st->group = so->group[0] != '\0';
 	return 0;
 }
 
@@ -330,7 +347,9 @@ static int st_check_eventfd(struct feed_stream *st, int i)
 
 static int st_map_one(struct feed_stream *st, int i, int prot, void **ret)
 {
-	void *p = mmap(NULL, st->len[i], prot, MAP_SHARED, st->fd[i], 0);
+	/* a group's data: private, so a write copies the page for us alone */
+	int flags = i == ST_FD_DATA && st->group ? MAP_PRIVATE : MAP_SHARED;
+	void *p = mmap(NULL, st->len[i], prot, flags, st->fd[i], 0);
 
 	if (p == MAP_FAILED) {
 		int e = errno;
@@ -355,7 +374,7 @@ static int st_check_ctl(struct feed_stream *st, const struct feed_shm_ctl *c, ui
 		return st_bad(st, "control region: sizes %llu/%llu/%llu, the memfds have %zu/%zu/%zu",
 			      (unsigned long long)c->ctl_bytes, (unsigned long long)c->data_bytes,
 			      (unsigned long long)c->rel_bytes, st->len[0], st->len[1], st->len[2]);
-	if (c->nslots == 0 || c->nslots > credits)
+	if (c->nslots == 0 || c->nslots > (st->group ? ST_MAX_GROUP_SLOTS : credits))
 		return st_bad(st, "control region: %u slots for %u credits", c->nslots, credits);
 	if (c->batch != batch || c->nfields != st->info.num_fields ||
 	    c->nfields > FEED_SHM_MAX_FIELDS)
@@ -408,7 +427,8 @@ static int st_map(struct feed_stream *st, uint32_t batch, uint32_t credits)
 	int r;
 
 	if ((r = st_check_memfd(st, ST_FD_CTL, shared | F_SEAL_FUTURE_WRITE, &st->len[0])) < 0 ||
-	    (r = st_check_memfd(st, ST_FD_DATA, shared, &st->len[1])) < 0 ||
+	    (r = st_check_memfd(st, ST_FD_DATA, st->group ? shared | F_SEAL_FUTURE_WRITE : shared,
+				&st->len[1])) < 0 ||
 	    (r = st_check_memfd(st, ST_FD_REL, shared, &st->len[2])) < 0 ||
 	    (r = st_check_eventfd(st, ST_FD_READY)) < 0 ||
 	    (r = st_check_eventfd(st, ST_FD_RELEASE)) < 0)
@@ -420,7 +440,11 @@ static int st_map(struct feed_stream *st, uint32_t batch, uint32_t credits)
 	st->ctl = ctl;
 	if ((r = st_check_ctl(st, ctl, batch, credits)) < 0)
 		return r;
-	/* the stream's only reader may write its batches (in-place ops) */
+	/* the stream's only reader may write its batches (in-place ops); a
+	 * group member writes its private copy */
+	if (st->group && st->ctl->slot_bytes % (uint64_t)sysconf(_SC_PAGESIZE))
+		return st_bad(st, "data region: a group's slots of %llu bytes are not whole pages",
+			      (unsigned long long)st->ctl->slot_bytes);
 	if ((r = st_map_one(st, ST_FD_DATA, PROT_READ | PROT_WRITE, &data)) < 0)
 		return r;
 	st->data = data;
@@ -439,7 +463,8 @@ static int st_map(struct feed_stream *st, uint32_t batch, uint32_t credits)
 	st->slots_off = st->ctl->slots_off;
 	st->rel_ring = (_Atomic uint64_t *)((uint8_t *)rel + st->rel->ring_off);
 	st->rel_cap = st->rel->ring_cap;
-	st->info.credits = st->nslots;
+	st->take_max = st->group && credits < st->nslots ? credits : st->nslots;
+	st->info.credits = st->take_max;
 	st->info.batch = st->batch;
 	return 0;
 }
@@ -594,8 +619,9 @@ FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, s
 static int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
 {
 	size_t nd = strlen(o->dataset) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
+	size_t ng = o->group ? strlen(o->group) + 1 : 0;
 
-	st->opts_mem = malloc(nd + np);
+	st->opts_mem = malloc(nd + np + ng);
 	if (!st->opts_mem)
 		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's options");
 	st->opts = *o;
@@ -603,6 +629,7 @@ static int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o
 	st->opts.resume_len = 0;
 	st->opts.dataset = memcpy(st->opts_mem, o->dataset, nd);
 	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
+	st->opts.group = ng ? memcpy(st->opts_mem + nd + np, o->group, ng) : NULL;
 	return 0;
 }
 
@@ -636,7 +663,7 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 		feed_stream_close(st);
 		return r;
 	}
-	if (opts->resume)
+	if (opts->resume && st->info.group_members <= 1) /* a joiner starts where told */
 		st_resume_position(st, opts->resume, opts->resume_len);
 	*ret = st;
 	return 0;
@@ -739,6 +766,8 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	memcpy(st->len, n->len, sizeof(st->len));
 	st->info.id = n->info.id;
 	st->info.credits = n->info.credits;
+	st->group = n->group;
+	st->take_max = n->take_max;
 	st->conn_opens = n->conn_opens;
 	st->inc++;
 	for (uint32_t i = 0; i < st->nslots; i++) {
@@ -838,6 +867,18 @@ static int st_reopen(struct feed_stream *st)
 FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st)
 {
 	return st ? &st->info : NULL;
+}
+
+FEED_API int feed_stream_group_start(const struct feed_stream *st, uint64_t *ret_epoch,
+				     uint64_t *ret_batch)
+{
+	if (!st || !ret_epoch || !ret_batch)
+		return -EINVAL;
+	if (!st->group)
+		return -ENOENT;
+	*ret_epoch = st->info.start_epoch;
+	*ret_batch = st->info.start_batch;
+	return 0;
 }
 
 FEED_API int feed_stream_fd(const struct feed_stream *st)
@@ -984,6 +1025,8 @@ static int st_take(struct feed_stream *st, uint64_t head, struct feed_batch **re
 	uint32_t slot = feed_ring_slot(e);
 
 	st->tail++;
+	/* relaxed: read only when the daemon detaches us, to know what we took */
+	atomic_store_explicit(&st->rel->ready_tail, st->tail, memory_order_relaxed);
 	if (slot < st->nslots)
 		return st_deliver(st, slot, feed_ring_gen(e), ret);
 	switch (slot) {
@@ -1034,9 +1077,9 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
 	int left = -1;
 
-	if (held >= st->nslots)
+	if (held >= st->take_max)
 		return cl_fail(conn, -ENOBUFS, "stream %u: all %u credits are held by unreleased "
-			       "batches; release one first", st->info.id, st->nslots);
+			       "batches; release one first", st->info.id, st->take_max);
 	if (timeout_ms == 0) {
 		/* armed: feed_stream_fd() becomes readable at the next publish */
 		if (st_arm(st))
@@ -1088,6 +1131,11 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 	for (;;) {
 		/* acquire: the entries and slot headers written before the head */
 		uint64_t head = atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire);
+		/* detached from the group: told now, not after what is queued
+		 * (acquire: the daemon stores the code last, after the message) */
+		if (head != st->tail && st->group &&
+		    __atomic_load_n(&st->ctl->error_code, __ATOMIC_ACQUIRE) == FEED_EDETACHED)
+			return st_daemon_error(st);
 		if (head != st->tail)
 			return st_take(st, head, ret);
 		int r = st_wait(st, timeout_ms, &deadline);
@@ -1178,6 +1226,9 @@ int cl_release_now(struct feed_batch *b)
 		pthread_mutex_unlock(&st->rel_lock);
 		return 0;
 	}
+	if (st->group)  /* our written pages go; the shared ones come back */
+		(void)madvise(st->data + (uint64_t)b->slot * st->slot_bytes, st->slot_bytes,
+			      MADV_DONTNEED);
 	uint64_t head = st->rel_head++;
 	/* relaxed: published by the release store of the head */
 	atomic_store_explicit(&st->rel_ring[head & (st->rel_cap - 1)],

@@ -25,6 +25,7 @@ struct cat;
 struct pool;
 struct cache;
 struct srv;
+struct ses_group;
 
 struct feedd {
 	struct log log;            /* read-only once threads start */
@@ -35,6 +36,7 @@ struct feedd {
 	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
+	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */
 	uint64_t requests;         /* requests answered (loop thread) */

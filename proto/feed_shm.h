@@ -9,6 +9,11 @@
  *            GROW, FUTURE_WRITE, SEAL). Header, ready ring, slot headers.
  *   data     the slots (field bytes only, 64-byte aligned); sealed SHRINK,
  *            GROW, SEAL; a single stream's reader may map it writable.
+ *            A group's (one data region, one control and release region
+ *            per member) is also sealed FUTURE_WRITE and its slots are
+ *            whole pages: members map it MAP_PRIVATE, so an in-place write
+ *            copies the page for that member alone, and drop those pages
+ *            (madvise MADV_DONTNEED) when they release the slot.
  *   release  client-written (sealed SHRINK, GROW, SEAL): the release ring
  *            and both waiting flags. The daemon treats all of it as
  *            untrusted input: it reads each entry once, bounds the head,
@@ -122,7 +127,11 @@ struct feed_shm_rel {
 	uint32_t ring_cap;        /* a power of two */
 	uint32_t reserved0;
 	uint64_t ring_off;
-	uint8_t pad0[40];
+	/* The client's ready-ring tail, stored as it takes each entry: in a
+	 * group, which delivered slots a detached member had already taken
+	 * (those stay intact for it; the rest go back). Untrusted, clamped. */
+	_Atomic uint64_t ready_tail;
+	uint8_t pad0[32];
 	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
 	uint8_t pad1[56];
 	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
@@ -151,6 +160,7 @@ _Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
 	       offsetof(struct feed_shm_slot, sample) % 8 == 0,
 	       "feed_shm_slot layout (FEED_SHM_VERSION 1)");
 _Static_assert(sizeof(struct feed_shm_rel) == 256 &&
+	       offsetof(struct feed_shm_rel, ready_tail) == 24 &&
 	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
 	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
 	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,

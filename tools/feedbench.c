@@ -39,6 +39,9 @@ static const char usage[] =
 	"                 [--pad-last] [--no-touch]\n"
 	"  --jobs K        K processes, each with its own connection and stream; each\n"
 	"                  reads the whole dataset, unless --world: job j is rank j of K\n"
+	"  --group G       every job joins group G: one stream of batches, built once,\n"
+	"                  shared by the jobs (a job joining late starts mid-epoch;\n"
+	"                  --verify then checks its epochs after that one)\n"
 	"  --step-ms X     busy X ms after each batch, as a training step would\n"
 	"  --verify        check that every epoch holds every sample exactly once\n"
 	"  --pad-last      every batch full: each rank's last batch wraps around\n"
@@ -157,8 +160,10 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_ORDER: return fb_order(arg, &o->order);
 	case OPT_HELP: return 1;
 	case OPT_GROUP:
-		fprintf(stderr, "feedbench: --group '%s': groups are not supported yet\n", arg);
-		return -1;
+		if (!*arg || strlen(arg) > 63)
+			return fb_usage_error("--group '%s': a name of 1 to 63 bytes", arg);
+		o->group = arg;
+		return 0;
 	case OPT_STEP:
 		o->step_ms = strtod(arg, &end);
 		if (end == arg || *end || !(o->step_ms >= 0 && o->step_ms <= 60000))
@@ -207,6 +212,11 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 	}
 	if (o->wake && o->credits > 1) {
 		fb_usage_error("--wake reads with one credit; --credits %u contradicts it", o->credits);
+		return FB_EXIT_USAGE;
+	}
+	if (o->world && o->group) {
+		fb_usage_error("--group shares one stream of batches; --world gives each job "
+			       "another rank's");
 		return FB_EXIT_USAGE;
 	}
 	if (o->world && o->jobs < 2) {
@@ -356,6 +366,9 @@ static uint32_t fb_check_sets(const struct fb_opts *o, struct fb_layout *l, bool
 				set_ok[s] = false;
 		if (!set_ok[s])
 			continue;
+		if (!o->world && (l->res[s].start_epoch || l->res[s].start_batch))
+			/* a group's late joiner: its first epoch is partial */
+			l->sets[s].first_epoch = l->res[s].start_epoch + !!l->res[s].start_batch;
 		if (fb_verify_check(&l->sets[s], msg, sizeof(msg)) < 0) {
 			if (o->world)
 				fprintf(stderr, "feedbench: verify (ranks 0..%u together): %s\n",

@@ -30,6 +30,7 @@ struct fb_opts {
 	const char *socket;       /* NULL: $FEEDD_SOCKET or the default */
 	const char *dataset;      /* required */
 	const char *pipeline;     /* NULL: the daemon's identity */
+	const char *group;        /* NULL, or every job joins this group */
 	uint32_t batch;           /* samples per batch */
 	uint32_t credits;         /* 0: the library's default */
 	uint32_t window;          /* block order: blocks per window, 0 = daemon's */
@@ -54,6 +55,7 @@ struct fb_result {
 	bool local_ok;            /* --verify: its own per-batch checks passed */
 	uint32_t rank, world;
 	uint32_t credits;         /* granted by the daemon */
+	uint64_t start_epoch, start_batch; /* its first batch (a group's joiner: mid-epoch) */
 	uint32_t daemon_workers;  /* feed_stats().workers */
 	uint64_t epochs;          /* epochs completed */
 	uint64_t batches, samples, bytes;       /* everything read */
@@ -84,6 +86,8 @@ struct fb_verify {
 	uint64_t per_rank;        /* samples per rank per epoch */
 	uint64_t batches;         /* per rank per epoch: ceil(per_rank / batch) */
 	uint64_t pad;             /* padding positions per epoch */
+	uint64_t first_epoch;     /* the first checked: a group's late joiner's
+				   * partial first epoch is not */
 	uint64_t *pos;            /* [epochs][n + pad], in shared memory */
 };
 

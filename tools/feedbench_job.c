@@ -97,12 +97,16 @@ static int fb_open(struct fb_run *r)
 	so.rank = r->res->rank;
 	so.world = r->res->world;
 	so.pipeline = o->pipeline;
+	so.group = o->group;
 	so.reconnect_ms = -1; /* a benchmark reports a lost daemon, it does not hide it */
 	if ((rc = feed_stream_open(r->conn, &so, &r->st)) < 0)
 		return fb_lib_fail(r, "open stream", rc);
 	const struct feed_stream_info *in = feed_stream_info(r->st);
 	r->bpe = in->batches_per_epoch;
 	r->res->credits = in->credits;
+	/* where it starts: 0/0, or where a group's late joiner comes in */
+	r->res->start_epoch = r->epoch = in->start_epoch;
+	r->res->start_batch = r->index = in->start_batch;
 	snprintf(r->res->note, sizeof(r->res->note), "%s", in->note);
 	snprintf(r->res->pipeline, sizeof(r->res->pipeline), "%s", in->pipeline);
 	r->cap = r->bpe * o->epochs + 1;

@@ -161,7 +161,7 @@ int fb_verify_check(const struct fb_verify *v, char *msg, size_t cap)
 		snprintf(msg, cap, "out of memory for %" PRIu64 " samples' check", v->n);
 		return -1;
 	}
-	for (uint64_t e = 0; e < v->epochs && r == 0; e++)
+	for (uint64_t e = v->first_epoch; e < v->epochs && r == 0; e++)
 		r = fb_verify_epoch(v, e, seen, msg, cap);
 	free(seen);
 	return r;

@@ -62,6 +62,8 @@ static const struct cfg_num {
 	 1, 256, 0},
 	{"cache_bytes", "--cache-bytes", RAW_AT(cache_bytes), CFG_AT(cache_bytes),
 	 OV_AT(cache_bytes), true, 0, 1ull << 50, 1ull << 30},
+	{"group_timeout_ms", "--group-timeout-ms", RAW_AT(group_timeout_ms),
+	 CFG_AT(group_timeout_ms), OV_AT(group_timeout_ms), false, 1, 86400000, 30000},
 	{"limits.max_connections", NULL, RAW_AT(limits.max_connections),
 	 CFG_AT(limits.max_connections), NO_FLAG, false, 1, 65536, 64},
 	{"limits.max_streams", NULL, RAW_AT(limits.max_streams), CFG_AT(limits.max_streams),

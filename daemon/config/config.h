@@ -61,6 +61,7 @@ struct cfg {
 	gid_t socket_gid;          /* group owning the socket and its directory */
 	uint64_t workers;          /* worker threads, 1..256 */
 	uint64_t cache_bytes;      /* block cache budget */
+	uint64_t group_timeout_ms; /* a group member releasing nothing this long is detached */
 	enum log_level log_level;
 	struct cfg_limits limits;
 	size_t ndatasets;
@@ -76,6 +77,7 @@ struct cfg_overrides {
 	const char *socket_path;   /* --socket */
 	const char *workers;       /* --workers */
 	const char *cache_bytes;   /* --cache-bytes */
+	const char *group_timeout_ms; /* --group-timeout-ms */
 	const char *log_level;     /* --log-level */
 	size_t ndatasets;          /* --dataset NAME=DIR, in order */
 	struct cfg_flag_dataset {

@@ -35,6 +35,7 @@ struct cfg_raw {
 	char *socket_group;
 	char *workers;
 	char *cache_bytes;
+	char *group_timeout_ms;
 	char *log_level;
 	struct cfg_raw_limits limits;   /* all NULL when the key is absent */
 	struct cfg_raw_dataset *datasets;

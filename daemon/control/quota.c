@@ -40,7 +40,7 @@ static struct quota_user *get(struct quota *q, uid_t uid)
  * set of users holding something. */
 static void trim(struct quota *q, struct quota_user *u)
 {
-	if (u->use.conns == 0 && u->use.streams == 0 && u->use.bytes == 0)
+	if (u->use.conns == 0 && u->use.streams == 0 && u->use.bytes == 0 && u->use.groups == 0)
 		*u = q->v[--q->len];
 }
 
@@ -105,6 +105,37 @@ void quota_stream_give(struct quota *q, uid_t uid, uint64_t bytes)
 	if (!u)
 		return;
 	u->use.streams--;
+	u->use.bytes -= bytes;
+	trim(q, u);
+}
+
+int quota_group_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
+		     struct feed_err *err)
+{
+	struct quota_use now = quota_of(q, uid);
+
+	if (bytes > lim->max_slot_bytes || now.bytes > lim->max_slot_bytes - bytes)
+		return feed_err_set(err, -ENOSPC, "user %u: %llu bytes of slots held, a group's "
+				    "%llu more would exceed max_slot_bytes %llu", (unsigned)uid,
+				    (unsigned long long)now.bytes, (unsigned long long)bytes,
+				    (unsigned long long)lim->max_slot_bytes);
+	struct quota_user *u = get(q, uid);
+	if (!u)
+		return feed_err_set(err, -ENOMEM, "user %u: out of memory counting groups",
+				    (unsigned)uid);
+	u->use.groups++;
+	u->use.bytes += bytes;
+	return 0;
+}
+
+void quota_group_give(struct quota *q, uid_t uid, uint64_t bytes)
+{
+	struct quota_user *u = find(q, uid);
+
+	assert(u && u->use.groups > 0 && u->use.bytes >= bytes);
+	if (!u)
+		return;
+	u->use.groups--;
 	u->use.bytes -= bytes;
 	trim(q, u);
 }

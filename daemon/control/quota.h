@@ -24,7 +24,8 @@ struct cfg_limits;
 struct quota_use {
 	uint32_t conns;            /* open connections */
 	uint32_t streams;          /* open streams, and opens being prepared */
-	uint64_t bytes;            /* shared memory of those streams */
+	uint64_t bytes;            /* shared memory of those streams and groups */
+	uint32_t groups;           /* groups created (their data regions) */
 };
 
 /* Zero-initialise; free with quota_free(). */
@@ -46,6 +47,14 @@ void quota_conn_give(struct quota *q, uid_t uid);
 int quota_stream_take(struct quota *q, uid_t uid, uint32_t credits, uint64_t bytes,
 		      const struct cfg_limits *lim, struct feed_err *err);
 void quota_stream_give(struct quota *q, uid_t uid, uint64_t bytes);
+
+/* Counts a group's data region (bytes) for uid, its creator, until the
+ * group ends (it outlives any one member); each membership counts as a
+ * stream (quota_stream_take, with the member's own regions' bytes).
+ * -ENOSPC (max_slot_bytes) naming the limit; -ENOMEM. */
+int quota_group_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
+		     struct feed_err *err);
+void quota_group_give(struct quota *q, uid_t uid, uint64_t bytes);
 
 /* What uid holds (zeros for a user holding nothing). */
 struct quota_use quota_of(const struct quota *q, uid_t uid);

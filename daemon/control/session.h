@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "delivery.h"
 #include "log_limit.h"
 #include "server.h"
 #include "wire.h"
@@ -73,6 +74,24 @@ void ses_send_fds(struct ses *se, Feed__Reply *reply, const int *fds, unsigned n
 /* The served dataset a request names if the peer may read it; otherwise
  * answers the refusal and returns NULL. */
 const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name);
+
+/* What status shows of one open stream (a group's member or a plain
+ * stream): whose it is and how its delivery goes. Strings borrowed from
+ * the stream, valid until it closes. Loop thread. */
+struct ses_stream_view {
+	uint32_t id;                   /* on its connection */
+	uid_t uid;
+	pid_t pid;                     /* the peer's, at connect */
+	const char *dataset;
+	const char *group;             /* "" when in no group */
+	uint32_t batch, credits;       /* credits: a group's depth for a member */
+	struct dlv_member_stats m;     /* delivery.h: state, batches, held, start */
+};
+void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret);
+
+/* Logs what a stream's client did wrong since the last look, and its stop
+ * (a detach from its group included), once. session_stream.c. */
+void ses_stream_report(struct ses_stream *ss);
 
 void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o);
 void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q);

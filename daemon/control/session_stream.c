@@ -2,7 +2,7 @@
  * session_stream.c: the stream requests of a connection. Open: access,
  * pipeline, resume token, layout, and every per-user limit checked against
  * the layout's bytes before any memory exists (quota.h); then a worker
- * creates the stream's regions (delivery.h, dlv_prepare) and the reply goes
+ * creates the stream's regions (delivery.h, dlv_join) and the reply goes
  * out from the completion on the loop. Close, and closing every stream when
  * the connection goes, including those still being opened. Loop thread
  * only; building batches happens on the workers.
@@ -22,6 +22,7 @@
 #include "pipeline.h"
 #include "quota.h"
 #include "session.h"
+#include "session_group.h"
 #include "wire.h"
 
 #define SES_DEFAULT_CREDITS 4
@@ -36,7 +37,13 @@ struct ses_stream {
 	uint32_t req_id;           /* the open request, answered when ready */
 	uint32_t id;               /* stream id on the connection, once open */
 	uint32_t batch, credits;   /* for the log */
-	struct dlv *dlv;           /* delivery; closed when this goes */
+	struct dlv *dlv;           /* delivery; closed when this goes, unless grp's */
+	struct dlv_member *mem;    /* our member of it (a plain stream's only one) */
+	struct ses_group *grp;     /* the group it joined (a reference), or NULL */
+	bool listed;               /* in grp's open members */
+	uint32_t group_members;    /* members when it joined, itself included */
+	uint64_t start_epoch;      /* its first batch (a group's late joiner: mid-epoch) */
+	uint64_t start_index;
 	struct pipe_plan *plan;    /* owned until the reply is sent */
 	const struct cat_entry *e; /* the dataset (the catalog outlives us) */
 	char note[256];            /* advice for the open reply */
@@ -46,10 +53,26 @@ struct ses_stream {
 	bool error_logged;         /* the stream's stop was logged */
 };
 
+/* Leaves the delivery: our member goes, then a plain stream's delivery
+ * closes, or the group loses a reference (its last closes it). */
+static void ses_stream_leave(struct ses_stream *ss)
+{
+	if (ss->grp && ss->listed)
+		ses_group_member_gone(ss->grp, ss);
+	ss->listed = false;
+	dlv_member_leave(ss->mem);
+	ss->mem = NULL;
+	if (ss->grp)
+		ses_group_unref(ss->grp);
+	else
+		dlv_close(ss->dlv);
+	ss->grp = NULL;
+	ss->dlv = NULL;
+}
+
 static void ses_stream_free(struct ses_stream *ss)
 {
-	if (ss->dlv)
-		dlv_close(ss->dlv);
+	ses_stream_leave(ss);
 	quota_stream_give(&ss->d->quota, ss->uid, ss->shm_bytes);
 	free(ss->plan);
 	free(ss);
@@ -65,16 +88,16 @@ static void ses_stream_closed(uv_handle_t *h)
  * (or tampering) show. Rate-limited per connection: a client that rings
  * bad entries in a loop gets a few lines, then one a second saying how
  * many were left out; "in all" keeps the full count. */
-static void ses_stream_report(struct ses_stream *ss)
+void ses_stream_report(struct ses_stream *ss)
 {
 	struct srv_conn *c = ss->se->conn;
-	struct dlv_stats st;
+	struct dlv_member_stats st;
 	char note[LOG_LIMIT_NOTE_MAX];
 	uint64_t dropped;
 
-	if (!ss->dlv)
+	if (!ss->mem)
 		return;
-	dlv_stats(ss->dlv, &st);
+	dlv_member_stats(ss->mem, &st);
 	if (st.bad_releases > ss->bad_logged &&
 	    log_limit_allow(&ss->se->release_log, uv_now(&ss->d->loop), &dropped))
 		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u: refused %llu release entries that "
@@ -88,6 +111,17 @@ static void ses_stream_report(struct ses_stream *ss)
 			 ss->id, st.error_msg);
 		ss->error_logged = true;
 	}
+}
+
+void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret)
+{
+	*ret = (struct ses_stream_view){
+		.id = ss->id, .uid = ss->uid, .pid = ss->se ? ss->se->conn->peer.pid : 0,
+		.dataset = ss->e->cfg->name, .group = ss->grp ? ses_group_name(ss->grp) : "",
+		.batch = ss->batch, .credits = ss->credits,
+	};
+	if (ss->mem)
+		dlv_member_stats(ss->mem, &ret->m);
 }
 
 /* Stops delivery at once, and frees the stream once libuv let go of the
@@ -105,8 +139,7 @@ static void ses_stream_drop(struct ses_stream *ss)
 		uv_poll_stop(&ss->poll);
 		uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
 	}
-	dlv_close(ss->dlv);
-	ss->dlv = NULL;
+	ses_stream_leave(ss);
 	if (!ss->poll_live)
 		ses_stream_free(ss);
 }
@@ -115,7 +148,7 @@ static void ses_on_release(uv_poll_t *h, int status, int events)
 {
 	struct ses_stream *ss = h->data;
 
-	dlv_on_release(ss->dlv);
+	dlv_member_on_release(ss->mem);
 	ses_stream_report(ss);
 }
 
@@ -274,8 +307,13 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	so.stream = ss->id;
 	so.schema = &schema;
 	so.batches_per_epoch = dlv_batches_per_epoch(ss->dlv);
-	so.start_epoch = dlv_start_epoch(ss->dlv);
-	so.start_batch = dlv_start_index(ss->dlv);
+	so.start_epoch = ss->start_epoch;
+	so.start_batch = ss->start_index;
+	if (ss->grp) {
+		so.group = (char *)ses_group_name(ss->grp);
+		so.group_depth = ses_group_depth(ss->grp);
+		so.group_members = ss->group_members;
+	}
 	so.pipeline = (char *)ss->plan->canonical;
 	so.pipeline_hash = ss->plan->hash;
 	so.dataset_version = (char *)ss->e->info->version;
@@ -283,7 +321,7 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	reply.id = ss->req_id;
 	reply.body_case = FEED__REPLY__BODY_STREAM_OPENED;
 	reply.stream_opened = &so;
-	dlv_fds(ss->dlv, &fds);
+	dlv_member_fds(ss->mem, &fds);
 	int list[5] = {fds.ctl, fds.data, fds.rel, fds.ready, fds.release};
 	ses_send_fds(se, &reply, list, 5);
 }
@@ -294,7 +332,7 @@ static int ses_stream_poll(struct ses_stream *ss, struct feed_err *err)
 	struct dlv_fds fds;
 	int r;
 
-	dlv_fds(ss->dlv, &fds);
+	dlv_member_fds(ss->mem, &fds);
 	if ((r = uv_poll_init(&ss->d->loop, &ss->poll, fds.release)) < 0)
 		return feed_err_set(err, r, "release doorbell: uv_poll_init: %s", uv_strerror(r));
 	ss->poll.data = ss;
@@ -351,7 +389,8 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 	struct srv_conn *c = se->conn;
 	srv_conn_hold(c);  /* a failed reply closes c only once we are done */
 	ses_unlink_opening(se, ss);
-	if (rc == 0 && (rc = ses_stream_poll(ss, &err)) < 0)
+	if (rc == 0 && ((rc = dlv_member_add(ss->mem, &ss->start_epoch, &ss->start_index, &err)) < 0 ||
+			(rc = ses_stream_poll(ss, &err)) < 0))
 		msg = err.msg;
 	if (rc < 0) {
 		ses_open_refuse(se, ss, rc, msg);
@@ -361,17 +400,47 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 	ss->id = ++se->next_stream_id;
 	ss->next = se->streams;
 	se->streams = ss;
+	if (ss->grp) {  /* the first member starts the group */
+		ss->group_members = ses_group_member_open(ss->grp, ss);
+		ss->listed = true;
+	}
 	ses_opened_reply(se, ss);
-	log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, pipeline '%s'",
-		 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch, ss->credits, ss->plan->canonical);
+	if (ss->grp)
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s' joins group '%s' (%u members) "
+			 "at epoch %llu batch %llu: batch %u, depth %u, pipeline '%s'",
+			 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ses_group_name(ss->grp),
+			 ss->group_members, (unsigned long long)ss->start_epoch,
+			 (unsigned long long)ss->start_index, ss->batch, ss->credits,
+			 ss->plan->canonical);
+	else
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
+			 "pipeline '%s'", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
+			 ss->credits, ss->plan->canonical);
 	free(ss->plan);
 	ss->plan = NULL;
-	dlv_start(ss->dlv);
+	if (!ss->grp)
+		dlv_start(ss->dlv);
 	srv_conn_unhold(c);
 }
 
-/* Everything an open needs before memory: plan, resume, layout, limits.
- * On success the user's quota holds the stream. */
+/* A group open: the canonical spec every member must match. */
+static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream *ss,
+			     const struct dlv_spec *sp, struct ses_group_key *k)
+{
+	const struct ord_spec *ord = &sp->sched.ord;
+
+	*k = (struct ses_group_key){
+		.e = ss->e, .pipeline = ss->plan->canonical, .pipeline_hash = ss->plan->hash,
+		.seed = o->seed, .batch = o->batch, .order = ord->mode,
+		.window = ord->mode == ORD_BLOCK_WINDOW ? ord->window : 0,
+		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
+		.pad_last = ord->pad_last, .eval = ord->eval,
+	};
+}
+
+/* Everything an open needs before memory: plan, resume, group, layout,
+ * limits. On success the user's quota holds the stream (a group member:
+ * its own regions; ss->grp, when the group exists, holds a reference). */
 static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
 			  struct dlv_spec *sp, struct slot_layout *lay, struct feed_err *err)
 {
@@ -388,13 +457,55 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	}
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
 		return rc;
-	if ((rc = layout_compute(&ss->plan->out, o->batch, sp->credits, lay, err)) < 0)
+	if (o->group[0]) {
+		struct ses_group_key k;
+		ses_group_key_of(o, ss, sp, &k);
+		if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
+			return rc;
+		/* the group's depth is its creator's: a joiner's says nothing.
+		 * By default twice the credits: a member holding all it may
+		 * take (or one detached, keeping what it took) then leaves the
+		 * others room to go on. */
+		uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
+		sp->credits = ss->grp ? ses_group_depth(ss->grp) :
+			      o->group_depth ? o->group_depth :
+			      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
+		sp->group = true;
+		sp->sched.epochs = 0;  /* each member ends at its own epochs */
+	}
+	if ((rc = layout_compute(&ss->plan->out, o->batch, sp->credits, lay, err)) < 0 ||
+	    (sp->group && (rc = layout_page_slots(lay, err)) < 0))
 		return rc;
-	ss->shm_bytes = layout_shm_bytes(lay);
+	ss->shm_bytes = sp->group ? layout_member_bytes(lay) : layout_shm_bytes(lay);
 	ss->batch = o->batch;
 	ss->credits = sp->credits;
 	return quota_stream_take(&se->d->quota, ss->uid, sp->credits, ss->shm_bytes,
 				 &se->d->cfg->limits, err);
+}
+
+/* The delivery the stream joins: its own, a group's that exists, or a new
+ * group's. On failure the caller refuses (ses_open_refuse frees it). */
+static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
+			     const struct dlv_spec *sp, const struct slot_layout *lay,
+			     struct feed_err *err)
+{
+	struct ses_group_key k;
+	int rc;
+
+	if (ss->grp) {
+		ss->dlv = ses_group_dlv(ss->grp);
+		return 0;
+	}
+	if ((rc = dlv_new(ss->e->ds, ss->plan, lay, sp, se->d->cache, se->d->pool, &ss->dlv,
+			  err)) < 0 || !sp->group)
+		return rc;
+	ses_group_key_of(o, ss, sp, &k);
+	if ((rc = ses_group_new(se->d, o->group, ss->uid, &k, ss->dlv, sp->credits,
+				layout_data_bytes(lay), &ss->grp, err)) < 0) {
+		dlv_close(ss->dlv);
+		ss->dlv = NULL;
+	}
+	return rc;
 }
 
 void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
@@ -419,6 +530,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	ss->uid = se->conn->peer.uid;
 	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
 	if (rc < 0) {
+		ses_group_unref(ss->grp);
 		ss->shm_bytes = 0;
 		feed_err_prefix(&err, "dataset '%s'", o->dataset);
 		ses_log_refusal(se, err.msg);
@@ -428,15 +540,15 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 		return;
 	}
 	/* from here the quota holds it: ses_stream_free() gives it back */
-	if ((rc = dlv_new(e->ds, ss->plan, &lay, &sp, se->d->cache, se->d->pool, &ss->dlv,
-			  &err)) < 0) {
+	uint32_t credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
+	if ((rc = ses_open_delivery(se, o, ss, &sp, &lay, &err)) < 0 ||
+	    (rc = dlv_join(ss->dlv, o->epochs, credits, ses_open_ready, ss, &ss->mem, &err)) < 0) {
 		ses_open_refuse(se, ss, rc, err.msg);
 		return;
 	}
 	ses_note(se->d, e, &sp, ss->note, sizeof(ss->note));
 	ss->next = se->opening;
 	se->opening = ss;
-	dlv_prepare(ss->dlv, ses_open_ready, ss);
 }
 
 void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q)

@@ -177,6 +177,13 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 	if (o->resume.len > WIRE_RESUME_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.resume: %zu bytes, at most %d",
 				    o->resume.len, WIRE_RESUME_MAX);
+	if (o->group[0] && !wire_name_ok(o->group))
+		return feed_err_set(err, -EINVAL, "open_stream.group: not a group name "
+				    "(1..63 of A-Z a-z 0-9 _ . -)");
+	if (o->group_depth > WIRE_CREDITS_MAX || (o->group_depth && !o->group[0]))
+		return feed_err_set(err, -EINVAL, "open_stream.group_depth: %u, allowed 0..%d "
+				    "(0 = twice the credits), and only with a group", o->group_depth,
+				    WIRE_CREDITS_MAX);
 	if (o->pad_last && (o->eval || o->drop_last))
 		return feed_err_set(err, -EINVAL, "open_stream.pad_last: not with %s (%s)",
 				    o->eval ? "eval" : "drop_last",

@@ -1,8 +1,10 @@
 /*
- * delivery.c: one stream's slots, credits, ready ring and releases (see
- * delivery.h). Positions come from schedule.c, batches are built by
- * work/builder.c; this file decides which slot a batch goes into, when it
- * is published and when the slot comes back.
+ * delivery.c: one stream's or group's slots, its members, their ready
+ * rings and releases (see delivery.h). Positions come from schedule.c,
+ * batches are built by work/builder.c; this file decides which slot a
+ * batch goes into, when it is published and to which members, when the
+ * slot comes back (every member it went to released it), and when a
+ * group member is detached.
  */
 #include "delivery.h"
 
@@ -27,12 +29,13 @@
 enum slot_state {
 	SLOT_FREE = 0,   /* in free_slots */
 	SLOT_BUILDING,   /* a worker writes it */
-	SLOT_CLIENT,     /* published: the client's until released */
+	SLOT_CLIENT,     /* published: the members' in its mask until each released it */
 };
 
 struct slot_info {
 	enum slot_state state;
 	uint32_t gen;              /* bumped at each build; releases must match */
+	uint64_t members;          /* SLOT_CLIENT: bit i = members[i] holds it */
 };
 
 /* One batch being built: one per slot, reused (no allocation per batch). */
@@ -46,19 +49,14 @@ struct dlv_job {
 	bool built;                /* finished, waiting for its turn (lock) */
 };
 
-struct dlv {
-	pthread_mutex_t lock;      /* guards everything below marked (lock) */
-	_Atomic int refs;          /* the loop's + one per job in flight */
-	_Atomic bool closed_flag;  /* closing, readable without the lock */
-	const struct fmt_dataset *ds;
-	struct pipe_plan *plan;    /* our copy: the request that made it is gone */
-	struct slot_layout lay;    /* immutable */
-	uint64_t seed;
-	struct cache *cache;
-	struct pool *pool;
-
-	/* made by dlv_prepare() on a worker, immutable afterwards */
-	struct region ctl, data, rel;
+/* One reader: its control region (ready ring, copies of the slot headers),
+ * its release region and doorbells. */
+struct dlv_member {
+	struct dlv *d;
+	uint64_t epochs;           /* receives epochs < epochs; 0: no end */
+	uint32_t credits;          /* what it may take at a time (the client checks) */
+	/* made by the join job on a worker, immutable afterwards */
+	struct region ctl, rel;
 	int ready_efd, release_efd;
 	uint64_t *ready_ring;             /* in ctl */
 	_Atomic uint64_t *rel_ring;       /* in rel: untrusted */
@@ -69,6 +67,43 @@ struct dlv {
 	struct feed_err prep_err;
 
 	/* (lock) */
+	bool added;                       /* in d->members[idx] */
+	uint32_t idx;                     /* its bit in slot masks, once added */
+	enum dlv_member_state state;
+	uint64_t held;                    /* bit s: slot s published to it, not released */
+	uint64_t idle_since;              /* ns: its last release, or when it began holding */
+	uint64_t ready_head;              /* our copy of ctl->ready_head */
+	uint64_t rel_tail;                /* private: never read from rel */
+	bool pending;                     /* entries pushed, not yet published */
+	uint64_t start_epoch, start_index;
+	uint64_t batches, samples, bytes, bad_releases;
+	int error;
+	char error_msg[256];
+};
+
+struct dlv {
+	pthread_mutex_t lock;      /* guards everything below marked (lock) */
+	_Atomic int refs;          /* the loop's + one per job in flight */
+	_Atomic bool closed_flag;  /* closing, readable without the lock */
+	const struct fmt_dataset *ds;
+	struct pipe_plan *plan;    /* our copy: the request that made it is gone */
+	struct slot_layout lay;    /* immutable */
+	uint64_t seed;
+	bool group;                /* several members: see dlv_spec */
+	struct cache *cache;
+	struct pool *pool;
+	uint8_t *hdrs;             /* the slot headers as built, copied to each
+				    * member at publish (nslots * slot_hdr_bytes) */
+
+	/* the data region, made by the first join's job under data_mu (a leaf
+	 * lock, never held with d->lock), immutable afterwards */
+	pthread_mutex_t data_mu;
+	bool data_made;
+	int data_rc;
+	struct feed_err data_err;
+	struct region data;
+
+	/* (lock) */
 	struct sched sched;
 	struct slot_info slots[DLV_MAX_CREDITS];
 	struct dlv_job jobs[DLV_MAX_CREDITS]; /* job i builds slot i */
@@ -76,13 +111,17 @@ struct dlv {
 	uint32_t nfree;
 	struct dlv_job *seq_job[DLV_MAX_CREDITS]; /* by seq % nslots */
 	uint64_t sched_seq, pub_seq;      /* next to schedule / to publish */
-	uint64_t ready_head;              /* our copy of ctl->ready_head */
-	uint64_t rel_tail;                /* private: never read from rel */
+	struct dlv_member *members[DLV_MAX_MEMBERS]; /* added, not yet left */
+	uint32_t nmembers;
+	struct dlv_member *solo;          /* a plain stream's member: freed with us, so
+					   * a worker may ring it after the lock */
 	bool want_recheck;                /* daemon_waiting was set */
+	bool started;
 	bool closing;
 	int error;
-	/* A batch that failed to build ends the stream only once every batch
-	 * before it is published: the client gets those first, in order. */
+	char error_msg[256];
+	/* A batch that failed to build ends the delivery only once every batch
+	 * before it is published: the members get those first, in order. */
 	int fail_code;                    /* 0, or the earliest failed batch's error */
 	uint64_t fail_seq;                /* its publication order */
 	char fail_msg[FEED_ERR_MSG_MAX];
@@ -91,18 +130,28 @@ struct dlv {
 
 /* ---- lifetime ---- */
 
+static void member_free(struct dlv_member *m)
+{
+	if (!m)
+		return;
+	region_free(&m->ctl);
+	region_free(&m->rel);
+	if (m->ready_efd >= 0)
+		close(m->ready_efd);
+	if (m->release_efd >= 0)
+		close(m->release_efd);
+	free(m);
+}
+
 static void dlv_destroy(struct dlv *d)
 {
-	region_free(&d->ctl);
+	member_free(d->solo);
 	region_free(&d->data);
-	region_free(&d->rel);
-	if (d->ready_efd >= 0)
-		close(d->ready_efd);
-	if (d->release_efd >= 0)
-		close(d->release_efd);
 	sched_fini(&d->sched);
+	free(d->hdrs);
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
+	pthread_mutex_destroy(&d->data_mu);
 	free(d);
 }
 
@@ -122,7 +171,10 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 
 	assert(spec->credits >= 1 && spec->credits <= DLV_MAX_CREDITS);
 	assert(lay->nslots == spec->credits && lay->batch == spec->sched.ord.batch);
-	if (!d || !(d->plan = malloc(sizeof(*plan)))) {
+	if (!d || !(d->plan = malloc(sizeof(*plan))) ||
+	    !(d->hdrs = calloc(lay->nslots, lay->slot_hdr_bytes))) {
+		if (d)
+			free(d->plan);
 		free(d);
 		return feed_err_set(err, -ENOMEM, "stream: out of memory");
 	}
@@ -130,11 +182,13 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->ds = ds;
 	d->lay = *lay;
 	d->seed = spec->seed;
+	d->group = spec->group;
 	d->cache = cache;
 	d->pool = pool;
-	d->ready_efd = d->release_efd = -1;
+	d->data.fd = -1;
 	atomic_init(&d->refs, 1);
 	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_init(&d->data_mu, NULL);
 	if ((rc = sched_init(&d->sched, &spec->sched, err)) < 0) {
 		dlv_destroy(d);
 		return rc;
@@ -150,16 +204,16 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 
 /* ---- regions (a worker, before any client sees them) ---- */
 
-static void headers_init(struct dlv *d)
+static void headers_init(struct dlv *d, struct dlv_member *m)
 {
-	struct feed_shm_ctl *c = d->ctl.map;
-	struct feed_shm_rel *r = d->rel.map;
+	struct feed_shm_ctl *c = m->ctl.map;
+	struct feed_shm_rel *r = m->rel.map;
 
 	c->magic = FEED_SHM_CTL_MAGIC;
 	c->version = FEED_SHM_VERSION;
-	c->ctl_bytes = d->ctl.size;
+	c->ctl_bytes = m->ctl.size;
 	c->data_bytes = d->data.size;
-	c->rel_bytes = d->rel.size;
+	c->rel_bytes = m->rel.size;
 	c->nslots = d->lay.nslots;
 	c->ring_cap = d->lay.ring_cap;
 	c->ring_off = d->lay.ring_off;
@@ -173,76 +227,104 @@ static void headers_init(struct dlv *d)
 	r->version = FEED_SHM_VERSION;
 	r->ring_cap = d->lay.rel_cap;
 	r->ring_off = d->lay.rel_off;
+	atomic_init(&r->ready_tail, 0);
 	atomic_init(&r->rel_head, 0);
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
-	d->ready_ring = (uint64_t *)((uint8_t *)d->ctl.map + d->lay.ring_off);
-	d->rel_ring = (_Atomic uint64_t *)((uint8_t *)d->rel.map + d->lay.rel_off);
+	m->ready_ring = (uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off);
+	m->rel_ring = (_Atomic uint64_t *)((uint8_t *)m->rel.map + d->lay.rel_off);
 }
 
-static int regions_make(struct dlv *d, struct feed_err *err)
+/* The data region, once per delivery (the first join makes it, the
+ * others wait on data_mu and share its outcome). */
+static int data_make(struct dlv *d, struct feed_err *err)
+{
+	pthread_mutex_lock(&d->data_mu);
+	if (!d->data_made) {
+		d->data_made = true;
+		d->data_rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, &d->data_err);
+		if (d->data_rc == 0)
+			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
+						 REGION_SEALS_SHARED, &d->data_err);
+	}
+	int rc = d->data_rc;
+	if (rc < 0)
+		feed_err_set(err, rc, "%s", d->data_err.msg);
+	pthread_mutex_unlock(&d->data_mu);
+	return rc;
+}
+
+static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *err)
 {
 	int rc;
 
-	if ((rc = region_create(&d->ctl, "feedd-control", d->lay.ctl_bytes, err)) < 0 ||
-	    (rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, err)) < 0 ||
-	    (rc = region_create(&d->rel, "feedd-release", d->lay.rel_bytes, err)) < 0)
+	if ((rc = data_make(d, err)) < 0 ||
+	    (rc = region_create(&m->ctl, "feedd-control", d->lay.ctl_bytes, err)) < 0 ||
+	    (rc = region_create(&m->rel, "feedd-release", d->lay.rel_bytes, err)) < 0)
 		return rc;
-	headers_init(d);
-	if ((rc = region_seal(&d->ctl, REGION_SEALS_CONTROL, err)) < 0 ||
-	    (rc = region_seal(&d->data, REGION_SEALS_SHARED, err)) < 0 ||
-	    (rc = region_seal(&d->rel, REGION_SEALS_SHARED, err)) < 0)
+	headers_init(d, m);
+	if ((rc = region_seal(&m->ctl, REGION_SEALS_CONTROL, err)) < 0 ||
+	    (rc = region_seal(&m->rel, REGION_SEALS_SHARED, err)) < 0)
 		return rc;
-	d->ready_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	d->release_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (d->ready_efd < 0 || d->release_efd < 0)
+	m->ready_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	m->release_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (m->ready_efd < 0 || m->release_efd < 0)
 		return feed_err_set(err, -errno, "stream: eventfd: %s", strerror(errno));
 	return 0;
 }
 
 static void prep_run(struct pool_job *j, struct pool_worker *w)
 {
-	struct dlv *d = (struct dlv *)((char *)j - offsetof(struct dlv, prep_job));
+	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
 
 	(void)w;
-	d->prep_rc = regions_make(d, &d->prep_err);
+	m->prep_rc = regions_make(m->d, m, &m->prep_err);
 }
 
 static void prep_done(struct pool_job *j)
 {
-	struct dlv *d = (struct dlv *)((char *)j - offsetof(struct dlv, prep_job));
+	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
+	struct dlv *d = m->d;
 
-	d->ready_fn(d->ready_arg, d->prep_rc, d->prep_err.msg);
+	/* ready() may leave m, and close d: touch neither afterwards */
+	m->ready_fn(m->ready_arg, m->prep_rc, m->prep_err.msg);
+	dlv_unref(d);
 }
 
-void dlv_prepare(struct dlv *d, dlv_ready_fn *ready, void *arg)
+int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
+	     struct dlv_member **ret, struct feed_err *err)
 {
-	d->ready_fn = ready;
-	d->ready_arg = arg;
-	d->prep_job.run = prep_run;
-	d->prep_job.done = prep_done;
-	pool_submit(d->pool, &d->prep_job);
+	struct dlv_member *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return feed_err_set(err, -ENOMEM, "stream: out of memory");
+	m->d = d;
+	m->epochs = epochs;
+	m->credits = credits;
+	m->ready_efd = m->release_efd = -1;
+	m->ctl.fd = m->rel.fd = -1;
+	m->state = DLV_MEMBER_JOINING;
+	m->ready_fn = ready;
+	m->ready_arg = arg;
+	m->prep_job.run = prep_run;
+	m->prep_job.done = prep_done;
+	if (!d->group)
+		d->solo = m;
+	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
+	*ret = m;
+	pool_submit(d->pool, &m->prep_job);
+	return 0;
 }
 
-void dlv_fds(const struct dlv *d, struct dlv_fds *ret_fds)
+void dlv_member_fds(const struct dlv_member *m, struct dlv_fds *ret_fds)
 {
-	*ret_fds = (struct dlv_fds){.ctl = d->ctl.fd, .data = d->data.fd, .rel = d->rel.fd,
-				    .ready = d->ready_efd, .release = d->release_efd};
+	*ret_fds = (struct dlv_fds){.ctl = m->ctl.fd, .data = m->d->data.fd, .rel = m->rel.fd,
+				    .ready = m->ready_efd, .release = m->release_efd};
 }
 
 uint64_t dlv_batches_per_epoch(const struct dlv *d)
 {
 	return sched_batches_per_epoch(&d->sched);
-}
-
-uint64_t dlv_start_epoch(const struct dlv *d)
-{
-	return sched_start_epoch(&d->sched);
-}
-
-uint64_t dlv_start_index(const struct dlv *d)
-{
-	return sched_start_index(&d->sched);
 }
 
 /* ---- publishing (under d->lock) ---- */
@@ -254,74 +336,168 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static struct feed_shm_slot *slot_header(struct dlv *d, uint32_t slot)
+/* Copies a message, cut to fit. */
+static void msg_copy(char *dst, size_t cap, const char *src)
 {
-	return (struct feed_shm_slot *)((uint8_t *)d->ctl.map + layout_hdr_off(&d->lay, slot));
+	size_t n = strlen(src);
+
+	if (n > cap - 1)
+		n = cap - 1;
+
+	memcpy(dst, src, n);
+	dst[n] = '\0';
 }
 
-static void ring_push(struct dlv *d, uint64_t entry)
+static struct feed_shm_slot *slot_header(struct dlv *d, uint32_t slot)
 {
-	d->ready_ring[d->ready_head & (d->lay.ring_cap - 1)] = entry;
-	d->ready_head++;
+	return (struct feed_shm_slot *)(d->hdrs + (uint64_t)slot * d->lay.slot_hdr_bytes);
+}
+
+static void ring_push(struct dlv_member *m, uint64_t entry)
+{
+	m->ready_ring[m->ready_head & (m->d->lay.ring_cap - 1)] = entry;
+	m->ready_head++;
+	m->pending = true;
 }
 
 /* Rings the client's doorbell; ring_publish() decided that it sleeps. */
-static void ring_wake(struct dlv *d)
+static void ring_wake(struct dlv_member *m)
 {
 	uint64_t one = 1;
 
-	(void)!write(d->ready_efd, &one, sizeof(one)); /* EAGAIN: it is ringing already */
+	(void)!write(m->ready_efd, &one, sizeof(one)); /* EAGAIN: it is ringing already */
 }
 
-/* Makes the pushed entries visible. If the client sleeps it is woken now,
- * or, with defer_wake, *defer_wake is set and the caller wakes it with
- * ring_wake() once it has nothing else to do. */
-static void ring_publish(struct dlv *d, bool *defer_wake)
+/* Makes m's pushed entries visible. If the client sleeps it is woken now,
+ * or, with defer_wake (a plain stream's member only: it outlives the
+ * lock), *defer_wake is set and the caller wakes it with ring_wake() once
+ * it has nothing else to do. */
+static void ring_publish(struct dlv_member *m, bool *defer_wake)
 {
-	struct feed_shm_ctl *c = d->ctl.map;
-	struct feed_shm_rel *r = d->rel.map;
+	struct feed_shm_ctl *c = m->ctl.map;
+	struct feed_shm_rel *r = m->rel.map;
 
+	m->pending = false;
 	/* release: the entries and slot headers before the head */
-	atomic_store_explicit(&c->ready_head, d->ready_head, memory_order_release);
+	atomic_store_explicit(&c->ready_head, m->ready_head, memory_order_release);
 	/* seq_cst: pairs with the client's "set waiting, fence, re-check head" */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_exchange_explicit(&r->client_waiting, 0, memory_order_relaxed)) {
-		if (defer_wake)
+		if (defer_wake && !m->d->group)
 			*defer_wake = true;
 		else
-			ring_wake(d);
+			ring_wake(m);
 	}
 }
 
-/* Ends the stream with an error the client reads from the control header,
- * and rings the loop's release doorbell so the stop is logged at once. */
-static void fail_locked(struct dlv *d, int code, const char *msg)
+/* Stops m receiving with an error its client reads from its control
+ * header (after what it was sent before), and rings the loop's release
+ * doorbell so the stop is logged at once. The code is stored last, with
+ * release: a client that sees it sees the message (a detached member's
+ * client looks at it before its queue). */
+static void member_fail_locked(struct dlv_member *m, int code, const char *msg,
+			       enum dlv_member_state state)
 {
-	struct feed_shm_ctl *c = d->ctl.map;
+	struct feed_shm_ctl *c = m->ctl.map;
 	uint64_t one = 1;
 
+	if (m->error)
+		return;
+	m->error = code;
+	m->state = state;
+	msg_copy(m->error_msg, sizeof(m->error_msg), msg);
+	msg_copy(c->error_msg, sizeof(c->error_msg), msg);
+	__atomic_store_n(&c->error_code, code, __ATOMIC_RELEASE);
+	ring_push(m, feed_ring_entry(FEED_READY_ERROR, 0));
+	ring_publish(m, NULL);
+	(void)!write(m->release_efd, &one, sizeof(one));
+}
+
+/* Slot s is no longer held by m (a release, a leave, a stop). */
+static void member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s)
+{
+	m->held &= ~(1ull << s);
+	d->slots[s].members &= ~(1ull << m->idx);
+	if (d->slots[s].members == 0) {
+		d->slots[s].state = SLOT_FREE;
+		d->free_slots[d->nfree++] = s;
+	}
+}
+
+static void member_drop_all_locked(struct dlv *d, struct dlv_member *m)
+{
+	for (uint32_t s = 0; s < d->lay.nslots; s++)
+		if (m->held & (1ull << s))
+			member_drop_locked(d, m, s);
+}
+
+/* Ends the delivery for every member with an error (a batch that could
+ * not be built). */
+static void fail_locked(struct dlv *d, int code, const char *msg)
+{
 	if (d->error)
 		return;
 	d->error = code;
-	c->error_code = code;
-	snprintf(c->error_msg, sizeof(c->error_msg), "%s", msg);
-	ring_push(d, feed_ring_entry(FEED_READY_ERROR, 0));
-	ring_publish(d, NULL);
-	(void)!write(d->release_efd, &one, sizeof(one));
+	msg_copy(d->error_msg, sizeof(d->error_msg), msg);
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE)
+			member_fail_locked(m, code, msg, DLV_MEMBER_STOPPED);
+	}
+}
+
+/* Hands built batch j to every active member. */
+static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
+{
+	struct feed_shm_slot *h = slot_header(d, j->slot);
+	uint32_t s = j->slot, gen = d->slots[s].gen;
+	uint64_t mask = 0;
+
+	h->publish_ns = now;
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (!m || m->state != DLV_MEMBER_ACTIVE)
+			continue;
+		memcpy((uint8_t *)m->ctl.map + layout_hdr_off(&d->lay, s), h, d->lay.slot_hdr_bytes);
+		ring_push(m, feed_ring_entry(s, gen));
+		if (!m->held)
+			m->idle_since = now;
+		m->held |= 1ull << s;
+		mask |= 1ull << i;
+		m->batches++;
+		d->st.delivered++;
+		m->samples += j->pos.nsamples;
+		m->bytes += j->bytes;
+		if (j->pos.last_of_epoch)
+			ring_push(m, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
+		if (j->pos.last_of_stream ||
+		    (j->pos.last_of_epoch && m->epochs && j->pos.epoch + 1 >= m->epochs)) {
+			ring_push(m, feed_ring_entry(FEED_READY_STREAM_END, 0));
+			m->state = DLV_MEMBER_DONE;
+		}
+	}
+	d->st.batches++;
+	d->st.samples += j->pos.nsamples;
+	d->st.bytes += j->bytes;
+	d->slots[s].members = mask;
+	if (mask) {
+		d->slots[s].state = SLOT_CLIENT;
+	} else {  /* nobody receives it (the group's members are done or detached) */
+		d->slots[s].state = SLOT_FREE;
+		d->free_slots[d->nfree++] = s;
+	}
 }
 
 /* Publishes every built batch that is next in order, and a failed
  * batch's error when its turn comes. */
 static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 {
-	bool any = false;
+	uint64_t now = 0;
 
 	for (;;) {
 		if (d->fail_code && d->pub_seq == d->fail_seq) {
-			if (any)
-				ring_publish(d, defer_wake);
 			fail_locked(d, d->fail_code, d->fail_msg);
-			return;
+			break;
 		}
 		if (d->pub_seq == d->sched_seq)
 			break;
@@ -330,70 +506,122 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 			break;
 		d->seq_job[d->pub_seq % d->lay.nslots] = NULL;
 		j->built = false;
-		d->slots[j->slot].state = SLOT_CLIENT;
-		slot_header(d, j->slot)->publish_ns = now_ns();
-		ring_push(d, feed_ring_entry(j->slot, d->slots[j->slot].gen));
-		d->st.batches++;
-		d->st.samples += j->pos.nsamples;
-		d->st.bytes += j->bytes;
-		if (j->pos.last_of_epoch)
-			ring_push(d, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
-		if (j->pos.last_of_stream)
-			ring_push(d, feed_ring_entry(FEED_READY_STREAM_END, 0));
+		if (!now)
+			now = now_ns();
+		publish_one_locked(d, j, now);
 		d->pub_seq++;
-		any = true;
 	}
-	if (any)
-		ring_publish(d, defer_wake);
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
+		if (d->members[i] && d->members[i]->pending)
+			ring_publish(d->members[i], defer_wake);
 }
 
 /* ---- releases (untrusted input) ---- */
 
-static void release_one_locked(struct dlv *d, uint64_t entry)
+static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t entry, uint64_t now)
 {
 	uint32_t slot = feed_ring_slot(entry), gen = feed_ring_gen(entry);
 
 	if (slot >= d->lay.nslots || d->slots[slot].state != SLOT_CLIENT ||
-	    d->slots[slot].gen != gen) {
+	    d->slots[slot].gen != gen || !(m->held & (1ull << slot))) {
+		m->bad_releases++;
 		d->st.bad_releases++;
 		return;
 	}
-	d->slots[slot].state = SLOT_FREE;
-	d->free_slots[d->nfree++] = slot;
+	m->idle_since = now;
+	member_drop_locked(d, m, slot);
 }
 
-/* Reads the release ring from our private tail up to its head. */
-static void reclaim_locked(struct dlv *d)
+/* Reads m's release ring from our private tail up to its head. A head
+ * that moved backwards or too far stops m (and gives back what it held:
+ * it broke the protocol, its views are its own problem). */
+static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 {
-	struct feed_shm_rel *r = d->rel.map;
+	struct feed_shm_rel *r = m->rel.map;
 	uint64_t head = atomic_load_explicit(&r->rel_head, memory_order_acquire);
 	char msg[160];
 
-	if ((int64_t)(head - d->rel_tail) < 0) {
-		snprintf(msg, sizeof(msg), "release queue head moved backwards (from %llu to %llu): "
-			 "stream stopped", (unsigned long long)d->rel_tail, (unsigned long long)head);
-		fail_locked(d, -EPROTO, msg);
+	if (m->state == DLV_MEMBER_STOPPED || head == m->rel_tail)
+		return;
+	if ((int64_t)(head - m->rel_tail) < 0 || head - m->rel_tail > d->lay.rel_cap) {
+		if ((int64_t)(head - m->rel_tail) < 0)
+			snprintf(msg, sizeof(msg), "release queue head moved backwards (from %llu to "
+				 "%llu): stream stopped", (unsigned long long)m->rel_tail,
+				 (unsigned long long)head);
+		else
+			snprintf(msg, sizeof(msg), "release queue head moved %llu entries past the "
+				 "%u it holds: stream stopped",
+				 (unsigned long long)(head - m->rel_tail), d->lay.rel_cap);
+		member_fail_locked(m, -EPROTO, msg, DLV_MEMBER_STOPPED);
+		member_drop_all_locked(d, m);
+		if (!d->group && !d->error) {
+			d->error = -EPROTO;
+			msg_copy(d->error_msg, sizeof(d->error_msg), msg);
+		}
 		return;
 	}
-	if (head - d->rel_tail > d->lay.rel_cap) {
-		snprintf(msg, sizeof(msg), "release queue head moved %llu entries past the %u it "
-			 "holds: stream stopped", (unsigned long long)(head - d->rel_tail),
-			 d->lay.rel_cap);
-		fail_locked(d, -EPROTO, msg);
-		return;
-	}
-	while (d->rel_tail != head) {
+	uint64_t now = now_ns();
+	while (m->rel_tail != head) {
 		/* read once: the client may rewrite the entry under us */
-		uint64_t e = atomic_load_explicit(&d->rel_ring[d->rel_tail & (d->lay.rel_cap - 1)],
+		uint64_t e = atomic_load_explicit(&m->rel_ring[m->rel_tail & (d->lay.rel_cap - 1)],
 						  memory_order_relaxed);
-		release_one_locked(d, e);
-		d->rel_tail++;
+		release_one_locked(d, m, e, now);
+		m->rel_tail++;
 	}
+}
+
+static void reclaim_locked(struct dlv *d)
+{
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
+		if (d->members[i])
+			reclaim_member_locked(d, d->members[i]);
 }
 
 /* ---- scheduling ---- */
 
 static void job_run(struct pool_job *pj, struct pool_worker *w);
+
+/* True while some member receives what is built: a group with none
+ * (all done, detached or gone) builds nothing until one joins. */
+static bool receivers_locked(const struct dlv *d)
+{
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
+		if (d->members[i] && d->members[i]->state == DLV_MEMBER_ACTIVE)
+			return true;
+	return false;
+}
+
+/* A group builds no epoch that no active member will receive. */
+static bool wanted_locked(const struct dlv *d)
+{
+	uint64_t epoch, index;
+
+	if (!d->group || !sched_peek(&d->sched, &epoch, &index))
+		return true;
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		const struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE && (!m->epochs || epoch < m->epochs))
+			return true;
+	}
+	return false;
+}
+
+/* Out of slots and nothing in flight: asks every member holding a slot to
+ * ring when it releases. While a batch is still being built there is no
+ * need: its job_run() calls advance() after publishing, and that reclaims
+ * whatever was released meanwhile, without waking the loop. */
+static void want_release_locked(struct dlv *d)
+{
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (!m || !m->held || m->state == DLV_MEMBER_STOPPED)
+			continue;
+		struct feed_shm_rel *r = m->rel.map;
+		atomic_store_explicit(&r->daemon_waiting, 1, memory_order_relaxed);
+	}
+	atomic_thread_fence(memory_order_seq_cst);
+	d->want_recheck = true;
+}
 
 /* Hands free slots to the next positions; returns the jobs to submit (once
  * the lock is dropped) as a list. */
@@ -401,8 +629,9 @@ static struct pool_job *pump_locked(struct dlv *d)
 {
 	struct pool_job *list = NULL;
 	struct feed_err err = {0};
+	bool go = !d->closing && !d->error && !d->fail_code && d->started && receivers_locked(d);
 
-	while (!d->closing && !d->error && !d->fail_code && d->nfree > 0 && !d->sched.done) {
+	while (go && d->nfree > 0 && !d->sched.done && wanted_locked(d)) {
 		struct dlv_job *j = &d->jobs[d->free_slots[d->nfree - 1]];
 		int rc = sched_next(&d->sched, &j->pos, &err);
 		if (rc == -EAGAIN || rc == -ENODATA)
@@ -412,7 +641,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 			d->fail_seq = d->sched_seq;
 			snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", err.msg);
 			publish_ready_locked(d, NULL);
-			break;
+			return list;
 		}
 		d->nfree--;
 		j->built = false;
@@ -426,17 +655,8 @@ static struct pool_job *pump_locked(struct dlv *d)
 		list = &j->base;
 		atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
 	}
-	if (d->nfree == 0 && d->pub_seq == d->sched_seq && !d->sched.done && !d->closing &&
-	    !d->error && !d->fail_code) {
-		/* Out of credits and nothing in flight: ask the client to ring when
-		 * it releases. While a batch is still being built there is no need:
-		 * its job_run() calls advance() after publishing, and that reclaims
-		 * whatever the client released meanwhile, without waking the loop. */
-		struct feed_shm_rel *r = d->rel.map;
-		atomic_store_explicit(&r->daemon_waiting, 1, memory_order_relaxed);
-		atomic_thread_fence(memory_order_seq_cst);
-		d->want_recheck = true;
-	}
+	if (go && d->nfree == 0 && d->pub_seq == d->sched_seq && !d->sched.done)
+		want_release_locked(d);
 	return list;
 }
 
@@ -460,24 +680,43 @@ static struct pool_job *list_join(struct pool_job *a, struct pool_job *b)
 	return a;
 }
 
-/* Reclaims and schedules. When out of credits pump_locked() has set
- * daemon_waiting (with a fence): one more look at the release head catches
- * a release that raced with it; otherwise the client will ring. */
-static void advance(struct dlv *d)
+/* A member released something since our last look. */
+static bool released_since_locked(struct dlv *d)
+{
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (m && m->state != DLV_MEMBER_STOPPED &&
+		    atomic_load_explicit(&((struct feed_shm_rel *)m->rel.map)->rel_head,
+					 memory_order_acquire) != m->rel_tail)
+			return true;
+	}
+	return false;
+}
+
+/* Reclaims and schedules, with d->lock held; returns the jobs to submit.
+ * When out of slots pump_locked() has set daemon_waiting (with a fence):
+ * one more look at the release heads catches a release that raced with
+ * it; otherwise the client will ring. */
+static struct pool_job *advance_locked(struct dlv *d)
 {
 	struct pool_job *list = NULL;
-	struct feed_shm_rel *r = d->rel.map;
 
-	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		reclaim_locked(d);
 		list = list_join(list, pump_locked(d));
 		if (!d->want_recheck)
 			break;
 		d->want_recheck = false;
-		if (atomic_load_explicit(&r->rel_head, memory_order_acquire) == d->rel_tail)
+		if (!released_since_locked(d))
 			break;
 	}
+	return list;
+}
+
+static void advance(struct dlv *d)
+{
+	pthread_mutex_lock(&d->lock);
+	struct pool_job *list = advance_locked(d);
 	pthread_mutex_unlock(&d->lock);
 	submit_all(d, list);
 }
@@ -491,6 +730,7 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.ord_batch = j->pos.batch, .nsamples = j->pos.nsamples,
 		.data = (uint8_t *)d->data.map + layout_slot_off(&d->lay, j->slot),
 		.data_off = layout_slot_off(&d->lay, j->slot),
+		/* built in our copy, copied into each member's control region at publish */
 		.hdr = slot_header(d, j->slot),
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
@@ -527,33 +767,161 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	if (rc == 0)
 		advance(d);
 	/* The reader's wake-up comes last: a reader on this CPU then runs as
-	 * soon as we are done, not while we reclaim and schedule. */
+	 * soon as we are done, not while we reclaim and schedule. Only a plain
+	 * stream defers it (its member lives as long as d, which we hold). */
 	if (wake)
-		ring_wake(d);
+		ring_wake(d->solo);
 	dlv_unref(d);
 }
 
 /* ---- loop thread ---- */
 
+int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
+		   struct feed_err *err)
+{
+	struct dlv *d = m->d;
+	uint64_t epoch = 0, index = 0;
+	uint32_t idx;
+	int rc = 0;
+
+	pthread_mutex_lock(&d->lock);
+	for (idx = 0; idx < DLV_MAX_MEMBERS && d->members[idx]; idx++)
+		;
+	if (idx == DLV_MAX_MEMBERS) {
+		rc = feed_err_set(err, -EUSERS, "the group has %d members, the most it can have",
+				  DLV_MAX_MEMBERS);
+		goto out;
+	}
+	if (d->error) {
+		rc = feed_err_set(err, d->error, "%s", d->error_msg);
+		goto out;
+	}
+	/* it starts with the next batch to publish: built already, being
+	 * built, or the schedule's next */
+	if (d->pub_seq != d->sched_seq) {
+		const struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
+		epoch = j->pos.epoch;
+		index = j->pos.index;
+	} else if (!sched_peek(&d->sched, &epoch, &index)) {
+		epoch = sched_start_epoch(&d->sched);
+		index = sched_start_index(&d->sched);
+	}
+	if (d->group && m->epochs && epoch >= m->epochs) {
+		rc = feed_err_set(err, -EINVAL, "the group is at epoch %llu batch %llu; epochs %llu "
+				  "ends before it", (unsigned long long)epoch,
+				  (unsigned long long)index, (unsigned long long)m->epochs);
+		goto out;
+	}
+	m->idx = idx;
+	m->added = true;
+	m->state = DLV_MEMBER_ACTIVE;
+	m->start_epoch = epoch;
+	m->start_index = index;
+	d->members[idx] = m;
+	d->nmembers++;
+	*ret_epoch = epoch;
+	*ret_index = index;
+out:;
+	struct pool_job *list = rc == 0 && d->started ? advance_locked(d) : NULL;
+	pthread_mutex_unlock(&d->lock);
+	submit_all(d, list);
+	return rc;
+}
+
 void dlv_start(struct dlv *d)
 {
+	pthread_mutex_lock(&d->lock);
+	d->started = true;
 	if (sched_empty(&d->sched)) {
 		/* a token taken after the last epoch: nothing but the end */
-		pthread_mutex_lock(&d->lock);
-		ring_push(d, feed_ring_entry(FEED_READY_STREAM_END, 0));
-		ring_publish(d, NULL);
+		for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
+			if (d->members[i]) {
+				ring_push(d->members[i], feed_ring_entry(FEED_READY_STREAM_END, 0));
+				ring_publish(d->members[i], NULL);
+			}
 		pthread_mutex_unlock(&d->lock);
 		return;
 	}
+	pthread_mutex_unlock(&d->lock);
 	advance(d);
 }
 
-void dlv_on_release(struct dlv *d)
+void dlv_member_on_release(struct dlv_member *m)
 {
 	uint64_t count;
 
-	(void)!read(d->release_efd, &count, sizeof(count)); /* clear; we re-check anyway */
-	advance(d);
+	(void)!read(m->release_efd, &count, sizeof(count)); /* clear; we re-check anyway */
+	advance(m->d);
+}
+
+void dlv_member_leave(struct dlv_member *m)
+{
+	if (!m)
+		return;
+	struct dlv *d = m->d;
+	struct pool_job *list = NULL;
+
+	pthread_mutex_lock(&d->lock);
+	if (m->added) {
+		member_drop_all_locked(d, m);
+		d->members[m->idx] = NULL;
+		d->nmembers--;
+		m->added = false;
+		m->state = DLV_MEMBER_STOPPED;
+		if (d->group)
+			list = advance_locked(d);  /* the others go on */
+	}
+	pthread_mutex_unlock(&d->lock);
+	submit_all(d, list);
+	if (d->group)  /* nobody rings it after the lock: it is no member any more */
+		member_free(m);
+}
+
+/* The slots m was sent but had not taken (its untrusted ready tail,
+ * clamped to what we sent) go back; those it took stay. */
+static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
+{
+	struct feed_shm_rel *r = m->rel.map;
+	uint64_t head = m->ready_head, cap = d->lay.ring_cap;
+	uint64_t tail = atomic_load_explicit(&r->ready_tail, memory_order_relaxed);
+	uint64_t oldest = head > cap ? head - cap : 0;
+
+	if (tail > head || tail < oldest)
+		tail = oldest;  /* a lie: it keeps what the ring still names */
+	for (uint64_t i = tail; i != head; i++) {
+		uint64_t e = m->ready_ring[i & (cap - 1)];
+		uint32_t s = feed_ring_slot(e);
+		if (s < d->lay.nslots && (m->held & (1ull << s)) && d->slots[s].gen == feed_ring_gen(e))
+			member_drop_locked(d, m, s);
+	}
+}
+
+unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
+{
+	struct pool_job *list = NULL;
+	unsigned n = 0;
+	char msg[200];
+
+	pthread_mutex_lock(&d->lock);
+	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (!m || !m->held || now - m->idle_since <= timeout_ns ||
+		    (m->state != DLV_MEMBER_ACTIVE && m->state != DLV_MEMBER_DONE))
+			continue;
+		snprintf(msg, sizeof(msg), "group '%s': detached after releasing nothing for %llu ms "
+			 "(the group timeout); the batches it holds stay valid until released, "
+			 "the other members went on", name,
+			 (unsigned long long)(timeout_ns / 1000000));
+		detach_untaken_locked(d, m);
+		member_fail_locked(m, -ENOLINK, msg, DLV_MEMBER_DETACHED);
+		n++;
+	}
+	if (n)
+		list = advance_locked(d);
+	pthread_mutex_unlock(&d->lock);
+	submit_all(d, list);
+	return n;
 }
 
 void dlv_close(struct dlv *d)
@@ -572,9 +940,25 @@ void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 	pthread_mutex_lock(&d->lock);
 	*ret_stats = d->st;
 	ret_stats->credits_in_use = d->lay.nslots - d->nfree;
+	ret_stats->members = d->nmembers;
 	ret_stats->error = d->error;
-	/* ours alone to write (sealed FUTURE_WRITE), set once under the lock */
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s",
-		 d->error ? ((struct feed_shm_ctl *)d->ctl.map)->error_msg : "");
+		 d->error ? d->error_msg : "");
+	pthread_mutex_unlock(&d->lock);
+}
+
+void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
+{
+	struct dlv *d = m->d;
+
+	pthread_mutex_lock(&d->lock);
+	*ret_stats = (struct dlv_member_stats){
+		.state = m->state, .batches = m->batches, .samples = m->samples,
+		.bytes = m->bytes, .bad_releases = m->bad_releases,
+		.held = (uint32_t)__builtin_popcountll(m->held),
+		.start_epoch = m->start_epoch, .start_index = m->start_index,
+		.error = m->error,
+	};
+	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
 	pthread_mutex_unlock(&d->lock);
 }

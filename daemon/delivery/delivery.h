@@ -1,8 +1,18 @@
 /*
- * delivery.h: the delivery of one stream's batches to its one client,
- * through three sealed memfd regions (proto/feed_shm.h, laid out by
- * layout.h) and two eventfd doorbells: the slots, the credits, the ready
- * ring, the untrusted release ring, the stream's lifetime and its errors.
+ * delivery.h: the delivery of one stream's or one group's batches to its
+ * members, through sealed memfd regions (proto/feed_shm.h, laid out by
+ * layout.h) and eventfd doorbells: the slots, the credits, the ready
+ * rings, the untrusted release rings, the lifetime and the errors.
+ *
+ * A delivery builds each batch once into its data region; each member (a
+ * client: one for a plain stream, several for a group, DESIGN.md "Sharing
+ * between jobs") has its own control region (ready ring, a copy of every
+ * slot header), release region and doorbells. A slot is reused only when
+ * every member it was published to has released it (a member mask per
+ * slot). A group member that releases nothing for the group timeout is
+ * detached (dlv_detach_idle): the slots it has taken stay intact until it
+ * releases them or leaves, the rest go back, and its next call fails with
+ * -ENOLINK.
  * Which position comes next is the schedule's (schedule.h); building a
  * batch into a slot is the builder's (work/builder.h).
  *
@@ -29,79 +39,136 @@
 #include "schedule.h"
 
 struct dlv;
+struct dlv_member;
 struct cache;
 struct fmt_dataset;
 struct pipe_plan;
 struct pool;
 struct slot_layout;
 
-#define DLV_MAX_CREDITS 64
+#define DLV_MAX_CREDITS 64    /* slots of a delivery: one bit each in a member's mask */
+#define DLV_MAX_MEMBERS 64    /* members of a group: one bit each in a slot's mask */
 #define DLV_MAX_BATCH 65536
 
 /* What a client asked for, checked by the session before dlv_new(). */
 struct dlv_spec {
-	uint32_t credits;          /* slots: built-but-unreleased batches, 1..DLV_MAX_CREDITS */
+	uint32_t credits;          /* slots (a group: its depth), 1..DLV_MAX_CREDITS */
 	uint64_t seed;             /* augmentation draws */
-	struct sched_spec sched;   /* positions */
+	struct sched_spec sched;   /* positions (a group's: no end, epochs 0) */
+	bool group;                /* members map the data region copy-on-write:
+				    * sealed FUTURE_WRITE, page-sized slots
+				    * (layout_page_slots()) */
 };
 
-/* The descriptors a client needs; owned by the delivery (send copies). */
+/* The descriptors a member needs; owned by the delivery (send copies). */
 struct dlv_fds {
-	int ctl, data, rel;        /* memfds */
+	int ctl, data, rel;        /* memfds: ctl and rel the member's, data the delivery's */
 	int ready, release;        /* eventfds: ready rings the client, release the daemon */
 };
 
 /* Creates a delivery for layout lay (from layout_compute() over plan->out,
- * spec->sched.ord.batch and spec->credits), copying plan and lay, and
- * builds its schedule. No shared memory exists yet (dlv_prepare()). ds,
- * the schedule's block table, cache and pool must outlive it. Returns 0,
- * -EINVAL naming the parameter, -ENOMEM. Loop thread; cheap. */
+ * spec->sched.ord.batch and spec->credits, page-rounded for a group),
+ * copying plan and lay, and builds its schedule. No shared memory exists
+ * yet (dlv_join()). ds, the schedule's block table, cache and pool must
+ * outlive it. Returns 0, -EINVAL naming the parameter, -ENOMEM. Loop
+ * thread; cheap. */
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err);
 
-/* Called on the loop thread when dlv_prepare() is done: rc 0, or the
- * error (-ENOSPC / -ENOMEM naming the region and bytes) with its message. */
+/* Called on the loop thread when a member's regions are made (or could
+ * not be): rc 0, or the error (-ENOSPC / -ENOMEM naming the region and
+ * bytes) with its message. */
 typedef void dlv_ready_fn(void *arg, int rc, const char *msg);
 
-/* Creates, faults in and seals the regions and doorbells on a worker
- * thread (allocating gigabytes must not stall the loop), then calls
- * ready(arg, ...) on the loop thread, exactly once, even when the pool is
- * stopping. Call once, before anything below but dlv_close(). Loop thread. */
-void dlv_prepare(struct dlv *d, dlv_ready_fn *ready, void *arg);
+/* A new member of d that receives batches until epoch `epochs` (0: no
+ * end; a stream's own epochs for a plain stream) and may take `credits`
+ * of them at a time. Creates, faults in and seals its regions on a worker
+ * thread (the first member also makes the data region: allocating
+ * gigabytes must not stall the loop), then calls ready(arg, ...) on the
+ * loop thread, exactly once, even when the pool is stopping. The member
+ * receives nothing until dlv_member_add(). *ret is d's until
+ * dlv_member_leave(). Returns 0 or -ENOMEM (then ready is never called).
+ * Loop thread. */
+int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
+	     struct dlv_member **ret, struct feed_err *err);
 
-/* After a successful dlv_prepare(). */
-void dlv_fds(const struct dlv *d, struct dlv_fds *ret_fds);
+/* After ready(rc 0): the member receives every batch from the next one to
+ * be published on. Writes where it starts (the first batch's epoch and
+ * true index). -EINVAL naming why when it could receive nothing (its
+ * epochs end before the group's position), then call dlv_member_leave().
+ * Loop thread. */
+int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
+		   struct feed_err *err);
 
-/* Batches of this rank in the start epoch (true count), the start epoch and
- * the index of the first batch delivered (schedule.h). */
+/* After ready(rc 0). */
+void dlv_member_fds(const struct dlv_member *m, struct dlv_fds *ret_fds);
+
+/* Batches of this rank in the start epoch (true count). */
 uint64_t dlv_batches_per_epoch(const struct dlv *d);
-uint64_t dlv_start_epoch(const struct dlv *d);
-uint64_t dlv_start_index(const struct dlv *d);
 
-/* Schedules the first batches. Loop thread, after a successful prepare. */
+/* Schedules the first batches. Loop thread, after the first member was
+ * added; once. */
 void dlv_start(struct dlv *d);
 
-/* The release doorbell rang (or may have): reads the release ring, frees
- * the released slots and schedules more batches. Loop thread. */
-void dlv_on_release(struct dlv *d);
+/* m's release doorbell rang (or may have): reads its release ring, frees
+ * the slots every member released and schedules more batches. Loop thread. */
+void dlv_member_on_release(struct dlv_member *m);
+
+/* m leaves: every slot it holds goes back, its regions and doorbells are
+ * freed (a plain stream's with the delivery) and the others go on; m is
+ * invalid afterwards. The client may keep its mappings. Loop thread, once
+ * m's ready() has come (ready() itself may call it, also after a failed
+ * dlv_member_add() or none); accepts NULL. */
+void dlv_member_leave(struct dlv_member *m);
+
+/* Detaches every member that holds a slot and released nothing for
+ * timeout_ns (DESIGN.md: the group timeout): what it has taken stays
+ * intact for it, what it had not taken goes back, it receives nothing
+ * more, and its next call fails with -ENOLINK and a message naming the
+ * group (name) and the timeout. Returns how many were detached. Loop
+ * thread (a timer); takes the lock. */
+unsigned dlv_detach_idle(struct dlv *d, uint64_t now_ns, uint64_t timeout_ns, const char *name);
 
 /* Stops scheduling and drops the loop's reference; batches being built
  * finish and the last reference (a worker's or ours) frees the regions.
- * The client may keep its mappings: they stay valid for it. Loop thread,
- * never while dlv_prepare() is pending. Accepts NULL. */
+ * Call once every member has left. Loop thread. Accepts NULL. */
 void dlv_close(struct dlv *d);
 
 /* Counters for stats. */
 struct dlv_stats {
-	uint64_t batches, samples, bytes;  /* published */
+	uint64_t batches, samples, bytes;  /* published (built once, whatever the members) */
+	uint64_t delivered;                /* batches handed to members, each counted */
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
-	int error;                         /* 0, or why the stream stopped */
+	uint32_t members;                  /* receiving batches or holding slots */
+	int error;                         /* 0, or why the delivery stopped */
 	char error_msg[256];               /* with error: what the client reads */
 };
 
 /* Any thread (takes the lock). */
 void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats);
+
+/* One member's view. */
+enum dlv_member_state {
+	DLV_MEMBER_JOINING,        /* regions being made, or not added yet */
+	DLV_MEMBER_ACTIVE,         /* receives every batch published */
+	DLV_MEMBER_DONE,           /* received its last epoch */
+	DLV_MEMBER_DETACHED,       /* timed out: keeps what it had taken */
+	DLV_MEMBER_STOPPED,        /* its release ring was bad: stopped */
+};
+
+struct dlv_member_stats {
+	enum dlv_member_state state;
+	uint64_t batches, samples, bytes;  /* published to it */
+	uint64_t bad_releases;             /* its release entries refused */
+	uint32_t held;                     /* slots published to it, not released */
+	uint64_t start_epoch, start_index; /* where it started (dlv_member_add) */
+	int error;                         /* 0, or why it stopped receiving */
+	char error_msg[256];
+};
+
+/* Any thread (takes the lock). */
+void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats);
 
 #endif

@@ -46,6 +46,18 @@ struct slot_layout {
 int layout_compute(const struct fmt_schema *out, uint32_t batch, uint32_t nslots,
 		   struct slot_layout *ret, struct feed_err *err);
 
+/* A group's layout (DESIGN.md "Sharing between jobs"): members map the
+ * data region copy-on-write and drop their private pages of a slot at its
+ * release (madvise), so each slot must own whole pages. Rounds slot_bytes
+ * up to the page size and recomputes data_bytes. Returns 0 or -EFBIG as
+ * layout_compute(). */
+int layout_page_slots(struct slot_layout *l, struct feed_err *err);
+
+/* Bytes one member of a group adds: its control and release regions,
+ * page-rounded (the data region is the group's, layout_data_bytes()). */
+uint64_t layout_member_bytes(const struct slot_layout *l);
+uint64_t layout_data_bytes(const struct slot_layout *l);
+
 /* Bytes of shared memory the three regions take, each rounded up to the
  * page size as the regions will be: what per-user limits count. */
 uint64_t layout_shm_bytes(const struct slot_layout *l);

@@ -157,6 +157,18 @@ int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 	return 0;
 }
 
+bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index)
+{
+	const struct sched_epoch *e = &s->ep[s->next_epoch & 1];
+
+	if (s->done)
+		return false;
+	*ret_epoch = s->next_epoch;
+	/* an epoch not made yet starts at its batch 0: only a resumed one has a base */
+	*ret_index = (e->valid && e->epoch == s->next_epoch ? e->base : 0) + s->next_batch;
+	return true;
+}
+
 void sched_done(struct sched *s, const struct sched_pos *p)
 {
 	struct sched_epoch *e = &s->ep[p->epoch & 1];

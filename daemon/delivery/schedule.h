@@ -77,6 +77,11 @@ void sched_fini(struct sched *s);
  * handed out; -ENOMEM or -EINVAL naming what failed to build an epoch. */
 int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err);
 
+/* The epoch and true index of the position sched_next() would hand out
+ * next (where a group's late joiner starts when nothing is in flight).
+ * False when every position was handed out. */
+bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index);
+
 /* A position from sched_next() was built or abandoned. */
 void sched_done(struct sched *s, const struct sched_pos *p);
 

@@ -68,3 +68,7 @@ if(FEED_CUDA)
   set_tests_properties(gpu_client PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300
                        SKIP_RETURN_CODE 77 LABELS gpu)
 endif()
+
+# Groups (DESIGN.md "Sharing between jobs"): identical batches built once,
+# killed and stopped members, mismatches, late joiners, private writes.
+feed_integration_test(groups)

@@ -120,6 +120,17 @@ def test_own_time_leaves_out_the_step(feed_bin, daemon):
     assert 0 < r["own_p50_us"] < 3000
 
 
+def test_group_jobs_share_one_stream(feed_bin, daemon):
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 3,
+                "--group", "bench", "--epochs", 2, "--verify", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(rows) == 3
+    # every job verified what it read: whole epochs (a late joiner's first
+    # one is partial), and the same bytes as the others where they overlap
+    assert all(r["verified"] and r["epochs"] == 2 for r in rows), rows
+
+
 def test_ranks_split_the_epoch(feed_bin, daemon):
     res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 2, "--world",
                 "--verify", "--json")
@@ -137,7 +148,8 @@ def test_ranks_split_the_epoch(feed_bin, daemon):
     (["--dataset", "small", "--world"], ["--world", "at least 2"]),
     (["--dataset", "small", "--wake", "--credits", "3"], ["--wake", "--credits 3"]),
     (["--dataset", "small", "--step-ms", "-1"], ["--step-ms '-1'"]),
-    (["--dataset", "small", "--group", "g"], ["--group 'g'", "not supported"]),
+    (["--dataset", "small", "--group", ""], ["--group ''", "1 to 63 bytes"]),
+    (["--dataset", "small", "--group", "g", "--jobs", "2", "--world"], ["--group", "--world"]),
 ])
 def test_bad_command_line(feed_bin, daemon, args, words):
     res = bench(feed_bin, daemon, *args)

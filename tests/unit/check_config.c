@@ -77,6 +77,7 @@ START_TEST(test_config_defaults)
 	ck_assert_uint_eq(c->workers, sysconf(_SC_NPROCESSORS_ONLN) > 256 ? 256
 				      : (uint64_t)sysconf(_SC_NPROCESSORS_ONLN));
 	ck_assert_uint_eq(c->cache_bytes, 1ull << 30);
+	ck_assert_uint_eq(c->group_timeout_ms, 30000);
 	ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
 	ck_assert_uint_eq(c->limits.max_connections, 64);
 	ck_assert_uint_eq(c->limits.max_streams, 16);
@@ -305,9 +306,10 @@ START_TEST(test_config_flags_override)
 
 	write_cfg(full);
 	char *argv[] = {"feedd", "--config", cfgpath, "--workers", "7", "--cache-bytes", "512M",
-			"--socket", "/tmp/flag.sock", "--log-level", "warn",
+			"--socket", "/tmp/flag.sock", "--log-level", "warn", "--group-timeout-ms", "250",
 			"--dataset", "fm=/elsewhere/fm", "--dataset", "extra=/data/extra", NULL};
 	ck_assert_int_eq(load_args(argv, &c, &err), 0);
+	ck_assert_uint_eq(c->group_timeout_ms, 250);
 	ck_assert_uint_eq(c->workers, 7);
 	ck_assert_uint_eq(c->cache_bytes, 512ull << 20);
 	ck_assert_str_eq(c->socket_path, "/tmp/flag.sock");

@@ -73,6 +73,33 @@ START_TEST(test_quota_streams)
 }
 END_TEST
 
+/* A group's data region counts for its creator beside its members'
+ * streams, within max_slot_bytes, until the group ends. */
+START_TEST(test_quota_groups)
+{
+	struct quota q = {0};
+	struct feed_err err = {0};
+	struct cfg_limits lim = {.max_connections = 4, .max_streams = 2, .max_credits = 8,
+				 .max_slot_bytes = 1000};
+
+	ck_assert_int_eq(quota_stream_take(&q, 5, 4, 100, &lim, &err), 0);  /* a member */
+	ck_assert_int_eq(quota_group_take(&q, 5, 901, &lim, &err), -ENOSPC);
+	ck_assert_str_eq(err.msg, "user 5: 100 bytes of slots held, a group's 901 more would "
+				  "exceed max_slot_bytes 1000");
+	ck_assert_int_eq(quota_group_take(&q, 5, 900, &lim, &err), 0);
+	struct quota_use u = quota_of(&q, 5);
+	ck_assert_uint_eq(u.groups, 1);
+	ck_assert_uint_eq(u.streams, 1);
+	ck_assert_uint_eq(u.bytes, 1000);
+	ck_assert_int_eq(quota_stream_take(&q, 5, 4, 1, &lim, &err), -ENOSPC);
+	quota_stream_give(&q, 5, 100);  /* the member leaves; the group's region stays */
+	ck_assert_uint_eq(quota_of(&q, 5).bytes, 900);
+	quota_group_give(&q, 5, 900);
+	ck_assert_uint_eq(q.len, 0);
+	quota_free(&q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("quota");
@@ -81,6 +108,7 @@ int main(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_quota_connections);
 	tcase_add_test(tc, test_quota_streams);
+	tcase_add_test(tc, test_quota_groups);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -83,7 +83,40 @@ struct feed_stream_opts {
 				   * and resumes at the stream's position,
 				   * retrying for up to this long; 0 = 30000,
 				   * negative = never (fail with -ECONNRESET) */
+	const char *group;        /* NULL, or a group name (1 to 63 of A-Z a-z
+				   * 0-9 _ . -): streams of one user opened
+				   * with the same group and the same dataset,
+				   * pipeline, seed, batch, order, window, rank,
+				   * world, drop_last, pad_last and eval receive
+				   * the same batches, built once. A mismatch is
+				   * refused naming the option (-EINVAL); another
+				   * user's group, -EACCES. A stream joining a
+				   * group that runs starts at its next batch
+				   * (feed_stream_group_start(); start_*, resume
+				   * choose nothing then) and stops after epoch
+				   * epochs-1 as any stream. The batches are
+				   * copy-on-write: writing into one changes it
+				   * for this process only. A member that
+				   * releases nothing for the daemon's group
+				   * timeout (30 s by default) is detached: its
+				   * next feed_next() fails with FEED_EDETACHED,
+				   * the batches it holds stay valid until
+				   * released. credits is what it may hold at a
+				   * time. After a daemon restart a member
+				   * rejoins where the group then is (the first
+				   * to come back starts it at its own position):
+				   * unlike a plain stream's, its batches may
+				   * skip or repeat across the restart. */
+	uint32_t group_depth;     /* with a new group: slots the fastest member
+				   * may run ahead of the slowest, up to the
+				   * daemon's max_credits; 0 = twice credits
+				   * (within max_credits). A joiner's is the
+				   * group's */
 };
+
+/* feed_next() on a group member the daemon detached (it released nothing
+ * for the group timeout); feed_errmsg() names the group and the timeout. */
+#define FEED_EDETACHED (-67) /* -ENOLINK */
 
 /* Facts about an open stream; owned by it, valid until it is closed. */
 struct feed_stream_info {
@@ -102,6 +135,9 @@ struct feed_stream_info {
 	uint64_t pipeline_hash;
 	const char *dataset_version;
 	const char *note;                 /* advice from the daemon, may be "" */
+	const char *group;                /* the group joined, or "" */
+	uint32_t group_depth;             /* its slots (a group: may exceed credits) */
+	uint32_t group_members;           /* members when this one joined, itself included */
 };
 
 /* One field of a batch: a view into shared memory. */
@@ -182,7 +218,8 @@ FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct fee
 FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name);
 
 /* Gives the batch's slot back to the daemon; b is invalid afterwards, and
- * so is every view of it. Any thread. Returns 0, or -EINVAL for a batch
+ * so is every view of it (in a group, the pages this process wrote are
+ * dropped: madvise, so a release may enter the kernel). Any thread. Returns 0, or -EINVAL for a batch
  * already released. */
 FEED_API int feed_release(struct feed_batch *b);
 
@@ -199,6 +236,13 @@ FEED_API int feed_release(struct feed_batch *b);
 #define FEED_RESUME_MAX 256
 FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
 				      size_t *ret_len);
+
+/* Where a group member starts: the epoch and feed_batch_index() of the
+ * first batch it receives (a late joiner's first epoch is the rest of
+ * that epoch). Writes both and returns 0, -ENOENT for a stream in no
+ * group, -EINVAL for NULL. Does not block; any thread. */
+FEED_API int feed_stream_group_start(const struct feed_stream *st, uint64_t *ret_epoch,
+				     uint64_t *ret_batch);
 
 /* For callers with their own event loop: an eventfd that becomes readable
  * when a batch may be ready, once feed_next(st, 0, ...) has returned

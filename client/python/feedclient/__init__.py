@@ -19,7 +19,7 @@ build tree of this checkout (build/lib), then the system loader.
 from ._lib import path as library_path
 from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
-                     DaemonNotRunning, FeedError, GpuUnavailable, InvalidArgument,
+                     DaemonNotRunning, Detached, FeedError, GpuUnavailable, InvalidArgument,
                      LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
                      UnknownDataset)
 from .device import gpu_info
@@ -33,6 +33,6 @@ __all__ = [
     "Loader", "Batch", "datasets", "DatasetInfo", "FieldInfo", "FeedError", "LibraryNotFound",
     "DaemonNotRunning", "UnknownDataset", "AccessDenied", "InvalidArgument", "BadPipeline",
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
-    "LoaderClosed", "ConcurrentUse", "library_path", "library_version", "GpuUnavailable",
-    "gpu_info",
+    "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
+    "GpuUnavailable", "gpu_info",
 ]

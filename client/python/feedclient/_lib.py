@@ -97,6 +97,8 @@ class StreamOpts(ctypes.Structure):
         ("resume", ctypes.c_void_p),
         ("resume_len", ctypes.c_size_t),
         ("reconnect_ms", ctypes.c_int),
+        ("group", ctypes.c_char_p),
+        ("group_depth", ctypes.c_uint32),
     ]
 
 
@@ -115,6 +117,9 @@ class StreamInfo(ctypes.Structure):
         ("pipeline_hash", ctypes.c_uint64),
         ("dataset_version", ctypes.c_char_p),
         ("note", ctypes.c_char_p),
+        ("group", ctypes.c_char_p),
+        ("group_depth", ctypes.c_uint32),
+        ("group_members", ctypes.c_uint32),
     ]
 
 

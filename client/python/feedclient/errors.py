@@ -101,6 +101,12 @@ class StreamStopped(FeedError):
     names shard and block); the stream delivers nothing more."""
 
 
+class Detached(StreamStopped):
+    """The Loader's group detached it: it released no batch for feedd's
+    group timeout (the message names the group and the timeout). The
+    batches it holds stay valid; the other members went on without it."""
+
+
 class LoaderClosed(FeedError):
     """The Loader was used after close()."""
 
@@ -121,6 +127,7 @@ _BY_CODE = {
     -_errno.ENOBUFS: CreditsExhausted,
     -_errno.ECONNRESET: DaemonGone,
     -_errno.EPIPE: DaemonGone,
+    -_errno.ENOLINK: Detached,   # FEED_EDETACHED
 }
 
 

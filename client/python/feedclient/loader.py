@@ -319,7 +319,7 @@ class Loader:
     Loader(dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
            drop_last=False, pad_last=False, eval=False, window=None,
            rank=None, world_size=None, credits=4, socket=None,
-           as_torch=False, reconnect_s=30)
+           as_torch=False, reconnect_s=30, group=None)
 
     dataset: a name feedd serves (see datasets()). batch_size: samples per
     batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
@@ -340,7 +340,22 @@ class Loader:
     (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch: batches
     hold torch tensors over the same memory (torch.from_numpy) instead of
     numpy arrays. reconnect_s: when feedd goes away (a restart), how long to
-    keep reconnecting before DaemonGone; 0: fail at once.
+    keep reconnecting before DaemonGone; 0: fail at once. group: a name
+    (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
+    and the same dataset, pipeline, seed, batch_size, order, window, rank,
+    world_size, drop_last, pad_last and eval share one stream of batches,
+    each built once by feedd (a sweep, or train jobs side by side); another
+    value of any of them is refused naming it (InvalidArgument). The
+    batches are copy-on-write: writing into one changes it for this process
+    only. A member that holds batches and releases none for feedd's group
+    timeout (30 s by default) is detached: its next batch raises
+    Detached (a StreamStopped) saying so.
+
+    Groups: iterations follow the group. The first gives the rest of the
+    epoch the group is in (partial for a Loader that joins late: its
+    first_epoch and first_batch say where it came in); one left early is
+    continued by the next iteration; set_epoch() and load_state_dict() are
+    refused.
 
     Epochs: iter(loader) gives the batches of one epoch, then stops. The
     epoch is the one set_epoch(n) chose, else the one after the previous
@@ -390,7 +405,7 @@ class Loader:
     def __init__(self, dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
-                 device=None, dtype=None, mean=None, std=None, layout="NCHW"):
+                 group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW"):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -412,6 +427,8 @@ class Loader:
             if not shuffle or eval:
                 raise InvalidArgument("window: block-window order shuffles; it needs "
                                       "shuffle=True and eval=False")
+        if group is not None and (not isinstance(group, str) or not 1 <= len(group) <= 63):
+            raise InvalidArgument("group: a name (str) of 1 to 63 characters, or None")
         if drop_last and pad_last:
             raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
                                   "last batch that drop_last drops)")
@@ -459,6 +476,9 @@ class Loader:
         o.world = world_size
         o.eval = bool(eval)
         o.pipeline = self._pipeline_b
+        self._group = group
+        self._group_b = group.encode() if group is not None else None
+        o.group = self._group_b
         o.reconnect_ms = int(reconnect_s * 1000) if reconnect_s > 0 else -1
         if o.reconnect_ms == 0:
             o.reconnect_ms = 1
@@ -475,6 +495,10 @@ class Loader:
         self._resume = None        # (epoch, token) loaded and not yet iterated
         stream = self._open(0, None)
         self._len = stream.batches_per_epoch
+        # where this member came in: a late joiner's first epoch is partial
+        self.first_epoch, self.first_batch = stream.start_epoch, stream.start_batch
+        if group is not None:
+            self._epoch_next = self._cur_start = stream.start_epoch
         self._closed = False
 
     # ---- the stream ------------------------------------------------------
@@ -560,9 +584,10 @@ class Loader:
                 # the loaded stream goes on; nothing is left of the epoch if the
                 # token was taken after its last batch
                 empty = stream.start_epoch > epoch
-            elif self._cur_start != epoch:
+            elif self._cur_start != epoch and self._group is None:
                 stream = self._open(epoch, None)   # a failure changes nothing
-            self._epoch_next = epoch + 1
+            # a group's next iteration goes on where the stream is
+            self._epoch_next = epoch + 1 if self._group is None else epoch
             self._gen += 1
             self._resume = None
             if empty:
@@ -580,6 +605,9 @@ class Loader:
         augmentation draws. Without it each iteration gives the epoch after
         the previous one's. Does not block."""
         _check_int("epoch", epoch, 0, 2**63 - 1)
+        if self._group is not None:
+            raise InvalidArgument(f"set_epoch: the Loader is in group {self._group!r}, whose "
+                                  f"members follow the group's epochs")
         self._enter()
         try:
             self._epoch_next = epoch
@@ -638,6 +666,9 @@ class Loader:
                                   f"{state.get('dataset')!r}, this Loader reads "
                                   f"{self._dataset!r}")
         epoch, token = state["epoch"], state["token"]
+        if self._group is not None:
+            raise InvalidArgument(f"load_state_dict: the Loader is in group {self._group!r}, "
+                                  f"which starts its members where it is")
         self._enter()
         try:
             if token is not None:
@@ -782,6 +813,8 @@ class _EpochIter:
                     self._done = True
                     loader._iter_epoch = None
                     loader._cur_start = self._epoch + 1
+                    if loader._group is not None:
+                        loader._epoch_next = self._epoch + 1
                     raise StopIteration
                 if r == -errno.ENOBUFS and not retried:
                     retried = True

@@ -1,0 +1,237 @@
+/*
+ * session_group.c: the daemon's groups (see session_group.h): the list by
+ * name, the join check, the group's quota and its detach timer. Loop
+ * thread only. Who may join: the user who created the group (a trainer's
+ * jobs run as one user; sharing batches across users would let one user's
+ * stalls and in-place writes reach another's). Everything the members'
+ * clients write is checked in delivery.c.
+ */
+#include "session_group.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "catalog.h"
+#include "feedd.h"
+#include "fmt.h"
+#include "order.h"
+#include "quota.h"
+#include "session.h"
+
+struct ses_group {
+	struct ses_group *next;      /* d->groups, in creation order */
+	struct feedd *d;
+	char name[64];
+	uid_t uid;                   /* creator: charged for the data region, may join */
+	struct ses_group_key key;    /* pipeline points to pipeline_text */
+	char *pipeline_text;
+	struct dlv *dlv;             /* owned; closed by the last reference */
+	uint32_t depth;
+	uint64_t data_bytes;         /* counted for uid */
+	uint32_t refs;               /* members, including those still opening */
+	bool started;                /* dlv_start() was called */
+	struct ses_stream **members; /* open members, for reports and status */
+	uint32_t nmembers, cap;
+	uv_timer_t timer;            /* detaches idle members while started */
+};
+
+static const char *ses_order_name(int mode)
+{
+	return mode == ORD_FULL ? "full" : mode == ORD_BLOCK_WINDOW ? "block_window" : "sequential";
+}
+
+/* The first parameter where k differs from the group's, named as a
+ * person would (the stream option's name). */
+static int ses_group_same(const struct ses_group *g, const struct ses_group_key *k,
+			  struct feed_err *err)
+{
+	const struct ses_group_key *h = &g->key;
+	const char *n = g->name;
+
+	if (k->e != h->e)
+		return feed_err_set(err, -EINVAL, "group '%s': dataset '%s' differs from the "
+				    "group's '%s'", n, k->e->cfg->name, h->e->cfg->name);
+	if (k->pipeline_hash != h->pipeline_hash || strcmp(k->pipeline, h->pipeline))
+		return feed_err_set(err, -EINVAL, "group '%s': pipeline '%s' differs from the "
+				    "group's '%s'", n, k->pipeline, h->pipeline);
+#define SES_SAME(field, label)                                                             \
+	if (k->field != h->field)                                                          \
+		return feed_err_set(err, -EINVAL, "group '%s': %s %llu differs from the group's " \
+				    "%llu", n, label, (unsigned long long)k->field,        \
+				    (unsigned long long)h->field)
+	SES_SAME(seed, "seed");
+	SES_SAME(batch, "batch_size");
+	if (k->order != h->order)
+		return feed_err_set(err, -EINVAL, "group '%s': order %s differs from the group's %s",
+				    n, ses_order_name(k->order), ses_order_name(h->order));
+	SES_SAME(window, "window");
+	SES_SAME(rank, "rank");
+	SES_SAME(world, "world_size");
+	SES_SAME(drop_last, "drop_last");
+	SES_SAME(pad_last, "pad_last");
+	SES_SAME(eval, "eval");
+#undef SES_SAME
+	return 0;
+}
+
+int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		   struct ses_group **ret, struct feed_err *err)
+{
+	struct ses_group *g;
+	int rc;
+
+	for (g = d->groups; g && strcmp(g->name, name); g = g->next)
+		;
+	if (g && g->uid != uid)
+		return feed_err_set(err, -EACCES, "group '%s' belongs to user %u: only its creator "
+				    "may join it", name, (unsigned)g->uid);
+	if (g && (rc = ses_group_same(g, k, err)) < 0)
+		return rc;
+	if (g)
+		g->refs++;
+	*ret = g;
+	return 0;
+}
+
+static uint64_t ses_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void ses_group_tick(uv_timer_t *t)
+{
+	struct ses_group *g = t->data;
+	uint64_t timeout = g->d->cfg->group_timeout_ms * 1000000ull;
+
+	if (dlv_detach_idle(g->dlv, ses_now_ns(), timeout, g->name) == 0)
+		return;
+	for (uint32_t i = 0; i < g->nmembers; i++)
+		ses_stream_report(g->members[i]);  /* logs who was detached */
+}
+
+int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes, struct ses_group **ret,
+		  struct feed_err *err)
+{
+	struct ses_group *g = calloc(1, sizeof(*g));
+	int rc;
+
+	if (!g || !(g->pipeline_text = strdup(k->pipeline))) {
+		free(g);
+		return feed_err_set(err, -ENOMEM, "group '%s': out of memory", name);
+	}
+	if ((rc = quota_group_take(&d->quota, uid, data_bytes, &d->cfg->limits, err)) < 0) {
+		feed_err_prefix(err, "group '%s'", name);
+		free(g->pipeline_text);
+		free(g);
+		return rc;
+	}
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->d = d;
+	g->uid = uid;
+	g->key = *k;
+	g->key.pipeline = g->pipeline_text;
+	g->dlv = dlv;
+	g->depth = depth;
+	g->data_bytes = data_bytes;
+	g->refs = 1;
+	uv_timer_init(&d->loop, &g->timer);
+	g->timer.data = g;
+	struct ses_group **p = &d->groups;
+	while (*p)
+		p = &(*p)->next;
+	*p = g;
+	*ret = g;
+	return 0;
+}
+
+static void ses_group_closed(uv_handle_t *h)
+{
+	struct ses_group *g = h->data;
+
+	free(g->members);
+	free(g->pipeline_text);
+	free(g);
+}
+
+void ses_group_unref(struct ses_group *g)
+{
+	if (!g || --g->refs > 0)
+		return;
+	for (struct ses_group **p = &g->d->groups; *p; p = &(*p)->next)
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	struct dlv_stats st;
+	dlv_stats(g->dlv, &st);
+	log_info(&g->d->log, "group '%s' on '%s' closed: %llu batches built once, %llu delivered "
+		 "to its members", g->name, g->key.e->cfg->name, (unsigned long long)st.batches,
+		 (unsigned long long)st.delivered);
+	dlv_close(g->dlv);
+	quota_group_give(&g->d->quota, g->uid, g->data_bytes);
+	uv_close((uv_handle_t *)&g->timer, ses_group_closed);
+}
+
+struct dlv *ses_group_dlv(const struct ses_group *g)
+{
+	return g->dlv;
+}
+
+const char *ses_group_name(const struct ses_group *g)
+{
+	return g->name;
+}
+
+uint32_t ses_group_depth(const struct ses_group *g)
+{
+	return g->depth;
+}
+
+uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
+{
+	if (g->nmembers == g->cap) {
+		uint32_t cap = g->cap ? g->cap * 2 : 4;
+		void *v = realloc(g->members, cap * sizeof(*g->members));
+		if (!v)  /* it still receives batches; only reports and status miss it */
+			return g->nmembers + 1;
+		g->members = v;
+		g->cap = cap;
+	}
+	g->members[g->nmembers++] = ss;
+	if (!g->started) {
+		uint64_t every = g->d->cfg->group_timeout_ms / 4;
+		g->started = true;
+		dlv_start(g->dlv);
+		uv_timer_start(&g->timer, ses_group_tick, every ? every : 1, every ? every : 1);
+	}
+	return g->nmembers;
+}
+
+void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss)
+{
+	for (uint32_t i = 0; i < g->nmembers; i++)
+		if (g->members[i] == ss) {
+			g->members[i] = g->members[--g->nmembers];
+			return;
+		}
+}
+
+void ses_group_each(struct feedd *d, void (*fn)(void *arg, const struct ses_group_info *gi),
+		    void (*fm)(void *arg, const struct ses_stream *ss), void *arg)
+{
+	for (const struct ses_group *g = d->groups; g; g = g->next) {
+		struct ses_group_info gi = {.name = g->name, .uid = g->uid,
+					    .dataset = g->key.e->cfg->name, .depth = g->depth,
+					    .members = g->nmembers, .dlv = g->dlv};
+		if (fn)
+			fn(arg, &gi);
+		for (uint32_t i = 0; fm && i < g->nmembers; i++)
+			fm(arg, g->members[i]);
+	}
+}

@@ -1,0 +1,87 @@
+/*
+ * session_group.h: the groups of the daemon (DESIGN.md "Sharing between
+ * jobs"): by name, who may join (the user who created it), the canonical
+ * spec every member must match, the group's delivery (delivery.h: one data
+ * region, one control and release region per member) and the timer that
+ * detaches members idle past the group timeout.
+ *
+ * A group lives while it has members, counting those still opening: the
+ * first open creates it (and counts its data region against its creator's
+ * limits, quota.h), the last member to leave closes its delivery. Loop
+ * thread only; a leaf of the session (session_stream.c opens and closes
+ * members; status code reads groups through ses_group_each()).
+ */
+#ifndef FEEDD_SESSION_GROUP_H
+#define FEEDD_SESSION_GROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "delivery.h"
+#include "feed_err.h"
+
+struct feedd;
+struct cat_entry;
+struct ses_group;
+struct ses_stream;
+
+/* What every member of a group must have asked for: the stream's
+ * canonical spec. Strings are borrowed for the call. */
+struct ses_group_key {
+	const struct cat_entry *e;   /* the dataset (its name and version) */
+	const char *pipeline;        /* canonical text */
+	uint64_t pipeline_hash;
+	uint64_t seed;
+	uint32_t batch;
+	int order;                   /* enum ord_mode */
+	uint32_t window;             /* effective: block-window order only */
+	uint32_t rank, world;
+	bool drop_last, pad_last, eval;
+};
+
+/* The group called name. Returns 0 with *ret the group (referenced: the
+ * caller's member), or 0 with *ret NULL when there is none; -EACCES when
+ * uid did not create it, -EINVAL naming the first parameter of k that
+ * differs ("batch_size 128 differs from the group's 256"). */
+int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		   struct ses_group **ret, struct feed_err *err);
+
+/* A new group over dlv (made with spec.group), its data region of
+ * data_bytes counted for uid (quota_group_take()). On success the group
+ * owns dlv and the caller holds one reference. On failure the caller
+ * still owns dlv. -EUSERS/-ENOSPC naming the limit, -ENOMEM. */
+int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes, struct ses_group **ret,
+		  struct feed_err *err);
+
+/* The last reference closes the delivery, gives the quota back and frees
+ * the group (its timer first). Accepts NULL. */
+void ses_group_unref(struct ses_group *g);
+
+struct dlv *ses_group_dlv(const struct ses_group *g);
+const char *ses_group_name(const struct ses_group *g);
+uint32_t ses_group_depth(const struct ses_group *g);
+
+/* A member's delivery began: starts the group's delivery and its
+ * detach timer at the first. ss is listed until ses_group_member_gone().
+ * Returns the members now listed. */
+uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss);
+void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss);
+
+/* For status: one group and its listed members. */
+struct ses_group_info {
+	const char *name;
+	uid_t uid;                   /* its creator: the only user who may join */
+	const char *dataset;
+	uint32_t depth;              /* slots ahead of the slowest member */
+	uint32_t members;            /* listed (open) members */
+	struct dlv *dlv;             /* dlv_stats() for the batches built once */
+};
+/* Calls fn for every group, in creation order, then fm for each of its
+ * open members (ses_stream: its user and pid are its connection's; its
+ * delivery figures dlv_member_stats()). */
+void ses_group_each(struct feedd *d, void (*fn)(void *arg, const struct ses_group_info *gi),
+		    void (*fm)(void *arg, const struct ses_stream *ss), void *arg);
+
+#endif
