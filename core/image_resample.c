@@ -22,6 +22,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #define W_BITS 14 /* weight precision: u8 x 14 bits x taps fits an int32 */
 
 /* One output coordinate's taps: first source index and count; weights at
@@ -37,7 +41,9 @@ static uint32_t max_taps(double bn, uint32_t on)
 {
 	double scale = bn / on;
 	double support = scale >= 1.0 ? scale : 1.0;
-	return (uint32_t)ceil(2.0 * support) + 2;
+	/* even, and one more: the SIMD loops take taps in pairs, the last
+	 * one padded with a zero weight */
+	return ((uint32_t)ceil(2.0 * support) + 4) & ~1u;
 }
 
 /* The bilinear (triangle) filter. */
@@ -96,9 +102,10 @@ static void taps(double b0, double bn, uint32_t n, uint32_t on, bool flip, uint3
 			total += tri((x0 + j + 0.5 - centre) * inv);
 		uint32_t slot = flip ? on - 1 - i : i;
 		int16_t *ws = w + (size_t)slot * maxt;
-		for (uint32_t j = 0; j < k; j++)
-			ws[j] = (int16_t)lrint(
-				total > 0 ? tri((x0 + j + 0.5 - centre) * inv) / total * (1 << W_BITS) : 0);
+		for (uint32_t j = 0; j < maxt; j++)
+			ws[j] = (int16_t)(j < k && total > 0 ? lrint(tri((x0 + j + 0.5 - centre) * inv) /
+								   total * (1 << W_BITS))
+							    : 0);
 		if (total == 0)
 			ws[0] = 1 << W_BITS;
 		tap[slot] = (struct rs_tap){x0, (int32_t)k};
@@ -115,28 +122,80 @@ static inline uint8_t clamp_u8(int32_t acc)
 	return (uint8_t)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
 }
 
-/* One row of the horizontal pass: out_w pixels of c channels. */
-static void hpass_row(const uint8_t *src, uint8_t *dst, uint32_t out_w, uint32_t c,
-		      const struct rs_tap *tap, const int16_t *w, uint32_t maxt)
+/* Output pixel x of a 3-channel row, scalar. */
+static inline void hpass_px3(const uint8_t *src, uint8_t *dst, const struct rs_tap *t,
+			     const int16_t *ws)
+{
+	const uint8_t *s = src + (size_t)t->first * 3;
+	int32_t a0 = 0, a1 = 0, a2 = 0;
+
+	for (int32_t j = 0; j < t->n; j++, s += 3) {
+		a0 += s[0] * ws[j];
+		a1 += s[1] * ws[j];
+		a2 += s[2] * ws[j];
+	}
+	dst[0] = clamp_u8(a0);
+	dst[1] = clamp_u8(a1);
+	dst[2] = clamp_u8(a2);
+}
+
+#ifdef __SSE2__
+/* 4 bytes at p as the low lanes of a vector of i16 */
+static inline __m128i load4_i16(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), _mm_setzero_si128());
+}
+
+/* Output pixel x of a 3-channel row: taps in pairs, each pair's two
+ * pixels interleaved channel by channel for pmaddwd. Reads 4 bytes a
+ * pixel: the caller proves byte 3 of the last one is in the row. */
+static inline __m128i hpass_px3_sse2(const uint8_t *src, const struct rs_tap *t, const int16_t *ws)
+{
+	const uint8_t *s = src + (size_t)t->first * 3;
+	__m128i acc = _mm_set1_epi32(1 << (W_BITS - 1));
+
+	for (int32_t j = 0; j < t->n; j += 2, s += 6) {
+		int32_t w2;
+		memcpy(&w2, ws + j, 4);
+		__m128i px = _mm_unpacklo_epi16(load4_i16(s), load4_i16(s + 3));
+		acc = _mm_add_epi32(acc, _mm_madd_epi16(px, _mm_set1_epi32(w2)));
+	}
+	acc = _mm_srai_epi32(acc, W_BITS);
+	acc = _mm_packs_epi32(acc, acc);
+	return _mm_packus_epi16(acc, acc);
+}
+#endif
+
+/* One row of the horizontal pass: out_w pixels of c channels from a row
+ * of w pixels. */
+static void hpass_row(const uint8_t *src, uint32_t w, uint8_t *dst, uint32_t out_w, uint32_t c,
+		      const struct rs_tap *tap, const int16_t *wt, uint32_t maxt)
 {
 	if (c == 3) {
 		for (uint32_t x = 0; x < out_w; x++, dst += 3) {
-			const uint8_t *s = src + (size_t)tap[x].first * 3;
-			const int16_t *ws = w + (size_t)x * maxt;
-			int32_t a0 = 0, a1 = 0, a2 = 0;
-			for (int32_t j = 0; j < tap[x].n; j++, s += 3) {
-				a0 += s[0] * ws[j];
-				a1 += s[1] * ws[j];
-				a2 += s[2] * ws[j];
+			const struct rs_tap *t = &tap[x];
+			const int16_t *ws = wt + (size_t)x * maxt;
+#ifdef __SSE2__
+			/* the pairs read pixels up to first + even(n) - 1, 4 bytes each */
+			uint32_t end = (uint32_t)t->first + (((uint32_t)t->n + 1) & ~1u);
+			if (end + 1 <= w) {
+				int32_t v = _mm_cvtsi128_si32(hpass_px3_sse2(src, t, ws));
+				if (x + 1 < out_w)
+					memcpy(dst, &v, 4); /* byte 3 is the next pixel's, rewritten */
+				else
+					memcpy(dst, &v, 3);
+				continue;
 			}
-			dst[0] = clamp_u8(a0);
-			dst[1] = clamp_u8(a1);
-			dst[2] = clamp_u8(a2);
+#endif
+			hpass_px3(src, dst, t, ws);
 		}
 		return;
 	}
+	(void)w;
 	for (uint32_t x = 0; x < out_w; x++, dst += c) {
-		const int16_t *ws = w + (size_t)x * maxt;
+		const int16_t *ws = wt + (size_t)x * maxt;
 		for (uint32_t ch = 0; ch < c; ch++) {
 			const uint8_t *s = src + (size_t)tap[x].first * c + ch;
 			int32_t a = 0;
@@ -147,6 +206,34 @@ static void hpass_row(const uint8_t *src, uint8_t *dst, uint32_t out_w, uint32_t
 	}
 }
 
+#ifdef __SSE2__
+/* 16 bytes of the vertical pass at offset x: rows in pairs, interleaved
+ * byte by byte for pmaddwd. */
+static inline void vpass_16(const uint8_t *r, size_t n, int32_t taps, const int16_t *ws,
+			    uint8_t *dst)
+{
+	const __m128i z = _mm_setzero_si128();
+	__m128i a0 = _mm_set1_epi32(1 << (W_BITS - 1)), a1 = a0, a2 = a0, a3 = a0;
+
+	for (int32_t j = 0; j < taps; j += 2, r += 2 * n) {
+		int32_t w2;
+		memcpy(&w2, ws + j, 4);
+		__m128i w = _mm_set1_epi32(w2);
+		__m128i p = _mm_loadu_si128((const __m128i *)r);
+		/* the pair's second row: the first again when there is none (weight 0) */
+		__m128i q = _mm_loadu_si128((const __m128i *)(j + 1 < taps ? r + n : r));
+		__m128i lo = _mm_unpacklo_epi8(p, q), hi = _mm_unpackhi_epi8(p, q);
+		a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi8(lo, z), w));
+		a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi8(lo, z), w));
+		a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi8(hi, z), w));
+		a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi8(hi, z), w));
+	}
+	a0 = _mm_packs_epi32(_mm_srai_epi32(a0, W_BITS), _mm_srai_epi32(a1, W_BITS));
+	a2 = _mm_packs_epi32(_mm_srai_epi32(a2, W_BITS), _mm_srai_epi32(a3, W_BITS));
+	_mm_storeu_si128((__m128i *)dst, _mm_packus_epi16(a0, a2));
+}
+#endif
+
 /* One row of the vertical pass over n = out_w * c bytes: rows of mid
  * from tap->first on, weighted. */
 static void vpass_row(const uint8_t *mid, size_t n, const struct rs_tap *tap, const int16_t *ws,
@@ -154,6 +241,16 @@ static void vpass_row(const uint8_t *mid, size_t n, const struct rs_tap *tap, co
 {
 	const uint8_t *r = mid + (size_t)tap->first * n;
 
+#ifdef __SSE2__
+	if (n >= 16) {
+		size_t x = 0;
+		for (; x + 16 <= n; x += 16)
+			vpass_16(r + x, n, tap->n, ws, dst + x);
+		if (x < n) /* the last 16 again: the same bytes, rewritten */
+			vpass_16(r + n - 16, n, tap->n, ws, dst + n - 16);
+		return;
+	}
+#endif
 	for (size_t x = 0; x < n; x++)
 		acc[x] = r[x] * ws[0];
 	for (int32_t j = 1; j < tap->n; j++) {
@@ -194,8 +291,8 @@ void img_resample_u8(const struct img_view *src, double bx, double by, double bw
 	/* horizontal: only rows [vlo, vhi), stored from mid's row 0 */
 	size_t n = (size_t)out_w * c;
 	for (int32_t y = vlo; y < vhi; y++)
-		hpass_row(src->px + (size_t)y * src->stride, mid + (size_t)(y - vlo) * n, out_w, c,
-			  htap, hw, th);
+		hpass_row(src->px + (size_t)y * src->stride, src->w, mid + (size_t)(y - vlo) * n,
+			  out_w, c, htap, hw, th);
 	for (uint32_t y = 0; y < out_h; y++) {
 		struct rs_tap t = {vtap[y].first - vlo, vtap[y].n};
 		vpass_row(mid, n, &t, vw + (size_t)y * tv, acc, dst + (size_t)y * n);
