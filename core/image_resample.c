@@ -65,7 +65,7 @@ size_t img_resample_scratch_bytes(uint32_t src_w, uint32_t src_h, uint32_t out_w
 
 	return align64(out_w * sizeof(struct rs_tap)) + align64((size_t)out_w * th * 2) +
 	       align64(out_h * sizeof(struct rs_tap)) + align64((size_t)out_h * tv * 2) +
-	       align64((size_t)src_h * out_w * c) + align64((size_t)out_w * c * 4) + 64;
+	       align64((size_t)src_h * out_w * c + 16) + align64((size_t)out_w * c * 4) + 64;
 }
 
 /*
@@ -73,15 +73,20 @@ size_t img_resample_scratch_bytes(uint32_t src_w, uint32_t src_h, uint32_t out_w
  * source pixels, torch's _compute_indices_weights_aa on the box: weights
  * normalised in double, then rounded to W_BITS. Output i's taps go to
  * slot (flip ? on - 1 - i : i). Returns the taps' source range [lo, hi).
+ * With ret_even, every slot gets the same even number of taps, *ret_even
+ * (windows moved left at the right edge, zero weights padding): the
+ * horizontal SIMD loop's fixed trip count; 0 when the side is too short.
  */
 static void taps(double b0, double bn, uint32_t n, uint32_t on, bool flip, uint32_t maxt,
-		 struct rs_tap *tap, int16_t *w, int32_t *ret_lo, int32_t *ret_hi)
+		 struct rs_tap *tap, int16_t *w, int32_t *ret_lo, int32_t *ret_hi,
+		 uint32_t *ret_even)
 {
 	double scale = bn / on;
 	double support = scale >= 1.0 ? scale : 1.0;
 	double inv = scale >= 1.0 ? 1.0 / scale : 1.0;
 	int32_t lo = (int32_t)floor(b0), hi = (int32_t)ceil(b0 + bn);
 	int32_t all_lo = INT32_MAX, all_hi = 0;
+	uint32_t kmax = 0;
 
 	if (lo < 0)
 		lo = 0;
@@ -96,7 +101,7 @@ static void taps(double b0, double bn, uint32_t n, uint32_t on, bool flip, uint3
 		if (x1 <= x0) /* a box thinner than a pixel: its nearest pixel */
 			x1 = x0 + 1 <= hi ? x0 + 1 : hi, x0 = x1 - 1;
 		uint32_t k = (uint32_t)(x1 - x0);
-		assert(k <= maxt);
+		assert(k + 2 <= maxt);
 		double total = 0;
 		for (uint32_t j = 0; j < k; j++)
 			total += tri((x0 + j + 0.5 - centre) * inv);
@@ -111,9 +116,27 @@ static void taps(double b0, double bn, uint32_t n, uint32_t on, bool flip, uint3
 		tap[slot] = (struct rs_tap){x0, (int32_t)k};
 		all_lo = x0 < all_lo ? x0 : all_lo;
 		all_hi = x1 > all_hi ? x1 : all_hi;
+		kmax = k > kmax ? k : kmax;
 	}
 	*ret_lo = all_lo;
 	*ret_hi = all_hi;
+	if (!ret_even)
+		return;
+	uint32_t even = (kmax + 1) & ~1u;
+	*ret_even = even <= n ? even : 0;
+	if (!*ret_even)
+		return;
+	for (uint32_t i = 0; i < on; i++) {
+		int32_t f = tap[i].first, nf = (int32_t)(n - even);
+		if (f > nf) { /* the window would leave the side: move it left */
+			int16_t *ws = w + (size_t)i * maxt;
+			int32_t shift = f - nf;
+			memmove(ws + shift, ws, (size_t)tap[i].n * sizeof *ws);
+			memset(ws, 0, (size_t)shift * sizeof *ws);
+			tap[i].first = nf;
+		}
+		tap[i].n = (int32_t)even;
+	}
 }
 
 static inline uint8_t clamp_u8(int32_t acc)
@@ -148,17 +171,17 @@ static inline __m128i load4_i16(const uint8_t *p)
 	return _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), _mm_setzero_si128());
 }
 
-/* Output pixel x of a 3-channel row: taps in pairs, each pair's two
- * pixels interleaved channel by channel for pmaddwd. Reads 4 bytes a
- * pixel: the caller proves byte 3 of the last one is in the row. */
-static inline __m128i hpass_px3_sse2(const uint8_t *src, const struct rs_tap *t, const int16_t *ws)
+/* Output pixel x of a 3-channel row: taps in pairs (np of them), each
+ * pair's two pixels interleaved channel by channel for pmaddwd. Reads 4
+ * bytes a pixel: one past the window's last pixel. */
+static inline __attribute__((always_inline)) __m128i hpass_px3_sse2(const uint8_t *s,
+								    const int16_t *ws, int np)
 {
-	const uint8_t *s = src + (size_t)t->first * 3;
 	__m128i acc = _mm_set1_epi32(1 << (W_BITS - 1));
 
-	for (int32_t j = 0; j < t->n; j += 2, s += 6) {
+	for (int p = 0; p < np; p++, s += 6, ws += 2) {
 		int32_t w2;
-		memcpy(&w2, ws + j, 4);
+		memcpy(&w2, ws, 4);
 		__m128i px = _mm_unpacklo_epi16(load4_i16(s), load4_i16(s + 3));
 		acc = _mm_add_epi32(acc, _mm_madd_epi16(px, _mm_set1_epi32(w2)));
 	}
@@ -166,34 +189,57 @@ static inline __m128i hpass_px3_sse2(const uint8_t *src, const struct rs_tap *t,
 	acc = _mm_packs_epi32(acc, acc);
 	return _mm_packus_epi16(acc, acc);
 }
+
+/* A 3-channel row with np pairs of taps for every pixel; dst has a byte
+ * of slack after the row. */
+static inline __attribute__((always_inline)) void hrow3_sse2(const uint8_t *src, uint8_t *dst,
+							     uint32_t out_w,
+							     const struct rs_tap *tap,
+							     const int16_t *wt, uint32_t maxt,
+							     int np)
+{
+	for (uint32_t x = 0; x < out_w; x++, dst += 3) {
+		int32_t v = _mm_cvtsi128_si32(
+			hpass_px3_sse2(src + (size_t)tap[x].first * 3, wt + (size_t)x * maxt, np));
+		memcpy(dst, &v, 4); /* byte 3 is the next pixel's, rewritten */
+	}
+}
 #endif
 
-/* One row of the horizontal pass: out_w pixels of c channels from a row
- * of w pixels. */
-static void hpass_row(const uint8_t *src, uint32_t w, uint8_t *dst, uint32_t out_w, uint32_t c,
-		      const struct rs_tap *tap, const int16_t *wt, uint32_t maxt)
+/* One row of the horizontal pass: out_w pixels of c channels. even: the
+ * taps' common even count (0: none); tail_ok: a byte after the row may
+ * be read; dst has a byte of slack after the row. */
+static void hpass_row(const uint8_t *src, uint8_t *dst, uint32_t out_w, uint32_t c,
+		      const struct rs_tap *tap, const int16_t *wt, uint32_t maxt, uint32_t even,
+		      bool tail_ok)
 {
 	if (c == 3) {
-		for (uint32_t x = 0; x < out_w; x++, dst += 3) {
-			const struct rs_tap *t = &tap[x];
-			const int16_t *ws = wt + (size_t)x * maxt;
 #ifdef __SSE2__
-			/* the pairs read pixels up to first + even(n) - 1, 4 bytes each */
-			uint32_t end = (uint32_t)t->first + (((uint32_t)t->n + 1) & ~1u);
-			if (end + 1 <= w) {
-				int32_t v = _mm_cvtsi128_si32(hpass_px3_sse2(src, t, ws));
-				if (x + 1 < out_w)
-					memcpy(dst, &v, 4); /* byte 3 is the next pixel's, rewritten */
-				else
-					memcpy(dst, &v, 3);
-				continue;
+		if (even && tail_ok) {
+			switch (even / 2) { /* constant trip counts, unrolled */
+			case 1:
+				hrow3_sse2(src, dst, out_w, tap, wt, maxt, 1);
+				return;
+			case 2:
+				hrow3_sse2(src, dst, out_w, tap, wt, maxt, 2);
+				return;
+			case 3:
+				hrow3_sse2(src, dst, out_w, tap, wt, maxt, 3);
+				return;
+			case 4:
+				hrow3_sse2(src, dst, out_w, tap, wt, maxt, 4);
+				return;
+			default:
+				hrow3_sse2(src, dst, out_w, tap, wt, maxt, (int)(even / 2));
+				return;
 			}
-#endif
-			hpass_px3(src, dst, t, ws);
 		}
+#endif
+		(void)tail_ok;
+		for (uint32_t x = 0; x < out_w; x++, dst += 3)
+			hpass_px3(src, dst, &tap[x], wt + (size_t)x * maxt);
 		return;
 	}
-	(void)w;
 	for (uint32_t x = 0; x < out_w; x++, dst += c) {
 		const int16_t *ws = wt + (size_t)x * maxt;
 		for (uint32_t ch = 0; ch < c; ch++) {
@@ -278,21 +324,23 @@ void img_resample_u8(const struct img_view *src, double bx, double by, double bw
 	int16_t *vw = (int16_t *)p;
 	p += align64((size_t)out_h * tv * 2);
 	uint8_t *mid = p;
-	p += align64((size_t)src->h * out_w * c);
+	p += align64((size_t)src->h * out_w * c + 16); /* + slack for 4-byte stores */
 	int32_t *acc = (int32_t *)p;
 	int32_t hlo, hhi, vlo, vhi;
 
 	assert(bw > 0 && bh > 0 && bx >= 0 && by >= 0);
 	assert(bx + bw <= src->w + 1e-9 && by + bh <= src->h + 1e-9);
-	taps(bx, bw, src->w, out_w, flip, th, htap, hw, &hlo, &hhi);
-	taps(by, bh, src->h, out_h, false, tv, vtap, vw, &vlo, &vhi);
+	uint32_t even;
+	taps(bx, bw, src->w, out_w, flip, th, htap, hw, &hlo, &hhi, &even);
+	taps(by, bh, src->h, out_h, false, tv, vtap, vw, &vlo, &vhi, NULL);
 	(void)hlo, (void)hhi;
 
 	/* horizontal: only rows [vlo, vhi), stored from mid's row 0 */
 	size_t n = (size_t)out_w * c;
 	for (int32_t y = vlo; y < vhi; y++)
-		hpass_row(src->px + (size_t)y * src->stride, src->w, mid + (size_t)(y - vlo) * n,
-			  out_w, c, htap, hw, th);
+		hpass_row(src->px + (size_t)y * src->stride, mid + (size_t)(y - vlo) * n, out_w, c,
+			  htap, hw, th, even,
+			  (uint32_t)y + 1 < src->h || src->stride > (size_t)src->w * c);
 	for (uint32_t y = 0; y < out_h; y++) {
 		struct rs_tap t = {vtap[y].first - vlo, vtap[y].n};
 		vpass_row(mid, n, &t, vw + (size_t)y * tv, acc, dst + (size_t)y * n);
