@@ -20,6 +20,41 @@
 
 #include "image.h"
 
+#ifndef __SANITIZE_ADDRESS__
+/* Every malloc of the process (libspng's and zlib's included) is counted
+ * while `counting`: this executable's malloc interposes on glibc's
+ * (exported: the build hides symbols by default, CMake adds -rdynamic). */
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
+static bool counting;
+static size_t n_allocs;
+
+__attribute__((visibility("default"))) void *malloc(size_t n)
+{
+	n_allocs += counting;
+	return __libc_malloc(n);
+}
+
+__attribute__((visibility("default"))) void *calloc(size_t n, size_t m)
+{
+	n_allocs += counting;
+	return __libc_calloc(n, m);
+}
+
+__attribute__((visibility("default"))) void *realloc(void *p, size_t n)
+{
+	n_allocs += counting;
+	return __libc_realloc(p, n);
+}
+
+__attribute__((visibility("default"))) void free(void *p)
+{
+	__libc_free(p);
+}
+#endif
+
 static const char *const jpegs[] = {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
 				    "gray.jpg", "small.jpg", "tiny.jpg", "photo_00.jpg",
 				    "photo_01.jpg", "photo_02.jpg", "photo_03.jpg"};
@@ -481,6 +516,39 @@ START_TEST(test_image_decode_damaged_never_crashes)
 }
 END_TEST
 
+#ifndef __SANITIZE_ADDRESS__
+/* PNG decodes allocate nothing: libspng (and zlib under it) get their
+ * memory from the decoder's arena. */
+START_TEST(test_image_decode_png_no_malloc)
+{
+	const char *names[] = {"rgb8.png", "rgb16.png", "gray8.png", "gray16.png", "palette.png",
+			       "rgba.png", "gray_alpha.png", "interlaced.png", "bad_crc.png",
+			       "bad_truncated.png"};
+	enum { N = sizeof names / sizeof names[0] };
+	uint8_t *data[N];
+	size_t len[N];
+	struct img_decoder *dec = decoder(301, 203, 3);
+	uint64_t st = 11;
+
+	for (size_t i = 0; i < N; i++)
+		data[i] = load(names[i], &len[i]);
+	for (int round = 0; round < 20; round++) {
+		counting = round > 0;
+		for (size_t i = 0; i < N; i++) {
+			struct img_decoded d;
+			struct img_box b = rand_box(&st, 301, 203);
+			img_decode(dec, data[i], len[i], round % 2 ? &b : NULL, 1, &d, NULL);
+		}
+	}
+	counting = false;
+	ck_assert_msg(n_allocs == 0, "%zu allocations in %d PNG decodes", n_allocs, 19 * N);
+	for (size_t i = 0; i < N; i++)
+		free(data[i]);
+	img_decoder_free(dec);
+}
+END_TEST
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Resample                                                            */
 
@@ -554,6 +622,9 @@ static Suite *image_suite(void)
 	tcase_add_test(tc, test_image_scale_for);
 	tcase_add_test(tc, test_image_decode_no_growth);
 	tcase_add_test(tc, test_image_decode_damaged_never_crashes);
+#ifndef __SANITIZE_ADDRESS__
+	tcase_add_test(tc, test_image_decode_png_no_malloc);
+#endif
 	suite_add_tcase(s, tc);
 	tc = tcase_create("resample");
 	tcase_add_test(tc, test_image_resample_identity_and_flip);
