@@ -20,7 +20,7 @@
 
 #include "image.h"
 
-#ifndef __SANITIZE_ADDRESS__
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* Every malloc of the process (libspng's and zlib's included) is counted
  * while `counting`: this executable's malloc interposes on glibc's
  * (exported: the build hides symbols by default, CMake adds -rdynamic). */
@@ -516,7 +516,7 @@ START_TEST(test_image_decode_damaged_never_crashes)
 }
 END_TEST
 
-#ifndef __SANITIZE_ADDRESS__
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* PNG decodes allocate nothing: libspng (and zlib under it) get their
  * memory from the decoder's arena. */
 START_TEST(test_image_decode_png_no_malloc)
@@ -622,7 +622,7 @@ static Suite *image_suite(void)
 	tcase_add_test(tc, test_image_scale_for);
 	tcase_add_test(tc, test_image_decode_no_growth);
 	tcase_add_test(tc, test_image_decode_damaged_never_crashes);
-#ifndef __SANITIZE_ADDRESS__
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 	tcase_add_test(tc, test_image_decode_png_no_malloc);
 #endif
 	suite_add_tcase(s, tc);
