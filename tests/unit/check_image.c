@@ -144,6 +144,8 @@ START_TEST(test_image_probe_refusals)
 	probe_bad("huge_dims.png", -E2BIG, "100000x10");
 	probe_bad("other.gif", -ENOTSUP, "GIF image");
 	probe_bad("other.bmp", -ENOTSUP, "BMP image");
+	/* a variant, not damage: libjpeg-turbo's 8-bit build has no 12-bit */
+	probe_bad("precision12.jpg", -ENOTSUP, "JPEG: Unsupported JPEG data precision 12");
 }
 END_TEST
 
@@ -395,6 +397,7 @@ START_TEST(test_image_decode_refusals)
 	decode_bad(dec, "huge_dims.png", -E2BIG, "100000x10");
 	decode_bad(dec, "other.gif", -ENOTSUP, "GIF image");
 	decode_bad(dec, "other.bmp", -ENOTSUP, "BMP image");
+	decode_bad(dec, "precision12.jpg", -ENOTSUP, "JPEG: Unsupported JPEG data precision 12");
 	free(decode_copy(dec, "rgb420.jpg", &w, &h));
 	free(decode_copy(dec, "rgb8.png", &w, &h));
 	img_decoder_free(dec);
