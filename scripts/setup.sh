@@ -11,6 +11,8 @@ FEED_PACKAGES=(
   libuv1-dev libcyaml-dev libyaml-dev libsystemd-dev check zlib1g-dev
   python3-numpy python3-pytest python3-zstandard python3-torch strace
   dataset-fashion-mnist
+  libspng-dev libjpeg62-turbo-dev python3-pil python3-torchvision libjpeg-turbo-progs
+  plasma-workspace-wallpapers
 )
 
 feed_install() {
