@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "augment.h"
+#include "convert.h"
 #include "philox.h"
 
 /* One u8 image field (rank 2 when c == 0, else H x W x C). */
@@ -664,6 +665,155 @@ static int probe(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Image ops                                                           */
+
+static const uint32_t rrc_scale_def[2] = {80000000, 1000000000};
+static const uint64_t rrc_ratio_def[2] = {750000000, 1333300000};
+
+START_TEST(test_augment_rrc_box_hand)
+{
+	uint32_t u[22] = {0};
+	struct img_box b;
+	const uint32_t quarter[2] = {250000000, 250000000}, one[2] = {1000000000, 1000000000};
+	const uint64_t square[2] = {1000000000, 1000000000}, wide[2] = {2000000000, 3000000000};
+	const uint64_t tall[2] = {500000000, 1000000000};
+
+	/* scale 1/4, ratio 1 on 100x100: 50x50, top from u[20], left from u[21] */
+	u[21] = 0xffffffffu;
+	aug_rrc_box(100, 100, quarter, square, u, &b);
+	ck_assert_uint_eq(b.w, 50);
+	ck_assert_uint_eq(b.h, 50);
+	ck_assert_uint_eq(b.y, 0);
+	ck_assert_uint_eq(b.x, 50);
+	/* the whole image */
+	aug_rrc_box(30, 40, one, (const uint64_t[2]){1333333333, 1333333333}, u, &b);
+	ck_assert_uint_eq(b.w, 40);
+	ck_assert_uint_eq(b.h, 30);
+	ck_assert_uint_eq(b.x, 0);
+	ck_assert_uint_eq(b.y, 0);
+	/* no try fits (aspect >= 2 needs w = 141): fallback, h = round(100 / 2) */
+	aug_rrc_box(100, 100, one, wide, u, &b);
+	ck_assert_uint_eq(b.w, 100);
+	ck_assert_uint_eq(b.h, 50);
+	ck_assert_uint_eq(b.y, 25);
+	ck_assert_uint_eq(b.x, 0);
+	/* 100 x 400, aspect <= 1: h = 200 > 100 every try; w = round(100 * 1) */
+	aug_rrc_box(100, 400, one, tall, u, &b);
+	ck_assert_uint_eq(b.w, 100);
+	ck_assert_uint_eq(b.h, 100);
+	ck_assert_uint_eq(b.x, 150);
+	ck_assert_uint_eq(b.y, 0);
+	/* first try too large, second fits: scale from u[2], ratio from u[3] */
+	const uint32_t half_one[2] = {250000000, 1000000000};
+	uint32_t v[22] = {0};
+	v[0] = 0xffffffffu;               /* scale ~1: fits only at aspect 1 */
+	v[1] = 0xffffffffu;               /* aspect ~2 on a square: too wide */
+	v[2] = 0;                         /* scale 0.25 */
+	v[3] = 0x80000000u;               /* log-ratio midway: aspect sqrt(0.5 * 2) = 1 */
+	aug_rrc_box(64, 64, half_one, (const uint64_t[2]){500000000, 2000000000}, v, &b);
+	ck_assert_uint_eq(b.w, 32);
+	ck_assert_uint_eq(b.h, 32);
+	/* always inside the image, and the draws are the sample's */
+	struct aug_ctx ctx = {.seed = 3, .epoch = 1, .sample = 9};
+	for (uint32_t k = 0; k < 2000; k++) {
+		uint32_t h = 1 + k % 97, w = 1 + (k * 7) % 211;
+		ctx.sample = k;
+		aug_rrc_draws(&ctx, 2, u);
+		ck_assert_uint_eq(u[21], feed_rand_u32(3, 1, k, 2, 21));
+		aug_rrc_box(h, w, rrc_scale_def, rrc_ratio_def, u, &b);
+		ck_assert(b.w >= 1 && b.h >= 1 && b.x + b.w <= w && b.y + b.h <= h);
+	}
+}
+END_TEST
+
+START_TEST(test_augment_resize_short_dims)
+{
+	uint32_t h, w;
+
+	aug_resize_short_dims(480, 640, 256, &h, &w);
+	ck_assert_uint_eq(h, 256);
+	ck_assert_uint_eq(w, 341); /* int(256 * 640 / 480) = int(341.33) */
+	aug_resize_short_dims(640, 480, 256, &h, &w);
+	ck_assert_uint_eq(h, 341);
+	ck_assert_uint_eq(w, 256);
+	aug_resize_short_dims(300, 300, 256, &h, &w);
+	ck_assert_uint_eq(h, 256);
+	ck_assert_uint_eq(w, 256);
+	aug_resize_short_dims(3, 7, 2, &h, &w);
+	ck_assert_uint_eq(h, 2);
+	ck_assert_uint_eq(w, 4); /* int(14 / 3) */
+}
+END_TEST
+
+START_TEST(test_augment_normalize_hand)
+{
+	struct fmt_schema s;
+	/* 1 x 2 x 3: pixels (0, 51, 255) and (255, 102, 0) */
+	const uint8_t img[6] = {0, 51, 255, 255, 102, 0};
+	float out[6];
+	const double mean[3] = {0.485, 0.456, 0.406}, sd[3] = {0.229, 0.224, 0.225};
+	struct aug_ctx ctx = {0};
+
+	image_schema(&s, 1, 2, 3);
+	struct pipe_plan *p = plan_for("normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, "
+				       "0.225))", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, img, 6, (uint8_t *)out, sizeof(out)), sizeof(out));
+	/* CHW: out[ch * 2 + x] = (img[x * 3 + ch] / 255 - mean) / std */
+	for (uint32_t ch = 0; ch < 3; ch++)
+		for (uint32_t x = 0; x < 2; x++) {
+			double want = (img[x * 3 + ch] / 255.0 - mean[ch]) / sd[ch];
+			ck_assert_double_eq_tol(out[ch * 2 + x], want, 2e-6);
+		}
+	ck_assert_double_eq_tol(out[0], -0.485 / 0.229, 2e-6); /* x = 0: -mean / std */
+	free(p);
+
+	/* HWC, bf16, one std for a gray image: same bits as the kernels' twin */
+	uint16_t o16[2];
+	const uint8_t g[2] = {0, 255};
+	image_schema(&s, 1, 2, 0);
+	p = plan_for("normalize(mean=0.5, std=0.5, dtype=bf16, layout=hwc)", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, g, 2, (uint8_t *)o16, sizeof(o16)), 4);
+	ck_assert_uint_eq(o16[0], 0xbf80); /* -1.0 */
+	ck_assert_uint_eq(o16[1], 0x3f80); /* 1.0 */
+	struct feed_convert cv;
+	ck_assert_int_eq(feed_convert_init(&cv, 1, 2, 1, FEED_CONVERT_BF16, FEED_CONVERT_NHWC,
+					   (const float[]){0.5f}, (const float[]){0.5f}), 0);
+	uint16_t twin[2];
+	ck_assert_int_eq(feed_convert_images_cpu(&cv, g, 1, NULL, twin), 0);
+	ck_assert_mem_eq(twin, o16, sizeof(twin));
+	free(p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+
+/* check_augment --rrc H W N SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX SEED:
+ * prints N boxes "y x h w" of random_resized_crop (op 0, epoch 0, samples
+ * 0..N-1) on an H x W image, for tests/python/test_rrc_sampler.py. */
+static int rrc_boxes(int argc, char **argv)
+{
+	if (argc != 10) {
+		fprintf(stderr, "usage: %s --rrc H W N SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX SEED\n",
+			argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[2]), w = (uint32_t)atoi(argv[3]);
+	uint64_t n = strtoull(argv[4], NULL, 0);
+	uint32_t scale[2] = {(uint32_t)(atof(argv[5]) * 1e9 + 0.5), (uint32_t)(atof(argv[6]) * 1e9 + 0.5)};
+	uint64_t ratio[2] = {(uint64_t)(atof(argv[7]) * 1e9 + 0.5), (uint64_t)(atof(argv[8]) * 1e9 + 0.5)};
+	struct aug_ctx ctx = {.seed = strtoull(argv[9], NULL, 0)};
+	uint32_t u[22];
+	struct img_box b;
+
+	for (ctx.sample = 0; ctx.sample < n; ctx.sample++) {
+		aug_rrc_draws(&ctx, 0, u);
+		aug_rrc_box(h, w, scale, ratio, u, &b);
+		printf("%u %u %u %u\n", b.y, b.x, b.h, b.w);
+	}
+	return fflush(stdout) ? 1 : 0;
+}
+
 static Suite *augment_suite(void)
 {
 	Suite *s = suite_create("augment");
@@ -683,6 +833,9 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_random_window_bounds);
 	tcase_add_test(tc, test_augment_errors);
 	tcase_add_test(tc, test_augment_deterministic);
+	tcase_add_test(tc, test_augment_rrc_box_hand);
+	tcase_add_test(tc, test_augment_resize_short_dims);
+	tcase_add_test(tc, test_augment_normalize_hand);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -691,6 +844,8 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--rrc"))
+		return rrc_boxes(argc, argv);
 	SRunner *sr = srunner_create(augment_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
