@@ -787,6 +787,225 @@ START_TEST(test_augment_normalize_hand)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* decode stages on real files ($FEED_IMAGES, tests/images fixtures)    */
+
+static uint8_t *load_image(const char *name, size_t *ret_len)
+{
+	const char *dir = getenv("FEED_IMAGES");
+	char path[4096];
+
+	ck_assert_msg(dir != NULL, "FEED_IMAGES is not set (run through ctest)");
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "%s: cannot open", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *p = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*ret_len = (size_t)n;
+	return p;
+}
+
+/* An encoded-image field "image" whose largest image is w x h. */
+static void encoded_schema(struct fmt_schema *s, uint32_t w, uint32_t h)
+{
+	memset(s, 0, sizeof(*s));
+	s->nfields = 1;
+	struct fmt_field *f = &s->fields[0];
+	strcpy(f->name, "image");
+	f->dtype = FEED_DTYPE_U8;
+	f->variable = true;
+	f->max_bytes = 1u << 24;
+	f->image = true;
+	f->max_width = w;
+	f->max_height = h;
+	f->max_pixels = (uint64_t)w * h;
+}
+
+/* Runs plan on one encoded record with fresh decoders; returns the code. */
+static int apply_img(const struct pipe_plan *p, const struct aug_ctx *ctx, const uint8_t *src,
+		     size_t len, uint8_t *dst, size_t cap, struct feed_err *err)
+{
+	struct aug_img ai = {0};
+	void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {src, len};
+	struct aug_out out = {dst, cap, NULL};
+
+	if (p->dec_channels_mask & 2)
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 1, &ai.dec1, NULL), 0);
+	if (p->dec_channels_mask & 8)
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &ai.dec3, NULL), 0);
+	int rc = aug_apply_img(p, ctx, &in, &out, scratch, &ai, err);
+	img_decoder_free(ai.dec1);
+	img_decoder_free(ai.dec3);
+	free(scratch);
+	return rc;
+}
+
+/* decode | center_crop (| hflip): the decoder's own full decode, cropped
+ * (zero-padded where the crop is larger) and mirrored, byte for byte. */
+START_TEST(test_augment_decode_center_crop_equals_full_decode)
+{
+	static const struct {
+		const char *file;
+		uint32_t c, size;
+	} cases[] = {{"rgb420.jpg", 3, 100}, {"progressive.jpg", 3, 57}, {"gray.jpg", 1, 64},
+		     {"cmyk.jpg", 3, 33}, {"rgb8.png", 3, 200}, {"palette.png", 3, 31},
+		     {"rgb420.jpg", 1, 64}, {"tiny.jpg", 3, 9}, {"small.jpg", 3, 48}};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(cases[k].file, &len);
+		struct img_info info;
+		struct fmt_schema s;
+		char text[128];
+		uint32_t c = cases[k].c, n = cases[k].size;
+		struct feed_err err = {0};
+
+		ck_assert_int_eq(img_probe(src, len, &info, NULL), 0);
+		encoded_schema(&s, info.width, info.height);
+		struct img_limits lim = {info.width, info.height, 0};
+		struct img_decoder *dec;
+		struct img_decoded full;
+		ck_assert_int_eq(img_decoder_new(&lim, c, &dec, NULL), 0);
+		ck_assert_int_eq(img_decode(dec, src, len, NULL, 1, &full, NULL), 0);
+		/* flip 1: flipped after the crop; 2: before it (the crop's offsets
+		 * are then the mirrored image's) */
+		for (int flip = 0; flip < 3; flip++) {
+			snprintf(text, sizeof text, "decode(channels=%u) | %scenter_crop(size=%u)%s", c,
+				 flip == 2 ? "hflip(p=1) | " : "", n, flip == 1 ? " | hflip(p=1)" : "");
+			struct pipe_plan *p = plan_for(text, &s);
+			uint8_t *got = malloc((size_t)n * n * c), *want = calloc((size_t)n * n, c);
+			memset(got, 0xa5, (size_t)n * n * c);
+			struct aug_ctx ctx = {.seed = 1, .sample = k};
+			ck_assert_msg(apply_img(p, &ctx, src, len, got, (size_t)n * n * c, &err) == 0,
+				      "%s: %s", text, err.msg);
+			int64_t top = aug_center_crop_offset(info.height, n);
+			int64_t left = aug_center_crop_offset(info.width, n);
+			for (uint32_t y = 0; y < n; y++)
+				for (uint32_t x = 0; x < n; x++) {
+					int64_t sy = top + y, sx = left + x;
+					if (sy < 0 || sx < 0 || sy >= info.height || sx >= info.width)
+						continue;
+					uint32_t ox = flip == 1 ? n - 1 - x : x;
+					if (flip == 2)
+						sx = info.width - 1 - sx;
+					memcpy(want + ((size_t)y * n + ox) * c,
+					       full.view.px + sy * full.view.stride + sx * c, c);
+				}
+			ck_assert_msg(!memcmp(got, want, (size_t)n * n * c), "%s on %s", text,
+				      cases[k].file);
+			free(got);
+			free(want);
+			free(p);
+		}
+		img_decoder_free(dec);
+		free(src);
+	}
+}
+END_TEST
+
+/* decode | random_resized_crop | hflip: the box drawn from the header,
+ * decoded at img_scale_for's scale and resampled, flipped as drawn. */
+START_TEST(test_augment_decode_rrc_equals_parts)
+{
+	static const char *const files[] = {"photo_00.jpg", "photo_03.jpg", "rgb444.jpg",
+					    "rgb16.png", "interlaced.png"};
+
+	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(files[k], &len);
+		struct img_info info;
+		struct fmt_schema s;
+		uint32_t flips = 0;
+
+		ck_assert_int_eq(img_probe(src, len, &info, NULL), 0);
+		encoded_schema(&s, info.width + 7, info.height + 3); /* not the largest */
+		struct pipe_plan *p = plan_for("decode | random_resized_crop(size=64) | hflip", &s);
+		struct img_decoder *dec;
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &dec, NULL), 0);
+		void *rs = malloc(img_resample_scratch_bytes(info.width, info.height, 64, 64, 3));
+		uint8_t got[64 * 64 * 3], want[64 * 64 * 3];
+		for (uint64_t smp = 0; smp < 8; smp++) {
+			struct aug_ctx ctx = {.seed = 11, .epoch = 2, .sample = smp};
+			struct feed_err err = {0};
+			uint32_t u[22];
+			struct img_box b;
+			struct img_decoded d;
+			memset(got, 1, sizeof(got));
+			memset(want, 2, sizeof(want));
+			ck_assert_msg(apply_img(p, &ctx, src, len, got, sizeof(got), &err) == 0, "%s: %s",
+				      files[k], err.msg);
+			aug_rrc_draws(&ctx, 1, u);
+			aug_rrc_box(info.height, info.width, p->spec.ops[1].scale_ppb,
+				    p->spec.ops[1].ratio_ppb, u, &b);
+			bool flip = aug_hflip_decision(feed_rand_u32(11, 2, smp, 2, 0), PIPE_P_ONE / 2);
+			flips += flip;
+			uint32_t sc = img_scale_for(b.w, b.h, 64, 64);
+			ck_assert_int_eq(img_decode(dec, src, len, &b, sc, &d, NULL), 0);
+			memset(want, 1, sizeof(want));
+			img_resample_u8(&d.view, d.box_x, d.box_y, d.box_w, d.box_h, want, 64, 64, flip,
+					rs);
+			ck_assert_msg(!memcmp(got, want, sizeof(got)), "%s sample %" PRIu64, files[k],
+				      smp);
+		}
+		ck_assert_uint_gt(flips, 0);
+		ck_assert_uint_lt(flips, 8);
+		free(rs);
+		img_decoder_free(dec);
+		free(p);
+		free(src);
+	}
+}
+END_TEST
+
+/* Bad records fail with the decoder's code, naming sample and field. */
+START_TEST(test_augment_decode_bad_images)
+{
+	static const struct {
+		const char *file;
+		int code;
+	} cases[] = {{"bad_truncated.jpg", -EBADMSG}, {"bad_garbage.jpg", -EBADMSG},
+		     {"bad_truncated.png", -EBADMSG}, {"bad_crc.png", -EBADMSG},
+		     {"bomb.jpg", -E2BIG}, {"bomb.png", -E2BIG}, {"other.gif", -ENOTSUP},
+		     {"other.bmp", -ENOTSUP}, {"bad_truncated_header.jpg", -EBADMSG}};
+	struct fmt_schema s;
+	uint8_t out[32 * 32 * 3];
+
+	encoded_schema(&s, 640, 480);
+	struct pipe_plan *p = plan_for("decode | random_resized_crop(size=32)", &s);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(cases[k].file, &len);
+		struct aug_ctx ctx = {.sample = 41};
+		struct feed_err err = {0};
+		int rc = apply_img(p, &ctx, src, len, out, sizeof(out), &err);
+		ck_assert_msg(rc == cases[k].code, "%s: %d (%s)", cases[k].file, rc, err.msg);
+		ck_assert_msg(strstr(err.msg, "sample 41: field 'image': "), "%s: '%s'", cases[k].file,
+			      err.msg);
+		ck_assert_msg(strlen(err.msg) > strlen("sample 41: field 'image': ") + 4, "%s: '%s'",
+			      cases[k].file, err.msg);
+		free(src);
+	}
+	/* no decoder lent */
+	size_t len;
+	uint8_t *src = load_image("small.jpg", &len);
+	struct aug_in in = {src, len};
+	struct aug_out o = {out, sizeof(out), NULL};
+	struct feed_err err = {0};
+	void *scratch = malloc(pipe_scratch_bytes(p));
+	ck_assert_int_eq(aug_apply(p, &(struct aug_ctx){0}, &in, &o, scratch, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no 3-channel image decoder"));
+	free(scratch);
+	free(src);
+	free(p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 
 /* check_augment --rrc H W N SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX SEED:
  * prints N boxes "y x h w" of random_resized_crop (op 0, epoch 0, samples
@@ -836,6 +1055,9 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_rrc_box_hand);
 	tcase_add_test(tc, test_augment_resize_short_dims);
 	tcase_add_test(tc, test_augment_normalize_hand);
+	tcase_add_test(tc, test_augment_decode_center_crop_equals_full_decode);
+	tcase_add_test(tc, test_augment_decode_rrc_equals_parts);
+	tcase_add_test(tc, test_augment_decode_bad_images);
 	suite_add_tcase(s, tc);
 	return s;
 }
