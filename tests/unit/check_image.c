@@ -433,6 +433,62 @@ START_TEST(test_image_decode_no_growth)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* Resample                                                            */
+
+/* Same size, whole box: the identity; flipped: the mirror. */
+START_TEST(test_image_resample_identity_and_flip)
+{
+	enum { W = 37, H = 11, C = 3 };
+	static uint8_t src[H][W][C], dst[H][W][C];
+	uint64_t st = 5;
+
+	for (size_t i = 0; i < sizeof src; i++) {
+		st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+		((uint8_t *)src)[i] = (uint8_t)st;
+	}
+	struct img_view v = {&src[0][0][0], W, H, C, W * C};
+	void *scratch = malloc(img_resample_scratch_bytes(W, H, W, H, C));
+	img_resample_u8(&v, 0, 0, W, H, &dst[0][0][0], W, H, false, scratch);
+	ck_assert(memcmp(src, dst, sizeof src) == 0);
+	img_resample_u8(&v, 0, 0, W, H, &dst[0][0][0], W, H, true, scratch);
+	for (int y = 0; y < H; y++)
+		for (int x = 0; x < W; x++)
+			ck_assert(memcmp(dst[y][x], src[y][W - 1 - x], C) == 0);
+	free(scratch);
+}
+END_TEST
+
+/* Hand-computed: 4 -> 2 (scale 2: support 2 source pixels each side,
+ * weights tri(d / 2)), and a fractional box. */
+START_TEST(test_image_resample_hand)
+{
+	const uint8_t src[4] = {0, 100, 200, 255};
+	struct img_view v = {src, 4, 1, 1, 4};
+	uint8_t out[2];
+	void *scratch = malloc(img_resample_scratch_bytes(4, 1, 2, 1, 1));
+
+	/* out 0: centre 1.0, pixels 0..2 at distances .5, .5, 1.5 -> weights
+	 * .75 .75 .25: (0 * .75 + 100 * .75 + 200 * .25) / 1.75 = 71.43;
+	 * out 1: centre 3.0, pixels 1..3: (100 * .25 + 200 * .75 + 255 * .75) / 1.75 = 209.3 */
+	img_resample_u8(&v, 0, 0, 4, 1, out, 2, 1, false, scratch);
+	ck_assert_uint_eq(out[0], 71);
+	ck_assert_uint_eq(out[1], 209);
+	img_resample_u8(&v, 0, 0, 4, 1, out, 2, 1, true, scratch);
+	ck_assert_uint_eq(out[0], 209);
+	ck_assert_uint_eq(out[1], 71);
+	/* box [0.5, 3.5) -> 3 pixels: scale 1, centres 1.0 2.0 3.0, each the
+	 * mean of its two neighbours */
+	uint8_t o3[3];
+	img_resample_u8(&v, 0.5, 0, 3, 1, o3, 3, 1, false, scratch);
+	ck_assert_uint_eq(o3[0], 50);
+	ck_assert_uint_eq(o3[1], 150);
+	ck_assert_uint_eq(o3[2], 228); /* 227.5 rounds up */
+	free(scratch);
+}
+END_TEST
+
 static Suite *image_suite(void)
 {
 	Suite *s = suite_create("image");
@@ -450,6 +506,10 @@ static Suite *image_suite(void)
 	tcase_add_test(tc, test_image_decode_refusals);
 	tcase_add_test(tc, test_image_scale_for);
 	tcase_add_test(tc, test_image_decode_no_growth);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resample");
+	tcase_add_test(tc, test_image_resample_identity_and_flip);
+	tcase_add_test(tc, test_image_resample_hand);
 	suite_add_tcase(s, tc);
 	return s;
 }
