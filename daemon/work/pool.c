@@ -210,6 +210,14 @@ void pool_free(struct pool *p)
 	free(p);
 }
 
+void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
+{
+	pthread_mutex_lock(&p->mu);
+	for (unsigned i = 0; i < p->n; i++)
+		p->threads[i].w.img_max_pixels = max_pixels;
+	pthread_mutex_unlock(&p->mu);
+}
+
 unsigned pool_size(const struct pool *p)
 {
 	return p->size;

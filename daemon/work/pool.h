@@ -77,4 +77,10 @@ void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
 
+/* Caps every worker's image decoders at max_pixels (width * height; the
+ * config's limits.max_pixels): images past it fail with -E2BIG. Loop
+ * thread, before the first job is submitted (the queue's mutex hands the
+ * value to the workers). The default is IMG_MAX_PIXELS_DEFAULT. */
+void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels);
+
 #endif

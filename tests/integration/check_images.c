@@ -11,7 +11,9 @@
  *   bytes; another seed gives other bytes;
  * - a corrupt image stops its stream with an error naming the dataset, the
  *   sample and the decoder's words, while a stream of another dataset on
- *   the same daemon is served to its end.
+ *   the same daemon is served to its end;
+ * - the config's limits.max_pixels caps the decoders: larger images fail
+ *   with -E2BIG naming the limit.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -315,6 +317,38 @@ START_TEST(test_images_bad_image_stops_its_stream)
 }
 END_TEST
 
+/* limits.max_pixels caps the decoders: an image past it (the photographs
+ * here, but not the 64x48 one) fails with -E2BIG naming the limit. */
+START_TEST(test_images_max_pixels_from_config)
+{
+	static char a[200];
+	struct feed_batch *b;
+
+	snprintf(a, sizeof a, "imgs=%s", make_dataset("imgs", false));
+	const char *cfg = h_write_file("feedd.yaml", "limits:\n  max_pixels: 100000\n");
+	h_start((const char *[]){"--config", cfg, "--dataset", a, "--workers", "1", NULL});
+	struct feed_conn *c = h_conn_new();
+	/* sample 11 (small.jpg, 64x48) decodes */
+	struct feed_stream_opts o = {.dataset = "imgs", .batch = 1, .epochs = 1, .credits = 1,
+				     .pipeline = PIPE, .start_batch = 11};
+	struct feed_stream *st = h_stream_open(c, &o);
+	int r = feed_next(st, H_DEADLINE_MS, &b);
+	ck_assert_msg(r == 0, "%s: %s", feed_strerror(r), feed_errmsg(c));
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	/* sample 0 (a photograph, > 100000 pixels) does not */
+	o.start_batch = 0;
+	st = h_stream_open(c, &o);
+	r = feed_next(st, H_DEADLINE_MS, &b);
+	ck_assert_msg(r == -E2BIG, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'imgs': sample 0: field 'image': "), "%s",
+		      feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "100000"), "limit not named: %s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 static Suite *images_suite(void)
 {
 	Suite *s = suite_create("images");
@@ -325,6 +359,7 @@ static Suite *images_suite(void)
 	tcase_add_test(tc, test_images_batches_equal_core);
 	tcase_add_test(tc, test_images_same_spec_same_bytes);
 	tcase_add_test(tc, test_images_bad_image_stops_its_stream);
+	tcase_add_test(tc, test_images_max_pixels_from_config);
 	suite_add_tcase(s, tc);
 	return s;
 }
