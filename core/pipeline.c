@@ -875,6 +875,10 @@ static int plan_decode(struct pipe_plan *p, struct plan_work *w, uint32_t i, uin
 	fd->shape[1] = infd->max_width;
 	fd->shape[2] = op->channels;
 	fd->max_bytes = (uint64_t)infd->max_height * infd->max_width * op->channels;
+	/* pixels from here on: the out schema carries no encoded-image facts */
+	fd->image = false;
+	fd->max_width = fd->max_height = 0;
+	fd->max_pixels = 0;
 	w->st[f] = FS_DECODED;
 	w->sk[i] = PIPE_STAGE_IMAGE;
 	w->img_open[f] = true;
