@@ -1080,6 +1080,74 @@ static int rrc_boxes(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* check_augment --decode PIPELINE FILE SEED EPOCH SAMPLE: runs PIPELINE
+ * (which decodes field "image") on the JPEG or PNG FILE as sample SAMPLE
+ * and prints one line "top left height width flip out_bytes" (the first
+ * random_resized_crop's box in the image's pixels and the first hflip's
+ * decision, -1 when absent) and the output bytes, for
+ * tests/python/test_rrc_torchvision.py. */
+static int decode_probe(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s --decode PIPELINE FILE SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	struct aug_ctx ctx = {strtoull(argv[4], NULL, 0), strtoull(argv[5], NULL, 0),
+			      strtoull(argv[6], NULL, 0)};
+	FILE *f = fopen(argv[3], "rb");
+	static uint8_t src[1 << 24];
+	size_t len = f ? fread(src, 1, sizeof(src), f) : 0;
+	struct img_info info;
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	struct aug_img ai = {0};
+
+	if (f)
+		fclose(f);
+	if (!len || img_probe(src, len, &info, &err) < 0) {
+		fprintf(stderr, "decode: %s: %s\n", argv[3], err.msg[0] ? err.msg : "cannot read");
+		return 1;
+	}
+	encoded_schema(&s, info.width, info.height);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 ||
+	    ((p->dec_channels_mask & 2) && img_decoder_new(&p->dec_lim, 1, &ai.dec1, &err) < 0) ||
+	    ((p->dec_channels_mask & 8) && img_decoder_new(&p->dec_lim, 3, &ai.dec3, &err) < 0)) {
+		fprintf(stderr, "decode: %s\n", err.msg);
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {src, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply_img(p, &ctx, &in, &o, scratch, &ai, &err) < 0) {
+		fprintf(stderr, "decode: %s\n", err.msg);
+		return 1;
+	}
+	long box[4] = {-1, -1, -1, -1}, flip = -1;
+	for (uint32_t i = p->spec.nops; i-- > 0;) {
+		const struct pipe_op *op = &p->spec.ops[i];
+		if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
+			uint32_t u[22];
+			struct img_box b;
+			aug_rrc_draws(&ctx, i, u);
+			aug_rrc_box(info.height, info.width, op->scale_ppb, op->ratio_ppb, u, &b);
+			box[0] = b.y, box[1] = b.x, box[2] = b.h, box[3] = b.w;
+		} else if (op->kind == PIPE_HFLIP) {
+			flip = aug_hflip_decision(feed_rand_u32(ctx.seed, ctx.epoch, ctx.sample, i, 0),
+						  op->p_ppb);
+		}
+	}
+	printf("%ld %ld %ld %ld %ld %zu\n", box[0], box[1], box[2], box[3], flip, got);
+	fwrite(out, 1, got, stdout);
+	img_decoder_free(ai.dec1);
+	img_decoder_free(ai.dec3);
+	free(out);
+	free(scratch);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
 static Suite *augment_suite(void)
 {
 	Suite *s = suite_create("augment");
@@ -1114,6 +1182,8 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--decode"))
+		return decode_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--rrc"))
 		return rrc_boxes(argc, argv);
 	SRunner *sr = srunner_create(augment_suite());
