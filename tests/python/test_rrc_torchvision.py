@@ -168,3 +168,33 @@ def test_normalize_matches_to_tensor_normalize(probe_bin, images):
     bf = np.frombuffer(data, np.uint16).reshape(64, 64, 3).astype(np.uint32) << 16
     ours16 = bf.view(np.float32).transpose(2, 0, 1)
     assert np.abs(ours16 - ref).max() <= 2 ** -7 * np.abs(ref).max()
+
+
+def test_rrc_gray_matches_torchvision(probe_bin, feed_bin, images):
+    img = Image.open(images / "gray.jpg")
+    img.load()
+    assert img.mode == "L"
+    for sample in range(6):
+        (top, left, h, w), flip, data = run(
+            probe_bin, "decode(channels=1) | random_resized_crop(size=40) | hflip",
+            images / "gray.jpg", sample)
+        ref = TF.resized_crop(img, top, left, h, w, [40, 40],
+                              interpolation=transforms.InterpolationMode.BILINEAR,
+                              antialias=True)
+        if flip:
+            ref = TF.hflip(ref)
+        scale = dct_scale(feed_bin, images / "gray.jpg", left, top, left + w, top + h, 40)
+        d = mad(np.frombuffer(data, np.uint8).reshape(40, 40), np.asarray(ref))
+        assert d <= (FULL_MAD if scale == 1 else DCT_MAD), f"sample {sample}: {d:.3f}"
+
+
+@pytest.mark.parametrize("name", ["photo_03.jpg", "rgb8.png"])
+def test_resize_hw_on_decoded_matches_torchvision(probe_bin, images, name):
+    """resize(h, w) on decoded images antialiases, as Resize((h, w)) on PIL
+    images does; an upscale on one side and a downscale on the other."""
+    img = pil_rgb(images / name)
+    h, w = 50, img.width + 30
+    _, _, data = run(probe_bin, f"decode | resize(h={h}, w={w})", images / name, 0)
+    ours = np.frombuffer(data, np.uint8).reshape(h, w, 3)
+    ref = np.asarray(TF.resize(img, [h, w], antialias=True))
+    assert mad(ours, ref) <= FULL_MAD
