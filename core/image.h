@@ -15,7 +15,10 @@
  * Memory: img_decoder_new() allocates every buffer a decode will need,
  * sized from the largest image the decoder will accept (the dataset's
  * largest, recorded at ingest); decoding and resampling allocate nothing
- * of ours (libjpeg's own per-image pools are its business).
+ * of ours. libspng allocates from the decoder's arena (no malloc per
+ * PNG); libjpeg's own per-image pools are its business (a baseline JPEG:
+ * 6 blocks, ~30 KB; progressive: its coefficients too), freed before
+ * img_decode() returns.
  *
  * Errors: 0 or a negative errno-style code with a feed_err naming what was
  * wrong in the decoder's own words:
@@ -120,7 +123,9 @@ void img_decoder_free(struct img_decoder *dec);
  * cropped; PNG decodes rows up to the box's bottom. At scale 1 the box's
  * pixels equal those of libjpeg-turbo's own full decode bit for bit.
  * Grayscale, CMYK/YCCK, palette, 16-bit and alpha images all come out as
- * `channels` u8 channels (16-bit: the high byte; alpha dropped).
+ * `channels` u8 channels (16-bit: the high byte; alpha dropped; CMYK as
+ * PIL's convert('RGB'); channels=1 from colour with PIL's convert('L')
+ * weights, (19595 R + 38470 G + 7471 B + 32768) >> 16).
  * The result is borrowed until the next call on dec.
  */
 int img_decode(struct img_decoder *dec, const void *data, size_t len, const struct img_box *box,
@@ -134,7 +139,9 @@ uint32_t img_scale_for(uint32_t box_w, uint32_t box_h, uint32_t out_w, uint32_t 
 /* ------------------------------------------------------------------ */
 /* Resampling                                                          */
 
-/* Scratch img_resample_u8() needs for these sizes, in bytes. */
+/* Scratch img_resample_u8() needs for these sizes, in bytes. For the
+ * views of a decoder, src_w and src_h are its limits' max_width and
+ * max_height (a view never exceeds the image). */
 size_t img_resample_scratch_bytes(uint32_t src_w, uint32_t src_h, uint32_t out_w,
 				  uint32_t out_h, uint32_t c);
 

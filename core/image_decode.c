@@ -19,9 +19,15 @@
  * (ITU-R 601-2). PNG 16-bit keeps the high byte, alpha is dropped (not
  * composited), palettes are expanded, no gamma is applied.
  *
- * Threads: a decoder belongs to one thread. Memory: libjpeg's per-image
- * pools and libspng's context (a few small blocks per PNG) are the
- * libraries' own; our buffers are all allocated in img_decoder_new().
+ * Threads: a decoder belongs to one thread. Memory: our buffers are all
+ * allocated in img_decoder_new(). libspng allocates through the
+ * decoder's arena (struct png_arena: its context, zlib's window, its row
+ * buffers, ancillary chunks up to PNG_CHUNK_CACHE), emptied after each
+ * image: no malloc per PNG (past the arena, blocks fall back to malloc
+ * and are freed with the context). libspng's allocator callbacks take no
+ * user pointer, so the arena in use is a thread-local set only for the
+ * span of decode_png() on that thread. libjpeg's per-image pools are its
+ * own (malloc'd at jpeg_start_decompress, freed at jpeg_abort).
  */
 #include "image.h"
 
@@ -29,12 +35,99 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <spng.h>
 
 #include "image_priv.h"
+
+/* Ancillary PNG chunks (text, ICC profile, Exif) kept by libspng, in
+ * bytes; past that it discards them (we use none). */
+#define PNG_CHUNK_CACHE (64u << 10)
+
+/* A bump allocator for one PNG decode at a time. */
+struct png_arena {
+	uint8_t *base; /* cap bytes, 16-aligned blocks each after a 16-byte header */
+	size_t cap;    /* bytes at base */
+	size_t used;   /* bytes handed out since the last reset */
+};
+
+/* The arena of the decode_png() running on this thread, else NULL. */
+static _Thread_local struct png_arena *png_arena_cur;
+
+#define ARENA_HDR 16 /* a block's header: its size, keeping 16-byte alignment */
+
+static bool arena_owns(const struct png_arena *a, const void *p)
+{
+	return a && (const uint8_t *)p >= a->base && (const uint8_t *)p < a->base + a->cap;
+}
+
+static void *arena_malloc(size_t size)
+{
+	struct png_arena *a = png_arena_cur;
+	size_t need = ARENA_HDR + ((size + 15) & ~(size_t)15);
+
+	if (!a || size > a->cap || need > a->cap - a->used)
+		return malloc(size); /* past the arena: libspng frees it with the context */
+	uint8_t *p = a->base + a->used;
+	memcpy(p, &size, sizeof size);
+	a->used += need;
+	return p + ARENA_HDR;
+}
+
+static size_t arena_size(const void *p)
+{
+	size_t size;
+	memcpy(&size, (const uint8_t *)p - ARENA_HDR, sizeof size);
+	return size;
+}
+
+static void arena_free(void *p)
+{
+	struct png_arena *a = png_arena_cur;
+
+	if (!p)
+		return;
+	if (!arena_owns(a, p)) {
+		free(p);
+		return;
+	}
+	/* the last block handed out is given back; others wait for the reset */
+	uint8_t *blk = (uint8_t *)p - ARENA_HDR;
+	if (blk + ARENA_HDR + ((arena_size(p) + 15) & ~(size_t)15) == a->base + a->used)
+		a->used = (size_t)(blk - a->base);
+}
+
+static void *arena_realloc(void *p, size_t size)
+{
+	struct png_arena *a = png_arena_cur;
+
+	if (!p)
+		return arena_malloc(size);
+	if (!arena_owns(a, p))
+		return realloc(p, size);
+	size_t old = arena_size(p);
+	void *q = arena_malloc(size);
+	if (q) {
+		memcpy(q, p, old < size ? old : size);
+		arena_free(p);
+	}
+	return q;
+}
+
+static void *arena_calloc(size_t count, size_t size)
+{
+	if (size && count > SIZE_MAX / size)
+		return NULL;
+	void *p = arena_malloc(count * size);
+	if (p)
+		memset(p, 0, count * size);
+	return p;
+}
+
+static struct spng_alloc png_alloc = {arena_malloc, arena_realloc, arena_calloc, arena_free};
 
 struct img_decoder {
 	struct img_limits lim;                /* as given, max_pixels filled in */
@@ -45,6 +138,7 @@ struct img_decoder {
 	size_t px_cap;                        /* bytes at px */
 	uint8_t *row;                         /* one full row of up to 4 channels (CMYK, PNG rows) */
 	size_t row_cap;                       /* bytes at row */
+	struct png_arena arena;               /* libspng's memory, emptied after each PNG */
 };
 
 uint32_t img_scale_for(uint32_t box_w, uint32_t box_h, uint32_t out_w, uint32_t out_h)
@@ -80,9 +174,13 @@ int img_decoder_new(const struct img_limits *lim, uint32_t channels, struct img_
 	 * place); + a row of slack for libjpeg's iMCU-aligned crop */
 	dec->px_cap = (size_t)(pixels + lim->max_width + 16) * 3;
 	dec->row_cap = ((size_t)lim->max_width + 16) * 4;
+	/* libspng: context and zlib (~48K), three rows of up to 16-bit RGBA
+	 * (interlaced: a fourth), kept chunks, and room for its small blocks */
+	dec->arena.cap = (256u << 10) + PNG_CHUNK_CACHE + 4 * (8 * (size_t)lim->max_width + 64);
 	dec->px = malloc(dec->px_cap);
 	dec->row = malloc(dec->row_cap);
-	if (!dec->px || !dec->row)
+	dec->arena.base = malloc(dec->arena.cap);
+	if (!dec->px || !dec->row || !dec->arena.base)
 		goto nomem;
 	dec->channels = channels;
 	dec->cinfo.err = img_jpeg_err_init(&dec->jerr);
@@ -90,6 +188,7 @@ int img_decoder_new(const struct img_limits *lim, uint32_t channels, struct img_
 		feed_err_set(err, -ENOMEM, "image decoder: libjpeg: %s", dec->jerr.msg);
 		free(dec->px);
 		free(dec->row);
+		free(dec->arena.base);
 		free(dec);
 		return -ENOMEM;
 	}
@@ -100,6 +199,7 @@ nomem:
 	if (dec) {
 		free(dec->px);
 		free(dec->row);
+		free(dec->arena.base);
 		free(dec);
 	}
 	return feed_err_set(err, -ENOMEM, "image decoder for %" PRIu32 "x%" PRIu32 ": out of memory",
@@ -113,6 +213,7 @@ void img_decoder_free(struct img_decoder *dec)
 	jpeg_destroy_decompress(&dec->cinfo);
 	free(dec->px);
 	free(dec->row);
+	free(dec->arena.base);
 	free(dec);
 }
 
@@ -312,17 +413,15 @@ static int decode_jpeg(struct img_decoder *dec, const void *data, size_t len,
 /* ------------------------------------------------------------------ */
 /* PNG                                                                 */
 
-static int decode_png(struct img_decoder *dec, const void *data, size_t len,
-		      const struct img_box *box, struct img_decoded *ret, struct feed_err *err)
+static int png_run(struct img_decoder *dec, spng_ctx *ctx, const void *data, size_t len,
+		   const struct img_box *box, struct img_decoded *ret, struct feed_err *err)
 {
-	spng_ctx *ctx = spng_ctx_new(0);
 	struct spng_ihdr ihdr;
 	struct spng_row_info ri;
 	int rc;
 
-	if (!ctx)
-		return feed_err_set(err, -ENOMEM, "PNG: out of memory");
 	spng_set_image_limits(ctx, 0x7fffffff, 0x7fffffff); /* ours below */
+	spng_set_chunk_limits(ctx, 0x7fffffff, PNG_CHUNK_CACHE);
 	rc = spng_set_png_buffer(ctx, data, len);
 	if (rc == 0)
 		rc = spng_get_ihdr(ctx, &ihdr);
@@ -378,7 +477,25 @@ static int decode_png(struct img_decoder *dec, const void *data, size_t len,
 	ret->box_h = box->h;
 	ret->scale_denom = 1;
 out:
-	spng_ctx_free(ctx);
+	return rc;
+}
+
+static int decode_png(struct img_decoder *dec, const void *data, size_t len,
+		      const struct img_box *box, struct img_decoded *ret, struct feed_err *err)
+{
+	int rc;
+
+	png_arena_cur = &dec->arena;
+	dec->arena.used = 0;
+	spng_ctx *ctx = spng_ctx_new2(&png_alloc, 0);
+	if (ctx) {
+		rc = png_run(dec, ctx, data, len, box, ret, err);
+		spng_ctx_free(ctx);
+	} else {
+		rc = feed_err_set(err, -ENOMEM, "PNG: out of memory");
+	}
+	dec->arena.used = 0;
+	png_arena_cur = NULL;
 	return rc;
 }
 
