@@ -210,6 +210,7 @@ def test_generated_set_round_trip_and_defaults(feedpack, jpeg_set, tmp_path):
     ds, recs = records(out)
     assert [(d, t) for d, t in recs] == [(pathlib.Path(p).read_bytes(), t) for p, t in samples]
     assert ds.zstd_level == 1
+    assert ds.num_blocks == len(ds) and ds.block_records == 1   # one image per block
     for p, _ in samples:  # the set is what make_jpeg_set.py promises
         w, h = Image.open(p).size
         assert 375 <= min(w, h) <= 500, (p, w, h)
