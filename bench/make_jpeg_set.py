@@ -18,11 +18,13 @@ k+2K, ... (the classes are labels only: the pictures do not depend on them).
 import argparse
 import os
 import random
+import shutil
 import sys
 
 from PIL import Image
 
 WALLPAPERS = "/usr/share/wallpapers"
+MARKER = ".make_jpeg_set"  # in the root: not a class folder, so no sample
 # The photographs (the others are drawings or renders).
 PHOTOS = ["BytheWater", "ColdRipple", "ColorfulCups", "DarkestHour", "EveningGlow",
           "FallenLeaf", "Grey", "Kite", "OneStandsOut", "Path", "Volna", "summer_1am"]
@@ -79,6 +81,8 @@ def main():
     ap.add_argument("--classes", type=int, default=10, help="class folders (default 10)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quality", type=int, default=90)
+    ap.add_argument("--replace", action="store_true",
+                    help="replace --out if this script made it (test fixtures)")
     a = ap.parse_args()
     if a.count < 1 or a.classes < 1 or a.classes > a.count:
         ap.error("need 1 <= --classes <= --count")
@@ -88,7 +92,11 @@ def main():
                  "plasma-workspace-wallpapers)" % WALLPAPERS)
     srcs = [Image.open(p).convert("RGB") for p in paths]
     rng = random.Random(a.seed)
+    if a.replace and os.path.isfile(os.path.join(a.out, MARKER)):
+        shutil.rmtree(a.out)
     os.makedirs(a.out)
+    with open(os.path.join(a.out, MARKER), "w") as f:
+        f.write("made by bench/make_jpeg_set.py %s\n" % " ".join(sys.argv[1:]))
     for k in range(a.classes):
         os.mkdir(os.path.join(a.out, "class_%03d" % k))
     total = 0

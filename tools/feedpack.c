@@ -57,7 +57,8 @@ static const struct pack_cmd pack_cmds[] = {
 	 "its extensions are ignored. Every image's header is checked: a file that\n"
 	 "is not a readable JPEG or PNG is an error naming it. The class names and\n"
 	 "the largest image dimensions are kept in the manifest. Defaults here:\n"
-	 "--level 1 (JPEG and PNG do not compress; measured in format/FORMAT.md).",
+	 "one image per block (a random read reads just that image) and --level 1\n"
+	 "(zstd does not shrink JPEG or PNG files).",
 	 1, 1, CMD_INGEST | CMD_IMAGES, pack_cmd_imagefolder},
 	{"inspect", "DIR",
 	 "Prints a dataset's name, version, schema, shards and sizes.",

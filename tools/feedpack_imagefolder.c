@@ -34,7 +34,17 @@
 #include "image.h"
 
 #define IF_MAX_DEPTH 64
-/* zstd level unless --level: JPEG and PNG are already compressed (FORMAT.md). */
+/*
+ * Defaults unless --level / --block-bytes / --block-records are given:
+ * one image per block, zstd level 1. Measured on bench/make_jpeg_set.py's
+ * 5,000 JPEGs (210.8 MB, mean 42 KB): zstd shrinks them by 0.0% at level 1,
+ * 0.04% at 3 and 0.15% at 9, while ingest CPU grows (0.56, 0.66, 1.49 s);
+ * so level 1 (zstd stores incompressible blocks raw: decoding them is a
+ * copy). Blocks: a random sample costs reading its whole block; with the
+ * 64 KiB default, images under 32 KB share blocks and a random read is
+ * 1.32x the mean image (55.5 KB for a 42 KB mean), with 256 KiB 5.57x, with
+ * one image per block exactly 1.00x, for 40 index bytes per image.
+ */
 #define IF_LEVEL_DEFAULT 1
 
 /* torchvision.datasets.folder.IMG_EXTENSIONS */
@@ -325,6 +335,8 @@ int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err)
 	*io = *o;
 	if (!o->level_set)
 		io->level = IF_LEVEL_DEFAULT;
+	if (!o->block_records && !o->block_bytes_set)
+		io->block_records = 1;
 	rc = sink_open_classes(&sink, io, &schema, source, l.bytes, l.nclasses,
 			       (const char *const *)l.classes, err);
 	free(io);
