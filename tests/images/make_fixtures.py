@@ -165,6 +165,8 @@ def main():
     b[crc_at] ^= 0x5A
     write(d, "bad_crc.png", bytes(b))
     write(d, "bomb.jpg", jpeg_bomb())
+    sof = jpg.find(b"\xff\xc0")
+    write(d, "precision12.jpg", jpg[:sof + 4] + b"\x0c" + jpg[sof + 5:])  # SOF says 12-bit
     write(d, "bomb.png", png_raw(1, 1, 8, 2, lambda x, y: b"\0\0\0").replace(
         png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)),
         png_chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0))))

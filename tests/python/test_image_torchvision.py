@@ -150,6 +150,7 @@ BAD = [
     ("huge_dims.png", errno.E2BIG, "100000x10"),
     ("other.gif", errno.ENOTSUP, "GIF image: only JPEG and PNG are decoded"),
     ("other.bmp", errno.ENOTSUP, "BMP image: only JPEG and PNG are decoded"),
+    ("precision12.jpg", errno.ENOTSUP, "JPEG: Unsupported JPEG data precision 12"),
 ]
 
 
