@@ -4,7 +4,7 @@
  * Owns: telling formats apart by their magic bytes, and reading a JPEG or
  * PNG header through the decoders' own header readers (libjpeg-turbo's
  * jpeg_read_header, libspng's IHDR), so the verdict at ingest is the one
- * decode will reach. Also the libjpeg error manager (image_jpeg.h).
+ * decode will reach. Also the libjpeg error manager (image_priv.h).
  *
  * Threads: pure; any thread. Never reads past the header or decodes
  * pixels; the decoders' per-call state is their business (a few KB).
@@ -18,7 +18,7 @@
 #include <jerror.h>
 #include <spng.h>
 
-#include "image_jpeg.h"
+#include "image_priv.h"
 
 static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
@@ -203,26 +203,34 @@ static int probe_png(const void *data, size_t len, struct img_info *info, struct
 	return 0;
 }
 
-int img_probe(const void *data, size_t len, struct img_info *ret_info, struct feed_err *err)
+int img_sniff(const void *data, size_t len, struct feed_err *err)
 {
 	const uint8_t *p = data;
-	struct img_info info;
 	const char *what;
-	int rc;
 
 	if (len >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff)
-		rc = probe_jpeg(data, len, &info, err);
-	else if (len >= sizeof png_sig && memcmp(p, png_sig, sizeof png_sig) == 0)
-		rc = probe_png(data, len, &info, err);
-	else if ((what = magic_name(p, len)))
-		return feed_err_set(err, -ENOTSUP, "%s image: only JPEG and PNG are decoded",
-				    what);
-	else if (len < 8)
+		return IMG_FORMAT_JPEG;
+	if (len >= sizeof png_sig && memcmp(p, png_sig, sizeof png_sig) == 0)
+		return IMG_FORMAT_PNG;
+	if ((what = magic_name(p, len)))
+		return feed_err_set(err, -ENOTSUP, "%s image: only JPEG and PNG are decoded", what);
+	if (len < 8)
 		return feed_err_set(err, -EBADMSG, "%zu bytes: too short for an image", len);
+	return feed_err_set(err, -ENOTSUP, "not a JPEG or PNG image (starts %02x %02x %02x %02x)",
+			    p[0], p[1], p[2], p[3]);
+}
+
+int img_probe(const void *data, size_t len, struct img_info *ret_info, struct feed_err *err)
+{
+	struct img_info info;
+	int rc = img_sniff(data, len, err);
+
+	if (rc < 0)
+		return rc;
+	if (rc == IMG_FORMAT_JPEG)
+		rc = probe_jpeg(data, len, &info, err);
 	else
-		return feed_err_set(err, -ENOTSUP,
-				    "not a JPEG or PNG image (starts %02x %02x %02x %02x)", p[0],
-				    p[1], p[2], p[3]);
+		rc = probe_png(data, len, &info, err);
 	if (rc)
 		return rc;
 	rc = check_dims(img_format_name(info.format), info.width, info.height, err);

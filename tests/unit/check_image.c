@@ -2,16 +2,28 @@
  * check_image.c: unit tests of core/image_*.c on the fixtures that
  * tests/images/make_fixtures.py writes into $FEED_IMAGES (a CTest fixture):
  * header probe of every variant, refusals of bad and foreign files with
- * the decoder's words.
+ * the decoder's words; box decode against libjpeg's own full decode (done
+ * here with the plain libjpeg API) bit for bit, at every DCT scale; PNG
+ * variants against the 8-bit RGB PNG; limits; no memory growth over a
+ * thousand decodes.
  */
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
+#include <math.h>
 #include <string.h>
 
+#include <jpeglib.h>
+
 #include "image.h"
+
+static const char *const jpegs[] = {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "progressive.jpg",
+				    "gray.jpg", "small.jpg", "tiny.jpg", "photo_00.jpg",
+				    "photo_01.jpg", "photo_02.jpg", "photo_03.jpg"};
+#define NJPEGS (sizeof jpegs / sizeof jpegs[0])
 
 /* Reads $FEED_IMAGES/name whole; *ret_len its size. */
 static uint8_t *load(const char *name, size_t *ret_len)
@@ -116,6 +128,367 @@ START_TEST(test_image_probe_short_and_foreign)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* Decode                                                              */
+
+/* libjpeg-turbo's own full decode at scale 1/s, RGB, with the plain API
+ * and its default settings (what djpeg and PIL do). */
+static uint8_t *full_decode(const uint8_t *data, size_t len, uint32_t s, uint32_t *ret_w,
+			    uint32_t *ret_h)
+{
+	struct jpeg_decompress_struct ci;
+	struct jpeg_error_mgr jerr;
+
+	ci.err = jpeg_std_error(&jerr);
+	jpeg_create_decompress(&ci);
+	jpeg_mem_src(&ci, data, (unsigned long)len);
+	jpeg_read_header(&ci, TRUE);
+	ci.out_color_space = JCS_RGB;
+	ci.scale_num = 1;
+	ci.scale_denom = s;
+	jpeg_start_decompress(&ci);
+	uint8_t *px = malloc((size_t)ci.output_width * ci.output_height * 3);
+	ck_assert_ptr_nonnull(px);
+	while (ci.output_scanline < ci.output_height) {
+		JSAMPROW r = px + (size_t)ci.output_scanline * ci.output_width * 3;
+		jpeg_read_scanlines(&ci, &r, 1);
+	}
+	*ret_w = ci.output_width;
+	*ret_h = ci.output_height;
+	jpeg_finish_decompress(&ci);
+	jpeg_destroy_decompress(&ci);
+	return px;
+}
+
+static struct img_decoder *decoder(uint32_t w, uint32_t h, uint32_t c)
+{
+	struct img_limits lim = {w, h, 0};
+	struct img_decoder *dec = NULL;
+	struct feed_err err = {0};
+
+	ck_assert_msg(img_decoder_new(&lim, c, &dec, &err) == 0, "%s", err.msg);
+	return dec;
+}
+
+/* A random box of a w x h image (an xorshift: the same boxes every run). */
+static struct img_box rand_box(uint64_t *st, uint32_t w, uint32_t h)
+{
+	struct img_box b;
+	uint64_t x = *st;
+
+	x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+	*st = x;
+	b.w = 1 + (uint32_t)(x % w);
+	b.h = 1 + (uint32_t)((x >> 16) % h);
+	b.x = (uint32_t)((x >> 32) % (w - b.w + 1));
+	b.y = (uint32_t)((x >> 48) % (h - b.h + 1));
+	return b;
+}
+
+/* The box of every JPEG fixture and photo, at every scale, equals the same
+ * pixels of libjpeg's full decode at that scale, bit for bit. */
+START_TEST(test_image_decode_box_equals_full_decode)
+{
+	uint64_t st = 88172645463325252ull;
+
+	for (size_t i = 0; i < NJPEGS; i++) {
+		size_t len;
+		uint8_t *data = load(jpegs[i], &len);
+		struct img_info info;
+		ck_assert_int_eq(img_probe(data, len, &info, NULL), 0);
+		struct img_decoder *dec = decoder(info.width, info.height, 3);
+		for (uint32_t s = 1; s <= 8; s *= 2) {
+			uint32_t fw, fh;
+			uint8_t *full = full_decode(data, len, s, &fw, &fh);
+			for (int t = 0; t < 40; t++) {
+				struct img_box b = rand_box(&st, info.width, info.height);
+				struct img_decoded d;
+				struct feed_err err = {0};
+				ck_assert_msg(img_decode(dec, data, len, t ? &b : NULL, s, &d, &err) == 0,
+					      "%s: %s", jpegs[i], err.msg);
+				ck_assert_uint_eq(d.scale_denom, s);
+				ck_assert_uint_eq(d.view.c, 3);
+				/* the scaled box, widened to whole pixels, inside the view */
+				uint32_t x0 = b.x / s, y0 = b.y / s;
+				uint32_t x1 = (b.x + b.w + s - 1) / s, y1 = (b.y + b.h + s - 1) / s;
+				if (!t)
+					x0 = y0 = 0, x1 = fw, y1 = fh;
+				double ox = d.box_x - (double)(t ? b.x : 0) / s;
+				double oy = d.box_y - (double)(t ? b.y : 0) / s;
+				ck_assert_msg(ox == floor(ox) && oy == floor(oy), "%s: offset %g,%g",
+					      jpegs[i], ox, oy);
+				int32_t vx = (int32_t)ox, vy = (int32_t)oy; /* view -> scaled image */
+				ck_assert_int_ge(vx + (int32_t)x0, 0);
+				ck_assert_int_ge(vy + (int32_t)y0, 0);
+				ck_assert_int_le(vx + (int32_t)x1, (int32_t)d.view.w);
+				ck_assert_int_le(vy + (int32_t)y1, (int32_t)d.view.h);
+				for (uint32_t y = y0; y < y1; y++) {
+					const uint8_t *got = d.view.px + (size_t)(y + vy) * d.view.stride +
+							     (size_t)(x0 + vx) * 3;
+					const uint8_t *want = full + ((size_t)y * fw + x0) * 3;
+					ck_assert_msg(memcmp(got, want, (size_t)(x1 - x0) * 3) == 0,
+						      "%s 1/%u box %u,%u %ux%u: row %u differs", jpegs[i], s,
+						      b.x, b.y, b.w, b.h, y);
+				}
+			}
+			free(full);
+		}
+		img_decoder_free(dec);
+		free(data);
+	}
+}
+END_TEST
+
+static uint8_t *decode_copy(struct img_decoder *dec, const char *name, uint32_t *ret_w,
+			    uint32_t *ret_h)
+{
+	size_t len;
+	uint8_t *data = load(name, &len);
+	struct img_decoded d;
+	struct feed_err err = {0};
+
+	ck_assert_msg(img_decode(dec, data, len, NULL, 1, &d, &err) == 0, "%s: %s", name, err.msg);
+	uint8_t *px = malloc((size_t)d.view.w * d.view.h * d.view.c);
+	for (uint32_t y = 0; y < d.view.h; y++)
+		memcpy(px + (size_t)y * d.view.w * d.view.c, d.view.px + y * d.view.stride,
+		       (size_t)d.view.w * d.view.c);
+	*ret_w = d.view.w;
+	*ret_h = d.view.h;
+	free(data);
+	return px;
+}
+
+/* 16-bit keeps the high byte (the fixtures' high bytes are the 8-bit
+ * images), interlaced equals plain, gray repeats into RGB, and a box of
+ * a PNG is the same pixels of its whole decode. */
+START_TEST(test_image_decode_png_variants)
+{
+	struct img_decoder *dec = decoder(301, 203, 3);
+	uint32_t w, h, w2, h2;
+	uint8_t *rgb = decode_copy(dec, "rgb8.png", &w, &h);
+	const char *same[] = {"rgb16.png", "interlaced.png"};
+
+	ck_assert_uint_eq(w, 301);
+	ck_assert_uint_eq(h, 203);
+	for (size_t i = 0; i < 2; i++) {
+		uint8_t *o = decode_copy(dec, same[i], &w2, &h2);
+		ck_assert_msg(w2 == w && h2 == h && memcmp(o, rgb, (size_t)w * h * 3) == 0, "%s",
+			      same[i]);
+		free(o);
+	}
+	uint8_t *g8 = decode_copy(dec, "gray8.png", &w2, &h2);
+	uint8_t *g16 = decode_copy(dec, "gray16.png", &w2, &h2);
+	ck_assert(memcmp(g8, g16, (size_t)w * h * 3) == 0);
+	for (size_t i = 0; i < (size_t)w * h; i++)
+		ck_assert(g8[3 * i] == g8[3 * i + 1] && g8[3 * i] == g8[3 * i + 2]);
+
+	/* boxes */
+	size_t len;
+	uint8_t *data = load("interlaced.png", &len);
+	uint64_t st = 7;
+	for (int t = 0; t < 50; t++) {
+		struct img_box b = rand_box(&st, w, h);
+		struct img_decoded d;
+		ck_assert_int_eq(img_decode(dec, data, len, &b, 4, &d, NULL), 0);
+		ck_assert_uint_eq(d.scale_denom, 1); /* PNG: no scaling */
+		ck_assert(d.box_x == 0 && d.box_y == 0 && d.box_w == b.w && d.box_h == b.h);
+		for (uint32_t y = 0; y < b.h; y++)
+			ck_assert(memcmp(d.view.px + y * d.view.stride,
+					 rgb + ((size_t)(b.y + y) * w + b.x) * 3, (size_t)b.w * 3) == 0);
+	}
+	free(data);
+	free(g8);
+	free(g16);
+	free(rgb);
+	img_decoder_free(dec);
+}
+END_TEST
+
+/* channels=1: PIL's convert('L') weights on the RGB decode; gray files
+ * come out as they are. */
+START_TEST(test_image_decode_gray_output)
+{
+	const char *names[] = {"rgb420.jpg", "cmyk.jpg", "gray.jpg", "rgb8.png", "palette.png"};
+	struct img_decoder *d3 = decoder(301, 203, 3), *d1 = decoder(301, 203, 1);
+
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		uint32_t w, h;
+		uint8_t *rgb = decode_copy(d3, names[i], &w, &h);
+		uint8_t *g = decode_copy(d1, names[i], &w, &h);
+		for (size_t p = 0; p < (size_t)w * h; p++) {
+			const uint8_t *q = rgb + 3 * p;
+			uint32_t l = (q[0] * 19595u + q[1] * 38470u + q[2] * 7471u + 0x8000u) >> 16;
+			ck_assert_msg(g[p] == l, "%s pixel %zu: %u, want %u", names[i], p, g[p], l);
+		}
+		free(rgb);
+		free(g);
+	}
+	img_decoder_free(d3);
+	img_decoder_free(d1);
+}
+END_TEST
+
+static void decode_bad(struct img_decoder *dec, const char *name, int code, const char *words)
+{
+	size_t len;
+	uint8_t *data = load(name, &len);
+	struct img_decoded d = {.scale_denom = 77};
+	struct feed_err err = {0};
+
+	int rc = img_decode(dec, data, len, NULL, 1, &d, &err);
+	ck_assert_msg(rc == code, "%s: %d (%s), expected %d", name, rc, err.msg, code);
+	ck_assert_msg(strstr(err.msg, words) != NULL, "%s: '%s' lacks '%s'", name, err.msg, words);
+	ck_assert_msg(d.scale_denom == 77, "%s: *ret written on failure", name);
+	free(data);
+}
+
+/* Every bad image: its code and the decoder's words; the decoder keeps
+ * working after each. */
+START_TEST(test_image_decode_refusals)
+{
+	struct img_decoder *dec = decoder(IMG_DIM_MAX, IMG_DIM_MAX, 3);
+	uint32_t w, h;
+
+	decode_bad(dec, "bad_truncated.jpg", -EBADMSG, "JPEG: Premature end of JPEG file");
+	decode_bad(dec, "bad_garbage.jpg", -EBADMSG, "JPEG: Corrupt JPEG data");
+	decode_bad(dec, "bad_truncated_header.jpg", -EBADMSG, "JPEG: Premature end of JPEG file");
+	decode_bad(dec, "bad_truncated.png", -EBADMSG, "PNG: end of stream");
+	decode_bad(dec, "bad_crc.png", -EBADMSG, "PNG: invalid chunk checksum");
+	decode_bad(dec, "bomb.jpg", -E2BIG, "65000x65000 is past max_pixels 67108864");
+	decode_bad(dec, "bomb.png", -E2BIG, "60000x60000 is past max_pixels 67108864");
+	decode_bad(dec, "huge_dims.png", -E2BIG, "100000x10");
+	decode_bad(dec, "other.gif", -ENOTSUP, "GIF image");
+	decode_bad(dec, "other.bmp", -ENOTSUP, "BMP image");
+	free(decode_copy(dec, "rgb420.jpg", &w, &h));
+	free(decode_copy(dec, "rgb8.png", &w, &h));
+	img_decoder_free(dec);
+
+	/* the decoder's own limits, and bad arguments */
+	dec = decoder(300, 300, 3);
+	decode_bad(dec, "rgb420.jpg", -E2BIG, "301x203 is past the decoder's largest image 300x300");
+	decode_bad(dec, "rgb8.png", -E2BIG, "301x203 is past the decoder's largest image 300x300");
+	img_decoder_free(dec);
+	struct img_limits lim = {1000, 1000, 50000};
+	struct feed_err err = {0};
+	ck_assert_int_eq(img_decoder_new(&lim, 3, &dec, &err), 0);
+	decode_bad(dec, "rgb444.jpg", -E2BIG, "301x203 is past max_pixels 50000");
+	size_t len;
+	uint8_t *data = load("small.jpg", &len);
+	struct img_decoded d;
+	struct img_box b = {60, 0, 5, 5};
+	ck_assert_int_eq(img_decode(dec, data, len, &b, 1, &d, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "box 60,0 5x5 is not inside the 64x48 image"), "%s", err.msg);
+	ck_assert_int_eq(img_decode(dec, data, len, NULL, 3, &d, &err), -EINVAL);
+	img_decoder_free(dec);
+	free(data);
+	ck_assert_int_eq(img_decoder_new(&lim, 2, &dec, &err), -EINVAL);
+	lim.max_width = 0;
+	ck_assert_int_eq(img_decoder_new(&lim, 3, &dec, &err), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_image_scale_for)
+{
+	ck_assert_uint_eq(img_scale_for(224, 224, 224, 224), 1);
+	ck_assert_uint_eq(img_scale_for(447, 500, 224, 224), 1);
+	ck_assert_uint_eq(img_scale_for(448, 448, 224, 224), 2);
+	ck_assert_uint_eq(img_scale_for(1000, 900, 224, 224), 4);
+	ck_assert_uint_eq(img_scale_for(1792, 1792, 224, 224), 8);
+	ck_assert_uint_eq(img_scale_for(9000, 1791, 224, 224), 4);
+	ck_assert_uint_eq(img_scale_for(10, 10, 224, 224), 1); /* upsampling */
+}
+END_TEST
+
+/* A thousand decodes of every kind (good, box, bad) leave the heap as it
+ * was after the first rounds: nothing grows per image. */
+START_TEST(test_image_decode_no_growth)
+{
+	const char *names[] = {"photo_00.jpg", "cmyk.jpg", "progressive.jpg", "rgba.png",
+			       "interlaced.png", "bad_garbage.jpg", "bad_crc.png", "bomb.jpg"};
+	enum { N = sizeof names / sizeof names[0] };
+	uint8_t *data[N];
+	size_t len[N];
+	struct img_decoder *dec = decoder(1000, 1000, 3);
+
+	for (size_t i = 0; i < N; i++)
+		data[i] = load(names[i], &len[i]);
+	size_t before = 0;
+	uint64_t st = 3;
+	for (int round = 0; round < 1000 / N + 1; round++) {
+		if (round == 4) /* every box and scale seen once */
+			before = mallinfo2().uordblks;
+		for (size_t i = 0; i < N; i++) {
+			struct img_decoded d;
+			struct img_box b = rand_box(&st, 64, 48);
+			img_decode(dec, data[i], len[i], round % 2 ? &b : NULL, 1 + round % 4 / 2 * 3,
+				   &d, NULL);
+		}
+	}
+	size_t after = mallinfo2().uordblks;
+	ck_assert_msg(after == before, "heap in use grew from %zu to %zu bytes", before, after);
+	for (size_t i = 0; i < N; i++)
+		free(data[i]);
+	img_decoder_free(dec);
+}
+END_TEST
+
+
+/* ------------------------------------------------------------------ */
+/* Resample                                                            */
+
+/* Same size, whole box: the identity; flipped: the mirror. */
+START_TEST(test_image_resample_identity_and_flip)
+{
+	enum { W = 37, H = 11, C = 3 };
+	static uint8_t src[H][W][C], dst[H][W][C];
+	uint64_t st = 5;
+
+	for (size_t i = 0; i < sizeof src; i++) {
+		st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+		((uint8_t *)src)[i] = (uint8_t)st;
+	}
+	struct img_view v = {&src[0][0][0], W, H, C, W * C};
+	void *scratch = malloc(img_resample_scratch_bytes(W, H, W, H, C));
+	img_resample_u8(&v, 0, 0, W, H, &dst[0][0][0], W, H, false, scratch);
+	ck_assert(memcmp(src, dst, sizeof src) == 0);
+	img_resample_u8(&v, 0, 0, W, H, &dst[0][0][0], W, H, true, scratch);
+	for (int y = 0; y < H; y++)
+		for (int x = 0; x < W; x++)
+			ck_assert(memcmp(dst[y][x], src[y][W - 1 - x], C) == 0);
+	free(scratch);
+}
+END_TEST
+
+/* Hand-computed: 4 -> 2 (scale 2: support 2 source pixels each side,
+ * weights tri(d / 2)), and a fractional box. */
+START_TEST(test_image_resample_hand)
+{
+	const uint8_t src[4] = {0, 100, 200, 255};
+	struct img_view v = {src, 4, 1, 1, 4};
+	uint8_t out[2];
+	void *scratch = malloc(img_resample_scratch_bytes(4, 1, 2, 1, 1));
+
+	/* out 0: centre 1.0, pixels 0..2 at distances .5, .5, 1.5 -> weights
+	 * .75 .75 .25: (0 * .75 + 100 * .75 + 200 * .25) / 1.75 = 71.43;
+	 * out 1: centre 3.0, pixels 1..3: (100 * .25 + 200 * .75 + 255 * .75) / 1.75 = 209.3 */
+	img_resample_u8(&v, 0, 0, 4, 1, out, 2, 1, false, scratch);
+	ck_assert_uint_eq(out[0], 71);
+	ck_assert_uint_eq(out[1], 209);
+	img_resample_u8(&v, 0, 0, 4, 1, out, 2, 1, true, scratch);
+	ck_assert_uint_eq(out[0], 209);
+	ck_assert_uint_eq(out[1], 71);
+	/* box [0.5, 3.5) -> 3 pixels: scale 1, centres 1.0 2.0 3.0, each the
+	 * mean of its two neighbours */
+	uint8_t o3[3];
+	img_resample_u8(&v, 0.5, 0, 3, 1, o3, 3, 1, false, scratch);
+	ck_assert_uint_eq(o3[0], 50);
+	ck_assert_uint_eq(o3[1], 150);
+	ck_assert_uint_eq(o3[2], 228); /* 227.5 rounds up */
+	free(scratch);
+}
+END_TEST
+
 static Suite *image_suite(void)
 {
 	Suite *s = suite_create("image");
@@ -124,6 +497,19 @@ static Suite *image_suite(void)
 	tcase_add_test(tc, test_image_probe_variants);
 	tcase_add_test(tc, test_image_probe_refusals);
 	tcase_add_test(tc, test_image_probe_short_and_foreign);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("decode");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_image_decode_box_equals_full_decode);
+	tcase_add_test(tc, test_image_decode_png_variants);
+	tcase_add_test(tc, test_image_decode_gray_output);
+	tcase_add_test(tc, test_image_decode_refusals);
+	tcase_add_test(tc, test_image_scale_for);
+	tcase_add_test(tc, test_image_decode_no_growth);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resample");
+	tcase_add_test(tc, test_image_resample_identity_and_flip);
+	tcase_add_test(tc, test_image_resample_hand);
 	suite_add_tcase(s, tc);
 	return s;
 }

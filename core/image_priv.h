@@ -1,17 +1,19 @@
 /*
- * image_jpeg.h: private to core/image_*.c. The libjpeg error manager that
+ * image_priv.h: private to core/image_*.c. The libjpeg error manager that
  * the probe and the decoder share: errors and warnings alike (a warning is
  * corrupt data that libjpeg would paper over with grey) jump back to the
- * caller's setjmp with the library's own words.
+ * caller's setjmp with the library's own words. And the format sniffer.
  */
-#ifndef FEED_IMAGE_JPEG_H
-#define FEED_IMAGE_JPEG_H
+#ifndef FEED_IMAGE_PRIV_H
+#define FEED_IMAGE_PRIV_H
 
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdio.h> /* jpeglib.h needs FILE and size_t first */
 
 #include <jpeglib.h>
+
+#include "image.h"
 
 struct img_jpeg_err {
 	struct jpeg_error_mgr pub; /* first: libjpeg casts cinfo->err to it */
@@ -22,5 +24,9 @@ struct img_jpeg_err {
 
 /* Installs e as cinfo's error manager (call before jpeg_create_*). */
 struct jpeg_error_mgr *img_jpeg_err_init(struct img_jpeg_err *e);
+
+/* The format the magic bytes say (IMG_FORMAT_JPEG or _PNG), or -ENOTSUP
+ * naming what they are, or -EBADMSG when too short to tell. */
+int img_sniff(const void *data, size_t len, struct feed_err *err);
 
 #endif

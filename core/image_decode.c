@@ -1,0 +1,399 @@
+/*
+ * image_decode.c: the per-worker decoder (img_decoder_*, img_decode,
+ * img_scale_for; contract in image.h).
+ *
+ * Owns: one libjpeg decompressor per decoder, created once and reused for
+ * every image (jpeg_abort_decompress between images), and the pixel
+ * buffers, sized once from the limits. JPEG: the box's rows are reached
+ * with jpeg_skip_scanlines (entropy-decoded, not transformed) and its
+ * columns with jpeg_crop_scanline, one pixel more on each side than the
+ * box (clamped at the image's edge): libjpeg's smooth chroma upsampling
+ * treats a crop edge as an image edge, and that pixel keeps the box's own
+ * pixels identical to a full decode. PNG: libspng decodes row by row and
+ * stops at the box's bottom (interlaced images are decoded whole).
+ *
+ * Colour: grayscale becomes RGB by repetition; CMYK/YCCK JPEGs become RGB
+ * with PIL's formula on Adobe (inverted) CMYK, R = k - k * (255 - c) / 255
+ * rounded as PIL's MULDIV255; channels=1 from colour uses PIL's
+ * convert('L') weights, L = (19595 R + 38470 G + 7471 B + 32768) >> 16
+ * (ITU-R 601-2). PNG 16-bit keeps the high byte, alpha is dropped (not
+ * composited), palettes are expanded, no gamma is applied.
+ *
+ * Threads: a decoder belongs to one thread. Memory: libjpeg's per-image
+ * pools and libspng's context (a few small blocks per PNG) are the
+ * libraries' own; our buffers are all allocated in img_decoder_new().
+ */
+#include "image.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spng.h>
+
+#include "image_priv.h"
+
+struct img_decoder {
+	struct img_limits lim;                /* as given, max_pixels filled in */
+	uint32_t channels;                    /* 1 or 3 */
+	struct jpeg_decompress_struct cinfo;  /* created once, aborted between images */
+	struct img_jpeg_err jerr;             /* its error manager */
+	uint8_t *px;                          /* decoded pixels: pixel cap x 3 bytes */
+	size_t px_cap;                        /* bytes at px */
+	uint8_t *row;                         /* one full row of up to 4 channels (CMYK, PNG rows) */
+	size_t row_cap;                       /* bytes at row */
+};
+
+uint32_t img_scale_for(uint32_t box_w, uint32_t box_h, uint32_t out_w, uint32_t out_h)
+{
+	uint32_t s = 8;
+
+	while (s > 1 && ((uint64_t)box_w < (uint64_t)out_w * s || (uint64_t)box_h < (uint64_t)out_h * s))
+		s /= 2;
+	return s;
+}
+
+int img_decoder_new(const struct img_limits *lim, uint32_t channels, struct img_decoder **ret_dec,
+		    struct feed_err *err)
+{
+	struct img_decoder *dec;
+
+	if (!lim || lim->max_width == 0 || lim->max_height == 0 || lim->max_width > IMG_DIM_MAX ||
+	    lim->max_height > IMG_DIM_MAX)
+		return feed_err_set(err, -EINVAL, "image limits: sides must be 1..%u", IMG_DIM_MAX);
+	if (channels != 1 && channels != 3)
+		return feed_err_set(err, -EINVAL, "image decoder: channels %" PRIu32 " is not 1 or 3",
+				    channels);
+	dec = calloc(1, sizeof *dec);
+	if (!dec)
+		goto nomem;
+	dec->lim = *lim;
+	if (dec->lim.max_pixels == 0)
+		dec->lim.max_pixels = IMG_MAX_PIXELS_DEFAULT;
+	uint64_t pixels = (uint64_t)lim->max_width * lim->max_height;
+	if (pixels > dec->lim.max_pixels)
+		pixels = dec->lim.max_pixels;
+	/* 3 bytes a pixel whatever the output (RGB is converted to gray in
+	 * place); + a row of slack for libjpeg's iMCU-aligned crop */
+	dec->px_cap = (size_t)(pixels + lim->max_width + 16) * 3;
+	dec->row_cap = ((size_t)lim->max_width + 16) * 4;
+	dec->px = malloc(dec->px_cap);
+	dec->row = malloc(dec->row_cap);
+	if (!dec->px || !dec->row)
+		goto nomem;
+	dec->channels = channels;
+	dec->cinfo.err = img_jpeg_err_init(&dec->jerr);
+	if (setjmp(dec->jerr.jmp)) {
+		feed_err_set(err, -ENOMEM, "image decoder: libjpeg: %s", dec->jerr.msg);
+		free(dec->px);
+		free(dec->row);
+		free(dec);
+		return -ENOMEM;
+	}
+	jpeg_create_decompress(&dec->cinfo);
+	*ret_dec = dec;
+	return 0;
+nomem:
+	if (dec) {
+		free(dec->px);
+		free(dec->row);
+		free(dec);
+	}
+	return feed_err_set(err, -ENOMEM, "image decoder for %" PRIu32 "x%" PRIu32 ": out of memory",
+			    lim->max_width, lim->max_height);
+}
+
+void img_decoder_free(struct img_decoder *dec)
+{
+	if (!dec)
+		return;
+	jpeg_destroy_decompress(&dec->cinfo);
+	free(dec->px);
+	free(dec->row);
+	free(dec);
+}
+
+/* ------------------------------------------------------------------ */
+/* Colour                                                              */
+
+/* PIL's MULDIV255: a * b / 255 rounded, as Convert.c computes it. */
+static inline uint32_t muldiv255(uint32_t a, uint32_t b)
+{
+	uint32_t t = a * b + 128;
+	return ((t >> 8) + t) >> 8;
+}
+
+/* n pixels of CMYK as libjpeg returns them (Adobe: inverted when
+ * inverted) to RGB, as PIL's cmyk2rgb after its "CMYK;I" unpacking. */
+static void cmyk_to_rgb(uint8_t *dst, const uint8_t *src, uint32_t n, bool inverted)
+{
+	uint8_t x = inverted ? 255 : 0;
+
+	for (uint32_t i = 0; i < n; i++, src += 4, dst += 3) {
+		uint32_t c = src[0] ^ x, m = src[1] ^ x, y = src[2] ^ x, k = src[3] ^ x;
+		uint32_t nk = 255 - k;
+		/* nk - muldiv255(c, nk) never goes below 0 or above 255 */
+		dst[0] = (uint8_t)(nk - muldiv255(c, nk));
+		dst[1] = (uint8_t)(nk - muldiv255(m, nk));
+		dst[2] = (uint8_t)(nk - muldiv255(y, nk));
+	}
+}
+
+/* n RGB pixels to gray with PIL's convert('L') weights; dst may be src. */
+static void rgb_to_gray(uint8_t *dst, const uint8_t *src, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++, src += 3)
+		dst[i] = (uint8_t)((src[0] * 19595u + src[1] * 38470u + src[2] * 7471u + 0x8000u) >> 16);
+}
+
+/* ------------------------------------------------------------------ */
+/* Checks                                                              */
+
+static int check_limits(const struct img_decoder *dec, const char *fmt, uint32_t w, uint32_t h,
+			struct feed_err *err)
+{
+	if (w == 0 || h == 0)
+		return feed_err_set(err, -EBADMSG, "%s: empty image (%" PRIu32 "x%" PRIu32 ")", fmt, w,
+				    h);
+	if ((uint64_t)w * h > dec->lim.max_pixels)
+		return feed_err_set(err, -E2BIG,
+				    "%s: %" PRIu32 "x%" PRIu32 " is past max_pixels %" PRIu64, fmt, w,
+				    h, dec->lim.max_pixels);
+	if (w > dec->lim.max_width || h > dec->lim.max_height)
+		return feed_err_set(err, -E2BIG,
+				    "%s: %" PRIu32 "x%" PRIu32 " is past the decoder's largest image %" PRIu32
+				    "x%" PRIu32,
+				    fmt, w, h, dec->lim.max_width, dec->lim.max_height);
+	return 0;
+}
+
+static int check_box(const struct img_box *b, uint32_t w, uint32_t h, struct feed_err *err)
+{
+	if (b->w == 0 || b->h == 0 || b->x >= w || b->y >= h || b->w > w - b->x || b->h > h - b->y)
+		return feed_err_set(err, -EINVAL,
+				    "box %" PRIu32 ",%" PRIu32 " %" PRIu32 "x%" PRIu32
+				    " is not inside the %" PRIu32 "x%" PRIu32 " image",
+				    b->x, b->y, b->w, b->h, w, h);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* JPEG                                                                */
+
+/* Reads rows [y0, y1) of the started decompressor into dec->px, cw pixels
+ * a row, as dec->channels channels. */
+static void jpeg_rows(struct img_decoder *dec, uint32_t y0, uint32_t y1, uint32_t cw)
+{
+	struct jpeg_decompress_struct *ci = &dec->cinfo;
+	size_t stride = (size_t)cw * dec->channels;
+	uint32_t comps = (uint32_t)ci->out_color_components;
+
+	if (y0 > 0)
+		jpeg_skip_scanlines(ci, y0);
+	if (comps == dec->channels) {
+		/* straight into px, as many rows as libjpeg gives at once */
+		JSAMPROW rows[16];
+		for (uint32_t y = y0; y < y1;) {
+			uint32_t n = y1 - y < 16 ? y1 - y : 16;
+			for (uint32_t i = 0; i < n; i++)
+				rows[i] = dec->px + (size_t)(y - y0 + i) * stride;
+			y += jpeg_read_scanlines(ci, rows, n);
+		}
+		return;
+	}
+	/* CMYK -> RGB (-> gray), or RGB -> gray: one row at a time via row */
+	bool inverted = ci->saw_Adobe_marker;
+	for (uint32_t y = y0; y < y1;) {
+		JSAMPROW r = comps == 4 ? dec->row : dec->px + (size_t)(y - y0) * cw * 3;
+		uint8_t *out = dec->px + (size_t)(y - y0) * stride;
+		if (jpeg_read_scanlines(ci, &r, 1) != 1)
+			continue;
+		if (comps == 4) {
+			cmyk_to_rgb(dec->channels == 3 ? out : dec->row, dec->row, cw, inverted);
+			if (dec->channels == 1)
+				rgb_to_gray(out, dec->row, cw);
+		} else {
+			rgb_to_gray(out, r, cw);
+		}
+		y++;
+	}
+}
+
+/* Where the box [b0, b0 + bn) of a side of n full-resolution pixels lies
+ * at scale 1/s on a side of sn pixels: the first and one-past-last scaled
+ * pixels to decode, with one more on each side, clamped. */
+static void span(uint32_t b0, uint32_t bn, uint32_t s, uint32_t sn, uint32_t *ret_lo,
+		 uint32_t *ret_hi)
+{
+	uint32_t lo = b0 / s, hi = (b0 + bn + s - 1) / s;
+
+	*ret_lo = lo > 0 ? lo - 1 : 0;
+	*ret_hi = hi + 1 < sn ? hi + 1 : sn;
+}
+
+/* decode_jpeg()'s work; any libjpeg error or warning longjmps out of it. */
+static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const void *data,
+					      size_t len, const struct img_box *box, uint32_t s,
+					      struct img_decoded *ret, struct feed_err *err)
+{
+	struct jpeg_decompress_struct *ci = &dec->cinfo;
+	int rc;
+
+	jpeg_mem_src(ci, data, (unsigned long)len);
+	jpeg_read_header(ci, TRUE);
+	rc = check_limits(dec, "JPEG", ci->image_width, ci->image_height, err);
+	if (rc)
+		goto out;
+	if (ci->data_precision != 8) {
+		rc = feed_err_set(err, -ENOTSUP, "JPEG: %d-bit samples (only 8-bit are decoded)",
+				  ci->data_precision);
+		goto out;
+	}
+	struct img_box full = {0, 0, ci->image_width, ci->image_height};
+	if (!box)
+		box = &full;
+	rc = check_box(box, ci->image_width, ci->image_height, err);
+	if (rc)
+		goto out;
+
+	switch (ci->jpeg_color_space) {
+	case JCS_GRAYSCALE:
+		ci->out_color_space = dec->channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+		break;
+	case JCS_CMYK:
+	case JCS_YCCK:
+		ci->out_color_space = JCS_CMYK;
+		break;
+	default:
+		ci->out_color_space = JCS_RGB;
+		break;
+	}
+	ci->scale_num = 1;
+	ci->scale_denom = s;
+	jpeg_start_decompress(ci);
+
+	uint32_t x0, x1, y0, y1;
+	span(box->x, box->w, s, ci->output_width, &x0, &x1);
+	span(box->y, box->h, s, ci->output_height, &y0, &y1);
+	JDIMENSION xoff = x0, cw = x1 - x0;
+	if (xoff > 0 || cw < ci->output_width)
+		jpeg_crop_scanline(ci, &xoff, &cw); /* widens to whole iMCUs */
+	assert(xoff <= x0 && xoff + cw >= x1 && cw <= dec->lim.max_width + 16);
+	jpeg_rows(dec, y0, y1, cw);
+	jpeg_abort_decompress(ci);
+
+	ret->view = (struct img_view){dec->px, cw, y1 - y0, dec->channels,
+				      (size_t)cw * dec->channels};
+	ret->box_x = (double)box->x / s - xoff;
+	ret->box_y = (double)box->y / s - y0;
+	ret->box_w = (double)box->w / s;
+	ret->box_h = (double)box->h / s;
+	ret->scale_denom = s;
+	return 0;
+out:
+	jpeg_abort_decompress(ci);
+	return rc;
+}
+
+static int decode_jpeg(struct img_decoder *dec, const void *data, size_t len,
+		       const struct img_box *box, uint32_t s, struct img_decoded *ret,
+		       struct feed_err *err)
+{
+	if (setjmp(dec->jerr.jmp)) {
+		jpeg_abort_decompress(&dec->cinfo);
+		return feed_err_set(err, dec->jerr.code, "JPEG: %s", dec->jerr.msg);
+	}
+	return jpeg_run(dec, data, len, box, s, ret, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* PNG                                                                 */
+
+static int decode_png(struct img_decoder *dec, const void *data, size_t len,
+		      const struct img_box *box, struct img_decoded *ret, struct feed_err *err)
+{
+	spng_ctx *ctx = spng_ctx_new(0);
+	struct spng_ihdr ihdr;
+	struct spng_row_info ri;
+	int rc;
+
+	if (!ctx)
+		return feed_err_set(err, -ENOMEM, "PNG: out of memory");
+	spng_set_image_limits(ctx, 0x7fffffff, 0x7fffffff); /* ours below */
+	rc = spng_set_png_buffer(ctx, data, len);
+	if (rc == 0)
+		rc = spng_get_ihdr(ctx, &ihdr);
+	if (rc) {
+		rc = feed_err_set(err, -EBADMSG, "PNG: %s", spng_strerror(rc));
+		goto out;
+	}
+	rc = check_limits(dec, "PNG", ihdr.width, ihdr.height, err);
+	if (rc)
+		goto out;
+	struct img_box full = {0, 0, ihdr.width, ihdr.height};
+	if (!box)
+		box = &full;
+	rc = check_box(box, ihdr.width, ihdr.height, err);
+	if (rc)
+		goto out;
+
+	size_t row_bytes = (size_t)ihdr.width * 3;
+	uint32_t y_end = box->y + box->h;
+	bool interlaced = ihdr.interlace_method != 0;
+	rc = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
+	while (rc == 0) {
+		rc = spng_get_row_info(ctx, &ri);
+		if (rc)
+			break;
+		if (!interlaced && ri.row_num >= y_end)
+			break; /* the rows below the box are not needed */
+		uint8_t *dst = ri.row_num >= box->y && ri.row_num < y_end
+				       ? dec->px + (size_t)(ri.row_num - box->y) * row_bytes
+				       : dec->row;
+		rc = spng_decode_row(ctx, dst, row_bytes);
+	}
+	if (rc == SPNG_EOI)
+		rc = 0;
+	if (rc) {
+		rc = feed_err_set(err, -EBADMSG, "PNG: %s", spng_strerror(rc));
+		goto out;
+	}
+	/* the box's columns, packed, in the output's channels */
+	size_t stride = (size_t)box->w * dec->channels;
+	for (uint32_t r = 0; r < box->h; r++) {
+		uint8_t *src = dec->px + r * row_bytes + (size_t)box->x * 3;
+		uint8_t *dst = dec->px + r * stride;
+		if (dec->channels == 1)
+			rgb_to_gray(dst, src, box->w);
+		else
+			memmove(dst, src, (size_t)box->w * 3);
+	}
+	ret->view = (struct img_view){dec->px, box->w, box->h, dec->channels, stride};
+	ret->box_x = 0;
+	ret->box_y = 0;
+	ret->box_w = box->w;
+	ret->box_h = box->h;
+	ret->scale_denom = 1;
+out:
+	spng_ctx_free(ctx);
+	return rc;
+}
+
+int img_decode(struct img_decoder *dec, const void *data, size_t len, const struct img_box *box,
+	       uint32_t scale_denom, struct img_decoded *ret, struct feed_err *err)
+{
+	int fmt;
+
+	if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+		return feed_err_set(err, -EINVAL, "scale 1/%" PRIu32 " is not 1/1, 1/2, 1/4 or 1/8",
+				    scale_denom);
+	fmt = img_sniff(data, len, err);
+	if (fmt < 0)
+		return fmt;
+	if (fmt == IMG_FORMAT_JPEG)
+		return decode_jpeg(dec, data, len, box, scale_denom, ret, err);
+	return decode_png(dec, data, len, box, ret, err);
+}
