@@ -43,3 +43,8 @@ add_test(NAME integration_readme_example
           -DINCLUDE=${CMAKE_SOURCE_DIR}/client/include
           -P ${FEED_IT_DIR}/check_readme_example.cmake)
 set_tests_properties(integration_readme_example PROPERTIES TIMEOUT 60 LABELS integration)
+
+# Encoded images through feedd: links core (aug_apply_img, the expected
+# bytes) and reads the image fixtures.
+feed_integration_test(images feed_core)
+set_tests_properties(integration_images PROPERTIES FIXTURES_REQUIRED image_fixtures)
