@@ -277,6 +277,8 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	struct fmt_writer *w;
 	int rc = fmt_schema_check(schema, err);
 
+	if (rc == 0)
+		rc = fmt_schema_check_images(schema, err);
 	if (rc < 0)
 		return rc;
 	if (!(w = calloc(1, sizeof(*w))))
