@@ -15,9 +15,16 @@
 #          CenterCrop(224) and DALI's fn.resize(resize_shorter=256) + fn.crop
 #          (both unshuffled).
 #
+# Per core (two CPUs or more), train pipeline: feedd --workers 1 pinned to
+# CPU 1 (feedbench on CPU 0) against bench_image --mode box, the
+# single-threaded plain C loop of the same box decode + resample + flip
+# over the same files held in memory (no dataset read), pinned to CPU 1.
+# (bench_pipeline, the loop through feedd's own block cache, does not
+# drive image stages yet.)
+#
 #   bench/vs_images.sh [--bin DIR] [--set DIR] [--count N] [--runs N]
 #                      [--workers N] [--epochs E] [--feed-epochs E]
-#                      [--venv DIR] [--no-dali] [--only peers|feedd]
+#                      [--venv DIR] [--no-dali] [--only peers|feedd|pinned]
 #
 # --set names a folder of class subfolders of JPEGs; without it one of
 # --count images (5000) is made with bench/make_jpeg_set.py (seed 1) in a
@@ -27,7 +34,7 @@
 # build/venv-dali, made with `/usr/bin/python3 -m venv
 # --system-site-packages` and `pip install nvidia-dali-cuda130` when
 # missing); --no-dali leaves it out. --only peers runs the peers alone
-# (for a feedd without the image ops).
+# (for a feedd without the image ops), --only pinned the per-core rows.
 #
 # Every reader touches every byte of every batch and is timed from the end
 # of its first batch (bench/consume_batches.py; feedbench likewise).
@@ -57,7 +64,7 @@ eval_pipe="decode | resize(short=256) | center_crop(size=224)"
 
 while [ $# -gt 0 ]; do
 	case $1 in
-	-h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	--no-dali) dali=0; shift; continue ;;
 	esac
 	[ $# -ge 2 ] || { echo "$me: $1 needs a value (see --help)" >&2; exit 2; }
@@ -76,7 +83,7 @@ while [ $# -gt 0 ]; do
 	shift 2
 done
 
-for b in feedpack feedd feedctl feedbench; do
+for b in feedpack feedd feedctl feedbench bench_image; do
 	[ -x "$bin/$b" ] || { echo "$me: $bin/$b is missing; build first" >&2; exit 1; }
 done
 work=$(mktemp -d "/tmp/feedd-$me.XXXXXX")
@@ -111,20 +118,27 @@ tck=$(getconf CLK_TCK)
 # CPU seconds (user + system) of process $1 so far.
 proc_cpu() { awk -v t="$tck" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$1/stat"; }
 
-sock=$work/feedd.sock
-if [ "$only" != peers ]; then
-	"$bin/feedd" --socket "$sock" --dataset "jpegs=$data" --workers "$workers" \
+# start_feedd SOCK WORKERS [CMD-PREFIX...]: feedd serving the set as jpegs,
+# waited for, then warmed by one untimed epoch (its block cache, as in a
+# long-running daemon); pid in $feedd_pid.
+start_feedd() {
+	local s=$1 nw=$2
+	shift 2
+	"$@" "$bin/feedd" --socket "$s" --dataset "jpegs=$data" --workers "$nw" \
 		2>>"$work/feedd.log" &
 	feedd_pid=$!
 	for _ in $(seq 100); do
-		"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && break
+		"$bin/feedctl" --socket "$s" status >/dev/null 2>&1 && break
 		kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
 		sleep 0.05
 	done
-	# warm-up, not counted: feedd's block cache, as in a long-running daemon
-	"$bin/feedbench" --socket "$sock" --dataset jpegs --pipeline "$train" --batch 256 \
+	"$bin/feedbench" --socket "$s" --dataset jpegs --pipeline "$train" --batch 256 \
 		--epochs 1 >/dev/null
-fi
+}
+stop_feedd() { kill -TERM "$feedd_pid"; wait "$feedd_pid" || true; feedd_pid=; }
+
+sock=$work/feedd.sock
+[ "$only" = peers ] || [ "$only" = pinned ] || start_feedd "$sock" "$workers"
 
 # run_feedd ROW PIPELINE ORDER: feedbench, with feedd's CPU time over the run.
 run_feedd() {
@@ -143,6 +157,7 @@ run_peer() {
 		--epochs "$epochs" --json "$@" | tag "$row"
 }
 round() {
+	[ "$only" = pinned ] && return
 	if [ "$only" != peers ]; then
 		run_feedd feedd_train "$train" full
 		run_feedd feedd_eval "$eval_pipe" sequential
@@ -163,6 +178,28 @@ for i in $(seq "$runs"); do
 	echo "round $i of $runs done" >&2
 done
 
+# Per core, pinned: one feedd worker alone on CPU 1, the trainer on CPU 0,
+# against the single-threaded loop alone on CPU 1.
+if [ "$(nproc)" -ge 2 ] && { [ -z "$only" ] || [ "$only" = pinned ]; }; then
+	[ -n "$feedd_pid" ] && stop_feedd
+	start_feedd "$work/pinned.sock" 1 taskset -c 1
+	sock=$work/pinned.sock
+	mkdir "$work/flat"   # bench_image reads one flat folder
+	n=0
+	while IFS= read -r -d '' f; do
+		ln -s "$f" "$work/flat/$n.jpg"
+		n=$((n + 1))
+	done < <(find "$(cd "$set_dir" && pwd)" -mindepth 2 \( -iname '*.jpg' -o -iname '*.jpeg' \) -print0)
+	for i in $(seq "$runs"); do
+		taskset -c 0 "$bin/feedbench" --socket "$sock" --dataset jpegs --pipeline "$train" \
+			--batch 256 --epochs "$feed_epochs" --credits 8 --json | tag pinned_train
+		taskset -c 1 "$bin/bench_image" "$work/flat" --size 224 --epochs 2 --mode box |
+			sed -n 's/^box .* \([0-9.]*\) img\/s CPU (\([0-9.]*\) wall).*/{"samples_per_s": \2, "cpu_rate": \1}/p' |
+			tag single_train
+		echo "pinned round $i of $runs done" >&2
+	done
+fi
+
 "$py" - "$out" "$workers" "$set_dir" "$train" "$eval_pipe" <<'EOF'
 import json, statistics, sys
 
@@ -170,7 +207,7 @@ path, workers, set_dir, train, eval_pipe = sys.argv[1:6]
 rows = {}
 for line in open(path):
     d = json.loads(line)
-    if d["row"].startswith("feedd"):
+    if d["row"].startswith("feedd") and "feedd_cpu_s" in d:
         d["cpu_s_per_epoch"] = (d["feedd_cpu_s"] + d["cpu_s"]) / d["epochs_run"]
     rows.setdefault(d["row"], []).append(d)
 
@@ -178,7 +215,7 @@ def med(name, key="samples_per_s"):
     return statistics.median(r[key] for r in rows[name])
 
 def line(label, name, ref):
-    if name not in rows:
+    if name not in rows or "cpu_s_per_epoch" not in rows[name][0]:
         return
     v = med(name)
     runs = ", ".join("%.0f" % r["samples_per_s"] for r in rows[name])
@@ -199,4 +236,10 @@ print("eval: '%s'" % eval_pipe)
 line("feedd (feedbench)", "feedd_eval", None)
 line("DataLoader + torchvision (PIL)", "dl_eval", "feedd_eval")
 line("DALI CPU", "dali_eval", "feedd_eval")
+if "pinned_train" in rows and "single_train" in rows:
+    p, st = med("pinned_train"), med("single_train")
+    print("per core, train: feedd --workers 1 on CPU 1 %.0f img/s (runs: %s); single-thread "
+          "C loop (bench_image --mode box) on CPU 1 %.0f img/s: feedd at %.0f%%"
+          % (p, ", ".join("%.0f" % r["samples_per_s"] for r in rows["pinned_train"]), st,
+             100.0 * p / st))
 EOF

@@ -47,9 +47,6 @@ static int field_check(const struct fmt_field *f, struct feed_err *err)
 	if (f->rank > FMT_MAX_RANK)
 		return feed_err_set(err, -EINVAL, "field '%s': rank %u exceeds %d", f->name, f->rank,
 				    FMT_MAX_RANK);
-	if (f->image && (f->dtype != FEED_DTYPE_U8 || !f->variable || f->rank != 0))
-		return feed_err_set(err, -EINVAL,
-				    "field '%s': an image field must be variable u8 of rank 0", f->name);
 	uint64_t n = feed_dtype_size(f->dtype);
 	for (uint32_t i = 0; i < f->rank; i++) {
 		if (f->shape[i] == 0)
@@ -74,6 +71,18 @@ int fmt_schema_check(const struct fmt_schema *s, struct feed_err *err)
 			if (!strcmp(s->fields[i].name, s->fields[j].name))
 				return feed_err_set(err, -EINVAL, "field '%s' appears twice",
 						    s->fields[i].name);
+	}
+	return 0;
+}
+
+int fmt_schema_check_images(const struct fmt_schema *s, struct feed_err *err)
+{
+	for (uint32_t i = 0; i < s->nfields; i++) {
+		const struct fmt_field *f = &s->fields[i];
+		if (f->image && (f->dtype != FEED_DTYPE_U8 || !f->variable || f->rank != 0))
+			return feed_err_set(err, -EINVAL,
+					    "field '%s': an image field must be variable u8 of rank 0",
+					    f->name);
 	}
 	return 0;
 }
@@ -173,6 +182,8 @@ int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s, struct 
 		f->max_pixels = pf->max_pixels;
 	}
 	int rc = fmt_schema_check(&s, err);
+	if (rc == 0)
+		rc = fmt_schema_check_images(&s, err);
 	if (rc < 0)
 		return err ? (err->code = -EBADMSG) : -EBADMSG;
 	for (uint32_t i = 0; i < s.nfields; i++) {

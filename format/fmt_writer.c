@@ -40,7 +40,7 @@ struct fmt_writer {
 	struct fmt_schema schema;
 	struct fmt_writer_opts opts;
 	char *name, *source;
-	char **classes;                      /* opts.classes, copied */
+	char **classes;                      /* opts.classes, copied (opts.num_classes) */
 	uint64_t noted[FMT_MAX_FIELDS];      /* image fields: records noted */
 	ZSTD_CCtx *cctx;
 	/* The block being gathered. */
@@ -277,6 +277,8 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	struct fmt_writer *w;
 	int rc = fmt_schema_check(schema, err);
 
+	if (rc == 0)
+		rc = fmt_schema_check_images(schema, err);
 	if (rc < 0)
 		return rc;
 	if (!(w = calloc(1, sizeof(*w))))
@@ -301,12 +303,13 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	w->source = strdup(opts->source ? opts->source : "");
 	w->cctx = ZSTD_createCCtx();
 	w->opts.classes = NULL;
-	if (opts->num_classes && (w->classes = calloc(opts->num_classes, sizeof(char *))))
-		for (uint32_t i = 0; i < opts->num_classes; i++)
-			if (!(w->classes[i] = strdup(opts->classes[i])))
-				w->opts.num_classes = i; /* frees what was copied */
-	if (!w->name || !w->source || !w->cctx || (opts->num_classes && !w->classes) ||
-	    w->opts.num_classes != opts->num_classes) {
+	bool classes_ok = true;
+	if (opts->num_classes && !(w->classes = calloc(opts->num_classes, sizeof(char *))))
+		w->opts.num_classes = 0, classes_ok = false;
+	for (uint32_t i = 0; i < w->opts.num_classes; i++)
+		if (!(w->classes[i] = strdup(opts->classes[i])))
+			classes_ok = false;
+	if (!w->name || !w->source || !w->cctx || !classes_ok) {
 		rc = feed_err_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
