@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "convert.h"
 #include "philox.h"
 
 /* ------------------------------------------------------------------ */
@@ -54,6 +55,65 @@ bool aug_hflip_decision(uint32_t u, uint32_t p_ppb)
 	/* u>>8 < p * 2^24  <=>  u>>8 < ceil(p_ppb * 2^24 / 1e9) (integers) */
 	uint64_t thr = ((uint64_t)p_ppb * (1u << 24) + PIPE_P_ONE - 1) / PIPE_P_ONE;
 	return (uint64_t)(u >> 8) < thr;
+}
+
+/* U(a, b) from one draw, in double. */
+static double aug_uniform(uint32_t u, double a, double b)
+{
+	return a + (b - a) * ((double)u * 0x1p-32);
+}
+
+void aug_rrc_box(uint32_t h, uint32_t w, const uint32_t scale_ppb[2], const uint64_t ratio_ppb[2],
+		 const uint32_t u[22], struct img_box *ret_box)
+{
+	double area = (double)h * w;
+	double s0 = scale_ppb[0] / 1e9, s1 = scale_ppb[1] / 1e9;
+	double r0 = ratio_ppb[0] / 1e9, r1 = ratio_ppb[1] / 1e9;
+	double lr0 = log(r0), lr1 = log(r1);
+
+	for (uint32_t t = 0; t < 10; t++) {
+		double target = area * aug_uniform(u[2 * t], s0, s1);
+		double aspect = exp(aug_uniform(u[2 * t + 1], lr0, lr1));
+		double bw = rint(sqrt(target * aspect)), bh = rint(sqrt(target / aspect));
+		if (bw > 0 && bw <= w && bh > 0 && bh <= h) {
+			ret_box->w = (uint32_t)bw;
+			ret_box->h = (uint32_t)bh;
+			ret_box->y = aug_randint(u[20], h - ret_box->h + 1);
+			ret_box->x = aug_randint(u[21], w - ret_box->w + 1);
+			return;
+		}
+	}
+	/* fallback: the whole image, its aspect clamped to the ratio range */
+	double in_ratio = (double)w / h;
+	uint32_t bw = w, bh = h;
+	if (in_ratio < r0) {
+		double v = rint(bw / r0);
+		bh = v < 1 ? 1 : v > h ? h : (uint32_t)v;
+	} else if (in_ratio > r1) {
+		double v = rint(bh * r1);
+		bw = v < 1 ? 1 : v > w ? w : (uint32_t)v;
+	}
+	*ret_box = (struct img_box){.x = (w - bw) / 2, .y = (h - bh) / 2, .w = bw, .h = bh};
+}
+
+void aug_rrc_draws(const struct aug_ctx *ctx, uint32_t op, uint32_t u[22])
+{
+	uint32_t blk[4];
+
+	for (uint32_t b = 0; b < 6; b++) {
+		feed_rand_block(ctx->seed, ctx->epoch, ctx->sample, op, b, blk);
+		for (uint32_t k = 0; k < 4 && 4 * b + k < 22; k++)
+			u[4 * b + k] = blk[k];
+	}
+}
+
+void aug_resize_short_dims(uint32_t h, uint32_t w, uint32_t n, uint32_t *ret_h, uint32_t *ret_w)
+{
+	uint32_t s = h < w ? h : w, l = h < w ? w : h;
+	uint32_t nl = (uint32_t)((uint64_t)n * l / s);
+
+	*ret_h = h < w ? n : h == w ? n : nl;
+	*ret_w = h < w ? nl : n;
 }
 
 uint64_t aug_window_start(uint64_t n, uint64_t len, uint32_t u)
@@ -341,6 +401,199 @@ static int window_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 }
 
 /* ------------------------------------------------------------------ */
+/* Image stages: decode, random_resized_crop, resize(short)            */
+
+/* The source region an image stage reads and how it lands in the output:
+ * the output (out_h x out_w) is the box (bx, by, bw, bh) of the source
+ * (full-resolution pixels) resampled to that size, mirrored when flip;
+ * with copy set there is no resampling (bw = out_w, bh = out_h), and the
+ * box may hang over the image's edges (zero padding, center_crop). */
+struct aug_frame {
+	uint32_t src_h, src_w;   /* the source image */
+	uint32_t h, w;           /* the current frame (the output once done) */
+	double bx, by, bw, bh;   /* the frame's extent in source pixels */
+	bool flip;               /* the frame is the source mirrored */
+	bool copy;               /* no resampling so far */
+};
+
+/* Crops nh x nw at (top, left) of the current frame (which may be
+ * mirrored) and maps it to source coordinates. */
+static void frame_crop(struct aug_frame *fr, int64_t top, int64_t left, uint32_t nh, uint32_t nw)
+{
+	double kx = fr->bw / fr->w, ky = fr->bh / fr->h;
+
+	if (fr->flip)
+		left = (int64_t)fr->w - left - nw;
+	fr->bx += (double)left * kx;
+	fr->by += (double)top * ky;
+	fr->bw = nw * kx;
+	fr->bh = nh * ky;
+	fr->h = nh;
+	fr->w = nw;
+}
+
+/* Works out the stage's box and flip from the source size alone. */
+static void frame_plan(const struct pipe_plan *p, const struct pipe_stage *st,
+		       const struct aug_ctx *ctx, struct aug_frame *fr)
+{
+	for (uint32_t j = 0; j < st->count; j++) {
+		uint32_t i = p->stage_ops[st->first + j];
+		const struct pipe_op *op = &p->spec.ops[i];
+		if (op->kind == PIPE_HFLIP) {
+			if (aug_hflip_decision(feed_rand_u32(ctx->seed, ctx->epoch, ctx->sample, i, 0),
+					       op->p_ppb))
+				fr->flip = !fr->flip;
+		} else if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
+			uint32_t u[22];
+			struct img_box b;
+			aug_rrc_draws(ctx, i, u);
+			aug_rrc_box(fr->h, fr->w, op->scale_ppb, op->ratio_ppb, u, &b);
+			frame_crop(fr, b.y, b.x, b.h, b.w);
+			fr->h = fr->w = op->size;
+			fr->copy = false;
+		} else if (op->kind == PIPE_CENTER_CROP) {
+			frame_crop(fr, aug_center_crop_offset(fr->h, op->size),
+				   aug_center_crop_offset(fr->w, op->size), op->size, op->size);
+		} else if (op->kind == PIPE_RESIZE) {
+			if (op->short_side)
+				aug_resize_short_dims(fr->h, fr->w, op->short_side, &fr->h, &fr->w);
+			else {
+				fr->h = op->h;
+				fr->w = op->w;
+			}
+			fr->copy = false;
+		}
+	}
+}
+
+/* Copies the (integer, possibly overhanging) box of the decoded view v,
+ * whose pixel (0, 0) is source pixel (x0, y0), to dst, zero outside the
+ * source, mirrored when flip. */
+static void frame_copy(const struct aug_frame *fr, const struct img_view *v, uint32_t x0,
+		       uint32_t y0, uint8_t *dst)
+{
+	int64_t bx = (int64_t)floor(fr->bx + 0.5), by = (int64_t)floor(fr->by + 0.5);
+	struct aug_geo g = {.sx = 1, .h = fr->h, .w = fr->w};
+	size_t row = (size_t)fr->w * v->c;
+
+	/* the box relative to the view, as a crop of the view */
+	g.ylo = geo_clamp((int64_t)y0 - by, fr->h);
+	g.yhi = geo_clamp((int64_t)y0 + v->h - by, fr->h);
+	g.xlo = geo_clamp((int64_t)x0 - bx, fr->w);
+	g.xhi = geo_clamp((int64_t)x0 + v->w - bx, fr->w);
+	g.by = by - y0;
+	g.ax = bx - x0;
+	if (fr->flip)
+		geo_flip(&g);
+	for (uint32_t y = 0; y < g.h; y++, dst += row) {
+		if (y < g.ylo || y >= g.yhi) {
+			row_zero(dst, row);
+			continue;
+		}
+		geo_row(dst, v->px + (size_t)(g.by + y) * v->stride, &g, v->c);
+	}
+}
+
+static int image_fail(const struct pipe_plan *p, const struct pipe_stage *st,
+		      const struct aug_ctx *ctx, int rc, struct feed_err *err)
+{
+	if (err && err->code == rc && err->msg[0])
+		return feed_err_prefix(err, "sample %" PRIu64 ": field '%s'", ctx->sample,
+				       p->in.fields[st->field].name);
+	return feed_err_set(err, rc, "sample %" PRIu64 ": field '%s': not a readable image",
+			    ctx->sample, p->in.fields[st->field].name);
+}
+
+/* The integer box enclosing the frame's source box, clipped to the image;
+ * false when it is empty. */
+static bool frame_enclosing(const struct aug_frame *fr, struct img_box *b)
+{
+	double x0 = fr->copy ? floor(fr->bx + 0.5) : floor(fr->bx);
+	double y0 = fr->copy ? floor(fr->by + 0.5) : floor(fr->by);
+	double x1 = fr->copy ? x0 + fr->w : ceil(fr->bx + fr->bw);
+	double y1 = fr->copy ? y0 + fr->h : ceil(fr->by + fr->bh);
+
+	x0 = x0 < 0 ? 0 : x0;
+	y0 = y0 < 0 ? 0 : y0;
+	x1 = x1 > fr->src_w ? fr->src_w : x1;
+	y1 = y1 > fr->src_h ? fr->src_h : y1;
+	if (x1 <= x0 || y1 <= y0)
+		return false;
+	*b = (struct img_box){(uint32_t)x0, (uint32_t)y0, (uint32_t)(x1 - x0), (uint32_t)(y1 - y0)};
+	return true;
+}
+
+/* One IMAGE stage: source bytes (encoded, or a fixed u8 image) to dst. */
+static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
+		       const struct aug_ctx *ctx, const uint8_t *src, size_t len, uint8_t *dst,
+		       uint8_t *iscratch, const struct aug_img *img, struct feed_err *err)
+{
+	struct aug_frame fr = {.copy = true};
+	struct img_view v = {.px = src, .w = st->in_w, .h = st->in_h, .c = st->c,
+			     .stride = (size_t)st->in_w * st->c};
+	struct img_decoder *dec = NULL;
+	struct img_info info;
+	struct img_box ib;
+	int rc;
+
+	if (st->decode) {
+		dec = img ? (st->c == 1 ? img->dec1 : img->dec3) : NULL;
+		if (!dec)
+			return feed_err_set(err, -EINVAL, "field '%s': no %u-channel image decoder",
+					    p->in.fields[st->field].name, st->c);
+		if ((rc = img_probe(src, len, &info, err)) < 0)
+			return image_fail(p, st, ctx, rc, err);
+		v.w = info.width;
+		v.h = info.height;
+	}
+	fr.src_w = fr.w = v.w;
+	fr.src_h = fr.h = v.h;
+	fr.bw = v.w;
+	fr.bh = v.h;
+	frame_plan(p, st, ctx, &fr);
+	assert(fr.h == st->out_h && fr.w == st->out_w);
+	if (!frame_enclosing(&fr, &ib)) {
+		memset(dst, 0, st->out_bytes); /* a crop wholly in the padding */
+		return 0;
+	}
+	double bx = fr.bx - ib.x, by = fr.by - ib.y, bw = fr.bw, bh = fr.bh;
+	if (dec) {
+		struct img_decoded d;
+		uint32_t scale = fr.copy ? 1 : img_scale_for(ib.w, ib.h, fr.w, fr.h);
+		if ((rc = img_decode(dec, src, len, &ib, scale, &d, err)) < 0)
+			return image_fail(p, st, ctx, rc, err);
+		double kx = d.box_w / ib.w, ky = d.box_h / ib.h;
+		v = d.view;
+		if (fr.copy) {
+			/* scale 1: the box starts at an integer offset of the view */
+			v.px += (size_t)d.box_y * v.stride + (size_t)d.box_x * v.c;
+			v.w = ib.w;
+			v.h = ib.h;
+		}
+		bx = d.box_x + bx * kx;
+		by = d.box_y + by * ky;
+		bw *= kx;
+		bh *= ky;
+	} else {
+		v.px += (size_t)ib.y * v.stride + (size_t)ib.x * v.c;
+		v.w = ib.w;
+		v.h = ib.h;
+		if (!fr.copy) {
+			/* resample from the whole image: the box in its coordinates */
+			v = (struct img_view){.px = src, .w = st->in_w, .h = st->in_h, .c = st->c,
+					      .stride = (size_t)st->in_w * st->c};
+			bx = fr.bx;
+			by = fr.by;
+		}
+	}
+	if (fr.copy)
+		frame_copy(&fr, &v, ib.x, ib.y, dst);
+	else
+		img_resample_u8(&v, bx, by, bw, bh, dst, fr.w, fr.h, fr.flip, iscratch);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* Fields                                                              */
 
 static int check_in(const struct pipe_plan *p, uint32_t f, const struct aug_in *in,
@@ -373,9 +626,10 @@ static int no_room(const struct pipe_plan *p, uint32_t f, size_t need, size_t ca
  * resize). */
 static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx *ctx,
 		     const struct aug_in *in, const struct aug_out *out, uint8_t *scratch,
-		     struct feed_err *err)
+		     const struct aug_img *img, struct feed_err *err)
 {
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
+	uint8_t *iscratch = scratch + 2 * inter + ((p->table_bytes + 63) & ~(size_t)63);
 	const uint8_t *src = in->data;
 	size_t src_len = in->len;
 	uint32_t s0 = p->field_stage[f], n = p->field_nstages[f];
@@ -391,6 +645,12 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 		} else if (st->kind == PIPE_STAGE_RESIZE) {
 			aug_resize_u8(src, st->in_h, st->in_w, st->c, dst, st->out_h, st->out_w,
 				      scratch + 2 * inter);
+		} else if (st->kind == PIPE_STAGE_IMAGE) {
+			int rc = image_stage(p, st, ctx, src, src_len, dst, iscratch, img, err);
+			if (rc < 0)
+				return rc;
+		} else if (st->kind == PIPE_STAGE_NORMALIZE) {
+			feed_convert_images_cpu(&st->cv, src, 1, NULL, dst);
 		} else {
 			int rc = window_stage(p, st, ctx, src, src_len, dst, err);
 			if (rc < 0)
@@ -407,12 +667,19 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 int aug_apply(const struct pipe_plan *plan, const struct aug_ctx *ctx, const struct aug_in *in,
 	      const struct aug_out *out, void *scratch, struct feed_err *err)
 {
+	return aug_apply_img(plan, ctx, in, out, scratch, NULL, err);
+}
+
+int aug_apply_img(const struct pipe_plan *plan, const struct aug_ctx *ctx,
+		  const struct aug_in *in, const struct aug_out *out, void *scratch,
+		  const struct aug_img *img, struct feed_err *err)
+{
 	for (uint32_t f = 0; f < plan->in.nfields; f++) {
 		int rc = check_in(plan, f, &in[f], ctx, err);
 		if (rc < 0)
 			return rc;
 		if (plan->field_nstages[f]) {
-			rc = run_field(plan, f, ctx, &in[f], &out[f], scratch, err);
+			rc = run_field(plan, f, ctx, &in[f], &out[f], scratch, img, err);
 			if (rc < 0)
 				return rc;
 			continue;

@@ -10,10 +10,29 @@
  * when flipped); consecutive random_window ops are one copy. resize is a
  * pass of its own (through scratch when other ops follow or precede it).
  *
+ * Image stages (pipeline.h PIPE_STAGE_IMAGE) run decode, the ops up to the
+ * one that fixes the size and trailing hflips as one pass: the crop box
+ * and the flip are worked out from the image's header (img_probe: no
+ * pixels), in the source's full-resolution coordinates; then the box is
+ * decoded at the largest DCT scale that keeps it at least the output's
+ * size (img_scale_for), and img_resample_u8() resamples it straight into
+ * the destination, mirrored when flipped. decode followed only by
+ * center_crop (and hflips) copies pixels, zero-padding as torchvision's
+ * CenterCrop does. resize(short=N) then center_crop resamples only the
+ * crop's part of the image: inside the crop the same filter as Resize(N)
+ * then CenterCrop, at the crop's edge the filter stops at the edge (as
+ * torchvision's resized_crop does) instead of reading the pixels just
+ * outside it. normalize runs kernels/convert.h's CPU twin, so its bits
+ * equal the GPU conversion's.
+ *
  * Randomness: draw d of op i (0-based index in the pipeline) for a sample
  * is feed_rand_u32(seed, epoch, sample, i, d) (philox.h): random_crop uses
  * draw 0 for the top and draw 1 for the left offset (torchvision draws i
- * then j), hflip draw 0, random_window draw 0. Nothing else is random.
+ * then j), hflip draw 0, random_window draw 0; random_resized_crop uses
+ * draws 2t (scale) and 2t+1 (log-ratio) of try t = 0..9, then draw 20 for
+ * the top and 21 for the left (aug_rrc_box()). The draws depend only on
+ * the header's width and height, never on how the box is decoded. Nothing
+ * else is random.
  *
  * Threads: pure functions; any number of threads may share one plan, each
  * with its own scratch. Never allocates, blocks or prints.
@@ -26,6 +45,7 @@
 #include <stdint.h>
 
 #include "feed_err.h"
+#include "image.h"
 #include "pipeline.h"
 
 /* Which sample is being built: the draws' key. */
@@ -50,6 +70,15 @@ struct aug_out {
 	size_t *ret_len;
 };
 
+/* What a worker lends image stages: one decoder per channel count the
+ * plan decodes to (plan->dec_channels_mask), each made by
+ * img_decoder_new() for at least plan->dec_lim. Borrowed for the call;
+ * used by one thread at a time. */
+struct aug_img {
+	struct img_decoder *dec1;  /* channels=1, or NULL */
+	struct img_decoder *dec3;  /* channels=3, or NULL */
+};
+
 /*
  * Builds one sample: in[f] and out[f] for every field f of the plan's input
  * schema (plan->in.nfields entries each). scratch holds
@@ -64,6 +93,16 @@ struct aug_out {
  */
 int aug_apply(const struct pipe_plan *plan, const struct aug_ctx *ctx, const struct aug_in *in,
 	      const struct aug_out *out, void *scratch, struct feed_err *err);
+
+/* aug_apply() for plans that decode: img lends the decoders (NULL is
+ * allowed when the plan decodes nothing). Besides aug_apply()'s errors, a
+ * record that is not a readable image returns the decoder's code (-EBADMSG
+ * corrupt or truncated, -ENOTSUP a format or variant not decoded, -E2BIG
+ * past the decoder's limits) with "sample N: field 'F': " and the
+ * decoder's words; -EINVAL when img lacks a decoder the plan needs. */
+int aug_apply_img(const struct pipe_plan *plan, const struct aug_ctx *ctx,
+		  const struct aug_in *in, const struct aug_out *out, void *scratch,
+		  const struct aug_img *img, struct feed_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Draws to parameters (exposed so tests can recompute them).         */
@@ -89,6 +128,28 @@ int64_t aug_center_crop_offset(uint32_t n, uint32_t size);
 /* torchvision RandomHorizontalFlip: flip when rand < p, rand the draw's
  * top 24 bits / 2^24 (feed_rand_unit_of()), p in parts per 10^9 (exact). */
 bool aug_hflip_decision(uint32_t u, uint32_t p_ppb);
+
+/*
+ * torchvision RandomResizedCrop.get_params on an h x w image, from the 22
+ * draws u[0..21] (see Randomness above): area = h * w; for t in 0..9:
+ * target = area * U(scale_min, scale_max) (u[2t]), aspect =
+ * exp(U(log ratio_min, log ratio_max)) (u[2t+1]), bw = round(sqrt(target *
+ * aspect)), bh = round(sqrt(target / aspect)) (round half to even, as
+ * Python's round); the first try with 0 < bw <= w and 0 < bh <= h gives
+ * y = randint(0, h - bh + 1) (u[20]) and x = randint(0, w - bw + 1)
+ * (u[21]). If none does, the centre crop of the whole image with its
+ * aspect clamped to [ratio_min, ratio_max]. U(a, b) = a + (b - a) * u /
+ * 2^32 in double. scale and ratio in parts per 10^9 as pipe_op keeps them.
+ */
+void aug_rrc_box(uint32_t h, uint32_t w, const uint32_t scale_ppb[2], const uint64_t ratio_ppb[2],
+		 const uint32_t u[22], struct img_box *ret_box);
+
+/* The 22 draws of random_resized_crop op `op` for a sample. */
+void aug_rrc_draws(const struct aug_ctx *ctx, uint32_t op, uint32_t u[22]);
+
+/* torchvision Resize(n) on an h x w image: the short side becomes n, the
+ * long side int(n * long / short); a square becomes n x n. */
+void aug_resize_short_dims(uint32_t h, uint32_t w, uint32_t n, uint32_t *ret_h, uint32_t *ret_w);
 
 /* random_window's start in a sequence of n elements: in [0, n - len]. */
 uint64_t aug_window_start(uint64_t n, uint64_t len, uint32_t u);

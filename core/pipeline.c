@@ -10,6 +10,7 @@
  */
 #include "pipeline.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -26,17 +27,28 @@ enum pipe_key {
 	PK_W,
 	PK_LEN,
 	PK_FIELD,
+	PK_SHORT,
+	PK_CHANNELS,
+	PK_SCALE_MIN,
+	PK_SCALE_MAX,
+	PK_RATIO_MIN,
+	PK_RATIO_MAX,
+	PK_MEAN,
+	PK_STD,
+	PK_DTYPE,
+	PK_LAYOUT,
 	PK_COUNT_,
 };
 
-static const char *const pipe_key_names[PK_COUNT_] = {"size", "pad", "p", "h", "w", "len",
-						       "field"};
+static const char *const pipe_key_names[PK_COUNT_] = {
+	"size", "pad", "p", "h", "w", "len", "field", "short", "channels", "scale_min",
+	"scale_max", "ratio_min", "ratio_max", "mean", "std", "dtype", "layout"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
 struct pipe_op_desc {
 	const char *name;
-	uint32_t keys[4];          /* enum pipe_key, terminated by PK_FIELD */
+	uint32_t keys[8];          /* enum pipe_key, terminated by PK_FIELD */
 	uint32_t nkeys;            /* keys before field */
 	uint32_t required;         /* bit mask over enum pipe_key */
 };
@@ -46,8 +58,16 @@ static const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_RANDOM_CROP] = {"random_crop", {PK_SIZE, PK_PAD, PK_FIELD}, 2, 1u << PK_SIZE},
 	[PIPE_CENTER_CROP] = {"center_crop", {PK_SIZE, PK_FIELD}, 1, 1u << PK_SIZE},
 	[PIPE_HFLIP] = {"hflip", {PK_P, PK_FIELD}, 1, 0},
-	[PIPE_RESIZE] = {"resize", {PK_H, PK_W, PK_FIELD}, 2, 1u << PK_H | 1u << PK_W},
+	/* h and w, or short: checked in op_check() */
+	[PIPE_RESIZE] = {"resize", {PK_H, PK_W, PK_SHORT, PK_FIELD}, 3, 0},
 	[PIPE_RANDOM_WINDOW] = {"random_window", {PK_LEN, PK_FIELD}, 1, 1u << PK_LEN},
+	[PIPE_DECODE] = {"decode", {PK_CHANNELS, PK_FIELD}, 1, 0},
+	[PIPE_RANDOM_RESIZED_CROP] = {"random_resized_crop",
+				      {PK_SIZE, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN,
+				       PK_RATIO_MAX, PK_FIELD},
+				      5, 1u << PK_SIZE},
+	[PIPE_NORMALIZE] = {"normalize", {PK_MEAN, PK_STD, PK_DTYPE, PK_LAYOUT, PK_FIELD}, 4,
+			    1u << PK_MEAN | 1u << PK_STD},
 };
 #define PIPE_NKINDS (sizeof(pipe_ops) / sizeof(pipe_ops[0]))
 
@@ -174,16 +194,37 @@ static int parse_uint(struct pipe_scan *sc, const char *key, const char *v, uint
 	return 0;
 }
 
-/* Decimal probability in [0, 1] with at most 9 decimals, in parts per 1e9. */
-static int parse_prob(struct pipe_scan *sc, const char *key, const char *v, uint32_t *ret)
+/* p in parts per 1e9 as the shortest decimal: 0, 1, 0.5, -1.25. */
+static void format_ppb(int64_t ppb, char out[32])
+{
+	uint64_t a = ppb < 0 ? (uint64_t)0 - (uint64_t)ppb : (uint64_t)ppb;
+	const char *sign = ppb < 0 ? "-" : "";
+
+	if (a % PIPE_P_ONE == 0) {
+		snprintf(out, 32, "%s%" PRIu64, sign, a / PIPE_P_ONE);
+		return;
+	}
+	snprintf(out, 32, "%s%" PRIu64 ".%09" PRIu64, sign, a / PIPE_P_ONE, a % PIPE_P_ONE);
+	size_t n = strlen(out);
+	while (out[n - 1] == '0')
+		out[--n] = '\0';
+}
+
+/* Signed decimal with at most 9 decimals in [lo, hi] (parts per 1e9), kept
+ * exactly. */
+static int parse_decimal(struct pipe_scan *sc, const char *key, const char *v, int64_t lo,
+			 int64_t hi, int64_t *ret)
 {
 	uint64_t whole = 0, frac = 0;
 	uint32_t nfrac = 0;
 	const char *c = v;
-	bool digits = false;
+	bool digits = false, neg = false;
+	char blo[32], bhi[32];
 
+	if (*c == '-' || *c == '+')
+		neg = *c++ == '-';
 	for (; *c >= '0' && *c <= '9'; c++, digits = true)
-		whole = whole < 10 ? whole * 10 + (uint64_t)(*c - '0') : 10;
+		whole = whole < 100000 ? whole * 10 + (uint64_t)(*c - '0') : 1000000;
 	if (*c == '.')
 		for (c++; *c >= '0' && *c <= '9'; c++, digits = true) {
 			if (nfrac < 9)
@@ -197,12 +238,44 @@ static int parse_prob(struct pipe_scan *sc, const char *key, const char *v, uint
 		return scan_fail(sc, "key '%s': bad number '%s'", key, v);
 	for (; nfrac < 9; nfrac++)
 		frac *= 10;
-	uint64_t ppb = whole * PIPE_P_ONE + frac;
-	if (ppb > PIPE_P_ONE)
-		return scan_fail(sc, "key '%s': %s not in [0, 1]", key, v);
-	*ret = (uint32_t)ppb;
+	int64_t x = (int64_t)(whole * PIPE_P_ONE + frac);
+	if (neg)
+		x = -x;
+	if (x < lo || x > hi) {
+		format_ppb(lo, blo);
+		format_ppb(hi, bhi);
+		return scan_fail(sc, "key '%s': %s not in [%s, %s]", key, v, blo, bhi);
+	}
+	*ret = x;
 	return 0;
 }
+
+/* Decimal probability in [0, 1] with at most 9 decimals, in parts per 1e9. */
+static int parse_prob(struct pipe_scan *sc, const char *key, const char *v, uint32_t *ret)
+{
+	int64_t x;
+	int rc = parse_decimal(sc, key, v, 0, PIPE_P_ONE, &x);
+
+	if (rc == 0)
+		*ret = (uint32_t)x;
+	return rc;
+}
+
+/* One of the names in opts (NULL-terminated); *ret = its index. */
+static int parse_name(struct pipe_scan *sc, const char *key, const char *v,
+		      const char *const *opts, const char *list, uint32_t *ret)
+{
+	for (uint32_t k = 0; opts[k]; k++)
+		if (!strcmp(opts[k], v)) {
+			*ret = k;
+			return 0;
+		}
+	return scan_fail(sc, "key '%s': '%s' is not one of %s", key, v, list);
+}
+
+static const char *const pipe_dtype_names[] = {"f32", "f16", "bf16", NULL};
+static const int pipe_dtypes[] = {FEED_DTYPE_F32, FEED_DTYPE_F16, FEED_DTYPE_BF16};
+static const char *const pipe_layout_names[] = {"chw", "hwc", NULL};
 
 static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NAME_MAX])
 {
@@ -217,10 +290,15 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 	return 0;
 }
 
-/* Stores value v of key into op. */
-static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v)
+/* Stores value v of key into op (item `item` of a tuple for mean/std). */
+static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
+		  uint32_t item)
 {
 	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE;
+	uint32_t u = 0;
+	int64_t x = 0;
+	int rc;
 
 	switch (key) {
 	case PK_SIZE:
@@ -233,8 +311,38 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->h);
 	case PK_W:
 		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->w);
+	case PK_SHORT:
+		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->short_side);
 	case PK_LEN:
 		return parse_uint(sc, k, v, 1, PIPE_LEN_MAX, &op->len);
+	case PK_CHANNELS:
+		rc = parse_uint(sc, k, v, 1, 3, &op->channels);
+		if (rc == 0 && op->channels == 2)
+			return scan_fail(sc, "key 'channels': 2 is not 1 (gray) or 3 (RGB)");
+		return rc;
+	case PK_SCALE_MIN:
+	case PK_SCALE_MAX:
+		rc = parse_decimal(sc, k, v, key == PK_SCALE_MIN ? 0 : 1, one, &x);
+		op->scale_ppb[key - PK_SCALE_MIN] = (uint32_t)x;
+		return rc;
+	case PK_RATIO_MIN:
+	case PK_RATIO_MAX:
+		rc = parse_decimal(sc, k, v, 1, PIPE_RATIO_MAX * one, &x);
+		op->ratio_ppb[key - PK_RATIO_MIN] = (uint64_t)x;
+		return rc;
+	case PK_MEAN:
+		return parse_decimal(sc, k, v, -(int64_t)PIPE_NORM_MAX * one,
+				     PIPE_NORM_MAX * one, &op->mean_ppb[item]);
+	case PK_STD:
+		return parse_decimal(sc, k, v, 1, PIPE_NORM_MAX * one, &op->std_ppb[item]);
+	case PK_DTYPE:
+		rc = parse_name(sc, k, v, pipe_dtype_names, "f32, f16, bf16", &u);
+		op->dtype = pipe_dtypes[u];
+		return rc;
+	case PK_LAYOUT:
+		rc = parse_name(sc, k, v, pipe_layout_names, "chw, hwc", &u);
+		op->layout = u;
+		return rc;
 	case PK_FIELD:
 	default:
 		return parse_field_name(sc, v, op->field);
@@ -262,11 +370,61 @@ static void allowed_keys(const struct pipe_op_desc *d, char *buf, size_t cap)
 				      pipe_key_names[d->keys[k]]);
 }
 
+/* One value of key (item of a tuple) at the cursor. */
+static int parse_value(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k, uint32_t item)
+{
+	char val[PIPE_TOK_MAX];
+	const char *key = pipe_key_names[k];
+	size_t n = scan_value(sc, val);
+
+	if (n == 0)
+		return scan_fail(sc, "key '%s': missing value at column %zu", key, sc->i + 1);
+	if (n >= PIPE_TOK_MAX)
+		return scan_fail(sc, "key '%s': value longer than %d characters", key,
+				 PIPE_TOK_MAX - 1);
+	return op_set(sc, op, k, val, item);
+}
+
+/* mean / std: one number, or `(a, b, ...)` of 1..PIPE_MAX_C numbers (a
+ * trailing comma allowed, as in Python). */
+static int parse_tuple(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k)
+{
+	uint32_t *n = k == PK_MEAN ? &op->nmean : &op->nstd;
+	const char *key = pipe_key_names[k];
+	char c[8];
+
+	if (sc->s[sc->i] != '(') {
+		*n = 1;
+		return parse_value(sc, op, k, 0);
+	}
+	sc->i++;
+	for (*n = 0;;) {
+		scan_ws(sc);
+		if (sc->s[sc->i] == ')' && *n > 0)
+			break;
+		if (*n == PIPE_MAX_C)
+			return scan_fail(sc, "key '%s': more than %d values", key, PIPE_MAX_C);
+		int rc = parse_value(sc, op, k, *n);
+		if (rc < 0)
+			return rc;
+		(*n)++;
+		scan_ws(sc);
+		if (sc->s[sc->i] == ')')
+			break;
+		if (sc->s[sc->i] != ',')
+			return scan_fail(sc, "key '%s': expected ',' or ')' at column %zu, found %s",
+					 key, sc->i + 1, scan_seen(sc, c));
+		sc->i++;
+	}
+	sc->i++;
+	return 0;
+}
+
 /* One `key = value` inside the parentheses; *seen tracks duplicates. */
 static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
 		     uint32_t *seen)
 {
-	char key[PIPE_TOK_MAX], val[PIPE_TOK_MAX], c[8];
+	char key[PIPE_TOK_MAX], c[8];
 
 	scan_ws(sc);
 	if (!scan_ident(sc, key))
@@ -274,7 +432,7 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 				 scan_seen(sc, c));
 	int k = find_key(d, key);
 	if (k < 0) {
-		char allowed[64];
+		char allowed[128];
 		allowed_keys(d, allowed, sizeof(allowed));
 		return scan_fail(sc, "unknown key '%s' (takes: %s)", key, allowed);
 	}
@@ -287,13 +445,9 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 				 sc->i + 1, scan_seen(sc, c));
 	sc->i++;
 	scan_ws(sc);
-	size_t n = scan_value(sc, val);
-	if (n == 0)
-		return scan_fail(sc, "key '%s': missing value at column %zu", key, sc->i + 1);
-	if (n >= PIPE_TOK_MAX)
-		return scan_fail(sc, "key '%s': value longer than %d characters", key,
-				 PIPE_TOK_MAX - 1);
-	return op_set(sc, op, (enum pipe_key)k, val);
+	if (k == PK_MEAN || k == PK_STD)
+		return parse_tuple(sc, op, (enum pipe_key)k);
+	return parse_value(sc, op, (enum pipe_key)k, 0);
 }
 
 /* `( key=value, ... )` after the op name; the cursor is on '('. */
@@ -326,8 +480,49 @@ static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct
 
 static void op_defaults(struct pipe_op *op)
 {
-	if (op->kind == PIPE_HFLIP)
+	if (op->kind == PIPE_HFLIP) {
 		op->p_ppb = PIPE_P_ONE / 2;
+	} else if (op->kind == PIPE_DECODE) {
+		op->channels = 3;
+	} else if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
+		/* torchvision's scale=(0.08, 1.0), ratio=(3/4, 4/3) */
+		op->scale_ppb[0] = 80000000;
+		op->scale_ppb[1] = PIPE_P_ONE;
+		op->ratio_ppb[0] = 750000000;
+		op->ratio_ppb[1] = 1333300000;
+	} else if (op->kind == PIPE_NORMALIZE) {
+		op->dtype = FEED_DTYPE_F32;
+		op->layout = PIPE_LAYOUT_CHW;
+	}
+}
+
+/* Checks between keys, once all are read. */
+static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint32_t seen)
+{
+	if (op->kind == PIPE_RESIZE) {
+		bool hw = seen & (1u << PK_H | 1u << PK_W);
+		if ((seen & (1u << PK_SHORT)) && hw)
+			return scan_fail(sc, "key 'short': give either short or h and w");
+		if (!(seen & (1u << PK_SHORT)) && !hw)
+			return scan_fail(sc, "missing key 'h' and 'w' (or 'short')");
+		if (hw && !(seen & (1u << PK_H)))
+			return scan_fail(sc, "missing key 'h'");
+		if (hw && !(seen & (1u << PK_W)))
+			return scan_fail(sc, "missing key 'w'");
+	} else if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
+		char a[32], b[32];
+		if (op->scale_ppb[0] > op->scale_ppb[1]) {
+			format_ppb(op->scale_ppb[0], a);
+			format_ppb(op->scale_ppb[1], b);
+			return scan_fail(sc, "key 'scale_min': %s above scale_max %s", a, b);
+		}
+		if (op->ratio_ppb[0] > op->ratio_ppb[1]) {
+			format_ppb((int64_t)op->ratio_ppb[0], a);
+			format_ppb((int64_t)op->ratio_ppb[1], b);
+			return scan_fail(sc, "key 'ratio_min': %s above ratio_max %s", a, b);
+		}
+	}
+	return 0;
 }
 
 /* One op: a name and optional arguments; the cursor ends after them. */
@@ -348,7 +543,8 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 	if (kind == PIPE_NKINDS)
 		return feed_err_set(sc->err, -EINVAL,
 				    "pipeline op %u '%s': unknown op (identity, random_crop, "
-				    "center_crop, hflip, resize, random_window)",
+				    "center_crop, hflip, resize, random_window, decode, "
+				    "random_resized_crop, normalize)",
 				    sc->opno, name);
 	const struct pipe_op_desc *d = &pipe_ops[kind];
 	sc->opname = d->name;
@@ -363,7 +559,7 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 	for (uint32_t k = 0; k < PK_COUNT_; k++)
 		if ((d->required & (1u << k)) && !(seen & (1u << k)))
 			return scan_fail(sc, "missing key '%s'", pipe_key_names[k]);
-	return 0;
+	return op_check(sc, op, seen);
 }
 
 int pipe_parse(const char *text, struct pipe_spec *ret_spec, struct feed_err *err)
@@ -404,33 +600,69 @@ int pipe_parse(const char *text, struct pipe_spec *ret_spec, struct feed_err *er
 /* ------------------------------------------------------------------ */
 /* Canonical text                                                      */
 
-/* p in parts per 1e9 as the shortest decimal: 0, 1, 0.5, 0.125. */
-static void format_prob(uint32_t ppb, char out[16])
+static void format_tuple(const int64_t *v, uint32_t n, char *out, size_t cap)
 {
-	if (ppb == 0 || ppb == PIPE_P_ONE) {
-		snprintf(out, 16, "%u", ppb ? 1u : 0u);
-		return;
+	size_t k = 0;
+	char x[32];
+
+	k += (size_t)snprintf(out, cap, "%s", n == 1 ? "" : "(");
+	for (uint32_t i = 0; i < n && k < cap; i++) {
+		format_ppb(v[i], x);
+		k += (size_t)snprintf(out + k, cap - k, "%s%s", i ? ", " : "", x);
 	}
-	snprintf(out, 16, "0.%09u", ppb);
-	size_t n = strlen(out);
-	while (out[n - 1] == '0')
-		out[--n] = '\0';
+	if (n != 1 && k < cap)
+		snprintf(out + k, cap - k, ")");
 }
 
-static void format_key(const struct pipe_op *op, enum pipe_key k, char out[80])
+static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 {
-	char p[16];
+	char p[128];
 
 	switch (k) {
-	case PK_SIZE: snprintf(out, 80, "size=%u", op->size); break;
-	case PK_PAD: snprintf(out, 80, "pad=%u", op->pad); break;
-	case PK_P: format_prob(op->p_ppb, p); snprintf(out, 80, "p=%s", p); break;
-	case PK_H: snprintf(out, 80, "h=%u", op->h); break;
-	case PK_W: snprintf(out, 80, "w=%u", op->w); break;
-	case PK_LEN: snprintf(out, 80, "len=%u", op->len); break;
+	case PK_SIZE: snprintf(out, 160, "size=%u", op->size); break;
+	case PK_PAD: snprintf(out, 160, "pad=%u", op->pad); break;
+	case PK_P: format_ppb(op->p_ppb, p); snprintf(out, 160, "p=%s", p); break;
+	case PK_H: snprintf(out, 160, "h=%u", op->h); break;
+	case PK_W: snprintf(out, 160, "w=%u", op->w); break;
+	case PK_SHORT: snprintf(out, 160, "short=%u", op->short_side); break;
+	case PK_LEN: snprintf(out, 160, "len=%u", op->len); break;
+	case PK_CHANNELS: snprintf(out, 160, "channels=%u", op->channels); break;
+	case PK_SCALE_MIN:
+	case PK_SCALE_MAX:
+		format_ppb(op->scale_ppb[k - PK_SCALE_MIN], p);
+		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
+		break;
+	case PK_RATIO_MIN:
+	case PK_RATIO_MAX:
+		format_ppb((int64_t)op->ratio_ppb[k - PK_RATIO_MIN], p);
+		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
+		break;
+	case PK_MEAN:
+		format_tuple(op->mean_ppb, op->nmean, p, sizeof(p));
+		snprintf(out, 160, "mean=%s", p);
+		break;
+	case PK_STD:
+		format_tuple(op->std_ppb, op->nstd, p, sizeof(p));
+		snprintf(out, 160, "std=%s", p);
+		break;
+	case PK_DTYPE:
+		snprintf(out, 160, "dtype=%s", feed_dtype_name(op->dtype));
+		break;
+	case PK_LAYOUT: snprintf(out, 160, "layout=%s", pipe_layout_names[op->layout & 1]); break;
 	case PK_FIELD:
-	default: snprintf(out, 80, "field=%s", op->field); break;
+	default: snprintf(out, 160, "field=%s", op->field); break;
 	}
+}
+
+/* Whether key k of op appears in the canonical text: resize shows either
+ * h and w or short; field only when the text named one. */
+static bool key_shown(const struct pipe_op *op, enum pipe_key k)
+{
+	if (k == PK_FIELD)
+		return op->field[0] != '\0';
+	if (op->kind == PIPE_RESIZE)
+		return k == PK_SHORT ? op->short_side != 0 : op->short_side == 0;
+	return true;
 }
 
 static bool canon_put(char *buf, size_t cap, size_t *n, const char *fmt, ...)
@@ -452,15 +684,17 @@ static bool canon_put(char *buf, size_t cap, size_t *n, const char *fmt, ...)
 static bool canon_op(const struct pipe_op *op, char *buf, size_t cap, size_t *n)
 {
 	const struct pipe_op_desc *d = &pipe_ops[op->kind];
-	uint32_t nk = d->nkeys + (op->field[0] ? 1 : 0);
-	char kv[80];
+	char kv[160];
+	uint32_t shown = 0;
 	bool ok = canon_put(buf, cap, n, "%s", d->name);
 
-	for (uint32_t k = 0; ok && k < nk; k++) {
+	for (uint32_t k = 0; ok && k <= d->nkeys; k++) {
+		if (!key_shown(op, (enum pipe_key)d->keys[k]))
+			continue;
 		format_key(op, (enum pipe_key)d->keys[k], kv);
-		ok = canon_put(buf, cap, n, "%s%s", k ? ", " : "(", kv);
+		ok = canon_put(buf, cap, n, "%s%s", shown++ ? ", " : "(", kv);
 	}
-	return ok && (nk == 0 || canon_put(buf, cap, n, ")"));
+	return ok && (shown == 0 || canon_put(buf, cap, n, ")"));
 }
 
 int pipe_spec_canonical(const struct pipe_spec *spec, char *buf, size_t cap)
@@ -498,7 +732,7 @@ static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *
 static bool is_image_op(enum pipe_kind k)
 {
 	return k == PIPE_RANDOM_CROP || k == PIPE_CENTER_CROP || k == PIPE_HFLIP ||
-	       k == PIPE_RESIZE;
+	       k == PIPE_RESIZE || k == PIPE_RANDOM_RESIZED_CROP || k == PIPE_NORMALIZE;
 }
 
 static bool is_image_field(const struct fmt_field *f)
@@ -518,11 +752,44 @@ static bool is_token_dtype(int dt)
 	       dt == FEED_DTYPE_I64;
 }
 
+/* A field's state while planning. */
+enum plan_fstate {
+	FS_AS_IS = 0,     /* as the schema says, or a fixed shape after ops */
+	FS_DECODED,       /* decoded: size varies, bounded by out.fields[f].shape */
+	FS_SHORT,         /* decoded, then resize(short): must be center-cropped */
+	FS_NORMALIZED,    /* normalize ran: the field takes no more ops */
+};
+
+/* The planner's working state (on the stack: nothing allocates). */
+struct plan_work {
+	uint8_t st[FMT_MAX_FIELDS];       /* enum plan_fstate */
+	uint32_t short_op[FMT_MAX_FIELDS]; /* FS_SHORT: the resize(short)'s op index */
+	bool img_open[FMT_MAX_FIELDS];    /* field's last stage is IMAGE: hflips join it */
+	uint8_t sk[PIPE_MAX_OPS];         /* op i's stage kind */
+	bool join[PIPE_MAX_OPS];          /* op i joins its field's last stage */
+};
+
+static bool is_encoded_field(const struct pipe_plan *p, const struct plan_work *w, uint32_t f)
+{
+	const struct fmt_field *fd = &p->in.fields[f];
+
+	return fd->image && fd->variable && fd->dtype == FEED_DTYPE_U8 && w->st[f] == FS_AS_IS &&
+	       p->out.fields[f].variable;
+}
+
+/* Whether image ops see field f as an image at this point of the plan. */
+static bool is_image_now(const struct pipe_plan *p, const struct plan_work *w, uint32_t f)
+{
+	return w->st[f] != FS_AS_IS || is_image_field(&p->out.fields[f]);
+}
+
 /* *ret_f = the field index op i applies to (-1: none, identity), or an
  * error naming key 'field'. */
-static int plan_field(const struct pipe_spec *spec, uint32_t i, const struct fmt_schema *in,
+static int plan_field(const struct pipe_plan *p, const struct plan_work *w, uint32_t i,
 		      int *ret_f, struct feed_err *err)
 {
+	const struct pipe_spec *spec = &p->spec;
+	const struct fmt_schema *in = &p->in;
 	const struct pipe_op *op = &spec->ops[i];
 
 	if (op->field[0]) {
@@ -537,12 +804,23 @@ static int plan_field(const struct pipe_spec *spec, uint32_t i, const struct fmt
 		return 0;
 	for (uint32_t f = 0; f < in->nfields; f++) {
 		const struct fmt_field *fd = &in->fields[f];
-		if (is_image_op(op->kind) ? is_image_field(fd)
-					  : is_sequence_field(fd) && is_token_dtype(fd->dtype)) {
+		bool ok = op->kind == PIPE_DECODE ? is_encoded_field(p, w, f)
+			  : is_image_op(op->kind) ? is_image_now(p, w, f)
+						   : is_sequence_field(fd) && is_token_dtype(fd->dtype);
+		if (ok) {
 			*ret_f = (int)f;
 			return 0;
 		}
 	}
+	if (op->kind == PIPE_DECODE)
+		return plan_fail(spec, i, err, "missing key 'field': the dataset has no field of "
+				 "encoded images (feedpack imagefolder makes one)");
+	if (is_image_op(op->kind))
+		for (uint32_t f = 0; f < in->nfields; f++)
+			if (is_encoded_field(p, w, f))
+				return plan_fail(spec, i, err, "missing key 'field': field '%s' holds "
+						 "encoded images: decode them first (decode | ...)",
+						 in->fields[f].name);
 	return plan_fail(spec, i, err,
 			 is_image_op(op->kind)
 				 ? "missing key 'field': the dataset has no image field "
@@ -551,45 +829,233 @@ static int plan_field(const struct pipe_spec *spec, uint32_t i, const struct fmt
 				   "(u16/u32/i32/i64, 1-D)");
 }
 
-/* The image shape op i sees on field fd (updated by earlier ops) and the
- * shape it leaves. */
-static int plan_image_op(const struct pipe_spec *spec, uint32_t i, struct fmt_field *fd,
-			 struct pipe_dims *dm, struct feed_err *err)
+/* Sets field fd to a fixed u8 image oh x ow x c (rank 3 when c3). */
+static int set_image_out(const struct pipe_spec *spec, uint32_t i, struct fmt_field *fd,
+			 struct pipe_dims *dm, uint32_t oh, uint32_t ow, uint32_t c, bool rank3,
+			 struct feed_err *err)
 {
-	const struct pipe_op *op = &spec->ops[i];
-	uint32_t h = fd->shape[0], w = fd->shape[1];
+	if ((uint64_t)oh * ow * c > UINT32_MAX)
+		return plan_fail(spec, i, err, "output %ux%ux%u larger than 4 GiB", oh, ow, c);
+	dm->out_h = oh;
+	dm->out_w = ow;
+	dm->c = c;
+	fd->variable = false;
+	fd->rank = rank3 ? 3 : 2;
+	fd->shape[0] = oh;
+	fd->shape[1] = ow;
+	fd->shape[2] = rank3 ? c : 0;
+	fd->max_bytes = (uint64_t)oh * ow * c;
+	return 0;
+}
 
+/* decode on field f: its records become u8 images of varying size. */
+static int plan_decode(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+		       struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	const struct fmt_field *infd = &p->in.fields[f];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+
+	if (w->st[f] != FS_AS_IS || (infd->image && !fd->variable))
+		return plan_fail(&p->spec, i, err, "key 'field': '%s' is decoded already",
+				 infd->name);
+	if (!is_encoded_field(p, w, f))
+		return plan_fail(&p->spec, i, err,
+				 "key 'field': '%s' is not a field of encoded images", infd->name);
+	if (!infd->max_width || !infd->max_height)
+		return plan_fail(&p->spec, i, err, "key 'field': '%s' records no image sizes "
+				 "(max_width, max_height): pack it again with feedpack imagefolder",
+				 infd->name);
+	dm->in_h = dm->out_h = infd->max_height;
+	dm->in_w = dm->out_w = infd->max_width;
+	dm->c = op->channels;
+	fd->rank = 3;
+	fd->shape[0] = infd->max_height;
+	fd->shape[1] = infd->max_width;
+	fd->shape[2] = op->channels;
+	fd->max_bytes = (uint64_t)infd->max_height * infd->max_width * op->channels;
+	/* pixels from here on: the out schema carries no encoded-image facts */
+	fd->image = false;
+	fd->max_width = fd->max_height = 0;
+	fd->max_pixels = 0;
+	w->st[f] = FS_DECODED;
+	w->sk[i] = PIPE_STAGE_IMAGE;
+	w->img_open[f] = true;
+	uint64_t px = infd->max_pixels ? infd->max_pixels
+				       : (uint64_t)infd->max_width * infd->max_height;
+	if (infd->max_width > p->dec_lim.max_width)
+		p->dec_lim.max_width = infd->max_width;
+	if (infd->max_height > p->dec_lim.max_height)
+		p->dec_lim.max_height = infd->max_height;
+	if (px > p->dec_lim.max_pixels)
+		p->dec_lim.max_pixels = px;
+	p->dec_channels_mask |= 1u << op->channels;
+	return 0;
+}
+
+static const char pipe_fixers[] = "random_resized_crop, center_crop or resize(h, w)";
+
+/* An image op on decoded images of varying size: hflip and resize(short)
+ * keep them varying, random_resized_crop, center_crop and resize(h, w)
+ * fix the size; every one joins the field's IMAGE stage. */
+static int plan_var_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+		       struct feed_err *err)
+{
+	const struct pipe_spec *spec = &p->spec;
+	const struct pipe_op *op = &spec->ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t c = fd->shape[2];
+	const struct pipe_op *sh = w->st[f] == FS_SHORT ? &spec->ops[w->short_op[f]] : NULL;
+
+	dm->in_h = dm->out_h = fd->shape[0];
+	dm->in_w = dm->out_w = fd->shape[1];
+	dm->c = c;
+	w->sk[i] = PIPE_STAGE_IMAGE;
+	w->join[i] = true;
+	if (op->kind == PIPE_RANDOM_CROP || op->kind == PIPE_NORMALIZE)
+		return plan_fail(spec, i, err, "decoded images of '%s' vary in size: put %s "
+				 "before %s", fd->name, pipe_fixers, pipe_kind_name(op->kind));
+	if (op->kind == PIPE_HFLIP)
+		return 0;
+	if (op->kind == PIPE_RESIZE && op->short_side) {
+		if (sh)
+			return plan_fail(spec, i, err, "key 'short': '%s' was resized by op %u "
+					 "already", fd->name, w->short_op[f] + 1);
+		w->st[f] = FS_SHORT;
+		w->short_op[f] = i;
+		return 0;
+	}
+	if (sh && op->kind != PIPE_CENTER_CROP)
+		return plan_fail(spec, i, err, "after op %u resize(short=%u), decoded images of "
+				 "'%s' take center_crop", w->short_op[f] + 1, sh->short_side,
+				 fd->name);
+	if (sh && op->size > sh->short_side)
+		return plan_fail(spec, i, err, "key 'size': crop %u larger than op %u "
+				 "resize(short=%u)", op->size, w->short_op[f] + 1, sh->short_side);
+	w->st[f] = FS_AS_IS;
+	if (op->kind == PIPE_RESIZE)
+		return set_image_out(spec, i, fd, dm, op->h, op->w, c, true, err);
+	return set_image_out(spec, i, fd, dm, op->size, op->size, c, true, err);
+}
+
+/* normalize on a fixed u8 image: float output, CHW or HWC. */
+static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+			  struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t h = fd->shape[0], wd = fd->shape[1], c = fd->rank == 3 ? fd->shape[2] : 1;
+	float mean[PIPE_MAX_C], sd[PIPE_MAX_C];
+	struct feed_convert cv;
+
+	if (c > PIPE_MAX_C)
+		return plan_fail(&p->spec, i, err, "key 'field': '%s' has %u channels (at most %d)",
+				 fd->name, c, PIPE_MAX_C);
+	if (op->nmean != c)
+		return plan_fail(&p->spec, i, err, "key 'mean': %u value%s for the %u channel%s of "
+				 "'%s'", op->nmean, op->nmean == 1 ? "" : "s", c, c == 1 ? "" : "s",
+				 fd->name);
+	if (op->nstd != c)
+		return plan_fail(&p->spec, i, err, "key 'std': %u value%s for the %u channel%s of "
+				 "'%s'", op->nstd, op->nstd == 1 ? "" : "s", c, c == 1 ? "" : "s",
+				 fd->name);
+	for (uint32_t k = 0; k < c; k++) {
+		mean[k] = (float)((double)op->mean_ppb[k] / PIPE_P_ONE);
+		sd[k] = (float)((double)op->std_ppb[k] / PIPE_P_ONE);
+	}
+	enum feed_convert_dtype dt = op->dtype == FEED_DTYPE_F16    ? FEED_CONVERT_F16
+				     : op->dtype == FEED_DTYPE_BF16 ? FEED_CONVERT_BF16
+								    : FEED_CONVERT_F32;
+	if (feed_convert_init(&cv, h, wd, c, dt, (enum feed_convert_layout)op->layout, mean, sd) < 0)
+		return plan_fail(&p->spec, i, err, "key 'std': mean and std give outputs that are "
+				 "not finite floats");
+	dm->in_h = dm->out_h = h;
+	dm->in_w = dm->out_w = wd;
+	dm->c = c;
+	fd->dtype = op->dtype;
+	fd->rank = 3;
+	if (op->layout == PIPE_LAYOUT_CHW) {
+		fd->shape[0] = c;
+		fd->shape[1] = h;
+		fd->shape[2] = wd;
+	} else {
+		fd->shape[2] = c;
+	}
+	fd->max_bytes = (uint64_t)h * wd * c * feed_dtype_size(op->dtype);
+	w->st[f] = FS_NORMALIZED;
+	w->sk[i] = PIPE_STAGE_NORMALIZE;
+	return 0;
+}
+
+/* The image shape op i sees on field f (updated by earlier ops) and the
+ * shape it leaves. */
+static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+			 struct feed_err *err)
+{
+	const struct pipe_spec *spec = &p->spec;
+	const struct pipe_op *op = &spec->ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t h = fd->shape[0], wd = fd->shape[1];
+
+	if (w->st[f] == FS_NORMALIZED)
+		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
+				 "(normalize must be its last op)", fd->name);
+	if (w->st[f] != FS_AS_IS)
+		return plan_var_op(p, w, i, f, err);
 	if (!is_image_field(fd))
 		return plan_fail(spec, i, err,
-				 "key 'field': '%s' is not an image (fixed u8 HxW or HxWxC)",
+				 is_encoded_field(p, w, f)
+					 ? "key 'field': '%s' holds encoded images: decode them first"
+					 : "key 'field': '%s' is not an image (fixed u8 HxW or HxWxC)",
 				 fd->name);
-	if (h > PIPE_DIM_MAX || w > PIPE_DIM_MAX)
+	if (h > PIPE_DIM_MAX || wd > PIPE_DIM_MAX)
 		return plan_fail(spec, i, err, "key 'field': image '%s' is %ux%u, sides above %u "
-				 "are not supported", fd->name, h, w, PIPE_DIM_MAX);
-	dm->in_h = dm->out_h = h;
-	dm->in_w = dm->out_w = w;
+				 "are not supported", fd->name, h, wd, PIPE_DIM_MAX);
+	if (op->kind == PIPE_NORMALIZE)
+		return plan_normalize(p, w, i, f, err);
+	uint32_t c = fd->rank == 3 ? fd->shape[2] : 1, oh = h, ow = wd;
+	dm->in_h = h;
+	dm->in_w = wd;
+	w->sk[i] = op->kind == PIPE_RESIZE && !op->short_side ? PIPE_STAGE_RESIZE : PIPE_STAGE_GEO;
+	if (op->kind == PIPE_HFLIP) {
+		w->join[i] = w->img_open[f];
+		if (w->join[i])
+			w->sk[i] = PIPE_STAGE_IMAGE;
+	} else {
+		w->img_open[f] = false;
+	}
 	if (op->kind == PIPE_RANDOM_CROP) {
-		uint64_t ph = (uint64_t)h + 2ull * op->pad, pw = (uint64_t)w + 2ull * op->pad;
+		uint64_t ph = (uint64_t)h + 2ull * op->pad, pw = (uint64_t)wd + 2ull * op->pad;
 		if (op->size > ph || op->size > pw)
 			return plan_fail(spec, i, err,
 					 "key 'size': crop %u larger than the padded image "
 					 "%" PRIu64 "x%" PRIu64 " (%ux%u + pad %u)",
-					 op->size, ph, pw, h, w, op->pad);
-		dm->out_h = dm->out_w = op->size;
-	} else if (op->kind == PIPE_CENTER_CROP) {
-		dm->out_h = dm->out_w = op->size;
+					 op->size, ph, pw, h, wd, op->pad);
+		oh = ow = op->size;
+	} else if (op->kind == PIPE_CENTER_CROP || op->kind == PIPE_RANDOM_RESIZED_CROP) {
+		oh = ow = op->size;
+	} else if (op->kind == PIPE_RESIZE && op->short_side) {
+		/* torchvision: short side N, long side int(N * long / short) */
+		uint32_t s = h < wd ? h : wd, l = h < wd ? wd : h;
+		uint64_t nl = (uint64_t)op->short_side * l / s;
+		if (nl > PIPE_DIM_MAX)
+			return plan_fail(spec, i, err, "key 'short': %ux%u resized to a side of "
+					 "%" PRIu64 " (above %u)", h, wd, nl, PIPE_DIM_MAX);
+		oh = h <= wd ? op->short_side : (uint32_t)nl;
+		ow = h <= wd ? (h == wd ? op->short_side : (uint32_t)nl) : op->short_side;
 	} else if (op->kind == PIPE_RESIZE) {
-		dm->out_h = op->h;
-		dm->out_w = op->w;
+		oh = op->h;
+		ow = op->w;
 	}
-	uint64_t c = fd->rank == 3 ? fd->shape[2] : 1;
-	if ((uint64_t)dm->out_h * dm->out_w * c > UINT32_MAX)
-		return plan_fail(spec, i, err, "output %ux%ux%" PRIu64 " larger than 4 GiB",
-				 dm->out_h, dm->out_w, c);
-	fd->shape[0] = dm->out_h;
-	fd->shape[1] = dm->out_w;
-	fd->max_bytes = (uint64_t)dm->out_h * dm->out_w * c;
-	return 0;
+	if (op->kind == PIPE_RANDOM_RESIZED_CROP || (op->kind == PIPE_RESIZE && op->short_side)) {
+		w->sk[i] = PIPE_STAGE_IMAGE;
+		w->img_open[f] = true;
+	}
+	return set_image_out(spec, i, fd, dm, oh, ow, c, fd->rank == 3, err);
 }
 
 static int plan_window_op(const struct pipe_spec *spec, uint32_t i, struct fmt_field *fd,
@@ -617,47 +1083,67 @@ static int plan_window_op(const struct pipe_spec *spec, uint32_t i, struct fmt_f
 	return 0;
 }
 
-static enum pipe_stage_kind stage_kind_of(enum pipe_kind k)
-{
-	return k == PIPE_RESIZE ? PIPE_STAGE_RESIZE
-	       : k == PIPE_RANDOM_WINDOW ? PIPE_STAGE_WINDOW
-					 : PIPE_STAGE_GEO;
-}
-
-/* Opens a stage for op i on its field, or extends the field's last stage
- * when both are geometric runs or window runs (resize never fuses). */
-static void plan_add_to_stage(struct pipe_plan *p, uint32_t i, uint32_t *nops)
+/* Opens a stage for op i on its field, or extends the field's last stage:
+ * runs of geometric ops, runs of windows, and the ops that join an IMAGE
+ * stage (resize never fuses). */
+static void plan_add_to_stage(struct pipe_plan *p, const struct plan_work *w, uint32_t i,
+			      uint32_t *nops)
 {
 	uint32_t f = (uint32_t)p->op_field[i];
-	const struct fmt_field *fd = &p->in.fields[f];
-	enum pipe_stage_kind k = stage_kind_of(p->spec.ops[i].kind);
+	const struct pipe_op *op = &p->spec.ops[i];
+	enum pipe_stage_kind k = op->kind == PIPE_RANDOM_WINDOW ? PIPE_STAGE_WINDOW
+							       : (enum pipe_stage_kind)w->sk[i];
 	struct pipe_stage *last = p->nstages ? &p->stages[p->nstages - 1] : NULL;
+	bool same = last && last->field == f;
 
 	p->stage_ops[*nops] = i;
 	(*nops)++;
-	if (last && last->field == f && last->kind == k && k != PIPE_STAGE_RESIZE) {
+	if (same && (w->join[i] || (last->kind == k && (k == PIPE_STAGE_GEO ||
+							    k == PIPE_STAGE_WINDOW)))) {
 		last->count++;
 	} else {
 		last = &p->stages[p->nstages++];
 		*last = (struct pipe_stage){.kind = k, .field = f, .first = *nops - 1, .count = 1};
 		last->in_h = p->dims[i].in_h;
 		last->in_w = p->dims[i].in_w;
-		last->c = fd->rank == 3 ? fd->shape[2] : 1;
 		last->in_elems = p->dims[i].in_elems;
-		last->elem_bytes = feed_dtype_size(fd->dtype);
+		last->decode = op->kind == PIPE_DECODE;
+		last->elem_bytes = k == PIPE_STAGE_WINDOW ? feed_dtype_size(p->in.fields[f].dtype)
+				   : k == PIPE_STAGE_NORMALIZE ? feed_dtype_size(op->dtype)
+							       : 1;
 	}
 	last->out_h = p->dims[i].out_h;
 	last->out_w = p->dims[i].out_w;
+	last->c = p->dims[i].c;
 	last->out_elems = p->dims[i].out_elems;
 	last->out_bytes = k == PIPE_STAGE_WINDOW
 				  ? (size_t)last->out_elems * last->elem_bytes
-				  : (size_t)last->out_h * last->out_w * last->c;
+				  : (size_t)last->out_h * last->out_w * last->c * last->elem_bytes;
+}
+
+/* normalize's conversion, which plan_normalize() checked. */
+static void plan_convert(struct pipe_plan *p, struct pipe_stage *st)
+{
+	const struct pipe_op *op = &p->spec.ops[p->stage_ops[st->first]];
+	float mean[PIPE_MAX_C], sd[PIPE_MAX_C];
+
+	for (uint32_t k = 0; k < st->c; k++) {
+		mean[k] = (float)((double)op->mean_ppb[k] / PIPE_P_ONE);
+		sd[k] = (float)((double)op->std_ppb[k] / PIPE_P_ONE);
+	}
+	enum feed_convert_dtype dt = op->dtype == FEED_DTYPE_F16    ? FEED_CONVERT_F16
+				     : op->dtype == FEED_DTYPE_BF16 ? FEED_CONVERT_BF16
+								    : FEED_CONVERT_F32;
+	int rc = feed_convert_init(&st->cv, st->in_h, st->in_w, st->c, dt,
+				   (enum feed_convert_layout)op->layout, mean, sd);
+	assert(rc == 0);
+	(void)rc;
 }
 
 /* Stages grouped by field (ops keep their order within a field), then the
- * scratch: two ping-pong buffers for intermediate outputs, and the resize
- * column table. */
-static void plan_stages(struct pipe_plan *p)
+ * scratch: two ping-pong buffers for intermediate outputs, the resize
+ * column table, and the resample scratch of the IMAGE stages. */
+static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 {
 	uint32_t nops = 0;
 	size_t maxw = 0;
@@ -666,27 +1152,39 @@ static void plan_stages(struct pipe_plan *p)
 		p->field_stage[f] = p->nstages;
 		for (uint32_t i = 0; i < p->spec.nops; i++)
 			if (p->op_field[i] == (int)f && p->spec.ops[i].kind != PIPE_IDENTITY)
-				plan_add_to_stage(p, i, &nops);
+				plan_add_to_stage(p, w, i, &nops);
 		p->field_nstages[f] = p->nstages - p->field_stage[f];
 		for (uint32_t s = p->field_stage[f]; s + 1 < p->nstages; s++)
 			if (p->stages[s].out_bytes > p->inter_bytes)
 				p->inter_bytes = p->stages[s].out_bytes;
 	}
-	for (uint32_t s = 0; s < p->nstages; s++)
-		if (p->stages[s].kind == PIPE_STAGE_RESIZE && p->stages[s].out_w > maxw)
-			maxw = p->stages[s].out_w;
+	for (uint32_t s = 0; s < p->nstages; s++) {
+		struct pipe_stage *st = &p->stages[s];
+		if (st->kind == PIPE_STAGE_RESIZE && st->out_w > maxw)
+			maxw = st->out_w;
+		if (st->kind == PIPE_STAGE_NORMALIZE)
+			plan_convert(p, st);
+		if (st->kind == PIPE_STAGE_IMAGE) {
+			size_t n = img_resample_scratch_bytes(st->in_w, st->in_h, st->out_w,
+							      st->out_h, st->c);
+			if (n > p->img_scratch_bytes)
+				p->img_scratch_bytes = n;
+		}
+	}
 	p->table_bytes = maxw * 16;
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
-	p->scratch_bytes = 2 * inter + ((p->table_bytes + 63) & ~(size_t)63);
+	p->scratch_bytes = 2 * inter + ((p->table_bytes + 63) & ~(size_t)63) +
+			   ((p->img_scratch_bytes + 63) & ~(size_t)63);
 }
 
-/* Resolves every op's field and shapes, in op order. */
-static int plan_ops(struct pipe_plan *p, struct feed_err *err)
+/* Resolves every op's field and shapes, in op order; then refuses fields
+ * whose images still vary in size. */
+static int plan_ops(struct pipe_plan *p, struct plan_work *w, struct feed_err *err)
 {
 	for (uint32_t i = 0; i < p->spec.nops; i++) {
 		struct pipe_op *op = &p->spec.ops[i];
 		int f;
-		int rc = plan_field(&p->spec, i, &p->in, &f, err);
+		int rc = plan_field(p, w, i, &f, err);
 		if (rc < 0)
 			return rc;
 		p->op_field[i] = f;
@@ -694,12 +1192,29 @@ static int plan_ops(struct pipe_plan *p, struct feed_err *err)
 			continue;
 		strcpy(op->field, p->in.fields[f].name);
 		struct fmt_field *fd = &p->out.fields[f];
-		if (is_image_op(op->kind))
-			rc = plan_image_op(&p->spec, i, fd, &p->dims[i], err);
-		else if (op->kind == PIPE_RANDOM_WINDOW)
-			rc = plan_window_op(&p->spec, i, fd, &p->dims[i], err);
+		if (op->kind == PIPE_DECODE) {
+			rc = plan_decode(p, w, i, (uint32_t)f, err);
+		} else if (is_image_op(op->kind)) {
+			rc = plan_image_op(p, w, i, (uint32_t)f, err);
+		} else if (op->kind == PIPE_RANDOM_WINDOW) {
+			w->img_open[f] = false;
+			rc = w->st[f] == FS_AS_IS ? plan_window_op(&p->spec, i, fd, &p->dims[i], err)
+				: plan_fail(&p->spec, i, err, "key 'field': '%s' is not a sequence "
+					    "(fixed 1-D or variable flat)", fd->name);
+		}
 		if (rc < 0)
 			return rc;
+	}
+	for (uint32_t f = 0; f < p->in.nfields; f++) {
+		if (w->st[f] == FS_DECODED)
+			return feed_err_set(err, -EINVAL, "pipeline: field '%s': decoded images vary "
+					    "in size: end with %s", p->in.fields[f].name,
+					    pipe_fixers);
+		if (w->st[f] == FS_SHORT)
+			return feed_err_set(err, -EINVAL, "pipeline: field '%s': op %u "
+					    "resize(short=%u) leaves sizes varying: follow it with "
+					    "center_crop", p->in.fields[f].name, w->short_op[f] + 1,
+					    p->spec.ops[w->short_op[f]].short_side);
 	}
 	return 0;
 }
@@ -708,6 +1223,7 @@ int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 	      struct pipe_plan *ret_plan, struct feed_err *err)
 {
 	struct pipe_plan *p = ret_plan;
+	struct plan_work w;
 
 	if (spec->nops == 0 || spec->nops > PIPE_MAX_OPS)
 		return feed_err_set(err, -EINVAL, "pipeline: %u ops (1..%d allowed)", spec->nops,
@@ -716,15 +1232,16 @@ int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 	if (rc < 0)
 		return rc;
 	memset(p, 0, sizeof(*p));
+	memset(&w, 0, sizeof(w));
 	p->spec = *spec;
 	p->in = *in;
 	p->out = *in;
-	rc = plan_ops(p, err);
+	rc = plan_ops(p, &w, err);
 	if (rc < 0) {
 		memset(p, 0, sizeof(*p));
 		return rc;
 	}
-	plan_stages(p);
+	plan_stages(p, &w);
 	rc = pipe_spec_canonical(&p->spec, p->canonical, sizeof(p->canonical));
 	if (rc < 0) {
 		memset(p, 0, sizeof(*p));

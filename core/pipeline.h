@@ -17,12 +17,39 @@
  *                                 to nearest (ties to even, like torch.round);
  *                                 bit-exact with torch 1.13 (aug_resize_u8())
  *   random_window(len)            a random run of len elements of a 1-D field
- * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), by default
- * the schema's first such field; random_window acts on a fixed 1-D field or
+ *   decode(channels=3)            encoded JPEG/PNG bytes -> u8 HWC, channels
+ *                                 1 (gray) or 3 (RGB); sizes vary per image
+ *   random_resized_crop(size, scale_min=0.08, scale_max=1, ratio_min=0.75,
+ *                       ratio_max=1.3333)
+ *                                 torchvision RandomResizedCrop(size, scale,
+ *                                 ratio): its box sampler, then an antialiased
+ *                                 bilinear resample of the box (image.h)
+ *   resize(short=N)               torchvision Resize(N) with antialias=True:
+ *                                 shorter side N, longer int(N * long / short)
+ *   normalize(mean, std, dtype=f32, layout=chw)
+ *                                 ToTensor + Normalize(mean, std): mean and
+ *                                 std in units of x/255, one value per channel
+ *                                 (a tuple "(0.485, 0.456, 0.406)" or one
+ *                                 number for one channel), dtype f32|f16|bf16,
+ *                                 layout chw|hwc; the field's last op
+ * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), or on a
+ * field decode made; by default the first such field at that point of the
+ * pipeline. decode acts on a field whose records are encoded images (fmt.h
+ * `image`), by default the first one. After decode an image's size varies
+ * (bounded by the field's max_width x max_height); random_resized_crop,
+ * center_crop and resize(h, w) make it fixed, hflip keeps it as it is, and
+ * resize(short=N) keeps it variable and must be followed by center_crop
+ * (size <= N). Between decode and the op that fixes the size only hflip and
+ * resize(short) may come; a field still variable at the end is refused,
+ * naming the op that is missing. On decoded images resize(h, w) and
+ * center_crop after resize(short) resample with antialiasing (image.h), as
+ * torchvision does on PIL images; on fixed u8 fields resize(h, w) keeps
+ * its torch 1.13 antialias=False arithmetic.
+ * random_window acts on a fixed 1-D field or
  * a variable field of scalars, by default the first one of dtype u16, u32,
  * i32 or i64, and makes it fixed [len]. Fields no op names pass through.
- * Numbers: decimal integers; p a decimal in [0, 1] with at most 9 decimals
- * (kept exactly, in parts per 10^9).
+ * Numbers: decimal integers; p, scale_*, ratio_*, mean and std decimals
+ * with at most 9 decimals (kept exactly, in parts per 10^9).
  *
  * Threads: parse and plan are pure and run on the caller's thread; a
  * finished struct pipe_plan is immutable and may be shared by any number of
@@ -35,11 +62,14 @@
 #ifndef FEED_PIPELINE_H
 #define FEED_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
 #include "feed_err.h"
 #include "fmt.h"
+#include "image.h"
 
 #define PIPE_MAX_OPS 16
 #define PIPE_TEXT_MAX 4096     /* longest accepted pipeline text */
@@ -47,6 +77,9 @@
 #define PIPE_DIM_MAX 65535u    /* largest size, pad, h, w */
 #define PIPE_LEN_MAX (1u << 30) /* largest random_window len */
 #define PIPE_P_ONE 1000000000u /* p = 1 in parts per 10^9 */
+#define PIPE_RATIO_MAX 100u    /* largest ratio_max */
+#define PIPE_NORM_MAX 1000u    /* largest |mean| and std */
+#define PIPE_MAX_C 4           /* most channels normalize takes */
 
 enum pipe_kind {
 	PIPE_IDENTITY = 0,
@@ -55,6 +88,15 @@ enum pipe_kind {
 	PIPE_HFLIP,
 	PIPE_RESIZE,
 	PIPE_RANDOM_WINDOW,
+	PIPE_DECODE,
+	PIPE_RANDOM_RESIZED_CROP,
+	PIPE_NORMALIZE,
+};
+
+/* normalize's layouts. */
+enum pipe_layout {
+	PIPE_LAYOUT_CHW = 0,
+	PIPE_LAYOUT_HWC = 1,
 };
 
 /* One parsed op. Keys an op does not take stay 0. */
@@ -63,8 +105,17 @@ struct pipe_op {
 	uint32_t size;             /* random_crop, center_crop */
 	uint32_t pad;              /* random_crop (default 0) */
 	uint32_t p_ppb;            /* hflip: probability in parts per 10^9 */
-	uint32_t h, w;             /* resize */
+	uint32_t h, w;             /* resize(h, w) (both 0 with short) */
+	uint32_t short_side;       /* resize(short=N), 0 with h, w */
 	uint32_t len;              /* random_window */
+	uint32_t channels;         /* decode: 1 or 3 (default 3) */
+	uint32_t scale_ppb[2];     /* random_resized_crop: scale_min, scale_max */
+	uint64_t ratio_ppb[2];     /* random_resized_crop: ratio_min, ratio_max */
+	int64_t mean_ppb[PIPE_MAX_C]; /* normalize: mean per channel, ppb */
+	int64_t std_ppb[PIPE_MAX_C];  /* normalize: std per channel, ppb */
+	uint32_t nmean, nstd;      /* normalize: values given */
+	int dtype;                 /* normalize: FEED_DTYPE_F32, F16 or BF16 */
+	uint32_t layout;           /* normalize: enum pipe_layout */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -95,12 +146,18 @@ enum pipe_stage_kind {
 	PIPE_STAGE_GEO = 0,   /* a run of random_crop / center_crop / hflip: one pass */
 	PIPE_STAGE_RESIZE,    /* one bilinear resize */
 	PIPE_STAGE_WINDOW,    /* a run of random_window: one copy */
+	PIPE_STAGE_IMAGE,     /* decode and/or an antialiased resample: decode, the
+			       * ops up to the one that fixes the size, trailing
+			       * hflips; or random_resized_crop / resize(short) on a
+			       * fixed image, with trailing hflips */
+	PIPE_STAGE_NORMALIZE, /* normalize: u8 HWC -> f32/f16/bf16 (kernels' twin) */
 };
 
 /* Shape of a field before and after one op (images: h, w, c; windows:
  * elems, 0 = variable length). */
 struct pipe_dims {
-	uint32_t in_h, in_w, out_h, out_w;
+	uint32_t in_h, in_w, out_h, out_w; /* decoded images: the largest */
+	uint32_t c;                        /* images: channels after the op */
 	uint64_t in_elems, out_elems;
 };
 
@@ -116,6 +173,8 @@ struct pipe_stage {
 	uint64_t out_elems;        /* windows: output elements */
 	size_t elem_bytes;         /* windows: bytes per element */
 	size_t out_bytes;          /* bytes the stage writes */
+	bool decode;               /* image: the input is encoded (decode op first) */
+	struct feed_convert cv;    /* normalize: the conversion */
 };
 
 /* A pipeline checked against a schema. Read-only for users (all fields
@@ -134,7 +193,13 @@ struct pipe_plan {
 	uint32_t field_nstages[FMT_MAX_FIELDS]; /* 0 = passthrough */
 	size_t inter_bytes;        /* largest intermediate stage output */
 	size_t table_bytes;        /* resize column table */
+	size_t img_scratch_bytes;  /* img_resample_u8() scratch, largest stage */
 	size_t scratch_bytes;      /* = pipe_scratch_bytes() */
+	/* Decoders the worker passes to aug_apply_img(): limits covering
+	 * every decoded field (max_pixels 0 when no field records it), and
+	 * bit c set when some decode makes c channels. */
+	struct img_limits dec_lim;
+	uint32_t dec_channels_mask;
 	char canonical[PIPE_CANON_MAX]; /* canonical text, fields resolved */
 	uint64_t hash;             /* xxh64(canonical), seed 0 */
 };
@@ -142,8 +207,11 @@ struct pipe_plan {
 /* Checks spec against schema `in` and plans it into *ret_plan (about
  * 23 KiB: better on the heap than on a small stack; zeroed on failure).
  * Returns 0 or -EINVAL naming op and key: field missing or not image-like
- * / not a sequence, crop larger than the padded image, window longer than
- * the longest sequence, output larger than 4 GiB. */
+ * / not a sequence / not encoded images, crop larger than the padded image,
+ * window longer than the longest sequence, output larger than 4 GiB, an op
+ * that needs a fixed size on decoded images, an op after normalize, mean or
+ * std not one value per channel; or naming the field and the missing op
+ * when decoded images still vary in size at the end. */
 int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 	      struct pipe_plan *ret_plan, struct feed_err *err);
 

@@ -97,6 +97,7 @@ static int main_serve(struct feedd *d)
 		log_error(&d->log, "%s", err.msg);
 		goto out;
 	}
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);

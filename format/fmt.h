@@ -35,6 +35,11 @@
 #define FMT_MAX_FIELDS 64
 #define FMT_MAX_RANK 8
 #define FMT_NAME_MAX 64
+/* Class names: at most this many, each at most this many bytes. */
+#define FMT_MAX_CLASSES (1u << 20)
+#define FMT_CLASS_NAME_MAX 255
+/* Largest image width or height a manifest may record (JPEG's limit). */
+#define FMT_IMAGE_DIM_MAX 65500u
 /* Decoded field sections inside a block start at this alignment. */
 #define FMT_SECTION_ALIGN 64
 
@@ -46,8 +51,10 @@ struct fmt_field {
 	uint32_t shape[FMT_MAX_RANK]; /* fixed: full shape; variable: element shape */
 	bool variable;            /* record length varies (first axis) */
 	uint64_t max_bytes;       /* largest record of the field (fixed: its size) */
-	/* Encoded images (feedpack imagefolder): a variable u8 field whose
-	 * records are whole JPEG or PNG files. */
+	/* Encoded images (feedpack imagefolder): a variable u8 field of rank 0
+	 * whose records are whole JPEG or PNG files. In a writer's schema only
+	 * `image` counts (the writer tracks the maxima); an open dataset's
+	 * schema has all four, maxima >= 1 (FORMAT.md "Images"). */
 	bool image;               /* records are encoded images */
 	uint32_t max_width;       /* image: largest width of any record */
 	uint32_t max_height;      /* image: largest height of any record */
@@ -178,6 +185,12 @@ struct fmt_writer_opts {
 	uint32_t block_records;  /* cap on records per block; 0 = none, 1 = one each */
 	int zstd_level;          /* 1..19; 0 = 3 */
 	uint64_t shard_bytes;    /* start a new shard past this size; 0 = 256 MiB */
+	/* Class names written in the manifest (label value i is classes[i]):
+	 * each 1..FMT_CLASS_NAME_MAX bytes of UTF-8 without control characters,
+	 * all distinct, at most FMT_MAX_CLASSES; checked by fmt_writer_new
+	 * (-EINVAL). Copied. */
+	uint32_t num_classes;
+	const char *const *classes;
 };
 
 struct fmt_writer;
@@ -198,6 +211,15 @@ struct fmt_value {
 
 /* Appends a record (values[i] for schema field i). Copies the bytes. */
 int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct feed_err *err);
+
+/* Records the dimensions of the image just added (the last record) in
+ * field f, which the schema marks `image`: the writer keeps the largest
+ * width, height and width * height for the manifest. Every record of an
+ * image field must be noted (finish refuses an image field whose records
+ * were never noted). -EINVAL if f is not an image field or a dimension is
+ * outside 1..FMT_IMAGE_DIM_MAX. */
+int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint32_t height,
+			  struct feed_err *err);
 
 /* Records added so far, and compressed bytes written so far. */
 uint64_t fmt_writer_count(const struct fmt_writer *w);

@@ -85,6 +85,16 @@ struct fmt_schema;
 uint64_t fmt_block_layout(const struct fmt_schema *s, uint32_t n, const uint64_t *var_bytes,
 			  uint32_t *section, uint32_t *data_start);
 
+/* Fields marked image in a dataset's schema must be variable u8 of rank 0
+ * (FORMAT.md "Images"); -EINVAL naming the field. Not part of
+ * fmt_schema_check(): a pipeline's output schema may describe decoded
+ * pixels of such a field. */
+int fmt_schema_check_images(const struct fmt_schema *s, struct feed_err *err);
+
+/* Class names: each 1..FMT_CLASS_NAME_MAX bytes without control
+ * characters, all distinct. -EINVAL (-ENOMEM) naming the class. */
+int fmt_classes_check(uint32_t n, const char *const *names, struct feed_err *err);
+
 /* Converting between struct fmt_schema and the manifest's Schema message. */
 int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s,
 		       struct feed_err *err);

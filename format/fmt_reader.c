@@ -144,6 +144,15 @@ static int manifest_check(struct fmt_dataset *ds, struct feed_err *err)
 	if (m->max_block_raw > UINT32_MAX || m->max_block_comp > UINT32_MAX)
 		return feed_err_set(err, -EBADMSG, "%s/%s: block sizes out of range", ds->dir,
 				    FMT_MANIFEST_FILE);
+	if (m->n_classes > FMT_MAX_CLASSES)
+		return feed_err_set(err, -EBADMSG, "%s/%s: %zu class names (at most %u)", ds->dir,
+				    FMT_MANIFEST_FILE, m->n_classes, FMT_MAX_CLASSES);
+	if (fmt_classes_check((uint32_t)m->n_classes, (const char *const *)m->classes, err) < 0) {
+		if (!err)
+			return -EBADMSG;
+		err->code = -EBADMSG;
+		return feed_err_prefix(err, "%s/%s", ds->dir, FMT_MANIFEST_FILE);
+	}
 	ds->nshards = (uint32_t)m->n_shards;
 	ds->nblocks = blocks;
 	return 0;
@@ -253,6 +262,8 @@ static void info_fill(struct fmt_dataset *ds)
 	in->block_records = m->block_records;
 	in->zstd_level = m->zstd_level;
 	in->schema = &ds->schema;
+	in->num_classes = (uint32_t)m->n_classes;
+	in->classes = (const char *const *)m->classes;
 	for (uint32_t i = 0; i < ds->nshards; i++)
 		in->bytes_on_disk += m->shards[i]->size;
 	for (uint64_t b = 0; b < ds->nblocks; b++)

@@ -4,6 +4,7 @@
  * (FORMAT.md). Pure functions, any thread; no I/O here.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -74,12 +75,84 @@ int fmt_schema_check(const struct fmt_schema *s, struct feed_err *err)
 	return 0;
 }
 
+int fmt_schema_check_images(const struct fmt_schema *s, struct feed_err *err)
+{
+	for (uint32_t i = 0; i < s->nfields; i++) {
+		const struct fmt_field *f = &s->fields[i];
+		if (f->image && (f->dtype != FEED_DTYPE_U8 || !f->variable || f->rank != 0))
+			return feed_err_set(err, -EINVAL,
+					    "field '%s': an image field must be variable u8 of rank 0",
+					    f->name);
+	}
+	return 0;
+}
+
 int fmt_schema_find(const struct fmt_schema *s, const char *name)
 {
 	for (uint32_t i = 0; i < s->nfields; i++)
 		if (!strcmp(s->fields[i].name, name))
 			return (int)i;
 	return -ENOENT;
+}
+
+/* The image facts of a field read from a manifest (FORMAT.md "Images"). */
+static int image_facts_check(const struct fmt_field *f, struct feed_err *err)
+{
+	uint64_t w = f->max_width, h = f->max_height;
+
+	if (!f->image) {
+		if (w || h || f->max_pixels)
+			return feed_err_set(err, -EBADMSG,
+					    "field '%s': image dimensions on a field not marked image",
+					    f->name);
+		return 0;
+	}
+	if (w < 1 || h < 1 || w > FMT_IMAGE_DIM_MAX || h > FMT_IMAGE_DIM_MAX)
+		return feed_err_set(err, -EBADMSG,
+				    "field '%s': image max_width %llu, max_height %llu outside 1..%u",
+				    f->name, (unsigned long long)w, (unsigned long long)h,
+				    FMT_IMAGE_DIM_MAX);
+	if (f->max_pixels < (w > h ? w : h) || f->max_pixels > w * h)
+		return feed_err_set(err, -EBADMSG,
+				    "field '%s': image max_pixels %llu impossible for at most %llux%llu",
+				    f->name, (unsigned long long)f->max_pixels, (unsigned long long)w,
+				    (unsigned long long)h);
+	return 0;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int fmt_classes_check(uint32_t n, const char *const *names, struct feed_err *err)
+{
+	if (n > FMT_MAX_CLASSES)
+		return feed_err_set(err, -EINVAL, "%u class names (at most %u)", n, FMT_MAX_CLASSES);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *c = names[i];
+		size_t len = c ? strlen(c) : 0;
+		if (len == 0 || len > FMT_CLASS_NAME_MAX)
+			return feed_err_set(err, -EINVAL, "class %u: name must be 1..%d bytes", i,
+					    FMT_CLASS_NAME_MAX);
+		for (size_t k = 0; k < len; k++)
+			if ((unsigned char)c[k] < 0x20 || c[k] == 0x7f)
+				return feed_err_set(err, -EINVAL,
+						    "class %u: name has a control character", i);
+	}
+	if (n < 2)
+		return 0;
+	const char **sorted = malloc((size_t)n * sizeof(*sorted));
+	if (!sorted)
+		return feed_err_set(err, -ENOMEM, "out of memory for %u class names", n);
+	memcpy(sorted, names, (size_t)n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), str_cmp);
+	int rc = 0;
+	for (uint32_t i = 1; i < n && rc == 0; i++)
+		if (!strcmp(sorted[i - 1], sorted[i]))
+			rc = feed_err_set(err, -EINVAL, "class name '%s' appears twice", sorted[i]);
+	free(sorted);
+	return rc;
 }
 
 int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s, struct feed_err *err)
@@ -103,8 +176,14 @@ int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s, struct 
 			memcpy(f->shape, pf->shape, pf->n_shape * sizeof(uint32_t));
 		f->variable = pf->variable;
 		f->max_bytes = pf->max_bytes;
+		f->image = pf->image;
+		f->max_width = pf->max_width;
+		f->max_height = pf->max_height;
+		f->max_pixels = pf->max_pixels;
 	}
 	int rc = fmt_schema_check(&s, err);
+	if (rc == 0)
+		rc = fmt_schema_check_images(&s, err);
 	if (rc < 0)
 		return err ? (err->code = -EBADMSG) : -EBADMSG;
 	for (uint32_t i = 0; i < s.nfields; i++) {
@@ -115,6 +194,8 @@ int fmt_schema_from_pb(const Feed__Schema *pb, struct fmt_schema *ret_s, struct 
 					    fmt_field_elem_bytes(f));
 		if (f->max_bytes > UINT32_MAX)
 			return feed_err_set(err, -EBADMSG, "field '%s': max_bytes too large", f->name);
+		if ((rc = image_facts_check(f, err)) < 0)
+			return rc;
 	}
 	*ret_s = s;
 	return 0;

@@ -40,6 +40,8 @@ struct fmt_writer {
 	struct fmt_schema schema;
 	struct fmt_writer_opts opts;
 	char *name, *source;
+	char **classes;                      /* opts.classes, copied (opts.num_classes) */
+	uint64_t noted[FMT_MAX_FIELDS];      /* image fields: records noted */
 	ZSTD_CCtx *cctx;
 	/* The block being gathered. */
 	struct wr_buf col[FMT_MAX_FIELDS];   /* field bytes */
@@ -275,6 +277,8 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	struct fmt_writer *w;
 	int rc = fmt_schema_check(schema, err);
 
+	if (rc == 0)
+		rc = fmt_schema_check_images(schema, err);
 	if (rc < 0)
 		return rc;
 	if (!(w = calloc(1, sizeof(*w))))
@@ -284,6 +288,12 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	for (uint32_t f = 0; f < schema->nfields; f++) {
 		struct fmt_field *fd = &w->schema.fields[f];
 		fd->max_bytes = fd->variable ? 0 : fmt_field_elem_bytes(fd);
+		fd->max_width = fd->max_height = 0;
+		fd->max_pixels = 0;
+	}
+	if ((rc = fmt_classes_check(opts->num_classes, opts->classes, err)) < 0) {
+		free(w);
+		return rc;
 	}
 	w->opts = *opts;
 	w->opts.block_bytes = opts->block_bytes ? opts->block_bytes : 64 * 1024;
@@ -292,7 +302,14 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 	w->name = strdup(opts->name ? opts->name : "dataset");
 	w->source = strdup(opts->source ? opts->source : "");
 	w->cctx = ZSTD_createCCtx();
-	if (!w->name || !w->source || !w->cctx) {
+	w->opts.classes = NULL;
+	bool classes_ok = true;
+	if (opts->num_classes && !(w->classes = calloc(opts->num_classes, sizeof(char *))))
+		w->opts.num_classes = 0, classes_ok = false;
+	for (uint32_t i = 0; i < w->opts.num_classes; i++)
+		if (!(w->classes[i] = strdup(opts->classes[i])))
+			classes_ok = false;
+	if (!w->name || !w->source || !w->cctx || !classes_ok) {
 		rc = feed_err_set(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -329,6 +346,10 @@ static int value_check(const struct fmt_writer *w, const struct fmt_value *v, st
 	for (uint32_t f = 0; f < w->schema.nfields; f++) {
 		const struct fmt_field *fd = &w->schema.fields[f];
 		size_t elem = fmt_field_elem_bytes(fd);
+		if (fd->image && w->noted[f] != w->total)
+			return feed_err_set(err, -EINVAL,
+					    "record %llu: field '%s': image dimensions not noted",
+					    (unsigned long long)w->noted[f], fd->name);
 		if (!fd->variable && v[f].len != elem)
 			return feed_err_set(err, -EINVAL, "record %llu: field '%s' has %zu bytes, expected %zu",
 					    (unsigned long long)w->total, fd->name, v[f].len, elem);
@@ -371,6 +392,26 @@ int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct 
 	return 0;
 }
 
+int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint32_t height,
+			  struct feed_err *err)
+{
+	if (f >= w->schema.nfields || !w->schema.fields[f].image)
+		return feed_err_set(err, -EINVAL, "field %u is not an image field", f);
+	struct fmt_field *fd = &w->schema.fields[f];
+	if (w->total == 0 || w->noted[f] >= w->total)
+		return feed_err_set(err, -EINVAL, "field '%s': no record added to note", fd->name);
+	if (width < 1 || height < 1 || width > FMT_IMAGE_DIM_MAX || height > FMT_IMAGE_DIM_MAX)
+		return feed_err_set(err, -EINVAL, "record %llu: field '%s': image %ux%u outside 1..%u",
+				    (unsigned long long)(w->total - 1), fd->name, width, height,
+				    FMT_IMAGE_DIM_MAX);
+	uint64_t px = (uint64_t)width * height;
+	fd->max_width = width > fd->max_width ? width : fd->max_width;
+	fd->max_height = height > fd->max_height ? height : fd->max_height;
+	fd->max_pixels = px > fd->max_pixels ? px : fd->max_pixels;
+	w->noted[f] = w->total;
+	return 0;
+}
+
 uint64_t fmt_writer_count(const struct fmt_writer *w)
 {
 	return w->total;
@@ -396,6 +437,10 @@ void fmt_schema_to_pb(const struct fmt_schema *s, Feed__Schema *pb, Feed__Field 
 		fields[f].shape = (uint32_t *)fd->shape;
 		fields[f].variable = fd->variable;
 		fields[f].max_bytes = fd->max_bytes;
+		fields[f].image = fd->image;
+		fields[f].max_width = fd->max_width;
+		fields[f].max_height = fd->max_height;
+		fields[f].max_pixels = fd->max_pixels;
 		ptrs[f] = &fields[f];
 	}
 	pb->n_fields = s->nfields;
@@ -470,6 +515,8 @@ static int manifest_write(struct fmt_writer *w, struct feed_err *err)
 	m.max_block_raw = w->max_raw;
 	m.max_block_comp = w->max_comp;
 	m.source = w->source;
+	m.n_classes = w->opts.num_classes;
+	m.classes = w->classes;
 	for (uint32_t i = 0; i < w->nshards; i++) {
 		feed__shard_info__init(&sinfo[i]);
 		sinfo[i].file = w->shards[i].file;
@@ -521,6 +568,12 @@ int fmt_writer_finish(struct fmt_writer *w, struct feed_err *err)
 		return feed_err_set(err, -EINVAL, "%s: already finished", w->out_dir);
 	if (w->total == 0)
 		return feed_err_set(err, -EINVAL, "%s: no records to write (empty input)", w->out_dir);
+	for (uint32_t f = 0; f < w->schema.nfields; f++)
+		if (w->schema.fields[f].image && w->noted[f] != w->total)
+			return feed_err_set(err, -EINVAL,
+					    "%s: field '%s': record %llu's image dimensions were "
+					    "not noted", w->out_dir, w->schema.fields[f].name,
+					    (unsigned long long)w->noted[f]);
 	if ((rc = block_flush(w, err)) < 0)
 		return rc;
 	if (w->fd >= 0 && (rc = shard_close(w, err)) < 0)
@@ -575,6 +628,9 @@ void fmt_writer_free(struct fmt_writer *w)
 	ZSTD_freeCCtx(w->cctx);
 	free(w->name);
 	free(w->source);
+	for (uint32_t i = 0; w->classes && i < w->opts.num_classes; i++)
+		free(w->classes[i]);
+	free(w->classes);
 	free(w->out_dir);
 	free(w->tmp_dir);
 	free(w);

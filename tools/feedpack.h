@@ -42,6 +42,9 @@ struct pack_opts {
 	uint64_t shard_bytes;      /* --shard-bytes, 0 = format default */
 	int tok_dtype;             /* tokens --dtype; FEED_DTYPE_INVALID if absent */
 	uint64_t seq_len;          /* tokens --seq-len; 0 if absent */
+	bool skip_bad;             /* imagefolder --skip-bad */
+	bool level_set;            /* --level was given */
+	bool block_bytes_set;      /* --block-bytes was given */
 	int npos;                  /* positional arguments */
 	char **pos;                /* ... and their values (argv) */
 	char out_buf[PATH_MAX];    /* storage for out_dir */
@@ -88,6 +91,11 @@ struct pack_sink {
 int sink_open(struct pack_sink *s, const struct pack_opts *o, const struct fmt_schema *schema,
 	      const char *source, uint64_t total_in, struct feed_err *err);
 
+/* sink_open() with class names for the manifest (fmt_writer_opts). */
+int sink_open_classes(struct pack_sink *s, const struct pack_opts *o,
+		      const struct fmt_schema *schema, const char *source, uint64_t total_in,
+		      uint32_t num_classes, const char *const *classes, struct feed_err *err);
+
 /* Adds one record (a value per schema field). */
 int sink_add(struct pack_sink *s, const struct fmt_value *values, struct feed_err *err);
 
@@ -107,6 +115,14 @@ long long pack_read_full(int fd, void *buf, size_t len);
 /* Opens path read-only; on failure fills err naming path. */
 int pack_open_input(const char *path, int *ret_fd, struct feed_err *err);
 
+/* Reads the whole of path into *buf (grown as needed); sets *ret_len. At
+ * most PACK_MAX_RECORD bytes. Errors name path (feedpack_files.c). */
+int pack_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *ret_len,
+		   struct feed_err *err);
+
+/* True if the NUL-terminated s is valid UTF-8 (feedpack_files.c). */
+bool pack_utf8_ok(const unsigned char *s);
+
 /* Fills f (shape values must fit in u32; fixed fields get max_bytes). */
 void pack_field(struct fmt_field *f, const char *name, int dtype, uint32_t rank,
 		const uint64_t *shape, bool variable);
@@ -118,6 +134,7 @@ int pack_cmd_idx(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_npy(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_tokens(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_files(const struct pack_opts *o, struct feed_err *err);
+int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_inspect(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_verify(const struct pack_opts *o, struct feed_err *err);
 

@@ -103,8 +103,7 @@ static int cmp_path(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* True if s is valid UTF-8 (names are stored as str). */
-static bool utf8_ok(const unsigned char *s)
+bool pack_utf8_ok(const unsigned char *s)
 {
 	while (*s) {
 		int n = *s < 0x80 ? 0 : (*s & 0xe0) == 0xc0 ? 1 : (*s & 0xf0) == 0xe0 ? 2 :
@@ -119,9 +118,8 @@ static bool utf8_ok(const unsigned char *s)
 	return true;
 }
 
-/* Reads the whole of path into *buf (grown as needed). */
-static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *ret_len,
-		     struct feed_err *err)
+int pack_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *ret_len,
+		   struct feed_err *err)
 {
 	struct stat st;
 	long long got;
@@ -163,7 +161,7 @@ static int files_copy(struct file_list *l, struct pack_sink *sink, struct feed_e
 
 	for (size_t i = 0; i < l->n && rc == 0; i++) {
 		if ((rc = join(full, sizeof(full), l->root, l->rel[i], err)) < 0 ||
-		    (rc = read_file(full, &buf, &cap, &len, err)) < 0)
+		    (rc = pack_read_file(full, &buf, &cap, &len, err)) < 0)
 			break;
 		struct fmt_value v[2] = {{buf, len}, {l->rel[i], strlen(l->rel[i])}};
 		rc = sink_add(sink, v, err);
@@ -183,7 +181,7 @@ static int files_list(struct file_list *l, struct feed_err *err)
 		return feed_err_set(err, -EINVAL, "%s: no regular files to pack", l->root);
 	qsort(l->rel, l->n, sizeof(*l->rel), cmp_path);
 	for (size_t i = 0; i < l->n; i++)
-		if (!utf8_ok((const unsigned char *)l->rel[i]))
+		if (!pack_utf8_ok((const unsigned char *)l->rel[i]))
 			return feed_err_set(err, -EINVAL, "%s/%s: file name is not valid UTF-8",
 					    l->root, l->rel[i]);
 	return 0;

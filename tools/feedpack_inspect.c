@@ -47,9 +47,27 @@ static void print_schema(const struct fmt_schema *s)
 		const struct fmt_field *f = &s->fields[i];
 		printf("  %-16s %-5s ", f->name, feed_dtype_name(f->dtype));
 		print_shape(f);
-		printf(" %-8s %s%llu bytes\n", f->variable ? "variable" : "fixed",
+		printf(" %-8s %s%llu bytes", f->variable ? "variable" : "fixed",
 		       f->variable ? "max " : "", (unsigned long long)f->max_bytes);
+		if (f->image)
+			printf(", image: max %u wide, %u high, %llu pixels",
+			       f->max_width, f->max_height,
+			       (unsigned long long)f->max_pixels);
+		printf("\n");
 	}
+}
+
+/* Class names, label value first; the first INSPECT_CLASSES of them. */
+#define INSPECT_CLASSES 64
+static void print_classes(const struct fmt_info *info)
+{
+	if (!info->num_classes)
+		return;
+	printf("classes:      %u\n", info->num_classes);
+	for (uint32_t i = 0; i < info->num_classes && i < INSPECT_CLASSES; i++)
+		printf("  %-6u %s\n", i, info->classes[i]);
+	if (info->num_classes > INSPECT_CLASSES)
+		printf("  ... and %u more\n", info->num_classes - INSPECT_CLASSES);
 }
 
 static int print_shards(const char *dir, const struct fmt_dataset *ds, struct feed_err *err)
@@ -104,6 +122,7 @@ int pack_cmd_inspect(const struct pack_opts *o, struct feed_err *err)
 	printf("largest block: %llu bytes decoded, %llu compressed\n",
 	       (unsigned long long)info->max_block_raw, (unsigned long long)info->max_block_comp);
 	print_schema(info->schema);
+	print_classes(info);
 	rc = print_shards(dir, ds, err);
 	printf("size:         %.1f MB raw, %.1f MB on disk, ratio %.2f\n",
 	       (double)info->bytes_raw / 1e6, (double)info->bytes_on_disk / 1e6,

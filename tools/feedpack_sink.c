@@ -96,7 +96,16 @@ static int check_output(const char *out_dir, struct feed_err *err)
 int sink_open(struct pack_sink *s, const struct pack_opts *o, const struct fmt_schema *schema,
 	      const char *source, uint64_t total_in, struct feed_err *err)
 {
+	return sink_open_classes(s, o, schema, source, total_in, 0, NULL, err);
+}
+
+int sink_open_classes(struct pack_sink *s, const struct pack_opts *o,
+		      const struct fmt_schema *schema, const char *source, uint64_t total_in,
+		      uint32_t num_classes, const char *const *classes, struct feed_err *err)
+{
 	struct fmt_writer_opts wo = {
+		.num_classes = num_classes,
+		.classes = classes,
 		.name = o->name,
 		.source = source,
 		.block_bytes = o->block_bytes,

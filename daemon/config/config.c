@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config_raw.h"
+#include "image.h"
 
 /* Refusal of the value at key path: "FILE:LINE: KEY: what". */
 int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
@@ -72,6 +73,8 @@ static const struct cfg_num {
 	 NO_FLAG, false, 1, CFG_MAX_CREDITS, CFG_MAX_CREDITS},
 	{"limits.max_slot_bytes", NULL, RAW_AT(limits.max_slot_bytes),
 	 CFG_AT(limits.max_slot_bytes), NO_FLAG, true, 1ull << 20, 1ull << 40, 4ull << 30},
+	{"limits.max_pixels", NULL, RAW_AT(limits.max_pixels), CFG_AT(limits.max_pixels),
+	 NO_FLAG, false, 1, (uint64_t)IMG_DIM_MAX * IMG_DIM_MAX, IMG_MAX_PIXELS_DEFAULT},
 };
 
 int cfg_parse_bytes(const char *s, uint64_t *ret)

@@ -31,6 +31,44 @@ static int worker_reserve(void **p, size_t *cap, size_t need)
 	return 0;
 }
 
+/* The worker's image decoders for plan: made, or grown to the union of
+ * the limits seen, only when the plan needs more than they were made for
+ * (so a worker allocates once per larger dataset, never per image). The
+ * pixel cap is the worker's img_max_pixels: a dataset recording larger
+ * images still opens, and each such image fails with -E2BIG. */
+static int worker_decoders(struct pool_worker *w, const struct pipe_plan *plan,
+			   struct aug_img *ret, struct feed_err *err)
+{
+	static const uint32_t chans[2] = {1, 3};
+
+	for (uint32_t k = 0; k < 2; k++) {
+		struct img_limits *have = &w->img_lim[k], want = plan->dec_lim;
+		if (!(plan->dec_channels_mask & (1u << chans[k])))
+			continue;
+		if (want.max_pixels > w->img_max_pixels)
+			want.max_pixels = w->img_max_pixels;
+		if (w->img_dec[k] && have->max_width >= want.max_width &&
+		    have->max_height >= want.max_height && have->max_pixels >= want.max_pixels)
+			continue;
+		if (have->max_width > want.max_width)
+			want.max_width = have->max_width;
+		if (have->max_height > want.max_height)
+			want.max_height = have->max_height;
+		if (have->max_pixels > want.max_pixels)
+			want.max_pixels = have->max_pixels;
+		struct img_decoder *dec;
+		int rc = img_decoder_new(&want, chans[k], &dec, err);
+		if (rc < 0)
+			return feed_err_prefix(err, "worker %u: image decoder", w->index);
+		img_decoder_free(w->img_dec[k]);
+		w->img_dec[k] = dec;
+		*have = want;
+	}
+	ret->dec1 = w->img_dec[0];
+	ret->dec3 = w->img_dec[1];
+	return 0;
+}
+
 /* Where field f of sample i goes, and how much room it has. */
 static void out_dest(const struct bld_batch *b, uint32_t f, uint32_t i, const uint64_t *cursor,
 		     struct aug_out *o, size_t *len)
@@ -89,9 +127,9 @@ static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, b
 }
 
 /* Builds sample i of the batch into the destination. */
-static int sample_build(const struct bld_batch *b, struct pool_worker *w,
-			const struct fmt_block *blk, uint32_t rec, uint64_t idx, uint32_t i,
-			uint64_t *cursor, struct feed_err *err)
+static int sample_build(const struct bld_batch *b, const struct aug_img *ai,
+			void *scratch, const struct fmt_block *blk, uint32_t rec, uint64_t idx,
+			uint32_t i, uint64_t *cursor, struct feed_err *err)
 {
 	uint32_t nf = b->plan->in.nfields;
 	struct aug_in ain[FMT_MAX_FIELDS];
@@ -103,9 +141,9 @@ static int sample_build(const struct bld_batch *b, struct pool_worker *w,
 		ain[f].data = fmt_block_field(blk, f, rec, &ain[f].len);
 		out_dest(b, f, i, cursor, &aout[f], &len[f]);
 	}
-	int rc = aug_apply(b->plan, &ctx, ain, aout, w->scratch, err);
-	if (rc < 0)
-		return rc;
+	int rc = aug_apply_img(b->plan, &ctx, ain, aout, scratch, ai, err);
+	if (rc < 0)  /* "dataset 'x': sample 12: field 'image': <decoder's words>" */
+		return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->ds)->name);
 	for (uint32_t f = 0; f < nf; f++) {
 		if (!b->plan->out.fields[f].variable)
 			continue;
@@ -121,8 +159,8 @@ static int sample_build(const struct bld_batch *b, struct pool_worker *w,
  * them, pins their blocks with one trip to the cache for all that are
  * cached (the others one by one, decoding), builds, unpins. */
 static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
-		       struct cache_worker *cw, uint32_t i0, uint32_t n, uint64_t *cursor,
-		       bool *padded, struct feed_err *err)
+		       const struct aug_img *ai, struct cache_worker *cw, uint32_t i0, uint32_t n,
+		       uint64_t *cursor, bool *padded, struct feed_err *err)
 {
 	const struct fmt_info *in = fmt_dataset_info(b->ds);
 	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
@@ -152,7 +190,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		}
 	}
 	for (uint32_t k = 0; k < n && rc == 0; k++)
-		rc = sample_build(b, w, blk[k], rec[k], idx[k], i0 + k, cursor, err);
+		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
 out:
 	cache_put_many(b->cache, ent, n);
 	return rc;
@@ -169,10 +207,13 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if (worker_reserve(&w->comp, &w->comp_cap, in->max_block_comp) < 0 ||
 	    worker_reserve(&w->scratch, &w->scratch_cap, pipe_scratch_bytes(b->plan) + 64) < 0)
 		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
+	struct aug_img ai = {0};
+	if ((rc = worker_decoders(w, b->plan, &ai, err)) < 0)
+		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
 	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0; i0 += CACHE_PIN_MAX) {
 		uint32_t n = b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 : CACHE_PIN_MAX;
-		rc = chunk_build(b, w, &cw, i0, n, cursor, &padded, err);
+		rc = chunk_build(b, w, &ai, &cw, i0, n, cursor, &padded, err);
 	}
 	if (rc == 0)
 		*ret_bytes = header_fill(b, cursor, padded);

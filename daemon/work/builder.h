@@ -46,7 +46,11 @@ struct bld_batch {
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error
  * naming the sample and shard/block (-EBADMSG), the field, or the worker
- * (-ENOMEM). On error the destination holds garbage. */
+ * (-ENOMEM). A record the pipeline cannot take (an image that does not
+ * decode: -EBADMSG, -ENOTSUP, -E2BIG) reads "dataset 'D': sample N: field
+ * 'F': " and the decoder's words. Plans that decode use the worker's image
+ * decoders (pool.h), made or grown here when the plan needs larger limits.
+ * On error the destination holds garbage. */
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err);
 

@@ -109,6 +109,8 @@ static void pool_join(struct pool *p)
 	for (unsigned i = 0; i < p->n; i++) {
 		pthread_join(p->threads[i].tid, NULL);
 		fmt_decoder_free(p->threads[i].w.dec);
+		img_decoder_free(p->threads[i].w.img_dec[0]);
+		img_decoder_free(p->threads[i].w.img_dec[1]);
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
 	}
@@ -123,6 +125,7 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 
 	t->pool = p;
 	t->w.index = i;
+	t->w.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
 	int r = fmt_decoder_new(&t->w.dec);
 	if (r < 0)
 		return feed_err_set(err, r, "worker %u: decoder: %s", i, strerror(-r));
@@ -205,6 +208,14 @@ void pool_free(struct pool *p)
 	pthread_mutex_destroy(&p->mu);
 	free(p->threads);
 	free(p);
+}
+
+void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
+{
+	pthread_mutex_lock(&p->mu);
+	for (unsigned i = 0; i < p->n; i++)
+		p->threads[i].w.img_max_pixels = max_pixels;
+	pthread_mutex_unlock(&p->mu);
 }
 
 unsigned pool_size(const struct pool *p)

@@ -1,6 +1,7 @@
 /*
  * pool.h: the worker threads. Each owns one struct fmt_decoder (its zstd
- * context) for the lifetime of the pool.
+ * context) for the lifetime of the pool, and the image decoders jobs make
+ * for it (struct pool_worker).
  *
  * Owns: the threads, the job queue and the completion path back to the
  * loop. Jobs are submitted on the loop thread; run() executes on a worker;
@@ -17,6 +18,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
+#include "image.h"
 #include "log.h"
 
 struct fmt_decoder;
@@ -31,6 +33,13 @@ struct pool_worker {
 	size_t comp_cap;
 	void *scratch;                /* augmentation scratch */
 	size_t scratch_cap;
+	/* Image decoders (image.h), made on the first batch that decodes and
+	 * grown, never shrunk, to the largest dataset limits seen (the
+	 * pixel cap clipped to img_max_pixels); [0] one channel, [1] three.
+	 * Freed when the pool stops. */
+	struct img_decoder *img_dec[2];
+	struct img_limits img_lim[2]; /* what each was made for */
+	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels */
 };
 
 /* A unit of work, owned by whoever submits it until done() is called (or,
@@ -67,5 +76,11 @@ void pool_stop(struct pool *p);
 void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
+
+/* Caps every worker's image decoders at max_pixels (width * height; the
+ * config's limits.max_pixels): images past it fail with -E2BIG. Loop
+ * thread, before the first job is submitted (the queue's mutex hands the
+ * value to the workers). The default is IMG_MAX_PIXELS_DEFAULT. */
+void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels);
 
 #endif

@@ -72,3 +72,8 @@ endif()
 # Groups (DESIGN.md "Sharing between jobs"): identical batches built once,
 # killed and stopped members, mismatches, late joiners, private writes.
 feed_integration_test(groups)
+
+# Encoded images through feedd: links core (aug_apply_img, the expected
+# bytes) and reads the image fixtures.
+feed_integration_test(images feed_core)
+set_tests_properties(integration_images PROPERTIES FIXTURES_REQUIRED image_fixtures)

@@ -16,12 +16,14 @@
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "augment.h"
+#include "convert.h"
 #include "philox.h"
 
 /* One u8 image field (rank 2 when c == 0, else H x W x C). */
@@ -664,6 +666,488 @@ static int probe(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Image ops                                                           */
+
+static const uint32_t rrc_scale_def[2] = {80000000, 1000000000};
+static const uint64_t rrc_ratio_def[2] = {750000000, 1333300000};
+
+START_TEST(test_augment_rrc_box_hand)
+{
+	uint32_t u[22] = {0};
+	struct img_box b;
+	const uint32_t quarter[2] = {250000000, 250000000}, one[2] = {1000000000, 1000000000};
+	const uint64_t square[2] = {1000000000, 1000000000}, wide[2] = {2000000000, 3000000000};
+	const uint64_t tall[2] = {500000000, 1000000000};
+
+	/* scale 1/4, ratio 1 on 100x100: 50x50, top from u[20], left from u[21] */
+	u[21] = 0xffffffffu;
+	aug_rrc_box(100, 100, quarter, square, u, &b);
+	ck_assert_uint_eq(b.w, 50);
+	ck_assert_uint_eq(b.h, 50);
+	ck_assert_uint_eq(b.y, 0);
+	ck_assert_uint_eq(b.x, 50);
+	/* the whole image */
+	aug_rrc_box(30, 40, one, (const uint64_t[2]){1333333333, 1333333333}, u, &b);
+	ck_assert_uint_eq(b.w, 40);
+	ck_assert_uint_eq(b.h, 30);
+	ck_assert_uint_eq(b.x, 0);
+	ck_assert_uint_eq(b.y, 0);
+	/* no try fits (aspect >= 2 needs w = 141): fallback, h = round(100 / 2) */
+	aug_rrc_box(100, 100, one, wide, u, &b);
+	ck_assert_uint_eq(b.w, 100);
+	ck_assert_uint_eq(b.h, 50);
+	ck_assert_uint_eq(b.y, 25);
+	ck_assert_uint_eq(b.x, 0);
+	/* 100 x 400, aspect <= 1: h = 200 > 100 every try; w = round(100 * 1) */
+	aug_rrc_box(100, 400, one, tall, u, &b);
+	ck_assert_uint_eq(b.w, 100);
+	ck_assert_uint_eq(b.h, 100);
+	ck_assert_uint_eq(b.x, 150);
+	ck_assert_uint_eq(b.y, 0);
+	/* first try too large, second fits: scale from u[2], ratio from u[3] */
+	const uint32_t half_one[2] = {250000000, 1000000000};
+	uint32_t v[22] = {0};
+	v[0] = 0xffffffffu;               /* scale ~1: fits only at aspect 1 */
+	v[1] = 0xffffffffu;               /* aspect ~2 on a square: too wide */
+	v[2] = 0;                         /* scale 0.25 */
+	v[3] = 0x80000000u;               /* log-ratio midway: aspect sqrt(0.5 * 2) = 1 */
+	aug_rrc_box(64, 64, half_one, (const uint64_t[2]){500000000, 2000000000}, v, &b);
+	ck_assert_uint_eq(b.w, 32);
+	ck_assert_uint_eq(b.h, 32);
+	/* always inside the image, and the draws are the sample's */
+	struct aug_ctx ctx = {.seed = 3, .epoch = 1, .sample = 9};
+	for (uint32_t k = 0; k < 2000; k++) {
+		uint32_t h = 1 + k % 97, w = 1 + (k * 7) % 211;
+		ctx.sample = k;
+		aug_rrc_draws(&ctx, 2, u);
+		ck_assert_uint_eq(u[21], feed_rand_u32(3, 1, k, 2, 21));
+		aug_rrc_box(h, w, rrc_scale_def, rrc_ratio_def, u, &b);
+		ck_assert(b.w >= 1 && b.h >= 1 && b.x + b.w <= w && b.y + b.h <= h);
+	}
+}
+END_TEST
+
+START_TEST(test_augment_resize_short_dims)
+{
+	uint32_t h, w;
+
+	aug_resize_short_dims(480, 640, 256, &h, &w);
+	ck_assert_uint_eq(h, 256);
+	ck_assert_uint_eq(w, 341); /* int(256 * 640 / 480) = int(341.33) */
+	aug_resize_short_dims(640, 480, 256, &h, &w);
+	ck_assert_uint_eq(h, 341);
+	ck_assert_uint_eq(w, 256);
+	aug_resize_short_dims(300, 300, 256, &h, &w);
+	ck_assert_uint_eq(h, 256);
+	ck_assert_uint_eq(w, 256);
+	aug_resize_short_dims(3, 7, 2, &h, &w);
+	ck_assert_uint_eq(h, 2);
+	ck_assert_uint_eq(w, 4); /* int(14 / 3) */
+}
+END_TEST
+
+START_TEST(test_augment_normalize_hand)
+{
+	struct fmt_schema s;
+	/* 1 x 2 x 3: pixels (0, 51, 255) and (255, 102, 0) */
+	const uint8_t img[6] = {0, 51, 255, 255, 102, 0};
+	float out[6];
+	const double mean[3] = {0.485, 0.456, 0.406}, sd[3] = {0.229, 0.224, 0.225};
+	struct aug_ctx ctx = {0};
+
+	image_schema(&s, 1, 2, 3);
+	struct pipe_plan *p = plan_for("normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, "
+				       "0.225))", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, img, 6, (uint8_t *)out, sizeof(out)), sizeof(out));
+	/* CHW: out[ch * 2 + x] = (img[x * 3 + ch] / 255 - mean) / std */
+	for (uint32_t ch = 0; ch < 3; ch++)
+		for (uint32_t x = 0; x < 2; x++) {
+			double want = (img[x * 3 + ch] / 255.0 - mean[ch]) / sd[ch];
+			ck_assert_double_eq_tol(out[ch * 2 + x], want, 2e-6);
+		}
+	ck_assert_double_eq_tol(out[0], -0.485 / 0.229, 2e-6); /* x = 0: -mean / std */
+	free(p);
+
+	/* HWC, bf16, one std for a gray image: same bits as the kernels' twin */
+	uint16_t o16[2];
+	const uint8_t g[2] = {0, 255};
+	image_schema(&s, 1, 2, 0);
+	p = plan_for("normalize(mean=0.5, std=0.5, dtype=bf16, layout=hwc)", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, g, 2, (uint8_t *)o16, sizeof(o16)), 4);
+	ck_assert_uint_eq(o16[0], 0xbf80); /* -1.0 */
+	ck_assert_uint_eq(o16[1], 0x3f80); /* 1.0 */
+	struct feed_convert cv;
+	ck_assert_int_eq(feed_convert_init(&cv, 1, 2, 1, FEED_CONVERT_BF16, FEED_CONVERT_NHWC,
+					   (const float[]){0.5f}, (const float[]){0.5f}), 0);
+	uint16_t twin[2];
+	ck_assert_int_eq(feed_convert_images_cpu(&cv, g, 1, NULL, twin), 0);
+	ck_assert_mem_eq(twin, o16, sizeof(twin));
+	free(p);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* decode stages on real files ($FEED_IMAGES, tests/images fixtures)    */
+
+static uint8_t *load_image(const char *name, size_t *ret_len)
+{
+	const char *dir = getenv("FEED_IMAGES");
+	char path[4096];
+
+	ck_assert_msg(dir != NULL, "FEED_IMAGES is not set (run through ctest)");
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "%s: cannot open", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *p = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*ret_len = (size_t)n;
+	return p;
+}
+
+/* An encoded-image field "image" whose largest image is w x h. */
+static void encoded_schema(struct fmt_schema *s, uint32_t w, uint32_t h)
+{
+	memset(s, 0, sizeof(*s));
+	s->nfields = 1;
+	struct fmt_field *f = &s->fields[0];
+	strcpy(f->name, "image");
+	f->dtype = FEED_DTYPE_U8;
+	f->variable = true;
+	f->max_bytes = 1u << 24;
+	f->image = true;
+	f->max_width = w;
+	f->max_height = h;
+	f->max_pixels = (uint64_t)w * h;
+}
+
+/* Runs plan on one encoded record with fresh decoders; returns the code. */
+static int apply_img(const struct pipe_plan *p, const struct aug_ctx *ctx, const uint8_t *src,
+		     size_t len, uint8_t *dst, size_t cap, struct feed_err *err)
+{
+	struct aug_img ai = {0};
+	void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {src, len};
+	struct aug_out out = {dst, cap, NULL};
+
+	if (p->dec_channels_mask & 2)
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 1, &ai.dec1, NULL), 0);
+	if (p->dec_channels_mask & 8)
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &ai.dec3, NULL), 0);
+	int rc = aug_apply_img(p, ctx, &in, &out, scratch, &ai, err);
+	img_decoder_free(ai.dec1);
+	img_decoder_free(ai.dec3);
+	free(scratch);
+	return rc;
+}
+
+/* decode | center_crop (| hflip): the decoder's own full decode, cropped
+ * (zero-padded where the crop is larger) and mirrored, byte for byte. */
+START_TEST(test_augment_decode_center_crop_equals_full_decode)
+{
+	static const struct {
+		const char *file;
+		uint32_t c, size;
+	} cases[] = {{"rgb420.jpg", 3, 100}, {"progressive.jpg", 3, 57}, {"gray.jpg", 1, 64},
+		     {"cmyk.jpg", 3, 33}, {"rgb8.png", 3, 200}, {"palette.png", 3, 31},
+		     {"rgb420.jpg", 1, 64}, {"tiny.jpg", 3, 9}, {"small.jpg", 3, 48}};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(cases[k].file, &len);
+		struct img_info info;
+		struct fmt_schema s;
+		char text[128];
+		uint32_t c = cases[k].c, n = cases[k].size;
+		struct feed_err err = {0};
+
+		ck_assert_int_eq(img_probe(src, len, &info, NULL), 0);
+		encoded_schema(&s, info.width, info.height);
+		struct img_limits lim = {info.width, info.height, 0};
+		struct img_decoder *dec;
+		struct img_decoded full;
+		ck_assert_int_eq(img_decoder_new(&lim, c, &dec, NULL), 0);
+		ck_assert_int_eq(img_decode(dec, src, len, NULL, 1, &full, NULL), 0);
+		/* flip 1: flipped after the crop; 2: before it (the crop's offsets
+		 * are then the mirrored image's) */
+		for (int flip = 0; flip < 3; flip++) {
+			snprintf(text, sizeof text, "decode(channels=%u) | %scenter_crop(size=%u)%s", c,
+				 flip == 2 ? "hflip(p=1) | " : "", n, flip == 1 ? " | hflip(p=1)" : "");
+			struct pipe_plan *p = plan_for(text, &s);
+			uint8_t *got = malloc((size_t)n * n * c), *want = calloc((size_t)n * n, c);
+			memset(got, 0xa5, (size_t)n * n * c);
+			struct aug_ctx ctx = {.seed = 1, .sample = k};
+			ck_assert_msg(apply_img(p, &ctx, src, len, got, (size_t)n * n * c, &err) == 0,
+				      "%s: %s", text, err.msg);
+			int64_t top = aug_center_crop_offset(info.height, n);
+			int64_t left = aug_center_crop_offset(info.width, n);
+			for (uint32_t y = 0; y < n; y++)
+				for (uint32_t x = 0; x < n; x++) {
+					int64_t sy = top + y, sx = left + x;
+					if (sy < 0 || sx < 0 || sy >= info.height || sx >= info.width)
+						continue;
+					uint32_t ox = flip == 1 ? n - 1 - x : x;
+					if (flip == 2)
+						sx = info.width - 1 - sx;
+					memcpy(want + ((size_t)y * n + ox) * c,
+					       full.view.px + sy * full.view.stride + sx * c, c);
+				}
+			ck_assert_msg(!memcmp(got, want, (size_t)n * n * c), "%s on %s", text,
+				      cases[k].file);
+			free(got);
+			free(want);
+			free(p);
+		}
+		img_decoder_free(dec);
+		free(src);
+	}
+}
+END_TEST
+
+/* decode | random_resized_crop | hflip: the box drawn from the header,
+ * decoded at img_scale_for's scale and resampled, flipped as drawn. */
+START_TEST(test_augment_decode_rrc_equals_parts)
+{
+	static const char *const files[] = {"photo_00.jpg", "photo_03.jpg", "rgb444.jpg",
+					    "rgb16.png", "interlaced.png"};
+
+	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(files[k], &len);
+		struct img_info info;
+		struct fmt_schema s;
+		uint32_t flips = 0;
+
+		ck_assert_int_eq(img_probe(src, len, &info, NULL), 0);
+		encoded_schema(&s, info.width + 7, info.height + 3); /* not the largest */
+		struct pipe_plan *p = plan_for("decode | random_resized_crop(size=64) | hflip", &s);
+		struct img_decoder *dec;
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &dec, NULL), 0);
+		void *rs = malloc(img_resample_scratch_bytes(info.width, info.height, 64, 64, 3));
+		uint8_t got[64 * 64 * 3], want[64 * 64 * 3];
+		for (uint64_t smp = 0; smp < 8; smp++) {
+			struct aug_ctx ctx = {.seed = 11, .epoch = 2, .sample = smp};
+			struct feed_err err = {0};
+			uint32_t u[22];
+			struct img_box b;
+			struct img_decoded d;
+			memset(got, 1, sizeof(got));
+			memset(want, 2, sizeof(want));
+			ck_assert_msg(apply_img(p, &ctx, src, len, got, sizeof(got), &err) == 0, "%s: %s",
+				      files[k], err.msg);
+			aug_rrc_draws(&ctx, 1, u);
+			aug_rrc_box(info.height, info.width, p->spec.ops[1].scale_ppb,
+				    p->spec.ops[1].ratio_ppb, u, &b);
+			bool flip = aug_hflip_decision(feed_rand_u32(11, 2, smp, 2, 0), PIPE_P_ONE / 2);
+			flips += flip;
+			uint32_t sc = img_scale_for(b.w, b.h, 64, 64);
+			ck_assert_int_eq(img_decode(dec, src, len, &b, sc, &d, NULL), 0);
+			memset(want, 1, sizeof(want));
+			img_resample_u8(&d.view, d.box_x, d.box_y, d.box_w, d.box_h, want, 64, 64, flip,
+					rs);
+			ck_assert_msg(!memcmp(got, want, sizeof(got)), "%s sample %" PRIu64, files[k],
+				      smp);
+		}
+		ck_assert_uint_gt(flips, 0);
+		ck_assert_uint_lt(flips, 8);
+		free(rs);
+		img_decoder_free(dec);
+		free(p);
+		free(src);
+	}
+}
+END_TEST
+
+/* Bad records fail with the decoder's code, naming sample and field. */
+START_TEST(test_augment_decode_bad_images)
+{
+	static const struct {
+		const char *file;
+		int code;
+	} cases[] = {{"bad_truncated.jpg", -EBADMSG}, {"bad_garbage.jpg", -EBADMSG},
+		     {"bad_truncated.png", -EBADMSG}, {"bad_crc.png", -EBADMSG},
+		     {"bomb.jpg", -E2BIG}, {"bomb.png", -E2BIG}, {"other.gif", -ENOTSUP},
+		     {"other.bmp", -ENOTSUP}, {"bad_truncated_header.jpg", -EBADMSG}};
+	struct fmt_schema s;
+	uint8_t out[32 * 32 * 3];
+
+	encoded_schema(&s, 640, 480);
+	struct pipe_plan *p = plan_for("decode | random_resized_crop(size=32)", &s);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		size_t len;
+		uint8_t *src = load_image(cases[k].file, &len);
+		struct aug_ctx ctx = {.sample = 41};
+		struct feed_err err = {0};
+		int rc = apply_img(p, &ctx, src, len, out, sizeof(out), &err);
+		ck_assert_msg(rc == cases[k].code, "%s: %d (%s)", cases[k].file, rc, err.msg);
+		ck_assert_msg(strstr(err.msg, "sample 41: field 'image': "), "%s: '%s'", cases[k].file,
+			      err.msg);
+		ck_assert_msg(strlen(err.msg) > strlen("sample 41: field 'image': ") + 4, "%s: '%s'",
+			      cases[k].file, err.msg);
+		free(src);
+	}
+	/* no decoder lent */
+	size_t len;
+	uint8_t *src = load_image("small.jpg", &len);
+	struct aug_in in = {src, len};
+	struct aug_out o = {out, sizeof(out), NULL};
+	struct feed_err err = {0};
+	void *scratch = malloc(pipe_scratch_bytes(p));
+	ck_assert_int_eq(aug_apply(p, &(struct aug_ctx){0}, &in, &o, scratch, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no 3-channel image decoder"));
+	free(scratch);
+	free(src);
+	free(p);
+}
+END_TEST
+
+/* A worker's decoders and scratch over many good and bad records: the heap
+ * in use does not grow (bad images leave nothing behind). */
+START_TEST(test_augment_decode_no_memory_growth)
+{
+	static const char *const names[] = {"photo_01.jpg", "bad_garbage.jpg", "bad_truncated.png",
+					    "bomb.jpg", "rgb8.png", "bad_truncated.jpg", "other.gif"};
+	enum { NN = sizeof(names) / sizeof(names[0]) };
+	uint8_t *rec[NN];
+	size_t len[NN];
+	struct fmt_schema s;
+	uint8_t out[48 * 48 * 3];
+	struct aug_img ai = {0};
+	size_t before = 0;
+
+	for (int k = 0; k < NN; k++)
+		rec[k] = load_image(names[k], &len[k]);
+	encoded_schema(&s, 640, 640);
+	struct pipe_plan *p = plan_for("decode | random_resized_crop(size=48) | hflip", &s);
+	void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &ai.dec3, NULL), 0);
+	for (uint64_t it = 0; it < 300; it++) {
+		if (it == 20)
+			before = mallinfo2().uordblks;
+		for (int k = 0; k < NN; k++) {
+			struct aug_ctx ctx = {.seed = 5, .epoch = it, .sample = (uint64_t)k};
+			struct aug_in in = {rec[k], len[k]};
+			struct aug_out o = {out, sizeof(out), NULL};
+			struct feed_err err = {0};
+			int rc = aug_apply_img(p, &ctx, &in, &o, scratch, &ai, &err);
+			/* bad_truncated.jpg fails only when the box reaches its missing rows */
+			if (k != 5)
+				ck_assert_msg((rc == 0) == (k == 0 || k == 4), "%s: %d %s", names[k], rc,
+					      err.msg);
+		}
+	}
+	size_t after = mallinfo2().uordblks;
+	ck_assert_msg(after <= before + 4096, "heap in use grew from %zu to %zu bytes", before,
+		      after);
+	img_decoder_free(ai.dec3);
+	free(scratch);
+	free(p);
+	for (int k = 0; k < NN; k++)
+		free(rec[k]);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+
+/* check_augment --rrc H W N SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX SEED:
+ * prints N boxes "y x h w" of random_resized_crop (op 0, epoch 0, samples
+ * 0..N-1) on an H x W image, for tests/python/test_rrc_sampler.py. */
+static int rrc_boxes(int argc, char **argv)
+{
+	if (argc != 10) {
+		fprintf(stderr, "usage: %s --rrc H W N SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX SEED\n",
+			argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[2]), w = (uint32_t)atoi(argv[3]);
+	uint64_t n = strtoull(argv[4], NULL, 0);
+	uint32_t scale[2] = {(uint32_t)(atof(argv[5]) * 1e9 + 0.5), (uint32_t)(atof(argv[6]) * 1e9 + 0.5)};
+	uint64_t ratio[2] = {(uint64_t)(atof(argv[7]) * 1e9 + 0.5), (uint64_t)(atof(argv[8]) * 1e9 + 0.5)};
+	struct aug_ctx ctx = {.seed = strtoull(argv[9], NULL, 0)};
+	uint32_t u[22];
+	struct img_box b;
+
+	for (ctx.sample = 0; ctx.sample < n; ctx.sample++) {
+		aug_rrc_draws(&ctx, 0, u);
+		aug_rrc_box(h, w, scale, ratio, u, &b);
+		printf("%u %u %u %u\n", b.y, b.x, b.h, b.w);
+	}
+	return fflush(stdout) ? 1 : 0;
+}
+
+/* check_augment --decode PIPELINE FILE SEED EPOCH SAMPLE: runs PIPELINE
+ * (which decodes field "image") on the JPEG or PNG FILE as sample SAMPLE
+ * and prints one line "top left height width flip out_bytes" (the first
+ * random_resized_crop's box in the image's pixels and the first hflip's
+ * decision, -1 when absent) and the output bytes, for
+ * tests/python/test_rrc_torchvision.py. */
+static int decode_probe(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s --decode PIPELINE FILE SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	struct aug_ctx ctx = {strtoull(argv[4], NULL, 0), strtoull(argv[5], NULL, 0),
+			      strtoull(argv[6], NULL, 0)};
+	FILE *f = fopen(argv[3], "rb");
+	static uint8_t src[1 << 24];
+	size_t len = f ? fread(src, 1, sizeof(src), f) : 0;
+	struct img_info info;
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	struct aug_img ai = {0};
+
+	if (f)
+		fclose(f);
+	if (!len || img_probe(src, len, &info, &err) < 0) {
+		fprintf(stderr, "decode: %s: %s\n", argv[3], err.msg[0] ? err.msg : "cannot read");
+		return 1;
+	}
+	encoded_schema(&s, info.width, info.height);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 ||
+	    ((p->dec_channels_mask & 2) && img_decoder_new(&p->dec_lim, 1, &ai.dec1, &err) < 0) ||
+	    ((p->dec_channels_mask & 8) && img_decoder_new(&p->dec_lim, 3, &ai.dec3, &err) < 0)) {
+		fprintf(stderr, "decode: %s\n", err.msg);
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {src, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply_img(p, &ctx, &in, &o, scratch, &ai, &err) < 0) {
+		fprintf(stderr, "decode: %s\n", err.msg);
+		return 1;
+	}
+	long box[4] = {-1, -1, -1, -1}, flip = -1;
+	for (uint32_t i = p->spec.nops; i-- > 0;) {
+		const struct pipe_op *op = &p->spec.ops[i];
+		if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
+			uint32_t u[22];
+			struct img_box b;
+			aug_rrc_draws(&ctx, i, u);
+			aug_rrc_box(info.height, info.width, op->scale_ppb, op->ratio_ppb, u, &b);
+			box[0] = b.y, box[1] = b.x, box[2] = b.h, box[3] = b.w;
+		} else if (op->kind == PIPE_HFLIP) {
+			flip = aug_hflip_decision(feed_rand_u32(ctx.seed, ctx.epoch, ctx.sample, i, 0),
+						  op->p_ppb);
+		}
+	}
+	printf("%ld %ld %ld %ld %ld %zu\n", box[0], box[1], box[2], box[3], flip, got);
+	fwrite(out, 1, got, stdout);
+	img_decoder_free(ai.dec1);
+	img_decoder_free(ai.dec3);
+	free(out);
+	free(scratch);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
 static Suite *augment_suite(void)
 {
 	Suite *s = suite_create("augment");
@@ -683,6 +1167,13 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_random_window_bounds);
 	tcase_add_test(tc, test_augment_errors);
 	tcase_add_test(tc, test_augment_deterministic);
+	tcase_add_test(tc, test_augment_rrc_box_hand);
+	tcase_add_test(tc, test_augment_resize_short_dims);
+	tcase_add_test(tc, test_augment_normalize_hand);
+	tcase_add_test(tc, test_augment_decode_center_crop_equals_full_decode);
+	tcase_add_test(tc, test_augment_decode_rrc_equals_parts);
+	tcase_add_test(tc, test_augment_decode_bad_images);
+	tcase_add_test(tc, test_augment_decode_no_memory_growth);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -691,6 +1182,10 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--decode"))
+		return decode_probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--rrc"))
+		return rrc_boxes(argc, argv);
 	SRunner *sr = srunner_create(augment_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

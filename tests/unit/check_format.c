@@ -2,7 +2,8 @@
  * check_format.c: unit tests of format/: round trips of every field kind
  * and block size, random access, checksum and truncation detection, and the
  * real Fashion-MNIST (when Debian's dataset-fashion-mnist is installed)
- * read back equal to its IDX source.
+ * read back equal to its IDX source, and the image facts and class names
+ * (written, read back, refused when the writer or a manifest is wrong).
  */
 #include <check.h>
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "feed.pb-c.h"
 #include "fmt.h"
 
 #define FM_DIR "/usr/share/datasets/fashion-mnist"
@@ -399,6 +401,182 @@ START_TEST(test_format_writer_refusals)
 }
 END_TEST
 
+/* ---- image facts and class names ---- */
+
+static const char *const img_classes[] = {"cat", "dog", "zebra"};
+
+/* An image field and a label; three records noted as 10x20, 300x5, 7x7. */
+static void write_images(const char *dir)
+{
+	struct fmt_schema s = {.nfields = 2,
+			       .fields = {{.name = "image", .dtype = FEED_DTYPE_U8,
+					   .variable = true, .image = true},
+					  {.name = "label", .dtype = FEED_DTYPE_I64}}};
+	struct fmt_writer_opts o = {.name = "imgs", .num_classes = 3, .classes = img_classes};
+	static const uint32_t dims[3][2] = {{10, 20}, {300, 5}, {7, 7}};
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	uint8_t bytes[16] = {0xff, 0xd8};
+
+	ck_assert_msg(fmt_writer_new(dir, &s, &o, &w, &err) == 0, "%s", err.msg);
+	for (int64_t i = 0; i < 3; i++) {
+		struct fmt_value v[2] = {{bytes, 8 + (size_t)i}, {&i, 8}};
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+		ck_assert_msg(fmt_writer_note_image(w, 0, dims[i][0], dims[i][1], &err) == 0, "%s",
+			      err.msg);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+
+START_TEST(test_format_image_facts_and_classes)
+{
+	struct fmt_dataset *ds;
+	struct feed_err err = {0};
+	struct fmt_schema s;
+	char dir[300], old[300];
+
+	path_in(dir, sizeof(dir), "imgs");
+	write_images(dir);
+	ck_assert_msg(fmt_dataset_open(dir, &ds, &err) == 0, "%s", err.msg);
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	const struct fmt_field *im = &in->schema->fields[0], *lb = &in->schema->fields[1];
+	ck_assert(im->image);
+	ck_assert_uint_eq(im->max_width, 300);
+	ck_assert_uint_eq(im->max_height, 20);
+	ck_assert_uint_eq(im->max_pixels, 1500); /* 300 x 5, not 300 x 20 */
+	ck_assert(!lb->image);
+	ck_assert_uint_eq(lb->max_width + lb->max_height + lb->max_pixels, 0);
+	ck_assert_uint_eq(in->num_classes, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_str_eq(in->classes[i], img_classes[i]);
+	fmt_dataset_close(ds);
+
+	/* A dataset without images or classes says so. */
+	schema_all(&s);
+	path_in(old, sizeof(old), "plain");
+	write_dataset(old, &s, 5, &(struct fmt_writer_opts){0});
+	ck_assert_msg(fmt_dataset_open(old, &ds, &err) == 0, "%s", err.msg);
+	in = fmt_dataset_info(ds);
+	ck_assert_uint_eq(in->num_classes, 0);
+	for (uint32_t f = 0; f < in->schema->nfields; f++)
+		ck_assert(!in->schema->fields[f].image);
+	fmt_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_format_image_writer_refusals)
+{
+	struct fmt_schema s = {.nfields = 2,
+			       .fields = {{.name = "image", .dtype = FEED_DTYPE_U8,
+					   .variable = true, .image = true},
+					  {.name = "label", .dtype = FEED_DTYPE_I64}}};
+	struct fmt_writer *w = NULL;
+	struct feed_err err = {0};
+	char dir[300];
+	int64_t label = 0;
+	uint8_t bytes[8] = {0};
+	struct fmt_value v[2] = {{bytes, 8}, {&label, 8}};
+
+	path_in(dir, sizeof(dir), "w");
+	/* An image field must be variable u8 of rank 0. */
+	s.fields[0].dtype = FEED_DTYPE_U16;
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'image'"));
+	s.fields[0].dtype = FEED_DTYPE_U8;
+	s.fields[0].variable = false;
+	s.fields[0].rank = 1;
+	s.fields[0].shape[0] = 4;
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "image field"));
+	s.fields[0].variable = true;
+	s.fields[0].rank = 0;
+
+	/* Class names: distinct, non-empty, no control characters. */
+	const char *dup[] = {"a", "b", "a"}, *empty[] = {"a", ""}, *ctl[] = {"a\nb"};
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.num_classes = 3,
+					.classes = dup}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "'a' appears twice"));
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.num_classes = 2,
+					.classes = empty}, &w, &err), -EINVAL);
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.num_classes = 1,
+					.classes = ctl}, &w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "control"));
+	ck_assert_int_ne(access(dir, F_OK), 0);
+
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){0}, &w, &err), 0);
+	/* Nothing to note yet; label is no image field; dimensions in range. */
+	ck_assert_int_eq(fmt_writer_note_image(w, 0, 1, 1, &err), -EINVAL);
+	ck_assert_int_eq(fmt_writer_add(w, v, &err), 0);
+	ck_assert_int_eq(fmt_writer_note_image(w, 1, 1, 1, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not an image field"));
+	ck_assert_int_eq(fmt_writer_note_image(w, 0, 0, 5, &err), -EINVAL);
+	ck_assert_int_eq(fmt_writer_note_image(w, 0, 5, FMT_IMAGE_DIM_MAX + 1, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "record 0"));
+	/* An image not noted: the next add and finish refuse. */
+	ck_assert_int_eq(fmt_writer_add(w, v, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not noted"));
+	ck_assert_int_eq(fmt_writer_finish(w, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "record 0"));
+	ck_assert_int_eq(fmt_writer_note_image(w, 0, 5, 6, &err), 0);
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+END_TEST
+
+/* Rewrites dir's manifest after applying bad manifest case i. */
+static const char *manifest_spoil(const char *dir, int i)
+{
+	char path[400];
+	static uint8_t buf[1 << 16];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, FMT_MANIFEST_FILE);
+	ck_assert_ptr_nonnull(f = fopen(path, "rb"));
+	size_t len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	Feed__Manifest *m = feed__manifest__unpack(NULL, len, buf);
+	ck_assert_ptr_nonnull(m);
+	Feed__Field *im = m->schema->fields[0], *lb = m->schema->fields[1];
+	char *saved[3];
+	const char *want = NULL;
+	ck_assert_uint_eq(m->n_classes, 3);
+	memcpy(saved, m->classes, sizeof(saved));
+	switch (i) {
+	case 0: im->max_width = 0; want = "outside 1.."; break;
+	case 1: im->max_height = FMT_IMAGE_DIM_MAX + 1; want = "outside 1.."; break;
+	case 2: im->max_pixels = 300 * 20 + 1; want = "max_pixels"; break;
+	case 3: im->max_pixels = 0; want = "max_pixels"; break;
+	case 4: lb->max_width = 3; want = "not marked image"; break;
+	case 5: lb->image = true; want = "image field"; break;
+	case 6: m->classes[2] = m->classes[0]; want = "appears twice"; break;
+	case 7: m->classes[1] = (char *)""; want = "class 1"; break;
+	case 8: m->classes[1] = (char *)"d\x01g"; want = "control"; break;
+	}
+	len = feed__manifest__pack(m, buf);
+	memcpy(m->classes, saved, sizeof(saved)); /* free what unpack allocated */
+	feed__manifest__free_unpacked(m, NULL);
+	ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+	ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+	fclose(f);
+	return want;
+}
+
+START_TEST(test_format_bad_image_manifest_refused)
+{
+	struct fmt_dataset *ds = NULL;
+	struct feed_err err = {0};
+	char dir[300];
+
+	path_in(dir, sizeof(dir), "imgs");
+	write_images(dir);
+	const char *want = manifest_spoil(dir, _i);
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), -EBADMSG);
+	ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, FMT_MANIFEST_FILE),
+		      "case %d: '%s' lacks '%s'", _i, err.msg, want);
+}
+END_TEST
+
 /* ---- real Fashion-MNIST ---- */
 
 static uint8_t *gz_read_all(const char *path, size_t *ret_len)
@@ -494,6 +672,9 @@ static Suite *format_suite(void)
 	tcase_add_loop_test(tc, test_format_header_and_footer_corruption, 0, 4);
 	tcase_add_test(tc, test_format_writer_refusals);
 	tcase_add_test(tc, test_format_fashion_mnist_equals_source);
+	tcase_add_test(tc, test_format_image_facts_and_classes);
+	tcase_add_test(tc, test_format_image_writer_refusals);
+	tcase_add_loop_test(tc, test_format_bad_image_manifest_refused, 0, 9);
 	suite_add_tcase(s, tc);
 	return s;
 }

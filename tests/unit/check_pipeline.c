@@ -269,6 +269,246 @@ START_TEST(test_pipeline_canonical_hash_stable)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Image ops                                                           */
+
+/* image: encoded JPEG/PNG bytes (largest 640x480), label i64. */
+static void schema_encoded(struct fmt_schema *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->nfields = 2;
+	struct fmt_field *f = &s->fields[0];
+	strcpy(f->name, "image");
+	f->dtype = FEED_DTYPE_U8;
+	f->variable = true;
+	f->max_bytes = 200000;
+	f->image = true;
+	f->max_width = 640;
+	f->max_height = 480;
+	f->max_pixels = 640 * 400;
+	strcpy(s->fields[1].name, "label");
+	s->fields[1].dtype = FEED_DTYPE_I64;
+	s->fields[1].max_bytes = 8;
+}
+
+START_TEST(test_pipeline_image_ops_canonical)
+{
+	canon_is("decode", "decode(channels=3)");
+	canon_is("decode(channels=1)", "decode(channels=1)");
+	canon_is("random_resized_crop(size=224)",
+		 "random_resized_crop(size=224, scale_min=0.08, scale_max=1, ratio_min=0.75, "
+		 "ratio_max=1.3333)");
+	canon_is("random_resized_crop(ratio_max=2.50, size=8, scale_min=.5, scale_max=0.75, "
+		 "ratio_min=0.5)",
+		 "random_resized_crop(size=8, scale_min=0.5, scale_max=0.75, ratio_min=0.5, "
+		 "ratio_max=2.5)");
+	canon_is("resize(short=256)", "resize(short=256)");
+	canon_is("resize(h=3, w=4)", "resize(h=3, w=4)");
+	canon_is("normalize(mean=(0.485,0.456,0.406), std=(0.229, 0.224, 0.225,))",
+		 "normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=f32, "
+		 "layout=chw)");
+	canon_is("normalize(layout=hwc, dtype=bf16, std=0.25, mean=-0.5)",
+		 "normalize(mean=-0.5, std=0.25, dtype=bf16, layout=hwc)");
+	canon_is("normalize(mean=(1), std=(2.0), dtype=f16)",
+		 "normalize(mean=1, std=2, dtype=f16, layout=chw)");
+
+	struct pipe_spec spec;
+	ck_assert_int_eq(pipe_parse("normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, "
+				    "0.225)) | decode(channels=1) | random_resized_crop(size=7)",
+				    &spec, NULL), 0);
+	ck_assert_uint_eq(spec.ops[0].nmean, 3);
+	ck_assert_int_eq(spec.ops[0].mean_ppb[1], 456000000);
+	ck_assert_int_eq(spec.ops[0].std_ppb[2], 225000000);
+	ck_assert_int_eq(spec.ops[0].dtype, FEED_DTYPE_F32);
+	ck_assert_uint_eq(spec.ops[0].layout, PIPE_LAYOUT_CHW);
+	ck_assert_uint_eq(spec.ops[1].channels, 1);
+	ck_assert_uint_eq(spec.ops[2].scale_ppb[0], 80000000);
+	ck_assert_uint_eq(spec.ops[2].ratio_ppb[1], 1333300000);
+}
+END_TEST
+
+START_TEST(test_pipeline_image_ops_parse_errors)
+{
+	refused("decode(channels=2)", "op 1 'decode'", "key 'channels'", "1 (gray) or 3");
+	refused("decode(channels=4)", "op 1 'decode'", "key 'channels'", "out of range");
+	refused("decode(size=3)", "op 1 'decode'", "unknown key 'size'", "channels");
+	refused("random_resized_crop()", "op 1 'random_resized_crop'", "missing key 'size'", NULL);
+	refused("random_resized_crop(size=0)", "op 1 'random_resized_crop'", "key 'size'", NULL);
+	refused("random_resized_crop(size=9, scale_min=1.5)", "op 1 'random_resized_crop'",
+		"key 'scale_min'", "not in [0, 1]");
+	refused("random_resized_crop(size=9, scale_max=0)", "op 1 'random_resized_crop'",
+		"key 'scale_max'", "not in [0.000000001, 1]");
+	refused("random_resized_crop(size=9, scale_min=0.9, scale_max=0.5)",
+		"op 1 'random_resized_crop'", "key 'scale_min'", "above scale_max 0.5");
+	refused("random_resized_crop(size=9, ratio_min=0)", "op 1 'random_resized_crop'",
+		"key 'ratio_min'", "not in");
+	refused("random_resized_crop(size=9, ratio_max=101)", "op 1 'random_resized_crop'",
+		"key 'ratio_max'", "not in");
+	refused("random_resized_crop(size=9, ratio_min=2, ratio_max=1)", "key 'ratio_min'",
+		"above ratio_max 1", NULL);
+	refused("random_resized_crop(size=9, ratio_max=abc)", "key 'ratio_max'", "bad number 'abc'",
+		NULL);
+	refused("resize(short=0)", "op 1 'resize'", "key 'short'", "out of range");
+	refused("resize(short=10, h=3, w=4)", "op 1 'resize'", "key 'short'", "either short or h and w");
+	refused("hflip | resize(w=3)", "op 2 'resize'", "missing key 'h'", NULL);
+	refused("resize()", "op 1 'resize'", "missing key 'h' and 'w' (or 'short')", NULL);
+	refused("normalize(std=(1, 1, 1))", "op 1 'normalize'", "missing key 'mean'", NULL);
+	refused("normalize(mean=(0.5, 0.5, 0.5))", "op 1 'normalize'", "missing key 'std'", NULL);
+	refused("normalize(mean=(1, 2, 3, 4, 5), std=1)", "op 1 'normalize'", "key 'mean'",
+		"more than 4 values");
+	refused("normalize(mean=0.5, std=0)", "op 1 'normalize'", "key 'std'", "not in");
+	refused("normalize(mean=1001, std=1)", "op 1 'normalize'", "key 'mean'", "not in");
+	refused("normalize(mean=(), std=1)", "op 1 'normalize'", "key 'mean'", "missing value");
+	refused("normalize(mean=(0.5 0.5), std=1)", "op 1 'normalize'", "key 'mean'",
+		"expected ',' or ')'");
+	refused("normalize(mean=0.5, std=1, dtype=f64)", "op 1 'normalize'", "key 'dtype'",
+		"f32, f16, bf16");
+	refused("normalize(mean=0.5, std=1, layout=nchw)", "op 1 'normalize'", "key 'layout'",
+		"chw, hwc");
+	refused("hflip(p=(0.5))", "op 1 'hflip'", "key 'p'", "missing value");
+}
+END_TEST
+
+START_TEST(test_pipeline_image_plan)
+{
+	struct fmt_schema s, m;
+	struct pipe_plan *p = plan_new();
+	struct feed_err err = {0};
+
+	schema_encoded(&s);
+	ck_assert_msg(pipe_plan_text("decode | random_resized_crop(size=224) | hflip(p=0.5)", &s,
+				     p, &err) == 0, "%s", err.msg);
+	const struct fmt_field *o = &p->out.fields[0];
+	ck_assert(!o->variable);
+	ck_assert_int_eq(o->dtype, FEED_DTYPE_U8);
+	ck_assert_uint_eq(o->rank, 3);
+	ck_assert_uint_eq(o->shape[0], 224);
+	ck_assert_uint_eq(o->shape[1], 224);
+	ck_assert_uint_eq(o->shape[2], 3);
+	ck_assert_uint_eq(o->max_bytes, 224 * 224 * 3);
+	ck_assert_int_eq(fmt_schema_check(&p->out, NULL), 0);
+	ck_assert_uint_eq(p->nstages, 1); /* decode, crop and flip in one pass */
+	ck_assert_int_eq(p->stages[0].kind, PIPE_STAGE_IMAGE);
+	ck_assert(p->stages[0].decode);
+	ck_assert_uint_eq(p->stages[0].count, 3);
+	ck_assert_uint_eq(p->stages[0].in_w, 640);
+	ck_assert_uint_eq(p->stages[0].in_h, 480);
+	ck_assert_uint_eq(p->dec_lim.max_width, 640);
+	ck_assert_uint_eq(p->dec_lim.max_height, 480);
+	ck_assert_uint_eq(p->dec_lim.max_pixels, 640 * 400);
+	ck_assert_uint_eq(p->dec_channels_mask, 1u << 3);
+	ck_assert_uint_eq(p->inter_bytes, 0);
+	ck_assert_uint_ge(pipe_scratch_bytes(p), p->img_scratch_bytes);
+	ck_assert_str_eq(p->canonical, "decode(channels=3, field=image) | random_resized_crop("
+			 "size=224, scale_min=0.08, scale_max=1, ratio_min=0.75, ratio_max=1.3333, "
+			 "field=image) | hflip(p=0.5, field=image)");
+	ck_assert_mem_eq(&p->out.fields[1], &s.fields[1], sizeof(s.fields[1]));
+
+	/* evaluation: gray, short side then centre crop */
+	ck_assert_msg(pipe_plan_text("decode(channels=1) | resize(short=256) | center_crop(size=224)",
+				     &s, p, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(p->out.fields[0].shape[2], 1);
+	ck_assert_uint_eq(p->out.fields[0].max_bytes, 224 * 224);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_uint_eq(p->stages[0].count, 3);
+	ck_assert_uint_eq(p->dec_channels_mask, 1u << 1);
+
+	/* normalize after the pass: a stage of its own, float CHW out */
+	ck_assert_msg(pipe_plan_text("decode | hflip | center_crop(size=100) | hflip | normalize("
+				     "mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), dtype=f16)",
+				     &s, p, &err) == 0, "%s", err.msg);
+	o = &p->out.fields[0];
+	ck_assert_int_eq(o->dtype, FEED_DTYPE_F16);
+	ck_assert_uint_eq(o->shape[0], 3);
+	ck_assert_uint_eq(o->shape[1], 100);
+	ck_assert_uint_eq(o->shape[2], 100);
+	ck_assert_uint_eq(o->max_bytes, 3 * 100 * 100 * 2);
+	ck_assert_uint_eq(p->nstages, 2);
+	ck_assert_uint_eq(p->stages[0].count, 4);
+	ck_assert_int_eq(p->stages[1].kind, PIPE_STAGE_NORMALIZE);
+	ck_assert_uint_eq(p->stages[1].cv.dtype, FEED_CONVERT_F16);
+	ck_assert_uint_eq(p->inter_bytes, 100 * 100 * 3);
+
+	/* fixed by resize(h, w), then today's ops on a fixed image */
+	ck_assert_msg(pipe_plan_text("decode | resize(h=32, w=48) | random_crop(size=30) | hflip",
+				     &s, p, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(p->nstages, 2);
+	ck_assert_int_eq(p->stages[1].kind, PIPE_STAGE_GEO);
+	ck_assert_uint_eq(p->stages[1].count, 2);
+	ck_assert_uint_eq(p->inter_bytes, 32 * 48 * 3);
+	ck_assert_uint_eq(p->out.fields[0].shape[0], 30);
+
+	/* on fixed u8 images: random_resized_crop, resize(short), normalize */
+	schema_mixed(&m);
+	ck_assert_msg(pipe_plan_text("random_resized_crop(size=20) | hflip | resize(short=14, "
+				     "field=rgb) | normalize(mean=0.5, std=0.5, layout=hwc)",
+				     &m, p, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(p->out.fields[1].rank, 3);
+	ck_assert_int_eq(p->out.fields[1].dtype, FEED_DTYPE_F32);
+	ck_assert_uint_eq(p->out.fields[1].shape[0], 20);
+	ck_assert_uint_eq(p->out.fields[1].shape[2], 1);
+	ck_assert_uint_eq(p->out.fields[1].max_bytes, 20 * 20 * 4);
+	ck_assert_uint_eq(p->out.fields[3].shape[0], 18); /* int(14 * 8 / 6) */
+	ck_assert_uint_eq(p->out.fields[3].shape[1], 14);
+	ck_assert_uint_eq(p->field_nstages[1], 2);
+	ck_assert_int_eq(p->stages[p->field_stage[1]].kind, PIPE_STAGE_IMAGE);
+	ck_assert(!p->stages[p->field_stage[1]].decode);
+	ck_assert_uint_eq(p->stages[p->field_stage[1]].count, 2);
+	ck_assert_uint_eq(p->dec_channels_mask, 0);
+	free(p);
+}
+END_TEST
+
+START_TEST(test_pipeline_image_plan_errors)
+{
+	struct fmt_schema s, m;
+
+	schema_encoded(&s);
+	plan_refused(&s, "random_resized_crop(size=224)", "op 1 'random_resized_crop'",
+		     "field 'image' holds encoded images", "decode them first");
+	plan_refused(&s, "center_crop(size=3, field=image)", "op 1 'center_crop'",
+		     "'image' holds encoded images", NULL);
+	plan_refused(&s, "decode", "field 'image': decoded images vary in size",
+		     "end with random_resized_crop, center_crop or resize(h, w)", NULL);
+	plan_refused(&s, "decode | hflip", "field 'image'", "vary in size", NULL);
+	plan_refused(&s, "decode | resize(short=256)", "field 'image'",
+		     "op 2 resize(short=256) leaves sizes varying", "follow it with center_crop");
+	plan_refused(&s, "decode | random_crop(size=10)", "op 2 'random_crop'", "vary in size",
+		     "put random_resized_crop, center_crop or resize(h, w) before random_crop");
+	plan_refused(&s, "decode | normalize(mean=(0, 0, 0), std=(1, 1, 1))", "op 2 'normalize'",
+		     "vary in size", NULL);
+	plan_refused(&s, "decode | resize(short=10) | center_crop(size=20)", "op 3 'center_crop'",
+		     "key 'size'", "larger than op 2 resize(short=10)");
+	plan_refused(&s, "decode | resize(short=10) | random_resized_crop(size=5)",
+		     "op 3 'random_resized_crop'", "take center_crop", NULL);
+	plan_refused(&s, "decode | resize(short=10) | resize(short=9)", "op 3 'resize'",
+		     "key 'short'", "by op 2 already");
+	plan_refused(&s, "decode | center_crop(size=5) | decode", "op 3 'decode'",
+		     "missing key 'field'", "no field of encoded images");
+	plan_refused(&s, "decode | center_crop(size=5) | decode(field=image)", "op 3 'decode'",
+		     "key 'field'", "decoded already");
+	plan_refused(&s, "decode(field=label)", "op 1 'decode'", "key 'field'",
+		     "'label' is not a field of encoded images");
+	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0.5, 0.5), std=(1, 1, 1))",
+		     "op 3 'normalize'", "key 'mean'", "2 values for the 3 channels");
+	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0.5, 0.5, 0.5), std=1)",
+		     "op 3 'normalize'", "key 'std'", "1 value for the 3 channels");
+	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0, 0, 0), std=(1, 1, 1)) "
+		     "| hflip", "op 4 'hflip'", "normalized already", NULL);
+	plan_refused(&s, "decode | center_crop(size=8) | random_window(len=2, field=image)",
+		     "op 3 'random_window'", "not a sequence", NULL);
+	s.fields[0].max_width = 0;
+	plan_refused(&s, "decode | center_crop(size=8)", "op 1 'decode'", "records no image sizes",
+		     NULL);
+	schema_mixed(&m);
+	plan_refused(&m, "decode", "op 1 'decode'", "missing key 'field'", NULL);
+	plan_refused(&m, "resize(short=60000, field=rgb)", "op 1 'resize'", "key 'short'",
+		     "above 65535");
+	plan_refused(&m, "normalize(mean=0, std=1) | hflip", "op 2 'hflip'", "normalized already",
+		     NULL);
+}
+END_TEST
+
 static Suite *pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -282,6 +522,10 @@ static Suite *pipeline_suite(void)
 	tcase_add_test(tc, test_pipeline_plan_shapes);
 	tcase_add_test(tc, test_pipeline_plan_fuses_stages);
 	tcase_add_test(tc, test_pipeline_canonical_hash_stable);
+	tcase_add_test(tc, test_pipeline_image_ops_canonical);
+	tcase_add_test(tc, test_pipeline_image_ops_parse_errors);
+	tcase_add_test(tc, test_pipeline_image_plan);
+	tcase_add_test(tc, test_pipeline_image_plan_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }
