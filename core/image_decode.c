@@ -335,6 +335,27 @@ static void span(uint32_t b0, uint32_t bn, uint32_t s, uint32_t sn, uint32_t *re
 	*ret_hi = hi + 1 < sn ? hi + 1 : sn;
 }
 
+/* A box above the missing rows of a cut file decodes cleanly, so the end
+ * is checked before any row: the end-of-image marker (FF D9) must follow
+ * the first scan's start. Entropy-coded data cannot hold it (an FF byte
+ * there is always followed by 00 or a restart marker), and a thumbnail's
+ * EOI sits in APP1, before the scan; so finding it past the scan's start
+ * means the scans are whole, and the backward search stops at once for
+ * every file that ends where it should. */
+static int jpeg_check_end(const struct jpeg_decompress_struct *ci, const void *data, size_t len,
+			  struct feed_err *err)
+{
+	const uint8_t *lo = ci->src->next_input_byte, *p = (const uint8_t *)data + len;
+
+	assert(lo >= (const uint8_t *)data && lo <= p);
+	for (; p - lo >= 2; p--)
+		if (p[-2] == 0xFF && p[-1] == 0xD9)
+			return 0;
+	return feed_err_set(err, -EBADMSG,
+			    "JPEG: truncated: no end-of-image marker after the image data "
+			    "(%zu bytes)", len);
+}
+
 /* decode_jpeg()'s work; any libjpeg error or warning longjmps out of it. */
 static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const void *data,
 					      size_t len, const struct img_box *box, uint32_t s,
@@ -346,6 +367,9 @@ static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const voi
 	jpeg_mem_src(ci, data, (unsigned long)len);
 	jpeg_read_header(ci, TRUE);
 	rc = check_limits(dec, "JPEG", ci->image_width, ci->image_height, err);
+	if (rc)
+		goto out;
+	rc = jpeg_check_end(ci, data, len, err);
 	if (rc)
 		goto out;
 	if (ci->data_precision != 8) {

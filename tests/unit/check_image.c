@@ -387,7 +387,17 @@ START_TEST(test_image_decode_refusals)
 	struct img_decoder *dec = decoder(IMG_DIM_MAX, IMG_DIM_MAX, 3);
 	uint32_t w, h;
 
-	decode_bad(dec, "bad_truncated.jpg", -EBADMSG, "JPEG: Premature end of JPEG file");
+	decode_bad(dec, "bad_truncated.jpg", -EBADMSG, "JPEG: truncated: no end-of-image marker");
+	{	/* a box in the rows that are still there: the cut is found anyway */
+		size_t len;
+		uint8_t *data = load("bad_truncated.jpg", &len);
+		struct img_box top = {0, 0, 16, 8};
+		struct img_decoded d;
+		struct feed_err err = {0};
+		ck_assert_int_eq(img_decode(dec, data, len, &top, 1, &d, &err), -EBADMSG);
+		ck_assert_msg(strstr(err.msg, "no end-of-image marker"), "%s", err.msg);
+		free(data);
+	}
 	decode_bad(dec, "bad_garbage.jpg", -EBADMSG, "JPEG: Corrupt JPEG data");
 	decode_bad(dec, "bad_truncated_header.jpg", -EBADMSG, "JPEG: Premature end of JPEG file");
 	decode_bad(dec, "bad_truncated.png", -EBADMSG, "PNG: end of stream");
