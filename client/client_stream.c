@@ -987,9 +987,11 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 		(const uint8_t *)st->ctl + st->slots_off + (uint64_t)slot * st->slot_hdr_bytes);
 	int r;
 
-	/* relaxed: our own release, or one ordered before it by the daemon's
-	 * reclaim, which happened before the publish we acquired */
-	if (atomic_load_explicit(&b->held, memory_order_relaxed))
+	/* acquire: the daemon's reclaim already orders the releasing thread's
+	 * reads of this batch before the publish we acquired, but through
+	 * another process; pairing with feed_release's exchange says so
+	 * within ours (ThreadSanitizer sees only this one) */
+	if (atomic_load_explicit(&b->held, memory_order_acquire))
 		return st_stop(st, -EPROTO, "feedd delivered slot %u again while it is held", slot);
 	if (h->gen != gen)
 		return st_stop(st, -EPROTO, "slot %u: header generation %u, ready entry %u", slot,
@@ -1215,6 +1217,10 @@ FEED_API int feed_release(struct feed_batch *b)
 int cl_release_now(struct feed_batch *b)
 {
 	struct feed_stream *st = b->st;
+	/* read before held is cleared: once it is, the next delivery of this
+	 * slot may rewrite gen (st_deliver's acquire load of held pairs with
+	 * the exchange below, so that write comes after this read) */
+	uint64_t entry = feed_ring_entry(b->slot, b->gen);
 	pthread_mutex_lock(&st->rel_lock);
 	/* under the lock, so a reopening sees held and nheld agree */
 	if (!atomic_exchange_explicit(&b->held, false, memory_order_acq_rel)) {
@@ -1231,8 +1237,8 @@ int cl_release_now(struct feed_batch *b)
 			      MADV_DONTNEED);
 	uint64_t head = st->rel_head++;
 	/* relaxed: published by the release store of the head */
-	atomic_store_explicit(&st->rel_ring[head & (st->rel_cap - 1)],
-			      feed_ring_entry(b->slot, b->gen), memory_order_relaxed);
+	atomic_store_explicit(&st->rel_ring[head & (st->rel_cap - 1)], entry,
+			      memory_order_relaxed);
 	/* release: the entry before the head */
 	atomic_store_explicit(&st->rel->rel_head, head + 1, memory_order_release);
 	/* seq_cst: pairs with the daemon's "set daemon_waiting, fence, re-check" */
