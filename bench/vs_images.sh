@@ -71,7 +71,7 @@ eval_pipe="decode | resize(short=256) | center_crop(size=224)"
 
 while [ $# -gt 0 ]; do
 	case $1 in
-	-h|--help) sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	--no-dali) dali=0; shift; continue ;;
 	esac
 	[ $# -ge 2 ] || { echo "$me: $1 needs a value (see --help)" >&2; exit 2; }
