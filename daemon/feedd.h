@@ -16,6 +16,7 @@
 #include "config.h"
 #include "log.h"
 #include "quota.h"
+#include "stats.h"
 
 #ifndef FEEDD_VERSION
 #define FEEDD_VERSION "0"
@@ -35,6 +36,7 @@ struct feedd {
 	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
+	struct stats_reg stats;    /* every stream and group served (loop thread) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */
 	uint64_t requests;         /* requests answered (loop thread) */

@@ -122,7 +122,10 @@ struct feed_shm_rel {
 	uint32_t ring_cap;        /* a power of two */
 	uint32_t reserved0;
 	uint64_t ring_off;
-	uint8_t pad0[40];
+	/* Nanoseconds the client's readers spent blocked waiting for a batch,
+	 * cumulative; the client adds, the daemon only shows it (untrusted). */
+	_Atomic uint64_t reader_wait_ns;
+	uint8_t pad0[32];
 	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
 	uint8_t pad1[56];
 	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
@@ -151,6 +154,7 @@ _Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
 	       offsetof(struct feed_shm_slot, sample) % 8 == 0,
 	       "feed_shm_slot layout (FEED_SHM_VERSION 1)");
 _Static_assert(sizeof(struct feed_shm_rel) == 256 &&
+	       offsetof(struct feed_shm_rel, reader_wait_ns) == 24 &&
 	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
 	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
 	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,

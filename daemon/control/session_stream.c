@@ -22,6 +22,7 @@
 #include "pipeline.h"
 #include "quota.h"
 #include "session.h"
+#include "stats.h"
 #include "wire.h"
 
 #define SES_DEFAULT_CREDITS 4
@@ -44,13 +45,17 @@ struct ses_stream {
 	bool poll_live;            /* poll initialised: uv_close() frees us */
 	uint64_t bad_logged;       /* refused release entries already logged */
 	bool error_logged;         /* the stream's stop was logged */
+	struct stats_entry stat;   /* in the daemon's registry while open */
+	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
 };
 
 static void ses_stream_free(struct ses_stream *ss)
 {
+	stats_remove(&ss->d->stats, &ss->stat);
 	if (ss->dlv)
 		dlv_close(ss->dlv);
 	quota_stream_give(&ss->d->quota, ss->uid, ss->shm_bytes);
+	free(ss->pipeline);
 	free(ss->plan);
 	free(ss);
 }
@@ -101,6 +106,7 @@ static void ses_stream_report(struct ses_stream *ss)
 static void ses_stream_drop(struct ses_stream *ss)
 {
 	ses_stream_report(ss);  /* what happened since the last doorbell */
+	stats_remove(&ss->d->stats, &ss->stat);
 	if (ss->poll_live) {
 		uv_poll_stop(&ss->poll);
 		uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
@@ -172,6 +178,7 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	struct ord_spec *ord = &sp->sched.ord;
 
 	memset(sp, 0, sizeof(*sp));
+	sp->uid = se->conn->peer.uid;
 	sp->credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
 	sp->seed = o->seed;
 	ord->n = e->info->num_samples;
@@ -288,6 +295,32 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	ses_send_fds(se, &reply, list, 5);
 }
 
+/* The stream's counters, for the stats reply (stats.h). */
+static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
+{
+	struct ses_stream *ss = (struct ses_stream *)((char *)en - offsetof(struct ses_stream, stat));
+	struct dlv_stats st;
+
+	dlv_stats(ss->dlv, &st);
+	*ret = (struct stats_sample){
+		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
+		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = st.reader_wait_ns,
+		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
+	};
+}
+
+/* Lists the stream in the daemon's registry, from now until it goes. */
+static void ses_stream_register(struct ses *se, struct ses_stream *ss)
+{
+	ss->pipeline = strdup(ss->plan->canonical);
+	ss->stat = (struct stats_entry){
+		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
+		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
+		.opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
+	};
+	stats_add(&ss->d->stats, &ss->stat);
+}
+
 /* Starts listening to the stream's release doorbell. */
 static int ses_stream_poll(struct ses_stream *ss, struct feed_err *err)
 {
@@ -362,6 +395,7 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 	ss->next = se->streams;
 	se->streams = ss;
 	ses_opened_reply(se, ss);
+	ses_stream_register(se, ss);
 	log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, pipeline '%s'",
 		 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch, ss->credits, ss->plan->canonical);
 	free(ss->plan);

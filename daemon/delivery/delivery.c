@@ -23,6 +23,7 @@
 #include "pipeline.h"
 #include "pool.h"
 #include "region.h"
+#include "stats.h"
 
 enum slot_state {
 	SLOT_FREE = 0,   /* in free_slots */
@@ -56,6 +57,8 @@ struct dlv {
 	uint64_t seed;
 	struct cache *cache;
 	struct pool *pool;
+	struct pool_source *src;   /* our fair share of the workers */
+	struct stats_flow flow;    /* published counters, lock-free (stats.h) */
 
 	/* made by dlv_prepare() on a worker, immutable afterwards */
 	struct region ctl, data, rel;
@@ -93,6 +96,10 @@ struct dlv {
 
 static void dlv_destroy(struct dlv *d)
 {
+	if (d->src) {  /* the pool may outlive us: it must not read our region */
+		pool_source_watch(d->src, NULL);
+		pool_source_put(d->src);
+	}
 	region_free(&d->ctl);
 	region_free(&d->data);
 	region_free(&d->rel);
@@ -139,6 +146,10 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		dlv_destroy(d);
 		return rc;
 	}
+	if ((rc = pool_source_new(pool, spec->uid, &d->src)) < 0) {
+		dlv_destroy(d);
+		return feed_err_set(err, rc, "stream: out of memory");
+	}
 	for (uint32_t i = 0; i < lay->nslots; i++) {
 		d->free_slots[d->nfree++] = lay->nslots - 1 - i;
 		d->jobs[i].d = d;
@@ -176,6 +187,7 @@ static void headers_init(struct dlv *d)
 	atomic_init(&r->rel_head, 0);
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
+	atomic_init(&r->reader_wait_ns, 0);
 	d->ready_ring = (uint64_t *)((uint8_t *)d->ctl.map + d->lay.ring_off);
 	d->rel_ring = (_Atomic uint64_t *)((uint8_t *)d->rel.map + d->lay.rel_off);
 }
@@ -206,6 +218,8 @@ static void prep_run(struct pool_job *j, struct pool_worker *w)
 
 	(void)w;
 	d->prep_rc = regions_make(d, &d->prep_err);
+	if (d->prep_rc == 0)
+		pool_source_watch(d->src, &((struct feed_shm_rel *)d->rel.map)->client_waiting);
 }
 
 static void prep_done(struct pool_job *j)
@@ -221,6 +235,7 @@ void dlv_prepare(struct dlv *d, dlv_ready_fn *ready, void *arg)
 	d->ready_arg = arg;
 	d->prep_job.run = prep_run;
 	d->prep_job.done = prep_done;
+	d->prep_job.src = NULL;  /* the pool's own: an open is served before batches */
 	pool_submit(d->pool, &d->prep_job);
 }
 
@@ -333,9 +348,7 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 		d->slots[j->slot].state = SLOT_CLIENT;
 		slot_header(d, j->slot)->publish_ns = now_ns();
 		ring_push(d, feed_ring_entry(j->slot, d->slots[j->slot].gen));
-		d->st.batches++;
-		d->st.samples += j->pos.nsamples;
-		d->st.bytes += j->bytes;
+		stats_flow_add(&d->flow, j->pos.nsamples, j->bytes);
 		if (j->pos.last_of_epoch)
 			ring_push(d, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
 		if (j->pos.last_of_stream)
@@ -422,6 +435,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 		d->slots[j->slot].gen++;
 		j->base.run = job_run;
 		j->base.done = NULL;
+		j->base.src = d->src;
 		j->base.next = list;
 		list = &j->base;
 		atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
@@ -571,10 +585,30 @@ void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 {
 	pthread_mutex_lock(&d->lock);
 	*ret_stats = d->st;
+	dlv_counters(d, ret_stats);
 	ret_stats->credits_in_use = d->lay.nslots - d->nfree;
 	ret_stats->error = d->error;
 	/* ours alone to write (sealed FUTURE_WRITE), set once under the lock */
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s",
 		 d->error ? ((struct feed_shm_ctl *)d->ctl.map)->error_msg : "");
 	pthread_mutex_unlock(&d->lock);
+}
+
+void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats)
+{
+	struct pool_source_stats ps;
+	struct stats_flow_snap f;
+
+	stats_flow_read(&d->flow, &f);
+	pool_source_stats(d->src, &ps);
+	ret_stats->batches = f.batches;
+	ret_stats->samples = f.samples;
+	ret_stats->bytes = f.bytes;
+	ret_stats->worker_ns = ps.worker_ns;
+	ret_stats->jobs = ps.jobs;
+	ret_stats->credits = d->lay.nslots;
+	/* relaxed: the client's counter, shown as it is; rel is mapped once
+	 * prepared (before that the client has not seen the stream) */
+	ret_stats->reader_wait_ns = d->rel.map ? atomic_load_explicit(
+		&((struct feed_shm_rel *)d->rel.map)->reader_wait_ns, memory_order_relaxed) : 0;
 }

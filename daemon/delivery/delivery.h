@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "feed_err.h"
 #include "schedule.h"
@@ -43,6 +44,7 @@ struct dlv_spec {
 	uint32_t credits;          /* slots: built-but-unreleased batches, 1..DLV_MAX_CREDITS */
 	uint64_t seed;             /* augmentation draws */
 	struct sched_spec sched;   /* positions */
+	uid_t uid;                 /* whose fair share its batches are built from (pool.h) */
 };
 
 /* The descriptors a client needs; owned by the delivery (send copies). */
@@ -97,11 +99,19 @@ struct dlv_stats {
 	uint64_t batches, samples, bytes;  /* published */
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
+	uint32_t credits;                  /* slots in all */
+	uint64_t worker_ns, jobs;          /* worker CPU time and jobs run (pool.h) */
+	uint64_t reader_wait_ns;           /* the client's own report: untrusted,
+					    * unchecked; for display only */
 	int error;                         /* 0, or why the stream stopped */
 	char error_msg[256];               /* with error: what the client reads */
 };
 
 /* Any thread (takes the lock). */
 void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats);
+
+/* batches, samples, bytes, worker_ns, jobs and reader_wait_ns alone,
+ * without the lock (relaxed atomics). Any thread. */
+void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats);
 
 #endif

@@ -1,7 +1,9 @@
 /*
- * pool.c: worker threads and their job queue (see pool.h). pool_* calls run
- * on the loop thread; pool_main() runs on each worker. The single mutex
- * mu guards queue, done and stopping; nothing blocks while holding it.
+ * pool.c: worker threads, their queues and the fair-share pick (see
+ * pool.h). pool_* calls run on the loop thread unless pool.h says any
+ * thread; pool_main() runs on each worker. The single mutex mu guards the
+ * queues, users, sources, done and stopping; nothing blocks while holding
+ * it.
  */
 #include "pool.h"
 
@@ -12,8 +14,32 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fmt.h"
+
+/* A user's share: the sources it owns (mu). */
+struct pool_user {
+	struct pool_user *next;       /* p->users, picked ones moved to the tail */
+	uid_t uid;
+	uint64_t vtime;               /* worker ns charged (estimates included) */
+	uint64_t nqueued;             /* jobs queued in its sources */
+	struct pool_source *sources;  /* picked ones moved to the tail */
+};
+
+struct pool_source {
+	struct pool *pool;
+	struct pool_user *user;
+	struct pool_source *next;     /* the user's sources (mu) */
+	struct pool_job *head, *tail; /* its queued jobs (mu) */
+	uint64_t nqueued;             /* (mu) */
+	unsigned refs;                /* the owner's + one per job queued or running (mu) */
+	uint64_t vtime;               /* worker ns charged (mu) */
+	uint64_t est_ns;              /* recent cost of one job, charged at the pick (mu) */
+	const _Atomic uint32_t *waiting; /* the reader's flag, untrusted (mu) */
+	/* relaxed: counters for display and tests; nothing is ordered by them */
+	_Atomic uint64_t worker_ns, jobs;
+};
 
 struct pool_thread {
 	pthread_t tid;
@@ -26,7 +52,10 @@ struct pool {
 	uv_async_t async;             /* loop thread's handle, woken by workers */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;            /* signalled when queue grows or stopping is set */
-	struct pool_job *head, *tail; /* queued jobs (mu) */
+	struct pool_job *head, *tail; /* the pool's own queued jobs (mu) */
+	struct pool_user *users;      /* every user with a source (mu) */
+	uint64_t nqueued;             /* jobs queued in sources (mu) */
+	uint64_t vclock;              /* vtime of the user picked last (mu) */
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
@@ -36,6 +65,122 @@ struct pool {
 	struct pool_thread *threads;
 };
 
+static uint64_t pool_thread_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void source_free_locked(struct pool_source *s)
+{
+	struct pool_user *u = s->user;
+	struct pool *p = s->pool;
+
+	for (struct pool_source **q = &u->sources; *q; q = &(*q)->next)
+		if (*q == s) {
+			*q = s->next;
+			break;
+		}
+	free(s);
+	if (u->sources)
+		return;
+	for (struct pool_user **q = &p->users; *q; q = &(*q)->next)
+		if (*q == u) {
+			*q = u->next;
+			break;
+		}
+	free(u);
+}
+
+/* Moves x, an element of the list at *head, to its tail (round robin among
+ * equals). Lists are short: one entry per user, per stream of a user. */
+#define POOL_TO_TAIL(type, head, x)                                   \
+	do {                                                          \
+		type **q_ = (head);                                   \
+		while (*q_ != (x))                                    \
+			q_ = &(*q_)->next;                            \
+		*q_ = (x)->next;                                      \
+		while (*q_)                                           \
+			q_ = &(*q_)->next;                            \
+		*q_ = (x);                                            \
+		(x)->next = NULL;                                     \
+	} while (0)
+
+static bool source_urgent(const struct pool_source *s)
+{
+	/* relaxed: a hint; a stale value only reorders one pick */
+	return s->waiting && atomic_load_explicit(s->waiting, memory_order_relaxed) != 0;
+}
+
+/* The fair-share pick (pool.h): the user with the least vtime, then its
+ * waiting source, else its source with the least vtime. */
+static struct pool_source *pool_pick_source_locked(struct pool *p)
+{
+	struct pool_user *best = NULL;
+
+	for (struct pool_user *u = p->users; u; u = u->next)
+		if (u->nqueued && (!best || u->vtime < best->vtime))
+			best = u;
+	if (!best)
+		return NULL;
+	struct pool_source *pick = NULL;
+	bool pick_urgent = false;
+	for (struct pool_source *s = best->sources; s; s = s->next) {
+		if (!s->nqueued)
+			continue;
+		bool urgent = source_urgent(s);
+		if (!pick || (urgent && !pick_urgent) ||
+		    (urgent == pick_urgent && s->vtime < pick->vtime)) {
+			pick = s;
+			pick_urgent = urgent;
+		}
+	}
+	POOL_TO_TAIL(struct pool_user, &p->users, best);
+	POOL_TO_TAIL(struct pool_source, &best->sources, pick);
+	p->vclock = best->vtime;
+	return pick;
+}
+
+/* The next job to run, or NULL when nothing is queued. */
+static struct pool_job *pool_take_locked(struct pool *p)
+{
+	struct pool_job *job = p->head;
+
+	if (job) {
+		p->head = job->next;
+		if (!p->head)
+			p->tail = NULL;
+		return job;
+	}
+	struct pool_source *s = pool_pick_source_locked(p);
+	if (!s)
+		return NULL;
+	job = s->head;
+	s->head = job->next;
+	if (!s->head)
+		s->tail = NULL;
+	s->nqueued--;
+	s->user->nqueued--;
+	p->nqueued--;
+	s->vtime += s->est_ns;  /* corrected in pool_charge_locked() */
+	s->user->vtime += s->est_ns;
+	return job;
+}
+
+/* job of s ran for ns: replaces the estimate charged at the pick. */
+static void pool_charge_locked(struct pool_source *s, uint64_t est, uint64_t ns)
+{
+	s->vtime = s->vtime - est + ns;
+	s->user->vtime = s->user->vtime - est + ns;
+	s->est_ns = (3 * s->est_ns + ns) / 4;
+	atomic_fetch_add_explicit(&s->worker_ns, ns, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->jobs, 1, memory_order_relaxed);
+	if (--s->refs == 0)
+		source_free_locked(s);
+}
+
 static void *pool_main(void *arg)
 {
 	struct pool_thread *t = arg;
@@ -43,18 +188,22 @@ static void *pool_main(void *arg)
 
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->head && !p->stopping)
+		while (!p->head && !p->nqueued && !p->stopping)
 			pthread_cond_wait(&p->cv, &p->mu);
-		struct pool_job *job = p->head;
+		struct pool_job *job = pool_take_locked(p);
 		if (!job)
 			break;  /* stopping and drained */
-		p->head = job->next;
-		if (!p->head)
-			p->tail = NULL;
+		/* read before run(): job may die in it; src lives on (its reference) */
+		struct pool_source *src = job->src;
+		uint64_t est = src ? src->est_ns : 0;
+		bool notify = job->done != NULL;
 		pthread_mutex_unlock(&p->mu);
-		bool notify = job->done != NULL;  /* read before run(): job may die in it */
+		uint64_t t0 = src ? pool_thread_ns() : 0;
 		job->run(job, &t->w);
+		uint64_t ns = src ? pool_thread_ns() - t0 : 0;
 		pthread_mutex_lock(&p->mu);
+		if (src)
+			pool_charge_locked(src, est, ns);
 		if (notify) {
 			job->next = p->done;
 			p->done = job;
@@ -172,17 +321,108 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	return 0;
 }
 
+/* Queues job in s; work arriving at an idle user or source is lifted to
+ * the time of the last pick, so idleness banks no credit. */
+static void source_queue_locked(struct pool *p, struct pool_source *s, struct pool_job *job)
+{
+	struct pool_user *u = s->user;
+
+	if (!u->nqueued && u->vtime < p->vclock)
+		u->vtime = p->vclock;
+	if (!s->nqueued) {
+		uint64_t least = UINT64_MAX;
+		for (struct pool_source *o = u->sources; o; o = o->next)
+			if (o->nqueued && o->vtime < least)
+				least = o->vtime;
+		if (least != UINT64_MAX && s->vtime < least)
+			s->vtime = least;
+	}
+	if (s->tail)
+		s->tail->next = job;
+	else
+		s->head = job;
+	s->tail = job;
+	s->nqueued++;
+	s->refs++;
+	u->nqueued++;
+	p->nqueued++;
+}
+
 void pool_submit(struct pool *p, struct pool_job *job)
 {
 	job->next = NULL;
 	pthread_mutex_lock(&p->mu);
-	if (p->tail)
-		p->tail->next = job;
-	else
-		p->head = job;
-	p->tail = job;
+	assert(!job->src || job->src->pool == p);
+	if (job->src) {
+		source_queue_locked(p, job->src, job);
+	} else {
+		if (p->tail)
+			p->tail->next = job;
+		else
+			p->head = job;
+		p->tail = job;
+	}
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+}
+
+int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)
+{
+	struct pool_source *s = calloc(1, sizeof(*s));
+	struct pool_user *u;
+
+	if (!s)
+		return -ENOMEM;
+	s->pool = p;
+	s->refs = 1;
+	atomic_init(&s->worker_ns, 0);
+	atomic_init(&s->jobs, 0);
+	pthread_mutex_lock(&p->mu);
+	for (u = p->users; u && u->uid != uid; u = u->next)
+		;
+	if (!u) {
+		if (!(u = calloc(1, sizeof(*u)))) {
+			pthread_mutex_unlock(&p->mu);
+			free(s);
+			return -ENOMEM;
+		}
+		u->uid = uid;
+		u->vtime = p->vclock;
+		u->next = p->users;
+		p->users = u;
+	}
+	s->user = u;
+	s->next = u->sources;
+	u->sources = s;
+	pthread_mutex_unlock(&p->mu);
+	*ret = s;
+	return 0;
+}
+
+void pool_source_put(struct pool_source *s)
+{
+	if (!s)
+		return;
+	struct pool *p = s->pool;
+	pthread_mutex_lock(&p->mu);
+	if (--s->refs == 0)
+		source_free_locked(s);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void pool_source_watch(struct pool_source *s, const _Atomic uint32_t *reader_waiting)
+{
+	pthread_mutex_lock(&s->pool->mu);
+	s->waiting = reader_waiting;
+	pthread_mutex_unlock(&s->pool->mu);
+}
+
+void pool_source_stats(const struct pool_source *s, struct pool_source_stats *ret)
+{
+	/* relaxed: display counters; each is read once and nothing depends on
+	 * the two agreeing with each other */
+	ret->worker_ns = atomic_load_explicit(&s->worker_ns, memory_order_relaxed);
+	ret->jobs = atomic_load_explicit(&s->jobs, memory_order_relaxed);
 }
 
 void pool_stop(struct pool *p)
@@ -200,7 +440,7 @@ void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
-	assert(p->stopped && p->closed && !p->head && !p->done);
+	assert(p->stopped && p->closed && !p->head && !p->nqueued && !p->done);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p->threads);

@@ -8,12 +8,30 @@
  * uv_async_send() (which coalesces) and the done list. A worker never
  * touches a libuv handle and never calls back into the loop itself.
  *
- * Locks: one mutex (pool.mu) guards both lists and the stop flag; it is the
- * only lock and is never held while a job runs or a callback is called.
+ * Fair shares: jobs are queued per work source (one stream, or one group
+ * of streams counted once), each belonging to a user. A worker takes the
+ * pool's own jobs first (a new stream's regions), then picks the user with
+ * the least worker time charged among those with queued work, and within
+ * that user a source whose reader is waiting, else the source with the
+ * least worker time; a source takes its jobs in the order submitted. Worker
+ * time is the thread CPU time of each run(), charged when the job is
+ * picked (the source's recent average) and corrected when it ends, so two
+ * workers do not both pick a user whose first job is still running. A user
+ * or source that had nothing queued is lifted to the time of the last one
+ * picked when its work arrives: idleness banks no credit. Ties go round
+ * robin. The reader-waiting flag is the client's (untrusted): it only
+ * orders a user's own sources, never one user against another.
+ *
+ * Locks: one mutex (pool.mu) guards the queues, the users and sources, the
+ * done list and the stop flag; it is the only lock and is never held while
+ * a job runs or a callback is called.
  */
 #ifndef FEEDD_POOL_H
 #define FEEDD_POOL_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "feed_err.h"
@@ -38,6 +56,9 @@ struct pool_worker {
  * is how batch building stays off the loop thread entirely). */
 struct pool_job {
 	struct pool_job *next;        /* private: list link */
+	/* Whose work it is; set before pool_submit(), held (a reference) until
+	 * run() returns. NULL: the pool's own, run before any source's. */
+	struct pool_source *src;
 	void (*run)(struct pool_job *job, struct pool_worker *w);  /* worker thread */
 	void (*done)(struct pool_job *job);                        /* loop thread, or NULL */
 };
@@ -67,5 +88,30 @@ void pool_stop(struct pool *p);
 void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
+
+/* ---- work sources (fair shares) ---- */
+
+struct pool_source;
+
+/* A new source of work for user uid, with one reference: the caller's.
+ * Any thread. -ENOMEM. */
+int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret);
+
+/* Drops the caller's reference; the source goes once no job of it is
+ * queued or running. Any thread, also from inside one of its jobs' run().
+ * Accepts NULL. */
+void pool_source_put(struct pool_source *s);
+
+/* Where the source's reader says it is waiting (feed_shm_rel's
+ * client_waiting: untrusted, read only to order the user's own sources),
+ * or NULL. The flag must stay mapped until replaced by NULL. Any thread. */
+void pool_source_watch(struct pool_source *s, const _Atomic uint32_t *reader_waiting);
+
+/* Counters; any thread, without the lock (relaxed atomics). */
+struct pool_source_stats {
+	uint64_t worker_ns;           /* thread CPU time of its jobs' run() */
+	uint64_t jobs;                /* jobs run */
+};
+void pool_source_stats(const struct pool_source *s, struct pool_source_stats *ret);
 
 #endif
