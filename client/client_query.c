@@ -260,6 +260,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->reader_wait_ns = s->reader_wait_ns;
 	o->reader_wait_share = s->reader_wait_share;
 	cl_text(o->pipeline, sizeof(o->pipeline), s->pipeline);
+	o->shm_bytes = s->shm_bytes;
 }
 
 FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)

@@ -116,6 +116,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("worker_ns", s->worker_ns, ", ");
 	json_u64("jobs", s->jobs, ", ");
 	json_u64("reader_wait_ns", s->reader_wait_ns, ", ");
+	json_u64("shm_bytes", s->shm_bytes, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);
 	json_str("pipeline", s->pipeline, "");
 	printf("}%s\n", sep);

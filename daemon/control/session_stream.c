@@ -316,7 +316,7 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 	ss->stat = (struct stats_entry){
 		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
 		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
-		.opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
+		.shm_bytes = ss->shm_bytes,		.opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
 	};
 	stats_add(&ss->d->stats, &ss->stat);
 }

@@ -85,6 +85,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 		s->member_pids = (int32_t *)x.member_pids;
 	}
 	s->batch = en->batch;
+	s->shm_bytes = en->shm_bytes;
 	s->credits = x.credits;
 	s->credits_in_use = x.credits_in_use;
 	s->age_ms = age_ms;

@@ -79,6 +79,7 @@ struct stats_entry {
 	const char *group;             /* NULL or "": not in a group */
 	const char *pipeline;          /* canonical text; lives as long as the entry */
 	uint32_t batch;
+	uint64_t shm_bytes;            /* its regions */
 	uint64_t opened_ms;            /* uv_now() when it started delivering */
 	void (*read)(struct stats_entry *en, struct stats_sample *ret);
 };

@@ -215,6 +215,7 @@ struct feed_stream_status {
 	uint64_t reader_wait_ns;  /* its reader's own report of time blocked waiting */
 	double reader_wait_share; /* that over age_ms, 0..1 */
 	char pipeline[256];       /* canonical text */
+	uint64_t shm_bytes;       /* its shared memory regions */
 };
 
 /* The block cache shared by every stream. */
