@@ -45,6 +45,13 @@ struct pool_thread {
 	pthread_t tid;
 	struct pool *pool;
 	struct pool_worker w;
+	struct pool_worker w2;        /* for a job run inside another (pool_yield) */
+	/* the job running on w: this thread's alone */
+	struct pool_source *cur_src;
+	uint64_t cur_est, cur_t0;     /* its estimate, thread CPU ns at its start */
+	uint64_t nested_ns;           /* thread CPU ns of jobs run inside it */
+	bool nesting;                 /* a job runs on w2 */
+	unsigned calls, next_check;   /* pool_yield() calls; backoff after a refusal */
 };
 
 struct pool {
@@ -57,6 +64,10 @@ struct pool {
 	uint64_t nqueued;             /* jobs queued in sources (mu) */
 	uint64_t vclock;              /* vtime of the user picked last (mu) */
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
+	unsigned idle;                /* workers waiting for a job (mu) */
+	/* relaxed: a hint set when work is queued and no worker is idle;
+	 * pool_yield() looks under mu before acting on it */
+	_Atomic int yield_wanted;
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
 	bool closed;                  /* the async handle's close completed */
@@ -114,9 +125,10 @@ static bool source_urgent(const struct pool_source *s)
 	return s->waiting && atomic_load_explicit(s->waiting, memory_order_relaxed) != 0;
 }
 
-/* The fair-share pick (pool.h): the user with the least vtime, then its
- * waiting source, else its source with the least vtime. */
-static struct pool_source *pool_pick_source_locked(struct pool *p)
+/* The fair-share choice (pool.h): the user with the least vtime, then
+ * its waiting source, else its source with the least vtime. Changes
+ * nothing. */
+static struct pool_source *pool_choose_locked(struct pool *p)
 {
 	struct pool_user *best = NULL;
 
@@ -137,14 +149,33 @@ static struct pool_source *pool_pick_source_locked(struct pool *p)
 			pick_urgent = urgent;
 		}
 	}
-	POOL_TO_TAIL(struct pool_user, &p->users, best);
-	POOL_TO_TAIL(struct pool_source, &best->sources, pick);
-	p->vclock = best->vtime;
 	return pick;
 }
 
-/* The next job to run, or NULL when nothing is queued. */
-static struct pool_job *pool_take_locked(struct pool *p)
+/* Takes the first job of s, chosen: rotates the round robin and charges
+ * the source's estimate (corrected in pool_charge_locked()). */
+static struct pool_job *pool_dequeue_locked(struct pool *p, struct pool_source *s)
+{
+	struct pool_user *u = s->user;
+	struct pool_job *job = s->head;
+
+	POOL_TO_TAIL(struct pool_user, &p->users, u);
+	POOL_TO_TAIL(struct pool_source, &u->sources, s);
+	p->vclock = u->vtime;
+	s->head = job->next;
+	s->head = job->next;
+	if (!s->head)
+		s->tail = NULL;
+	s->nqueued--;
+	s->user->nqueued--;
+	p->nqueued--;
+	s->vtime += s->est_ns;
+	s->user->vtime += s->est_ns;
+	return job;
+}
+
+/* The pool's own first job, if any. */
+static struct pool_job *pool_own_locked(struct pool *p)
 {
 	struct pool_job *job = p->head;
 
@@ -152,21 +183,19 @@ static struct pool_job *pool_take_locked(struct pool *p)
 		p->head = job->next;
 		if (!p->head)
 			p->tail = NULL;
-		return job;
 	}
-	struct pool_source *s = pool_pick_source_locked(p);
-	if (!s)
-		return NULL;
-	job = s->head;
-	s->head = job->next;
-	if (!s->head)
-		s->tail = NULL;
-	s->nqueued--;
-	s->user->nqueued--;
-	p->nqueued--;
-	s->vtime += s->est_ns;  /* corrected in pool_charge_locked() */
-	s->user->vtime += s->est_ns;
 	return job;
+}
+
+/* The next job to run, or NULL when nothing is queued. */
+static struct pool_job *pool_take_locked(struct pool *p)
+{
+	struct pool_job *job = pool_own_locked(p);
+
+	if (job)
+		return job;
+	struct pool_source *s = pool_choose_locked(p);
+	return s ? pool_dequeue_locked(p, s) : NULL;
 }
 
 /* job of s ran for ns: replaces the estimate charged at the pick. */
@@ -181,6 +210,43 @@ static void pool_charge_locked(struct pool_source *s, uint64_t est, uint64_t ns)
 		source_free_locked(s);
 }
 
+/* Runs job on w and accounts for it; mu is held on entry and on return,
+ * dropped while the job runs. Returns the thread CPU ns it took. */
+static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct pool_job *job,
+				struct pool_worker *w)
+{
+	/* read before run(): job may die in it; src lives on (its reference) */
+	struct pool_source *src = job->src;
+	uint64_t est = src ? src->est_ns : 0;
+	bool notify = job->done != NULL, outer = w == &t->w;
+
+	if (outer) {
+		t->cur_src = src;
+		t->cur_est = est;
+		t->nested_ns = 0;
+		t->calls = t->next_check = 0;
+	}
+	pthread_mutex_unlock(&p->mu);
+	uint64_t t0 = pool_thread_ns();
+	if (outer)
+		t->cur_t0 = t0;
+	job->run(job, w);
+	uint64_t ns = pool_thread_ns() - t0;
+	if (outer)  /* what ran inside it is charged to its own source */
+		ns = ns > t->nested_ns ? ns - t->nested_ns : 0;
+	pthread_mutex_lock(&p->mu);
+	if (src)
+		pool_charge_locked(src, est, ns);
+	if (notify) {
+		job->next = p->done;
+		p->done = job;
+		pthread_mutex_unlock(&p->mu);
+		uv_async_send(&p->async);  /* coalesced; the loop drains the list */
+		pthread_mutex_lock(&p->mu);
+	}
+	return ns;
+}
+
 static void *pool_main(void *arg)
 {
 	struct pool_thread *t = arg;
@@ -188,32 +254,73 @@ static void *pool_main(void *arg)
 
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
+		p->idle++;
 		while (!p->head && !p->nqueued && !p->stopping)
 			pthread_cond_wait(&p->cv, &p->mu);
+		p->idle--;
 		struct pool_job *job = pool_take_locked(p);
 		if (!job)
 			break;  /* stopping and drained */
-		/* read before run(): job may die in it; src lives on (its reference) */
-		struct pool_source *src = job->src;
-		uint64_t est = src ? src->est_ns : 0;
-		bool notify = job->done != NULL;
-		pthread_mutex_unlock(&p->mu);
-		uint64_t t0 = src ? pool_thread_ns() : 0;
-		job->run(job, &t->w);
-		uint64_t ns = src ? pool_thread_ns() - t0 : 0;
-		pthread_mutex_lock(&p->mu);
-		if (src)
-			pool_charge_locked(src, est, ns);
-		if (notify) {
-			job->next = p->done;
-			p->done = job;
-			pthread_mutex_unlock(&p->mu);
-			uv_async_send(&p->async);  /* coalesced; the loop drains the list */
-			pthread_mutex_lock(&p->mu);
-		}
+		pool_run_locked(p, t, job, &t->w);
+		t->cur_src = NULL;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+/* The job pool_yield() may run inside the one on t, or NULL: the pool's
+ * own, or another user's that the fair share puts first and that costs at
+ * most a quarter of what the running job has cost so far (or is
+ * expected to). */
+static struct pool_job *pool_yield_take_locked(struct pool *p, struct pool_thread *t,
+					       uint64_t now)
+{
+	struct pool_job *job = pool_own_locked(p);
+
+	if (job)
+		return job;
+	struct pool_source *s = pool_choose_locked(p);
+	struct pool_user *mine = t->cur_src ? t->cur_src->user : NULL;
+	if (!s || !mine || s->user == mine)
+		return NULL;
+	/* the running job's user as charged once it ends: the estimate made
+	 * at the pick, or what it has cost so far if that is more */
+	uint64_t spent = now - t->cur_t0 - t->nested_ns;
+	uint64_t worth = spent > t->cur_est ? spent : t->cur_est;
+	if (s->user->vtime > mine->vtime - t->cur_est + worth)
+		return NULL;
+	return s->est_ns <= worth / 4 ? pool_dequeue_locked(p, s) : NULL;
+}
+
+void pool_yield_slow(struct pool_worker *w)
+{
+	struct pool_thread *t = w->thread;
+	struct pool *p = t->pool;
+	uint64_t now = pool_thread_ns();
+
+	if (t->nesting || ++t->calls < t->next_check)
+		return;
+	pthread_mutex_lock(&p->mu);
+	atomic_store_explicit(&p->yield_wanted, 0, memory_order_relaxed);
+	struct pool_job *job;
+	bool ran = false;
+	/* as many as the fair share allows: a light stream's next batch is
+	 * often queued by the time its last one is built */
+	while (!p->idle && (job = pool_yield_take_locked(p, t, now))) {
+		t->nesting = true;
+		pool_run_locked(p, t, job, &t->w2);
+		t->nesting = false;
+		uint64_t after = pool_thread_ns();
+		t->nested_ns += after - now;
+		now = after;
+		ran = true;
+	}
+	if (!ran && !p->idle && (p->head || p->nqueued)) {
+		/* not now: look again later, less often each time */
+		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
+		t->next_check = t->calls + (t->next_check ? t->next_check : 8);
+	}
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* Runs done() of every finished job, oldest first (loop thread). */
@@ -260,6 +367,9 @@ static void pool_join(struct pool *p)
 		fmt_decoder_free(p->threads[i].w.dec);
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
+		fmt_decoder_free(p->threads[i].w2.dec);
+		free(p->threads[i].w2.comp);
+		free(p->threads[i].w2.scratch);
 	}
 	p->n = 0;
 }
@@ -271,8 +381,12 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 	sigset_t all, old;
 
 	t->pool = p;
-	t->w.index = i;
+	t->w.index = t->w2.index = i;
+	t->w.thread = t->w2.thread = t;
+	t->w.yield_flag = &p->yield_wanted;  /* w2's stays NULL: one level deep */
 	int r = fmt_decoder_new(&t->w.dec);
+	if (r == 0 && (r = fmt_decoder_new(&t->w2.dec)) < 0)
+		fmt_decoder_free(t->w.dec);
 	if (r < 0)
 		return feed_err_set(err, r, "worker %u: decoder: %s", i, strerror(-r));
 	sigfillset(&all);
@@ -281,6 +395,7 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r) {
 		fmt_decoder_free(t->w.dec);
+		fmt_decoder_free(t->w2.dec);
 		return feed_err_set(err, -r, "worker %u: pthread_create: %s", i, strerror(r));
 	}
 	return 0;
@@ -300,6 +415,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	p->size = n;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	atomic_init(&p->yield_wanted, 0);
 	/* Threads first: idle ones never touch the async handle, so a failure
 	 * below is undone by joining them, with no handle to close. */
 	for (unsigned i = 0; i < n && r == 0; i++)
@@ -362,6 +478,8 @@ void pool_submit(struct pool *p, struct pool_job *job)
 			p->head = job;
 		p->tail = job;
 	}
+	if (!p->idle)  /* every worker busy: one of them may run it between items */
+		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 }

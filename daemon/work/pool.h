@@ -22,6 +22,13 @@
  * robin. The reader-waiting flag is the client's (untrusted): it only
  * orders a user's own sources, never one user against another.
  *
+ * Jobs are not preempted, but a long one calls pool_yield() between
+ * items: when every worker is busy and another user's job that the fair
+ * share puts first is queued and costs at most a quarter of the running
+ * one, it runs there and then, on the same thread with the worker's
+ * second set of buffers (one level deep: a job run so never yields). A
+ * light stream next to heavy ones then waits for one item, not one batch.
+ *
  * Locks: one mutex (pool.mu) guards the queues, the users and sources, the
  * done list and the stop flag; it is the only lock and is never held while
  * a job runs or a callback is called.
@@ -38,6 +45,7 @@
 #include "log.h"
 
 struct fmt_decoder;
+struct pool_thread;
 
 /* What a job sees of the worker running it. */
 struct pool_worker {
@@ -49,6 +57,8 @@ struct pool_worker {
 	size_t comp_cap;
 	void *scratch;                /* augmentation scratch */
 	size_t scratch_cap;
+	struct pool_thread *thread;   /* private: pool_yield() */
+	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };
 
 /* A unit of work, owned by whoever submits it until done() is called (or,
@@ -88,6 +98,19 @@ void pool_stop(struct pool *p);
 void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
+
+void pool_yield_slow(struct pool_worker *w);
+
+/* Between the items of a long job (samples of a batch), on its worker:
+ * may run one queued job first (see Fair shares above). The caller holds
+ * no lock (cache pins are fine: the job run here pins its own). Nearly
+ * free when there is nothing to do: one relaxed load. */
+static inline void pool_yield(struct pool_worker *w)
+{
+	/* relaxed: a hint; pool_yield_slow() looks under the lock */
+	if (w->yield_flag && atomic_load_explicit(w->yield_flag, memory_order_relaxed))
+		pool_yield_slow(w);
+}
 
 /* ---- work sources (fair shares) ---- */
 

@@ -6,8 +6,9 @@
  * run exactly once too, also while pool_stop() waits for the workers.
  * Fair shares: a light user's jobs are not queued behind a heavy user's,
  * two sources of a user take turns, a source whose reader waits goes
- * first within its user (and only there), and each source's worker time
- * and jobs are counted.
+ * first within its user (and only there), each source's worker time
+ * and jobs are counted, and a long job lets another user's short jobs run
+ * between its items (pool_yield).
  */
 #include <check.h>
 #include <pthread.h>
@@ -482,6 +483,81 @@ START_TEST(test_pool_source_outlives_owner)
 }
 END_TEST
 
+/* A long job that calls pool_yield() between its 20 items (1 ms each),
+ * and says when it has started. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started;
+	int ran_before_end;        /* other jobs run when it ended */
+} ly = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void long_run(struct pool_job *job, struct pool_worker *w)
+{
+	struct fair_job *j = (struct fair_job *)job;
+
+	pthread_mutex_lock(&ly.mu);
+	ly.started = true;
+	pthread_cond_broadcast(&ly.cv);
+	pthread_mutex_unlock(&ly.mu);
+	for (int i = 0; i < 20; i++) {
+		uint64_t end = thread_ns() + j->spin_ns / 20;
+		while (thread_ns() < end)
+			;
+		pool_yield(w);
+	}
+	ly.ran_before_end = atomic_load(&fs.nran);
+	fs.order[atomic_fetch_add(&fs.nran, 1)] = j->tag;
+}
+
+/* Runs the long job of user 1000 on the one worker, queues 5 short jobs
+ * of user other_uid once it runs, and returns how many ran inside it. */
+static int yield_case(uid_t other_uid, struct pool_source_stats *ret_long,
+		      struct pool_source_stats *ret_short)
+{
+	struct fair_job lj, shorts[5];
+	struct pool_source *sl, *ss;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ly.started = false;
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sl), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, other_uid, &ss), 0);
+	lj = (struct fair_job){.job = {.run = long_run, .src = sl}, .tag = 'L', .spin_ns = 20000000};
+	pool_submit(fs.pool, &lj.job);
+	pthread_mutex_lock(&fs.mu);
+	fs.open = true;  /* the gate goes: the long job runs */
+	pthread_cond_broadcast(&fs.cv);
+	pthread_mutex_unlock(&fs.mu);
+	pthread_mutex_lock(&ly.mu);
+	while (!ly.started)
+		pthread_cond_wait(&ly.cv, &ly.mu);
+	pthread_mutex_unlock(&ly.mu);
+	fair_queue(shorts, 5, ss, 'S', 0);
+	fair_finish(&loop, 6);
+	pool_source_stats(sl, ret_long);
+	pool_source_stats(ss, ret_short);
+	pool_source_put(sl);
+	pool_source_put(ss);
+	fair_end(&loop);
+	return ly.ran_before_end;
+}
+
+/* Another user's short jobs run between the long job's items, on its
+ * thread, and their time is not charged to it; the same user's wait. */
+START_TEST(test_pool_yield_runs_other_users_short_jobs)
+{
+	struct pool_source_stats l, s;
+
+	ck_assert_int_eq(yield_case(2000, &l, &s), 5);
+	ck_assert_uint_eq(l.jobs, 1);
+	ck_assert_uint_eq(s.jobs, 5);
+	ck_assert_uint_ge(l.worker_ns, 20000000);
+	ck_assert_uint_lt(s.worker_ns, l.worker_ns / 4);
+	ck_assert_int_eq(yield_case(1000, &l, &s), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -497,6 +573,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_sources_take_turns);
 	tcase_add_test(tc, test_pool_waiting_reader_first);
 	tcase_add_test(tc, test_pool_source_outlives_owner);
+	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
 	suite_add_tcase(s, tc);
 	return s;
 }
