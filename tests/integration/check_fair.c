@@ -4,8 +4,8 @@
  * One worker; streams read by child processes that release every batch at
  * once, so each always wants more. Two competing streams of one user, and
  * of two users (the second a child switched to nobody), get worker time
- * within 20% of each other although one holds 16 credits and the other 2
- * (first come, first served gave the first ~8 times the other's). A light
+ * within 20% of each other although one holds 16 credits and the other 3
+ * (first come, first served gave the first twice the other's). A light
  * stream of another user opened next to a heavy one gets its 20 batches
  * built interleaved with the heavy one's: the heavy stream runs at most
  * about a job per light batch meanwhile, not its whole queue before each.
@@ -25,7 +25,7 @@
 #include "feedd_harness.h"
 
 #define NOBODY 65534
-#define HEAVY "resize(h=256, w=256)"  /* ~0.5 M pixels a batch of 8 */
+#define HEAVY "resize(h=512, w=512)"  /* ~2 M pixels a batch of 8 */
 
 static void start_daemon(void)
 {
@@ -160,30 +160,32 @@ static bool jobs_reached(void *arg)
 	return a.jobs >= w->a_from + w->a_more && b.jobs >= w->b_from + w->b_more;
 }
 
-/* Stream A (uid ua, 16 credits) and B (uid ub, 2 credits) compete for
- * one worker; compares the worker time each got over 300 jobs. */
+/* Stream A (uid ua, 16 credits) and B (uid ub, 3 credits: while B's
+ * reader turns a batch around, ~6 ms jobs of both fill the time, so B
+ * still wants one when its turn comes, even on a loaded machine) compete
+ * for one worker; compares the worker time each got over 300 jobs. */
 static void compete(uid_t ua, uid_t ub)
 {
 	struct reader ra = {.uid = ua, .batch = 8, .credits = 16, .pipeline = HEAVY};
-	struct reader rb = {.uid = ub, .batch = 8, .credits = 2, .pipeline = HEAVY};
+	struct reader rb = {.uid = ub, .batch = 8, .credits = 3, .pipeline = HEAVY};
 	struct share a0, b0, a1, b1;
 
 	start_daemon();
 	status_conn = h_conn_new();
 	pid_t pa = reader_start(&ra);
 	pid_t pb = reader_start(&rb);
-	struct jobs_wait w = {.ua = ua, .ub = ub, .ca = 16, .cb = 2, .a_more = 10, .b_more = 10};
+	struct jobs_wait w = {.ua = ua, .ub = ub, .ca = 16, .cb = 3, .a_more = 10, .b_more = 10};
 	ck_assert_msg(h_wait_until(jobs_reached, &w, 60000), "the streams did not both run");
-	shares_now(ua, 16, ub, 2, &a0, &b0);
-	w = (struct jobs_wait){.ua = ua, .ub = ub, .ca = 16, .cb = 2, .a_from = a0.jobs,
+	shares_now(ua, 16, ub, 3, &a0, &b0);
+	w = (struct jobs_wait){.ua = ua, .ub = ub, .ca = 16, .cb = 3, .a_from = a0.jobs,
 			       .b_from = b0.jobs, .sum_more = 300};
 	ck_assert_msg(h_wait_until(jobs_reached, &w, 120000), "300 jobs did not run");
-	shares_now(ua, 16, ub, 2, &a1, &b1);
+	shares_now(ua, 16, ub, 3, &a1, &b1);
 	reader_kill(pa);
 	reader_kill(pb);
 	uint64_t da = a1.worker_ns - a0.worker_ns, db = b1.worker_ns - b0.worker_ns;
 	ck_assert_msg(da * 10 <= db * 12 && db * 10 <= da * 12,
-		      "worker time: 16 credits %llu ns (%llu jobs), 2 credits %llu ns (%llu jobs)",
+		      "worker time: 16 credits %llu ns (%llu jobs), 3 credits %llu ns (%llu jobs)",
 		      (unsigned long long)da, (unsigned long long)(a1.jobs - a0.jobs),
 		      (unsigned long long)db, (unsigned long long)(b1.jobs - b0.jobs));
 	feed_disconnect(status_conn);
