@@ -16,7 +16,8 @@
 #   before fair shares (3066dc4): light next to heavy 21.2-71.4 s for its
 #     20 batches (133-448 samples/s); alone 0.009-0.037 s
 #   with them (pool_yield included): next to heavy 0.013-0.151 s; alone
-#     0.005-0.072 s
+#     0.005-0.072 s; in a later run 0.025-0.055 s next to heavy, 0.009-0.029
+#     s alone
 # On a quieter machine, before pool_yield existed, next to heavy took
 # 0.006-0.43 s: a light batch waited for a whole heavy batch (~150 ms)
 # whenever both workers had just started one.

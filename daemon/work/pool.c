@@ -24,6 +24,7 @@ struct pool_user {
 	uid_t uid;
 	uint64_t vtime;               /* worker ns charged (estimates included) */
 	uint64_t nqueued;             /* jobs queued in its sources */
+	unsigned running;             /* its jobs running */
 	struct pool_source *sources;  /* picked ones moved to the tail */
 };
 
@@ -65,6 +66,7 @@ struct pool {
 	uint64_t vclock;              /* vtime of the user picked last (mu) */
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
 	unsigned idle;                /* workers waiting for a job (mu) */
+	unsigned running;             /* jobs of sources running (mu) */
 	/* relaxed: a hint set when work is queued and no worker is idle;
 	 * pool_yield() looks under mu before acting on it */
 	_Atomic int yield_wanted;
@@ -226,6 +228,10 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 		t->nested_ns = 0;
 		t->calls = t->next_check = 0;
 	}
+	if (src) {
+		src->user->running++;
+		p->running++;
+	}
 	pthread_mutex_unlock(&p->mu);
 	uint64_t t0 = pool_thread_ns();
 	if (outer)
@@ -235,8 +241,11 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	if (outer)  /* what ran inside it is charged to its own source */
 		ns = ns > t->nested_ns ? ns - t->nested_ns : 0;
 	pthread_mutex_lock(&p->mu);
-	if (src)
+	if (src) {
+		src->user->running--;
+		p->running--;
 		pool_charge_locked(src, est, ns);
+	}
 	if (notify) {
 		job->next = p->done;
 		p->done = job;
@@ -273,7 +282,7 @@ static void *pool_main(void *arg)
  * most a quarter of what the running job has cost so far (or is
  * expected to). */
 static struct pool_job *pool_yield_take_locked(struct pool *p, struct pool_thread *t,
-					       uint64_t now)
+					       uint64_t now, bool *ret_later)
 {
 	struct pool_job *job = pool_own_locked(p);
 
@@ -289,34 +298,37 @@ static struct pool_job *pool_yield_take_locked(struct pool *p, struct pool_threa
 	uint64_t worth = spent > t->cur_est ? spent : t->cur_est;
 	if (s->user->vtime > mine->vtime - t->cur_est + worth)
 		return NULL;
-	return s->est_ns <= worth / 4 ? pool_dequeue_locked(p, s) : NULL;
+	if (s->est_ns > worth / 4) {
+		*ret_later = true;  /* the running job may grow dear enough */
+		return NULL;
+	}
+	return pool_dequeue_locked(p, s);
 }
 
 void pool_yield_slow(struct pool_worker *w)
 {
 	struct pool_thread *t = w->thread;
 	struct pool *p = t->pool;
-	uint64_t now = pool_thread_ns();
 
 	if (t->nesting || ++t->calls < t->next_check)
 		return;
+	uint64_t now = pool_thread_ns();
 	pthread_mutex_lock(&p->mu);
 	atomic_store_explicit(&p->yield_wanted, 0, memory_order_relaxed);
 	struct pool_job *job;
-	bool ran = false;
+	bool later = false;
 	/* as many as the fair share allows: a light stream's next batch is
 	 * often queued by the time its last one is built */
-	while (!p->idle && (job = pool_yield_take_locked(p, t, now))) {
+	while (!p->idle && (job = pool_yield_take_locked(p, t, now, &later))) {
 		t->nesting = true;
 		pool_run_locked(p, t, job, &t->w2);
 		t->nesting = false;
 		uint64_t after = pool_thread_ns();
 		t->nested_ns += after - now;
 		now = after;
-		ran = true;
 	}
-	if (!ran && !p->idle && (p->head || p->nqueued)) {
-		/* not now: look again later, less often each time */
+	if (later) {
+		/* too dear for now: look again later, less often each time */
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 		t->next_check = t->calls + (t->next_check ? t->next_check : 8);
 	}
@@ -478,7 +490,9 @@ void pool_submit(struct pool *p, struct pool_job *job)
 			p->head = job;
 		p->tail = job;
 	}
-	if (!p->idle)  /* every worker busy: one of them may run it between items */
+	/* every worker busy, one with another user's job: that one may run it
+	 * between its items (a user's own jobs never nest: no flag, no cost) */
+	if (!p->idle && (!job->src || p->running > job->src->user->running))
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);

@@ -28,6 +28,8 @@
  * one, it runs there and then, on the same thread with the worker's
  * second set of buffers (one level deep: a job run so never yields). A
  * light stream next to heavy ones then waits for one item, not one batch.
+ * The worker looks only when a flag says so: work was queued while every
+ * worker was busy and one ran another user's job.
  *
  * Locks: one mutex (pool.mu) guards the queues, the users and sources, the
  * done list and the stop flag; it is the only lock and is never held while
