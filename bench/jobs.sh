@@ -19,14 +19,15 @@
 # daemon's is. feedbench reads more epochs (10) than the DataLoaders (1):
 # both then last long enough to be timed.
 #
-# Measured on the 2-CPU development machine (shared with other builds), with
-# bench/jobs.sh --runs 3 --feed-epochs 20:
-#   1 job alone               1426939 samples/s; 0.059 daemon CPU s/epoch, 47 MiB
-#   4 independent streams      464170 samples/s per job (277889..544168) = 33% of
-#                             solo; 0.049 daemon CPU s/epoch, 50 MiB
-#   4 DataLoaders (2 workers)    2912 samples/s per job (2732..3700): 159x less
-# The 4 readers and 2 workers share 2 CPUs; memory is the 47 MB of decoded
-# blocks in the cache plus the regions.
+# Measured on the 2-CPU development machine (shared with other builds, load
+# average 4 to 8), with bench/jobs.sh --runs 3 --feed-epochs 20:
+#   1 job alone               1200232 samples/s; 0.048 daemon CPU s/epoch, 47 MiB
+#   4 independent streams      419755 samples/s per job (368695..537266) = 35% of
+#                             solo; 0.038 daemon CPU s/epoch, 50 MiB
+#   4 DataLoaders (2 workers)    2733 samples/s per job (2400..3104): 154x less
+# (An earlier run, before pool_yield: 1426939 solo, 464170 per job of 4 =
+# 33%, 2912 per DataLoader.) The 4 readers and 2 workers share 2 CPUs;
+# memory is the 47 MB of decoded blocks in the cache plus the regions.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
