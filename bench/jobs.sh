@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--feed-epochs) feed_epochs=$2; shift 2 ;;
 	--dl-epochs) dl_epochs=$2; shift 2 ;;
-	-h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*)
 		bench_option "$@" || {
 			echo "jobs.sh: unknown argument '$1' (see --help)" >&2; exit 2; }

@@ -32,7 +32,7 @@ me=light_vs_heavy.sh
 source "$root/bench/lib.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
-	-h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*)
 		bench_option "$@" || {
 			echo "$me: unknown argument '$1' (see --help)" >&2; exit 2; }
