@@ -18,6 +18,10 @@
 
 #include "fmt.h"
 
+/* Worker time by which a source whose reader waits may be ahead of its
+ * user's other sources and still go first. */
+#define POOL_URGENT_NS 20000000ull
+
 /* A user's share: the sources it owns (mu). */
 struct pool_user {
 	struct pool_user *next;       /* p->users, picked ones moved to the tail */
@@ -67,8 +71,9 @@ struct pool {
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
 	unsigned idle;                /* workers waiting for a job (mu) */
 	unsigned running;             /* jobs of sources running (mu) */
-	/* relaxed: a hint set when work is queued and no worker is idle;
-	 * pool_yield() looks under mu before acting on it */
+	/* relaxed: a hint set when work is queued while no worker is idle and
+	 * one runs another user's job; pool_yield() looks under mu before
+	 * acting on it */
 	_Atomic int yield_wanted;
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
@@ -140,15 +145,16 @@ static struct pool_source *pool_choose_locked(struct pool *p)
 	if (!best)
 		return NULL;
 	struct pool_source *pick = NULL;
-	bool pick_urgent = false;
+	uint64_t pick_key = 0;
 	for (struct pool_source *s = best->sources; s; s = s->next) {
 		if (!s->nqueued)
 			continue;
-		bool urgent = source_urgent(s);
-		if (!pick || (urgent && !pick_urgent) ||
-		    (urgent == pick_urgent && s->vtime < pick->vtime)) {
+		/* a waiting reader is a head start, not a pass: its stream goes
+		 * first unless it is already POOL_URGENT_NS ahead */
+		uint64_t key = s->vtime + (source_urgent(s) ? 0 : POOL_URGENT_NS);
+		if (!pick || key < pick_key) {
 			pick = s;
-			pick_urgent = urgent;
+			pick_key = key;
 		}
 	}
 	return pick;
