@@ -17,7 +17,8 @@
 #     20 batches (133-448 samples/s); alone 0.009-0.037 s
 #   with them (pool_yield included): next to heavy 0.013-0.151 s; alone
 #     0.005-0.072 s; in a later run 0.025-0.055 s next to heavy, 0.009-0.029
-#     s alone
+#     s alone; with the final pool at load average 3: 0.010-0.029 s next to
+#     heavy (median 0.017), 0.007-0.010 s alone
 # On a quieter machine, before pool_yield existed, next to heavy took
 # 0.006-0.43 s: a light batch waited for a whole heavy batch (~150 ms)
 # whenever both workers had just started one.
@@ -32,7 +33,7 @@ me=light_vs_heavy.sh
 source "$root/bench/lib.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
-	-h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*)
 		bench_option "$@" || {
 			echo "$me: unknown argument '$1' (see --help)" >&2; exit 2; }
