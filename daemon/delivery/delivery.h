@@ -34,6 +34,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "feed_err.h"
 #include "schedule.h"
@@ -58,6 +59,9 @@ struct dlv_spec {
 	bool group;                /* members map the data region copy-on-write:
 				    * sealed FUTURE_WRITE, page-sized slots
 				    * (layout_page_slots()) */
+	uid_t uid;                 /* whose fair share its batches are built from
+				    * (pool.h): a group's creator's; one pool
+				    * source per delivery, a group counts once */
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */
@@ -142,6 +146,10 @@ struct dlv_stats {
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	uint32_t members;                  /* receiving batches or holding slots */
+	uint32_t credits;                  /* slots in all */
+	uint64_t worker_ns, jobs;          /* worker CPU time and jobs run (pool.h):
+					    * the delivery's one source, whatever
+					    * the members */
 	int error;                         /* 0, or why the delivery stopped */
 	char error_msg[256];               /* with error: what the client reads */
 };
@@ -164,11 +172,18 @@ struct dlv_member_stats {
 	uint64_t bad_releases;             /* its release entries refused */
 	uint32_t held;                     /* slots published to it, not released */
 	uint64_t start_epoch, start_index; /* where it started (dlv_member_add) */
+	uint64_t reader_wait_ns;           /* its client's own report of time blocked
+					    * (its release region): untrusted,
+					    * unchecked; for display only */
 	int error;                         /* 0, or why it stopped receiving */
 	char error_msg[256];
 };
 
 /* Any thread (takes the lock). */
 void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats);
+
+/* batches, samples, bytes, worker_ns and jobs alone, without the lock
+ * (relaxed atomics). Any thread. */
+void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats);
 
 #endif
