@@ -18,7 +18,7 @@
  *
  * Threads (daemon/README.md has the whole picture): the loop thread
  * creates, starts and closes a delivery and drains its release doorbell; a
- * worker creates its regions (dlv_prepare) and builds batches, publishing
+ * worker creates a member's regions (dlv_join) and builds batches, publishing
  * each in batch order straight to the ready ring with no loop involvement.
  * One mutex per delivery guards the slot table, the schedule and the ring;
  * it is a leaf lock (nothing else is locked while it is held: pool_submit
@@ -73,9 +73,12 @@ struct dlv_fds {
 /* Creates a delivery for layout lay (from layout_compute() over plan->out,
  * spec->sched.ord.batch and spec->credits, page-rounded for a group),
  * copying plan and lay, and builds its schedule. No shared memory exists
- * yet (dlv_join()). ds, the schedule's block table, cache and pool must
- * outlive it. Returns 0, -EINVAL naming the parameter, -ENOMEM. Loop
- * thread; cheap. */
+ * yet (dlv_join()). Makes the delivery's one work source (pool.h) for
+ * spec->uid: every batch job goes to it, whatever the members, and each
+ * member's reader-waiting flag is watched on it while the member is added
+ * (any one waiting makes it urgent). ds, the schedule's block table,
+ * cache and pool must outlive it. Returns 0, -EINVAL naming the
+ * parameter, -ENOMEM. Loop thread; cheap. */
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err);

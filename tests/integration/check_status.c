@@ -8,7 +8,8 @@
  * warm dataset decodes no block; a cache smaller than the dataset still
  * delivers every sample once per epoch; the daemon's RssAnon + RssShmem
  * stays within the cache budget + the regions + 64 MiB over a Fashion-MNIST
- * epoch.
+ * epoch. A group is listed once, with its members, their pids and reader
+ * waits, and one work source's worker time.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -154,6 +155,87 @@ START_TEST(test_status_shows_stream)
 	ck_assert_int_eq(feed_release(held), 0);
 	feed_stream_close(s);
 	feed_disconnect(c);
+}
+END_TEST
+
+/* A group is built once, so it is listed once: one entry of kind "group"
+ * naming its members and their pids, with one work source's worker time
+ * (as many jobs as batches built, not one per member), and each member's
+ * own reader wait, the group's being the largest. */
+START_TEST(test_status_group_listed_once)
+{
+	enum { MEMBERS = 3, DEPTH = 4 };
+	struct feed_conn *c[MEMBERS];
+	struct feed_stream *s[MEMBERS];
+	struct feed_batch *held;
+
+	start_tiny(NULL);
+	for (int m = 0; m < MEMBERS; m++) {
+		struct feed_stream_opts o = {.dataset = "tiny", .batch = 2, .credits = 2,
+					     .seed = 5, .order = FEED_ORDER_FULL, .group = "g",
+					     .group_depth = DEPTH};
+		c[m] = h_conn_new();
+		s[m] = h_stream_open(c[m], &o);
+	}
+	for (int i = 0; i < 5; i++)  /* in step: the group waits for its slowest */
+		for (int m = 0; m < MEMBERS; m++)
+			h_tiny_read(s[m], 1);
+	/* member 0's reader waits 300 ms for a batch that cannot come */
+	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
+	drain_ready(s[0]);
+	ck_assert_int_eq(feed_next(s[0], 300, &held), -ETIMEDOUT);
+	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);
+
+	const char *text = feedctl_status("--json");
+	json_object *root = json_tokener_parse(text);
+	ck_assert_msg(root, "feedctl status --json is not JSON:\n%s", text);
+	json_object *streams = jget(root, "streams");
+	ck_assert_msg(json_object_array_length(streams) == 1, "a group of %d listed as:\n%s",
+		      MEMBERS, text);
+	json_object *x = json_object_array_get_idx(streams, 0);
+	ck_assert_str_eq(json_object_get_string(jget(x, "kind")), "group");
+	ck_assert_str_eq(json_object_get_string(jget(x, "group")), "g");
+	ck_assert_str_eq(json_object_get_string(jget(x, "dataset")), "tiny");
+	ck_assert_uint_eq(ju(x, "uid"), getuid());
+	ck_assert_uint_eq(ju(x, "members"), MEMBERS);
+	ck_assert_uint_eq(ju(x, "credits"), DEPTH);
+	json_object *pids = jget(x, "member_pids"), *waits = jget(x, "member_reader_wait_ns");
+	ck_assert_uint_eq(json_object_array_length(pids), MEMBERS);
+	ck_assert_uint_eq(json_object_array_length(waits), MEMBERS);
+	uint64_t most = 0;
+	int waiting = 0;
+	for (int m = 0; m < MEMBERS; m++) {
+		ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(pids, m)), getpid());
+		uint64_t w = (uint64_t)json_object_get_int64(json_object_array_get_idx(waits, m));
+		most = w > most ? w : most;
+		waiting += w >= 250000000ull;
+	}
+	ck_assert_int_ge(waiting, 1);  /* member 0's, counted in its own region */
+	ck_assert_uint_eq(ju(x, "reader_wait_ns"), most);
+	/* built once from one source: one job a batch, whatever the members
+	 * (one worker publishes each batch in order inside its job, and
+	 * counts the job after it: at most one behind) */
+	uint64_t batches = ju(x, "batches"), jobs = ju(x, "jobs");
+	ck_assert_uint_ge(batches, 5);
+	ck_assert_msg(jobs + 1 >= batches && jobs <= batches,
+		      "%llu jobs for %llu batches built once", (unsigned long long)jobs,
+		      (unsigned long long)batches);
+	ck_assert_uint_eq(ju(x, "samples"), 2 * batches);
+	ck_assert_uint_gt(ju(x, "worker_ns"), 0);
+	json_object_put(root);
+
+	struct feed_status *st = status_now();
+	ck_assert_uint_eq(st->count, 1);
+	ck_assert_uint_eq(st->streams[0].nmember_pids, MEMBERS);
+	ck_assert_int_eq(st->streams[0].member_pids[MEMBERS - 1], getpid());
+	feed_status_free(st);
+	for (int m = 0; m < MEMBERS; m++) {
+		feed_stream_close(s[m]);
+		feed_disconnect(c[m]);
+	}
+	st = status_now();
+	ck_assert_uint_eq(st->count, 0);  /* gone with its last member */
+	feed_status_free(st);
 }
 END_TEST
 
@@ -352,6 +434,7 @@ static Suite *status_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_status_shows_stream);
 	tcase_add_test(tc, test_status_reader_wait_clamped);
+	tcase_add_test(tc, test_status_group_listed_once);
 	tcase_add_test(tc, test_status_warm_dataset_decodes_nothing);
 	tcase_add_test(tc, test_status_small_cache_every_sample_once);
 	tcase_add_test(tc, test_status_memory_within_budget);
