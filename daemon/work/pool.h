@@ -13,9 +13,9 @@
  * of streams counted once), each belonging to a user. A worker takes the
  * pool's own jobs first (a new stream's regions), then picks the user with
  * the least worker time charged among those with queued work, and within
- * that user the source with the least worker time, where a source whose
- * reader is waiting counts 20 ms less (it goes first unless it is that
- * far ahead); a source takes its jobs in the order submitted. Worker
+ * that user the source with the least worker time, where a source any of
+ * whose watched readers is waiting (a group's: any member's) counts 20 ms
+ * less (it goes first unless it is that far ahead); a source takes its jobs in the order submitted. Worker
  * time is the thread CPU time of each run(), charged when the job is
  * picked (the source's recent average) and corrected when it ends, so two
  * workers do not both pick a user whose first job is still running. A user
