@@ -175,14 +175,13 @@ FEED_API void feed_dataset_list_free(struct feed_dataset_list *list)
 	free(list);
 }
 
-FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
+/* Asks for the daemon's stats; *ret is the Stats reply's to free. */
+static int cl_stats_call(struct feed_conn *conn, Feed__Reply **ret)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__StatsQuery q = FEED__STATS_QUERY__INIT;
 	Feed__Reply *rep = NULL;
 
-	if (!conn || !ret)
-		return -EINVAL;
 	req.body_case = FEED__REQUEST__BODY_STATS;
 	req.stats = &q;
 	int r = cl_call(conn, &req, &rep);
@@ -192,8 +191,23 @@ FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
 		feed__reply__free_unpacked(rep, NULL);
 		return cl_bad_reply(conn, "expected stats");
 	}
-	const Feed__Stats *s = rep->stats;
-	struct feed_stats st = {
+	*ret = rep;
+	return 0;
+}
+
+/* Copies text s into out[cap], printable ASCII only, cut to fit. */
+static void cl_text(char *out, size_t cap, const char *s)
+{
+	size_t i = 0;
+
+	for (; s && s[i] && i < cap - 1; i++)
+		out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	out[i] = '\0';
+}
+
+static void cl_stats_convert(const Feed__Stats *s, struct feed_stats *st)
+{
+	*st = (struct feed_stats){
 		.protocol_version = s->protocol_version,
 		.uptime_ms = s->uptime_ms,
 		.connections = s->connections,
@@ -203,10 +217,103 @@ FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
 		.requests = s->requests,
 		.rejected = s->rejected,
 	};
-	for (size_t i = 0; s->server_version[i] && i < sizeof(st.server_version) - 1; i++)
-		st.server_version[i] = s->server_version[i] >= 0x20 && s->server_version[i] < 0x7f
-			? s->server_version[i] : '?';
+	cl_text(st->server_version, sizeof(st->server_version), s->server_version);
+}
+
+FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret)
+{
+	Feed__Reply *rep = NULL;
+	struct feed_stats st;
+
+	if (!conn || !ret)
+		return -EINVAL;
+	int r = cl_stats_call(conn, &rep);
+	if (r < 0)
+		return r;
+	cl_stats_convert(rep->stats, &st);
 	feed__reply__free_unpacked(rep, NULL);
 	*ret = st;
 	return 0;
+}
+
+static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_status *o)
+{
+	cl_text(o->kind, sizeof(o->kind), s->kind);
+	o->uid = s->uid;
+	o->pid = s->pid;
+	o->conn = s->conn;
+	o->stream = s->stream;
+	cl_text(o->dataset, sizeof(o->dataset), s->dataset);
+	cl_text(o->group, sizeof(o->group), s->group);
+	o->members = s->members;
+	o->batch = s->batch;
+	o->credits = s->credits;
+	o->credits_in_use = s->credits_in_use;
+	o->age_ms = s->age_ms;
+	o->batches = s->batches;
+	o->samples = s->samples;
+	o->bytes = s->bytes;
+	o->samples_per_s = s->samples_per_s;
+	o->mb_per_s = s->mb_per_s;
+	o->worker_ns = s->worker_ns;
+	o->jobs = s->jobs;
+	o->reader_wait_ns = s->reader_wait_ns;
+	o->reader_wait_share = s->reader_wait_share;
+	cl_text(o->pipeline, sizeof(o->pipeline), s->pipeline);
+	o->shm_bytes = s->shm_bytes;
+	o->nmember_pids = 0;
+	for (size_t i = 0; i < s->n_member_pids && i < FEED_STATUS_MEMBERS; i++) {
+		o->member_pids[i] = s->member_pids[i];
+		o->member_reader_wait_ns[i] = i < s->n_member_reader_wait_ns ?
+						      s->member_reader_wait_ns[i] : 0;
+		o->nmember_pids++;
+	}
+}
+
+FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
+{
+	Feed__Reply *rep = NULL;
+	struct feed_status *st;
+	struct feed_stream_status *list;
+
+	if (!conn || !ret)
+		return -EINVAL;
+	int r = cl_stats_call(conn, &rep);
+	if (r < 0)
+		return r;
+	const Feed__Stats *s = rep->stats;
+	if (s->n_streams > CL_MAX_DATASETS * 64) {
+		feed__reply__free_unpacked(rep, NULL);
+		return cl_bad_reply(conn, "stats: too many streams");
+	}
+	st = calloc(1, sizeof(*st));
+	list = calloc(s->n_streams + 1, sizeof(*list));
+	if (!st || !list) {
+		free(st);
+		free(list);
+		feed__reply__free_unpacked(rep, NULL);
+		return -ENOMEM;
+	}
+	cl_stats_convert(s, &st->stats);
+	if (s->cache)
+		st->cache = (struct feed_cache_status){
+			.hits = s->cache->hits, .misses = s->cache->misses,
+			.evictions = s->cache->evictions, .bytes = s->cache->bytes,
+			.entries = s->cache->entries, .budget = s->cache->budget,
+		};
+	for (size_t i = 0; i < s->n_streams; i++)
+		cl_stream_status(s->streams[i], &list[i]);
+	st->count = s->n_streams;
+	st->streams = list;
+	feed__reply__free_unpacked(rep, NULL);
+	*ret = st;
+	return 0;
+}
+
+FEED_API void feed_status_free(struct feed_status *st)
+{
+	if (!st)
+		return;
+	free((void *)st->streams);
+	free(st);
 }

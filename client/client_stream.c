@@ -137,6 +137,13 @@ static int64_t st_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t st_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* off + len fits in size, without overflow. */
 static bool st_fits(uint64_t off, uint64_t len, uint64_t size)
 {
@@ -1105,7 +1112,12 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 		return 0;
 	struct pollfd p[2] = {{.fd = st->fd[ST_FD_READY], .events = POLLIN},
 			      {.fd = conn->sock, .events = 0}}; /* 0: hang-up only */
+	int64_t t0 = st_now_ns();
 	int n = poll(p, 2, left);
+	/* relaxed: a count the daemon only displays; we are its one writer
+	 * per thread and fetch_add keeps concurrent readers' sums whole */
+	atomic_fetch_add_explicit(&st->rel->reader_wait_ns, (uint64_t)(st_now_ns() - t0),
+				  memory_order_relaxed);
 	if (n < 0 && errno != EINTR)
 		return cl_fail(conn, -errno, "stream %u: poll: %s", st->info.id,
 			       cl_os_strerror(errno));

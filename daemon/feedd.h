@@ -16,6 +16,7 @@
 #include "config.h"
 #include "log.h"
 #include "quota.h"
+#include "stats.h"
 
 #ifndef FEEDD_VERSION
 #define FEEDD_VERSION "0"
@@ -37,6 +38,7 @@ struct feedd {
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
 	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */
+	struct stats_reg stats;    /* every plain stream and group served (loop thread) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */
 	uint64_t requests;         /* requests answered (loop thread) */

@@ -131,7 +131,11 @@ struct feed_shm_rel {
 	 * group, which delivered slots a detached member had already taken
 	 * (those stay intact for it; the rest go back). Untrusted, clamped. */
 	_Atomic uint64_t ready_tail;
-	uint8_t pad0[32];
+	/* Nanoseconds the client's readers spent blocked waiting for a batch,
+	 * cumulative; the client adds, the daemon only shows it (untrusted).
+	 * Each group member has its own release region, hence its own. */
+	_Atomic uint64_t reader_wait_ns;
+	uint8_t pad0[24];
 	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
 	uint8_t pad1[56];
 	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
@@ -161,6 +165,7 @@ _Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
 	       "feed_shm_slot layout (FEED_SHM_VERSION 1)");
 _Static_assert(sizeof(struct feed_shm_rel) == 256 &&
 	       offsetof(struct feed_shm_rel, ready_tail) == 24 &&
+	       offsetof(struct feed_shm_rel, reader_wait_ns) == 32 &&
 	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
 	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
 	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,

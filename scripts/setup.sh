@@ -10,7 +10,7 @@ FEED_PACKAGES=(
   libzstd-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libuv1-dev libcyaml-dev libyaml-dev libsystemd-dev check zlib1g-dev
   python3-numpy python3-pytest python3-zstandard python3-torch strace
-  dataset-fashion-mnist
+  dataset-fashion-mnist libjson-c-dev
   libspng-dev libjpeg62-turbo-dev python3-pil python3-torchvision libjpeg-turbo-progs
   plasma-workspace-wallpapers
 )

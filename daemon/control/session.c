@@ -13,6 +13,7 @@
 #include "catalog.h"
 #include "pool.h"
 #include "quota.h"
+#include "stats.h"
 
 /* Logs a warning about the connection through one of its log limits (so a peer that
  * misbehaves in a loop cannot flood the log); force: the line goes anyway
@@ -191,27 +192,12 @@ static void ses_stats(struct ses *se, uint32_t id)
 	struct feedd *d = se->d;
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__Stats st = FEED__STATS__INIT;
-	Feed__DatasetStats *ds = calloc(d->cat->n + 1, sizeof(*ds));
-	Feed__DatasetStats **dp = calloc(d->cat->n + 1, sizeof(*dp));
+	void *mem;
 
-	if (!ds || !dp) {
-		free(ds);
-		free(dp);
+	if (stats_reply(d, &se->conn->peer, &st, &mem) < 0) {
 		ses_error(se, id, -ENOMEM, "stats: out of memory", SES_REFUSAL);
 		return;
 	}
-	for (size_t i = 0; i < d->cat->n; i++) {
-		const struct cat_entry *e = &d->cat->e[i];
-		if (!ses_may_read(se, e->cfg))
-			continue;
-		Feed__DatasetStats *s = &ds[st.n_datasets];
-		feed__dataset_stats__init(s);
-		s->name = (char *)e->cfg->name;
-		s->num_samples = e->info->num_samples;
-		s->bytes_on_disk = e->info->bytes_on_disk;
-		dp[st.n_datasets++] = s;
-	}
-	st.datasets = dp;
 	st.server_version = FEEDD_VERSION;
 	st.protocol_version = se->version;
 	st.uptime_ms = uv_now(&d->loop) - d->start_ms;
@@ -224,8 +210,7 @@ static void ses_stats(struct ses *se, uint32_t id)
 	reply.body_case = FEED__REPLY__BODY_STATS;
 	reply.stats = &st;
 	ses_send(se, &reply);
-	free(ds);
-	free(dp);
+	stats_reply_free(mem);
 }
 
 static void ses_dispatch(struct ses *se, const Feed__Request *req)

@@ -9,6 +9,7 @@
 #include "session_group.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "order.h"
 #include "quota.h"
 #include "session.h"
+#include "stats.h"
 
 struct ses_group {
 	struct ses_group *next;      /* d->groups, in creation order */
@@ -35,8 +37,38 @@ struct ses_group {
 	bool started;                /* dlv_start() was called */
 	struct ses_stream **members; /* open members, for reports and status */
 	uint32_t nmembers, cap;
+	int32_t *pids;               /* status: the members' pids (cap) */
+	uint64_t *waits;             /* status: their reader_wait_ns (cap) */
+	struct stats_entry stat;     /* the group's one status entry, once started */
 	uv_timer_t timer;            /* detaches idle members while started */
 };
+
+/* The group's counters for status (stats.h): built once, so listed once,
+ * with its members' pids and each one's reader wait; the group's reader
+ * wait is its members' largest. */
+static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
+{
+	struct ses_group *g = (struct ses_group *)((char *)en - offsetof(struct ses_group, stat));
+	struct dlv_stats st;
+	uint64_t most = 0;
+
+	dlv_stats(g->dlv, &st);
+	for (uint32_t i = 0; i < g->nmembers; i++) {
+		struct ses_stream_view v;
+		ses_stream_view(g->members[i], &v);
+		g->pids[i] = (int32_t)v.pid;
+		g->waits[i] = v.m.reader_wait_ns;
+		if (v.m.reader_wait_ns > most)
+			most = v.m.reader_wait_ns;
+	}
+	*ret = (struct stats_sample){
+		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
+		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = most,
+		.credits = st.credits, .credits_in_use = st.credits_in_use,
+		.members = g->nmembers, .member_pids = g->nmembers ? g->pids : NULL,
+		.member_reader_wait_ns = g->nmembers ? g->waits : NULL,
+	};
+}
 
 static const char *ses_order_name(int mode)
 {
@@ -155,6 +187,8 @@ static void ses_group_closed(uv_handle_t *h)
 	struct ses_group *g = h->data;
 
 	free(g->members);
+	free(g->pids);
+	free(g->waits);
 	free(g->pipeline_text);
 	free(g);
 }
@@ -168,6 +202,7 @@ void ses_group_unref(struct ses_group *g)
 			*p = g->next;
 			break;
 		}
+	stats_remove(&g->d->stats, &g->stat);
 	struct dlv_stats st;
 	dlv_stats(g->dlv, &st);
 	log_info(&g->d->log, "group '%s' on '%s' closed: %llu batches built once, %llu delivered "
@@ -198,15 +233,29 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 	if (g->nmembers == g->cap) {
 		uint32_t cap = g->cap ? g->cap * 2 : 4;
 		void *v = realloc(g->members, cap * sizeof(*g->members));
-		if (!v)  /* it still receives batches; only reports and status miss it */
+		if (v)
+			g->members = v;
+		void *p = v ? realloc(g->pids, cap * sizeof(*g->pids)) : NULL;
+		if (p)
+			g->pids = p;
+		void *w = p ? realloc(g->waits, cap * sizeof(*g->waits)) : NULL;
+		if (w)
+			g->waits = w;
+		if (!w)  /* it still receives batches; only reports and status miss it */
 			return g->nmembers + 1;
-		g->members = v;
 		g->cap = cap;
 	}
 	g->members[g->nmembers++] = ss;
 	if (!g->started) {
 		uint64_t every = g->d->cfg->group_timeout_ms / 4;
 		g->started = true;
+		g->stat = (struct stats_entry){
+			.kind = "group", .uid = g->uid, .e = g->key.e, .group = g->name,
+			.pipeline = g->pipeline_text, .batch = g->key.batch,
+			.shm_bytes = g->data_bytes, .opened_ms = uv_now(&g->d->loop),
+			.read = ses_group_read,
+		};
+		stats_add(&g->d->stats, &g->stat);
 		dlv_start(g->dlv);
 		uv_timer_start(&g->timer, ses_group_tick, every ? every : 1, every ? every : 1);
 	}

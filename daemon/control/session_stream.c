@@ -23,6 +23,7 @@
 #include "quota.h"
 #include "session.h"
 #include "session_group.h"
+#include "stats.h"
 #include "wire.h"
 
 #define SES_DEFAULT_CREDITS 4
@@ -51,6 +52,8 @@ struct ses_stream {
 	bool poll_live;            /* poll initialised: uv_close() frees us */
 	uint64_t bad_logged;       /* refused release entries already logged */
 	bool error_logged;         /* the stream's stop was logged */
+	struct stats_entry stat;   /* in the daemon's registry while open */
+	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
 };
 
 /* Leaves the delivery: our member goes, then a plain stream's delivery
@@ -72,8 +75,10 @@ static void ses_stream_leave(struct ses_stream *ss)
 
 static void ses_stream_free(struct ses_stream *ss)
 {
+	stats_remove(&ss->d->stats, &ss->stat);  /* a member was never added */
 	ses_stream_leave(ss);
 	quota_stream_give(&ss->d->quota, ss->uid, ss->shm_bytes);
+	free(ss->pipeline);
 	free(ss->plan);
 	free(ss);
 }
@@ -135,6 +140,7 @@ void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret)
 static void ses_stream_drop(struct ses_stream *ss)
 {
 	ses_stream_report(ss);  /* what happened since the last doorbell */
+	stats_remove(&ss->d->stats, &ss->stat);
 	if (ss->poll_live) {
 		uv_poll_stop(&ss->poll);
 		uv_close((uv_handle_t *)&ss->poll, ses_stream_closed);
@@ -205,6 +211,7 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	struct ord_spec *ord = &sp->sched.ord;
 
 	memset(sp, 0, sizeof(*sp));
+	sp->uid = se->conn->peer.uid;
 	sp->credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
 	sp->seed = o->seed;
 	ord->n = e->info->num_samples;
@@ -326,6 +333,34 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	ses_send_fds(se, &reply, list, 5);
 }
 
+/* The stream's counters, for the stats reply (stats.h). */
+static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
+{
+	struct ses_stream *ss = (struct ses_stream *)((char *)en - offsetof(struct ses_stream, stat));
+	struct dlv_stats st;
+	struct dlv_member_stats ms;
+
+	dlv_stats(ss->dlv, &st);
+	dlv_member_stats(ss->mem, &ms);
+	*ret = (struct stats_sample){
+		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
+		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
+		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
+	};
+}
+
+/* Lists the stream in the daemon's registry, from now until it goes. */
+static void ses_stream_register(struct ses *se, struct ses_stream *ss)
+{
+	ss->pipeline = strdup(ss->plan->canonical);
+	ss->stat = (struct stats_entry){
+		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
+		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
+		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
+	};
+	stats_add(&ss->d->stats, &ss->stat);
+}
+
 /* Starts listening to the stream's release doorbell. */
 static int ses_stream_poll(struct ses_stream *ss, struct feed_err *err)
 {
@@ -416,6 +451,8 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
 			 "pipeline '%s'", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
 			 ss->credits, ss->plan->canonical);
+	if (!ss->grp)  /* a group is listed once, by its own entry (session_group.c) */
+		ses_stream_register(se, ss);
 	free(ss->plan);
 	ss->plan = NULL;
 	if (!ss->grp)

@@ -9,7 +9,9 @@
  * CACHE_PIN_MAX blocks at a time and waits only for blocks another worker
  * is decoding, so a cache smaller than the working set never deadlocks:
  * when every entry is pinned the cache goes over budget (by at most
- * workers x CACHE_PIN_MAX blocks) until the pins are dropped. Lock order:
+ * 2 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
+ * between the samples of its first, pool_yield()) until the pins are
+ * dropped. Lock order:
  * a stream's lock may be held while calling in here; this module calls
  * nothing that takes another lock.
  */

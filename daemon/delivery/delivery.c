@@ -25,6 +25,7 @@
 #include "pipeline.h"
 #include "pool.h"
 #include "region.h"
+#include "stats.h"
 
 enum slot_state {
 	SLOT_FREE = 0,   /* in free_slots */
@@ -92,6 +93,9 @@ struct dlv {
 	bool group;                /* several members: see dlv_spec */
 	struct cache *cache;
 	struct pool *pool;
+	struct pool_source *src;   /* our fair share of the workers: one for
+				    * every member (a group counts once) */
+	struct stats_flow flow;    /* published counters, lock-free (stats.h) */
 	uint8_t *hdrs;             /* the slot headers as built, copied to each
 				    * member at publish (nslots * slot_hdr_bytes) */
 
@@ -145,6 +149,9 @@ static void member_free(struct dlv_member *m)
 
 static void dlv_destroy(struct dlv *d)
 {
+	/* first: the pool may outlive us and must not read the member's
+	 * region (the put drops every watch) */
+	pool_source_put(d->src);
 	member_free(d->solo);
 	region_free(&d->data);
 	sched_fini(&d->sched);
@@ -193,6 +200,10 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		dlv_destroy(d);
 		return rc;
 	}
+	if ((rc = pool_source_new(pool, spec->uid, &d->src)) < 0) {
+		dlv_destroy(d);
+		return feed_err_set(err, rc, "stream: out of memory");
+	}
 	for (uint32_t i = 0; i < lay->nslots; i++) {
 		d->free_slots[d->nfree++] = lay->nslots - 1 - i;
 		d->jobs[i].d = d;
@@ -231,6 +242,7 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 	atomic_init(&r->rel_head, 0);
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
+	atomic_init(&r->reader_wait_ns, 0);
 	m->ready_ring = (uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off);
 	m->rel_ring = (_Atomic uint64_t *)((uint8_t *)m->rel.map + d->lay.rel_off);
 }
@@ -278,7 +290,7 @@ static void prep_run(struct pool_job *j, struct pool_worker *w)
 	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
 
 	(void)w;
-	m->prep_rc = regions_make(m->d, m, &m->prep_err);
+	m->prep_rc = regions_make(m->d, m, &m->prep_err);  /* watched once added */
 }
 
 static void prep_done(struct pool_job *j)
@@ -308,6 +320,7 @@ int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *rea
 	m->ready_arg = arg;
 	m->prep_job.run = prep_run;
 	m->prep_job.done = prep_done;
+	m->prep_job.src = NULL;  /* the pool's own: an open is served before batches */
 	if (!d->group)
 		d->solo = m;
 	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
@@ -476,9 +489,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 			m->state = DLV_MEMBER_DONE;
 		}
 	}
-	d->st.batches++;
-	d->st.samples += j->pos.nsamples;
-	d->st.bytes += j->bytes;
+	stats_flow_add(&d->flow, j->pos.nsamples, j->bytes);
 	d->slots[s].members = mask;
 	if (mask) {
 		d->slots[s].state = SLOT_CLIENT;
@@ -651,6 +662,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 		d->slots[j->slot].gen++;
 		j->base.run = job_run;
 		j->base.done = NULL;
+		j->base.src = d->src;
 		j->base.next = list;
 		list = &j->base;
 		atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
@@ -824,6 +836,8 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 out:;
 	struct pool_job *list = rc == 0 && d->started ? advance_locked(d) : NULL;
 	pthread_mutex_unlock(&d->lock);
+	if (rc == 0)  /* its reader's wait counts for the delivery (loop thread, like leave) */
+		pool_source_watch(d->src, idx, &((struct feed_shm_rel *)m->rel.map)->client_waiting);
 	submit_all(d, list);
 	return rc;
 }
@@ -861,6 +875,8 @@ void dlv_member_leave(struct dlv_member *m)
 	struct dlv *d = m->d;
 	struct pool_job *list = NULL;
 
+	if (m->added)  /* before its region goes (loop thread, like add) */
+		pool_source_watch(d->src, m->idx, NULL);
 	pthread_mutex_lock(&d->lock);
 	if (m->added) {
 		member_drop_all_locked(d, m);
@@ -899,6 +915,7 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
 {
 	struct pool_job *list = NULL;
+	uint64_t detached = 0;
 	unsigned n = 0;
 	char msg[200];
 
@@ -915,11 +932,14 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 			 (unsigned long long)(timeout_ns / 1000000));
 		detach_untaken_locked(d, m);
 		member_fail_locked(m, -ENOLINK, msg, DLV_MEMBER_DETACHED);
+		detached |= 1ull << i;
 		n++;
 	}
 	if (n)
 		list = advance_locked(d);
 	pthread_mutex_unlock(&d->lock);
+	for (uint64_t b = detached; b; b &= b - 1)  /* no longer waited for */
+		pool_source_watch(d->src, (unsigned)__builtin_ctzll(b), NULL);
 	submit_all(d, list);
 	return n;
 }
@@ -939,6 +959,7 @@ void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 {
 	pthread_mutex_lock(&d->lock);
 	*ret_stats = d->st;
+	dlv_counters(d, ret_stats);
 	ret_stats->credits_in_use = d->lay.nslots - d->nfree;
 	ret_stats->members = d->nmembers;
 	ret_stats->error = d->error;
@@ -958,7 +979,26 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 		.held = (uint32_t)__builtin_popcountll(m->held),
 		.start_epoch = m->start_epoch, .start_index = m->start_index,
 		.error = m->error,
+		/* relaxed: the client's counter, shown as it is; rel is mapped
+		 * once the member is prepared */
+		.reader_wait_ns = m->rel.map ? atomic_load_explicit(
+			&((struct feed_shm_rel *)m->rel.map)->reader_wait_ns, memory_order_relaxed) : 0,
 	};
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
 	pthread_mutex_unlock(&d->lock);
+}
+
+void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats)
+{
+	struct pool_source_stats ps;
+	struct stats_flow_snap f;
+
+	stats_flow_read(&d->flow, &f);
+	pool_source_stats(d->src, &ps);
+	ret_stats->batches = f.batches;
+	ret_stats->samples = f.samples;
+	ret_stats->bytes = f.bytes;
+	ret_stats->worker_ns = ps.worker_ns;
+	ret_stats->jobs = ps.jobs;
+	ret_stats->credits = d->lay.nslots;
 }

@@ -18,7 +18,7 @@
  *
  * Threads (daemon/README.md has the whole picture): the loop thread
  * creates, starts and closes a delivery and drains its release doorbell; a
- * worker creates its regions (dlv_prepare) and builds batches, publishing
+ * worker creates a member's regions (dlv_join) and builds batches, publishing
  * each in batch order straight to the ready ring with no loop involvement.
  * One mutex per delivery guards the slot table, the schedule and the ring;
  * it is a leaf lock (nothing else is locked while it is held: pool_submit
@@ -34,6 +34,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "feed_err.h"
 #include "schedule.h"
@@ -58,6 +59,9 @@ struct dlv_spec {
 	bool group;                /* members map the data region copy-on-write:
 				    * sealed FUTURE_WRITE, page-sized slots
 				    * (layout_page_slots()) */
+	uid_t uid;                 /* whose fair share its batches are built from
+				    * (pool.h): a group's creator's; one pool
+				    * source per delivery, a group counts once */
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */
@@ -69,9 +73,12 @@ struct dlv_fds {
 /* Creates a delivery for layout lay (from layout_compute() over plan->out,
  * spec->sched.ord.batch and spec->credits, page-rounded for a group),
  * copying plan and lay, and builds its schedule. No shared memory exists
- * yet (dlv_join()). ds, the schedule's block table, cache and pool must
- * outlive it. Returns 0, -EINVAL naming the parameter, -ENOMEM. Loop
- * thread; cheap. */
+ * yet (dlv_join()). Makes the delivery's one work source (pool.h) for
+ * spec->uid: every batch job goes to it, whatever the members, and each
+ * member's reader-waiting flag is watched on it while the member is added
+ * (any one waiting makes it urgent). ds, the schedule's block table,
+ * cache and pool must outlive it. Returns 0, -EINVAL naming the
+ * parameter, -ENOMEM. Loop thread; cheap. */
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err);
@@ -142,6 +149,10 @@ struct dlv_stats {
 	uint64_t bad_releases;             /* release entries refused */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	uint32_t members;                  /* receiving batches or holding slots */
+	uint32_t credits;                  /* slots in all */
+	uint64_t worker_ns, jobs;          /* worker CPU time and jobs run (pool.h):
+					    * the delivery's one source, whatever
+					    * the members */
 	int error;                         /* 0, or why the delivery stopped */
 	char error_msg[256];               /* with error: what the client reads */
 };
@@ -164,11 +175,18 @@ struct dlv_member_stats {
 	uint64_t bad_releases;             /* its release entries refused */
 	uint32_t held;                     /* slots published to it, not released */
 	uint64_t start_epoch, start_index; /* where it started (dlv_member_add) */
+	uint64_t reader_wait_ns;           /* its client's own report of time blocked
+					    * (its release region): untrusted,
+					    * unchecked; for display only */
 	int error;                         /* 0, or why it stopped receiving */
 	char error_msg[256];
 };
 
 /* Any thread (takes the lock). */
 void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats);
+
+/* batches, samples, bytes, worker_ns and jobs alone, without the lock
+ * (relaxed atomics). Any thread. */
+void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats);
 
 #endif

@@ -189,8 +189,10 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 			}
 		}
 	}
-	for (uint32_t k = 0; k < n && rc == 0; k++)
+	for (uint32_t k = 0; k < n && rc == 0; k++) {
 		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
+		pool_yield(w);  /* another user's light batch need not wait for ours */
+	}
 out:
 	cache_put_many(b->cache, ent, n);
 	return rc;

@@ -1,7 +1,9 @@
 /*
- * pool.c: worker threads and their job queue (see pool.h). pool_* calls run
- * on the loop thread; pool_main() runs on each worker. The single mutex
- * mu guards queue, done and stopping; nothing blocks while holding it.
+ * pool.c: worker threads, their queues and the fair-share pick (see
+ * pool.h). pool_* calls run on the loop thread unless pool.h says any
+ * thread; pool_main() runs on each worker. The single mutex mu guards the
+ * queues, users, sources, done and stopping; nothing blocks while holding
+ * it.
  */
 #include "pool.h"
 
@@ -12,13 +14,51 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fmt.h"
+
+/* Worker time by which a source whose reader waits may be ahead of its
+ * user's other sources and still go first. */
+#define POOL_URGENT_NS 20000000ull
+
+/* A user's share: the sources it owns (mu). */
+struct pool_user {
+	struct pool_user *next;       /* p->users, picked ones moved to the tail */
+	uid_t uid;
+	uint64_t vtime;               /* worker ns charged (estimates included) */
+	uint64_t nqueued;             /* jobs queued in its sources */
+	unsigned running;             /* its jobs running */
+	struct pool_source *sources;  /* picked ones moved to the tail */
+};
+
+struct pool_source {
+	struct pool *pool;
+	struct pool_user *user;
+	struct pool_source *next;     /* the user's sources (mu) */
+	struct pool_job *head, *tail; /* its queued jobs (mu) */
+	uint64_t nqueued;             /* (mu) */
+	unsigned refs;                /* the owner's + one per job queued or running (mu) */
+	uint64_t vtime;               /* worker ns charged (mu) */
+	uint64_t est_ns;              /* recent cost of one job, charged at the pick (mu) */
+	/* its readers' flags, untrusted (mu): slot i set when bit i of watched */
+	const _Atomic uint32_t *waiting[POOL_SOURCE_READERS];
+	uint64_t watched;             /* (mu) */
+	/* relaxed: counters for display and tests; nothing is ordered by them */
+	_Atomic uint64_t worker_ns, jobs;
+};
 
 struct pool_thread {
 	pthread_t tid;
 	struct pool *pool;
 	struct pool_worker w;
+	struct pool_worker w2;        /* for a job run inside another (pool_yield) */
+	/* the job running on w: this thread's alone */
+	struct pool_source *cur_src;
+	uint64_t cur_est, cur_t0;     /* its estimate, thread CPU ns at its start */
+	uint64_t nested_ns;           /* thread CPU ns of jobs run inside it */
+	bool nesting;                 /* a job runs on w2 */
+	unsigned calls, next_check;   /* pool_yield() calls; backoff after a refusal */
 };
 
 struct pool {
@@ -26,8 +66,17 @@ struct pool {
 	uv_async_t async;             /* loop thread's handle, woken by workers */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;            /* signalled when queue grows or stopping is set */
-	struct pool_job *head, *tail; /* queued jobs (mu) */
+	struct pool_job *head, *tail; /* the pool's own queued jobs (mu) */
+	struct pool_user *users;      /* every user with a source (mu) */
+	uint64_t nqueued;             /* jobs queued in sources (mu) */
+	uint64_t vclock;              /* vtime of the user picked last (mu) */
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
+	unsigned idle;                /* workers waiting for a job (mu) */
+	unsigned running;             /* jobs of sources running (mu) */
+	/* relaxed: a hint set when work is queued while no worker is idle and
+	 * one runs another user's job; pool_yield() looks under mu before
+	 * acting on it */
+	_Atomic int yield_wanted;
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
 	bool closed;                  /* the async handle's close completed */
@@ -36,6 +85,191 @@ struct pool {
 	struct pool_thread *threads;
 };
 
+static uint64_t pool_thread_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void source_free_locked(struct pool_source *s)
+{
+	struct pool_user *u = s->user;
+	struct pool *p = s->pool;
+
+	for (struct pool_source **q = &u->sources; *q; q = &(*q)->next)
+		if (*q == s) {
+			*q = s->next;
+			break;
+		}
+	free(s);
+	if (u->sources)
+		return;
+	for (struct pool_user **q = &p->users; *q; q = &(*q)->next)
+		if (*q == u) {
+			*q = u->next;
+			break;
+		}
+	free(u);
+}
+
+/* Moves x, an element of the list at *head, to its tail (round robin among
+ * equals). Lists are short: one entry per user, per stream of a user. */
+#define POOL_TO_TAIL(type, head, x)                                   \
+	do {                                                          \
+		type **q_ = (head);                                   \
+		while (*q_ != (x))                                    \
+			q_ = &(*q_)->next;                            \
+		*q_ = (x)->next;                                      \
+		while (*q_)                                           \
+			q_ = &(*q_)->next;                            \
+		*q_ = (x);                                            \
+		(x)->next = NULL;                                     \
+	} while (0)
+
+static bool source_urgent(const struct pool_source *s)
+{
+	/* relaxed: a hint; a stale value only reorders one pick */
+	/* relaxed: a hint; a stale value only reorders one pick. Any reader
+	 * waiting makes the source urgent (a group goes at its fastest
+	 * member's pace, the slowest holds slots instead) */
+	for (uint64_t m = s->watched; m; m &= m - 1)
+		if (atomic_load_explicit(s->waiting[__builtin_ctzll(m)], memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* The fair-share choice (pool.h): the user with the least vtime, then
+ * its waiting source, else its source with the least vtime. Changes
+ * nothing. */
+static struct pool_source *pool_choose_locked(struct pool *p)
+{
+	struct pool_user *best = NULL;
+
+	for (struct pool_user *u = p->users; u; u = u->next)
+		if (u->nqueued && (!best || u->vtime < best->vtime))
+			best = u;
+	if (!best)
+		return NULL;
+	struct pool_source *pick = NULL;
+	uint64_t pick_key = 0;
+	for (struct pool_source *s = best->sources; s; s = s->next) {
+		if (!s->nqueued)
+			continue;
+		/* a waiting reader is a head start, not a pass: its stream goes
+		 * first unless it is already POOL_URGENT_NS ahead */
+		uint64_t key = s->vtime + (source_urgent(s) ? 0 : POOL_URGENT_NS);
+		if (!pick || key < pick_key) {
+			pick = s;
+			pick_key = key;
+		}
+	}
+	return pick;
+}
+
+/* Takes the first job of s, chosen: rotates the round robin and charges
+ * the source's estimate (corrected in pool_charge_locked()). */
+static struct pool_job *pool_dequeue_locked(struct pool *p, struct pool_source *s)
+{
+	struct pool_user *u = s->user;
+	struct pool_job *job = s->head;
+
+	POOL_TO_TAIL(struct pool_user, &p->users, u);
+	POOL_TO_TAIL(struct pool_source, &u->sources, s);
+	p->vclock = u->vtime;
+	s->head = job->next;
+	s->head = job->next;
+	if (!s->head)
+		s->tail = NULL;
+	s->nqueued--;
+	s->user->nqueued--;
+	p->nqueued--;
+	s->vtime += s->est_ns;
+	s->user->vtime += s->est_ns;
+	return job;
+}
+
+/* The pool's own first job, if any. */
+static struct pool_job *pool_own_locked(struct pool *p)
+{
+	struct pool_job *job = p->head;
+
+	if (job) {
+		p->head = job->next;
+		if (!p->head)
+			p->tail = NULL;
+	}
+	return job;
+}
+
+/* The next job to run, or NULL when nothing is queued. */
+static struct pool_job *pool_take_locked(struct pool *p)
+{
+	struct pool_job *job = pool_own_locked(p);
+
+	if (job)
+		return job;
+	struct pool_source *s = pool_choose_locked(p);
+	return s ? pool_dequeue_locked(p, s) : NULL;
+}
+
+/* job of s ran for ns: replaces the estimate charged at the pick. */
+static void pool_charge_locked(struct pool_source *s, uint64_t est, uint64_t ns)
+{
+	s->vtime = s->vtime - est + ns;
+	s->user->vtime = s->user->vtime - est + ns;
+	s->est_ns = (3 * s->est_ns + ns) / 4;
+	atomic_fetch_add_explicit(&s->worker_ns, ns, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->jobs, 1, memory_order_relaxed);
+	if (--s->refs == 0)
+		source_free_locked(s);
+}
+
+/* Runs job on w and accounts for it; mu is held on entry and on return,
+ * dropped while the job runs. Returns the thread CPU ns it took. */
+static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct pool_job *job,
+				struct pool_worker *w)
+{
+	/* read before run(): job may die in it; src lives on (its reference) */
+	struct pool_source *src = job->src;
+	uint64_t est = src ? src->est_ns : 0;
+	bool notify = job->done != NULL, outer = w == &t->w;
+
+	if (outer) {
+		t->cur_src = src;
+		t->cur_est = est;
+		t->nested_ns = 0;
+		t->calls = t->next_check = 0;
+	}
+	if (src) {
+		src->user->running++;
+		p->running++;
+	}
+	pthread_mutex_unlock(&p->mu);
+	uint64_t t0 = pool_thread_ns();
+	if (outer)
+		t->cur_t0 = t0;
+	job->run(job, w);
+	uint64_t ns = pool_thread_ns() - t0;
+	if (outer)  /* what ran inside it is charged to its own source */
+		ns = ns > t->nested_ns ? ns - t->nested_ns : 0;
+	pthread_mutex_lock(&p->mu);
+	if (src) {
+		src->user->running--;
+		p->running--;
+		pool_charge_locked(src, est, ns);
+	}
+	if (notify) {
+		job->next = p->done;
+		p->done = job;
+		pthread_mutex_unlock(&p->mu);
+		uv_async_send(&p->async);  /* coalesced; the loop drains the list */
+		pthread_mutex_lock(&p->mu);
+	}
+	return ns;
+}
+
 static void *pool_main(void *arg)
 {
 	struct pool_thread *t = arg;
@@ -43,28 +277,76 @@ static void *pool_main(void *arg)
 
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->head && !p->stopping)
+		p->idle++;
+		while (!p->head && !p->nqueued && !p->stopping)
 			pthread_cond_wait(&p->cv, &p->mu);
-		struct pool_job *job = p->head;
+		p->idle--;
+		struct pool_job *job = pool_take_locked(p);
 		if (!job)
 			break;  /* stopping and drained */
-		p->head = job->next;
-		if (!p->head)
-			p->tail = NULL;
-		pthread_mutex_unlock(&p->mu);
-		bool notify = job->done != NULL;  /* read before run(): job may die in it */
-		job->run(job, &t->w);
-		pthread_mutex_lock(&p->mu);
-		if (notify) {
-			job->next = p->done;
-			p->done = job;
-			pthread_mutex_unlock(&p->mu);
-			uv_async_send(&p->async);  /* coalesced; the loop drains the list */
-			pthread_mutex_lock(&p->mu);
-		}
+		pool_run_locked(p, t, job, &t->w);
+		t->cur_src = NULL;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+/* The job pool_yield() may run inside the one on t, or NULL: the pool's
+ * own, or another user's that the fair share puts first and that costs at
+ * most a quarter of what the running job has cost so far (or is
+ * expected to). */
+static struct pool_job *pool_yield_take_locked(struct pool *p, struct pool_thread *t,
+					       uint64_t now, bool *ret_later)
+{
+	struct pool_job *job = pool_own_locked(p);
+
+	if (job)
+		return job;
+	struct pool_source *s = pool_choose_locked(p);
+	struct pool_user *mine = t->cur_src ? t->cur_src->user : NULL;
+	if (!s || !mine || s->user == mine)
+		return NULL;
+	/* the running job's user as charged once it ends: the estimate made
+	 * at the pick, or what it has cost so far if that is more */
+	uint64_t spent = now - t->cur_t0 - t->nested_ns;
+	uint64_t worth = spent > t->cur_est ? spent : t->cur_est;
+	if (s->user->vtime > mine->vtime - t->cur_est + worth)
+		return NULL;
+	if (s->est_ns > worth / 4) {
+		*ret_later = true;  /* the running job may grow dear enough */
+		return NULL;
+	}
+	return pool_dequeue_locked(p, s);
+}
+
+void pool_yield_slow(struct pool_worker *w)
+{
+	struct pool_thread *t = w->thread;
+	struct pool *p = t->pool;
+
+	if (t->nesting || ++t->calls < t->next_check)
+		return;
+	uint64_t now = pool_thread_ns();
+	pthread_mutex_lock(&p->mu);
+	atomic_store_explicit(&p->yield_wanted, 0, memory_order_relaxed);
+	struct pool_job *job;
+	bool later = false;
+	/* as many as the fair share allows: a light stream's next batch is
+	 * often queued by the time its last one is built */
+	while (!p->idle && (job = pool_yield_take_locked(p, t, now, &later))) {
+		t->nesting = true;
+		pool_run_locked(p, t, job, &t->w2);
+		t->nesting = false;
+		uint64_t after = pool_thread_ns();
+		t->nested_ns += after - now;
+		now = after;
+	}
+	if (later) {
+		/* too dear for now: look again later, less often each time */
+		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
+		t->next_check = t->calls + (t->next_check ? t->next_check : 8);
+	}
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* Runs done() of every finished job, oldest first (loop thread). */
@@ -113,6 +395,11 @@ static void pool_join(struct pool *p)
 		img_decoder_free(p->threads[i].w.img_dec[1]);
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
+		fmt_decoder_free(p->threads[i].w2.dec);
+		img_decoder_free(p->threads[i].w2.img_dec[0]);
+		img_decoder_free(p->threads[i].w2.img_dec[1]);
+		free(p->threads[i].w2.comp);
+		free(p->threads[i].w2.scratch);
 	}
 	p->n = 0;
 }
@@ -124,9 +411,13 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 	sigset_t all, old;
 
 	t->pool = p;
-	t->w.index = i;
-	t->w.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
+	t->w.index = t->w2.index = i;
+	t->w.img_max_pixels = t->w2.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
+	t->w.thread = t->w2.thread = t;
+	t->w.yield_flag = &p->yield_wanted;  /* w2's stays NULL: one level deep */
 	int r = fmt_decoder_new(&t->w.dec);
+	if (r == 0 && (r = fmt_decoder_new(&t->w2.dec)) < 0)
+		fmt_decoder_free(t->w.dec);
 	if (r < 0)
 		return feed_err_set(err, r, "worker %u: decoder: %s", i, strerror(-r));
 	sigfillset(&all);
@@ -135,6 +426,7 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r) {
 		fmt_decoder_free(t->w.dec);
+		fmt_decoder_free(t->w2.dec);
 		return feed_err_set(err, -r, "worker %u: pthread_create: %s", i, strerror(r));
 	}
 	return 0;
@@ -154,6 +446,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	p->size = n;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	atomic_init(&p->yield_wanted, 0);
 	/* Threads first: idle ones never touch the async handle, so a failure
 	 * below is undone by joining them, with no handle to close. */
 	for (unsigned i = 0; i < n && r == 0; i++)
@@ -175,17 +468,118 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	return 0;
 }
 
+/* Queues job in s; work arriving at an idle user or source is lifted to
+ * the time of the last pick, so idleness banks no credit. */
+static void source_queue_locked(struct pool *p, struct pool_source *s, struct pool_job *job)
+{
+	struct pool_user *u = s->user;
+
+	if (!u->nqueued && u->vtime < p->vclock)
+		u->vtime = p->vclock;
+	if (!s->nqueued) {
+		uint64_t least = UINT64_MAX;
+		for (struct pool_source *o = u->sources; o; o = o->next)
+			if (o->nqueued && o->vtime < least)
+				least = o->vtime;
+		if (least != UINT64_MAX && s->vtime < least)
+			s->vtime = least;
+	}
+	if (s->tail)
+		s->tail->next = job;
+	else
+		s->head = job;
+	s->tail = job;
+	s->nqueued++;
+	s->refs++;
+	u->nqueued++;
+	p->nqueued++;
+}
+
 void pool_submit(struct pool *p, struct pool_job *job)
 {
 	job->next = NULL;
 	pthread_mutex_lock(&p->mu);
-	if (p->tail)
-		p->tail->next = job;
-	else
-		p->head = job;
-	p->tail = job;
+	assert(!job->src || job->src->pool == p);
+	if (job->src) {
+		source_queue_locked(p, job->src, job);
+	} else {
+		if (p->tail)
+			p->tail->next = job;
+		else
+			p->head = job;
+		p->tail = job;
+	}
+	/* every worker busy, one with another user's job: that one may run it
+	 * between its items (a user's own jobs never nest: no flag, no cost) */
+	if (!p->idle && (!job->src || p->running > job->src->user->running))
+		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+}
+
+int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)
+{
+	struct pool_source *s = calloc(1, sizeof(*s));
+	struct pool_user *u;
+
+	if (!s)
+		return -ENOMEM;
+	s->pool = p;
+	s->refs = 1;
+	atomic_init(&s->worker_ns, 0);
+	atomic_init(&s->jobs, 0);
+	pthread_mutex_lock(&p->mu);
+	for (u = p->users; u && u->uid != uid; u = u->next)
+		;
+	if (!u) {
+		if (!(u = calloc(1, sizeof(*u)))) {
+			pthread_mutex_unlock(&p->mu);
+			free(s);
+			return -ENOMEM;
+		}
+		u->uid = uid;
+		u->vtime = p->vclock;
+		u->next = p->users;
+		p->users = u;
+	}
+	s->user = u;
+	s->next = u->sources;
+	u->sources = s;
+	pthread_mutex_unlock(&p->mu);
+	*ret = s;
+	return 0;
+}
+
+void pool_source_put(struct pool_source *s)
+{
+	if (!s)
+		return;
+	struct pool *p = s->pool;
+	pthread_mutex_lock(&p->mu);
+	s->watched = 0;  /* the owner's flags may go with it */
+	if (--s->refs == 0)
+		source_free_locked(s);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void pool_source_watch(struct pool_source *s, unsigned i, const _Atomic uint32_t *reader_waiting)
+{
+	assert(i < POOL_SOURCE_READERS);
+	pthread_mutex_lock(&s->pool->mu);
+	s->waiting[i] = reader_waiting;
+	if (reader_waiting)
+		s->watched |= 1ull << i;
+	else
+		s->watched &= ~(1ull << i);
+	pthread_mutex_unlock(&s->pool->mu);
+}
+
+void pool_source_stats(const struct pool_source *s, struct pool_source_stats *ret)
+{
+	/* relaxed: display counters; each is read once and nothing depends on
+	 * the two agreeing with each other */
+	ret->worker_ns = atomic_load_explicit(&s->worker_ns, memory_order_relaxed);
+	ret->jobs = atomic_load_explicit(&s->jobs, memory_order_relaxed);
 }
 
 void pool_stop(struct pool *p)
@@ -203,7 +597,7 @@ void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
-	assert(p->stopped && p->closed && !p->head && !p->done);
+	assert(p->stopped && p->closed && !p->head && !p->nqueued && !p->done);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p->threads);
@@ -214,7 +608,7 @@ void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
 {
 	pthread_mutex_lock(&p->mu);
 	for (unsigned i = 0; i < p->n; i++)
-		p->threads[i].w.img_max_pixels = max_pixels;
+		p->threads[i].w.img_max_pixels = p->threads[i].w2.img_max_pixels = max_pixels;
 	pthread_mutex_unlock(&p->mu);
 }
 

@@ -9,12 +9,40 @@
  * uv_async_send() (which coalesces) and the done list. A worker never
  * touches a libuv handle and never calls back into the loop itself.
  *
- * Locks: one mutex (pool.mu) guards both lists and the stop flag; it is the
- * only lock and is never held while a job runs or a callback is called.
+ * Fair shares: jobs are queued per work source (one stream, or one group
+ * of streams counted once), each belonging to a user. A worker takes the
+ * pool's own jobs first (a new stream's regions), then picks the user with
+ * the least worker time charged among those with queued work, and within
+ * that user the source with the least worker time, where a source any of
+ * whose watched readers is waiting (a group's: any member's) counts 20 ms
+ * less (it goes first unless it is that far ahead); a source takes its jobs in the order submitted. Worker
+ * time is the thread CPU time of each run(), charged when the job is
+ * picked (the source's recent average) and corrected when it ends, so two
+ * workers do not both pick a user whose first job is still running. A user
+ * or source that had nothing queued is lifted to the time of the last one
+ * picked when its work arrives: idleness banks no credit. Ties go round
+ * robin. The reader-waiting flag is the client's (untrusted): it only
+ * orders a user's own sources, never one user against another.
+ *
+ * Jobs are not preempted, but a long one calls pool_yield() between
+ * items: when every worker is busy and another user's job that the fair
+ * share puts first is queued and costs at most a quarter of the running
+ * one, it runs there and then, on the same thread with the worker's
+ * second set of buffers (one level deep: a job run so never yields). A
+ * light stream next to heavy ones then waits for one item, not one batch.
+ * The worker looks only when a flag says so: work was queued while every
+ * worker was busy and one ran another user's job.
+ *
+ * Locks: one mutex (pool.mu) guards the queues, the users and sources, the
+ * done list and the stop flag; it is the only lock and is never held while
+ * a job runs or a callback is called.
  */
 #ifndef FEEDD_POOL_H
 #define FEEDD_POOL_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "feed_err.h"
@@ -22,6 +50,7 @@
 #include "log.h"
 
 struct fmt_decoder;
+struct pool_thread;
 
 /* What a job sees of the worker running it. */
 struct pool_worker {
@@ -40,6 +69,8 @@ struct pool_worker {
 	struct img_decoder *img_dec[2];
 	struct img_limits img_lim[2]; /* what each was made for */
 	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels */
+	struct pool_thread *thread;   /* private: pool_yield() */
+	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };
 
 /* A unit of work, owned by whoever submits it until done() is called (or,
@@ -47,6 +78,9 @@ struct pool_worker {
  * is how batch building stays off the loop thread entirely). */
 struct pool_job {
 	struct pool_job *next;        /* private: list link */
+	/* Whose work it is; set before pool_submit(), held (a reference) until
+	 * run() returns. NULL: the pool's own, run before any source's. */
+	struct pool_source *src;
 	void (*run)(struct pool_job *job, struct pool_worker *w);  /* worker thread */
 	void (*done)(struct pool_job *job);                        /* loop thread, or NULL */
 };
@@ -82,5 +116,47 @@ unsigned pool_size(const struct pool *p);
  * thread, before the first job is submitted (the queue's mutex hands the
  * value to the workers). The default is IMG_MAX_PIXELS_DEFAULT. */
 void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels);
+
+void pool_yield_slow(struct pool_worker *w);
+
+/* Between the items of a long job (samples of a batch), on its worker:
+ * may run one queued job first (see Fair shares above). The caller holds
+ * no lock (cache pins are fine: the job run here pins its own). Nearly
+ * free when there is nothing to do: one relaxed load. */
+static inline void pool_yield(struct pool_worker *w)
+{
+	/* relaxed: a hint; pool_yield_slow() looks under the lock */
+	if (w->yield_flag && atomic_load_explicit(w->yield_flag, memory_order_relaxed))
+		pool_yield_slow(w);
+}
+
+/* ---- work sources (fair shares) ---- */
+
+struct pool_source;
+
+/* A new source of work for user uid, with one reference: the caller's.
+ * Any thread. -ENOMEM. */
+int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret);
+
+/* Drops the caller's reference; the source goes once no job of it is
+ * queued or running. Any thread, also from inside one of its jobs' run().
+ * Accepts NULL. */
+void pool_source_put(struct pool_source *s);
+
+/* Where reader i (< POOL_SOURCE_READERS: a group's member index, 0 for a
+ * plain stream) of the source says it is waiting (feed_shm_rel's
+ * client_waiting: untrusted, read only to order the user's own sources),
+ * or NULL. The source is urgent while any watched reader waits. A flag
+ * must stay mapped until replaced by NULL or pool_source_put() (which
+ * drops every watch). Any thread. */
+#define POOL_SOURCE_READERS 64
+void pool_source_watch(struct pool_source *s, unsigned i, const _Atomic uint32_t *reader_waiting);
+
+/* Counters; any thread, without the lock (relaxed atomics). */
+struct pool_source_stats {
+	uint64_t worker_ns;           /* thread CPU time of its jobs' run() */
+	uint64_t jobs;                /* jobs run */
+};
+void pool_source_stats(const struct pool_source *s, struct pool_source_stats *ret);
 
 #endif

@@ -4,12 +4,18 @@
  * per job, and stopping finishes queued jobs and joins every thread; jobs
  * that workers submit from run() (as a stream's follow-up batches are)
  * run exactly once too, also while pool_stop() waits for the workers.
+ * Fair shares: a light user's jobs are not queued behind a heavy user's,
+ * two sources of a user take turns, a source whose reader waits goes
+ * first within its user (and only there), each source's worker time
+ * and jobs are counted, and a long job lets another user's short jobs run
+ * between its items (pool_yield).
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <uv.h>
 
 #include "pool.h"
@@ -257,6 +263,304 @@ START_TEST(test_pool_stop_runs_worker_submissions)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Fair shares                                                          */
+
+#define FAIR_MAX 64
+
+/* One worker; a gate job (the pool's own) holds it while the test queues
+ * everything, so the order the jobs then run in is the pick's alone. */
+static struct {
+	struct pool *pool;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool held, open;
+	atomic_int nran;
+	int order[FAIR_MAX];         /* tag of each job, in the order run */
+} fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+struct fair_job {
+	struct pool_job job;
+	int tag;                     /* which source */
+	uint64_t spin_ns;            /* thread CPU time to burn: the job's cost */
+};
+
+static uint64_t thread_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void fair_run(struct pool_job *job, struct pool_worker *w)
+{
+	struct fair_job *j = (struct fair_job *)job;
+	uint64_t end = thread_ns() + j->spin_ns;
+
+	(void)w;
+	while (thread_ns() < end)
+		;  /* work, not a wait: the cost the pool charges */
+	fs.order[atomic_fetch_add(&fs.nran, 1)] = j->tag;
+}
+
+static void gate_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	(void)w;
+	pthread_mutex_lock(&fs.mu);
+	fs.held = true;
+	pthread_cond_broadcast(&fs.cv);
+	while (!fs.open)
+		pthread_cond_wait(&fs.cv, &fs.mu);
+	pthread_mutex_unlock(&fs.mu);
+}
+
+static struct pool_job gate = {.run = gate_run};
+
+static void fair_start(uv_loop_t *loop)
+{
+	struct log lg = {.level = LOG_LEVEL_ERROR, .fd = 2};
+	struct feed_err err = {0};
+
+	fs.held = fs.open = false;
+	atomic_store(&fs.nran, 0);
+	ck_assert_int_eq(uv_loop_init(loop), 0);
+	ck_assert_int_eq(pool_new(loop, &lg, 1, &fs.pool, &err), 0);
+	pool_submit(fs.pool, &gate);
+	pthread_mutex_lock(&fs.mu);
+	while (!fs.held)
+		pthread_cond_wait(&fs.cv, &fs.mu);
+	pthread_mutex_unlock(&fs.mu);
+}
+
+static void fair_queue(struct fair_job *jobs, int n, struct pool_source *src, int tag,
+		       uint64_t spin_ns)
+{
+	for (int i = 0; i < n; i++) {
+		jobs[i] = (struct fair_job){.job = {.run = fair_run, .src = src}, .tag = tag,
+					    .spin_ns = spin_ns};
+		pool_submit(fs.pool, &jobs[i].job);
+	}
+}
+
+/* Opens the gate and runs everything queued. */
+static void fair_finish(uv_loop_t *loop, int total)
+{
+	pthread_mutex_lock(&fs.mu);
+	fs.open = true;
+	pthread_cond_broadcast(&fs.cv);
+	pthread_mutex_unlock(&fs.mu);
+	pool_stop(fs.pool);
+	ck_assert_int_eq(atomic_load(&fs.nran), total);
+	ck_assert_int_eq(uv_run(loop, UV_RUN_DEFAULT), 0);
+}
+
+static void fair_end(uv_loop_t *loop)
+{
+	pool_free(fs.pool);
+	ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
+/* The issue's case: a heavy user's 16 queued builds must not delay a
+ * light user's batches; FIFO ran all 16 first. */
+START_TEST(test_pool_light_user_not_behind_heavy)
+{
+	struct fair_job heavy[16], light[8];
+	struct pool_source *h, *l;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &h), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, 2000, &l), 0);
+	fair_queue(heavy, 16, h, 'H', 2000000);
+	fair_queue(light, 8, l, 'L', 0);
+	fair_finish(&loop, 24);
+	int lights_left = 8;
+	for (int i = 0; i < 24 && lights_left; i++) {
+		if (fs.order[i] == 'L')
+			lights_left--;
+		else
+			ck_assert_msg(i == 0 || fs.order[i - 1] != 'H',
+				      "two heavy jobs in a row (at %d) while light ones waited", i);
+	}
+	struct pool_source_stats hs, ls;
+	pool_source_stats(h, &hs);
+	pool_source_stats(l, &ls);
+	ck_assert_uint_eq(hs.jobs, 16);
+	ck_assert_uint_eq(ls.jobs, 8);
+	ck_assert_uint_ge(hs.worker_ns, 16 * 2000000ull);  /* each burnt 2 ms */
+	ck_assert_uint_lt(ls.worker_ns, hs.worker_ns);
+	pool_source_put(h);
+	pool_source_put(l);
+	fair_end(&loop);
+}
+END_TEST
+
+/* Two sources of one user, equal jobs, one queued entirely before the
+ * other: they take turns, and get the same worker time. */
+START_TEST(test_pool_sources_take_turns)
+{
+	struct fair_job a[12], b[12];
+	struct pool_source *sa, *sb;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sa), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sb), 0);
+	fair_queue(a, 12, sa, 'A', 1000000);
+	fair_queue(b, 12, sb, 'B', 1000000);
+	fair_finish(&loop, 24);
+	int na = 0, nb = 0;
+	for (int i = 0; i < 24; i++) {
+		na += fs.order[i] == 'A';
+		nb += fs.order[i] == 'B';
+		ck_assert_msg(abs(na - nb) <= 2, "after %d jobs: %d of A, %d of B", i + 1, na, nb);
+	}
+	struct pool_source_stats as, bs;
+	pool_source_stats(sa, &as);
+	pool_source_stats(sb, &bs);
+	ck_assert_uint_eq(as.jobs, 12);
+	ck_assert_uint_eq(bs.jobs, 12);
+	ck_assert_msg(as.worker_ns * 10 >= bs.worker_ns * 8 && bs.worker_ns * 10 >= as.worker_ns * 8,
+		      "worker time %llu vs %llu", (unsigned long long)as.worker_ns,
+		      (unsigned long long)bs.worker_ns);
+	pool_source_put(sa);
+	pool_source_put(sb);
+	fair_end(&loop);
+}
+END_TEST
+
+/* A source whose reader waits goes before its user's others; the flag
+ * (the client's word) does not put it before another user. */
+START_TEST(test_pool_waiting_reader_first)
+{
+	struct fair_job a[6], b[6], c[6];
+	struct pool_source *sa, *sb, *sc;
+	_Atomic uint32_t waiting = 1;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sa), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sb), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, 2000, &sc), 0);
+	/* a group: one member idle, another waiting: the source is urgent */
+	static _Atomic uint32_t idle_reader;
+	pool_source_watch(sb, 0, &idle_reader);
+	pool_source_watch(sb, 5, &waiting);
+	fair_queue(a, 6, sa, 'A', 500000);
+	fair_queue(b, 6, sb, 'B', 500000);
+	fair_queue(c, 6, sc, 'C', 500000);
+	fair_finish(&loop, 18);
+	int user1 = 0, user2 = 0, a_seen = 0;
+	for (int i = 0; i < 18; i++) {
+		if (fs.order[i] == 'A')
+			a_seen = 1;
+		ck_assert_msg(!(fs.order[i] == 'B' && a_seen), "A ran before waiting B (at %d)", i);
+		user1 += fs.order[i] != 'C';
+		user2 += fs.order[i] == 'C';
+		if (user2 < 6)
+			ck_assert_msg(abs(user1 - user2) <= 2, "after %d jobs: user 1000 %d, 2000 %d",
+				      i + 1, user1, user2);
+	}
+	pool_source_watch(sb, 5, NULL);
+	pool_source_put(sa);
+	pool_source_put(sb);
+	pool_source_put(sc);
+	fair_end(&loop);
+}
+END_TEST
+
+/* A source put while its jobs are queued lives until they ran. */
+START_TEST(test_pool_source_outlives_owner)
+{
+	struct fair_job a[4];
+	struct pool_source *sa;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sa), 0);
+	fair_queue(a, 4, sa, 'A', 0);
+	pool_source_put(sa);
+	fair_finish(&loop, 4);
+	fair_end(&loop);
+}
+END_TEST
+
+/* A long job that calls pool_yield() between its 20 items (1 ms each),
+ * and says when it has started. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started;
+	int ran_before_end;        /* other jobs run when it ended */
+} ly = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void long_run(struct pool_job *job, struct pool_worker *w)
+{
+	struct fair_job *j = (struct fair_job *)job;
+
+	pthread_mutex_lock(&ly.mu);
+	ly.started = true;
+	pthread_cond_broadcast(&ly.cv);
+	pthread_mutex_unlock(&ly.mu);
+	for (int i = 0; i < 20; i++) {
+		uint64_t end = thread_ns() + j->spin_ns / 20;
+		while (thread_ns() < end)
+			;
+		pool_yield(w);
+	}
+	ly.ran_before_end = atomic_load(&fs.nran);
+	fs.order[atomic_fetch_add(&fs.nran, 1)] = j->tag;
+}
+
+/* Runs the long job of user 1000 on the one worker, queues 5 short jobs
+ * of user other_uid once it runs, and returns how many ran inside it. */
+static int yield_case(uid_t other_uid, struct pool_source_stats *ret_long,
+		      struct pool_source_stats *ret_short)
+{
+	struct fair_job lj, shorts[5];
+	struct pool_source *sl, *ss;
+	uv_loop_t loop;
+
+	fair_start(&loop);
+	ly.started = false;
+	ck_assert_int_eq(pool_source_new(fs.pool, 1000, &sl), 0);
+	ck_assert_int_eq(pool_source_new(fs.pool, other_uid, &ss), 0);
+	lj = (struct fair_job){.job = {.run = long_run, .src = sl}, .tag = 'L', .spin_ns = 20000000};
+	pool_submit(fs.pool, &lj.job);
+	pthread_mutex_lock(&fs.mu);
+	fs.open = true;  /* the gate goes: the long job runs */
+	pthread_cond_broadcast(&fs.cv);
+	pthread_mutex_unlock(&fs.mu);
+	pthread_mutex_lock(&ly.mu);
+	while (!ly.started)
+		pthread_cond_wait(&ly.cv, &ly.mu);
+	pthread_mutex_unlock(&ly.mu);
+	fair_queue(shorts, 5, ss, 'S', 0);
+	fair_finish(&loop, 6);
+	pool_source_stats(sl, ret_long);
+	pool_source_stats(ss, ret_short);
+	pool_source_put(sl);
+	pool_source_put(ss);
+	fair_end(&loop);
+	return ly.ran_before_end;
+}
+
+/* Another user's short jobs run between the long job's items, on its
+ * thread, and their time is not charged to it; the same user's wait. */
+START_TEST(test_pool_yield_runs_other_users_short_jobs)
+{
+	struct pool_source_stats l, s;
+
+	ck_assert_int_eq(yield_case(2000, &l, &s), 5);
+	ck_assert_uint_eq(l.jobs, 1);
+	ck_assert_uint_eq(s.jobs, 5);
+	ck_assert_uint_ge(l.worker_ns, 20000000);
+	ck_assert_uint_lt(s.worker_ns, l.worker_ns / 4);
+	ck_assert_int_eq(yield_case(1000, &l, &s), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -268,6 +572,11 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_idle_stop);
 	tcase_add_test(tc, test_pool_worker_submits_follow_ups);
 	tcase_add_test(tc, test_pool_stop_runs_worker_submissions);
+	tcase_add_test(tc, test_pool_light_user_not_behind_heavy);
+	tcase_add_test(tc, test_pool_sources_take_turns);
+	tcase_add_test(tc, test_pool_waiting_reader_first);
+	tcase_add_test(tc, test_pool_source_outlives_owner);
+	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -194,6 +194,59 @@ struct feed_stats {
  * timeout. Errors as feed_list_datasets(). */
 FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret);
 
+/* One stream, or one group of streams built once ("group"), as the daemon
+ * serves it. Text is printable ASCII (anything else becomes '?'), cut to
+ * fit. Rates are averages since it opened. */
+struct feed_stream_status {
+	char kind[8];             /* "stream" or "group" */
+	uint32_t uid;             /* whose share of the workers builds it */
+	int32_t pid;              /* its client's, at connect */
+	uint64_t conn;            /* the daemon's connection number (as in its log) */
+	uint32_t stream;          /* stream id on that connection */
+	char dataset[64];
+	char group[64];           /* "" outside any group */
+	uint32_t members;         /* streams served: 1 for a lone stream */
+	uint32_t batch, credits, credits_in_use;
+	uint64_t age_ms;          /* since it opened */
+	uint64_t batches, samples, bytes;   /* published */
+	double samples_per_s, mb_per_s;     /* MB: 10^6 bytes */
+	uint64_t worker_ns;       /* worker CPU time spent building it */
+	uint64_t jobs;            /* worker jobs run for it */
+	uint64_t reader_wait_ns;  /* its reader's own report of time blocked waiting */
+	double reader_wait_share; /* that over age_ms, 0..1 */
+	char pipeline[256];       /* canonical text */
+	uint64_t shm_bytes;       /* its shared memory regions */
+	/* a group: its first nmember_pids members (of members) */
+#define FEED_STATUS_MEMBERS 64
+	uint32_t nmember_pids;
+	int32_t member_pids[FEED_STATUS_MEMBERS];
+	uint64_t member_reader_wait_ns[FEED_STATUS_MEMBERS]; /* each one's reader_wait_ns */
+};
+
+/* The block cache shared by every stream. */
+struct feed_cache_status {
+	uint64_t hits, misses, evictions;   /* blocks found / decoded / dropped */
+	uint64_t bytes, entries, budget;    /* decoded bytes held, blocks, cache_bytes */
+};
+
+/* What feedctl status shows. Everything belongs to it until
+ * feed_status_free(). */
+struct feed_status {
+	struct feed_stats stats;
+	struct feed_cache_status cache;
+	size_t count;                       /* streams and groups */
+	const struct feed_stream_status *streams;
+};
+
+/* The daemon's counters with every stream and group over a dataset the
+ * calling user may read, and the cache's. *ret is freed with
+ * feed_status_free(). Blocks up to the timeout. Errors as
+ * feed_list_datasets(). */
+FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret);
+
+/* Accepts NULL. */
+FEED_API void feed_status_free(struct feed_status *st);
+
 #ifdef __cplusplus
 }
 #endif
