@@ -2,11 +2,14 @@
  * bench_image.c: the image work of a training pipeline's
  * RandomResizedCrop(size) + horizontal flip as a single-threaded plain C
  * loop over a folder of JPEGs, with no daemon: core/image_*.c's box decode
- * (DCT-scaled when the box is >= 2x the output) + resample + flip, and for
+ * (DCT-scaled as img_scale_for() says: 1/2 when the box is >= 4x the output) + resample + flip, and for
  * comparison a full decode + the same resample of the same box.
  *
- *   bench_image DIR [--size N] [--epochs E] [--mode box|full|both]
+ *   bench_image DIR [--size N] [--epochs E] [--mode box|full|both] [--margin F]
  *
+ * --margin F replaces img_scale_for() in box mode by the largest DCT scale
+ * 1/s (s in 1, 2, 4, 8) with box/s >= F x the output (F=0: always 1/1), to
+ * weigh scale policies (bench/scale_policy.py measures their accuracy).
  * The boxes are torchvision's RandomResizedCrop sampling (scale 0.08..1,
  * ratio 3/4..4/3, 10 tries then the centre) from a fixed xorshift seed, and
  * the same in every mode and epoch. Files are read into memory first.
@@ -130,8 +133,21 @@ static struct file *load_dir(const char *dir, size_t *ret_n)
 	return f;
 }
 
+/* bench_image's stand-in for img_scale_for() under --margin F */
+static uint32_t scale_with_margin(uint32_t bw, uint32_t bh, uint32_t out, double margin)
+{
+	uint32_t s = 8;
+
+	if (margin <= 0)
+		return 1;
+	while (s > 1 && (bw < margin * out * s || bh < margin * out * s))
+		s /= 2;
+	return s;
+}
+
 int main(int argc, char **argv)
 {
+	double margin = -1; /* < 0: img_scale_for() */
 	const char *dir = NULL, *mode = "both";
 	uint32_t size = 224, epochs = 3;
 
@@ -142,16 +158,18 @@ int main(int argc, char **argv)
 			epochs = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
 			mode = argv[++i];
+		else if (!strcmp(argv[i], "--margin") && i + 1 < argc)
+			margin = atof(argv[++i]);
 		else if (!dir && argv[i][0] != '-')
 			dir = argv[i];
 		else {
 			fprintf(stderr, "usage: bench_image DIR [--size N] [--epochs E] "
-					"[--mode box|full|both]\n");
+					"[--mode box|full|both] [--margin F]\n");
 			return 1;
 		}
 	}
 	if (!dir) {
-		fprintf(stderr, "usage: bench_image DIR [--size N] [--epochs E] [--mode box|full|both]\n");
+		fprintf(stderr, "usage: bench_image DIR [--size N] [--epochs E] [--mode box|full|both] [--margin F]\n");
 		return 1;
 	}
 	size_t n;
@@ -186,7 +204,9 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < n; i++) {
 				struct img_decoded d;
 				const struct img_box *b = &f[i].box;
-				uint32_t s = box ? img_scale_for(b->w, b->h, size, size) : 1;
+				uint32_t s = !box	    ? 1
+					     : margin < 0 ? img_scale_for(b->w, b->h, size, size)
+							  : scale_with_margin(b->w, b->h, size, margin);
 				if (img_decode(dec, f[i].data, f[i].len, box ? b : NULL, s, &d, &err)) {
 					fprintf(stderr, "image %zu: %s\n", i, err.msg);
 					return 1;

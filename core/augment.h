@@ -14,9 +14,9 @@
  * one that fixes the size and trailing hflips as one pass: the crop box
  * and the flip are worked out from the image's header (img_probe: no
  * pixels), in the source's full-resolution coordinates; then the box is
- * decoded at the largest DCT scale that keeps it at least the output's
- * size (img_scale_for), and img_resample_u8() resamples it straight into
- * the destination, mirrored when flipped. decode followed only by
+ * decoded at the largest DCT scale that keeps it at least twice the
+ * output's size (img_scale_for), and img_resample_u8() resamples it
+ * straight into the destination, mirrored when flipped. decode followed only by
  * center_crop (and hflips) copies pixels, zero-padding as torchvision's
  * CenterCrop does. resize(short=N) then center_crop resamples only the
  * crop's part of the image: inside the crop the same filter as Resize(N)

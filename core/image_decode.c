@@ -145,7 +145,9 @@ uint32_t img_scale_for(uint32_t box_w, uint32_t box_h, uint32_t out_w, uint32_t 
 {
 	uint32_t s = 8;
 
-	while (s > 1 && ((uint64_t)box_w < (uint64_t)out_w * s || (uint64_t)box_h < (uint64_t)out_h * s))
+	/* box/s >= 2 x out: see image.h for why 2 */
+	while (s > 1 && ((uint64_t)box_w < (uint64_t)out_w * 2 * s ||
+			 (uint64_t)box_h < (uint64_t)out_h * 2 * s))
 		s /= 2;
 	return s;
 }

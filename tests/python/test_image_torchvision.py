@@ -127,7 +127,9 @@ def test_image_dct_scaled_psnr(name):
         h, w = full.shape[:2]
         se, count = 0.0, 0
         for x, y, bw, bh in boxes(rng, w, h, 12):
-            ow, oh = max(1, bw // int(rng.choice([2, 3, 4, 9]))), max(1, bh // 3)
+            # 1/4, 1/9 of a side: scaled (img_scale_for wants box/s >= 2 x out)
+            ow = max(1, bw // int(rng.choice([2, 3, 4, 9])))
+            oh = max(1, bh // int(rng.choice([3, 4, 9])))
             ref, _ = dump(n, "-b", f"{x},{y},{bw},{bh}", "-o", f"{ow}x{oh}")
             got, meta = dump(n, "-b", f"{x},{y},{bw},{bh}", "-o", f"{ow}x{oh}", "-s", "auto")
             scaled += meta[-1] > 1

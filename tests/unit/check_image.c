@@ -439,11 +439,16 @@ END_TEST
 START_TEST(test_image_scale_for)
 {
 	ck_assert_uint_eq(img_scale_for(224, 224, 224, 224), 1);
-	ck_assert_uint_eq(img_scale_for(447, 500, 224, 224), 1);
-	ck_assert_uint_eq(img_scale_for(448, 448, 224, 224), 2);
-	ck_assert_uint_eq(img_scale_for(1000, 900, 224, 224), 4);
-	ck_assert_uint_eq(img_scale_for(1792, 1792, 224, 224), 8);
-	ck_assert_uint_eq(img_scale_for(9000, 1791, 224, 224), 4);
+	/* box/s must stay >= 2 x out on both sides */
+	ck_assert_uint_eq(img_scale_for(448, 448, 224, 224), 1);
+	ck_assert_uint_eq(img_scale_for(895, 1000, 224, 224), 1);
+	ck_assert_uint_eq(img_scale_for(896, 896, 224, 224), 2);
+	ck_assert_uint_eq(img_scale_for(2000, 1791, 224, 224), 2);
+	ck_assert_uint_eq(img_scale_for(1792, 1792, 224, 224), 4);
+	ck_assert_uint_eq(img_scale_for(3584, 3584, 224, 224), 8);
+	ck_assert_uint_eq(img_scale_for(9000, 3583, 224, 224), 4);
+	ck_assert_uint_eq(img_scale_for(900, 300, 224, 100), 1); /* 300 < 2 x 2 x 100 */
+	ck_assert_uint_eq(img_scale_for(900, 400, 224, 100), 2);
 	ck_assert_uint_eq(img_scale_for(10, 10, 224, 224), 1); /* upsampling */
 }
 END_TEST
