@@ -37,13 +37,15 @@ _Static_assert(FEED_DTYPE_MAX_ == FEED_DTYPE_STRING + 1, "a dtype without a publ
 
 #define CL_MAX_DATASETS 4096
 #define CL_MAX_FIELDS 64
+#define CL_MAX_CLASSES (1u << 20) /* the format's own cap (FMT_MAX_CLASSES) */
 #define CL_NAME_MAX 255
 
 /* Bytes a list needs beyond its structs (strings with their NULs), or -1
  * if the reply is not a sane one. */
-static long cl_list_check(const Feed__DatasetList *dl, size_t *ret_fields)
+static long cl_list_check(const Feed__DatasetList *dl, size_t *ret_fields,
+			  size_t *ret_classes)
 {
-	size_t strings = 0, fields = 0;
+	size_t strings = 0, fields = 0, classes = 0;
 
 	if (dl->n_datasets > CL_MAX_DATASETS)
 		return -1;
@@ -61,8 +63,17 @@ static long cl_list_check(const Feed__DatasetList *dl, size_t *ret_fields)
 			strings += strlen(f->name) + 1;
 		}
 		fields += d->schema->n_fields;
+		if (d->n_classes > CL_MAX_CLASSES)
+			return -1;
+		for (size_t k = 0; k < d->n_classes; k++) {
+			if (strlen(d->classes[k]) > CL_NAME_MAX)
+				return -1;
+			strings += strlen(d->classes[k]) + 1;
+		}
+		classes += d->n_classes;
 	}
 	*ret_fields = fields;
+	*ret_classes = classes;
 	return (long)strings;
 }
 
@@ -93,18 +104,19 @@ static void cl_field(struct feed_field *out, const Feed__Field *f, char **pool)
 static int cl_list_build(struct feed_conn *conn, const Feed__DatasetList *dl,
 			 struct feed_dataset_list **ret)
 {
-	size_t nfields;
-	long strings = cl_list_check(dl, &nfields);
+	size_t nfields, nclasses;
+	long strings = cl_list_check(dl, &nfields, &nclasses);
 
 	if (strings < 0)
 		return cl_bad_reply(conn, "dataset list out of range");
 	size_t head = sizeof(struct feed_dataset_list) + dl->n_datasets * sizeof(struct feed_dataset) +
-		      nfields * sizeof(struct feed_field);
+		      nfields * sizeof(struct feed_field) + nclasses * sizeof(char *);
 	struct feed_dataset_list *list = calloc(1, head + (size_t)strings);
 	if (!list)
 		return cl_fail(conn, -ENOMEM, "out of memory for %zu datasets", dl->n_datasets);
 	struct feed_dataset *ds = (struct feed_dataset *)(list + 1);
 	struct feed_field *fs = (struct feed_field *)(ds + dl->n_datasets);
+	const char **cs = (const char **)(fs + nfields);
 	char *pool = (char *)list + head;
 
 	for (size_t i = 0; i < dl->n_datasets; i++) {
@@ -116,6 +128,10 @@ static int cl_list_build(struct feed_conn *conn, const Feed__DatasetList *dl,
 		ds[i].fields = fs;
 		for (size_t k = 0; k < d->schema->n_fields; k++)
 			cl_field(fs++, d->schema->fields[k], &pool);
+		ds[i].num_classes = (uint32_t)d->n_classes;
+		ds[i].classes = d->n_classes ? cs : NULL;
+		for (size_t k = 0; k < d->n_classes; k++)
+			*cs++ = cl_copy(&pool, d->classes[k]);
 	}
 	list->count = dl->n_datasets;
 	list->datasets = ds;

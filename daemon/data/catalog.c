@@ -39,6 +39,8 @@ static void cat_describe(struct cat_entry *e)
 	e->pb.version = (char *)e->info->version;
 	e->pb.num_samples = e->info->num_samples;
 	e->pb.schema = &e->pb_schema;
+	e->pb.n_classes = e->info->num_classes;
+	e->pb.classes = (char **)e->info->classes;
 }
 
 /* The first sample of every block, and the sample count after the last:

@@ -38,8 +38,8 @@ def in_memfd(addr, nbytes):
 def test_datasets_lists_what_is_served(fc):
     by_name = {d.name: d for d in feedclient.datasets(fc.sock)}
     assert set(by_name) == {"small", "kinds", "tokens", "files", "corrupt"}
-    name, samples, version, fields = by_name["small"]
-    assert (name, samples) == ("small", N_SMALL)
+    name, samples, version, fields, classes = by_name["small"]
+    assert (name, samples, classes) == ("small", N_SMALL, ())
     assert len(version) == 16 and int(version, 16) >= 0
     assert fields == (feedclient.FieldInfo("image", "u8", (8, 8, 1), False, 64),
                       feedclient.FieldInfo("label", "i64", (), False, 8))

@@ -150,6 +150,10 @@ struct feed_dataset {
 	uint64_t num_samples;
 	uint32_t num_fields;
 	const struct feed_field *fields;
+	/* Class names (datasets packed by feedpack imagefolder): label value i
+	 * is classes[i]; 0 and NULL for other datasets. */
+	uint32_t num_classes;
+	const char *const *classes;
 };
 
 /* A list of datasets. Everything it points to belongs to it and lives

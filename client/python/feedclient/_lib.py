@@ -65,6 +65,8 @@ class Dataset(ctypes.Structure):
         ("num_samples", ctypes.c_uint64),
         ("num_fields", ctypes.c_uint32),
         ("fields", ctypes.POINTER(Field)),
+        ("num_classes", ctypes.c_uint32),
+        ("classes", ctypes.POINTER(ctypes.c_char_p)),
     ]
 
 

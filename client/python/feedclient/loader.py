@@ -57,9 +57,11 @@ batches add the sample axis in front), or for variable fields one
 element's shape along the varying first axis; variable: bool; max_bytes:
 the largest record of the field."""
 
-DatasetInfo = collections.namedtuple("DatasetInfo", "name samples version fields")
+DatasetInfo = collections.namedtuple("DatasetInfo", "name samples version fields classes")
 DatasetInfo.__doc__ = """A dataset feedd serves: name, samples (count), version (content
-hash: same version, same records), fields (tuple of FieldInfo)."""
+hash: same version, same records), fields (tuple of FieldInfo), classes (tuple
+of str: label i is classes[i], as torchvision's ImageFolder.classes, for
+datasets packed by feedpack imagefolder; () for others)."""
 
 
 def _fields(ptr, count):
@@ -108,7 +110,7 @@ def _connect(socket):
 def datasets(socket=None):
     """The datasets feedd serves to this user, in the daemon's config order.
 
-    Returns a list of DatasetInfo(name, samples, version, fields). socket:
+    Returns a list of DatasetInfo(name, samples, version, fields, classes). socket:
     the daemon's socket (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock).
     Blocks until the daemon answers (at most 10 s). Any thread. Raises
     DaemonNotRunning (naming the socket), AccessDenied, FeedError.
@@ -123,8 +125,9 @@ def datasets(socket=None):
             out = []
             for i in range(lst.contents.count):
                 d = lst.contents.datasets[i]
+                classes = tuple(d.classes[k].decode() for k in range(d.num_classes))
                 out.append(DatasetInfo(d.name.decode(), d.num_samples, d.version.decode(),
-                                       _fields(d.fields, d.num_fields)))
+                                       _fields(d.fields, d.num_fields), classes))
             return out
         finally:
             lib.feed_dataset_list_free(lst)
