@@ -120,6 +120,12 @@ int pack_open_input(const char *path, int *ret_fd, struct feed_err *err);
 int pack_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *ret_len,
 		   struct feed_err *err);
 
+/* Appends a copy of s to the string array *v of *n entries (*cap
+ * allocated; the array doubles from 64 when full). -ENOMEM naming root
+ * (the input directory) on failure, *v unchanged (feedpack_files.c). */
+int pack_strv_push(char ***v, size_t *n, size_t *cap, const char *s, const char *root,
+		   struct feed_err *err);
+
 /* True if the NUL-terminated s is valid UTF-8 (feedpack_files.c). */
 bool pack_utf8_ok(const unsigned char *s);
 

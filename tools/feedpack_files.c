@@ -29,19 +29,20 @@ struct file_list {
 	size_t skipped;     /* entries that are neither files nor directories */
 };
 
-static int list_push(struct file_list *l, const char *rel, struct feed_err *err)
+int pack_strv_push(char ***v, size_t *n, size_t *cap, const char *s, const char *root,
+		   struct feed_err *err)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 256;
-		char **p = realloc(l->rel, cap * sizeof(*p));
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		char **p = realloc(*v, c * sizeof(*p));
 		if (!p)
-			return feed_err_set(err, -ENOMEM, "%s: out of memory", l->root);
-		l->rel = p;
-		l->cap = cap;
+			return feed_err_set(err, -ENOMEM, "%s: out of memory", root);
+		*v = p;
+		*cap = c;
 	}
-	if (!(l->rel[l->n] = strdup(rel)))
-		return feed_err_set(err, -ENOMEM, "%s: out of memory", l->root);
-	l->n++;
+	if (!((*v)[*n] = strdup(s)))
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", root);
+	(*n)++;
 	return 0;
 }
 
@@ -87,7 +88,7 @@ static int walk(struct file_list *l, const char *rel, int depth, struct feed_err
 			rc = feed_err_set(err, -errno, "%s: %s", full, strerror(errno));
 		else if (S_ISDIR(st.st_mode))
 			rc = walk(l, child, depth + 1, err);
-		else if (S_ISREG(st.st_mode) && (rc = list_push(l, child, err)) == 0)
+		else if (S_ISREG(st.st_mode) && (rc = pack_strv_push(&l->rel, &l->n, &l->cap, child, l->root, err)) == 0)
 			l->bytes += (uint64_t)st.st_size;
 		else if (!S_ISREG(st.st_mode))
 			l->skipped++;

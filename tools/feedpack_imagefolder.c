@@ -61,28 +61,12 @@ struct if_file {
 struct if_list {
 	const char *root;
 	char **classes;
-	uint32_t nclasses, classes_cap;
+	size_t nclasses, classes_cap;
 	struct if_file *files;
 	size_t n, cap;
 	uint64_t bytes;     /* sum of candidate sizes (progress) */
 	size_t ignored;     /* files without an image extension */
 };
-
-static int if_push_class(struct if_list *l, const char *name, struct feed_err *err)
-{
-	if (l->nclasses == l->classes_cap) {
-		uint32_t cap = l->classes_cap ? 2 * l->classes_cap : 64;
-		char **p = realloc(l->classes, cap * sizeof(*p));
-		if (!p)
-			return feed_err_set(err, -ENOMEM, "%s: out of memory", l->root);
-		l->classes = p;
-		l->classes_cap = cap;
-	}
-	if (!(l->classes[l->nclasses] = strdup(name)))
-		return feed_err_set(err, -ENOMEM, "%s: out of memory", l->root);
-	l->nclasses++;
-	return 0;
-}
 
 static int if_push_file(struct if_list *l, const char *rel, uint32_t dir_len, uint32_t cls,
 			uint64_t size, struct feed_err *err)
@@ -229,7 +213,8 @@ static int if_list_build(struct if_list *l, struct feed_err *err)
 			continue;
 		if ((rc = if_join(full, sizeof(full), l->root, e->d_name, err)) == 0 &&
 		    stat(full, &st) == 0 && S_ISDIR(st.st_mode))
-			rc = if_push_class(l, e->d_name, err);
+			rc = pack_strv_push(&l->classes, &l->nclasses, &l->classes_cap, e->d_name,
+					    l->root, err);
 	}
 	if (rc == 0 && errno)
 		rc = feed_err_set(err, -errno, "%s: %s", l->root, strerror(errno));
@@ -351,7 +336,7 @@ int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err)
 	}
 	if ((rc = sink_finish(&sink, err)) < 0)
 		goto out;
-	printf("%u classes; largest image %ux%u, at most %llu pixels; %zu bad files skipped; "
+	printf("%zu classes; largest image %ux%u, at most %llu pixels; %zu bad files skipped; "
 	       "%zu files without an image extension ignored\n",
 	       l.nclasses, st.max_w, st.max_h, (unsigned long long)st.max_px, st.skipped,
 	       l.ignored);
