@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../images/fixture_file.h"
 #include "augment.h"
 #include "feed/stream.h"
 #include "feedd_harness.h"
@@ -42,25 +43,6 @@ static const char *const files[] = {
 #define NFILES (sizeof(files) / sizeof(files[0]))
 #define BAD_SAMPLE 5 /* in dataset "bad": bad_garbage.jpg */
 
-static uint8_t *load(const char *name, size_t *ret_len)
-{
-	const char *dir = getenv("FEED_IMAGES");
-	char path[4096];
-
-	ck_assert_msg(dir != NULL, "FEED_IMAGES is not set (run through ctest)");
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "%s: cannot open", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(p);
-	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*ret_len = (size_t)n;
-	return p;
-}
 
 /* The file of record i: files[] in order, or with the bad one at
  * BAD_SAMPLE. */
@@ -94,7 +76,7 @@ static const char *make_dataset(const char *name, bool bad)
 	ck_assert_msg(fmt_writer_new(d, &s, &o, &w, &err) == 0, "%s", err.msg);
 	for (uint64_t i = 0; i < NFILES; i++) {
 		size_t len;
-		uint8_t *p = load(file_of(i, bad), &len);
+		uint8_t *p = fixture_file(file_of(i, bad), &len);
 		int64_t label = (int64_t)i;
 		struct fmt_value v[2] = {{p, len}, {&label, 8}};
 		struct img_info info;
@@ -145,7 +127,7 @@ static void expect_open(struct expect *e, const char *dir)
 	ck_assert_int_eq(img_decoder_new(&e->plan->dec_lim, 3, &e->ai.dec3, NULL), 0);
 	e->scratch = malloc(pipe_scratch_bytes(e->plan) + 64);
 	for (uint64_t i = 0; i < NFILES; i++)
-		e->rec[i] = load(files[i], &e->len[i]);
+		e->rec[i] = fixture_file(files[i], &e->len[i]);
 }
 
 static void expect_sample(struct expect *e, uint64_t epoch, uint64_t idx, uint8_t *out)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../images/fixture_file.h"
 #include "augment.h"
 #include "convert.h"
 #include "philox.h"
@@ -790,25 +791,6 @@ END_TEST
 /* ------------------------------------------------------------------ */
 /* decode stages on real files ($FEED_IMAGES, tests/images fixtures)    */
 
-static uint8_t *load_image(const char *name, size_t *ret_len)
-{
-	const char *dir = getenv("FEED_IMAGES");
-	char path[4096];
-
-	ck_assert_msg(dir != NULL, "FEED_IMAGES is not set (run through ctest)");
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "%s: cannot open", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(p);
-	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*ret_len = (size_t)n;
-	return p;
-}
 
 /* An encoded-image field "image" whose largest image is w x h. */
 static void encoded_schema(struct fmt_schema *s, uint32_t w, uint32_t h)
@@ -859,7 +841,7 @@ START_TEST(test_augment_decode_center_crop_equals_full_decode)
 
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		size_t len;
-		uint8_t *src = load_image(cases[k].file, &len);
+		uint8_t *src = fixture_file(cases[k].file, &len);
 		struct img_info info;
 		struct fmt_schema s;
 		char text[128];
@@ -918,7 +900,7 @@ START_TEST(test_augment_decode_rrc_equals_parts)
 
 	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
 		size_t len;
-		uint8_t *src = load_image(files[k], &len);
+		uint8_t *src = fixture_file(files[k], &len);
 		struct img_info info;
 		struct fmt_schema s;
 		uint32_t flips = 0;
@@ -980,7 +962,7 @@ START_TEST(test_augment_decode_bad_images)
 	struct pipe_plan *p = plan_for("decode | random_resized_crop(size=32)", &s);
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		size_t len;
-		uint8_t *src = load_image(cases[k].file, &len);
+		uint8_t *src = fixture_file(cases[k].file, &len);
 		struct aug_ctx ctx = {.sample = 41};
 		struct feed_err err = {0};
 		int rc = apply_img(p, &ctx, src, len, out, sizeof(out), &err);
@@ -993,7 +975,7 @@ START_TEST(test_augment_decode_bad_images)
 	}
 	/* no decoder lent */
 	size_t len;
-	uint8_t *src = load_image("small.jpg", &len);
+	uint8_t *src = fixture_file("small.jpg", &len);
 	struct aug_in in = {src, len};
 	struct aug_out o = {out, sizeof(out), NULL};
 	struct feed_err err = {0};
@@ -1021,7 +1003,7 @@ START_TEST(test_augment_decode_no_memory_growth)
 	size_t before = 0;
 
 	for (int k = 0; k < NN; k++)
-		rec[k] = load_image(names[k], &len[k]);
+		rec[k] = fixture_file(names[k], &len[k]);
 	encoded_schema(&s, 640, 640);
 	struct pipe_plan *p = plan_for("decode | random_resized_crop(size=48) | hflip", &s);
 	void *scratch = malloc(pipe_scratch_bytes(p) + 1);

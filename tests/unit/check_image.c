@@ -18,6 +18,7 @@
 
 #include <jpeglib.h>
 
+#include "../images/fixture_file.h"
 #include "image.h"
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
@@ -60,32 +61,12 @@ static const char *const jpegs[] = {"rgb420.jpg", "rgb422.jpg", "rgb444.jpg", "p
 				    "photo_01.jpg", "photo_02.jpg", "photo_03.jpg"};
 #define NJPEGS (sizeof jpegs / sizeof jpegs[0])
 
-/* Reads $FEED_IMAGES/name whole; *ret_len its size. */
-static uint8_t *load(const char *name, size_t *ret_len)
-{
-	const char *dir = getenv("FEED_IMAGES");
-	char path[4096];
-
-	ck_assert_msg(dir != NULL, "FEED_IMAGES is not set (run through ctest)");
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "%s: cannot open", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(p);
-	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*ret_len = (size_t)n;
-	return p;
-}
 
 static void probe_ok(const char *name, enum img_format fmt, uint32_t w, uint32_t h, uint32_t c,
 		     uint32_t depth, bool prog, bool cmyk, bool pal)
 {
 	size_t len;
-	uint8_t *p = load(name, &len);
+	uint8_t *p = fixture_file(name, &len);
 	struct img_info info;
 	struct feed_err err = {0};
 
@@ -124,7 +105,7 @@ END_TEST
 static void probe_bad(const char *name, int code, const char *words)
 {
 	size_t len;
-	uint8_t *p = load(name, &len);
+	uint8_t *p = fixture_file(name, &len);
 	struct img_info info = {.width = 12345};
 	struct feed_err err = {0};
 
@@ -231,7 +212,7 @@ START_TEST(test_image_decode_box_equals_full_decode)
 
 	for (size_t i = 0; i < NJPEGS; i++) {
 		size_t len;
-		uint8_t *data = load(jpegs[i], &len);
+		uint8_t *data = fixture_file(jpegs[i], &len);
 		struct img_info info;
 		ck_assert_int_eq(img_probe(data, len, &info, NULL), 0);
 		struct img_decoder *dec = decoder(info.width, info.height, 3);
@@ -281,7 +262,7 @@ static uint8_t *decode_copy(struct img_decoder *dec, const char *name, uint32_t 
 			    uint32_t *ret_h)
 {
 	size_t len;
-	uint8_t *data = load(name, &len);
+	uint8_t *data = fixture_file(name, &len);
 	struct img_decoded d;
 	struct feed_err err = {0};
 
@@ -322,7 +303,7 @@ START_TEST(test_image_decode_png_variants)
 
 	/* boxes */
 	size_t len;
-	uint8_t *data = load("interlaced.png", &len);
+	uint8_t *data = fixture_file("interlaced.png", &len);
 	uint64_t st = 7;
 	for (int t = 0; t < 50; t++) {
 		struct img_box b = rand_box(&st, w, h);
@@ -369,7 +350,7 @@ END_TEST
 static void decode_bad(struct img_decoder *dec, const char *name, int code, const char *words)
 {
 	size_t len;
-	uint8_t *data = load(name, &len);
+	uint8_t *data = fixture_file(name, &len);
 	struct img_decoded d = {.scale_denom = 77};
 	struct feed_err err = {0};
 
@@ -390,7 +371,7 @@ START_TEST(test_image_decode_refusals)
 	decode_bad(dec, "bad_truncated.jpg", -EBADMSG, "JPEG: truncated: no end-of-image marker");
 	{	/* a box in the rows that are still there: the cut is found anyway */
 		size_t len;
-		uint8_t *data = load("bad_truncated.jpg", &len);
+		uint8_t *data = fixture_file("bad_truncated.jpg", &len);
 		struct img_box top = {0, 0, 16, 8};
 		struct img_decoded d;
 		struct feed_err err = {0};
@@ -422,7 +403,7 @@ START_TEST(test_image_decode_refusals)
 	ck_assert_int_eq(img_decoder_new(&lim, 3, &dec, &err), 0);
 	decode_bad(dec, "rgb444.jpg", -E2BIG, "301x203 is past max_pixels 50000");
 	size_t len;
-	uint8_t *data = load("small.jpg", &len);
+	uint8_t *data = fixture_file("small.jpg", &len);
 	struct img_decoded d;
 	struct img_box b = {60, 0, 5, 5};
 	ck_assert_int_eq(img_decode(dec, data, len, &b, 1, &d, &err), -EINVAL);
@@ -465,7 +446,7 @@ START_TEST(test_image_decode_no_growth)
 	struct img_decoder *dec = decoder(1000, 1000, 3);
 
 	for (size_t i = 0; i < N; i++)
-		data[i] = load(names[i], &len[i]);
+		data[i] = fixture_file(names[i], &len[i]);
 	size_t before = 0;
 	uint64_t st = 3;
 	for (int round = 0; round < 1000 / N + 1; round++) {
@@ -500,7 +481,7 @@ START_TEST(test_image_decode_damaged_never_crashes)
 
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		size_t len;
-		uint8_t *good = load(names[i], &len);
+		uint8_t *good = fixture_file(names[i], &len);
 		uint8_t *bad = malloc(len);
 		for (int t = 0; t < 150; t++) {
 			memcpy(bad, good, len);
@@ -549,7 +530,7 @@ START_TEST(test_image_decode_png_no_malloc)
 	uint64_t st = 11;
 
 	for (size_t i = 0; i < N; i++)
-		data[i] = load(names[i], &len[i]);
+		data[i] = fixture_file(names[i], &len[i]);
 	for (int round = 0; round < 20; round++) {
 		counting = round > 0;
 		for (size_t i = 0; i < N; i++) {
