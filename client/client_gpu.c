@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_cuda.h"
+#include "cudrv.h"
 #include "client_internal.h"
 #include "convert.h"
 #include "feed/gpu.h"
@@ -64,9 +64,11 @@ struct gpu_staging {
 
 struct cl_gpu_stream {
 	pthread_mutex_t lock;      /* pending, wanted, regions */
-	const struct cl_cuda *cu;
+	const struct cudrv *cu;
 	CUcontext ctx;             /* of the first device call; later ones must match */
 	int device;
+	bool retained;             /* ctx is the device's primary context, retained
+				    * by us (none was current): released at close */
 	bool read_only;            /* the device takes CU_MEMHOSTREGISTER_READ_ONLY */
 	CUmodule mod;
 	CUfunction fn[K_COUNT];
@@ -95,11 +97,11 @@ static int gpu_grow(void *arr, size_t *cap, size_t n, size_t sz)
 	return 0;
 }
 
-static int gpu_fail_cu(struct feed_conn *conn, const struct cl_cuda *cu, CUresult e,
+static int gpu_fail_cu(struct feed_conn *conn, const struct cudrv *cu, CUresult e,
 		       const char *what)
 {
 	char name[96];
-	return cl_fail(conn, -EIO, "%s failed: %s", what, cl_cuda_errname(cu, e, name, sizeof(name)));
+	return cl_fail(conn, -EIO, "%s failed: %s", what, cudrv_errname(cu, e, name, sizeof(name)));
 }
 
 /* ------------------------------------------------------------------ */
@@ -143,7 +145,7 @@ static void gpu_poll(struct feed_stream *st, struct cl_gpu_stream *g, bool wait_
 {
 	struct feed_batch *done[64];
 	size_t ndone;
-	const struct cl_cuda_api *api = &g->cu->api;
+	const struct cudrv_api *api = &g->cu->api;
 
 	do {
 		ndone = 0;
@@ -207,7 +209,7 @@ void cl_gpu_close(struct feed_stream *st)
 	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
 	if (!g)
 		return;
-	const struct cl_cuda_api *api = &g->cu->api;
+	const struct cudrv_api *api = &g->cu->api;
 	CUcontext prev = NULL;
 	api->CtxGetCurrent(&prev);
 	if (g->ctx && prev != g->ctx)
@@ -222,6 +224,12 @@ void cl_gpu_close(struct feed_stream *st)
 		api->ModuleUnload(g->mod);
 	if (g->ctx && prev != g->ctx)
 		api->CtxSetCurrent(prev);
+	if (g->retained) {
+		/* it was current only because we made it so: not any more */
+		if (prev == g->ctx)
+			api->CtxSetCurrent(NULL);
+		api->DevicePrimaryCtxRelease(g->device);
+	}
 	pthread_mutex_destroy(&g->lock);
 	free(g->pending);
 	free(g->wanted);
@@ -300,12 +308,13 @@ static int gpu_cpu(const struct gpu_job *j, const struct feed_view *v, void *dst
 static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device,
 		      struct cl_gpu_stream **ret)
 {
-	const struct cl_cuda *cu = cl_cuda();
-	const struct cl_cuda_api *api = &cu->api;
+	const struct cudrv *cu = cudrv_get();
+	const struct cudrv_api *api = &cu->api;
 	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
 	CUcontext ctx = NULL;
 	CUdevice dev;
 	CUresult e;
+	bool retained = false;
 
 	if (!cu->info.usable)
 		return cl_fail(conn, -ENODEV, "GPU path not usable: %s", cu->info.reason);
@@ -323,10 +332,15 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 				       cu->info.num_devices);
 		if ((e = api->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
 			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
-		if ((e = api->CtxSetCurrent(ctx)) != CUDA_SUCCESS)
+		if ((e = api->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+			api->DevicePrimaryCtxRelease(dev);
 			return gpu_fail_cu(conn, cu, e, "cuCtxSetCurrent");
+		}
+		retained = true;
 	}
 	if (g) {
+		if (retained) /* ours holds it already */
+			api->DevicePrimaryCtxRelease(dev);
 		if (g->ctx != ctx)
 			return cl_fail(conn, -EINVAL, "stream %u: its GPU delivery began in another "
 				       "context", feed_stream_info(st)->id);
@@ -339,8 +353,9 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	g->cu = cu;
 	g->ctx = ctx;
 	g->device = device;
+	g->retained = retained;
 	pthread_mutex_init(&g->lock, NULL);
-	if ((e = api->ModuleLoadData(&g->mod, cl_cuda_fatbin())) != CUDA_SUCCESS) {
+	if ((e = api->ModuleLoadData(&g->mod, cudrv_fatbin())) != CUDA_SUCCESS) {
 		g->mod = NULL;
 		goto fail;
 	}
@@ -357,6 +372,8 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 fail:
 	if (g->mod)
 		api->ModuleUnload(g->mod);
+	if (retained)
+		api->DevicePrimaryCtxRelease(dev);
 	pthread_mutex_destroy(&g->lock);
 	free(g);
 	return gpu_fail_cu(conn, cu, e, "loading the embedded kernels (cuModuleLoadData)");
@@ -443,7 +460,7 @@ static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct f
 		       uint32_t field, const struct feed_view *v, const struct gpu_job *j,
 		       void *dst, CUstream stream)
 {
-	const struct cl_cuda_api *api = &g->cu->api;
+	const struct cudrv_api *api = &g->cu->api;
 	CUdeviceptr src = 0;
 	CUevent ev;
 	CUresult e;

@@ -1,6 +1,6 @@
 /*
  * fake_cuda.c: a test double of the CUDA driver entry points libfeedclient
- * loads (client/client_cuda.h), for tests on machines without a GPU; see
+ * loads (kernels/cudrv.h), for tests on machines without a GPU; see
  * fake_cuda.h. Records every call in struct fake_cuda_stats. Not thread-
  * safe beyond what the tests need (one thread drives it).
  */
@@ -135,6 +135,12 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 {
 	(void)d;
 	*c = &fake_ctx_obj;
+	return 0;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d)
+{
+	(void)d;
 	return 0;
 }
 

@@ -32,6 +32,9 @@ extern "C" {
 struct feed_gpu_device {
 	char name[128];           /* e.g. "NVIDIA H100 80GB HBM3" */
 	int cc_major, cc_minor;   /* compute capability, e.g. 9.0 */
+	uint8_t uuid[16];         /* the GPU's UUID (nvidia-smi -L shows it), the
+				   * same in every process whatever
+				   * CUDA_VISIBLE_DEVICES renumbers */
 };
 
 /* What the GPU path can do on this machine. All fields public. */
@@ -47,6 +50,9 @@ struct feed_gpu_info {
 				   * "libcuda.so.1 not found: ..." or "driver
 				   * 12.4 too old: the kernels need 13.0 (r580)
 				   * or newer; converting on the CPU"; else "" */
+	bool ipc;                 /* usable, and CUDA IPC too (feedd's device
+				   * slots, feed_stream_opts.device) */
+	char ipc_reason[256];     /* when usable && !ipc, why; else "" */
 };
 
 /*

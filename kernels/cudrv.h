@@ -1,12 +1,13 @@
 /*
- * client_cuda.h: the CUDA driver API as libfeedclient reaches it, loaded at
- * run time from libcuda.so.1 (never linked), so one library serves nodes
- * with and without a GPU.
+ * cudrv.h: the CUDA driver API as libfeedclient and feedd reach it, loaded
+ * at run time from libcuda.so.1 (never linked), so one binary serves nodes
+ * with and without a GPU, and the tests can load a double of the driver.
  *
  * Owns: the few types and entry points used (declared here, not taken from
- * cuda.h, so libfeedclient builds without the toolkit), the one dlopen of
- * the driver, and the capability facts found then (devices, driver
- * version, whether the GPU path is usable and why not).
+ * cuda.h, so everything builds without the toolkit), the one dlopen of the
+ * driver per process, and the capability facts found then (devices and
+ * their UUIDs, driver version, whether the GPU path and CUDA IPC are usable
+ * and why not), and the embedded kernels (cudrv_fatbin.c).
  *
  * The declarations are the ABI of the driver API as CUDA 12.0 - 13.0's
  * cuda.h gives it (CUDA_VERSION 13000): the symbol names are the versioned
@@ -16,16 +17,19 @@
  * FEED_CUDA_DRIVER=path loads that library instead of libcuda.so.1 (the
  * tests' double of the driver, tests/gpu_double/fake_cuda.c).
  *
- * Threads: cl_cuda() loads once (pthread_once) on whichever thread asks
+ * The entry points of CUDA IPC (cuIpc*, streams, cuDeviceGetUuid_v2) are
+ * optional: a driver without them still converts, and info.ipc says why
+ * CUDA IPC is not usable.
+ *
+ * Threads: cudrv_get() loads once (pthread_once) on whichever thread asks
  * first; afterwards everything here is read-only. Never prints.
  */
-#ifndef FEED_CLIENT_CUDA_H
-#define FEED_CLIENT_CUDA_H
+#ifndef FEED_CUDRV_H
+#define FEED_CUDRV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "feed/gpu.h"
 
 typedef int CUresult;                  /* enum cudaError_enum */
 typedef int CUdevice;                  /* a device ordinal */
@@ -35,8 +39,13 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *CUstream;
+#define CU_IPC_HANDLE_SIZE 64
+typedef struct { char reserved[CU_IPC_HANDLE_SIZE]; } CUipcMemHandle;
+typedef struct { char reserved[CU_IPC_HANDLE_SIZE]; } CUipcEventHandle;
+typedef struct { char bytes[16]; } CUuuid;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_INSUFFICIENT_DRIVER 35
 #define CUDA_ERROR_NO_DEVICE 100
@@ -45,18 +54,26 @@ typedef struct CUstream_st *CUstream;
 
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING 41
 #define CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED 113
+#define CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED 125
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
 #define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_EVENT_INTERPROCESS 0x4
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#define CU_STREAM_NON_BLOCKING 0x1
 
 /* The driver version (cuDriverGetVersion: 1000*major + 10*minor) the
  * embedded kernels need: nvcc 13.0 writes PTX ISA 9.0 and CUDA 13 cubins,
  * which drivers from release 580 (CUDA 13.0) load. */
-#define CL_CUDA_DRIVER_NEEDED 13000
+#define CUDRV_DRIVER_NEEDED 13000
 
-/* The entry points, resolved with dlsym under the names in comments. */
-struct cl_cuda_api {
+#define CUDRV_MAX_DEVICES 16
+
+/* The entry points, resolved with dlsym under the names in comments; the
+ * last group (from IpcGetMemHandle) is optional (info.ipc). */
+struct cudrv_api {
 	CUresult (*Init)(unsigned flags);                            /* cuInit */
 	CUresult (*DriverGetVersion)(int *v);                        /* cuDriverGetVersion */
 	CUresult (*GetErrorName)(CUresult e, const char **s);        /* cuGetErrorName */
@@ -68,6 +85,7 @@ struct cl_cuda_api {
 	CUresult (*CtxSetCurrent)(CUcontext c);                      /* cuCtxSetCurrent */
 	CUresult (*CtxGetDevice)(CUdevice *d);                       /* cuCtxGetDevice */
 	CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d); /* cuDevicePrimaryCtxRetain */
+	CUresult (*DevicePrimaryCtxRelease)(CUdevice d);             /* cuDevicePrimaryCtxRelease_v2 */
 	CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags); /* cuMemHostRegister_v2 */
 	CUresult (*MemHostUnregister)(void *p);                      /* cuMemHostUnregister */
 	CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);              /* cuMemAlloc_v2 */
@@ -85,24 +103,63 @@ struct cl_cuda_api {
 	CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 				 unsigned bx, unsigned by, unsigned bz, unsigned shmem,
 				 CUstream s, void **params, void **extra); /* cuLaunchKernel */
+	/* optional: CUDA IPC */
+	CUresult (*IpcGetMemHandle)(CUipcMemHandle *h, CUdeviceptr p); /* cuIpcGetMemHandle */
+	CUresult (*IpcOpenMemHandle)(CUdeviceptr *p, CUipcMemHandle h,
+				     unsigned flags);                /* cuIpcOpenMemHandle_v2 */
+	CUresult (*IpcCloseMemHandle)(CUdeviceptr p);                /* cuIpcCloseMemHandle */
+	CUresult (*IpcGetEventHandle)(CUipcEventHandle *h, CUevent e); /* cuIpcGetEventHandle */
+	CUresult (*IpcOpenEventHandle)(CUevent *e, CUipcEventHandle h); /* cuIpcOpenEventHandle */
+	CUresult (*StreamCreate)(CUstream *s, unsigned flags);       /* cuStreamCreate */
+	CUresult (*StreamDestroy)(CUstream s);                       /* cuStreamDestroy_v2 */
+	CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags); /* cuStreamWaitEvent */
+	CUresult (*StreamSynchronize)(CUstream s);                   /* cuStreamSynchronize */
+	CUresult (*DeviceGetUuid)(CUuuid *u, CUdevice d);            /* cuDeviceGetUuid_v2 */
+};
+
+/* One device as the driver names it. */
+struct cudrv_device {
+	char name[128];
+	int cc_major, cc_minor;    /* compute capability */
+	uint8_t uuid[16];          /* cuDeviceGetUuid_v2 (zero without IPC entry points):
+				    * names the same GPU in every process, whatever
+				    * CUDA_VISIBLE_DEVICES renumbers */
+	bool ipc;                  /* unified addressing and IPC events */
+};
+
+/* The capability facts. */
+struct cudrv_info {
+	bool usable;               /* the kernels can run on a device */
+	bool kernels;              /* this build embeds the kernels */
+	bool ipc;                  /* usable, and the IPC entry points resolved */
+	int driver_version;        /* cuDriverGetVersion(), 0 without a driver */
+	int driver_needed;         /* CUDRV_DRIVER_NEEDED */
+	uint32_t num_devices;      /* all the driver reports */
+	struct cudrv_device devices[CUDRV_MAX_DEVICES]; /* the first ones */
+	char reason[256];          /* !usable: why, in words; else "" */
+	char ipc_reason[256];      /* usable && !ipc: why; else "" */
 };
 
 /* What loading found: the driver's entry points when info.usable, and the
- * facts feed_gpu_query() returns either way. */
-struct cl_cuda {
-	struct cl_cuda_api api;     /* all set when info.usable */
-	struct feed_gpu_info info;  /* the capability facts */
+ * facts either way. */
+struct cudrv {
+	struct cudrv_api api;      /* all set when info.usable (the IPC group
+				    * when info.ipc) */
+	struct cudrv_info info;
 };
 
 /* The process's driver, loaded on first use (FEED_CUDA_DRIVER or
  * libcuda.so.1). Never NULL; check ->info.usable. Any thread. */
-const struct cl_cuda *cl_cuda(void);
+const struct cudrv *cudrv_get(void);
 
 /* "CUDA_ERROR_X (code)" for e, in buf; returns buf. */
-const char *cl_cuda_errname(const struct cl_cuda *cu, CUresult e, char *buf, size_t cap);
+const char *cudrv_errname(const struct cudrv *cu, CUresult e, char *buf, size_t cap);
+
+/* The ordinal of the device whose UUID is uuid, or -1. */
+int cudrv_device_by_uuid(const struct cudrv *cu, const uint8_t uuid[16]);
 
 /* The embedded kernels (kernels/convert_fatbin.cu, built by nvcc --fatbin):
  * the image, or NULL when this build had no CUDA compiler. */
-const void *cl_cuda_fatbin(void);
+const void *cudrv_fatbin(void);
 
-#endif
+#endif /* FEED_CUDRV_H */

@@ -1,0 +1,231 @@
+/*
+ * cudrv.c: the CUDA driver loaded at run time (cudrv.h), for libfeedclient
+ * and feedd alike.
+ *
+ * Owns: the process's one dlopen of libcuda.so.1 (or FEED_CUDA_DRIVER),
+ * the resolved entry points and the facts found at load: driver version,
+ * devices and their UUIDs, whether the GPU path is usable, with the reason
+ * in words when not (no driver library, a missing entry point, cuInit's
+ * error, a driver older than the kernels need, no device, no kernels built
+ * in), and whether CUDA IPC is (its entry points, unified addressing).
+ *
+ * Threads: loading runs once (pthread_once) on the first thread that asks;
+ * the result is read-only afterwards. The library stays loaded for the
+ * life of the process (a driver is not safely unloaded). Never prints.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudrv.h"
+
+#define CU_LIBRARY "libcuda.so.1"
+
+static struct cudrv cu_state;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+const char *cudrv_errname(const struct cudrv *cu, CUresult e, char *buf, size_t cap)
+{
+	const char *name = NULL;
+	if (!cu->api.GetErrorName || cu->api.GetErrorName(e, &name) != CUDA_SUCCESS || !name)
+		name = "CUDA_ERROR_UNKNOWN";
+	snprintf(buf, cap, "%s (%d)", name, e);
+	return buf;
+}
+
+static void cu_unusable(struct cudrv *cu, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void cu_unusable(struct cudrv *cu, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cu->info.reason, sizeof(cu->info.reason), fmt, ap);
+	va_end(ap);
+	cu->info.usable = false;
+}
+
+struct cu_sym {
+	const char *name;
+	size_t off;
+};
+#define S(field, name) {name, offsetof(struct cudrv_api, field)}
+
+/* The entry points every use needs. */
+static const struct cu_sym cu_syms[] = {
+	S(Init, "cuInit"),
+	S(DriverGetVersion, "cuDriverGetVersion"),
+	S(GetErrorName, "cuGetErrorName"),
+	S(DeviceGetCount, "cuDeviceGetCount"),
+	S(DeviceGet, "cuDeviceGet"),
+	S(DeviceGetName, "cuDeviceGetName"),
+	S(DeviceGetAttribute, "cuDeviceGetAttribute"),
+	S(CtxGetCurrent, "cuCtxGetCurrent"),
+	S(CtxSetCurrent, "cuCtxSetCurrent"),
+	S(CtxGetDevice, "cuCtxGetDevice"),
+	S(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+	S(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+	S(MemHostRegister, "cuMemHostRegister_v2"),
+	S(MemHostUnregister, "cuMemHostUnregister"),
+	S(MemAlloc, "cuMemAlloc_v2"),
+	S(MemFree, "cuMemFree_v2"),
+	S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+	S(EventCreate, "cuEventCreate"),
+	S(EventRecord, "cuEventRecord"),
+	S(EventQuery, "cuEventQuery"),
+	S(EventSynchronize, "cuEventSynchronize"),
+	S(EventDestroy, "cuEventDestroy_v2"),
+	S(ModuleLoadData, "cuModuleLoadData"),
+	S(ModuleUnload, "cuModuleUnload"),
+	S(ModuleGetFunction, "cuModuleGetFunction"),
+	S(LaunchKernel, "cuLaunchKernel"),
+};
+
+/* CUDA IPC's (optional: info.ipc). */
+static const struct cu_sym cu_ipc_syms[] = {
+	S(IpcGetMemHandle, "cuIpcGetMemHandle"),
+	S(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+	S(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+	S(IpcGetEventHandle, "cuIpcGetEventHandle"),
+	S(IpcOpenEventHandle, "cuIpcOpenEventHandle"),
+	S(StreamCreate, "cuStreamCreate"),
+	S(StreamDestroy, "cuStreamDestroy_v2"),
+	S(StreamWaitEvent, "cuStreamWaitEvent"),
+	S(StreamSynchronize, "cuStreamSynchronize"),
+	S(DeviceGetUuid, "cuDeviceGetUuid_v2"),
+};
+#undef S
+
+/* Resolves the n entry points of syms into a; the name of the first one
+ * missing (then nothing of syms is set), or NULL. */
+static const char *cu_resolve(void *lib, const struct cu_sym *syms, size_t n, struct cudrv_api *a)
+{
+	void *p[sizeof(cu_syms) / sizeof(cu_syms[0])];
+	for (size_t i = 0; i < n; i++)
+		if (!(p[i] = dlsym(lib, syms[i].name)))
+			return syms[i].name;
+	/* POSIX: a data pointer from dlsym converts to a function pointer */
+	for (size_t i = 0; i < n; i++)
+		memcpy((char *)a + syms[i].off, &p[i], sizeof(p[i]));
+	return NULL;
+}
+
+/* The devices' names and compute capabilities into cu->info. */
+static int cu_devices(struct cudrv *cu)
+{
+	char err[96];
+	int n = 0;
+	CUresult e = cu->api.DeviceGetCount(&n);
+	if (e != CUDA_SUCCESS) {
+		cu_unusable(cu, "cuDeviceGetCount failed: %s", cudrv_errname(cu, e, err, sizeof(err)));
+		return -1;
+	}
+	cu->info.num_devices = n > 0 ? (uint32_t)n : 0;
+	for (int i = 0; i < n && i < CUDRV_MAX_DEVICES; i++) {
+		struct cudrv_device *d = &cu->info.devices[i];
+		CUdevice dev;
+		if (cu->api.DeviceGet(&dev, i) != CUDA_SUCCESS)
+			continue;
+		if (cu->api.DeviceGetName(d->name, sizeof(d->name), dev) != CUDA_SUCCESS)
+			snprintf(d->name, sizeof(d->name), "device %d", i);
+		d->name[sizeof(d->name) - 1] = '\0';
+		cu->api.DeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+		cu->api.DeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+		int ua = 0, ipc_ev = 0;
+		CUuuid u;
+		if (cu->api.DeviceGetUuid && cu->api.DeviceGetUuid(&u, dev) == CUDA_SUCCESS)
+			memcpy(d->uuid, u.bytes, sizeof(d->uuid));
+		d->ipc = cu->api.DeviceGetUuid &&
+			 cu->api.DeviceGetAttribute(&ua, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, dev) ==
+				 CUDA_SUCCESS && ua &&
+			 cu->api.DeviceGetAttribute(&ipc_ev, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED,
+						    dev) == CUDA_SUCCESS && ipc_ev;
+	}
+	return 0;
+}
+
+static void cu_load(void)
+{
+	struct cudrv *cu = &cu_state;
+	const char *path = getenv("FEED_CUDA_DRIVER");
+	char err[96];
+
+	cu->info.driver_needed = CUDRV_DRIVER_NEEDED;
+	cu->info.kernels = cudrv_fatbin() != NULL;
+	if (!path || !*path)
+		path = CU_LIBRARY;
+	/* LOCAL: its symbols stay out of the host's namespace */
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *why = dlerror();
+		cu_unusable(cu, "%s not found (no NVIDIA driver): %s; converting on the CPU", path,
+			    why ? why : "dlopen failed");
+		return;
+	}
+	const char *missing = cu_resolve(lib, cu_syms, sizeof(cu_syms) / sizeof(cu_syms[0]), &cu->api);
+	if (missing) {
+		memset(&cu->api, 0, sizeof(cu->api));
+		cu_unusable(cu, "%s has no %s (driver too old or not a CUDA driver)", path, missing);
+		return; /* lib stays loaded: unloading a driver is not safe */
+	}
+	const char *no_ipc = cu_resolve(lib, cu_ipc_syms, sizeof(cu_ipc_syms) / sizeof(cu_ipc_syms[0]),
+					&cu->api);
+	if (no_ipc)
+		snprintf(cu->info.ipc_reason, sizeof(cu->info.ipc_reason),
+			 "%s has no %s: no CUDA IPC", path, no_ipc);
+	int v = 0;
+	if (cu->api.DriverGetVersion(&v) == CUDA_SUCCESS)
+		cu->info.driver_version = v;
+	CUresult e = cu->api.Init(0);
+	if (e != CUDA_SUCCESS) {
+		cu_unusable(cu, "cuInit failed: %s%s", cudrv_errname(cu, e, err, sizeof(err)),
+			    e == CUDA_ERROR_NO_DEVICE ? ": no CUDA device" : "");
+		return;
+	}
+	if (cu_devices(cu) < 0)
+		return;
+	if (v < CUDRV_DRIVER_NEEDED) {
+		cu_unusable(cu,
+			    "driver %d.%d too old: the kernels need CUDA %d.%d (driver r580) or newer; "
+			    "converting on the CPU",
+			    v / 1000, v % 1000 / 10, CUDRV_DRIVER_NEEDED / 1000,
+			    CUDRV_DRIVER_NEEDED % 1000 / 10);
+		return;
+	}
+	if (!cu->info.num_devices) {
+		cu_unusable(cu, "no CUDA device");
+		return;
+	}
+	if (!cu->info.kernels) {
+		cu_unusable(cu, "built without CUDA kernels (no nvcc at build time); converting on the CPU");
+		return;
+	}
+	cu->info.usable = true;
+	cu->info.ipc = !no_ipc;
+	for (uint32_t i = 0; i < cu->info.num_devices && i < CUDRV_MAX_DEVICES; i++)
+		if (cu->info.devices[i].ipc)
+			return;
+	if (!no_ipc) {
+		cu->info.ipc = false;
+		snprintf(cu->info.ipc_reason, sizeof(cu->info.ipc_reason),
+			 "no device supports IPC events with unified addressing");
+	}
+}
+
+const struct cudrv *cudrv_get(void)
+{
+	pthread_once(&cu_once, cu_load);
+	return &cu_state;
+}
+
+int cudrv_device_by_uuid(const struct cudrv *cu, const uint8_t uuid[16])
+{
+	for (uint32_t i = 0; i < cu->info.num_devices && i < CUDRV_MAX_DEVICES; i++)
+		if (!memcmp(cu->info.devices[i].uuid, uuid, 16))
+			return (int)i;
+	return -1;
+}
