@@ -35,6 +35,8 @@ struct feedd {
 	struct cat *cat;           /* datasets served */
 	struct pool *pool;         /* worker threads */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
+	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
+				    * made before the workers, freed after them */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
 	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */

@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "devslots.h"
 #include "cmdline.h"
 #include "feedd.h"
 #include "pool.h"
@@ -103,6 +104,13 @@ static int main_serve(struct feedd *d)
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
+	if (dsl_gpu_new(&d->gpu) < 0) {
+		log_error(&d->log, "CUDA driver state: out of memory");
+		goto out;
+	}
+	char gpu_line[1024];
+	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
+	log_info(&d->log, "%s", gpu_line);
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
 		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),
@@ -121,6 +129,7 @@ out:
 	srv_free(d->srv);
 	pool_free(d->pool);
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
+	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	cat_free(d->cat);
 	quota_free(&d->quota);
 	if (rc == 0)

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "cudrv.h"
 
 #define CU_LIBRARY "libcuda.so.1"
@@ -228,4 +229,69 @@ int cudrv_device_by_uuid(const struct cudrv *cu, const uint8_t uuid[16])
 		if (!memcmp(cu->info.devices[i].uuid, uuid, 16))
 			return (int)i;
 	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* The embedded kernels                                                */
+
+#define CU_THREADS 256u      /* per block, as kernels/convert.cu launches */
+#define CU_MAX_BLOCKS 65535u /* the kernels are grid-stride */
+
+static const char *const cu_kernel_name[CUDRV_K_COUNT] = {
+	"feed_k_images_f32", "feed_k_images_f16", "feed_k_images_bf16",
+	"feed_k_tokens_u16", "feed_k_tokens_u32",
+};
+
+CUresult cudrv_kernels_load(const struct cudrv *cu, struct cudrv_kernels *ret)
+{
+	struct cudrv_kernels k = {0};
+	CUresult e = cu->api.ModuleLoadData(&k.mod, cudrv_fatbin());
+	if (e != CUDA_SUCCESS)
+		return e;
+	for (int i = 0; i < CUDRV_K_COUNT; i++)
+		if ((e = cu->api.ModuleGetFunction(&k.fn[i], k.mod, cu_kernel_name[i])) !=
+		    CUDA_SUCCESS) {
+			cu->api.ModuleUnload(k.mod);
+			return e;
+		}
+	*ret = k;
+	return CUDA_SUCCESS;
+}
+
+void cudrv_kernels_unload(const struct cudrv *cu, struct cudrv_kernels *k)
+{
+	if (k->mod)
+		cu->api.ModuleUnload(k->mod);
+	memset(k, 0, sizeof(*k));
+}
+
+static CUresult cu_launch(const struct cudrv *cu, CUfunction f, size_t total, CUstream s,
+			  void **params)
+{
+	size_t blocks = (total + CU_THREADS - 1) / CU_THREADS;
+	if (!total)
+		return CUDA_SUCCESS;
+	if (blocks > CU_MAX_BLOCKS)
+		blocks = CU_MAX_BLOCKS;
+	return cu->api.LaunchKernel(f, (unsigned)blocks, 1, 1, CU_THREADS, 1, 1, 0, s, params, NULL);
+}
+
+CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels *k,
+			     const struct feed_convert *cv, CUdeviceptr src, size_t n,
+			     CUdeviceptr flip, CUdeviceptr dst, CUstream s)
+{
+	struct feed_convert c = *cv; /* the launch copies its parameters */
+	void *params[] = {&c, &src, &n, &flip, &dst};
+	if ((unsigned)cv->dtype > FEED_CONVERT_BF16)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_launch(cu, k->fn[CUDRV_K_F32 + cv->dtype], n * cv->h * cv->w * cv->c, s, params);
+}
+
+CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,
+			     size_t elem_size, CUdeviceptr src, size_t n, CUdeviceptr dst, CUstream s)
+{
+	void *params[] = {&src, &n, &dst};
+	if (elem_size != 2 && elem_size != 4)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_launch(cu, k->fn[elem_size == 2 ? CUDRV_K_TOK16 : CUDRV_K_TOK32], n, s, params);
 }

@@ -162,4 +162,30 @@ int cudrv_device_by_uuid(const struct cudrv *cu, const uint8_t uuid[16]);
  * the image, or NULL when this build had no CUDA compiler. */
 const void *cudrv_fatbin(void);
 
+struct feed_convert;
+
+/* The conversion kernels of one context, by what they do. */
+enum cudrv_kernel { CUDRV_K_F32, CUDRV_K_F16, CUDRV_K_BF16, CUDRV_K_TOK16, CUDRV_K_TOK32,
+		    CUDRV_K_COUNT };
+struct cudrv_kernels {
+	CUmodule mod;
+	CUfunction fn[CUDRV_K_COUNT];
+};
+
+/* Loads the embedded kernels into the current context. Returns
+ * CUDA_SUCCESS or the driver's error (then *ret holds nothing to unload). */
+CUresult cudrv_kernels_load(const struct cudrv *cu, struct cudrv_kernels *ret);
+/* Accepts a never-loaded (zeroed) one. */
+void cudrv_kernels_unload(const struct cudrv *cu, struct cudrv_kernels *k);
+
+/* Enqueues on s the conversion of n images of cv from src (u8 on the
+ * device) into dst, mirroring image i when flip (device memory, n bytes;
+ * 0: none) has flip[i] != 0. Nothing to do is CUDA_SUCCESS. */
+CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels *k,
+			     const struct feed_convert *cv, CUdeviceptr src, size_t n,
+			     CUdeviceptr flip, CUdeviceptr dst, CUstream s);
+/* Enqueues on s n tokens of elem_size 2 or 4 from src into int64 dst. */
+CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,
+			     size_t elem_size, CUdeviceptr src, size_t n, CUdeviceptr dst, CUstream s);
+
 #endif /* FEED_CUDRV_H */

@@ -14,6 +14,7 @@
 
 #include "catalog.h"
 #include "delivery.h"
+#include "devslots.h"
 #include "feed_shm.h"
 #include "feedd.h"
 #include "fmt_pb.h"
@@ -54,6 +55,10 @@ struct ses_stream {
 	bool error_logged;         /* the stream's stop was logged */
 	struct stats_entry stat;   /* in the daemon's registry while open */
 	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
+	bool dev_asked;            /* OpenStream.device came */
+	struct dsl *dev;           /* its device slots (the delivery's), or NULL:
+				    * dev_reason says why */
+	char dev_reason[FEED_ERR_MSG_MAX];
 };
 
 /* Leaves the delivery: our member goes, then a plain stream's delivery
@@ -325,6 +330,14 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	so.pipeline_hash = ss->plan->hash;
 	so.dataset_version = (char *)ss->e->info->version;
 	so.note = ss->note;
+	Feed__DeviceSlots ds = FEED__DEVICE_SLOTS__INIT;
+	if (ss->dev_asked) {
+		if (ss->dev)
+			dsl_reply(ss->dev, &ds);
+		else
+			ds.reason = ss->dev_reason;
+		so.device = &ds;
+	}
 	reply.id = ss->req_id;
 	reply.body_case = FEED__REPLY__BODY_STREAM_OPENED;
 	reply.stream_opened = &so;
@@ -449,8 +462,11 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 			 ss->plan->canonical);
 	else
 		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
-			 "pipeline '%s'", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
-			 ss->credits, ss->plan->canonical);
+			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
+			 ss->credits, ss->plan->canonical,
+			 ss->dev ? ", device slots (CUDA IPC)" : "",
+			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
+			 ss->dev_asked && !ss->dev ? ss->dev_reason : "");
 	if (!ss->grp)  /* a group is listed once, by its own entry (session_group.c) */
 		ses_stream_register(se, ss);
 	free(ss->plan);
@@ -520,21 +536,65 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 				 &se->d->cfg->limits, err);
 }
 
+/* The stream's device slots (OpenStream.device) into *ret, or NULL with
+ * ss->dev_reason saying why CUDA IPC cannot serve it: the stream then
+ * opens with host slots alone. Only a request that does not fit the
+ * batches (mean/std against their channels) refuses the open. */
+static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_stream *ss,
+		      const struct dlv_spec *sp, const struct slot_layout *lay, struct dsl **ret,
+		      struct feed_err *err)
+{
+	struct dsl_request r = {.dtype = (int)q->dtype, .layout = (int)q->layout};
+	struct feed_err why = {0};
+	int rc = 0;
+
+	*ret = NULL;
+	ss->dev_asked = true;
+	if (sp->group) {
+		feed_err_set(&why, -ENODEV, "a group's batches are shared host slots: CUDA IPC "
+			     "serves streams outside groups");
+	} else if (q->pid != se->conn->peer.pid) {
+		feed_err_set(&why, -ENODEV, "the client is in another PID namespace (it is pid %d "
+			     "to itself, %d to feedd): CUDA IPC needs one", q->pid,
+			     (int)se->conn->peer.pid);
+	} else {
+		memcpy(r.uuid, q->uuid.data, sizeof(r.uuid)); /* 16 bytes: wire.c */
+		r.nmean = (uint32_t)q->n_mean;
+		r.nstd = (uint32_t)q->n_std;
+		memcpy(r.mean, q->mean, q->n_mean * sizeof(float));
+		memcpy(r.std, q->std, q->n_std * sizeof(float));
+		rc = dsl_new(se->d->gpu, &r, &ss->plan->out, lay, ret, &why);
+		if (rc == -EINVAL)
+			return feed_err_set(err, rc, "device: %s", why.msg);
+	}
+	if (!*ret)
+		snprintf(ss->dev_reason, sizeof(ss->dev_reason), "%s", why.msg);
+	return 0;
+}
+
 /* The delivery the stream joins: its own, a group's that exists, or a new
  * group's. On failure the caller refuses (ses_open_refuse frees it). */
 static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
-			     const struct dlv_spec *sp, const struct slot_layout *lay,
+			     const struct dlv_spec *spec, const struct slot_layout *lay,
 			     struct feed_err *err)
 {
 	struct ses_group_key k;
+	struct dlv_spec sp_dev = *spec, *sp = &sp_dev;
 	int rc;
 
+	if (o->device && (rc = ses_device(se, o->device, ss, sp, lay, &sp->dev, err)) < 0)
+		return rc;
 	if (ss->grp) {
 		ss->dlv = ses_group_dlv(ss->grp);
 		return 0;
 	}
 	if ((rc = dlv_new(ss->e->ds, ss->plan, lay, sp, se->d->cache, se->d->pool, &ss->dlv,
-			  err)) < 0 || !sp->group)
+			  err)) < 0) {
+		dsl_free(sp->dev);
+		return rc;
+	}
+	ss->dev = sp->dev; /* the delivery's now */
+	if (!sp->group)
 		return rc;
 	ses_group_key_of(o, ss, sp, &k);
 	if ((rc = ses_group_new(se->d, o->group, ss->uid, &k, ss->dlv, sp->credits,

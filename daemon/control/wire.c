@@ -6,6 +6,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,35 @@ static int wire_hello_check(const Feed__Hello *h, struct feed_err *err)
 	return 0;
 }
 
+/* The numbers a device request carries; whether feedd can serve it is
+ * the session's (a refusal there is a reason, never an error). */
+static int wire_device_check(const Feed__DeviceRequest *d, struct feed_err *err)
+{
+	if (d->uuid.len != 16)
+		return feed_err_set(err, -EINVAL, "open_stream.device.uuid: %zu bytes, a GPU's "
+				    "UUID has 16", d->uuid.len);
+	if (d->dtype > 2)
+		return feed_err_set(err, -EINVAL, "open_stream.device.dtype: %u, allowed 0 (fp32), "
+				    "1 (fp16), 2 (bf16)", d->dtype);
+	if (d->layout > 1)
+		return feed_err_set(err, -EINVAL, "open_stream.device.layout: %u, allowed 0 (NCHW), "
+				    "1 (NHWC)", d->layout);
+	if (d->n_mean > 4 || d->n_std > 4)
+		return feed_err_set(err, -EINVAL, "open_stream.device.mean/std: %zu and %zu values, "
+				    "at most 4 each (channels)", d->n_mean, d->n_std);
+	for (size_t i = 0; i < d->n_mean; i++)
+		if (!isfinite(d->mean[i]))
+			return feed_err_set(err, -EINVAL, "open_stream.device.mean[%zu]: not finite", i);
+	for (size_t i = 0; i < d->n_std; i++)
+		if (!isfinite(d->std[i]) || d->std[i] == 0.0f)
+			return feed_err_set(err, -EINVAL, "open_stream.device.std[%zu]: must be "
+					    "finite and not 0", i);
+	if (d->pid <= 0)
+		return feed_err_set(err, -EINVAL, "open_stream.device.pid: %d, the client's pid "
+				    "is required", d->pid);
+	return 0;
+}
+
 static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
 {
 	uint32_t world = o->world ? o->world : 1;
@@ -189,7 +219,7 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 				    o->eval ? "eval" : "drop_last",
 				    o->eval ? "eval delivers every sample once, unpadded"
 					    : "drop_last leaves no partial batch to pad");
-	return 0;
+	return o->device ? wire_device_check(o->device, err) : 0;
 }
 
 int wire_request_check(const Feed__Request *req, struct feed_err *err)

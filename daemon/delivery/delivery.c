@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "builder.h"
+#include "devslots.h"
 #include "feed_shm.h"
 #include "layout.h"
 #include "pipeline.h"
@@ -106,6 +107,7 @@ struct dlv {
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
+	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: ours */
 
 	/* (lock) */
 	struct sched sched;
@@ -153,6 +155,7 @@ static void dlv_destroy(struct dlv *d)
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
 	member_free(d->solo);
+	dsl_free(d->dev); /* before the region it registered goes */
 	region_free(&d->data);
 	sched_fini(&d->sched);
 	free(d->hdrs);
@@ -209,6 +212,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].d = d;
 		d->jobs[i].slot = i;
 	}
+	d->dev = spec->dev; /* ours from here: nothing fails after */
 	*ret_dlv = d;
 	return 0;
 }
@@ -762,7 +766,12 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	/* relaxed: a stale false only builds one batch nobody will read */
 	if (!atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
 		job_batch(d, j, &b);
-		rc = bld_build(&b, w, &j->bytes, &err);
+		/* with device slots: the device has read the slot's last batch
+		 * before we overwrite it, and reads this one before it is published */
+		if (!d->dev || (rc = dsl_before_build(d->dev, j->slot, &err)) == 0)
+			rc = bld_build(&b, w, &j->bytes, &err);
+		if (rc == 0 && d->dev)
+			rc = dsl_after_build(d->dev, j->slot, b.hdr, d->data.map, d->data.size, &err);
 	}
 	pthread_mutex_lock(&d->lock);
 	sched_done(&d->sched, &j->pos);

@@ -62,6 +62,10 @@ struct dlv_spec {
 	uid_t uid;                 /* whose fair share its batches are built from
 				    * (pool.h): a group's creator's; one pool
 				    * source per delivery, a group counts once */
+	struct dsl *dev;           /* device slots (devslots.h; a plain stream's
+				    * CUDA IPC), or NULL: the delivery's once
+				    * dlv_new() succeeds (freed with it), the
+				    * caller's if it fails */
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */

@@ -1,0 +1,501 @@
+/*
+ * devslots.c: device slots and CUDA IPC (devslots.h).
+ *
+ * Owns, per daemon (struct dsl_gpu), the loaded driver's facts and, per
+ * device a stream asked for, its retained primary context and the
+ * embedded kernels loaded there; per stream (struct dsl), one device
+ * allocation holding every device slot (one IPC memory handle), a staging
+ * buffer for the fields that are converted, one CUDA stream, and per slot
+ * three events: ready (interprocess: feedd records it, the client waits),
+ * done (interprocess: the client records it at release, feedd's stream
+ * waits) and copied (feedd's own: a worker about to rebuild the host slot
+ * waits for it; never the client's to touch).
+ *
+ * Never trusts the client's events to be recorded: waiting for an event
+ * never recorded is no wait at all (the driver's rule), and a client that
+ * dies with work pending on done[i] is the driver's to clean up.
+ */
+#include "devslots.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "cudrv.h"
+#include "dtype.h"
+#include "fmt.h"
+#include "layout.h"
+
+#define DSL_ALIGN 256u   /* device field offsets: any kernel's vector loads */
+
+struct dsl_dev {
+	bool tried;                /* ctx and kernels were attempted */
+	CUresult err;              /* what failed then, or CUDA_SUCCESS */
+	const char *what;          /* the call that failed */
+	CUcontext ctx;             /* retained primary context */
+	struct cudrv_kernels k;
+};
+
+struct dsl_gpu {
+	const struct cudrv *cu;
+	char why[320];             /* "" when CUDA IPC can be served */
+	struct dsl_dev dev[CUDRV_MAX_DEVICES];
+};
+
+enum dsl_kind { DSL_ABSENT, DSL_IMAGE, DSL_TOKENS, DSL_SAME };
+
+struct dsl_field {
+	enum dsl_kind kind;
+	int dtype;                 /* enum feed_dtype of the device copy */
+	uint64_t off;              /* in a device slot */
+	uint64_t sample_bytes;     /* device bytes per sample */
+	uint64_t stage_off;        /* images, tokens: in the staging buffer */
+	struct feed_convert cv;    /* images */
+	size_t elem_size;          /* tokens: 2 or 4 */
+};
+
+struct dsl {
+	struct dsl_gpu *g;
+	const struct cudrv *cu;
+	struct dsl_dev *dev;
+	uint32_t nslots, nfields;
+	struct dsl_field field[FEED_SHM_MAX_FIELDS];
+	uint64_t slot_bytes, stage_bytes;
+	CUdeviceptr slots, stage;
+	CUstream stream;
+	CUevent ready[DSL_MAX_SLOTS], done[DSL_MAX_SLOTS], copied[DSL_MAX_SLOTS];
+	bool recorded[DSL_MAX_SLOTS]; /* copied[i] was recorded (slot i's worker) */
+
+	pthread_mutex_t mu;        /* enqueues on stream; the registration */
+	void *registered;          /* the host region registered for DMA, or NULL */
+	uint64_t registered_bytes;
+
+	/* the reply's storage */
+	CUipcMemHandle mem_h;
+	CUipcEventHandle ready_h[DSL_MAX_SLOTS], done_h[DSL_MAX_SLOTS];
+	ProtobufCBinaryData ready_pb[DSL_MAX_SLOTS], done_pb[DSL_MAX_SLOTS];
+	Feed__DeviceField field_pb[FEED_SHM_MAX_FIELDS];
+	Feed__DeviceField *field_pp[FEED_SHM_MAX_FIELDS];
+};
+
+static uint64_t dsl_align(uint64_t x)
+{
+	return (x + DSL_ALIGN - 1) / DSL_ALIGN * DSL_ALIGN;
+}
+
+static int dsl_fail_cu(const struct cudrv *cu, struct feed_err *err, CUresult e, const char *what)
+{
+	char name[96];
+	return feed_err_set(err, -EIO, "device slots: %s failed: %s", what,
+			    cudrv_errname(cu, e, name, sizeof(name)));
+}
+
+/* ------------------------------------------------------------------ */
+/* The daemon's GPU                                                    */
+
+int dsl_gpu_new(struct dsl_gpu **ret)
+{
+	struct dsl_gpu *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->cu = cudrv_get();
+	const struct cudrv_info *in = &g->cu->info;
+	if (!in->usable)
+		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
+	else if (!in->ipc)
+		snprintf(g->why, sizeof(g->why), "feedd cannot use CUDA IPC: %s", in->ipc_reason);
+	*ret = g;
+	return 0;
+}
+
+void dsl_gpu_free(struct dsl_gpu *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
+		struct dsl_dev *d = &g->dev[i];
+		if (!d->ctx)
+			continue;
+		CUdevice dev;
+		g->cu->api.CtxSetCurrent(d->ctx);
+		cudrv_kernels_unload(g->cu, &d->k);
+		g->cu->api.CtxSetCurrent(NULL);
+		if (g->cu->api.DeviceGet(&dev, i) == CUDA_SUCCESS)
+			g->cu->api.DevicePrimaryCtxRelease(dev);
+	}
+	free(g);
+}
+
+const char *dsl_gpu_unusable(const struct dsl_gpu *g)
+{
+	return g->why[0] ? g->why : NULL;
+}
+
+void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
+{
+	const struct cudrv_info *in = &g->cu->info;
+	if (g->why[0]) {
+		snprintf(buf, cap, "CUDA IPC off (%s): streams get host slots", g->why);
+		return;
+	}
+	int n = snprintf(buf, cap, "CUDA IPC on: driver %d.%d, %u device%s", in->driver_version / 1000,
+			 in->driver_version % 1000 / 10, in->num_devices,
+			 in->num_devices == 1 ? "" : "s");
+	for (uint32_t i = 0; i < in->num_devices && i < CUDRV_MAX_DEVICES && n > 0 &&
+			     (size_t)n < cap; i++)
+		n += snprintf(buf + n, cap - (size_t)n, "%s %u: %s (%d.%d)%s", i ? ";" : ":", i,
+			      in->devices[i].name, in->devices[i].cc_major, in->devices[i].cc_minor,
+			      in->devices[i].ipc ? "" : " no IPC");
+}
+
+/* Device ordinal's context and kernels, made on first use (loop thread). */
+static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, struct feed_err *err)
+{
+	const struct cudrv_api *api = &g->cu->api;
+	struct dsl_dev *d = &g->dev[ordinal];
+	if (!d->tried) {
+		CUdevice dev;
+		d->tried = true;
+		d->what = "cuDeviceGet";
+		if ((d->err = api->DeviceGet(&dev, ordinal)) != CUDA_SUCCESS)
+			goto out;
+		d->what = "cuDevicePrimaryCtxRetain";
+		if ((d->err = api->DevicePrimaryCtxRetain(&d->ctx, dev)) != CUDA_SUCCESS) {
+			d->ctx = NULL;
+			goto out;
+		}
+		d->what = "cuCtxSetCurrent";
+		if ((d->err = api->CtxSetCurrent(d->ctx)) != CUDA_SUCCESS)
+			goto out;
+		d->what = "loading the embedded kernels";
+		d->err = cudrv_kernels_load(g->cu, &d->k);
+	}
+out:
+	if (d->err != CUDA_SUCCESS) {
+		char name[96];
+		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal, d->what,
+				    cudrv_errname(g->cu, d->err, name, sizeof(name)));
+	}
+	*ret = d;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* A stream's slots                                                    */
+
+/* What field f becomes on the device. */
+static int dsl_plan_field(const struct dsl_request *req, const struct fmt_field *f,
+			  struct dsl_field *ret, struct feed_err *err)
+{
+	struct dsl_field o = {.kind = DSL_SAME, .dtype = f->dtype};
+	if (f->variable) {
+		o.kind = DSL_ABSENT;
+	} else if (f->dtype == FEED_DTYPE_U8 && (f->rank == 2 || (f->rank == 3 && f->shape[2] <= 4))) {
+		uint32_t c = f->rank == 3 ? f->shape[2] : 1;
+		float mean[4], std[4];
+		for (uint32_t ch = 0; ch < c; ch++) {
+			if ((req->nmean > 1 && req->nmean != c) || (req->nstd > 1 && req->nstd != c))
+				return feed_err_set(err, -EINVAL, "field '%s': %u channels, but mean has "
+						    "%u values and std %u (1 or one per channel)",
+						    f->name, c, req->nmean, req->nstd);
+			mean[ch] = req->nmean ? req->mean[req->nmean == 1 ? 0 : ch] : 0.0f;
+			std[ch] = req->nstd ? req->std[req->nstd == 1 ? 0 : ch] : 1.0f;
+		}
+		if (feed_convert_init(&o.cv, f->shape[0], f->shape[1], c,
+				      (enum feed_convert_dtype)req->dtype,
+				      (enum feed_convert_layout)req->layout, mean, std) < 0)
+			return feed_err_set(err, -EINVAL, "field '%s': mean/std give outputs that are "
+					    "not finite (a std of 0?)", f->name);
+		o.kind = DSL_IMAGE;
+		o.dtype = req->dtype == FEED_CONVERT_F32 ? FEED_DTYPE_F32 :
+			  req->dtype == FEED_CONVERT_F16 ? FEED_DTYPE_F16 : FEED_DTYPE_BF16;
+		o.sample_bytes = feed_convert_sample_bytes(&o.cv);
+	} else if (f->dtype == FEED_DTYPE_U16 || f->dtype == FEED_DTYPE_U32) {
+		o.kind = DSL_TOKENS;
+		o.dtype = FEED_DTYPE_I64;
+		o.elem_size = feed_dtype_size(f->dtype);
+		o.sample_bytes = f->max_bytes / o.elem_size * sizeof(int64_t);
+	}
+	if (o.kind == DSL_SAME)
+		o.sample_bytes = f->max_bytes;
+	*ret = o;
+	return 0;
+}
+
+/* The device's ordinal for the request's UUID, or -ENODEV naming why not. */
+static int dsl_device(const struct dsl_gpu *g, const uint8_t uuid[16], struct feed_err *err)
+{
+	if (g->why[0])
+		return feed_err_set(err, -ENODEV, "%s", g->why);
+	int ord = cudrv_device_by_uuid(g->cu, uuid);
+	if (ord < 0) {
+		char hex[33];
+		for (int i = 0; i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+		return feed_err_set(err, -ENODEV, "feedd does not see the client's GPU (UUID %s) "
+				    "among its %u: another node's, or hidden from the service by "
+				    "CUDA_VISIBLE_DEVICES", hex, g->cu->info.num_devices);
+	}
+	if (!g->cu->info.devices[ord].ipc)
+		return feed_err_set(err, -ENODEV, "device %d (%s) does not support CUDA IPC events "
+				    "with unified addressing", ord, g->cu->info.devices[ord].name);
+	return ord;
+}
+
+static int dsl_events(struct dsl *s, struct feed_err *err)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	const unsigned ipc = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	CUresult e;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		if ((e = api->EventCreate(&s->ready[i], ipc)) != CUDA_SUCCESS) {
+			s->ready[i] = NULL;
+			return dsl_fail_cu(s->cu, err, e, "cuEventCreate (interprocess)");
+		}
+		if ((e = api->EventCreate(&s->done[i], ipc)) != CUDA_SUCCESS) {
+			s->done[i] = NULL;
+			return dsl_fail_cu(s->cu, err, e, "cuEventCreate (interprocess)");
+		}
+		if ((e = api->EventCreate(&s->copied[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+			s->copied[i] = NULL;
+			return dsl_fail_cu(s->cu, err, e, "cuEventCreate");
+		}
+		if ((e = api->IpcGetEventHandle(&s->ready_h[i], s->ready[i])) != CUDA_SUCCESS ||
+		    (e = api->IpcGetEventHandle(&s->done_h[i], s->done[i])) != CUDA_SUCCESS)
+			return dsl_fail_cu(s->cu, err, e, "cuIpcGetEventHandle");
+	}
+	return 0;
+}
+
+int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
+	    const struct slot_layout *lay, struct dsl **ret, struct feed_err *err)
+{
+	const struct cudrv_api *api = &g->cu->api;
+	struct dsl *s;
+	CUresult e;
+	int ord, r;
+
+	if ((ord = dsl_device(g, req->uuid, err)) < 0)
+		return ord;
+	if (lay->nslots > DSL_MAX_SLOTS || out->nfields > FEED_SHM_MAX_FIELDS)
+		return feed_err_set(err, -EINVAL, "device slots: %u slots, %u fields", lay->nslots,
+				    out->nfields);
+	if (!(s = calloc(1, sizeof(*s))))
+		return feed_err_set(err, -ENOMEM, "out of memory for device slots");
+	s->g = g;
+	s->cu = g->cu;
+	s->nslots = lay->nslots;
+	s->nfields = out->nfields;
+	pthread_mutex_init(&s->mu, NULL);
+	bool any = false;
+	for (uint32_t f = 0; f < out->nfields; f++) {
+		struct dsl_field *df = &s->field[f];
+		if ((r = dsl_plan_field(req, &out->fields[f], df, err)) < 0)
+			goto fail;
+		if (df->kind == DSL_ABSENT)
+			continue;
+		any = true;
+		df->off = s->slot_bytes;
+		s->slot_bytes = dsl_align(s->slot_bytes + df->sample_bytes * lay->batch);
+		if (df->kind != DSL_SAME) {
+			df->stage_off = s->stage_bytes;
+			s->stage_bytes = dsl_align(s->stage_bytes + out->fields[f].max_bytes * lay->batch);
+		}
+	}
+	if (!any) {
+		r = feed_err_set(err, -ENODEV, "no field of the batches can go to the device (all "
+				 "are variable-length)");
+		goto fail;
+	}
+	if ((r = dsl_dev_get(g, ord, &s->dev, err)) < 0)
+		goto fail;
+	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS) {
+		r = dsl_fail_cu(s->cu, err, e, "cuCtxSetCurrent");
+		goto fail;
+	}
+	if ((e = api->MemAlloc(&s->slots, s->slot_bytes * s->nslots)) != CUDA_SUCCESS) {
+		s->slots = 0;
+		char name[96];
+		r = feed_err_set(err, -ENODEV, "device %d: cuMemAlloc of %llu bytes of device slots "
+				 "failed: %s", ord, (unsigned long long)(s->slot_bytes * s->nslots),
+				 cudrv_errname(s->cu, e, name, sizeof(name)));
+		goto fail;
+	}
+	if (s->stage_bytes && (e = api->MemAlloc(&s->stage, s->stage_bytes)) != CUDA_SUCCESS) {
+		s->stage = 0;
+		r = dsl_fail_cu(s->cu, err, e, "cuMemAlloc of the staging buffer");
+		goto fail;
+	}
+	if ((e = api->IpcGetMemHandle(&s->mem_h, s->slots)) != CUDA_SUCCESS) {
+		r = dsl_fail_cu(s->cu, err, e, "cuIpcGetMemHandle");
+		goto fail;
+	}
+	if ((e = api->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->stream = NULL;
+		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+		goto fail;
+	}
+	if ((r = dsl_events(s, err)) < 0)
+		goto fail;
+	*ret = s;
+	return 0;
+fail:
+	dsl_free(s);
+	return r;
+}
+
+void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret)
+{
+	ret->ipc = true;
+	ret->reason = (char *)"";
+	ret->mem_handle.data = (uint8_t *)&s->mem_h;
+	ret->mem_handle.len = sizeof(s->mem_h);
+	ret->slot_bytes = s->slot_bytes;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		s->ready_pb[i] = (ProtobufCBinaryData){sizeof(s->ready_h[i]), (uint8_t *)&s->ready_h[i]};
+		s->done_pb[i] = (ProtobufCBinaryData){sizeof(s->done_h[i]), (uint8_t *)&s->done_h[i]};
+	}
+	ret->n_ready = ret->n_done = s->nslots;
+	ret->ready = s->ready_pb;
+	ret->done = s->done_pb;
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct dsl_field *df = &s->field[f];
+		Feed__DeviceField *p = &s->field_pb[f];
+		feed__device_field__init(p);
+		p->kind = (uint32_t)df->kind;
+		p->dtype = (Feed__DType)df->dtype;
+		p->offset = df->off;
+		p->sample_bytes = df->sample_bytes;
+		s->field_pp[f] = p;
+	}
+	ret->n_fields = s->nfields;
+	ret->fields = s->field_pp;
+}
+
+uint64_t dsl_device_bytes(const struct dsl *s)
+{
+	return s->slot_bytes * s->nslots + s->stage_bytes;
+}
+
+int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	CUresult e;
+	if (!s->recorded[slot])
+		return 0;
+	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS ||
+	    (e = api->EventSynchronize(s->copied[slot])) != CUDA_SUCCESS)
+		return dsl_fail_cu(s->cu, err, e, "waiting for the slot's last copy to the device");
+	return 0;
+}
+
+/* Registers the data region for DMA once (s->mu held); a refusal leaves
+ * the copies pageable, slower but right. */
+static void dsl_register_locked(struct dsl *s, uint8_t *data, uint64_t bytes)
+{
+	if (s->registered)
+		return;
+	if (s->cu->api.MemHostRegister(data, bytes, 0) == CUDA_SUCCESS) {
+		s->registered = data;
+		s->registered_bytes = bytes;
+	} else {
+		s->registered = (void *)1; /* tried: not again */
+	}
+}
+
+/* The copies and kernels of one slot (s->mu held, context current). */
+static CUresult dsl_enqueue_locked(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+				   uint8_t *data, const char **what)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	CUdeviceptr base = s->slots + (CUdeviceptr)slot * s->slot_bytes;
+	CUresult e;
+
+	*what = "cuStreamWaitEvent on the client's done event";
+	if ((e = api->StreamWaitEvent(s->stream, s->done[slot], 0)) != CUDA_SUCCESS)
+		return e;
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct dsl_field *df = &s->field[f];
+		const struct feed_shm_field *hf = &hdr->field[f];
+		const uint8_t *src = data + hf->offset;
+		CUdeviceptr in = s->stage + df->stage_off;
+		switch (df->kind) {
+		case DSL_ABSENT:
+			continue;
+		case DSL_SAME:
+			*what = "cuMemcpyHtoDAsync";
+			e = api->MemcpyHtoDAsync(base + df->off, src, hf->bytes, s->stream);
+			break;
+		case DSL_IMAGE:
+			*what = "cuMemcpyHtoDAsync";
+			if ((e = api->MemcpyHtoDAsync(in, src, hf->bytes, s->stream)) != CUDA_SUCCESS)
+				break;
+			*what = "cuLaunchKernel (images)";
+			e = cudrv_launch_images(s->cu, &s->dev->k, &df->cv, in, hdr->nsamples, 0,
+						base + df->off, s->stream);
+			break;
+		case DSL_TOKENS:
+			*what = "cuMemcpyHtoDAsync";
+			if ((e = api->MemcpyHtoDAsync(in, src, hf->bytes, s->stream)) != CUDA_SUCCESS)
+				break;
+			*what = "cuLaunchKernel (tokens)";
+			e = cudrv_launch_tokens(s->cu, &s->dev->k, df->elem_size, in,
+						hf->bytes / df->elem_size, base + df->off, s->stream);
+			break;
+		}
+		if (e != CUDA_SUCCESS)
+			return e;
+	}
+	*what = "cuEventRecord";
+	if ((e = api->EventRecord(s->copied[slot], s->stream)) != CUDA_SUCCESS)
+		return e;
+	s->recorded[slot] = true;
+	return api->EventRecord(s->ready[slot], s->stream);
+}
+
+int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+		    uint8_t *data, uint64_t data_bytes, struct feed_err *err)
+{
+	const char *what = "cuCtxSetCurrent";
+	CUresult e = s->cu->api.CtxSetCurrent(s->dev->ctx);
+	if (e != CUDA_SUCCESS)
+		return dsl_fail_cu(s->cu, err, e, what);
+	pthread_mutex_lock(&s->mu);
+	dsl_register_locked(s, data, data_bytes);
+	e = dsl_enqueue_locked(s, slot, hdr, data, &what);
+	pthread_mutex_unlock(&s->mu);
+	return e == CUDA_SUCCESS ? 0 : dsl_fail_cu(s->cu, err, e, what);
+}
+
+void dsl_free(struct dsl *s)
+{
+	if (!s)
+		return;
+	const struct cudrv_api *api = &s->cu->api;
+	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
+		if (s->stream) {
+			api->StreamSynchronize(s->stream);
+			api->StreamDestroy(s->stream);
+		}
+		for (uint32_t i = 0; i < s->nslots; i++) {
+			if (s->ready[i])
+				api->EventDestroy(s->ready[i]);
+			if (s->done[i])
+				api->EventDestroy(s->done[i]);
+			if (s->copied[i])
+				api->EventDestroy(s->copied[i]);
+		}
+		if (s->registered && s->registered != (void *)1)
+			api->MemHostUnregister(s->registered);
+		if (s->stage)
+			api->MemFree(s->stage);
+		if (s->slots)
+			api->MemFree(s->slots);
+	}
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}

@@ -1,0 +1,98 @@
+/*
+ * devslots.h: a stream's device slots, the CUDA IPC delivery of DESIGN.md
+ * "GPU path". feedd owns, on the client's GPU, one device slot per host
+ * slot. After a worker has built host slot i, it enqueues on the stream's
+ * CUDA stream: a wait for the slot's "done" event (recorded by the client
+ * when it released the batch the device slot last held), the copy of the
+ * slot's fields to the device, the conversion of images (u8 [n,h,w(,c)] to
+ * fp32 / fp16 / bf16, NCHW or NHWC, per-channel mean/std: kernels/) and
+ * tokens (u16 / u32 to int64), the other fixed fields copied as they are,
+ * and the slot's interprocess "ready" event; then the batch is published
+ * as always. The client opens the memory and event handles once
+ * (StreamOpened.device) and makes its stream wait on ready[i]. No CPU waits
+ * for the device on the way, except a worker about to rebuild host slot i
+ * whose previous copy to the device has not run yet.
+ *
+ * struct dsl_gpu is the daemon's driver (kernels/cudrv.h, loaded at run
+ * time: feedd links no CUDA library, and with no GPU or no driver it
+ * serves host slots, saying why) with, per device used, its primary
+ * context and the embedded kernels.
+ *
+ * Threads: dsl_gpu_new / dsl_gpu_free on the main thread before the
+ * workers start and after they stop; dsl_new and dsl_reply on the loop
+ * thread; dsl_before_build / dsl_after_build on workers, for different
+ * slots at once (a slot is one worker's while it builds it); dsl_free on
+ * whichever thread drops the delivery (no build in flight). s->mu orders
+ * the enqueues of one stream's slots (they share a staging buffer); it is
+ * a leaf lock, never held while waiting for the device from the CPU.
+ */
+#ifndef FEEDD_DEVSLOTS_H
+#define FEEDD_DEVSLOTS_H
+
+#include <stdint.h>
+
+#include "feed.pb-c.h"
+#include "feed_err.h"
+#include "feed_shm.h"
+
+#define DSL_MAX_SLOTS 64      /* = DLV_MAX_CREDITS */
+
+struct dsl_gpu;
+struct dsl;
+struct fmt_schema;
+struct slot_layout;
+
+/* What a client asked for (OpenStream.device, checked by wire.c). */
+struct dsl_request {
+	uint8_t uuid[16];          /* its GPU */
+	int dtype;                 /* FEED_CONVERT_F32 / F16 / BF16 (images) */
+	int layout;                /* FEED_CONVERT_NCHW / NHWC */
+	uint32_t nmean, nstd;      /* 0..4 each: 0 means 0 and 1 */
+	float mean[4], std[4];
+};
+
+/* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
+ * cannot serve CUDA IPC is still made: dsl_gpu_unusable() says why.
+ * Returns 0 or -ENOMEM. Main thread, before the workers. */
+int dsl_gpu_new(struct dsl_gpu **ret);
+/* After every dsl_free(). Accepts NULL. */
+void dsl_gpu_free(struct dsl_gpu *g);
+/* NULL when CUDA IPC can be served, else why not, in words. */
+const char *dsl_gpu_unusable(const struct dsl_gpu *g);
+/* One line for the log: devices and driver, or why there is no GPU. */
+void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
+
+/* Device slots for lay->nslots batches of schema out (laid out as lay) on
+ * the GPU named req->uuid. Returns 0; -ENODEV with err naming why CUDA IPC
+ * cannot serve this stream (no usable GPU here, a GPU feedd does not see,
+ * one without IPC, no field to put on the device) — the stream then goes
+ * on with host slots alone and the client is told; -EINVAL (mean/std or
+ * an image the conversion refuses), -EIO (a driver call failed, named),
+ * -ENOMEM. Loop thread. */
+int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
+	    const struct slot_layout *lay, struct dsl **ret, struct feed_err *err);
+
+/* Fills ret (DeviceSlots with ipc true) with pointers into s: valid while
+ * s lives. Loop thread. */
+void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
+
+/* Bytes of device memory s holds (slots and staging), for stats. */
+uint64_t dsl_device_bytes(const struct dsl *s);
+
+/* Before host slot `slot` is rebuilt: waits until the device has read its
+ * previous contents. 0 or -EIO naming the call. Worker. */
+int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err);
+
+/* After host slot `slot` (header hdr, the data region at data/data_bytes)
+ * is built and before it is published: enqueues its copy and conversion
+ * into device slot `slot` and records ready[slot]. 0 or -EIO naming the
+ * call (the batch then fails as a build would). Worker. */
+int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+		    uint8_t *data, uint64_t data_bytes, struct feed_err *err);
+
+/* Waits for the device to finish with s, unregisters the host region and
+ * frees the device memory, events and stream. Call before the data region
+ * is unmapped. Accepts NULL. */
+void dsl_free(struct dsl *s);
+
+#endif
