@@ -95,4 +95,39 @@ void cl_gpu_forget(struct feed_stream *st, void *base);
  * the GPU state. Before the stream's regions are unmapped. */
 void cl_gpu_close(struct feed_stream *st);
 
+/* ------------------------------------------------------------------ */
+/* Between streams (client_stream.c) and device slots (client_ipc.c)   */
+
+struct cl_ipc;
+struct feed_stream_device;
+struct Feed__DeviceRequest;
+struct Feed__DeviceSlots;
+
+/* The stream's device slots (NULL: none) and, without them, why ("" when
+ * not asked). Any thread. */
+struct cl_ipc *cl_stream_ipc(struct feed_stream *st);
+const char *cl_stream_device_reason(const struct feed_stream *st);
+uint32_t cl_batch_slot(const struct feed_batch *b);
+/* b comes from the stream's current incarnation (not from before a
+ * reconnection). */
+bool cl_batch_current(const struct feed_batch *b);
+
+/* Before an open: fills dr (uuid is its storage) from o and returns 1; or
+ * returns 0 with why (this process cannot use CUDA IPC: ask nothing);
+ * or -EINVAL naming the bad option. */
+int cl_ipc_request(struct feed_conn *conn, const struct feed_stream_device *o,
+		   struct Feed__DeviceRequest *dr, uint8_t uuid[16], char *why, size_t cap);
+/* After a reply granting device slots: opens the handles into *ret; or
+ * returns 0 with *ret NULL and why (they would not open here: the stream
+ * should not use them); -EPROTO for a reply that does not fit the stream,
+ * -ENOMEM. */
+int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
+		const struct Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields,
+		uint32_t batch, struct cl_ipc **ret, char *why, size_t cap);
+/* feed_release() of the batch in slot: records its done event on the
+ * stream it was tied to (feed_batch_device), if any. Any thread. */
+void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot);
+/* Waits for the work tied to the slots, closes every handle. Accepts NULL. */
+void cl_ipc_close(struct cl_ipc *ipc);
+
 #endif

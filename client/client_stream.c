@@ -106,6 +106,9 @@ struct feed_stream {
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 	struct cl_gpu_stream *gpu; /* GPU delivery (client_gpu.c), NULL until asked */
+	struct cl_ipc *ipc;        /* device slots (client_ipc.c) of this
+				    * incarnation, or NULL: dev_reason says why */
+	char dev_reason[512];
 };
 
 /* The regions of an earlier incarnation, kept mapped while the caller
@@ -120,6 +123,7 @@ struct st_retired {
 	void *map[3];
 	size_t len[3];
 	struct feed_batch *batches;
+	struct cl_ipc *ipc;        /* its device slots: closed with its regions */
 };
 
 static void st_retired_free(struct st_retired *r);
@@ -505,11 +509,33 @@ static void st_free(struct feed_stream *st)
 		st->retired = r->next;
 		st_retired_free(r);
 	}
+	cl_ipc_close(st->ipc);
 	pthread_mutex_destroy(&st->rel_lock);
 	free(st->batches);
 	free(st->info_mem);
 	free(st->opts_mem);
 	free(st);
+}
+
+/* The open reply's answer to a device request: st->ipc when granted and
+ * the handles open here (0); else why (feedd's or this process's words)
+ * and 0, or 1 when feedd granted slots this process cannot open (the
+ * caller reopens without them); -EPROTO / -ENOMEM. */
+static int st_device(struct feed_stream *st, const struct feed_stream_opts *opts,
+		     const Feed__OpenStream *os, const Feed__StreamOpened *so, char *why,
+		     size_t cap)
+{
+	if (!os->device)
+		return 0; /* not asked, or why says this process cannot */
+	if (!so->device)
+		return cl_bad_reply(st->conn, "stream_opened without the device slots asked for");
+	if (!so->device->ipc) {
+		snprintf(why, cap, "feedd: %s", so->device->reason);
+		return 0;
+	}
+	int r = cl_ipc_open(st->conn, &opts->device, so->device, st->nslots, st->nfields,
+			    st->batch, &st->ipc, why, cap);
+	return r < 0 ? r : st->ipc ? 0 : 1;
 }
 
 /* Opens a stream on conn: the request, the reply, the regions; no copy of
@@ -519,8 +545,11 @@ static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 {
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
+	Feed__DeviceRequest dr = FEED__DEVICE_REQUEST__INIT;
 	Feed__Reply *rep = NULL;
 	struct feed_stream *st;
+	uint8_t uuid[16];
+	char why[512] = "";
 	int fds[ST_NFDS], r;
 
 	if (!conn || !opts || !ret)
@@ -528,6 +557,11 @@ static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 	if ((r = st_check_opts(conn, opts)) < 0)
 		return r;
 	st_request(opts, &os);
+	if (opts->device.enable &&
+	    (r = cl_ipc_request(conn, &opts->device, &dr, uuid, why, sizeof(why))) < 0)
+		return r;
+	if (opts->device.enable && r == 1)
+		os.device = &dr;
 	if (opts->resume) {
 		os.resume.data = (uint8_t *)opts->resume;
 		os.resume.len = opts->resume_len;
@@ -562,7 +596,22 @@ static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 	st->world = opts->world ? opts->world : 1;
 	st->pos_epoch = st->info.start_epoch;
 	st->pos_position = st->info.start_batch * st->batch * st->world;
+	if ((r = st_device(st, opts, &os, rep->stream_opened, why, sizeof(why))) < 0) {
+		st_free(st);
+		goto refuse;
+	}
 	feed__reply__free_unpacked(rep, NULL);
+	if (r == 1) {
+		/* granted, but the handles would not open here: feedd must not
+		 * convert for nobody. The same stream again, host slots only. */
+		struct feed_stream_opts host = *opts;
+		host.device.enable = false;
+		st_tell_close(conn, st->info.id);
+		st_free(st);
+		if ((r = st_open(conn, &host, &st)) < 0)
+			return r;
+	}
+	memcpy(st->dev_reason, why, sizeof(st->dev_reason));
 	*ret = st;
 	return 0;
 refuse: {
@@ -679,6 +728,8 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 /* Unmaps a retired incarnation's regions (once: the maps are cleared). */
 static void st_retired_unmap(struct st_retired *r)
 {
+	cl_ipc_close(r->ipc);
+	r->ipc = NULL;
 	for (int i = 0; i < 3; i++)
 		if (r->map[i])
 			munmap(r->map[i], r->len[i]);
@@ -744,6 +795,7 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	old->map[2] = st->rel;
 	memcpy(old->len, st->len, sizeof(old->len));
 	old->batches = st->batches;
+	old->ipc = st->ipc;
 	old->next = st->retired;
 	st->retired = old;
 	if (!held) {
@@ -775,6 +827,8 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	st->info.credits = n->info.credits;
 	st->group = n->group;
 	st->take_max = n->take_max;
+	st->ipc = n->ipc;
+	memcpy(st->dev_reason, n->dev_reason, sizeof(st->dev_reason));
 	st->conn_opens = n->conn_opens;
 	st->inc++;
 	for (uint32_t i = 0; i < st->nslots; i++) {
@@ -1217,6 +1271,10 @@ FEED_API int feed_release(struct feed_batch *b)
 {
 	if (!b)
 		return -EINVAL;
+	/* its device slot's reader is done once the tied stream gets here; a
+	 * batch of an earlier incarnation has no feedd to tell */
+	if (b->st->ipc && b->inc == b->st->inc && cl_batch_held(b))
+		cl_ipc_release(b->st->ipc, b->slot);
 	/* copies from b in flight: the slot goes back when they are done */
 	/* acquire: set by the first feed_batch_to_device(), maybe on another thread */
 	struct cl_gpu_stream *g = __atomic_load_n(&b->st->gpu, __ATOMIC_ACQUIRE);
@@ -1273,6 +1331,8 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 	cl_gpu_close(st); /* copies done, deferred releases made, unregistered */
 	for (uint32_t i = 0; i < st->nslots; i++)
 		feed_release(&st->batches[i]); /* -EINVAL for those not held */
+	cl_ipc_close(st->ipc); /* before feedd frees what the handles map */
+	st->ipc = NULL;
 	int r = st_tell_close(st->conn, st->info.id);
 	st_free(st);
 	return r;
@@ -1284,6 +1344,26 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 struct cl_gpu_stream **cl_stream_gpu(struct feed_stream *st)
 {
 	return &st->gpu;
+}
+
+struct cl_ipc *cl_stream_ipc(struct feed_stream *st)
+{
+	return st->ipc;
+}
+
+const char *cl_stream_device_reason(const struct feed_stream *st)
+{
+	return st->dev_reason;
+}
+
+uint32_t cl_batch_slot(const struct feed_batch *b)
+{
+	return b->slot;
+}
+
+bool cl_batch_current(const struct feed_batch *b)
+{
+	return b->inc == b->st->inc;
 }
 
 struct feed_conn *cl_stream_conn(struct feed_stream *st)

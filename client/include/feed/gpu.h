@@ -119,6 +119,43 @@ struct feed_to_device {
 FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *dst,
 				  const struct feed_to_device *to, void *stream);
 
+/*
+ * Whether stream st has device slots (opened with opts.device.enable and
+ * granted CUDA IPC): 1, or 0 with *ret_reason (when not NULL) saying why
+ * not, e.g. "feedd: the client is in another PID namespace ...", "this
+ * process: libcuda.so.1 not found ..." or "" when device slots were not
+ * asked for. The reason is the stream's, valid until it is closed. Any
+ * thread.
+ */
+FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_reason);
+
+/*
+ * Field `field` of batch b as feedd put it in the batch's device slot:
+ * ret->data is a device pointer (on opts.device.device, in the context
+ * the stream opened it in: the one current at feed_stream_open() if it was
+ * that device's, else the device's primary context, which PyTorch uses),
+ * ret->dtype, rank, shape (batch axis first; images [n, c, h, w] for NCHW,
+ * [n, h, w, c] for NHWC) and bytes describe it; ret->ends is NULL.
+ *
+ * Enqueues on `stream` (a CUstream / cudaStream_t of that context; NULL:
+ * the legacy default stream) a wait for feedd's conversion of this batch:
+ * work enqueued on stream afterwards sees it; the CPU does not wait. The
+ * batch is then tied to stream: feed_release(b) records on stream the
+ * event after which feedd may overwrite the device slot, so release b
+ * after enqueueing the last work that reads ret->data (on stream, or on
+ * streams stream waits for), not after it runs. Each call may name the
+ * same stream again; another stream for the same batch is -EINVAL.
+ *
+ * Returns 0, or: -ENODEV when st has no device slots (feed_stream_device
+ * says why), or when b came from before a daemon restart (its device slot
+ * is gone: read the host copy); -EINVAL for no such field, a
+ * variable-length field (host only), a released batch, a second stream;
+ * -EIO when the driver fails (named in feed_errmsg()). Call it from the
+ * thread that calls feed_next() on b's stream.
+ */
+FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *stream,
+			       struct feed_view *ret);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,24 @@ extern "C" {
 #define FEED_END_OF_EPOCH 1   /* every batch of the epoch was returned */
 #define FEED_END_OF_STREAM 2  /* every requested epoch was returned */
 
+/* Device slots (CUDA IPC, feed/gpu.h feed_batch_device): feedd copies each
+ * batch to this GPU and converts it there, into memory it owns. Zero:
+ * host slots only. */
+struct feed_stream_device {
+	bool enable;              /* ask for device slots */
+	int device;               /* CUDA device ordinal, as this process numbers
+				   * them (the GPU is sent by UUID) */
+	int dtype;                /* what u8 image fields ([h, w] or [h, w, c],
+				   * c <= 4) become: FEED_TO_F32 / F16 / BF16;
+				   * u16 / u32 fields become int64, other fixed
+				   * fields stay as they are, variable ones stay
+				   * on the host */
+	int layout;               /* FEED_TO_NCHW or FEED_TO_NHWC */
+	uint32_t nmean;           /* values in mean and in std: 0 (mean 0, std 1),
+				   * 1 (every channel) or one per channel */
+	float mean[4], std[4];    /* torchvision's units, of x/255 */
+};
+
 /* What to open. Zero-initialise, then set what you need. */
 struct feed_stream_opts {
 	const char *dataset;      /* required: a name from feed_list_datasets() */
@@ -112,6 +130,11 @@ struct feed_stream_opts {
 				   * daemon's max_credits; 0 = twice credits
 				   * (within max_credits). A joiner's is the
 				   * group's */
+	struct feed_stream_device device; /* CUDA IPC: see feed/gpu.h. When
+				   * feedd or this process cannot serve it (no
+				   * GPU, another PID namespace, a group, ...)
+				   * the stream opens with host slots alone and
+				   * feed_stream_device() says why */
 };
 
 /* feed_next() on a group member the daemon detached (it released nothing

@@ -1,0 +1,344 @@
+/*
+ * client_ipc.c: a stream's device slots, the consumer side of feedd's
+ * CUDA IPC delivery (feed/gpu.h: feed_stream_device, feed_batch_device;
+ * daemon/delivery/devslots.h is the producer).
+ *
+ * Owns, per stream granted device slots (struct cl_ipc): the context the
+ * handles are opened in (retained when it is the device's primary one),
+ * the mapping of feedd's device slots (one cuIpcOpenMemHandle), each
+ * slot's ready and done events (cuIpcOpenEventHandle) and which CUDA
+ * stream each held batch is tied to. Handles are opened once, at open;
+ * closed at close after the done events recorded by this process have
+ * completed (feedd frees the memory only after our close).
+ *
+ * Threads: cl_ipc_request / cl_ipc_open / cl_ipc_close on the thread
+ * opening or closing the stream; feed_batch_device on the thread calling
+ * feed_next(); cl_ipc_release from feed_release() on any thread. ipc->mu
+ * guards the ties (a leaf lock). Never prints.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "cudrv.h"
+#include "dtype.h"
+#include "feed_shm.h"
+#include "feed/gpu.h"
+#include "feed/stream.h"
+
+#define IPC_MAX_SLOTS 64
+
+enum { IPC_ABSENT, IPC_IMAGE, IPC_TOKENS, IPC_SAME, IPC_KINDS };
+
+struct ipc_field {
+	uint32_t kind;
+	int dtype;
+	uint64_t off, sample_bytes;
+};
+
+struct cl_ipc {
+	const struct cudrv *cu;
+	CUcontext ctx;
+	CUdevice dev;
+	bool retained;             /* ctx is the primary context, retained by us */
+	int layout;                /* FEED_TO_NCHW / NHWC: the shape of images */
+	CUdeviceptr base;          /* feedd's device slots, mapped here */
+	uint64_t slot_bytes;
+	uint32_t nslots, nfields;
+	struct ipc_field field[FEED_SHM_MAX_FIELDS];
+	CUevent ready[IPC_MAX_SLOTS], done[IPC_MAX_SLOTS];
+
+	pthread_mutex_t mu;        /* the ties below */
+	CUstream tie[IPC_MAX_SLOTS];
+	bool tied[IPC_MAX_SLOTS];
+	bool recorded[IPC_MAX_SLOTS]; /* done[i] recorded by us */
+};
+
+static void ipc_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void ipc_why(char *why, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, cap, fmt, ap);
+	va_end(ap);
+}
+
+int cl_ipc_request(struct feed_conn *conn, const struct feed_stream_device *o,
+		   Feed__DeviceRequest *dr, uint8_t uuid[16], char *why, size_t cap)
+{
+	const struct cudrv *cu;
+
+	if (o->dtype < FEED_TO_F32 || o->dtype > FEED_TO_BF16)
+		return cl_fail(conn, -EINVAL, "option device.dtype: %d, not FEED_TO_F32, F16 or BF16",
+			       o->dtype);
+	if (o->layout != FEED_TO_NCHW && o->layout != FEED_TO_NHWC)
+		return cl_fail(conn, -EINVAL, "option device.layout: %d, not FEED_TO_NCHW or NHWC",
+			       o->layout);
+	if (o->nmean > 4)
+		return cl_fail(conn, -EINVAL, "option device.nmean: %u, at most 4 (channels)",
+			       o->nmean);
+	for (uint32_t i = 0; i < o->nmean; i++)
+		if (!isfinite(o->mean[i]) || !isfinite(o->std[i]) || o->std[i] == 0.0f)
+			return cl_fail(conn, -EINVAL, "option device.mean/std[%u]: %g / %g (finite, "
+				       "std not 0)", i, (double)o->mean[i], (double)o->std[i]);
+	if (o->device < 0)
+		return cl_fail(conn, -EINVAL, "option device.device: %d is no CUDA device",
+			       o->device);
+	cu = cudrv_get();
+	if (!cu->info.usable) {
+		ipc_why(why, cap, "this process: %s", cu->info.reason);
+		return 0;
+	}
+	if (!cu->info.ipc) {
+		ipc_why(why, cap, "this process: %s", cu->info.ipc_reason);
+		return 0;
+	}
+	if ((uint32_t)o->device >= cu->info.num_devices || o->device >= CUDRV_MAX_DEVICES)
+		return cl_fail(conn, -EINVAL, "option device.device: no CUDA device %d (%u found)",
+			       o->device, cu->info.num_devices);
+	memcpy(uuid, cu->info.devices[o->device].uuid, 16);
+	dr->uuid.data = uuid;
+	dr->uuid.len = 16;
+	dr->dtype = (uint32_t)o->dtype;
+	dr->layout = (uint32_t)o->layout;
+	dr->n_mean = dr->n_std = o->nmean;
+	dr->mean = (float *)o->mean;
+	dr->std = (float *)o->std;
+	dr->pid = (int32_t)getpid();
+	return 1;
+}
+
+void cl_ipc_close(struct cl_ipc *ipc)
+{
+	if (!ipc)
+		return;
+	const struct cudrv_api *api = &ipc->cu->api;
+	CUcontext prev = NULL;
+	api->CtxGetCurrent(&prev);
+	if (prev != ipc->ctx)
+		api->CtxSetCurrent(ipc->ctx);
+	/* the work that reads the slots ends before the mapping goes */
+	for (uint32_t i = 0; i < ipc->nslots; i++) {
+		if (ipc->recorded[i])
+			api->EventSynchronize(ipc->done[i]);
+		if (ipc->ready[i])
+			api->EventDestroy(ipc->ready[i]);
+		if (ipc->done[i])
+			api->EventDestroy(ipc->done[i]);
+	}
+	if (ipc->base)
+		api->IpcCloseMemHandle(ipc->base);
+	if (prev != ipc->ctx)
+		api->CtxSetCurrent(prev);
+	if (ipc->retained) {
+		if (prev == ipc->ctx)
+			api->CtxSetCurrent(NULL);
+		api->DevicePrimaryCtxRelease(ipc->dev);
+	}
+	pthread_mutex_destroy(&ipc->mu);
+	free(ipc);
+}
+
+/* The reply's facts, checked: -EPROTO naming what is wrong. */
+static int ipc_check(struct feed_conn *conn, const Feed__DeviceSlots *ds, uint32_t nslots,
+		     uint32_t nfields, uint32_t batch)
+{
+	if (ds->mem_handle.len != sizeof(CUipcMemHandle) || ds->n_ready != nslots ||
+	    ds->n_done != nslots || ds->n_fields != nfields || nslots > IPC_MAX_SLOTS)
+		return cl_bad_reply(conn, "device slots: handles or fields do not match the stream");
+	for (uint32_t i = 0; i < nslots; i++)
+		if (ds->ready[i].len != sizeof(CUipcEventHandle) ||
+		    ds->done[i].len != sizeof(CUipcEventHandle))
+			return cl_bad_reply(conn, "device slots: an event handle of the wrong size");
+	for (uint32_t f = 0; f < nfields; f++) {
+		const Feed__DeviceField *df = ds->fields[f];
+		if (df->kind >= IPC_KINDS || (df->kind != IPC_ABSENT &&
+					     (feed_dtype_size(df->dtype) == 0 ||
+					      df->sample_bytes > ds->slot_bytes / batch ||
+					      df->offset > ds->slot_bytes - df->sample_bytes * batch)))
+			return cl_bad_reply(conn, "device slots: a field out of its slot");
+	}
+	return 0;
+}
+
+int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
+		const Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields, uint32_t batch,
+		struct cl_ipc **ret, char *why, size_t cap)
+{
+	const struct cudrv *cu = cudrv_get();
+	const struct cudrv_api *api = &cu->api;
+	struct cl_ipc *ipc;
+	CUcontext cur = NULL;
+	CUipcMemHandle mh;
+	char name[96];
+	const char *what;
+	CUresult e;
+	int r;
+
+	*ret = NULL;
+	if ((r = ipc_check(conn, ds, nslots, nfields, batch)) < 0)
+		return r;
+	if (!(ipc = calloc(1, sizeof(*ipc))))
+		return cl_fail(conn, -ENOMEM, "out of memory for device slots");
+	ipc->cu = cu;
+	ipc->layout = o->layout;
+	ipc->slot_bytes = ds->slot_bytes;
+	ipc->nfields = nfields;
+	pthread_mutex_init(&ipc->mu, NULL);
+	for (uint32_t f = 0; f < nfields; f++)
+		ipc->field[f] = (struct ipc_field){ds->fields[f]->kind, ds->fields[f]->dtype,
+						   ds->fields[f]->offset, ds->fields[f]->sample_bytes};
+	what = "cuDeviceGet";
+	if ((e = api->DeviceGet(&ipc->dev, o->device)) != CUDA_SUCCESS)
+		goto fail;
+	/* the caller's context if it is this device's, else the primary one */
+	CUdevice cur_dev;
+	if (api->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    api->CtxGetDevice(&cur_dev) == CUDA_SUCCESS && cur_dev == ipc->dev) {
+		ipc->ctx = cur;
+	} else {
+		what = "cuDevicePrimaryCtxRetain";
+		if ((e = api->DevicePrimaryCtxRetain(&ipc->ctx, ipc->dev)) != CUDA_SUCCESS)
+			goto fail;
+		ipc->retained = true;
+		what = "cuCtxSetCurrent";
+		if ((e = api->CtxSetCurrent(ipc->ctx)) != CUDA_SUCCESS)
+			goto fail;
+	}
+	memcpy(&mh, ds->mem_handle.data, sizeof(mh));
+	what = "cuIpcOpenMemHandle";
+	if ((e = api->IpcOpenMemHandle(&ipc->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
+	    CUDA_SUCCESS) {
+		ipc->base = 0;
+		goto fail;
+	}
+	what = "cuIpcOpenEventHandle";
+	for (uint32_t i = 0; i < nslots; i++) {
+		CUipcEventHandle h;
+		memcpy(&h, ds->ready[i].data, sizeof(h));
+		if ((e = api->IpcOpenEventHandle(&ipc->ready[i], h)) != CUDA_SUCCESS) {
+			ipc->ready[i] = NULL;
+			goto fail;
+		}
+		ipc->nslots = i + 1; /* what close must destroy */
+		memcpy(&h, ds->done[i].data, sizeof(h));
+		if ((e = api->IpcOpenEventHandle(&ipc->done[i], h)) != CUDA_SUCCESS) {
+			ipc->done[i] = NULL;
+			goto fail;
+		}
+	}
+	if (cur != ipc->ctx)
+		api->CtxSetCurrent(cur);
+	*ret = ipc;
+	return 0;
+fail:
+	/* not this stream's error: it goes on with host slots, saying why */
+	ipc_why(why, cap, "this process: %s failed: %s", what, cudrv_errname(cu, e, name, sizeof(name)));
+	cl_ipc_close(ipc);
+	api->CtxSetCurrent(cur);
+	return 0;
+}
+
+void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot)
+{
+	pthread_mutex_lock(&ipc->mu);
+	if (ipc->tied[slot]) {
+		/* a failure leaves done[slot] as it was: feedd then waits for the
+		 * last record (or none), the best left to do */
+		if (ipc->cu->api.EventRecord(ipc->done[slot], ipc->tie[slot]) == CUDA_SUCCESS)
+			ipc->recorded[slot] = true;
+		ipc->tied[slot] = false;
+	}
+	pthread_mutex_unlock(&ipc->mu);
+}
+
+/* The device view of a host view v of field f. */
+static void ipc_view(const struct cl_ipc *ipc, uint32_t slot, uint32_t f,
+		     const struct feed_view *v, struct feed_view *ret)
+{
+	const struct ipc_field *df = &ipc->field[f];
+	struct feed_view d = {.dtype = df->dtype, .rank = v->rank};
+	uint64_t n = v->shape[0];
+
+	d.data = (void *)(uintptr_t)(ipc->base + slot * ipc->slot_bytes + df->off);
+	d.bytes = n * df->sample_bytes;
+	memcpy(d.shape, v->shape, sizeof(d.shape));
+	if (df->kind == IPC_IMAGE) {
+		uint64_t h = v->shape[1], w = v->shape[2], c = v->rank == 4 ? v->shape[3] : 1;
+		d.rank = 4;
+		if (ipc->layout == FEED_TO_NCHW) {
+			d.shape[1] = c;
+			d.shape[2] = h;
+			d.shape[3] = w;
+		} else {
+			d.shape[3] = c;
+		}
+	}
+	*ret = d;
+}
+
+FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_reason)
+{
+	if (!st)
+		return -EINVAL;
+	const char *why = cl_stream_device_reason(st);
+	if (cl_stream_ipc((struct feed_stream *)st))
+		why = "";
+	if (ret_reason)
+		*ret_reason = why;
+	return cl_stream_ipc((struct feed_stream *)st) ? 1 : 0;
+}
+
+FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *stream,
+			       struct feed_view *ret)
+{
+	struct feed_view v;
+	CUresult e;
+
+	if (!b || !ret)
+		return -EINVAL;
+	struct feed_stream *st = cl_batch_stream(b);
+	struct feed_conn *conn = cl_stream_conn(st);
+	struct cl_ipc *ipc = cl_stream_ipc(st);
+	uint32_t slot = cl_batch_slot(b);
+	if (!ipc)
+		return cl_fail(conn, -ENODEV, "stream %u has no device slots: %s",
+			       feed_stream_info(st)->id, cl_stream_device_reason(st));
+	if (!cl_batch_held(b))
+		return cl_fail(conn, -EINVAL, "batch already released");
+	if (!cl_batch_current(b))
+		return cl_fail(conn, -ENODEV, "batch from before feedd restarted: its device slot "
+			       "is gone (its host copy is still there)");
+	if (feed_batch_field(b, field, &v) < 0)
+		return cl_fail(conn, -EINVAL, "no field %u (the stream has %u)", field,
+			       feed_stream_info(st)->num_fields);
+	if (ipc->field[field].kind == IPC_ABSENT)
+		return cl_fail(conn, -EINVAL, "field %u ('%s'): variable-length, on the host only",
+			       field, feed_stream_info(st)->fields[field].name);
+	pthread_mutex_lock(&ipc->mu);
+	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
+		pthread_mutex_unlock(&ipc->mu);
+		return cl_fail(conn, -EINVAL, "batch already tied to another CUDA stream (one "
+			       "stream per batch: its release records there)");
+	}
+	e = ipc->cu->api.StreamWaitEvent((CUstream)stream, ipc->ready[slot], 0);
+	if (e == CUDA_SUCCESS) {
+		ipc->tie[slot] = (CUstream)stream;
+		ipc->tied[slot] = true;
+	}
+	pthread_mutex_unlock(&ipc->mu);
+	if (e != CUDA_SUCCESS) {
+		char name[96];
+		return cl_fail(conn, -EIO, "cuStreamWaitEvent on the batch's ready event failed: %s",
+			       cudrv_errname(ipc->cu, e, name, sizeof(name)));
+	}
+	ipc_view(ipc, slot, field, &v, ret);
+	return 0;
+}
