@@ -8,6 +8,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -176,6 +177,66 @@ START_TEST(test_wire_dataset_name)
 	ck_assert_int_eq(check_info("a b", &err), -EINVAL);
 	ck_assert_int_eq(check_info(long64, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "dataset_info.name"));
+}
+END_TEST
+
+/* An open_stream with device request d, through the decoder and checks. */
+static int check_device(Feed__DeviceRequest *d, struct feed_err *err)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+	uint8_t buf[512];
+
+	o.dataset = "ds";
+	o.batch = 4;
+	o.device = d;
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	size_t len = feed__request__pack(&req, buf);
+	return decode_check(buf, len, err);
+}
+
+/* Every number of a device request is in range, and each refusal names it. */
+START_TEST(test_wire_device_request)
+{
+	struct feed_err err;
+	uint8_t uuid[17] = {0};
+	float mean[5] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, sd[5] = {1, 1, 1, 1, 1};
+	Feed__DeviceRequest d = FEED__DEVICE_REQUEST__INIT;
+
+	d.uuid = (ProtobufCBinaryData){16, uuid};
+	d.pid = 1234;
+	d.mean = mean;
+	d.std = sd;
+	d.n_mean = d.n_std = 3;
+	ck_assert_int_eq(check_device(&d, &err), 0);
+	d.uuid.len = 17;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.device.uuid: 17 bytes, a GPU's UUID has 16");
+	d.uuid.len = 16;
+	d.dtype = 3;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.device.dtype: 3"));
+	d.dtype = 2;
+	d.layout = 2;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.device.layout: 2"));
+	d.layout = 1;
+	d.n_mean = 5;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "at most 4 each"));
+	d.n_mean = 3;
+	sd[2] = 0;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.device.std[2]: must be finite and not 0");
+	sd[2] = 1;
+	mean[1] = NAN;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.device.mean[1]: not finite");
+	mean[1] = 0.5f;
+	d.pid = 0;
+	ck_assert_int_eq(check_device(&d, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.device.pid: 0"));
 }
 END_TEST
 
@@ -445,6 +506,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_unknown_kind);
 	tcase_add_test(tc, test_wire_hello_ranges);
 	tcase_add_test(tc, test_wire_dataset_name);
+	tcase_add_test(tc, test_wire_device_request);
 	tcase_add_test(tc, test_wire_string_nul_refused);
 	tcase_add_test(tc, test_wire_string_walk_bounds);
 	tcase_add_test(tc, test_wire_reply_limit);
