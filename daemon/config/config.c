@@ -73,6 +73,8 @@ static const struct cfg_num {
 	 NO_FLAG, false, 1, CFG_MAX_CREDITS, CFG_MAX_CREDITS},
 	{"limits.max_slot_bytes", NULL, RAW_AT(limits.max_slot_bytes),
 	 CFG_AT(limits.max_slot_bytes), NO_FLAG, true, 1ull << 20, 1ull << 40, 4ull << 30},
+	{"limits.max_device_bytes", NULL, RAW_AT(limits.max_device_bytes),
+	 CFG_AT(limits.max_device_bytes), NO_FLAG, true, 0, 1ull << 44, 8ull << 30},
 	{"limits.max_pixels", NULL, RAW_AT(limits.max_pixels), CFG_AT(limits.max_pixels),
 	 NO_FLAG, false, 1, (uint64_t)IMG_DIM_MAX * IMG_DIM_MAX, IMG_MAX_PIXELS_DEFAULT},
 };

@@ -39,6 +39,8 @@ struct cfg_limits {
 	uint64_t max_streams;      /* open streams (enforced from the delivery issue on) */
 	uint64_t max_credits;      /* credits per stream (idem), 1..CFG_MAX_CREDITS */
 	uint64_t max_slot_bytes;   /* bytes of slots over all streams (idem) */
+	uint64_t max_device_bytes; /* GPU memory of device slots over all streams
+				    * (CUDA IPC); past it a stream gets host slots */
 	uint64_t max_pixels;       /* width * height of the largest image a worker
 				    * decodes; larger ones fail their stream
 				    * (decompression bombs) */

@@ -14,6 +14,7 @@ struct cfg_raw_limits {
 	char *max_streams;
 	char *max_credits;
 	char *max_slot_bytes;
+	char *max_device_bytes;
 	char *max_pixels;
 };
 

@@ -28,6 +28,8 @@ static const cyaml_schema_field_t cfg_sch_limits[] = {
 	CYAML_FIELD_STRING_PTR("max_streams", OPT, struct cfg_raw_limits, max_streams, 1, 64),
 	CYAML_FIELD_STRING_PTR("max_credits", OPT, struct cfg_raw_limits, max_credits, 1, 64),
 	CYAML_FIELD_STRING_PTR("max_slot_bytes", OPT, struct cfg_raw_limits, max_slot_bytes, 1, 64),
+	CYAML_FIELD_STRING_PTR("max_device_bytes", OPT, struct cfg_raw_limits, max_device_bytes, 1,
+			       64),
 	CYAML_FIELD_STRING_PTR("max_pixels", OPT, struct cfg_raw_limits, max_pixels, 1, 64),
 	CYAML_FIELD_END,
 };

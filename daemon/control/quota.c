@@ -40,7 +40,8 @@ static struct quota_user *get(struct quota *q, uid_t uid)
  * set of users holding something. */
 static void trim(struct quota *q, struct quota_user *u)
 {
-	if (u->use.conns == 0 && u->use.streams == 0 && u->use.bytes == 0 && u->use.groups == 0)
+	if (u->use.conns == 0 && u->use.streams == 0 && u->use.bytes == 0 && u->use.groups == 0 &&
+	    u->use.device_bytes == 0)
 		*u = q->v[--q->len];
 }
 
@@ -106,6 +107,34 @@ void quota_stream_give(struct quota *q, uid_t uid, uint64_t bytes)
 		return;
 	u->use.streams--;
 	u->use.bytes -= bytes;
+	trim(q, u);
+}
+
+int quota_device_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
+		      struct feed_err *err)
+{
+	struct quota_use now = quota_of(q, uid);
+	struct quota_user *u;
+
+	if (bytes > lim->max_device_bytes || now.device_bytes > lim->max_device_bytes - bytes)
+		return feed_err_set(err, -ENOSPC, "user %u: %llu bytes of device slots held, %llu "
+				    "more would exceed max_device_bytes %llu", (unsigned)uid,
+				    (unsigned long long)now.device_bytes, (unsigned long long)bytes,
+				    (unsigned long long)lim->max_device_bytes);
+	if (!(u = get(q, uid)))
+		return feed_err_set(err, -ENOMEM, "out of memory for user %u's quota", (unsigned)uid);
+	u->use.device_bytes += bytes;
+	return 0;
+}
+
+void quota_device_give(struct quota *q, uid_t uid, uint64_t bytes)
+{
+	struct quota_user *u = find(q, uid);
+
+	assert(u && u->use.device_bytes >= bytes);
+	if (!u)
+		return;
+	u->use.device_bytes -= bytes;
 	trim(q, u);
 }
 

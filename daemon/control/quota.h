@@ -26,6 +26,7 @@ struct quota_use {
 	uint32_t streams;          /* open streams, and opens being prepared */
 	uint64_t bytes;            /* shared memory of those streams and groups */
 	uint32_t groups;           /* groups created (their data regions) */
+	uint64_t device_bytes;     /* GPU memory of their device slots (CUDA IPC) */
 };
 
 /* Zero-initialise; free with quota_free(). */
@@ -55,6 +56,13 @@ void quota_stream_give(struct quota *q, uid_t uid, uint64_t bytes);
 int quota_group_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
 		     struct feed_err *err);
 void quota_group_give(struct quota *q, uid_t uid, uint64_t bytes);
+
+/* Counts `bytes` of device slots (GPU memory feedd allocates for a stream
+ * of uid, delivery/devslots.h) unless that exceeds lim->max_device_bytes:
+ * then -ENOSPC naming the user, what they hold and the limit. -ENOMEM. */
+int quota_device_take(struct quota *q, uid_t uid, uint64_t bytes, const struct cfg_limits *lim,
+		      struct feed_err *err);
+void quota_device_give(struct quota *q, uid_t uid, uint64_t bytes);
 
 /* What uid holds (zeros for a user holding nothing). */
 struct quota_use quota_of(const struct quota *q, uid_t uid);

@@ -56,6 +56,7 @@ struct ses_stream {
 	struct stats_entry stat;   /* in the daemon's registry while open */
 	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
 	bool dev_asked;            /* OpenStream.device came */
+	uint64_t dev_bytes;        /* device memory counted against the user's limit */
 	struct dsl *dev;           /* its device slots (the delivery's), or NULL:
 				    * dev_reason says why */
 	char dev_reason[FEED_ERR_MSG_MAX];
@@ -83,6 +84,8 @@ static void ses_stream_free(struct ses_stream *ss)
 	stats_remove(&ss->d->stats, &ss->stat);  /* a member was never added */
 	ses_stream_leave(ss);
 	quota_stream_give(&ss->d->quota, ss->uid, ss->shm_bytes);
+	if (ss->dev_bytes)
+		quota_device_give(&ss->d->quota, ss->uid, ss->dev_bytes);
 	free(ss->pipeline);
 	free(ss->plan);
 	free(ss);
@@ -563,9 +566,19 @@ static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_s
 		r.nstd = (uint32_t)q->n_std;
 		memcpy(r.mean, q->mean, q->n_mean * sizeof(float));
 		memcpy(r.std, q->std, q->n_std * sizeof(float));
+		uint64_t lim = se->d->cfg->limits.max_device_bytes;
+		uint64_t held = quota_of(&se->d->quota, ss->uid).device_bytes;
+		r.max_bytes = held < lim ? lim - held : 0;
 		rc = dsl_new(se->d->gpu, &r, &ss->plan->out, lay, ret, &why);
 		if (rc == -EINVAL)
 			return feed_err_set(err, rc, "device: %s", why.msg);
+		if (rc == 0 && quota_device_take(&se->d->quota, ss->uid, dsl_device_bytes(*ret),
+						 &se->d->cfg->limits, &why) < 0) {
+			dsl_free(*ret); /* only out of memory: max_bytes kept it within */
+			*ret = NULL;
+		} else if (rc == 0) {
+			ss->dev_bytes = dsl_device_bytes(*ret);
+		}
 	}
 	if (!*ret)
 		snprintf(ss->dev_reason, sizeof(ss->dev_reason), "%s", why.msg);

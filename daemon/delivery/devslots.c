@@ -311,6 +311,13 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 				 "are variable-length)");
 		goto fail;
 	}
+	if (dsl_device_bytes(s) > req->max_bytes) {
+		r = feed_err_set(err, -ENODEV, "its device slots would take %llu bytes of GPU "
+				 "memory, more than the %llu left to this user (limits."
+				 "max_device_bytes)", (unsigned long long)dsl_device_bytes(s),
+				 (unsigned long long)req->max_bytes);
+		goto fail;
+	}
 	if ((r = dsl_dev_get(g, ord, &s->dev, err)) < 0)
 		goto fail;
 	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS) {

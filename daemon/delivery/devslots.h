@@ -49,6 +49,8 @@ struct dsl_request {
 	int layout;                /* FEED_CONVERT_NCHW / NHWC */
 	uint32_t nmean, nstd;      /* 0..4 each: 0 means 0 and 1 */
 	float mean[4], std[4];
+	uint64_t max_bytes;        /* device memory it may take (slots and
+				    * staging): more is -ENODEV naming it */
 };
 
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that

@@ -83,6 +83,7 @@ START_TEST(test_config_defaults)
 	ck_assert_uint_eq(c->limits.max_streams, 16);
 	ck_assert_uint_eq(c->limits.max_credits, 64);
 	ck_assert_uint_eq(c->limits.max_slot_bytes, 4ull << 30);
+	ck_assert_uint_eq(c->limits.max_device_bytes, 8ull << 30);
 	ck_assert_uint_eq(c->ndatasets, 0);
 	ck_assert_uint_eq(c->npipelines, 0);
 	cfg_free(c);
@@ -128,6 +129,7 @@ static const char full[] =
 	"  max_streams: 6\n"
 	"  max_credits: 7\n"
 	"  max_slot_bytes: 8M\n"
+	"  max_device_bytes: 2G\n"
 	"datasets:\n"
 	"  - name: fm\n"
 	"    path: data/fm\n"
@@ -157,6 +159,7 @@ START_TEST(test_config_full_file)
 	ck_assert_uint_eq(c->limits.max_streams, 6);
 	ck_assert_uint_eq(c->limits.max_credits, 7);
 	ck_assert_uint_eq(c->limits.max_slot_bytes, 8ull << 20);
+	ck_assert_uint_eq(c->limits.max_device_bytes, 2ull << 30);
 	ck_assert_uint_eq(c->ndatasets, 2);
 	const struct cfg_dataset *d = cfg_dataset_find(c, "fm");
 	ck_assert_ptr_nonnull(d);

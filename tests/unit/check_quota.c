@@ -100,6 +100,31 @@ START_TEST(test_quota_groups)
 }
 END_TEST
 
+/* Device slots have their own limit, and the entry stays while any is held. */
+START_TEST(test_quota_device)
+{
+	struct quota q = {0};
+	struct feed_err err = {0};
+	struct cfg_limits lim = {.max_connections = 4, .max_streams = 2, .max_credits = 8,
+				 .max_slot_bytes = 1000, .max_device_bytes = 5000};
+
+	ck_assert_int_eq(quota_device_take(&q, 7, 3000, &lim, &err), 0);
+	ck_assert_int_eq(quota_device_take(&q, 7, 2001, &lim, &err), -ENOSPC);
+	ck_assert_str_eq(err.msg, "user 7: 3000 bytes of device slots held, 2001 more would "
+				  "exceed max_device_bytes 5000");
+	ck_assert_int_eq(quota_device_take(&q, 8, 5000, &lim, &err), 0); /* per user */
+	ck_assert_int_eq(quota_device_take(&q, 7, 2000, &lim, &err), 0);
+	ck_assert_uint_eq(quota_of(&q, 7).device_bytes, 5000);
+	ck_assert_uint_eq(quota_of(&q, 7).bytes, 0); /* not shared memory */
+	quota_device_give(&q, 7, 3000);
+	ck_assert_uint_eq(quota_of(&q, 7).device_bytes, 2000);
+	quota_device_give(&q, 7, 2000);
+	quota_device_give(&q, 8, 5000);
+	ck_assert_uint_eq(q.len, 0);
+	quota_free(&q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("quota");
@@ -109,6 +134,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_connections);
 	tcase_add_test(tc, test_quota_streams);
 	tcase_add_test(tc, test_quota_groups);
+	tcase_add_test(tc, test_quota_device);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
