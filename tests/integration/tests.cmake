@@ -70,6 +70,12 @@ if(FEED_CUDA)
   add_test(NAME gpu_client COMMAND check_client_gpu_device)
   set_tests_properties(gpu_client PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300
                        SKIP_RETURN_CODE 77 LABELS gpu)
+  add_executable(check_ipc_gpu ${CMAKE_CURRENT_SOURCE_DIR}/gpu/check_ipc_gpu.c)
+  target_link_libraries(check_ipc_gpu PRIVATE feedd_harness CUDA::cudart)
+  add_dependencies(check_ipc_gpu feedd feedctl)
+  add_test(NAME gpu_ipc COMMAND check_ipc_gpu)
+  set_tests_properties(gpu_ipc PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 LABELS gpu)
 endif()
 
 # Groups (DESIGN.md "Sharing between jobs"): identical batches built once,
@@ -80,3 +86,4 @@ feed_integration_test(groups)
 # bytes) and reads the image fixtures.
 feed_integration_test(images feed_core)
 set_tests_properties(integration_images PROPERTIES FIXTURES_REQUIRED image_fixtures)
+

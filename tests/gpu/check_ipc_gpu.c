@@ -1,0 +1,229 @@
+/*
+ * check_ipc_gpu.c: CUDA IPC delivery (feed_stream_opts.device,
+ * feed_batch_device) on a real device between a real feedd and this
+ * process: the checks tests/integration/check_ipc.c makes against the
+ * driver's test double, with the real driver. The device slots hold, bit
+ * for bit, what the CPU path gives; feedd's copy into a device slot waits
+ * on the device for the consumer's work on the slot's last batch (the
+ * consumer's stream held by a host function); a consumer killed while it
+ * holds handles leaves feedd serving the next one on the device.
+ *
+ * Exits 77 (ctest: skipped) when `nvidia-smi -L` lists no GPU. CUDA is
+ * touched only inside the tests (Check forks each), never before a fork.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "feed/client.h"
+#include "feed/gpu.h"
+#include "feed/stream.h"
+#include "feedd_harness.h"
+
+#define SKIP 77
+#define CK_CUDA(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
+
+static int gpu_listed(void)
+{
+	FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
+	if (!p)
+		return 0;
+	char line[512];
+	int found = 0;
+	while (fgets(line, sizeof(line), p))
+		if (!strncmp(line, "GPU ", 4))
+			found = 1;
+	pclose(p);
+	return found;
+}
+
+static void ipc_start(void)
+{
+	static char tiny[200];
+	unsetenv("FEED_CUDA_DRIVER");
+	snprintf(tiny, sizeof(tiny), "tiny=%s", h.data);
+	h_start((const char *[]){"--dataset", tiny, NULL});
+	ck_assert_msg(h_log_has("CUDA IPC on"), "%s", h_file_text(h.log));
+}
+
+static const float mean = 0.485f, sd = 0.229f;
+
+static struct feed_stream *ipc_open(struct feed_conn *c, uint32_t batch, uint32_t credits,
+				    int dtype)
+{
+	struct feed_stream_opts o = {.dataset = "tiny", .batch = batch, .credits = credits};
+	o.device = (struct feed_stream_device){.enable = true, .device = 0, .dtype = dtype,
+					       .layout = FEED_TO_NCHW, .nmean = 1};
+	o.device.mean[0] = mean;
+	o.device.std[0] = sd;
+	struct feed_stream *st = h_stream_open(c, &o);
+	const char *why = NULL;
+	ck_assert_msg(feed_stream_device(st, &why) == 1, "no device slots: %s", why);
+	return st;
+}
+
+static struct feed_batch *next_batch(struct feed_stream *st)
+{
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
+		;
+	ck_assert_msg(r == 0, "feed_next: %d", r);
+	return b;
+}
+
+/* b's device image, read back on s, equals the CPU path's conversion. */
+static void expect_bits(struct feed_conn *c, struct feed_batch *b, int dtype, cudaStream_t s)
+{
+	uint8_t want[16 * 16 * 4], back[16 * 16 * 4];
+	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = dtype,
+				    .layout = FEED_TO_NCHW, .mean = &mean, .std = &sd,
+				    .dst_bytes = sizeof(want)};
+	struct feed_view dv;
+	ck_assert_int_eq(feed_batch_to_device(b, 0, want, &to, NULL), 0);
+	ck_assert_msg(feed_batch_device(b, 0, s, &dv) == 0, "%s", feed_errmsg(c));
+	ck_assert_uint_le(dv.bytes, sizeof(back));
+	CK_CUDA(cudaMemcpyAsync(back, dv.data, dv.bytes, cudaMemcpyDeviceToHost, s));
+	CK_CUDA(cudaStreamSynchronize(s));
+	ck_assert_msg(!memcmp(want, back, dv.bytes), "batch %llu dtype %d differs",
+		      (unsigned long long)feed_batch_index(b), dtype);
+}
+
+START_TEST(test_gpu_ipc_bits_equal_cpu)
+{
+	ipc_start();
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t s;
+	CK_CUDA(cudaStreamCreate(&s));
+	struct feed_conn *c = h_conn_new();
+	for (int dt = FEED_TO_F32; dt <= FEED_TO_BF16; dt++) {
+		struct feed_stream *st = ipc_open(c, 3, 2, dt);
+		for (int i = 0; i < 8; i++) { /* two epochs and more: every slot reused */
+			struct feed_batch *b = next_batch(st);
+			expect_bits(c, b, dt, s);
+			struct feed_view hv, dv;
+			int64_t labels[16];
+			ck_assert_int_eq(feed_batch_field(b, 1, &hv), 0);
+			ck_assert_int_eq(feed_batch_device(b, 1, s, &dv), 0);
+			CK_CUDA(cudaMemcpyAsync(labels, dv.data, dv.bytes, cudaMemcpyDeviceToHost, s));
+			CK_CUDA(cudaStreamSynchronize(s));
+			ck_assert(!memcmp(labels, hv.data, hv.bytes));
+			ck_assert_int_eq(feed_release(b), 0);
+		}
+		feed_stream_close(st);
+	}
+	feed_disconnect(c);
+	cudaStreamDestroy(s);
+}
+END_TEST
+
+static atomic_int gate;
+
+static void CUDART_CB hold_stream(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&gate))
+		usleep(1000);
+}
+
+/* feedd's next copy into b0's device slot waits, on the device, for the
+ * work the consumer enqueued before releasing b0. */
+START_TEST(test_gpu_ipc_done_gates_reuse)
+{
+	ipc_start();
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t held, s2;
+	CK_CUDA(cudaStreamCreate(&held));
+	CK_CUDA(cudaStreamCreate(&s2));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
+	struct feed_view dv;
+	uint8_t back[2 * 16 * 4];
+
+	atomic_store(&gate, 0);
+	struct feed_batch *b0 = next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv), 0);
+	CK_CUDA(cudaLaunchHostFunc(held, hold_stream, NULL)); /* "the consumer's work" */
+	ck_assert_int_eq(feed_release(b0), 0);                /* done recorded behind it */
+	struct feed_batch *b1 = next_batch(st);
+	ck_assert_int_eq(feed_release(b1), 0);
+	struct feed_batch *b2 = next_batch(st);               /* b0's slot again */
+	ck_assert_int_eq(feed_batch_device(b2, 0, s2, &dv), 0);
+	CK_CUDA(cudaMemcpyAsync(back, dv.data, dv.bytes, cudaMemcpyDeviceToHost, s2));
+	/* s2 waits for feedd's copy, which waits for the held stream: give a
+	 * copy that did not wait ample time to land, then see none did */
+	usleep(200 * 1000);
+	ck_assert_int_eq(cudaStreamQuery(s2), cudaErrorNotReady);
+	atomic_store(&gate, 1);
+	CK_CUDA(cudaStreamSynchronize(s2));
+	expect_bits(c, b2, FEED_TO_F32, s2);
+	feed_release(b2);
+	feed_stream_close(st);
+	feed_disconnect(c);
+	cudaStreamDestroy(held);
+	cudaStreamDestroy(s2);
+}
+END_TEST
+
+START_TEST(test_gpu_ipc_consumer_killed)
+{
+	ipc_start();
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = h_conn_new();
+		struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_BF16);
+		struct feed_view dv;
+		cudaStream_t s;
+		char ok = cudaStreamCreate(&s) == cudaSuccess;
+		struct feed_batch *b = next_batch(st);
+		ok = ok && !feed_batch_device(b, 0, s, &dv);
+		(void)!write(pipefd[1], &ok, 1);
+		pause(); /* killed holding b, its handles and its context */
+		_exit(0);
+	}
+	char ok = 0;
+	ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
+	ck_assert(ok);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_ne(h_wait(pid, H_DEADLINE_MS), -1);
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t s;
+	CK_CUDA(cudaStreamCreate(&s));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_BF16);
+	for (int i = 0; i < 6; i++) {
+		struct feed_batch *b = next_batch(st);
+		expect_bits(c, b, FEED_TO_BF16, s);
+		feed_release(b);
+	}
+	feed_stream_close(st);
+	feed_disconnect(c);
+	cudaStreamDestroy(s);
+}
+END_TEST
+
+int main(void)
+{
+	if (!gpu_listed()) {
+		printf("skipped: nvidia-smi -L lists no GPU\n");
+		return SKIP;
+	}
+	Suite *s = suite_create("ipc_gpu");
+	TCase *tc = tcase_create("ipc_gpu");
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_gpu_ipc_bits_equal_cpu);
+	tcase_add_test(tc, test_gpu_ipc_done_gates_reuse);
+	tcase_add_test(tc, test_gpu_ipc_consumer_killed);
+	suite_add_tcase(s, tc);
+	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
