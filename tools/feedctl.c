@@ -51,6 +51,11 @@ static void print_streams(const struct feed_status *st)
 		       s->mb_per_s, credits, 100.0 * s->reader_wait_share, s->worker_ns / 1e9,
 		       s->pipeline[0] ? s->pipeline : "identity", s->group[0] ? "  group " : "",
 		       s->group);
+		if (!strcmp(s->device, "ipc"))
+			printf("%-16s device slots (CUDA IPC): %.1f MB of GPU memory\n", "",
+			       s->device_bytes / 1e6);
+		else if (s->device[0])
+			printf("%-16s host slots only: %s\n", "", s->device);
 	}
 }
 
@@ -124,6 +129,8 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("jobs", s->jobs, ", ");
 	json_u64("reader_wait_ns", s->reader_wait_ns, ", ");
 	json_u64("shm_bytes", s->shm_bytes, ", ");
+	json_str("device", s->device, ", ");
+	json_u64("device_bytes", s->device_bytes, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);
 	json_str("pipeline", s->pipeline, "");
 	printf("}%s\n", sep);

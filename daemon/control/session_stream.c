@@ -373,6 +373,8 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
 		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
 		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
+		.device = !ss->dev_asked ? "" : ss->dev ? "ipc" : ss->dev_reason,
+		.device_bytes = ss->dev_bytes,
 	};
 	stats_add(&ss->d->stats, &ss->stat);
 }

@@ -95,6 +95,8 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	}
 	s->batch = en->batch;
 	s->shm_bytes = en->shm_bytes;
+	s->device = (char *)(en->device ? en->device : "");
+	s->device_bytes = en->device_bytes;
 	s->credits = x.credits;
 	s->credits_in_use = x.credits_in_use;
 	s->age_ms = age_ms;

@@ -81,6 +81,9 @@ struct stats_entry {
 	const char *pipeline;          /* canonical text; lives as long as the entry */
 	uint32_t batch;
 	uint64_t shm_bytes;            /* its regions */
+	const char *device;            /* NULL or "": no device slots asked; "ipc";
+				        * or why not; lives as long as the entry */
+	uint64_t device_bytes;         /* GPU memory of its device slots */
 	uint64_t opened_ms;            /* uv_now() when it started delivering */
 	void (*read)(struct stats_entry *en, struct stats_sample *ret);
 };

@@ -220,6 +220,9 @@ struct feed_stream_status {
 	double reader_wait_share; /* that over age_ms, 0..1 */
 	char pipeline[256];       /* canonical text */
 	uint64_t shm_bytes;       /* its shared memory regions */
+	char device[256];         /* "" without device slots asked for, "ipc" with
+				   * them (CUDA IPC), else why it has host slots */
+	uint64_t device_bytes;    /* GPU memory its device slots take */
 	/* a group: its first nmember_pids members (of members) */
 #define FEED_STATUS_MEMBERS 64
 	uint32_t nmember_pids;
