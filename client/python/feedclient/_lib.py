@@ -78,6 +78,19 @@ class DatasetList(ctypes.Structure):
     ]
 
 
+class StreamDevice(ctypes.Structure):
+    """struct feed_stream_device (feed/stream.h): device slots over CUDA IPC"""
+    _fields_ = [
+        ("enable", ctypes.c_bool),
+        ("device", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("layout", ctypes.c_int),
+        ("nmean", ctypes.c_uint32),
+        ("mean", ctypes.c_float * 4),
+        ("std", ctypes.c_float * 4),
+    ]
+
+
 class StreamOpts(ctypes.Structure):
     """struct feed_stream_opts"""
     _fields_ = [
@@ -101,6 +114,7 @@ class StreamOpts(ctypes.Structure):
         ("reconnect_ms", ctypes.c_int),
         ("group", ctypes.c_char_p),
         ("group_depth", ctypes.c_uint32),
+        ("device", StreamDevice),
     ]
 
 
@@ -149,6 +163,7 @@ class GpuDevice(ctypes.Structure):
         ("name", ctypes.c_char * 128),
         ("cc_major", ctypes.c_int),
         ("cc_minor", ctypes.c_int),
+        ("uuid", ctypes.c_uint8 * 16),
     ]
 
 
@@ -162,6 +177,8 @@ class GpuInfo(ctypes.Structure):
         ("num_devices", ctypes.c_uint32),
         ("devices", GpuDevice * FEED_GPU_MAX_DEVICES),
         ("reason", ctypes.c_char * 256),
+        ("ipc", ctypes.c_bool),
+        ("ipc_reason", ctypes.c_char * 256),
     ]
 
 

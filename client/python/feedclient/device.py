@@ -37,7 +37,9 @@ def gpu_info():
     namespace: usable (bool), kernels (bool: the build embeds them),
     driver_version and driver_needed (int, 1000*major + 10*minor; 0: no
     driver), devices (list of (name, (major, minor))), reason (str: why not
-    usable, "" when usable). The first call loads the driver."""
+    usable, "" when usable), ipc (bool: CUDA IPC too, feedd's device slots)
+    and ipc_reason (why not, when usable). The first call loads the
+    driver."""
     gi = _lib.GpuInfo()
     lib.feed_gpu_query(ctypes.byref(gi))
     n = min(gi.num_devices, _lib.FEED_GPU_MAX_DEVICES)
@@ -46,7 +48,8 @@ def gpu_info():
     return SimpleNamespace(usable=bool(gi.usable), kernels=bool(gi.kernels),
                            driver_version=gi.driver_version, driver_needed=gi.driver_needed,
                            num_devices=gi.num_devices, devices=devices,
-                           reason=gi.reason.decode("utf-8", "replace"))
+                           reason=gi.reason.decode("utf-8", "replace"), ipc=bool(gi.ipc),
+                           ipc_reason=gi.ipc_reason.decode("utf-8", "replace"))
 
 
 def _floats(name, v):
