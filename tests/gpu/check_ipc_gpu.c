@@ -211,6 +211,53 @@ START_TEST(test_gpu_ipc_consumer_killed)
 }
 END_TEST
 
+/* A consumer killed after releasing a batch whose done event sits behind
+ * work that never runs (its stream held by a host function when it dies):
+ * feedd's wait for that event must not hang the stream's slot for ever,
+ * nor the daemon; the next consumer is served on the device. */
+START_TEST(test_gpu_ipc_consumer_killed_done_pending)
+{
+	ipc_start();
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = h_conn_new();
+		struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
+		struct feed_view dv;
+		cudaStream_t s;
+		atomic_store(&gate, 0);
+		char ok = cudaStreamCreate(&s) == cudaSuccess;
+		struct feed_batch *b = next_batch(st);
+		ok = ok && !feed_batch_device(b, 0, s, &dv) &&
+		     cudaLaunchHostFunc(s, hold_stream, NULL) == cudaSuccess && !feed_release(b);
+		(void)!write(pipefd[1], &ok, 1);
+		pause();
+		_exit(0);
+	}
+	char ok = 0;
+	ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
+	ck_assert(ok);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_ne(h_wait(pid, H_DEADLINE_MS), -1);
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t s;
+	CK_CUDA(cudaStreamCreate(&s));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
+	for (int i = 0; i < 6; i++) {
+		struct feed_batch *b = next_batch(st);
+		expect_bits(c, b, FEED_TO_F32, s);
+		feed_release(b);
+	}
+	feed_stream_close(st);
+	feed_disconnect(c);
+	cudaStreamDestroy(s);
+	h_assert_healthy();
+}
+END_TEST
+
 int main(void)
 {
 	if (!gpu_listed()) {
@@ -224,6 +271,7 @@ int main(void)
 	tcase_add_test(tc, test_gpu_ipc_bits_equal_cpu);
 	tcase_add_test(tc, test_gpu_ipc_done_gates_reuse);
 	tcase_add_test(tc, test_gpu_ipc_consumer_killed);
+	tcase_add_test(tc, test_gpu_ipc_consumer_killed_done_pending);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
