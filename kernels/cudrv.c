@@ -98,6 +98,7 @@ static const struct cu_sym cu_ipc_syms[] = {
 	S(StreamWaitEvent, "cuStreamWaitEvent"),
 	S(StreamSynchronize, "cuStreamSynchronize"),
 	S(DeviceGetUuid, "cuDeviceGetUuid_v2"),
+	S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
 };
 #undef S
 

@@ -115,6 +115,8 @@ struct cudrv_api {
 	CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags); /* cuStreamWaitEvent */
 	CUresult (*StreamSynchronize)(CUstream s);                   /* cuStreamSynchronize */
 	CUresult (*DeviceGetUuid)(CUuuid *u, CUdevice d);            /* cuDeviceGetUuid_v2 */
+	CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n,
+				    CUstream s);                      /* cuMemcpyDtoDAsync_v2 */
 };
 
 /* One device as the driver names it. */

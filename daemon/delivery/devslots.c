@@ -3,17 +3,22 @@
  *
  * Owns, per daemon (struct dsl_gpu), the loaded driver's facts and, per
  * device a stream asked for, its retained primary context and the
- * embedded kernels loaded there; per stream (struct dsl), one device
- * allocation holding every device slot (one IPC memory handle), a staging
- * buffer for the fields that are converted, one CUDA stream, and per slot
- * three events: ready (interprocess: feedd records it, the client waits),
- * done (interprocess: the client records it at release, feedd's stream
- * waits) and copied (feedd's own: a worker about to rebuild the host slot
- * waits for it; never the client's to touch).
- *
- * Never trusts the client's events to be recorded: waiting for an event
- * never recorded is no wait at all (the driver's rule), and a client that
- * dies with work pending on done[i] is the driver's to clean up.
+ * embedded kernels loaded there, and the streams' slots whose device work
+ * had not finished when they were freed (the graveyard, reaped later);
+ * per stream (struct dsl), one device allocation holding every device
+ * slot (one IPC memory handle), a staging area per slot, two CUDA streams
+ * and per slot three events:
+ *   - copy stream: only the copies of host slot i into staging i, then
+ *     copied[i] (feedd's own). It never waits for anything a client does,
+ *     so a worker about to rebuild host slot i may wait for copied[i] on
+ *     the CPU: that wait is bounded by a DMA.
+ *   - convert stream: waits for copied[i] and for done[i] (interprocess:
+ *     the client records it when it releases the slot's last batch), then
+ *     converts (or copies) staging i into device slot i and records
+ *     ready[i] (interprocess: the client's stream waits for it).
+ * A client that dies with done[i] recorded behind work that never runs
+ * can stall the convert stream; nothing on the CPU ever waits for it:
+ * dsl_free() hands a stream whose work has not finished to the graveyard.
  */
 #include "devslots.h"
 
@@ -44,6 +49,8 @@ struct dsl_gpu {
 	const struct cudrv *cu;
 	char why[320];             /* "" when CUDA IPC can be served */
 	struct dsl_dev dev[CUDRV_MAX_DEVICES];
+	pthread_mutex_t grave_mu;  /* graveyard (dsl_free runs on any thread) */
+	struct dsl *graveyard;     /* freed, device work not finished */
 };
 
 enum dsl_kind { DSL_ABSENT, DSL_IMAGE, DSL_TOKENS, DSL_SAME };
@@ -53,7 +60,7 @@ struct dsl_field {
 	int dtype;                 /* enum feed_dtype of the device copy */
 	uint64_t off;              /* in a device slot */
 	uint64_t sample_bytes;     /* device bytes per sample */
-	uint64_t stage_off;        /* images, tokens: in the staging buffer */
+	uint64_t stage_off;        /* in a slot's staging area */
 	struct feed_convert cv;    /* images */
 	size_t elem_size;          /* tokens: 2 or 4 */
 };
@@ -64,15 +71,16 @@ struct dsl {
 	struct dsl_dev *dev;
 	uint32_t nslots, nfields;
 	struct dsl_field field[FEED_SHM_MAX_FIELDS];
-	uint64_t slot_bytes, stage_bytes;
-	CUdeviceptr slots, stage;
-	CUstream stream;
+	uint64_t slot_bytes, stage_bytes; /* one device slot, one staging area */
+	CUdeviceptr slots, stage;         /* nslots of each */
+	CUstream copy, conv;
 	CUevent ready[DSL_MAX_SLOTS], done[DSL_MAX_SLOTS], copied[DSL_MAX_SLOTS];
+	CUevent fin;               /* recorded on conv by dsl_free */
 	bool recorded[DSL_MAX_SLOTS]; /* copied[i] was recorded (slot i's worker) */
+	struct dsl *next_grave;
 
-	pthread_mutex_t mu;        /* enqueues on stream; the registration */
+	pthread_mutex_t mu;        /* the registration (a leaf lock) */
 	void *registered;          /* the host region registered for DMA, or NULL */
-	uint64_t registered_bytes;
 
 	/* the reply's storage */
 	CUipcMemHandle mem_h;
@@ -103,6 +111,7 @@ int dsl_gpu_new(struct dsl_gpu **ret)
 	if (!g)
 		return -ENOMEM;
 	g->cu = cudrv_get();
+	pthread_mutex_init(&g->grave_mu, NULL);
 	const struct cudrv_info *in = &g->cu->info;
 	if (!in->usable)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
@@ -112,10 +121,15 @@ int dsl_gpu_new(struct dsl_gpu **ret)
 	return 0;
 }
 
+static void dsl_reap(struct dsl_gpu *g);
+
 void dsl_gpu_free(struct dsl_gpu *g)
 {
 	if (!g)
 		return;
+	/* what is still stuck (a dead client's done event) is left to the
+	 * driver's teardown at exit: freeing it could wait for ever */
+	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
 		if (!d->ctx)
@@ -127,6 +141,7 @@ void dsl_gpu_free(struct dsl_gpu *g)
 		if (g->cu->api.DeviceGet(&dev, i) == CUDA_SUCCESS)
 			g->cu->api.DevicePrimaryCtxRelease(dev);
 	}
+	pthread_mutex_destroy(&g->grave_mu);
 	free(g);
 }
 
@@ -301,10 +316,8 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 		any = true;
 		df->off = s->slot_bytes;
 		s->slot_bytes = dsl_align(s->slot_bytes + df->sample_bytes * lay->batch);
-		if (df->kind != DSL_SAME) {
-			df->stage_off = s->stage_bytes;
-			s->stage_bytes = dsl_align(s->stage_bytes + out->fields[f].max_bytes * lay->batch);
-		}
+		df->stage_off = s->stage_bytes;
+		s->stage_bytes = dsl_align(s->stage_bytes + out->fields[f].max_bytes * lay->batch);
 	}
 	if (!any) {
 		r = feed_err_set(err, -ENODEV, "no field of the batches can go to the device (all "
@@ -318,6 +331,7 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 				 (unsigned long long)req->max_bytes);
 		goto fail;
 	}
+	dsl_reap(g);
 	if ((r = dsl_dev_get(g, ord, &s->dev, err)) < 0)
 		goto fail;
 	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS) {
@@ -332,18 +346,28 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 				 cudrv_errname(s->cu, e, name, sizeof(name)));
 		goto fail;
 	}
-	if (s->stage_bytes && (e = api->MemAlloc(&s->stage, s->stage_bytes)) != CUDA_SUCCESS) {
+	if ((e = api->MemAlloc(&s->stage, s->stage_bytes * s->nslots)) != CUDA_SUCCESS) {
 		s->stage = 0;
-		r = dsl_fail_cu(s->cu, err, e, "cuMemAlloc of the staging buffer");
+		r = dsl_fail_cu(s->cu, err, e, "cuMemAlloc of the staging areas");
 		goto fail;
 	}
 	if ((e = api->IpcGetMemHandle(&s->mem_h, s->slots)) != CUDA_SUCCESS) {
 		r = dsl_fail_cu(s->cu, err, e, "cuIpcGetMemHandle");
 		goto fail;
 	}
-	if ((e = api->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-		s->stream = NULL;
+	if ((e = api->StreamCreate(&s->copy, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->copy = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+		goto fail;
+	}
+	if ((e = api->StreamCreate(&s->conv, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->conv = NULL;
+		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+		goto fail;
+	}
+	if ((e = api->EventCreate(&s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		s->fin = NULL;
+		r = dsl_fail_cu(s->cu, err, e, "cuEventCreate");
 		goto fail;
 	}
 	if ((r = dsl_events(s, err)) < 0)
@@ -385,7 +409,7 @@ void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret)
 
 uint64_t dsl_device_bytes(const struct dsl *s)
 {
-	return s->slot_bytes * s->nslots + s->stage_bytes;
+	return (s->slot_bytes + s->stage_bytes) * s->nslots;
 }
 
 int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
@@ -400,68 +424,70 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
 	return 0;
 }
 
-/* Registers the data region for DMA once (s->mu held); a refusal leaves
- * the copies pageable, slower but right. */
-static void dsl_register_locked(struct dsl *s, uint8_t *data, uint64_t bytes)
+/* Registers the data region for DMA once; a refusal leaves the copies
+ * pageable, slower but right. */
+static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 {
-	if (s->registered)
-		return;
-	if (s->cu->api.MemHostRegister(data, bytes, 0) == CUDA_SUCCESS) {
-		s->registered = data;
-		s->registered_bytes = bytes;
-	} else {
-		s->registered = (void *)1; /* tried: not again */
-	}
+	pthread_mutex_lock(&s->mu);
+	if (!s->registered)
+		s->registered = s->cu->api.MemHostRegister(data, bytes, 0) == CUDA_SUCCESS ?
+					(void *)data : (void *)1; /* 1: tried, not again */
+	pthread_mutex_unlock(&s->mu);
 }
 
-/* The copies and kernels of one slot (s->mu held, context current). */
-static CUresult dsl_enqueue_locked(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
-				   uint8_t *data, const char **what)
+/* Slot's copies on the copy stream, then its conversion on the convert
+ * stream behind the client's done event (context current). */
+static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+			    uint8_t *data, const char **what)
 {
 	const struct cudrv_api *api = &s->cu->api;
 	CUdeviceptr base = s->slots + (CUdeviceptr)slot * s->slot_bytes;
+	CUdeviceptr stage = s->stage + (CUdeviceptr)slot * s->stage_bytes;
 	CUresult e;
 
+	*what = "cuMemcpyHtoDAsync";
+	for (uint32_t f = 0; f < s->nfields; f++)
+		if (s->field[f].kind != DSL_ABSENT &&
+		    (e = api->MemcpyHtoDAsync(stage + s->field[f].stage_off, data + hdr->field[f].offset,
+					      hdr->field[f].bytes, s->copy)) != CUDA_SUCCESS)
+			return e;
+	*what = "cuEventRecord";
+	if ((e = api->EventRecord(s->copied[slot], s->copy)) != CUDA_SUCCESS)
+		return e;
+	s->recorded[slot] = true;
+	*what = "cuStreamWaitEvent";
+	if ((e = api->StreamWaitEvent(s->conv, s->copied[slot], 0)) != CUDA_SUCCESS)
+		return e;
 	*what = "cuStreamWaitEvent on the client's done event";
-	if ((e = api->StreamWaitEvent(s->stream, s->done[slot], 0)) != CUDA_SUCCESS)
+	if ((e = api->StreamWaitEvent(s->conv, s->done[slot], 0)) != CUDA_SUCCESS)
 		return e;
 	for (uint32_t f = 0; f < s->nfields; f++) {
 		const struct dsl_field *df = &s->field[f];
 		const struct feed_shm_field *hf = &hdr->field[f];
-		const uint8_t *src = data + hf->offset;
-		CUdeviceptr in = s->stage + df->stage_off;
+		CUdeviceptr in = stage + df->stage_off, out = base + df->off;
 		switch (df->kind) {
 		case DSL_ABSENT:
 			continue;
 		case DSL_SAME:
-			*what = "cuMemcpyHtoDAsync";
-			e = api->MemcpyHtoDAsync(base + df->off, src, hf->bytes, s->stream);
+			*what = "cuMemcpyDtoDAsync";
+			e = api->MemcpyDtoDAsync(out, in, hf->bytes, s->conv);
 			break;
 		case DSL_IMAGE:
-			*what = "cuMemcpyHtoDAsync";
-			if ((e = api->MemcpyHtoDAsync(in, src, hf->bytes, s->stream)) != CUDA_SUCCESS)
-				break;
 			*what = "cuLaunchKernel (images)";
-			e = cudrv_launch_images(s->cu, &s->dev->k, &df->cv, in, hdr->nsamples, 0,
-						base + df->off, s->stream);
+			e = cudrv_launch_images(s->cu, &s->dev->k, &df->cv, in, hdr->nsamples, 0, out,
+						s->conv);
 			break;
 		case DSL_TOKENS:
-			*what = "cuMemcpyHtoDAsync";
-			if ((e = api->MemcpyHtoDAsync(in, src, hf->bytes, s->stream)) != CUDA_SUCCESS)
-				break;
 			*what = "cuLaunchKernel (tokens)";
 			e = cudrv_launch_tokens(s->cu, &s->dev->k, df->elem_size, in,
-						hf->bytes / df->elem_size, base + df->off, s->stream);
+						hf->bytes / df->elem_size, out, s->conv);
 			break;
 		}
 		if (e != CUDA_SUCCESS)
 			return e;
 	}
 	*what = "cuEventRecord";
-	if ((e = api->EventRecord(s->copied[slot], s->stream)) != CUDA_SUCCESS)
-		return e;
-	s->recorded[slot] = true;
-	return api->EventRecord(s->ready[slot], s->stream);
+	return api->EventRecord(s->ready[slot], s->conv);
 }
 
 int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
@@ -471,23 +497,20 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
 	CUresult e = s->cu->api.CtxSetCurrent(s->dev->ctx);
 	if (e != CUDA_SUCCESS)
 		return dsl_fail_cu(s->cu, err, e, what);
-	pthread_mutex_lock(&s->mu);
-	dsl_register_locked(s, data, data_bytes);
-	e = dsl_enqueue_locked(s, slot, hdr, data, &what);
-	pthread_mutex_unlock(&s->mu);
+	dsl_register(s, data, data_bytes);
+	e = dsl_enqueue(s, slot, hdr, data, &what);
 	return e == CUDA_SUCCESS ? 0 : dsl_fail_cu(s->cu, err, e, what);
 }
 
-void dsl_free(struct dsl *s)
+/* Frees everything of s (its device work finished, or the daemon ends). */
+static void dsl_destroy(struct dsl *s)
 {
-	if (!s)
-		return;
 	const struct cudrv_api *api = &s->cu->api;
 	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
-		if (s->stream) {
-			api->StreamSynchronize(s->stream);
-			api->StreamDestroy(s->stream);
-		}
+		if (s->copy)
+			api->StreamDestroy(s->copy);
+		if (s->conv)
+			api->StreamDestroy(s->conv);
 		for (uint32_t i = 0; i < s->nslots; i++) {
 			if (s->ready[i])
 				api->EventDestroy(s->ready[i]);
@@ -496,8 +519,8 @@ void dsl_free(struct dsl *s)
 			if (s->copied[i])
 				api->EventDestroy(s->copied[i]);
 		}
-		if (s->registered && s->registered != (void *)1)
-			api->MemHostUnregister(s->registered);
+		if (s->fin)
+			api->EventDestroy(s->fin);
 		if (s->stage)
 			api->MemFree(s->stage);
 		if (s->slots)
@@ -505,4 +528,56 @@ void dsl_free(struct dsl *s)
 	}
 	pthread_mutex_destroy(&s->mu);
 	free(s);
+}
+
+/* Frees the graveyard's streams whose device work has finished. Any
+ * thread. */
+static void dsl_reap(struct dsl_gpu *g)
+{
+	struct dsl *keep = NULL, *done = NULL;
+	pthread_mutex_lock(&g->grave_mu);
+	while (g->graveyard) {
+		struct dsl *s = g->graveyard;
+		g->graveyard = s->next_grave;
+		bool finished = g->cu->api.CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS &&
+				g->cu->api.EventQuery(s->fin) != CUDA_ERROR_NOT_READY;
+		s->next_grave = finished ? done : keep;
+		*(finished ? &done : &keep) = s;
+	}
+	g->graveyard = keep;
+	pthread_mutex_unlock(&g->grave_mu);
+	while (done) {
+		struct dsl *s = done;
+		done = s->next_grave;
+		dsl_destroy(s);
+	}
+}
+
+void dsl_free(struct dsl *s)
+{
+	if (!s)
+		return;
+	const struct cudrv_api *api = &s->cu->api;
+	bool pending = false;
+	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
+		/* the copies read the host region: they end before it is
+		 * unregistered (and unmapped); they wait for nothing else */
+		if (s->copy)
+			api->StreamSynchronize(s->copy);
+		if (s->registered && s->registered != (void *)1)
+			api->MemHostUnregister(s->registered);
+		s->registered = NULL;
+		/* the conversions may wait for a dead client's done event: never
+		 * on the CPU; the memory goes once they have run */
+		pending = s->conv && s->fin && api->EventRecord(s->fin, s->conv) == CUDA_SUCCESS &&
+			  api->EventQuery(s->fin) == CUDA_ERROR_NOT_READY;
+	}
+	if (!pending) {
+		dsl_destroy(s);
+		return;
+	}
+	pthread_mutex_lock(&s->g->grave_mu);
+	s->next_grave = s->g->graveyard;
+	s->g->graveyard = s;
+	pthread_mutex_unlock(&s->g->grave_mu);
 }
