@@ -1,17 +1,20 @@
 /*
  * devslots.h: a stream's device slots, the CUDA IPC delivery of DESIGN.md
  * "GPU path". feedd owns, on the client's GPU, one device slot per host
- * slot. After a worker has built host slot i, it enqueues on the stream's
- * CUDA stream: a wait for the slot's "done" event (recorded by the client
- * when it released the batch the device slot last held), the copy of the
- * slot's fields to the device, the conversion of images (u8 [n,h,w(,c)] to
+ * slot. After a worker has built host slot i, it enqueues the copy of the
+ * slot's fields to a device staging area (on a copy stream that waits for
+ * nothing a client does), then, on a convert stream behind a wait for the
+ * slot's "done" event (recorded by the client when it released the batch
+ * the device slot last held), the conversion of images (u8 [n,h,w(,c)] to
  * fp32 / fp16 / bf16, NCHW or NHWC, per-channel mean/std: kernels/) and
  * tokens (u16 / u32 to int64), the other fixed fields copied as they are,
  * and the slot's interprocess "ready" event; then the batch is published
  * as always. The client opens the memory and event handles once
- * (StreamOpened.device) and makes its stream wait on ready[i]. No CPU waits
- * for the device on the way, except a worker about to rebuild host slot i
- * whose previous copy to the device has not run yet.
+ * (StreamOpened.device) and makes its stream wait on ready[i]. The CPU
+ * never waits for anything a client's work gates: a worker about to
+ * rebuild host slot i waits at most for its previous copy to the device
+ * (a DMA), and a stream freed while its conversions still wait for a
+ * client (one that died) is reaped once they have run.
  *
  * struct dsl_gpu is the daemon's driver (kernels/cudrv.h, loaded at run
  * time: feedd links no CUDA library, and with no GPU or no driver it
@@ -22,9 +25,10 @@
  * workers start and after they stop; dsl_new and dsl_reply on the loop
  * thread; dsl_before_build / dsl_after_build on workers, for different
  * slots at once (a slot is one worker's while it builds it); dsl_free on
- * whichever thread drops the delivery (no build in flight). s->mu orders
- * the enqueues of one stream's slots (they share a staging buffer); it is
- * a leaf lock, never held while waiting for the device from the CPU.
+ * whichever thread drops the delivery (no build in flight). Slots have
+ * their own staging areas and events, so workers enqueue without a lock;
+ * s->mu guards the one registration of the host region, and the
+ * graveyard has its own mutex (both leaves).
  */
 #ifndef FEEDD_DEVSLOTS_H
 #define FEEDD_DEVSLOTS_H
