@@ -1,38 +1,113 @@
 /*
  * fake_cuda.c: a test double of the CUDA driver entry points libfeedclient
- * loads (kernels/cudrv.h), for tests on machines without a GPU; see
- * fake_cuda.h. Records every call in struct fake_cuda_stats. Not thread-
- * safe beyond what the tests need (one thread drives it).
+ * and feedd load (kernels/cudrv.h), for tests on machines without a GPU;
+ * see fake_cuda.h for what it is and is not. Records every call in
+ * struct fake_cuda_stats. Thread-safe: one mutex guards its tables, the
+ * counters are atomic, and waits on another process's events are futex
+ * waits on shared memory, taken without the mutex.
  */
 #include "fake_cuda.h"
 
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 
 #include "convert.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define ADD(field, n) __atomic_add_fetch(&st->field, (n), __ATOMIC_RELAXED)
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
+enum {
+	E_INVALID_VALUE = 1,
+	E_OUT_OF_MEMORY = 2,
+	E_INVALID_DEVICE = 101,
+	E_INVALID_IMAGE = 200,
+	E_INVALID_CONTEXT = 201,
+	E_INVALID_HANDLE = 400,
+	E_NOT_FOUND = 500,
+	E_NOT_READY = 600,
+};
+
+#define IPC_MAGIC 0x46414b45u /* "FAKE" */
+#define ARENA_SLOTS 4096
+
+/* One event's state, shared with every process that opened it. */
+struct ev_word {
+	uint32_t state;            /* futex word: EV_* */
+	int32_t recorder;          /* pid that recorded it last */
+};
+enum { EV_NONE, EV_PENDING, EV_COMPLETE };
+
+/* A CUevent of this process: one it created, or one it opened. */
 struct fake_event {
-	int recorded, complete;
+	struct ev_word *w;
+	uint32_t slot;             /* in its arena */
+	unsigned flags;
+	int opened;                /* from cuIpcOpenEventHandle */
 	struct fake_event *next;
+};
+
+struct ipc_blob {               /* CUipcMemHandle, CUipcEventHandle: passed by value */
+	char b[64];
+};
+
+struct ipc_mem_handle {         /* CUipcMemHandle's 64 bytes */
+	uint32_t magic;
+	int32_t pid;
+	int32_t fd;
+	uint32_t pad;
+	uint64_t size;
+};
+
+struct ipc_event_handle {       /* CUipcEventHandle's 64 bytes */
+	uint32_t magic;
+	int32_t pid;
+	int32_t fd;                /* the exporter's arena */
+	uint32_t slot;
+};
+
+struct mapping {               /* device memory: ours (fd >= 0) or opened */
+	void *base;
+	size_t size;
+	int fd;                    /* ours: the memfd; opened: -1 */
+};
+
+struct remote_arena {
+	int32_t pid, fd;
+	struct ev_word *words;
 };
 
 struct fake_func {
 	char name[64];
 };
 
-static struct fake_cuda_stats stats;
-static struct fake_event *events;
-static int fake_version = 13000, fake_devices = 1, fake_ro, fake_init_result;
+static struct fake_cuda_stats local_stats;
+static struct fake_cuda_stats *st = &local_stats;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_event *events;            /* (mu) */
+static struct mapping maps[256];             /* (mu) */
+static int nmaps;
+static struct remote_arena remotes[16];      /* (mu) */
+static int nremotes;
+static struct ev_word *arena;                /* this process's, made on first event */
+static int arena_fd = -1;
+static uint32_t arena_used;                  /* (mu) */
+static int fake_version = 13000, fake_devices = 1, fake_ro, fake_init_result, fake_auto;
+static int fake_uuid_seed;
 static int fake_ctx_obj;
-static void *current_ctx;
-static struct fake_func funcs[8];
+static __thread void *current_ctx;
+static struct fake_func funcs[8];            /* (mu) */
 static int nfuncs;
 
 static int env_int(const char *name, int def)
@@ -41,28 +116,75 @@ static int env_int(const char *name, int def)
 	return v && *v ? atoi(v) : def;
 }
 
+static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, w, op, val, ts, NULL, 0);
+}
+
 EXPORT const struct fake_cuda_stats *fake_cuda_stats(void)
 {
-	return &stats;
+	return st;
+}
+
+/* Completes e's word (the caller recorded it) and wakes its waiters. */
+static void ev_complete(struct ev_word *w)
+{
+	uint32_t pend = EV_PENDING;
+	if (__atomic_compare_exchange_n(&w->state, &pend, EV_COMPLETE, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		ADD(events_pending, -1);
+		futex(&w->state, FUTEX_WAKE, INT32_MAX, NULL);
+	}
+}
+
+/* Waits until another process completes w, or is gone. */
+static void ev_wait_foreign(struct ev_word *w)
+{
+	const struct timespec tick = {0, 50 * 1000 * 1000};
+	while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) == EV_PENDING) {
+		int32_t pid = __atomic_load_n(&w->recorder, __ATOMIC_RELAXED);
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			return; /* its work was torn down with it */
+		futex(&w->state, FUTEX_WAIT, EV_PENDING, &tick);
+	}
 }
 
 EXPORT void fake_cuda_complete_events(void)
 {
+	pthread_mutex_lock(&mu);
 	for (struct fake_event *e = events; e; e = e->next)
-		if (e->recorded && !e->complete) {
-			e->complete = 1;
-			stats.events_pending--;
-		}
+		if (__atomic_load_n(&e->w->recorder, __ATOMIC_RELAXED) == getpid())
+			ev_complete(e->w);
+	pthread_mutex_unlock(&mu);
+}
+
+static void stats_to_file(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, sizeof(*st)) == 0) {
+		void *p = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p != MAP_FAILED)
+			st = p;
+	}
+	close(fd);
 }
 
 EXPORT CUresult cuInit(unsigned flags)
 {
 	(void)flags;
-	stats.inits++;
+	const char *stats_path = getenv("FAKE_CUDA_STATS");
+	if (stats_path && *stats_path && st == &local_stats)
+		stats_to_file(stats_path);
+	ADD(inits, 1);
 	fake_version = env_int("FAKE_CUDA_VERSION", 13000);
 	fake_devices = env_int("FAKE_CUDA_DEVICES", 1);
 	fake_ro = env_int("FAKE_CUDA_RO", 0);
 	fake_init_result = env_int("FAKE_CUDA_INIT", 0);
+	fake_uuid_seed = env_int("FAKE_CUDA_UUID_SEED", 0);
+	const char *ev = getenv("FAKE_CUDA_EVENTS");
+	fake_auto = ev && !strcmp(ev, "auto");
 	return fake_init_result;
 }
 
@@ -76,7 +198,10 @@ EXPORT CUresult cuGetErrorName(CUresult e, const char **s)
 {
 	switch (e) {
 	case 0: *s = "CUDA_SUCCESS"; return 0;
+	case E_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return 0;
+	case E_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
 	case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
+	case E_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; return 0;
 	case 999: *s = "CUDA_ERROR_UNKNOWN"; return 0;
 	default: return 1;
 	}
@@ -91,7 +216,7 @@ EXPORT CUresult cuDeviceGetCount(int *n)
 EXPORT CUresult cuDeviceGet(int *d, int ordinal)
 {
 	if (ordinal < 0 || ordinal >= fake_devices)
-		return 101; /* CUDA_ERROR_INVALID_DEVICE */
+		return E_INVALID_DEVICE;
 	*d = ordinal;
 	return 0;
 }
@@ -108,9 +233,22 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d)
 	switch (attr) {
 	case 75: *v = 9; return 0;  /* compute capability 9.0 */
 	case 76: *v = 0; return 0;
+	case 41: *v = 1; return 0;  /* unified addressing */
 	case 113: *v = fake_ro; return 0;
+	case 125: *v = 1; return 0; /* IPC events */
 	default: *v = 0; return 0;
 	}
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(unsigned char *u, int d)
+{
+	if (d < 0 || d >= fake_devices)
+		return E_INVALID_DEVICE;
+	memset(u, 0, 16);
+	memcpy(u, "FAKE", 4);
+	memcpy(u + 4, &fake_uuid_seed, sizeof(fake_uuid_seed));
+	memcpy(u + 8, &d, sizeof(d));
+	return 0;
 }
 
 EXPORT CUresult cuCtxGetCurrent(void **c)
@@ -128,12 +266,13 @@ EXPORT CUresult cuCtxSetCurrent(void *c)
 EXPORT CUresult cuCtxGetDevice(int *d)
 {
 	*d = 0;
-	return current_ctx ? 0 : 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	return current_ctx ? 0 : E_INVALID_CONTEXT;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 {
 	(void)d;
+	ADD(primary_retains, 1);
 	*c = &fake_ctx_obj;
 	return 0;
 }
@@ -141,114 +280,365 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d)
 {
 	(void)d;
+	ADD(primary_releases, 1);
 	return 0;
 }
 
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
-	stats.registers++;
-	stats.last_register_ptr = p;
-	stats.last_register_bytes = n;
-	stats.last_register_flags = flags;
+	ADD(registers, 1);
+	st->last_register_ptr = p;
+	st->last_register_bytes = n;
+	st->last_register_flags = flags;
 	return 0;
 }
 
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
 	(void)p;
-	stats.unregisters++;
+	ADD(unregisters, 1);
 	return 0;
+}
+
+/* ---- device memory ---- */
+
+static struct mapping *map_find(uintptr_t base)
+{
+	for (int i = 0; i < nmaps; i++)
+		if ((uintptr_t)maps[i].base == base)
+			return &maps[i];
+	return NULL;
 }
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
-	void *m = malloc(n);
-	if (!m)
-		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-	stats.allocs++;
+	size_t size = n ? n : 1;
+	int fd = memfd_create("fake_cuda_device", MFD_CLOEXEC);
+	if (fd < 0)
+		return E_OUT_OF_MEMORY;
+	void *m = ftruncate(fd, (off_t)size) == 0 ?
+			  mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+	if (m == MAP_FAILED) {
+		close(fd);
+		return E_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&mu);
+	if (nmaps == (int)(sizeof(maps) / sizeof(maps[0]))) {
+		pthread_mutex_unlock(&mu);
+		munmap(m, size);
+		close(fd);
+		return E_OUT_OF_MEMORY;
+	}
+	maps[nmaps++] = (struct mapping){m, size, fd};
+	pthread_mutex_unlock(&mu);
+	ADD(allocs, 1);
 	*p = (CUdeviceptr)(uintptr_t)m;
 	return 0;
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
-	stats.frees++;
-	free((void *)(uintptr_t)p);
+	pthread_mutex_lock(&mu);
+	struct mapping *m = map_find((uintptr_t)p);
+	if (!m || m->fd < 0) {
+		pthread_mutex_unlock(&mu);
+		return E_INVALID_VALUE;
+	}
+	struct mapping gone = *m;
+	*m = maps[--nmaps];
+	pthread_mutex_unlock(&mu);
+	munmap(gone.base, gone.size);
+	close(gone.fd);
+	ADD(frees, 1);
+	return 0;
+}
+
+EXPORT CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p)
+{
+	pthread_mutex_lock(&mu);
+	struct mapping *m = map_find((uintptr_t)p);
+	struct ipc_mem_handle ih = {IPC_MAGIC, getpid(), m ? m->fd : -1, 0, m ? m->size : 0};
+	pthread_mutex_unlock(&mu);
+	if (!m || ih.fd < 0)
+		return E_INVALID_VALUE;
+	memset(h, 0, 64);
+	memcpy(h, &ih, sizeof(ih));
+	ADD(ipc_mem_exports, 1);
+	return 0;
+}
+
+/* Opens /proc/pid/fd/fd, the exporter's descriptor. */
+static int open_remote(int32_t pid, int32_t fd)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
+	return open(path, O_RDWR | O_CLOEXEC);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, struct ipc_blob h, unsigned flags)
+{
+	struct ipc_mem_handle ih;
+	memcpy(&ih, h.b, sizeof(ih));
+	if (flags != 1 || ih.magic != IPC_MAGIC)
+		return E_INVALID_VALUE;
+	int fd = open_remote(ih.pid, ih.fd);
+	if (fd < 0)
+		return E_INVALID_HANDLE;
+	void *m = mmap(NULL, ih.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return E_INVALID_HANDLE;
+	pthread_mutex_lock(&mu);
+	if (nmaps == (int)(sizeof(maps) / sizeof(maps[0]))) {
+		pthread_mutex_unlock(&mu);
+		munmap(m, ih.size);
+		return E_OUT_OF_MEMORY;
+	}
+	maps[nmaps++] = (struct mapping){m, ih.size, -1};
+	pthread_mutex_unlock(&mu);
+	ADD(ipc_mem_opens, 1);
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return 0;
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+	pthread_mutex_lock(&mu);
+	struct mapping *m = map_find((uintptr_t)p);
+	if (!m || m->fd >= 0) {
+		pthread_mutex_unlock(&mu);
+		return E_INVALID_VALUE;
+	}
+	struct mapping gone = *m;
+	*m = maps[--nmaps];
+	pthread_mutex_unlock(&mu);
+	munmap(gone.base, gone.size);
+	ADD(ipc_mem_closes, 1);
 	return 0;
 }
 
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream)
 {
 	(void)stream;
-	stats.copies++;
-	stats.copied_bytes += n;
+	ADD(copies, 1);
+	ADD(copied_bytes, n);
 	memcpy((void *)(uintptr_t)dst, src, n);
+	return 0;
+}
+
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream)
+{
+	(void)stream;
+	ADD(dtod_copies, 1);
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+
+/* ---- streams: work is done at enqueue ---- */
+
+static int stream_obj;
+
+EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
+{
+	(void)flags;
+	ADD(streams_created, 1);
+	*s = &stream_obj;
+	return 0;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(void *s)
+{
+	(void)s;
+	ADD(streams_destroyed, 1);
+	return 0;
+}
+
+EXPORT CUresult cuStreamSynchronize(void *s)
+{
+	(void)s;
+	return 0;
+}
+
+/* ---- events ---- */
+
+/* A new word in this process's arena (mu held). */
+static struct ev_word *arena_take(uint32_t *ret_slot)
+{
+	if (!arena) {
+		arena_fd = memfd_create("fake_cuda_events", MFD_CLOEXEC);
+		if (arena_fd < 0 || ftruncate(arena_fd, ARENA_SLOTS * sizeof(struct ev_word)) < 0)
+			return NULL;
+		void *p = mmap(NULL, ARENA_SLOTS * sizeof(struct ev_word), PROT_READ | PROT_WRITE,
+			       MAP_SHARED, arena_fd, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		arena = p;
+	}
+	if (arena_used == ARENA_SLOTS)
+		return NULL; /* never reused: a test makes far fewer */
+	*ret_slot = arena_used;
+	return &arena[arena_used++];
+}
+
+static CUresult event_add(struct ev_word *w, uint32_t slot, unsigned flags, int opened,
+			  struct fake_event **ret)
+{
+	struct fake_event *ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return E_OUT_OF_MEMORY;
+	*ev = (struct fake_event){w, slot, flags, opened, events};
+	events = ev;
+	*ret = ev;
 	return 0;
 }
 
 EXPORT CUresult cuEventCreate(struct fake_event **e, unsigned flags)
 {
-	(void)flags;
-	struct fake_event *ev = calloc(1, sizeof(*ev));
-	if (!ev)
-		return 2;
-	ev->next = events;
-	events = ev;
-	stats.events_created++;
-	*e = ev;
+	if ((flags & 4) && !(flags & 2))
+		return E_INVALID_VALUE; /* INTERPROCESS needs DISABLE_TIMING */
+	pthread_mutex_lock(&mu);
+	uint32_t slot;
+	struct ev_word *w = arena_take(&slot);
+	CUresult r = w ? event_add(w, slot, flags, 0, e) : E_OUT_OF_MEMORY;
+	if (r == 0)
+		*w = (struct ev_word){EV_NONE, 0};
+	pthread_mutex_unlock(&mu);
+	if (r == 0)
+		ADD(events_created, 1);
+	return r;
+}
+
+EXPORT CUresult cuIpcGetEventHandle(void *h, struct fake_event *e)
+{
+	if (!e || e->opened || !(e->flags & 4))
+		return E_INVALID_VALUE;
+	struct ipc_event_handle ih = {IPC_MAGIC, getpid(), arena_fd, e->slot};
+	memset(h, 0, 64);
+	memcpy(h, &ih, sizeof(ih));
+	ADD(ipc_event_exports, 1);
 	return 0;
+}
+
+EXPORT CUresult cuIpcOpenEventHandle(struct fake_event **e, struct ipc_blob h)
+{
+	struct ipc_event_handle ih;
+	memcpy(&ih, h.b, sizeof(ih));
+	if (ih.magic != IPC_MAGIC || ih.slot >= ARENA_SLOTS)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	struct ev_word *words = NULL;
+	for (int i = 0; i < nremotes; i++)
+		if (remotes[i].pid == ih.pid && remotes[i].fd == ih.fd)
+			words = remotes[i].words;
+	if (!words && nremotes < (int)(sizeof(remotes) / sizeof(remotes[0]))) {
+		int fd = open_remote(ih.pid, ih.fd);
+		void *p = fd < 0 ? MAP_FAILED :
+				   mmap(NULL, ARENA_SLOTS * sizeof(struct ev_word),
+					PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (p != MAP_FAILED) {
+			words = p;
+			remotes[nremotes++] = (struct remote_arena){ih.pid, ih.fd, words};
+		}
+	}
+	CUresult r = words ? event_add(&words[ih.slot], ih.slot, 6, 1, e) : E_INVALID_HANDLE;
+	pthread_mutex_unlock(&mu);
+	if (r == 0)
+		ADD(ipc_event_opens, 1);
+	return r;
 }
 
 EXPORT CUresult cuEventRecord(struct fake_event *e, void *stream)
 {
 	(void)stream;
-	if (!e->recorded || e->complete)
-		stats.events_pending++;
-	e->recorded = 1;
-	e->complete = 0;
+	struct ev_word *w = e->w;
+	uint32_t was = __atomic_exchange_n(&w->state, EV_PENDING, __ATOMIC_ACQ_REL);
+	bool ours = __atomic_load_n(&w->recorder, __ATOMIC_RELAXED) == getpid();
+	__atomic_store_n(&w->recorder, getpid(), __ATOMIC_RELEASE);
+	if (!(was == EV_PENDING && ours))
+		ADD(events_pending, 1);
+	if (fake_auto)
+		ev_complete(w);
 	return 0;
 }
 
 EXPORT CUresult cuEventQuery(struct fake_event *e)
 {
-	return !e->recorded || e->complete ? 0 : 600; /* CUDA_ERROR_NOT_READY */
+	return __atomic_load_n(&e->w->state, __ATOMIC_ACQUIRE) == EV_PENDING ? E_NOT_READY : 0;
+}
+
+/* A wait for e: ours completes it, another process's blocks until it is
+ * complete. Returns whether it had to block. */
+static bool event_wait(struct fake_event *e)
+{
+	struct ev_word *w = e->w;
+	if (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != EV_PENDING)
+		return false;
+	if (__atomic_load_n(&w->recorder, __ATOMIC_ACQUIRE) == getpid()) {
+		ev_complete(w);
+		return false;
+	}
+	return true;
 }
 
 EXPORT CUresult cuEventSynchronize(struct fake_event *e)
 {
-	stats.syncs++;
-	if (e->recorded && !e->complete) {
-		e->complete = 1;
-		stats.events_pending--;
+	ADD(syncs, 1);
+	if (event_wait(e))
+		ev_wait_foreign(e->w);
+	return 0;
+}
+
+EXPORT CUresult cuStreamWaitEvent(void *s, struct fake_event *e, unsigned flags)
+{
+	(void)s;
+	if (flags)
+		return E_INVALID_VALUE;
+	if (event_wait(e)) {
+		ADD(stream_waits_blocked, 1);
+		ev_wait_foreign(e->w);
 	}
 	return 0;
 }
 
 EXPORT CUresult cuEventDestroy_v2(struct fake_event *e)
 {
+	pthread_mutex_lock(&mu);
 	struct fake_event **p = &events;
 	while (*p && *p != e)
 		p = &(*p)->next;
-	if (!*p)
-		return 400; /* CUDA_ERROR_INVALID_HANDLE */
+	if (!*p) {
+		pthread_mutex_unlock(&mu);
+		return E_INVALID_HANDLE;
+	}
 	*p = e->next;
-	if (e->recorded && !e->complete)
-		stats.events_pending--;
+	pthread_mutex_unlock(&mu);
+	if (!e->opened) {
+		/* a pending event of ours goes with its pending count */
+		uint32_t pend = EV_PENDING;
+		if (__atomic_load_n(&e->w->recorder, __ATOMIC_RELAXED) == getpid() &&
+		    __atomic_compare_exchange_n(&e->w->state, &pend, EV_NONE, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			ADD(events_pending, -1);
+		ADD(events_destroyed, 1);
+	}
 	free(e);
-	stats.events_destroyed++;
 	return 0;
 }
+
+/* ---- modules and kernels ---- */
 
 EXPORT CUresult cuModuleLoadData(void **m, const void *image)
 {
 	uint32_t magic;
 	if (!image)
-		return 1;
+		return E_INVALID_VALUE;
 	memcpy(&magic, image, sizeof(magic));
 	if (magic != 0xBA55ED50u) /* a fatbin's header */
-		return 200;       /* CUDA_ERROR_INVALID_IMAGE */
-	stats.module_loads++;
-	*m = &stats;
+		return E_INVALID_IMAGE;
+	ADD(module_loads, 1);
+	*m = &local_stats;
 	return 0;
 }
 
@@ -261,11 +651,21 @@ EXPORT CUresult cuModuleUnload(void *m)
 EXPORT CUresult cuModuleGetFunction(struct fake_func **f, void *m, const char *name)
 {
 	(void)m;
-	if (nfuncs == 8 || strlen(name) >= sizeof(funcs[0].name))
-		return 500; /* CUDA_ERROR_NOT_FOUND */
-	snprintf(funcs[nfuncs].name, sizeof(funcs[0].name), "%s", name);
-	*f = &funcs[nfuncs++];
-	return 0;
+	CUresult r = 0;
+	pthread_mutex_lock(&mu);
+	int i = 0;
+	while (i < nfuncs && strcmp(funcs[i].name, name))
+		i++;
+	if (i == nfuncs) {
+		if (nfuncs == 8 || strlen(name) >= sizeof(funcs[0].name))
+			r = E_NOT_FOUND;
+		else
+			snprintf(funcs[nfuncs++].name, sizeof(funcs[0].name), "%s", name);
+	}
+	if (!r)
+		*f = &funcs[i];
+	pthread_mutex_unlock(&mu);
+	return r;
 }
 
 /* Runs the CPU twin of the kernel named f on "device" (host) memory. */
@@ -275,7 +675,7 @@ EXPORT CUresult cuLaunchKernel(struct fake_func *f, unsigned gx, unsigned gy, un
 {
 	(void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)stream;
 	(void)extra;
-	stats.launches++;
+	ADD(launches, 1);
 	if (!strncmp(f->name, "feed_k_images_", 14)) {
 		const struct feed_convert *cv = params[0];
 		const uint8_t *src = (const uint8_t *)(uintptr_t) * (CUdeviceptr *)params[1];

@@ -1,25 +1,53 @@
 /*
  * fake_cuda.h: the test double of the CUDA driver (fake_cuda.c), a shared
- * library exporting the driver entry points libfeedclient dlopen()s, loaded
- * in its place through FEED_CUDA_DRIVER. It is not a driver: device memory
- * is host memory, copies happen at once, kernels run the CPU twins, and an
- * event completes only when the test says so (fake_cuda_complete_events)
- * or someone waits for it (cuEventSynchronize).
+ * library exporting the driver entry points libfeedclient and feedd
+ * dlopen() (kernels/cudrv.h), loaded in their place through
+ * FEED_CUDA_DRIVER. It is not a driver: device memory is shared host
+ * memory (memfd), copies happen at once, kernels run the CPU twins, and an
+ * event completes only when the process that recorded it says so
+ * (fake_cuda_complete_events) or waits for it itself.
+ *
+ * Across processes (CUDA IPC), as the real driver does it in spirit:
+ *   - cuMemAlloc memory is a memfd mapping; cuIpcGetMemHandle names it by
+ *     the exporter's pid and descriptor, and cuIpcOpenMemHandle maps the
+ *     same memory through /proc/<pid>/fd (an exporter gone: 400).
+ *   - Every event's state is a word in a per-process shared arena;
+ *     cuIpcOpenEventHandle maps the exporter's arena, so an event recorded
+ *     in one process is seen, waited for and completed in the other.
+ *   - Waiting (cuEventSynchronize, cuStreamWaitEvent) for an event this
+ *     process recorded completes it (the wait lets our own work run);
+ *     waiting for one another process recorded blocks (a futex on the
+ *     shared word) until that process completes it, or until it is gone
+ *     (the driver's teardown of a dead process's work). cuStreamWaitEvent
+ *     counts stream_waits_blocked before it blocks: how a test sees feedd
+ *     wait for the client's done event.
  *
  * Set up through the environment, read at cuInit:
  *   FAKE_CUDA_VERSION   cuDriverGetVersion's value (default 13000)
  *   FAKE_CUDA_DEVICES   device count (default 1)
  *   FAKE_CUDA_RO        READ_ONLY_HOST_REGISTER_SUPPORTED of device 0 (default 0)
  *   FAKE_CUDA_INIT      cuInit's result code (default 0)
+ *   FAKE_CUDA_EVENTS    "auto": every cuEventRecord completes at once (a
+ *                       process standing in for feedd, whose copies and
+ *                       kernels are done when enqueued); default manual
+ *   FAKE_CUDA_UUID_SEED devices' UUIDs differ with it (default 0): a client
+ *                       with another seed sees "another GPU" than feedd
+ *   FAKE_CUDA_STATS     a file: this process's counters live there (created
+ *                       and zeroed at cuInit), for another process to read
+ *                       with fake_cuda_stats_map()
  * A test reaches the functions below with dlopen() of the same path (the
  * same handle) and dlsym().
  */
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
 
+#include <fcntl.h>
 #include <stddef.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-/* What the double saw. */
+/* What the double saw (counters updated atomically: feedd calls from
+ * several threads). */
 struct fake_cuda_stats {
 	int inits;
 	int registers, unregisters;   /* cuMemHostRegister / Unregister calls */
@@ -30,13 +58,31 @@ struct fake_cuda_stats {
 	size_t copied_bytes;
 	int launches;                 /* cuLaunchKernel */
 	int module_loads;             /* cuModuleLoadData with a fatbin image */
-	int events_created, events_destroyed, events_pending; /* recorded, not complete */
+	int events_created, events_destroyed, events_pending; /* recorded by us, not complete */
 	int syncs;                    /* cuEventSynchronize */
 	int allocs, frees;            /* cuMemAlloc / cuMemFree */
+	int primary_retains, primary_releases;
+	int ipc_mem_exports, ipc_mem_opens, ipc_mem_closes;
+	int ipc_event_exports, ipc_event_opens;
+	int stream_waits_blocked;     /* cuStreamWaitEvent on another process's pending event */
+	int streams_created, streams_destroyed;
+	int dtod_copies;              /* cuMemcpyDtoDAsync */
 };
 
 const struct fake_cuda_stats *fake_cuda_stats(void);
-/* Completes every event recorded so far. */
+/* Completes every event this process recorded that is still pending. */
 void fake_cuda_complete_events(void);
+
+/* Another process's counters (its FAKE_CUDA_STATS file), mapped read-only,
+ * or NULL. Read fields with __atomic_load_n. */
+static inline const struct fake_cuda_stats *fake_cuda_stats_map(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	void *p = mmap(NULL, sizeof(struct fake_cuda_stats), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : (const struct fake_cuda_stats *)p;
+}
 
 #endif

@@ -87,3 +87,10 @@ feed_integration_test(groups)
 feed_integration_test(images feed_core)
 set_tests_properties(integration_images PROPERTIES FIXTURES_REQUIRED image_fixtures)
 
+# CUDA IPC delivery between feedd and a client, both on the driver's test
+# double (its device memory and interprocess events are shared memory).
+feed_integration_test(ipc feed_kernels feed_format ${CMAKE_DL_LIBS})
+target_include_directories(check_ipc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double)
+add_dependencies(check_ipc fake_cuda)
+set_tests_properties(integration_ipc PROPERTIES ENVIRONMENT
+  "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")

@@ -1,0 +1,559 @@
+/*
+ * check_ipc.c: CUDA IPC delivery (feed_stream_opts.device, feed_batch_device)
+ * between a real feedd and this process, both loading the test double of
+ * the CUDA driver (tests/gpu_double/fake_cuda.c, through FEED_CUDA_DRIVER):
+ * its device memory is shared memory and its interprocess events live in
+ * shared memory, so handles really cross from feedd to the client, the
+ * client's stream really waits for feedd's ready event and feedd's stream
+ * really waits for the client's done event. feedd records with
+ * FAKE_CUDA_EVENTS=auto (its copies and kernels are done when enqueued);
+ * its double's counters are in a file (FAKE_CUDA_STATS) this test maps.
+ * Each Check test is a fresh process: the driver is loaded anew, with the
+ * environment set before the first call.
+ */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "convert.h"
+#include "fake_cuda.h"
+#include "feed/client.h"
+#include "feed/gpu.h"
+#include "feed/stream.h"
+#include "feedd_harness.h"
+#include "fmt.h"
+
+#define N 10          /* samples */
+#define C 3           /* channels of the image field */
+
+static const struct fake_cuda_stats *(*fake_stats)(void);
+static void (*fake_complete)(void);
+static const struct fake_cuda_stats *daemon_stats; /* feedd's double's counters */
+static char stats_path[300];
+
+/* A dataset with one field of every kind the device slots know: an image
+ * (u8 [4, 4, 3]), tokens (u16 [5]), a label (i64, copied as it is) and a
+ * variable-length note (host only). */
+static void make_ipc_dataset(const char *dir)
+{
+	struct fmt_schema s = {.nfields = 4};
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+
+	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 3,
+					 .shape = {4, 4, C}};
+	s.fields[1] = (struct fmt_field){.name = "tokens", .dtype = FEED_DTYPE_U16, .rank = 1,
+					 .shape = {5}};
+	s.fields[2] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
+	s.fields[3] = (struct fmt_field){.name = "note", .dtype = FEED_DTYPE_U8, .variable = true};
+	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "ipc"}, &w, &err) == 0,
+		      "%s", err.msg);
+	for (uint64_t i = 0; i < N; i++) {
+		uint8_t image[4 * 4 * C], note[N + 1];
+		uint16_t tokens[5];
+		int64_t label = (int64_t)i * 11;
+		for (size_t k = 0; k < sizeof(image); k++)
+			image[k] = (uint8_t)(i * 37 + k * 5);
+		for (int k = 0; k < 5; k++)
+			tokens[k] = (uint16_t)(60000 + i * 100 + (uint64_t)k);
+		memset(note, 'a' + (int)i, sizeof(note));
+		struct fmt_value v[4] = {{image, sizeof(image)}, {tokens, sizeof(tokens)},
+					 {&label, sizeof(label)}, {note, i + 1}};
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+
+static bool kernels_built(void)
+{
+	struct feed_gpu_info gi;
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	return gi.kernels;
+}
+
+/* feedd with the double (events complete at record, counters in a file)
+ * or with daemon_driver instead; then this process's double, set up by the
+ * environment the caller left (read at our first driver call). */
+static void ipc_start(const char *daemon_driver)
+{
+	static char arg[300];
+	const char *lib = getenv("FEED_FAKE_CUDA");
+	ck_assert_msg(lib, "FEED_FAKE_CUDA (the double's path) not set");
+	snprintf(arg, sizeof(arg), "%s/ipcdata", h.dir);
+	make_ipc_dataset(arg);
+	snprintf(arg, sizeof(arg), "ipc=%s/ipcdata", h.dir);
+	snprintf(stats_path, sizeof(stats_path), "%s/feedd.fake_cuda", h.dir);
+
+	const char *ours = getenv("FAKE_CUDA_EVENTS"); /* this process's, set by the test */
+	bool ours_auto = ours && !strcmp(ours, "auto");
+	setenv("FEED_CUDA_DRIVER", daemon_driver ? daemon_driver : lib, 1);
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	setenv("FAKE_CUDA_STATS", stats_path, 1);
+	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	if (!ours_auto)
+		unsetenv("FAKE_CUDA_EVENTS");
+	unsetenv("FAKE_CUDA_STATS");
+	setenv("FEED_CUDA_DRIVER", lib, 1);
+	if (!daemon_driver) {
+		ck_assert_msg(h_log_has("CUDA IPC on"), "%s", h_file_text(h.log));
+		daemon_stats = fake_cuda_stats_map(stats_path);
+		ck_assert_ptr_nonnull(daemon_stats);
+	}
+	void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL); /* the handle libfeedclient gets */
+	ck_assert_msg(dl, "%s", dlerror());
+	*(void **)&fake_stats = dlsym(dl, "fake_cuda_stats");
+	*(void **)&fake_complete = dlsym(dl, "fake_cuda_complete_events");
+	ck_assert(fake_stats && fake_complete);
+}
+
+static const float mean[C] = {0.485f, 0.456f, 0.406f}, sd[C] = {0.229f, 0.224f, 0.225f};
+
+static struct feed_stream_opts ipc_opts(uint32_t batch, uint32_t credits, int dtype, int layout)
+{
+	struct feed_stream_opts o = {.dataset = "ipc", .batch = batch, .credits = credits,
+				     .epochs = 2};
+	o.device = (struct feed_stream_device){.enable = true, .device = 0, .dtype = dtype,
+					       .layout = layout, .nmean = C};
+	memcpy(o.device.mean, mean, sizeof(mean));
+	memcpy(o.device.std, sd, sizeof(sd));
+	return o;
+}
+
+static struct feed_batch *next_batch(struct feed_stream *st)
+{
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
+		;
+	ck_assert_msg(r == 0, "feed_next: %d", r);
+	return b;
+}
+
+/* The device copy of b's image field equals the CPU twin's conversion of
+ * its host copy, bit for bit (the double's kernels are the twins: what is
+ * checked is that the right bytes went to the right slot, converted with
+ * the stream's parameters). */
+static void expect_image(struct feed_batch *b, const struct feed_view *dv, int dtype, int layout)
+{
+	struct feed_view hv;
+	struct feed_convert cv;
+	ck_assert_int_eq(feed_batch_field(b, 0, &hv), 0);
+	ck_assert_int_eq(feed_convert_init(&cv, 4, 4, C, (enum feed_convert_dtype)dtype,
+					   (enum feed_convert_layout)layout, mean, sd), 0);
+	size_t n = feed_batch_size(b), bytes = n * feed_convert_sample_bytes(&cv);
+	uint8_t *want = malloc(bytes);
+	ck_assert_ptr_nonnull(want);
+	ck_assert_int_eq(feed_convert_images_cpu(&cv, hv.data, n, NULL, want), 0);
+	ck_assert_uint_eq(dv->bytes, bytes);
+	ck_assert_int_eq(dv->dtype, dtype == FEED_TO_F32 ? FEED_DTYPE_FLOAT32 :
+				    dtype == FEED_TO_F16 ? FEED_DTYPE_FLOAT16 : FEED_DTYPE_BFLOAT16);
+	ck_assert_uint_eq(dv->rank, 4);
+	ck_assert_uint_eq(dv->shape[0], n);
+	if (layout == FEED_TO_NCHW)
+		ck_assert(dv->shape[1] == C && dv->shape[2] == 4 && dv->shape[3] == 4);
+	else
+		ck_assert(dv->shape[1] == 4 && dv->shape[2] == 4 && dv->shape[3] == C);
+	ck_assert_msg(!memcmp(dv->data, want, bytes), "batch %llu: device image differs",
+		      (unsigned long long)feed_batch_index(b));
+	free(want);
+}
+
+static void expect_rest(struct feed_conn *c, struct feed_batch *b, void *stream)
+{
+	struct feed_view hv, dv;
+	size_t n = feed_batch_size(b);
+
+	ck_assert_int_eq(feed_batch_device(b, 1, stream, &dv), 0);
+	ck_assert_int_eq(feed_batch_field(b, 1, &hv), 0);
+	ck_assert_int_eq(dv.dtype, FEED_DTYPE_INT64);
+	ck_assert_uint_eq(dv.bytes, n * 5 * 8);
+	for (size_t k = 0; k < n * 5; k++)
+		ck_assert_int_eq(((const int64_t *)dv.data)[k], ((const uint16_t *)hv.data)[k]);
+	ck_assert_int_eq(feed_batch_device(b, 2, stream, &dv), 0);
+	ck_assert_int_eq(feed_batch_field(b, 2, &hv), 0);
+	ck_assert_uint_eq(dv.bytes, n * 8);
+	ck_assert(!memcmp(dv.data, hv.data, n * 8));
+	ck_assert_int_eq(feed_batch_device(b, 3, stream, &dv), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "variable-length, on the host only"), "%s",
+		      feed_errmsg(c));
+}
+
+/* What feedctl status shows of the one stream open: device as given. */
+static void expect_status(struct feed_conn *c, const char *device, bool bytes)
+{
+	struct feed_status *full;
+	ck_assert_int_eq(feed_status(c, &full), 0);
+	ck_assert_uint_eq(full->count, 1);
+	ck_assert_msg(strstr(full->streams[0].device, device), "status device '%s' lacks '%s'",
+		      full->streams[0].device, device);
+	ck_assert(bytes == (full->streams[0].device_bytes > 0));
+	feed_status_free(full);
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Two epochs, every batch on the device, converted as asked, for each
+ * dtype and layout; closing frees everything on both sides. */
+START_TEST(test_ipc_batches_on_device)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return; /* no fatbin: the GPU path is unusable by design */
+	struct feed_conn *c = h_conn_new();
+	static const int dt[3] = {FEED_TO_F32, FEED_TO_F16, FEED_TO_BF16};
+	for (int t = 0; t < 3; t++) {
+		int layout = t == 1 ? FEED_TO_NHWC : FEED_TO_NCHW;
+		struct feed_stream_opts o = ipc_opts(3, 2, dt[t], layout);
+		struct feed_stream *st = h_stream_open(c, &o);
+		const char *why = NULL;
+		ck_assert_int_eq(feed_stream_device(st, &why), 1);
+		ck_assert_str_eq(why, "");
+		int nb = 0;
+		struct feed_batch *b;
+		int r;
+		while ((r = feed_next(st, H_DEADLINE_MS, &b)) != FEED_END_OF_STREAM) {
+			if (r == FEED_END_OF_EPOCH)
+				continue;
+			ck_assert_msg(r == 0, "feed_next: %d", r);
+			struct feed_view dv;
+			ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
+			expect_image(b, &dv, dt[t], layout);
+			expect_rest(c, b, NULL);
+			ck_assert_int_eq(feed_release(b), 0);
+			nb++;
+		}
+		ck_assert_int_eq(nb, 2 * 4); /* 10 samples in batches of 3, twice */
+		ck_assert_int_eq(feed_stream_close(st), 0);
+	}
+	feed_disconnect(c);
+	ck_assert_int_eq(fake_stats()->ipc_mem_opens, 3);
+	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 3);
+	/* feedd freed each stream's slots and staging when it closed */
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	ck_assert_int_ge(daemon_stats->allocs, 6);
+}
+END_TEST
+
+static bool daemon_blocked(void *arg)
+{
+	return __atomic_load_n(&daemon_stats->stream_waits_blocked, __ATOMIC_ACQUIRE) >= *(int *)arg;
+}
+
+/* feedd writes a device slot again only after the consumer's work on its
+ * last batch has run: the done event the client records at release. */
+START_TEST(test_ipc_done_gates_reuse)
+{
+	ipc_start(NULL); /* this process: events complete when the test says */
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.epochs = 1;
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	expect_status(c, "ipc", true);
+	void *stream = (void *)0x5157; /* a CUstream of the double: any value */
+
+	struct feed_batch *b0 = next_batch(st);
+	struct feed_view dv0;
+	ck_assert_int_eq(feed_batch_device(b0, 0, stream, &dv0), 0);
+	expect_image(b0, &dv0, FEED_TO_F32, FEED_TO_NCHW);
+	size_t bytes = dv0.bytes;
+	uint8_t *saved = malloc(bytes);
+	ck_assert_ptr_nonnull(saved);
+	memcpy(saved, dv0.data, bytes);
+	/* released with the consumer's work still pending on stream */
+	ck_assert_int_eq(feed_release(b0), 0);
+	ck_assert_int_eq(fake_stats()->events_pending, 1);
+
+	/* feedd builds batch 2 into b0's host slot, then its stream must wait */
+	int one = 1;
+	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
+		      "feedd never waited for the consumer's done event");
+	ck_assert_msg(!memcmp(dv0.data, saved, bytes), "device slot overwritten before the "
+		      "consumer's work ran");
+	struct feed_batch *b1 = next_batch(st);
+	ck_assert_int_eq(feed_batch_index(b1), 1);
+	ck_assert_int_eq(feed_release(b1), 0); /* never tied: nothing to wait for */
+
+	fake_complete(); /* the consumer's work on b0 has run */
+	struct feed_batch *b2 = next_batch(st);
+	ck_assert_int_eq(feed_batch_index(b2), 2);
+	struct feed_view dv2;
+	ck_assert_int_eq(feed_batch_device(b2, 0, stream, &dv2), 0);
+	ck_assert_ptr_eq(dv2.data, dv0.data); /* the same device slot, rewritten */
+	expect_image(b2, &dv2, FEED_TO_F32, FEED_TO_NCHW);
+	ck_assert_int_eq(daemon_stats->stream_waits_blocked, 1);
+	ck_assert_int_eq(feed_release(b2), 0);
+	fake_complete();
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+	free(saved);
+}
+END_TEST
+
+/* One stream per batch: its release records on it. */
+START_TEST(test_ipc_one_stream_per_batch)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_BF16, FEED_TO_NCHW);
+	struct feed_stream *st = h_stream_open(c, &o);
+	struct feed_batch *b = next_batch(st);
+	struct feed_view dv;
+	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xa, &dv), 0);
+	ck_assert_int_eq(feed_batch_device(b, 2, (void *)0xa, &dv), 0); /* the same: fine */
+	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xb, &dv), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "tied to another CUDA stream"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_batch_device(b, 9, (void *)0xa, &dv), -EINVAL);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xa, &dv), -EINVAL); /* released */
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* A consumer killed while it holds a batch tied to its stream: feedd
+ * frees that stream's device slots and serves the next consumer. */
+START_TEST(test_ipc_consumer_killed)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = NULL;
+		struct feed_stream *st = NULL;
+		struct feed_batch *b;
+		struct feed_view dv;
+		struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F16, FEED_TO_NCHW);
+		o.epochs = 0;
+		if (feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0 ||
+		    feed_stream_device(st, NULL) != 1 || feed_next(st, H_DEADLINE_MS, &b) < 0 ||
+		    feed_batch_device(b, 0, (void *)0x77, &dv) < 0)
+			_exit(1);
+		(void)!write(ready[1], "x", 1);
+		pause(); /* killed here, holding b and its handles */
+		_exit(2);
+	}
+	char x;
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	int allocs = daemon_stats->allocs;
+	ck_assert_int_gt(allocs, daemon_stats->frees);
+	kill(pid, SIGKILL);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status));
+
+	/* the next consumer is served, on the device */
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F16, FEED_TO_NCHW);
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	for (int i = 0; i < 5; i++) {
+		struct feed_batch *b = next_batch(st);
+		struct feed_view dv;
+		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
+		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NCHW);
+		feed_release(b);
+	}
+	feed_stream_close(st);
+	feed_disconnect(c);
+	/* and everything the dead one had is gone */
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+}
+END_TEST
+
+/* The reason a stream got host slots only, from feed_stream_device(). */
+static void expect_host_only(struct feed_conn *c, struct feed_stream_opts *o, const char *needle)
+{
+	struct feed_stream *st = h_stream_open(c, o);
+	const char *why = NULL;
+	struct feed_view dv;
+	ck_assert_int_eq(feed_stream_device(st, &why), 0);
+	ck_assert_msg(strstr(why, needle), "reason '%s' lacks '%s'", why, needle);
+	if (!strncmp(needle, "feedd: ", 7) && !o->group) /* a group is listed as one */
+		expect_status(c, needle + 7, false);
+	/* the host slots serve as ever */
+	struct feed_batch *b = next_batch(st);
+	struct feed_view hv;
+	ck_assert_int_eq(feed_batch_field(b, 2, &hv), 0);
+	ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), -ENODEV);
+	ck_assert_msg(strstr(feed_errmsg(c), needle), "%s", feed_errmsg(c));
+	feed_release(b);
+	feed_stream_close(st);
+}
+
+START_TEST(test_ipc_daemon_without_gpu)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start("/nonexistent/libcuda.so.1");
+	if (!kernels_built())
+		return;
+	ck_assert(h_log_has("CUDA IPC off (feedd has no usable GPU: /nonexistent/libcuda.so.1 "
+			    "not found"));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	expect_host_only(c, &o, "feedd: feedd has no usable GPU: /nonexistent/libcuda.so.1 not found");
+	feed_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_ipc_another_gpu)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	setenv("FAKE_CUDA_UUID_SEED", "7", 1); /* this process's GPU is not feedd's */
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	expect_host_only(c, &o, "feedd: feedd does not see the client's GPU (UUID ");
+	feed_disconnect(c);
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, 0);
+}
+END_TEST
+
+START_TEST(test_ipc_group_gets_host_slots)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.group = "g1";
+	expect_host_only(c, &o, "feedd: a group's batches are shared host slots");
+	feed_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_ipc_client_without_driver)
+{
+	ipc_start(NULL);
+	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	expect_host_only(c, &o, "this process: /nonexistent/libcuda.so.1 not found");
+	feed_disconnect(c);
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, 0); /* nothing was asked of feedd */
+}
+END_TEST
+
+/* A client in a PID namespace of its own (CUDA IPC needs feedd to see the
+ * client's pid as the client does) is told so. */
+START_TEST(test_ipc_other_pid_namespace)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	pid_t outer = fork(); /* unshares, so that this process keeps its namespace */
+	ck_assert_int_ge(outer, 0);
+	if (outer == 0) {
+		if (unshare(CLONE_NEWPID) < 0) {
+			fprintf(stderr, "test_ipc_other_pid_namespace: not run: "
+				"unshare(CLONE_NEWPID): %s\n", strerror(errno));
+			_exit(0);
+		}
+		pid_t inner = fork(); /* pid 1 of the new namespace */
+		if (inner < 0)
+			_exit(3);
+		if (inner > 0) {
+			int status;
+			_exit(waitpid(inner, &status, 0) == inner && WIFEXITED(status) ?
+				      WEXITSTATUS(status) : 4);
+		}
+		struct feed_conn *c = NULL;
+		struct feed_stream *st = NULL;
+		const char *why = "";
+		struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+		if (getpid() != 1 || feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0)
+			_exit(1);
+		if (feed_stream_device(st, &why) != 0 ||
+		    !strstr(why, "feedd: the client is in another PID namespace (it is pid 1 to "
+				 "itself"))
+			_exit(2);
+		_exit(0);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(outer, &status, 0), outer);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+END_TEST
+
+/* Options that cannot be right are refused, naming them. */
+START_TEST(test_ipc_bad_options)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st;
+	struct feed_stream_opts o = ipc_opts(3, 2, 7, FEED_TO_NCHW);
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "option device.dtype: 7"), "%s", feed_errmsg(c));
+	o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.device.std[1] = 0;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "option device.mean/std[1]"), "%s", feed_errmsg(c));
+	o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.device.device = 3;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "no CUDA device 3 (1 found)"), "%s", feed_errmsg(c));
+	/* two values of mean/std for three channels: feedd says which field */
+	o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.device.nmean = 2;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "device: field 'image': 3 channels, but mean has 2"),
+		      "%s", feed_errmsg(c));
+	/* and it goes on serving */
+	o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("ipc");
+	TCase *tc = tcase_create("ipc");
+	tcase_add_checked_fixture(tc, h_setup, h_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_ipc_batches_on_device);
+	tcase_add_test(tc, test_ipc_done_gates_reuse);
+	tcase_add_test(tc, test_ipc_one_stream_per_batch);
+	tcase_add_test(tc, test_ipc_consumer_killed);
+	tcase_add_test(tc, test_ipc_daemon_without_gpu);
+	tcase_add_test(tc, test_ipc_another_gpu);
+	tcase_add_test(tc, test_ipc_group_gets_host_slots);
+	tcase_add_test(tc, test_ipc_client_without_driver);
+	tcase_add_test(tc, test_ipc_other_pid_namespace);
+	tcase_add_test(tc, test_ipc_bad_options);
+	suite_add_tcase(s, tc);
+	return h_run_suite(s);
+}
