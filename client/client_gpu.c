@@ -35,14 +35,9 @@
 #include "feed/gpu.h"
 #include "feed/stream.h"
 
-#define GPU_THREADS 256u     /* per block, as kernels/convert.cu launches */
-#define GPU_MAX_BLOCKS 65535u /* the kernels are grid-stride */
-
-enum { K_F32, K_F16, K_BF16, K_TOK16, K_TOK32, K_COUNT };
-static const char *const gpu_kernel_name[K_COUNT] = {
-	"feed_k_images_f32", "feed_k_images_f16", "feed_k_images_bf16",
-	"feed_k_tokens_u16", "feed_k_tokens_u32",
-};
+/* What a field becomes: converted images or tokens, or its bytes as
+ * they are (FEED_TO_SAME). */
+enum gpu_kind { GPU_IMAGES, GPU_TOKENS, GPU_SAME };
 
 struct gpu_pending {
 	struct feed_batch *b;      /* the batch the copy reads */
@@ -60,6 +55,7 @@ struct gpu_staging {
 	uint32_t field;
 	CUdeviceptr p;
 	size_t size;
+	CUstream stream;           /* the last copy into it was on this stream */
 };
 
 struct cl_gpu_stream {
@@ -70,8 +66,7 @@ struct cl_gpu_stream {
 	bool retained;             /* ctx is the device's primary context, retained
 				    * by us (none was current): released at close */
 	bool read_only;            /* the device takes CU_MEMHOSTREGISTER_READ_ONLY */
-	CUmodule mod;
-	CUfunction fn[K_COUNT];
+	struct cudrv_kernels k;
 	struct gpu_pending *pending; /* copies in flight (lock) */
 	size_t npending, cap_pending;
 	struct feed_batch **wanted;  /* released by the caller, copies in flight (lock) */
@@ -220,8 +215,7 @@ void cl_gpu_close(struct feed_stream *st)
 			api->MemHostUnregister(g->regions[i].base);
 	for (size_t i = 0; i < g->nstaging; i++)
 		api->MemFree(g->staging[i].p);
-	if (g->mod)
-		api->ModuleUnload(g->mod);
+	cudrv_kernels_unload(g->cu, &g->k);
 	if (g->ctx && prev != g->ctx)
 		api->CtxSetCurrent(prev);
 	if (g->retained) {
@@ -242,12 +236,14 @@ void cl_gpu_close(struct feed_stream *st)
 /* ------------------------------------------------------------------ */
 /* The conversion                                                      */
 
-/* What one field becomes: an image conversion, or tokens. */
+/* What one field becomes. */
 struct gpu_job {
+	enum gpu_kind kind;
 	struct feed_convert cv;    /* images */
-	int kernel;                /* K_* */
+	size_t elem_size;          /* tokens: 2 or 4 */
 	size_t n;                  /* samples (images) or tokens */
 	size_t out_bytes;
+	const uint8_t *flip;       /* images: per-sample flags, or NULL */
 };
 
 static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t field,
@@ -256,10 +252,17 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 	struct gpu_job j = {0};
 	if (v->ends)
 		return cl_fail(conn, -EINVAL, "field %u: variable-length, not convertible", field);
-	if (v->dtype == FEED_DTYPE_UINT16 || v->dtype == FEED_DTYPE_UINT32) {
-		size_t es = v->dtype == FEED_DTYPE_UINT16 ? 2 : 4;
-		j.kernel = es == 2 ? K_TOK16 : K_TOK32;
-		j.n = v->bytes / es;
+	if (to->flip && (to->dtype == FEED_TO_SAME || v->dtype != FEED_DTYPE_UINT8))
+		return cl_fail(conn, -EINVAL, "field %u: flip is for u8 images converted to fp32, "
+			       "fp16 or bf16", field);
+	if (to->dtype == FEED_TO_SAME) {
+		j.kind = GPU_SAME;
+		j.n = v->shape[0];
+		j.out_bytes = v->bytes;
+	} else if (v->dtype == FEED_DTYPE_UINT16 || v->dtype == FEED_DTYPE_UINT32) {
+		j.kind = GPU_TOKENS;
+		j.elem_size = v->dtype == FEED_DTYPE_UINT16 ? 2 : 4;
+		j.n = v->bytes / j.elem_size;
 		j.out_bytes = j.n * sizeof(int64_t);
 	} else if (v->dtype == FEED_DTYPE_UINT8) {
 		if (v->rank != 3 && v->rank != 4)
@@ -280,12 +283,14 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 				      (enum feed_convert_layout)to->layout, to->mean, to->std) < 0)
 			return cl_fail(conn, -EINVAL, "field %u: mean/std give outputs that are not "
 				       "finite (a std of 0?) or the image is too large", field);
-		j.kernel = K_F32 + to->dtype;
+		j.kind = GPU_IMAGES;
 		j.n = v->shape[0];
 		j.out_bytes = j.n * feed_convert_sample_bytes(&j.cv);
+		j.flip = to->flip;
 	} else {
 		return cl_fail(conn, -EINVAL, "field %u: dtype %d not convertible (u8 images, u16 or "
-			       "u32 tokens)", field, v->dtype);
+			       "u32 tokens; FEED_TO_SAME delivers any fixed field as it is)", field,
+			       v->dtype);
 	}
 	*ret = j;
 	return 0;
@@ -293,13 +298,15 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 
 static int gpu_cpu(const struct gpu_job *j, const struct feed_view *v, void *dst)
 {
-	switch (j->kernel) {
-	case K_TOK16:
-		return feed_convert_tokens_u16_cpu(v->data, j->n, dst);
-	case K_TOK32:
-		return feed_convert_tokens_u32_cpu(v->data, j->n, dst);
+	switch (j->kind) {
+	case GPU_SAME:
+		memcpy(dst, v->data, v->bytes);
+		return 0;
+	case GPU_TOKENS:
+		return j->elem_size == 2 ? feed_convert_tokens_u16_cpu(v->data, j->n, dst) :
+					   feed_convert_tokens_u32_cpu(v->data, j->n, dst);
 	default:
-		return feed_convert_images_cpu(&j->cv, v->data, j->n, NULL, dst);
+		return feed_convert_images_cpu(&j->cv, v->data, j->n, j->flip, dst);
 	}
 }
 
@@ -355,13 +362,8 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	g->device = device;
 	g->retained = retained;
 	pthread_mutex_init(&g->lock, NULL);
-	if ((e = api->ModuleLoadData(&g->mod, cudrv_fatbin())) != CUDA_SUCCESS) {
-		g->mod = NULL;
+	if ((e = cudrv_kernels_load(cu, &g->k)) != CUDA_SUCCESS)
 		goto fail;
-	}
-	for (int k = 0; k < K_COUNT; k++)
-		if ((e = api->ModuleGetFunction(&g->fn[k], g->mod, gpu_kernel_name[k])) != CUDA_SUCCESS)
-			goto fail;
 	int ro = 0;
 	g->read_only = api->DeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
 					       dev) == CUDA_SUCCESS && ro;
@@ -370,8 +372,6 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	*ret = g;
 	return 0;
 fail:
-	if (g->mod)
-		api->ModuleUnload(g->mod);
 	if (retained)
 		api->DevicePrimaryCtxRelease(dev);
 	pthread_mutex_destroy(&g->lock);
@@ -407,9 +407,20 @@ out:
 	return r;
 }
 
-/* The device staging buffer of (b, field), at least size bytes. */
+/* Waits for every copy still in flight from b (g->lock held). */
+static void gpu_wait_batch_locked(struct cl_gpu_stream *g, const struct feed_batch *b)
+{
+	for (size_t i = 0; i < g->npending; i++)
+		if (g->pending[i].b == b)
+			g->cu->api.EventSynchronize(g->pending[i].ev);
+}
+
+/* The device staging buffer of (b, field), at least size bytes, for a copy
+ * on stream. A buffer last filled on another stream may still be read
+ * there: b's copies in flight are waited for first (the same stream
+ * orders them by itself). */
 static int gpu_staging(struct cl_gpu_stream *g, struct feed_conn *conn, const struct feed_batch *b,
-		       uint32_t field, size_t size, CUdeviceptr *ret)
+		       uint32_t field, size_t size, CUstream stream, CUdeviceptr *ret)
 {
 	struct gpu_staging *s = NULL;
 	CUresult e;
@@ -420,12 +431,17 @@ static int gpu_staging(struct cl_gpu_stream *g, struct feed_conn *conn, const st
 		if (gpu_grow(&g->staging, &g->cap_staging, g->nstaging, sizeof(*g->staging)) < 0)
 			return cl_fail(conn, -ENOMEM, "out of memory for a staging buffer");
 		s = &g->staging[g->nstaging++];
-		*s = (struct gpu_staging){b, field, 0, 0};
+		*s = (struct gpu_staging){b, field, 0, 0, stream};
+	}
+	if (s->stream != stream || s->size < size) {
+		pthread_mutex_lock(&g->lock);
+		gpu_wait_batch_locked(g, b);
+		pthread_mutex_unlock(&g->lock);
+		s->stream = stream;
 	}
 	if (s->size < size) {
 		if (s->p)
-			g->cu->api.MemFree(s->p); /* no copy into it is in flight: its batch
-						   * was released after them */
+			g->cu->api.MemFree(s->p); /* nothing reads it now: waited for above */
 		s->p = 0;
 		s->size = 0;
 		if ((e = g->cu->api.MemAlloc(&s->p, size)) != CUDA_SUCCESS)
@@ -436,38 +452,50 @@ static int gpu_staging(struct cl_gpu_stream *g, struct feed_conn *conn, const st
 	return 0;
 }
 
-static int gpu_launch(struct cl_gpu_stream *g, const struct gpu_job *j, CUdeviceptr src,
-		      CUdeviceptr dst, CUstream stream)
+/* The copy (and for a conversion, the kernel) of j on stream: straight
+ * into dst for GPU_SAME, else through src, the staging buffer (its flags,
+ * if any, after the field's bytes at flip_off). */
+static CUresult gpu_work(struct cl_gpu_stream *g, const struct gpu_job *j,
+			 const struct feed_view *v, CUdeviceptr src, size_t flip_off,
+			 CUdeviceptr dst, CUstream stream, const char **what)
 {
-	struct feed_convert cv = j->cv;
-	size_t n = j->n;
+	const struct cudrv_api *api = &g->cu->api;
+	CUresult e;
+	*what = "cuMemcpyHtoDAsync of the field";
+	if (j->kind == GPU_SAME)
+		return api->MemcpyHtoDAsync(dst, v->data, v->bytes, stream);
+	if ((e = api->MemcpyHtoDAsync(src, v->data, v->bytes, stream)) != CUDA_SUCCESS)
+		return e;
 	CUdeviceptr flip = 0;
-	size_t total = j->kernel >= K_TOK16 ? n : n * cv.h * cv.w * cv.c;
-	size_t blocks = (total + GPU_THREADS - 1) / GPU_THREADS;
-	void *img[] = {&cv, &src, &n, &flip, &dst};
-	void *tok[] = {&src, &n, &dst};
-
-	if (!total)
-		return CUDA_SUCCESS;
-	if (blocks > GPU_MAX_BLOCKS)
-		blocks = GPU_MAX_BLOCKS;
-	return g->cu->api.LaunchKernel(g->fn[j->kernel], (unsigned)blocks, 1, 1, GPU_THREADS, 1, 1, 0,
-				       stream, j->kernel >= K_TOK16 ? tok : img, NULL);
+	if (j->flip) {
+		*what = "cuMemcpyHtoDAsync of the flip flags";
+		if ((e = api->MemcpyHtoDAsync(src + flip_off, j->flip, j->n, stream)) != CUDA_SUCCESS)
+			return e;
+		flip = src + flip_off;
+	}
+	*what = "cuLaunchKernel of the conversion";
+	if (j->kind == GPU_TOKENS)
+		return cudrv_launch_tokens(g->cu, &g->k, j->elem_size, src, j->n, dst, stream);
+	return cudrv_launch_images(g->cu, &g->k, &j->cv, src, j->n, flip, dst, stream);
 }
 
-/* Copy, convert and an event, on stream; the event joins the pending ones. */
+/* The job's work and an event on stream; the event joins the pending ones. */
 static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct feed_batch *b,
 		       uint32_t field, const struct feed_view *v, const struct gpu_job *j,
 		       void *dst, CUstream stream)
 {
 	const struct cudrv_api *api = &g->cu->api;
+	size_t flip_off = (v->bytes + 15) / 16 * 16;
 	CUdeviceptr src = 0;
+	const char *what;
 	CUevent ev;
 	CUresult e;
 	int r;
 
 	if ((r = gpu_register(g, conn, b)) < 0 ||
-	    (r = gpu_staging(g, conn, b, field, v->bytes ? v->bytes : 1, &src)) < 0)
+	    (j->kind != GPU_SAME &&
+	     (r = gpu_staging(g, conn, b, field, flip_off + (j->flip ? j->n : 0) + !v->bytes,
+			      stream, &src)) < 0))
 		return r;
 	pthread_mutex_lock(&g->lock);
 	r = gpu_grow(&g->pending, &g->cap_pending, g->npending, sizeof(*g->pending));
@@ -476,14 +504,11 @@ static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct f
 		return cl_fail(conn, -ENOMEM, "out of memory for an event");
 	if ((e = api->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
 		return gpu_fail_cu(conn, g->cu, e, "cuEventCreate");
-	if ((e = api->MemcpyHtoDAsync(src, v->data, v->bytes, stream)) != CUDA_SUCCESS) {
-		r = gpu_fail_cu(conn, g->cu, e, "cuMemcpyHtoDAsync of the field");
-		goto fail;
-	}
-	if ((e = gpu_launch(g, j, src, (CUdeviceptr)(uintptr_t)dst, stream)) != CUDA_SUCCESS)
-		r = gpu_fail_cu(conn, g->cu, e, "cuLaunchKernel of the conversion");
-	/* recorded even after a failed launch: the copy was enqueued, and the
-	 * slot must not go back before it ran */
+	if ((e = gpu_work(g, j, v, src, flip_off, (CUdeviceptr)(uintptr_t)dst, stream, &what)) !=
+	    CUDA_SUCCESS)
+		r = gpu_fail_cu(conn, g->cu, e, what);
+	/* recorded even after a failure: a copy may have been enqueued, and
+	 * the slot must not go back before it ran */
 	if ((e = api->EventRecord(ev, stream)) != CUDA_SUCCESS) {
 		api->EventDestroy(ev);
 		/* nothing tells when the copy ends: wait for everything on stream */
@@ -498,9 +523,6 @@ static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct f
 	pthread_mutex_lock(&g->lock);
 	g->pending[g->npending++] = (struct gpu_pending){b, ev};
 	pthread_mutex_unlock(&g->lock);
-	return r;
-fail:
-	api->EventDestroy(ev);
 	return r;
 }
 

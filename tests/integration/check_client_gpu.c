@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "convert.h"
 #include "fake_cuda.h"
 #include "feed/client.h"
 #include "feed/gpu.h"
@@ -350,6 +351,177 @@ START_TEST(test_client_gpu_consumer_killed)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Per-sample flip, delivery as it is, two streams                     */
+
+/* feedd on the "kinds" dataset (asymmetric 4x4x3 images, tokens, labels). */
+static struct feed_stream *kinds_open(struct feed_conn **ret_c, uint32_t batch)
+{
+	static char arg[300];
+	snprintf(arg, sizeof(arg), "%s/kinds", h.dir);
+	h_make_kinds_dataset(arg);
+	snprintf(arg, sizeof(arg), "kinds=%s/kinds", h.dir);
+	h_start((const char *[]){"--dataset", arg, NULL});
+	*ret_c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "kinds", .batch = batch, .credits = 2};
+	return h_stream_open(*ret_c, &o);
+}
+
+/* n images of b's field 0, mirrored by hand where flip says, then
+ * converted without flip by the twin: what a flip must give. */
+static void *flipped_by_hand(struct feed_batch *b, const uint8_t *flip, int dtype, int layout,
+			     const float *mean, const float *sd, size_t *ret_bytes)
+{
+	struct feed_view v;
+	struct feed_convert cv;
+	size_t n = feed_batch_size(b);
+	ck_assert_int_eq(feed_batch_field(b, 0, &v), 0);
+	uint8_t *img = malloc(v.bytes);
+	ck_assert_ptr_nonnull(img);
+	for (size_t i = 0; i < n; i++)
+		for (int y = 0; y < 4; y++)
+			for (int x = 0; x < 4; x++)
+				for (int ch = 0; ch < 3; ch++) {
+					int sx = flip[i] ? 3 - x : x;
+					img[((i * 4 + y) * 4 + x) * 3 + ch] =
+						((const uint8_t *)v.data)[((i * 4 + y) * 4 + sx) * 3 + ch];
+				}
+	ck_assert_int_eq(feed_convert_init(&cv, 4, 4, 3, (enum feed_convert_dtype)dtype,
+					   (enum feed_convert_layout)layout, mean, sd), 0);
+	*ret_bytes = n * feed_convert_sample_bytes(&cv);
+	void *out = malloc(*ret_bytes);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(feed_convert_images_cpu(&cv, img, n, NULL, out), 0);
+	free(img);
+	return out;
+}
+
+/* Per-sample flip flags, on the CPU and on the (double's) device, for both
+ * layouts, equal mirroring by hand; flags on anything but an image
+ * conversion are refused. */
+START_TEST(test_client_gpu_flip)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c;
+	struct feed_stream *st = kinds_open(&c, 3);
+	static const float mean[3] = {0.4f, 0.5f, 0.6f}, sd[3] = {0.2f, 0.25f, 0.3f};
+	static const uint8_t flip[3] = {1, 0, 7};
+	uint8_t out[3 * 48 * 4];
+	struct feed_batch *b = next_batch(st);
+	for (int layout = FEED_TO_NCHW; layout <= FEED_TO_NHWC; layout++)
+		for (int device = FEED_DEVICE_CPU; device <= 0; device++) {
+			size_t bytes;
+			void *want = flipped_by_hand(b, flip, FEED_TO_BF16, layout, mean, sd, &bytes);
+			struct feed_to_device to = {.device = device, .dtype = FEED_TO_BF16,
+						    .layout = layout, .mean = mean, .std = sd,
+						    .dst_bytes = sizeof(out), .flip = flip};
+			memset(out, 0, sizeof(out));
+			ck_assert_msg(feed_batch_to_device(b, 0, out, &to, NULL) == 0, "%s",
+				      feed_errmsg(c));
+			ck_assert_msg(!memcmp(out, want, bytes), "layout %d device %d: not mirrored",
+				      layout, device);
+			free(want);
+		}
+	int64_t tok[3 * 5];
+	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dst_bytes = sizeof(tok),
+				    .flip = flip};
+	ck_assert_int_eq(feed_batch_to_device(b, 1, tok, &to, NULL), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "field 1: flip is for u8 images"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_release(b), 0);
+	fake_complete();
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* FEED_TO_SAME: any fixed field as it is, on the device with one copy
+ * straight from the region (no staging buffer, no kernel), the slot still
+ * kept until the copy's event completes. */
+START_TEST(test_client_gpu_same)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c;
+	struct feed_stream *st = kinds_open(&c, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+	struct feed_batch *b1 = next_batch(st), *b2 = next_batch(st), *b3;
+	int64_t labels[2];
+	uint8_t images[2 * 48], note[64];
+	struct feed_view hv;
+	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_SAME, .dst_bytes = sizeof(labels)};
+
+	ck_assert_int_eq(feed_batch_to_device(b1, 2, labels, &to, NULL), 0);
+	to.dst_bytes = sizeof(images);
+	ck_assert_int_eq(feed_batch_to_device(b1, 0, images, &to, NULL), 0);
+	ck_assert_int_eq(fs->launches, 0);
+	ck_assert_int_eq(fs->allocs, 0);   /* no staging */
+	ck_assert_int_eq(fs->copies, 2);
+	ck_assert_int_eq(feed_batch_field(b1, 2, &hv), 0);
+	ck_assert(!memcmp(labels, hv.data, sizeof(labels)));
+	ck_assert_int_eq(feed_batch_field(b1, 0, &hv), 0);
+	ck_assert(!memcmp(images, hv.data, sizeof(images)));
+	/* too small, variable-length */
+	to.dst_bytes = sizeof(labels) - 1;
+	ck_assert_int_eq(feed_batch_to_device(b1, 2, labels, &to, NULL), -EINVAL);
+	to.dst_bytes = sizeof(note);
+	ck_assert_int_eq(feed_batch_to_device(b1, 3, note, &to, NULL), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "field 3: variable-length"), "%s", feed_errmsg(c));
+	/* the CPU path copies too */
+	int64_t cpu_labels[2];
+	to = (struct feed_to_device){.device = FEED_DEVICE_CPU, .dtype = FEED_TO_SAME,
+				     .dst_bytes = sizeof(cpu_labels)};
+	ck_assert_int_eq(feed_batch_to_device(b2, 2, cpu_labels, &to, NULL), 0);
+	ck_assert_int_eq(feed_batch_field(b2, 2, &hv), 0);
+	ck_assert(!memcmp(cpu_labels, hv.data, sizeof(cpu_labels)));
+	/* b1's copies pending: its slot stays out */
+	ck_assert_int_eq(feed_release(b1), 0);
+	ck_assert_int_eq(feed_release(b2), 0);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b3), 0);
+	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS);
+	fake_complete();
+	struct feed_batch *b4 = next_batch(st);
+	feed_release(b3);
+	feed_release(b4);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* The same field of one batch converted on two streams: the second waits
+ * for the first's copy, which read the same staging buffer; on one stream
+ * the stream orders them and nothing waits. */
+START_TEST(test_client_gpu_two_streams)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c;
+	struct feed_stream *st = kinds_open(&c, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+	struct feed_batch *b = next_batch(st);
+	float a[2 * 48], bb[2 * 48], want[2 * 48];
+	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_F32, .dst_bytes = sizeof(a)};
+	struct feed_to_device cpu = to;
+	cpu.device = FEED_DEVICE_CPU;
+
+	ck_assert_int_eq(feed_batch_to_device(b, 0, want, &cpu, NULL), 0);
+	ck_assert_int_eq(feed_batch_to_device(b, 0, a, &to, (void *)0x1), 0);
+	ck_assert_int_eq(feed_batch_to_device(b, 0, a, &to, (void *)0x1), 0);
+	ck_assert_int_eq(fs->syncs, 0);    /* same stream: ordered by it */
+	ck_assert_int_eq(feed_batch_to_device(b, 0, bb, &to, (void *)0x2), 0);
+	ck_assert_int_eq(fs->syncs, 2);    /* both copies on stream 1 waited for */
+	ck_assert(!memcmp(a, want, sizeof(a)));
+	ck_assert(!memcmp(bb, want, sizeof(bb)));
+	ck_assert_int_eq(feed_release(b), 0);
+	fake_complete();
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_gpu");
@@ -369,6 +541,9 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_register_read_only_where_taken);
 	tcase_add_test(tc, test_client_gpu_release_waits_for_event);
 	tcase_add_test(tc, test_client_gpu_consumer_killed);
+	tcase_add_test(tc, test_client_gpu_flip);
+	tcase_add_test(tc, test_client_gpu_same);
+	tcase_add_test(tc, test_client_gpu_two_streams);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

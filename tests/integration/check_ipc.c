@@ -28,49 +28,14 @@
 #include "feed/gpu.h"
 #include "feed/stream.h"
 #include "feedd_harness.h"
-#include "fmt.h"
 
-#define N 10          /* samples */
-#define C 3           /* channels of the image field */
+#define N H_SAMPLES    /* samples of h_make_kinds_dataset() */
+#define C 3           /* channels of its image field */
 
 static const struct fake_cuda_stats *(*fake_stats)(void);
 static void (*fake_complete)(void);
 static const struct fake_cuda_stats *daemon_stats; /* feedd's double's counters */
 static char stats_path[300];
-
-/* A dataset with one field of every kind the device slots know: an image
- * (u8 [4, 4, 3]), tokens (u16 [5]), a label (i64, copied as it is) and a
- * variable-length note (host only). */
-static void make_ipc_dataset(const char *dir)
-{
-	struct fmt_schema s = {.nfields = 4};
-	struct fmt_writer *w;
-	struct feed_err err = {0};
-
-	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 3,
-					 .shape = {4, 4, C}};
-	s.fields[1] = (struct fmt_field){.name = "tokens", .dtype = FEED_DTYPE_U16, .rank = 1,
-					 .shape = {5}};
-	s.fields[2] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
-	s.fields[3] = (struct fmt_field){.name = "note", .dtype = FEED_DTYPE_U8, .variable = true};
-	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "ipc"}, &w, &err) == 0,
-		      "%s", err.msg);
-	for (uint64_t i = 0; i < N; i++) {
-		uint8_t image[4 * 4 * C], note[N + 1];
-		uint16_t tokens[5];
-		int64_t label = (int64_t)i * 11;
-		for (size_t k = 0; k < sizeof(image); k++)
-			image[k] = (uint8_t)(i * 37 + k * 5);
-		for (int k = 0; k < 5; k++)
-			tokens[k] = (uint16_t)(60000 + i * 100 + (uint64_t)k);
-		memset(note, 'a' + (int)i, sizeof(note));
-		struct fmt_value v[4] = {{image, sizeof(image)}, {tokens, sizeof(tokens)},
-					 {&label, sizeof(label)}, {note, i + 1}};
-		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
-	}
-	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
-	fmt_writer_free(w);
-}
 
 static bool kernels_built(void)
 {
@@ -88,8 +53,8 @@ static void ipc_start(const char *daemon_driver)
 	const char *lib = getenv("FEED_FAKE_CUDA");
 	ck_assert_msg(lib, "FEED_FAKE_CUDA (the double's path) not set");
 	snprintf(arg, sizeof(arg), "%s/ipcdata", h.dir);
-	make_ipc_dataset(arg);
-	snprintf(arg, sizeof(arg), "ipc=%s/ipcdata", h.dir);
+	h_make_kinds_dataset(arg);
+	snprintf(arg, sizeof(arg), "kinds=%s/ipcdata", h.dir);
 	snprintf(stats_path, sizeof(stats_path), "%s/feedd.fake_cuda", h.dir);
 
 	const char *ours = getenv("FAKE_CUDA_EVENTS"); /* this process's, set by the test */
@@ -118,7 +83,7 @@ static const float mean[C] = {0.485f, 0.456f, 0.406f}, sd[C] = {0.229f, 0.224f, 
 
 static struct feed_stream_opts ipc_opts(uint32_t batch, uint32_t credits, int dtype, int layout)
 {
-	struct feed_stream_opts o = {.dataset = "ipc", .batch = batch, .credits = credits,
+	struct feed_stream_opts o = {.dataset = "kinds", .batch = batch, .credits = credits,
 				     .epochs = 2};
 	o.device = (struct feed_stream_device){.enable = true, .device = 0, .dtype = dtype,
 					       .layout = layout, .nmean = C};

@@ -71,6 +71,37 @@ void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records)
 	fmt_writer_free(w);
 }
 
+void h_make_kinds_dataset(const char *dir)
+{
+	struct fmt_schema s = {.nfields = 4};
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+
+	s.fields[0] = (struct fmt_field){.name = "image", .dtype = FEED_DTYPE_U8, .rank = 3,
+					 .shape = {4, 4, 3}};
+	s.fields[1] = (struct fmt_field){.name = "tokens", .dtype = FEED_DTYPE_U16, .rank = 1,
+					 .shape = {5}};
+	s.fields[2] = (struct fmt_field){.name = "label", .dtype = FEED_DTYPE_I64};
+	s.fields[3] = (struct fmt_field){.name = "note", .dtype = FEED_DTYPE_U8, .variable = true};
+	ck_assert_msg(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "kinds"}, &w,
+				     &err) == 0, "%s", err.msg);
+	for (uint64_t i = 0; i < H_SAMPLES; i++) {
+		uint8_t image[4 * 4 * 3], note[H_SAMPLES + 1];
+		uint16_t tokens[5];
+		int64_t label = (int64_t)i * 11;
+		for (size_t k = 0; k < sizeof(image); k++)
+			image[k] = (uint8_t)(i * 37 + k * 5);
+		for (int k = 0; k < 5; k++)
+			tokens[k] = (uint16_t)(60000 + i * 100 + (uint64_t)k);
+		memset(note, 'a' + (int)i, sizeof(note));
+		struct fmt_value v[4] = {{image, sizeof(image)}, {tokens, sizeof(tokens)},
+					 {&label, sizeof(label)}, {note, i + 1}};
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+}
+
 void h_setup(void)
 {
 	const char *bin = getenv("FEED_BIN");

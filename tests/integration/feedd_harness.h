@@ -51,6 +51,12 @@ void h_teardown(void);
  * block (0: the writer's default, by bytes). */
 void h_make_dataset(const char *dir, uint64_t n);
 void h_make_dataset_blocks(const char *dir, uint64_t n, uint32_t block_records);
+/* A dataset "kinds" of H_SAMPLES records with one field of each kind a
+ * conversion knows: image (u8 [4, 4, 3], byte k of record i is
+ * (uint8_t)(i * 37 + k * 5): no image is symmetric), tokens (u16 [5],
+ * 60000 + 100 i + k), label (i64, 11 i) and note (variable u8, i + 1 bytes
+ * of 'a' + i). */
+void h_make_kinds_dataset(const char *dir);
 /* Writes text to dir/name and returns the path in a static buffer. */
 const char *h_write_file(const char *name, const char *text);
 /* Milliseconds on the monotonic clock. */

@@ -54,7 +54,7 @@ target_link_libraries(fake_cuda PRIVATE feed_kernels)
 set_target_properties(fake_cuda PROPERTIES C_VISIBILITY_PRESET hidden)
 feed_integration_test(client_gpu)
 target_include_directories(check_client_gpu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double)
-target_link_libraries(check_client_gpu PRIVATE ${CMAKE_DL_LIBS} m)
+target_link_libraries(check_client_gpu PRIVATE feed_kernels ${CMAKE_DL_LIBS} m)
 add_dependencies(check_client_gpu fake_cuda)
 set_tests_properties(integration_client_gpu PROPERTIES ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")

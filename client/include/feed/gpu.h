@@ -68,6 +68,7 @@ FEED_API int feed_gpu_query(struct feed_gpu_info *ret);
 #define FEED_TO_F32 0             /* feed_to_device.dtype */
 #define FEED_TO_F16 1
 #define FEED_TO_BF16 2
+#define FEED_TO_SAME 3            /* any fixed field, delivered as it is */
 
 #define FEED_TO_NCHW 0            /* feed_to_device.layout */
 #define FEED_TO_NHWC 1
@@ -77,19 +78,31 @@ struct feed_to_device {
 	int device;               /* CUDA device ordinal (the caller's stream's),
 				   * or FEED_DEVICE_CPU: dst is host memory and
 				   * the CPU twin converts */
-	int dtype;                /* FEED_TO_*: u8 image fields; token fields
-				   * (u16, u32) always become int64 */
+	int dtype;                /* FEED_TO_F32 / F16 / BF16: what u8 image
+				   * fields become (token fields, u16 and u32,
+				   * always become int64); FEED_TO_SAME: the
+				   * field's bytes as they are, any fixed field
+				   * (labels, say), no conversion */
 	int layout;               /* FEED_TO_NCHW or FEED_TO_NHWC (images) */
 	const float *mean, *std;  /* per channel, in units of x/255 (torchvision's
 				   * Normalize after ToTensor); NULL: 0 and 1.
 				   * Borrowed for the call. */
 	size_t dst_bytes;         /* bytes at dst; checked against the output */
+	const uint8_t *flip;      /* images: n flags in host memory, image i
+				   * mirrored left-right when flip[i] != 0
+				   * (torchvision's hflip); NULL: none. Borrowed
+				   * for the call (copied before it returns).
+				   * Refused for anything but an image
+				   * conversion */
 };
 
 /*
  * Converts field `field` of b into dst. A u8 field of shape [n, h, w, c]
  * (or [n, h, w]: c = 1; c <= 4) becomes n images in to->dtype and
- * to->layout, normalized; a u16 / u32 field becomes int64.
+ * to->layout, normalized, each mirrored where to->flip says; a u16 / u32
+ * field becomes int64; with FEED_TO_SAME any fixed field is copied as it
+ * is (on a device: one copy from the registered region straight into dst,
+ * no staging, no kernel).
  *
  * to->device >= 0: stream is the caller's CUstream / cudaStream_t (NULL:
  * the legacy default stream) on that device, whose context is current (or
@@ -97,8 +110,11 @@ struct feed_to_device {
  * memory there, owned by the caller. The first call on a stream registers
  * its data region for DMA (once per region: cuMemHostRegister); each call
  * enqueues on stream a copy of the field's bytes into a device staging
- * buffer the library owns, the conversion kernel, and an event, and
- * returns without waiting. The batch stays valid for the caller; when the
+ * buffer the library owns (one per batch and field), the conversion
+ * kernel, and an event, and returns without waiting. Converting the same
+ * field of a batch again on another stream first waits (on the CPU) for
+ * that batch's copies in flight, since they share the staging buffer; on
+ * the same stream the stream orders them. The batch stays valid for the caller; when the
  * caller releases it (feed_release, which then does not wait either), the
  * slot goes back to the daemon only once every conversion enqueued from
  * it has run (its event completed, as seen by the next feed_next(),

@@ -153,7 +153,7 @@ class View(ctypes.Structure):
 
 FEED_GPU_MAX_DEVICES = 16
 FEED_DEVICE_CPU = -1
-FEED_TO_F32, FEED_TO_F16, FEED_TO_BF16 = 0, 1, 2
+FEED_TO_F32, FEED_TO_F16, FEED_TO_BF16, FEED_TO_SAME = 0, 1, 2, 3
 FEED_TO_NCHW, FEED_TO_NHWC = 0, 1
 
 
@@ -191,6 +191,7 @@ class ToDevice(ctypes.Structure):
         ("mean", ctypes.POINTER(ctypes.c_float)),
         ("std", ctypes.POINTER(ctypes.c_float)),
         ("dst_bytes", ctypes.c_size_t),
+        ("flip", ctypes.POINTER(ctypes.c_uint8)),
     ]
 
 
