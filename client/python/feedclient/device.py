@@ -173,12 +173,29 @@ class Conversion:
                 out[p.name] = [x if isinstance(x, str) else
                                torch.from_numpy(np.array(x)).to(dev) for x in v]
             else:
-                a = np.array(v)  # a copy: nothing may view the slot
-                try:
-                    out[p.name] = torch.from_numpy(a).to(dev)
-                except TypeError:  # a dtype this torch lacks: stays numpy, on the CPU
-                    out[p.name] = a
+                out[p.name] = self._same(s, b, p, v, dev, stream)
         return out
+
+    def _same(self, s, b, p, v, dev, stream):
+        """A fixed field as it is (labels, say), in a tensor of torch's on
+        dev: FEED_TO_SAME copies it there (on the GPU from the registered
+        slot, on torch's stream), nothing views the slot afterwards."""
+        torch = self.torch
+        try:
+            dtype = torch.from_numpy(np.empty(0, dtype=v.dtype)).dtype
+        except TypeError:  # a dtype this torch lacks: a numpy copy, on the CPU
+            return np.array(v)
+        t = torch.empty(v.shape, dtype=dtype, device=dev)
+        same = _lib.ToDevice()
+        same.device, same.dtype = self.to.device, _lib.FEED_TO_SAME
+        same.dst_bytes = t.numel() * t.element_size()
+        r = lib.feed_batch_to_device(b, p.i, t.data_ptr() if t.numel() else 1,
+                                     ctypes.byref(same), stream)
+        if r < 0:
+            detail = _lib.errmsg(s.conn)
+            cls = GpuUnavailable if r == -errno.ENODEV else class_for(r, detail)
+            raise cls(f"field '{p.name}': {detail}", r, _lib.strerror(r))
+        return t
 
 
 __all__ = ["gpu_info", "Conversion", "FeedError"]
