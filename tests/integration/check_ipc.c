@@ -79,6 +79,24 @@ static void ipc_start(const char *daemon_driver)
 	ck_assert(fake_stats && fake_complete);
 }
 
+/* feedd again, as ipc_start() made it (after a kill), the double set up
+ * for it; this process's double is loaded already. */
+static void ipc_restart(void)
+{
+	static char arg[300];
+	snprintf(arg, sizeof(arg), "kinds=%s/ipcdata", h.dir);
+	char *ours = getenv("FAKE_CUDA_EVENTS") ? strdup(getenv("FAKE_CUDA_EVENTS")) : NULL;
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	setenv("FAKE_CUDA_STATS", stats_path, 1);
+	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	unsetenv("FAKE_CUDA_STATS");
+	if (ours)
+		setenv("FAKE_CUDA_EVENTS", ours, 1);
+	else
+		unsetenv("FAKE_CUDA_EVENTS");
+	free(ours);
+}
+
 static const float mean[C] = {0.485f, 0.456f, 0.406f}, sd[C] = {0.229f, 0.224f, 0.225f};
 
 static struct feed_stream_opts ipc_opts(uint32_t batch, uint32_t credits, int dtype, int layout)
@@ -264,6 +282,59 @@ START_TEST(test_ipc_done_gates_reuse)
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 	free(saved);
+}
+END_TEST
+
+/* feedd killed and started again under a stream with device slots: the
+ * stream reconnects and has device slots again (new handles, opened
+ * once); a batch held across the restart keeps its host copy, its device
+ * slot is gone (-ENODEV), and its release closes the old handles. */
+START_TEST(test_ipc_daemon_restart)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F16, FEED_TO_NHWC);
+	o.epochs = 0;
+	o.reconnect_ms = H_DEADLINE_MS;
+	struct feed_stream *st = h_stream_open(c, &o);
+	struct feed_view dv, hv;
+	struct feed_batch *b = next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
+	expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
+	ck_assert_int_eq(feed_release(b), 0);
+	struct feed_batch *held = next_batch(st);
+	ck_assert_int_eq(feed_batch_device(held, 0, NULL, &dv), 0);
+	ck_assert_int_eq(feed_batch_field(held, 2, &hv), 0);
+	int64_t held_labels[2];
+	memcpy(held_labels, hv.data, sizeof(held_labels));
+
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	ipc_restart();
+
+	for (int i = 0; i < 4; i++) {
+		b = next_batch(st);
+		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
+		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	ck_assert_int_eq(fake_stats()->ipc_mem_opens, 2);
+	ck_assert_int_eq(feed_batch_device(held, 0, NULL, &dv), -ENODEV);
+	ck_assert_msg(strstr(feed_errmsg(c), "before feedd restarted"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_batch_field(held, 2, &hv), 0);
+	ck_assert(!memcmp(hv.data, held_labels, sizeof(held_labels)));
+	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 0);
+	ck_assert_int_eq(feed_release(held), 0);
+	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 1); /* the old incarnation's */
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 2);
+	feed_disconnect(c);
 }
 END_TEST
 
@@ -512,6 +583,7 @@ int main(void)
 	tcase_add_test(tc, test_ipc_batches_on_device);
 	tcase_add_test(tc, test_ipc_done_gates_reuse);
 	tcase_add_test(tc, test_ipc_one_stream_per_batch);
+	tcase_add_test(tc, test_ipc_daemon_restart);
 	tcase_add_test(tc, test_ipc_consumer_killed);
 	tcase_add_test(tc, test_ipc_daemon_without_gpu);
 	tcase_add_test(tc, test_ipc_another_gpu);
