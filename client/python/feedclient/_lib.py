@@ -195,6 +195,74 @@ class ToDevice(ctypes.Structure):
     ]
 
 
+FEED_STATUS_MEMBERS = 64
+
+
+class Stats(ctypes.Structure):
+    """struct feed_stats (feed/client.h)"""
+    _fields_ = [
+        ("server_version", ctypes.c_char * 32),
+        ("protocol_version", ctypes.c_uint32),
+        ("uptime_ms", ctypes.c_uint64),
+        ("connections", ctypes.c_uint32),
+        ("user_connections", ctypes.c_uint32),
+        ("workers", ctypes.c_uint32),
+        ("datasets", ctypes.c_uint32),
+        ("requests", ctypes.c_uint64),
+        ("rejected", ctypes.c_uint64),
+    ]
+
+
+class StreamStatus(ctypes.Structure):
+    """struct feed_stream_status (feed/client.h)"""
+    _fields_ = [
+        ("kind", ctypes.c_char * 8),
+        ("uid", ctypes.c_uint32),
+        ("pid", ctypes.c_int32),
+        ("conn", ctypes.c_uint64),
+        ("stream", ctypes.c_uint32),
+        ("dataset", ctypes.c_char * 64),
+        ("group", ctypes.c_char * 64),
+        ("members", ctypes.c_uint32),
+        ("batch", ctypes.c_uint32),
+        ("credits", ctypes.c_uint32),
+        ("credits_in_use", ctypes.c_uint32),
+        ("age_ms", ctypes.c_uint64),
+        ("batches", ctypes.c_uint64),
+        ("samples", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("samples_per_s", ctypes.c_double),
+        ("mb_per_s", ctypes.c_double),
+        ("worker_ns", ctypes.c_uint64),
+        ("jobs", ctypes.c_uint64),
+        ("reader_wait_ns", ctypes.c_uint64),
+        ("reader_wait_share", ctypes.c_double),
+        ("pipeline", ctypes.c_char * 256),
+        ("shm_bytes", ctypes.c_uint64),
+        ("device", ctypes.c_char * 256),
+        ("device_bytes", ctypes.c_uint64),
+        ("nmember_pids", ctypes.c_uint32),
+        ("member_pids", ctypes.c_int32 * FEED_STATUS_MEMBERS),
+        ("member_reader_wait_ns", ctypes.c_uint64 * FEED_STATUS_MEMBERS),
+    ]
+
+
+class CacheStatus(ctypes.Structure):
+    """struct feed_cache_status (feed/client.h)"""
+    _fields_ = [(name, ctypes.c_uint64)
+                for name in ("hits", "misses", "evictions", "bytes", "entries", "budget")]
+
+
+class Status(ctypes.Structure):
+    """struct feed_status (feed/client.h)"""
+    _fields_ = [
+        ("stats", Stats),
+        ("cache", CacheStatus),
+        ("count", ctypes.c_size_t),
+        ("streams", ctypes.POINTER(StreamStatus)),
+    ]
+
+
 _P = ctypes.c_void_p  # opaque pointers: conn, stream, batch
 
 # name: (restype, argtypes)
@@ -224,6 +292,8 @@ _API = {
                                                 ctypes.POINTER(ctypes.c_size_t)]),
     "feed_stream_close": (ctypes.c_int, [_P]),
     "feed_gpu_query": (ctypes.c_int, [ctypes.POINTER(GpuInfo)]),
+    "feed_status": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.POINTER(Status))]),
+    "feed_status_free": (None, [ctypes.POINTER(Status)]),
     "feed_batch_to_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
                                             ctypes.POINTER(ToDevice), ctypes.c_void_p]),
 }

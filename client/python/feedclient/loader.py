@@ -160,6 +160,54 @@ class Batch(dict):
         return f"<feedclient.Batch epoch {epoch} index {index}, {n} samples, {{{fields}}}>"
 
 
+def _record(s):
+    """A ctypes struct as a dict: text decoded, arrays as lists."""
+    out = {}
+    for name, *_ in s._fields_:
+        v = getattr(s, name)
+        if isinstance(v, bytes):
+            v = v.decode("ascii", "replace")
+        elif isinstance(v, ctypes.Array):
+            v = list(v)
+        out[name] = v
+    return out
+
+
+def status(socket=None):
+    """What `feedctl status` shows, as a dict: the daemon's counters
+    ("server_version", "uptime_ms", "connections", "workers", "requests",
+    ...), "cache" (hits, misses, evictions, bytes, entries, budget) and
+    "streams": one dict per stream or group over a dataset this user may
+    read (kind, uid, pid, dataset, group, members, batch, credits,
+    credits_in_use, samples_per_s, mb_per_s, worker_ns, reader_wait_share,
+    pipeline, shm_bytes, device — "" when no device slots were asked for,
+    "ipc", or why the stream has host slots only — device_bytes,
+    member_pids, ...). Blocks until the daemon answers. Raises as
+    datasets()."""
+    conn = _connect(socket)
+    try:
+        st = ctypes.POINTER(_lib.Status)()
+        r = lib.feed_status(conn, ctypes.byref(st))
+        if r < 0:
+            raise _error(conn, r)
+        try:
+            out = _record(st.contents.stats)
+            out["cache"] = _record(st.contents.cache)
+            streams = []
+            for i in range(st.contents.count):
+                d = _record(st.contents.streams[i])
+                n = d.pop("nmember_pids")
+                d["member_pids"] = d["member_pids"][:n]
+                d["member_reader_wait_ns"] = d["member_reader_wait_ns"][:n]
+                streams.append(d)
+            out["streams"] = streams
+            return out
+        finally:
+            lib.feed_status_free(st)
+    finally:
+        lib.feed_disconnect(conn)
+
+
 def _describe(v):
     if isinstance(v, list):
         return f"list of {len(v)}"
