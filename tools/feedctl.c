@@ -199,6 +199,13 @@ static int cmd_datasets(struct feed_conn *conn, const char *name)
 		for (uint32_t k = 0; k < d->num_fields; k++)
 			print_field(&d->fields[k]);
 		printf("\n");
+		if (d->num_classes) {
+			/* label i is classes[i]: the first few, and how many */
+			printf("%-20s %u classes:", "", d->num_classes);
+			for (uint32_t k = 0; k < d->num_classes && k < 8; k++)
+				printf(" %u=%s", k, d->classes[k]);
+			printf("%s\n", d->num_classes > 8 ? " ..." : "");
+		}
 	}
 	feed_dataset_list_free(list);
 	return 0;

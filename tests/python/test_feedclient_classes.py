@@ -1,6 +1,8 @@
 """feedclient.datasets() gives an imagefolder dataset's class names, in
-torchvision ImageFolder's order, and () for a dataset without classes."""
+torchvision ImageFolder's order, and () for a dataset without classes;
+`feedctl datasets` prints them."""
 import io
+import subprocess
 
 import feedclient
 import pytest
@@ -29,4 +31,8 @@ def test_datasets_list_class_names(fc, feedpack, feedd_factory, tmp_path):
     assert got["pics"].classes == ("Ant", "bee", "mole_rat", "zebra")
     assert got["pics"].samples == 4
     assert got["small"].classes == ()
+    out = subprocess.run([str(d.bin / "feedctl"), "--socket", d.sock, "datasets"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "4 classes: 0=Ant 1=bee 2=mole_rat 3=zebra\n" in out
+    assert out.count("classes:") == 1  # small has none
     d.stop()
