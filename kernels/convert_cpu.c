@@ -54,24 +54,38 @@ size_t feed_convert_sample_bytes(const struct feed_convert *cv)
 }
 
 /*
- * One output row of one channel (NCHW) or one output pixel row (NHWC) per
- * call of the inner loop; PX is the element function, T its type. A macro
- * rather than a function pointer so the element function inlines.
+ * The twin converts through a table: an input is one of 256 bytes, so per
+ * channel the table holds PX(x, scale, bias) for every x, computed by the
+ * element function itself (the very code the kernels run: the same bits by
+ * construction, and the tests check every entry). The walk then only
+ * gathers: one output row of one channel (NCHW) or one output pixel row
+ * (NHWC) per inner loop. A macro rather than a function pointer so it
+ * inlines for each output type.
  */
-#define CONVERT_SAMPLE(T, PX)                                                           \
+#define CONVERT_TABLE(T, PX, lut)                                                       \
+	do {                                                                            \
+		for (uint32_t ch = 0; ch < cv->c; ch++)                                 \
+			for (unsigned x = 0; x < 256; x++)                              \
+				(lut)[ch][x] = PX((uint8_t)x, cv->scale[ch], cv->bias[ch]); \
+	} while (0)
+
+#define CONVERT_SAMPLE(T, lut)                                                          \
 	do {                                                                            \
 		T *o = (T *)out;                                                        \
 		if (cv->layout == FEED_CONVERT_NCHW) {                                  \
 			for (uint32_t ch = 0; ch < c; ch++) {                           \
-				float sc = cv->scale[ch], bi = cv->bias[ch];            \
+				const T *t = (lut)[ch];                                 \
 				for (uint32_t y = 0; y < h; y++) {                      \
 					const uint8_t *row = in + (size_t)y * w * c + ch; \
 					if (fl)                                         \
 						for (uint32_t x = 0; x < w; x++)        \
-							*o++ = PX(row[(size_t)(w - 1 - x) * c], sc, bi); \
+							*o++ = t[row[(size_t)(w - 1 - x) * c]]; \
+					else if (c == 3)                                \
+						for (uint32_t x = 0; x < w; x++)        \
+							*o++ = t[row[(size_t)x * 3]];   \
 					else                                            \
 						for (uint32_t x = 0; x < w; x++)        \
-							*o++ = PX(row[(size_t)x * c], sc, bi); \
+							*o++ = t[row[(size_t)x * c]];   \
 				}                                                       \
 			}                                                               \
 		} else {                                                                \
@@ -80,47 +94,56 @@ size_t feed_convert_sample_bytes(const struct feed_convert *cv)
 				for (uint32_t x = 0; x < w; x++) {                      \
 					const uint8_t *px = row + (size_t)(fl ? w - 1 - x : x) * c; \
 					for (uint32_t ch = 0; ch < c; ch++)             \
-						*o++ = PX(px[ch], cv->scale[ch], cv->bias[ch]); \
+						*o++ = (lut)[ch][px[ch]];               \
 				}                                                       \
 			}                                                               \
 		}                                                                       \
 	} while (0)
 
-/* Built twice, with and without FMA, picked at load time (an ifunc): the
- * fma instruction rounds once, as fmaf() does, so the bits are the same.
- * Not under ThreadSanitizer, whose run time is not up yet when ifunc
- * resolvers run (the test binary crashed at load). */
-#if defined(__SANITIZE_THREAD__)
-#define CONVERT_CLONES
-#else
-#define CONVERT_CLONES __attribute__((target_clones("fma", "default")))
-#endif
+/* The tables of one batch: 256 outputs per channel. */
+union convert_lut {
+	float f32[FEED_CONVERT_MAX_C][256];
+	uint16_t u16[FEED_CONVERT_MAX_C][256];
+};
 
-CONVERT_CLONES
-static void convert_sample(const struct feed_convert *cv, const uint8_t *in, int fl, void *out)
+static void convert_lut(const struct feed_convert *cv, union convert_lut *lut)
 {
-	uint32_t h = cv->h, w = cv->w, c = cv->c;
 	switch (cv->dtype) {
 	case FEED_CONVERT_F32:
-		CONVERT_SAMPLE(float, feed_convert_px_f32);
+		CONVERT_TABLE(float, feed_convert_px_f32, lut->f32);
 		break;
 	case FEED_CONVERT_F16:
-		CONVERT_SAMPLE(uint16_t, feed_convert_px_f16);
+		CONVERT_TABLE(uint16_t, feed_convert_px_f16, lut->u16);
 		break;
 	default:
-		CONVERT_SAMPLE(uint16_t, feed_convert_px_bf16);
+		CONVERT_TABLE(uint16_t, feed_convert_px_bf16, lut->u16);
 		break;
 	}
+}
+
+static void convert_sample(const struct feed_convert *cv, const union convert_lut *lut,
+			   const uint8_t *in, int fl, void *out)
+{
+	uint32_t h = cv->h, w = cv->w, c = cv->c;
+	if (cv->dtype == FEED_CONVERT_F32)
+		CONVERT_SAMPLE(float, lut->f32);
+	else
+		CONVERT_SAMPLE(uint16_t, lut->u16);
 }
 
 int feed_convert_images_cpu(const struct feed_convert *cv, const uint8_t *src, size_t n,
 			    const uint8_t *flip, void *dst)
 {
+	union convert_lut lut;
 	if (!cv || (n && (!src || !dst)))
 		return -EINVAL;
+	if (!n)
+		return 0;
+	convert_lut(cv, &lut);
 	size_t in_bytes = (size_t)cv->h * cv->w * cv->c, out_bytes = feed_convert_sample_bytes(cv);
 	for (size_t s = 0; s < n; s++)
-		convert_sample(cv, src + s * in_bytes, flip && flip[s], (char *)dst + s * out_bytes);
+		convert_sample(cv, &lut, src + s * in_bytes, flip && flip[s],
+			       (char *)dst + s * out_bytes);
 	return 0;
 }
 
