@@ -2,7 +2,8 @@
  * check_client_elf.c: reads build/lib/libfeedclient.so as an ELF file and
  * checks the promise of DESIGN.md: it needs no libuv, zstd, YAML or
  * systemd library (its NEEDED entries), and it exports feed_* and nothing
- * else (its defined dynamic symbols).
+ * else (its defined dynamic symbols); and neither it nor build/bin/feedd
+ * needs a CUDA library or symbol at load time (both dlopen the driver).
  */
 #include <check.h>
 #include <elf.h>
@@ -17,14 +18,17 @@
 static uint8_t *img;
 static size_t img_len;
 
-static void load(void)
+static const char *img_name = "libfeedclient.so";
+
+static void load_file(const char *env, const char *file)
 {
-	const char *dir = getenv("FEED_LIB");
+	const char *dir = getenv(env);
 	char path[512];
 	struct stat st;
 
-	ck_assert_msg(dir != NULL, "FEED_LIB is not set (ctest sets it)");
-	snprintf(path, sizeof(path), "%s/libfeedclient.so", dir);
+	ck_assert_msg(dir != NULL, "%s is not set (ctest sets it)", env);
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	img_name = file;
 	int fd = open(path, O_RDONLY);
 	ck_assert_msg(fd >= 0, "cannot open %s", path);
 	ck_assert_int_eq(fstat(fd, &st), 0);
@@ -36,6 +40,16 @@ static void load(void)
 	ck_assert_int_eq(memcmp(eh->e_ident, ELFMAG, SELFMAG), 0);
 	ck_assert_int_eq(eh->e_ident[EI_CLASS], ELFCLASS64);
 	ck_assert_uint_le(eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr), img_len);
+}
+
+static void load(void)
+{
+	load_file("FEED_LIB", "libfeedclient.so");
+}
+
+static void load_feedd(void)
+{
+	load_file("FEED_BIN", "feedd");
 }
 
 static const Elf64_Shdr *section(uint32_t type)
@@ -127,10 +141,35 @@ START_TEST(test_client_elf_no_cuda_symbols)
 			continue;
 		ck_assert_msg(strncmp(name, "cuda", 4) && !(name[0] == 'c' && name[1] == 'u' &&
 							  name[2] >= 'A' && name[2] <= 'Z'),
-			      "libfeedclient.so needs %s at load time", name);
+			      "%s needs %s at load time", img_name, name);
 		has_dlopen |= !strcmp(name, "dlopen") || !strncmp(name, "dlopen@", 7);
 	}
-	ck_assert_msg(has_dlopen, "libfeedclient.so does not dlopen (the driver) at all");
+	ck_assert_msg(has_dlopen, "%s does not dlopen (the driver) at all", img_name);
+	free(img);
+}
+END_TEST
+
+/* feedd, which owns device slots for CUDA IPC, loads the driver at run
+ * time as the client does: no CUDA library among its NEEDED entries. */
+START_TEST(test_feedd_elf_needs_no_cuda)
+{
+	static const char *const forbidden[] = {"libcuda", "libcudart", "libnvrtc", "libnvidia"};
+	const Elf64_Shdr *dyn = section(SHT_DYNAMIC);
+	int needed = 0;
+
+	ck_assert_ptr_nonnull(dyn);
+	const char *str = strtab_of(dyn);
+	const Elf64_Dyn *d = (const Elf64_Dyn *)(img + dyn->sh_offset);
+	for (size_t i = 0; i < dyn->sh_size / sizeof(*d) && d[i].d_tag != DT_NULL; i++) {
+		if (d[i].d_tag != DT_NEEDED)
+			continue;
+		const char *name = str + d[i].d_un.d_val;
+		for (size_t k = 0; k < sizeof(forbidden) / sizeof(forbidden[0]); k++)
+			ck_assert_msg(strncmp(name, forbidden[k], strlen(forbidden[k])),
+				      "feedd needs %s", name);
+		needed++;
+	}
+	ck_assert_int_gt(needed, 0);
 	free(img);
 }
 END_TEST
@@ -146,6 +185,12 @@ static Suite *elf_suite(void)
 	tcase_add_test(tc, test_client_elf_exports);
 	tcase_add_test(tc, test_client_elf_no_cuda_symbols);
 	suite_add_tcase(s, tc);
+	TCase *td = tcase_create("feedd_elf");
+	tcase_add_checked_fixture(td, load_feedd, NULL);
+	tcase_set_timeout(td, 30);
+	tcase_add_test(td, test_feedd_elf_needs_no_cuda);
+	tcase_add_test(td, test_client_elf_no_cuda_symbols);
+	suite_add_tcase(s, td);
 	return s;
 }
 

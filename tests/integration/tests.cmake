@@ -34,7 +34,7 @@ target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJE
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
 target_link_libraries(check_client_elf PRIVATE PkgConfig::CHECK)
-add_dependencies(check_client_elf feedclient)
+add_dependencies(check_client_elf feedclient feedd)
 add_test(NAME integration_client_elf COMMAND check_client_elf)
 set_tests_properties(integration_client_elf PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 60
                      LABELS integration)
