@@ -450,6 +450,14 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 		srv_conn_unhold(c);
 		return;
 	}
+	if (ss->dev_bytes) {  /* planned: made on the device, or why not */
+		const char *why;
+		if (!(ss->dev = dlv_device(ss->dlv, &why))) {
+			snprintf(ss->dev_reason, sizeof(ss->dev_reason), "%s", why);
+			quota_device_give(&ss->d->quota, ss->uid, ss->dev_bytes);
+			ss->dev_bytes = 0;
+		}
+	}
 	ss->id = ++se->next_stream_id;
 	ss->next = se->streams;
 	se->streams = ss;
@@ -571,9 +579,11 @@ static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_s
 		uint64_t lim = se->d->cfg->limits.max_device_bytes;
 		uint64_t held = quota_of(&se->d->quota, ss->uid).device_bytes;
 		r.max_bytes = held < lim ? lim - held : 0;
-		rc = dsl_new(se->d->gpu, &r, &ss->plan->out, lay, ret, &why);
+		rc = dsl_plan(se->d->gpu, &r, &ss->plan->out, lay, ret, &why);
 		if (rc == -EINVAL)
 			return feed_err_set(err, rc, "device: %s", why.msg);
+		/* counted now, before any device memory exists (as shared memory
+		 * is): two opens at once cannot both slip under the limit */
 		if (rc == 0 && quota_device_take(&se->d->quota, ss->uid, dsl_device_bytes(*ret),
 						 &se->d->cfg->limits, &why) < 0) {
 			dsl_free(*ret); /* only out of memory: max_bytes kept it within */
@@ -608,7 +618,6 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 		dsl_free(sp->dev);
 		return rc;
 	}
-	ss->dev = sp->dev; /* the delivery's now */
 	if (!sp->group)
 		return rc;
 	ses_group_key_of(o, ss, sp, &k);

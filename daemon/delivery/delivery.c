@@ -107,7 +107,10 @@ struct dlv {
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
-	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: ours */
+	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: ours; made
+				    * on the device with the data region, dropped
+				    * there (dev_err says why) if that fails */
+	struct feed_err dev_err;
 
 	/* (lock) */
 	struct sched sched;
@@ -262,6 +265,11 @@ static int data_make(struct dlv *d, struct feed_err *err)
 		if (d->data_rc == 0)
 			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
 						 REGION_SEALS_SHARED, &d->data_err);
+		/* a failure here is not the stream's: it goes on with host slots */
+		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0) {
+			dsl_free(d->dev);
+			d->dev = NULL;
+		}
 	}
 	int rc = d->data_rc;
 	if (rc < 0)
@@ -337,6 +345,13 @@ void dlv_member_fds(const struct dlv_member *m, struct dlv_fds *ret_fds)
 {
 	*ret_fds = (struct dlv_fds){.ctl = m->ctl.fd, .data = m->d->data.fd, .rel = m->rel.fd,
 				    .ready = m->ready_efd, .release = m->release_efd};
+}
+
+struct dsl *dlv_device(const struct dlv *d, const char **ret_why)
+{
+	if (ret_why)
+		*ret_why = d->dev_err.msg;
+	return d->dev;
 }
 
 uint64_t dlv_batches_per_epoch(const struct dlv *d)

@@ -62,9 +62,10 @@ struct dlv_spec {
 	uid_t uid;                 /* whose fair share its batches are built from
 				    * (pool.h): a group's creator's; one pool
 				    * source per delivery, a group counts once */
-	struct dsl *dev;           /* device slots (devslots.h; a plain stream's
-				    * CUDA IPC), or NULL: the delivery's once
-				    * dlv_new() succeeds (freed with it), the
+	struct dsl *dev;           /* planned device slots (devslots.h; a plain
+				    * stream's CUDA IPC), or NULL: the delivery's
+				    * once dlv_new() succeeds (made on the device
+				    * with the data region, freed with it), the
 				    * caller's if it fails */
 };
 
@@ -114,6 +115,11 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 
 /* After ready(rc 0). */
 void dlv_member_fds(const struct dlv_member *m, struct dlv_fds *ret_fds);
+
+/* After the first ready(rc 0): the device slots made on the device, or
+ * NULL with *ret_why (when not NULL) saying why not ("" when none were
+ * planned; the delivery's, valid while it lives). Loop thread. */
+struct dsl *dlv_device(const struct dlv *d, const char **ret_why);
 
 /* Batches of this rank in the start epoch (true count). */
 uint64_t dlv_batches_per_epoch(const struct dlv *d);

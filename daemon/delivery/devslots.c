@@ -48,6 +48,7 @@ struct dsl_dev {
 struct dsl_gpu {
 	const struct cudrv *cu;
 	char why[320];             /* "" when CUDA IPC can be served */
+	pthread_mutex_t dev_mu;    /* dev[]: made by the first dsl_make on it */
 	struct dsl_dev dev[CUDRV_MAX_DEVICES];
 	pthread_mutex_t grave_mu;  /* graveyard (dsl_free runs on any thread) */
 	struct dsl *graveyard;     /* freed, device work not finished */
@@ -68,7 +69,8 @@ struct dsl_field {
 struct dsl {
 	struct dsl_gpu *g;
 	const struct cudrv *cu;
-	struct dsl_dev *dev;
+	struct dsl_dev *dev;       /* set by dsl_make */
+	int ord;                   /* the device's ordinal here */
 	uint32_t nslots, nfields;
 	struct dsl_field field[FEED_SHM_MAX_FIELDS];
 	uint64_t slot_bytes, stage_bytes; /* one device slot, one staging area */
@@ -112,6 +114,7 @@ int dsl_gpu_new(struct dsl_gpu **ret)
 		return -ENOMEM;
 	g->cu = cudrv_get();
 	pthread_mutex_init(&g->grave_mu, NULL);
+	pthread_mutex_init(&g->dev_mu, NULL);
 	const struct cudrv_info *in = &g->cu->info;
 	if (!in->usable)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
@@ -122,6 +125,7 @@ int dsl_gpu_new(struct dsl_gpu **ret)
 }
 
 static void dsl_reap(struct dsl_gpu *g);
+static void dsl_undo(struct dsl *s);
 
 void dsl_gpu_free(struct dsl_gpu *g)
 {
@@ -142,6 +146,7 @@ void dsl_gpu_free(struct dsl_gpu *g)
 			g->cu->api.DevicePrimaryCtxRelease(dev);
 	}
 	pthread_mutex_destroy(&g->grave_mu);
+	pthread_mutex_destroy(&g->dev_mu);
 	free(g);
 }
 
@@ -167,11 +172,13 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
 			      in->devices[i].ipc ? "" : " no IPC");
 }
 
-/* Device ordinal's context and kernels, made on first use (loop thread). */
+/* Device ordinal's context and kernels, made on first use (a worker: a
+ * context takes long to make; others wait on dev_mu meanwhile). */
 static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, struct feed_err *err)
 {
 	const struct cudrv_api *api = &g->cu->api;
 	struct dsl_dev *d = &g->dev[ordinal];
+	pthread_mutex_lock(&g->dev_mu);
 	if (!d->tried) {
 		CUdevice dev;
 		d->tried = true;
@@ -189,11 +196,13 @@ static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, str
 		d->what = "loading the embedded kernels";
 		d->err = cudrv_kernels_load(g->cu, &d->k);
 	}
-out:
-	if (d->err != CUDA_SUCCESS) {
+out:;
+	CUresult e = d->err;
+	pthread_mutex_unlock(&g->dev_mu);
+	if (e != CUDA_SUCCESS) {
 		char name[96];
 		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal, d->what,
-				    cudrv_errname(g->cu, d->err, name, sizeof(name)));
+				    cudrv_errname(g->cu, e, name, sizeof(name)));
 	}
 	*ret = d;
 	return 0;
@@ -286,12 +295,10 @@ static int dsl_events(struct dsl *s, struct feed_err *err)
 	return 0;
 }
 
-int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
-	    const struct slot_layout *lay, struct dsl **ret, struct feed_err *err)
+int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
+	     const struct slot_layout *lay, struct dsl **ret, struct feed_err *err)
 {
-	const struct cudrv_api *api = &g->cu->api;
 	struct dsl *s;
-	CUresult e;
 	int ord, r;
 
 	if ((ord = dsl_device(g, req->uuid, err)) < 0)
@@ -303,6 +310,7 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 		return feed_err_set(err, -ENOMEM, "out of memory for device slots");
 	s->g = g;
 	s->cu = g->cu;
+	s->ord = ord;
 	s->nslots = lay->nslots;
 	s->nfields = out->nfields;
 	pthread_mutex_init(&s->mu, NULL);
@@ -331,9 +339,22 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 				 (unsigned long long)req->max_bytes);
 		goto fail;
 	}
-	dsl_reap(g);
-	if ((r = dsl_dev_get(g, ord, &s->dev, err)) < 0)
-		goto fail;
+	*ret = s;
+	return 0;
+fail:
+	dsl_free(s);
+	return r;
+}
+
+int dsl_make(struct dsl *s, struct feed_err *err)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	int ord = s->ord, r;
+	CUresult e;
+
+	dsl_reap(s->g);
+	if ((r = dsl_dev_get(s->g, ord, &s->dev, err)) < 0)
+		return r;
 	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS) {
 		r = dsl_fail_cu(s->cu, err, e, "cuCtxSetCurrent");
 		goto fail;
@@ -372,10 +393,10 @@ int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_s
 	}
 	if ((r = dsl_events(s, err)) < 0)
 		goto fail;
-	*ret = s;
 	return 0;
 fail:
-	dsl_free(s);
+	/* what was made goes now; s stays the caller's, as planned */
+	dsl_undo(s);
 	return r;
 }
 
@@ -502,8 +523,8 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
 	return e == CUDA_SUCCESS ? 0 : dsl_fail_cu(s->cu, err, e, what);
 }
 
-/* Frees everything of s (its device work finished, or the daemon ends). */
-static void dsl_destroy(struct dsl *s)
+/* Frees what dsl_make made of s (its device work finished, or none). */
+static void dsl_undo(struct dsl *s)
 {
 	const struct cudrv_api *api = &s->cu->api;
 	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
@@ -526,6 +547,19 @@ static void dsl_destroy(struct dsl *s)
 		if (s->slots)
 			api->MemFree(s->slots);
 	}
+	memset(s->ready, 0, sizeof(s->ready));
+	memset(s->done, 0, sizeof(s->done));
+	memset(s->copied, 0, sizeof(s->copied));
+	memset(s->recorded, 0, sizeof(s->recorded));
+	s->copy = s->conv = NULL;
+	s->fin = NULL;
+	s->stage = s->slots = 0;
+	s->dev = NULL;
+}
+
+static void dsl_destroy(struct dsl *s)
+{
+	dsl_undo(s);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -22,8 +22,8 @@
  * context and the embedded kernels.
  *
  * Threads: dsl_gpu_new / dsl_gpu_free on the main thread before the
- * workers start and after they stop; dsl_new and dsl_reply on the loop
- * thread; dsl_before_build / dsl_after_build on workers, for different
+ * workers start and after they stop; dsl_plan and dsl_reply on the loop
+ * thread, dsl_make on a worker (the delivery's first join); dsl_before_build / dsl_after_build on workers, for different
  * slots at once (a slot is one worker's while it builds it); dsl_free on
  * whichever thread drops the delivery (no build in flight). Slots have
  * their own staging areas and events, so workers enqueue without a lock;
@@ -68,18 +68,27 @@ const char *dsl_gpu_unusable(const struct dsl_gpu *g);
 /* One line for the log: devices and driver, or why there is no GPU. */
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 
-/* Device slots for lay->nslots batches of schema out (laid out as lay) on
- * the GPU named req->uuid. Returns 0; -ENODEV with err naming why CUDA IPC
- * cannot serve this stream (no usable GPU here, a GPU feedd does not see,
- * one without IPC, no field to put on the device) — the stream then goes
- * on with host slots alone and the client is told; -EINVAL (mean/std or
- * an image the conversion refuses), -EIO (a driver call failed, named),
- * -ENOMEM. Loop thread. */
-int dsl_new(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
-	    const struct slot_layout *lay, struct dsl **ret, struct feed_err *err);
+/* Plans device slots for lay->nslots batches of schema out (laid out as
+ * lay) on the GPU named req->uuid: no device memory yet, only what they
+ * would take (dsl_device_bytes). Returns 0; -ENODEV with err naming why
+ * CUDA IPC cannot serve this stream (no usable GPU here, a GPU feedd does
+ * not see, one without IPC, no field to put on the device, more than
+ * req->max_bytes) — the stream then goes on with host slots alone and
+ * the client is told; -EINVAL (mean/std or an image the conversion
+ * refuses); -ENOMEM. *ret is the caller's: dsl_free(). Loop thread; cheap. */
+int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
+	     const struct slot_layout *lay, struct dsl **ret, struct feed_err *err);
 
-/* Fills ret (DeviceSlots with ipc true) with pointers into s: valid while
- * s lives. Loop thread. */
+/* Makes what s planned on the device: the device's context and kernels
+ * (the first time on that device), the slots, staging, streams, events
+ * and IPC handles. Returns 0, or a negative code with err naming the call
+ * that failed (the stream then goes on with host slots; s holds nothing
+ * on the device and is still to be freed). A worker: making a context can
+ * take long. */
+int dsl_make(struct dsl *s, struct feed_err *err);
+
+/* After dsl_make: fills ret (DeviceSlots with ipc true) with pointers into
+ * s, valid while s lives. Loop thread. */
 void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
 
 /* Bytes of device memory s holds (slots and staging), for stats. */

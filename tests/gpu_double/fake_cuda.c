@@ -105,6 +105,7 @@ static int arena_fd = -1;
 static uint32_t arena_used;                  /* (mu) */
 static int fake_version = 13000, fake_devices = 1, fake_ro, fake_init_result, fake_auto;
 static int fake_uuid_seed;
+static long long fake_mem_limit = -1, fake_mem_used; /* (mu) */
 static int fake_ctx_obj;
 static __thread void *current_ctx;
 static struct fake_func funcs[8];            /* (mu) */
@@ -183,6 +184,8 @@ EXPORT CUresult cuInit(unsigned flags)
 	fake_ro = env_int("FAKE_CUDA_RO", 0);
 	fake_init_result = env_int("FAKE_CUDA_INIT", 0);
 	fake_uuid_seed = env_int("FAKE_CUDA_UUID_SEED", 0);
+	const char *lim = getenv("FAKE_CUDA_MEM_LIMIT");
+	fake_mem_limit = lim && *lim ? atoll(lim) : -1;
 	const char *ev = getenv("FAKE_CUDA_EVENTS");
 	fake_auto = ev && !strcmp(ev, "auto");
 	return fake_init_result;
@@ -313,6 +316,11 @@ static struct mapping *map_find(uintptr_t base)
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
 	size_t size = n ? n : 1;
+	pthread_mutex_lock(&mu);
+	bool full = fake_mem_limit >= 0 && fake_mem_used + (long long)size > fake_mem_limit;
+	pthread_mutex_unlock(&mu);
+	if (full)
+		return E_OUT_OF_MEMORY;
 	int fd = memfd_create("fake_cuda_device", MFD_CLOEXEC);
 	if (fd < 0)
 		return E_OUT_OF_MEMORY;
@@ -330,6 +338,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 		return E_OUT_OF_MEMORY;
 	}
 	maps[nmaps++] = (struct mapping){m, size, fd};
+	fake_mem_used += (long long)size;
 	pthread_mutex_unlock(&mu);
 	ADD(allocs, 1);
 	*p = (CUdeviceptr)(uintptr_t)m;
@@ -346,6 +355,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	}
 	struct mapping gone = *m;
 	*m = maps[--nmaps];
+	fake_mem_used -= (long long)gone.size;
 	pthread_mutex_unlock(&mu);
 	munmap(gone.base, gone.size);
 	close(gone.fd);

@@ -32,6 +32,8 @@
  *                       kernels are done when enqueued); default manual
  *   FAKE_CUDA_UUID_SEED devices' UUIDs differ with it (default 0): a client
  *                       with another seed sees "another GPU" than feedd
+ *   FAKE_CUDA_MEM_LIMIT bytes of device memory cuMemAlloc gives in all, then
+ *                       CUDA_ERROR_OUT_OF_MEMORY (default: no limit)
  *   FAKE_CUDA_STATS     a file: this process's counters live there (created
  *                       and zeroed at cuInit), for another process to read
  *                       with fake_cuda_stats_map()

@@ -47,7 +47,16 @@ static bool kernels_built(void)
 /* feedd with the double (events complete at record, counters in a file)
  * or with daemon_driver instead; then this process's double, set up by the
  * environment the caller left (read at our first driver call). */
+static void ipc_start_cfg(const char *daemon_driver, const char *limits);
+
 static void ipc_start(const char *daemon_driver)
+{
+	ipc_start_cfg(daemon_driver, NULL);
+}
+
+/* ipc_start(), feedd configured by a file with limits (YAML lines under
+ * "limits:") when not NULL. */
+static void ipc_start_cfg(const char *daemon_driver, const char *limits)
 {
 	static char arg[300];
 	const char *lib = getenv("FEED_FAKE_CUDA");
@@ -62,7 +71,15 @@ static void ipc_start(const char *daemon_driver)
 	setenv("FEED_CUDA_DRIVER", daemon_driver ? daemon_driver : lib, 1);
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
 	setenv("FAKE_CUDA_STATS", stats_path, 1);
-	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	if (limits) {
+		char text[600];
+		snprintf(text, sizeof(text), "limits:\n%sdatasets:\n  - name: kinds\n"
+			 "    path: ipcdata\n", limits);
+		const char *cfg = h_write_file("feedd.yaml", text);
+		h_start((const char *[]){"--config", cfg, "--workers", "2", NULL});
+	} else {
+		h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	}
 	if (!ours_auto)
 		unsetenv("FAKE_CUDA_EVENTS");
 	unsetenv("FAKE_CUDA_STATS");
@@ -470,6 +487,46 @@ START_TEST(test_ipc_another_gpu)
 }
 END_TEST
 
+/* Past the user's limits.max_device_bytes: host slots, the limit named,
+ * and nothing allocated on the device. */
+START_TEST(test_ipc_device_limit)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start_cfg(NULL, "  max_device_bytes: 1K\n");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	expect_host_only(c, &o, "more than the 1024 left to this user (limits.max_device_bytes)");
+	feed_disconnect(c);
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, 0);
+}
+END_TEST
+
+/* Device memory that cannot be had (made on a worker, after the open was
+ * counted): host slots with the driver's words, and the user's count given
+ * back, so the next stream that fits gets device slots. */
+START_TEST(test_ipc_device_memory_refused)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	setenv("FAKE_CUDA_MEM_LIMIT", "100", 1); /* feedd's double: too little for any slots */
+	ipc_start_cfg(NULL, "  max_device_bytes: 6K\n"); /* one stream (4K) fits, two do not */
+	unsetenv("FAKE_CUDA_MEM_LIMIT");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	/* twice: were the first one's bytes still counted, the second would
+	 * be refused by the limit instead */
+	for (int i = 0; i < 2; i++)
+		expect_host_only(c, &o, "feedd: device 0: cuMemAlloc of ");
+	feed_disconnect(c);
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, 0);
+}
+END_TEST
+
 START_TEST(test_ipc_group_gets_host_slots)
 {
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
@@ -588,6 +645,8 @@ int main(void)
 	tcase_add_test(tc, test_ipc_daemon_without_gpu);
 	tcase_add_test(tc, test_ipc_another_gpu);
 	tcase_add_test(tc, test_ipc_group_gets_host_slots);
+	tcase_add_test(tc, test_ipc_device_limit);
+	tcase_add_test(tc, test_ipc_device_memory_refused);
 	tcase_add_test(tc, test_ipc_client_without_driver);
 	tcase_add_test(tc, test_ipc_other_pid_namespace);
 	tcase_add_test(tc, test_ipc_bad_options);
