@@ -161,6 +161,8 @@ FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_r
  * after enqueueing the last work that reads ret->data (on stream, or on
  * streams stream waits for), not after it runs. Each call may name the
  * same stream again; another stream for the same batch is -EINVAL.
+ * feed_stream_close() waits (on the CPU) for the work recorded that way
+ * before it closes the handles: feedd frees the memory after.
  *
  * Returns 0, or: -ENODEV when st has no device slots (feed_stream_device
  * says why), or when b came from before a daemon restart (its device slot
