@@ -22,7 +22,7 @@ from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted,
                      DaemonNotRunning, Detached, FeedError, GpuUnavailable, InvalidArgument,
                      LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
                      UnknownDataset)
-from .device import gpu_info
+from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, FieldInfo, Loader, datasets, status
 
 __version__ = "0.1.0"
@@ -34,5 +34,5 @@ __all__ = [
     "DaemonNotRunning", "UnknownDataset", "AccessDenied", "InvalidArgument", "BadPipeline",
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
-    "GpuUnavailable", "gpu_info", "status",
+    "GpuUnavailable", "gpu_info", "status", "DeviceArray",
 ]

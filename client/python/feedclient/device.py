@@ -198,4 +198,76 @@ class Conversion:
         return t
 
 
-__all__ = ["gpu_info", "Conversion", "FeedError"]
+def slots_request(device, dtype, mean, std, layout):
+    """The C struct feed_stream_device for Loader(device_slots=device, ...):
+    the device ordinal and how feedd converts there, checked."""
+    import torch
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise InvalidArgument(f"device_slots: a CUDA device ordinal (int >= 0), not {device!r}")
+    dtypes = {torch.float32: _lib.FEED_TO_F32, torch.float16: _lib.FEED_TO_F16,
+              torch.bfloat16: _lib.FEED_TO_BF16}
+    dtype = torch.float32 if dtype is None else dtype
+    if dtype not in dtypes:
+        raise InvalidArgument(f"dtype: torch.float32, torch.float16 or torch.bfloat16, "
+                              f"not {dtype!r}")
+    if layout not in ("NCHW", "NHWC"):
+        raise InvalidArgument(f"layout: 'NCHW' or 'NHWC', not {layout!r}")
+    mean, std = _floats("mean", mean), _floats("std", std)
+    n = max(len(mean or ()), len(std or ()))
+    if mean and std and len(mean) != len(std) and 1 not in (len(mean), len(std)):
+        raise InvalidArgument(f"mean and std: {len(mean)} and {len(std)} values (give one "
+                              f"for all channels, or one per channel in both)")
+    mean = (mean * n if mean and len(mean) == 1 else mean) or [0.0] * n
+    std = (std * n if std and len(std) == 1 else std) or [1.0] * n
+    r = _lib.StreamDevice()
+    r.enable, r.device, r.dtype = True, device, dtypes[dtype]
+    r.layout = _lib.FEED_TO_NCHW if layout == "NCHW" else _lib.FEED_TO_NHWC
+    r.nmean = n
+    for i in range(n):
+        r.mean[i], r.std[i] = mean[i], std[i]
+    return r
+
+
+class DeviceArray:
+    """A fixed field of a batch in feedd's device slot (Loader(device_slots=N)).
+
+    __cuda_array_interface__ (version 3) describes the device memory: shape
+    (batch axis first; images (n, c, h, w) for NCHW, (n, h, w, c) for NHWC),
+    typestr (bf16 as "<i2": the array interface has no bfloat16) and the
+    pointer; torch.as_tensor(x, device="cuda"), CuPy or Numba take it with
+    no copy, and torch's current stream was made to wait for feedd's
+    conversion when the batch was taken (so "stream" is None). to_torch()
+    does it with the bfloat16 view. Keeps the batch's slot: the slot goes
+    back once this, every other view of the batch and whatever holds this
+    (a tensor from as_tensor keeps it) are gone, after the work queued on
+    that stream by then. Attributes: device (ordinal), dtype (feedd's short
+    name, e.g. "bf16"), shape, nbytes."""
+
+    __slots__ = ("__cuda_array_interface__", "device", "dtype", "shape", "nbytes", "_slot")
+
+    _NAMES = {1: "u8", 2: "i8", 3: "u16", 4: "i16", 5: "u32", 6: "i32", 7: "u64", 8: "i64",
+              9: "f16", 10: "bf16", 11: "f32", 12: "f64", 13: "bool"}
+
+    def __init__(self, slot, view, device):
+        self._slot = slot
+        self.device = device
+        self.dtype = self._NAMES.get(view.dtype, "u8")
+        self.shape = tuple(view.shape[i] for i in range(view.rank))
+        self.nbytes = view.bytes
+        typestr = "<i2" if view.dtype == _lib.DTYPE_BFLOAT16 else \
+            np.dtype(_lib.DTYPES.get(view.dtype, "u1")).str
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": typestr,
+                                         "data": (view.data or 0, False), "strides": None,
+                                         "version": 3, "stream": None}
+
+    def to_torch(self):
+        """A torch tensor on this device viewing the same memory (no copy)."""
+        import torch
+        t = torch.as_tensor(self, device=torch.device("cuda", self.device))
+        return t.view(torch.bfloat16) if self.dtype == "bf16" else t
+
+    def __repr__(self):
+        return f"<feedclient.DeviceArray cuda:{self.device} {self.dtype}{list(self.shape)}>"
+
+
+__all__ = ["gpu_info", "Conversion", "FeedError", "DeviceArray"]

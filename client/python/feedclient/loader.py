@@ -293,6 +293,10 @@ class _Stream:
         self.view_ref = ctypes.byref(self.view)
         self.bp = ctypes.c_void_p()
         self.bp_ref = ctypes.byref(self.bp)
+        # device slots (Loader(device_slots=N)): granted, or why not
+        why = ctypes.c_char_p()
+        self.device_slots = lib.feed_stream_device(st, ctypes.byref(why)) == 1
+        self.device_reason = (why.value or b"").decode("utf-8", "replace")
 
     def delivered(self):
         with self.lock:
@@ -449,6 +453,22 @@ class Loader:
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
 
+    device_slots: a CUDA device ordinal (int): feedd converts each batch on
+    that GPU itself, into device memory it owns, and hands it over by CUDA
+    IPC (C: feed_stream_opts.device), with dtype, mean, std and layout as
+    above (dtype=None: torch.float32). Each fixed field of a batch is then
+    a DeviceArray (its __cuda_array_interface__ views feedd's device slot;
+    torch.as_tensor(x, device="cuda") takes it with no copy, or
+    x.to_torch()): images converted, u16 / u32 as int64, others as they
+    are; variable-length fields stay host arrays. Taking the batch makes
+    torch's current CUDA stream (the legacy default stream without a CUDA
+    torch) wait for feedd's conversion, on the GPU; dropping the last view
+    lets feedd reuse the slot once the work that stream had queued by then
+    has run. Where feedd or this process cannot serve device slots (no GPU,
+    another PID namespace, a group, ...) the Loader opens anyway with host
+    batches: loader.device_slots is then False and loader.device_reason says
+    why. Not with device=.
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
@@ -456,13 +476,21 @@ class Loader:
     def __init__(self, dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
-                 group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW"):
+                 group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
+                 device_slots=None):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
+        self._slots_req = None
+        if device is not None and device_slots is not None:
+            raise InvalidArgument("device and device_slots: choose one (device= converts in "
+                                  "this process, device_slots= has feedd convert on the GPU)")
         if device is not None:
             from .device import Conversion
             self._conv = Conversion(device, dtype, mean, std, layout)
+        elif device_slots is not None:
+            from .device import slots_request
+            self._slots_req = slots_request(device_slots, dtype, mean, std, layout)
         elif dtype is not None or mean is not None or std is not None:
             raise InvalidArgument("dtype, mean and std convert batches for a device: give "
                                   "device='cuda' or device='cpu' too")
@@ -533,6 +561,8 @@ class Loader:
         o.reconnect_ms = int(reconnect_s * 1000) if reconnect_s > 0 else -1
         if o.reconnect_ms == 0:
             o.reconnect_ms = 1
+        if self._slots_req is not None:
+            o.device = self._slots_req
 
         self._lock = threading.Lock()
         self._fork_gen = _fork_gen
@@ -803,6 +833,19 @@ class Loader:
         return self._current().pipeline
 
     @property
+    def device_slots(self):
+        """Loader(device_slots=N): whether feedd serves device slots (False:
+        host batches, device_reason says why); False without device_slots."""
+        return self._current().device_slots
+
+    @property
+    def device_reason(self):
+        """Why the stream has no device slots ("" when it has them or none
+        were asked for), e.g. "feedd: the client is in another PID
+        namespace ..." or "this process: libcuda.so.1 not found ..."."""
+        return self._current().device_reason
+
+    @property
     def note(self):
         """Advice from the daemon about this stream (e.g. on full shuffle
         over a dataset larger than its cache); may be ""."""
@@ -873,6 +916,8 @@ class _EpochIter:
                     continue
                 raise self._error(r)
             batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+            if s.device_slots:
+                _device_fields(s, slot, batch, loader._slots_req.device)
             if loader._conv is not None:  # tensors of their own: the slot goes now
                 batch = loader._conv.convert(s, slot.b, batch)
                 del slot
@@ -960,6 +1005,30 @@ def _make_batch(s, slot, as_torch):
             out.append(_to_torch(torch, p, a) if torch is not None else a)
         batch[p.name] = out
     return batch
+
+
+def _cuda_stream(device):
+    """The CUstream batches are tied to: torch's current stream on device,
+    or the legacy default stream (0) without a CUDA torch."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.current_stream(device).cuda_stream
+    return 0
+
+
+def _device_fields(s, slot, batch, device):
+    """Replaces batch's fixed fields with DeviceArrays of their device slot
+    (feed_batch_device: the current stream waits for feedd's conversion)."""
+    from .device import DeviceArray
+    stream = _cuda_stream(device)
+    view = _lib.View()
+    for p in s.plan:
+        if p.variable:
+            continue   # on the host only
+        r = lib.feed_batch_device(slot.b, p.i, stream, ctypes.byref(view))
+        if r < 0:
+            raise _error(s.conn, r)
+        batch[p.name] = DeviceArray(slot, view, device)
 
 
 def _to_torch(torch, p, arr):
