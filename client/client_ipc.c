@@ -246,8 +246,18 @@ fail:
 	return 0;
 }
 
+/* A thread with no current context gets the stream's (the legacy default
+ * stream, NULL, means the current context's). */
+static void ipc_ctx(const struct cl_ipc *ipc)
+{
+	CUcontext cur = NULL;
+	if (ipc->cu->api.CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur)
+		ipc->cu->api.CtxSetCurrent(ipc->ctx);
+}
+
 void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot)
 {
+	ipc_ctx(ipc);
 	pthread_mutex_lock(&ipc->mu);
 	if (ipc->tied[slot]) {
 		/* a failure leaves done[slot] as it was: feedd then waits for the
@@ -322,6 +332,7 @@ FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *strea
 	if (ipc->field[field].kind == IPC_ABSENT)
 		return cl_fail(conn, -EINVAL, "field %u ('%s'): variable-length, on the host only",
 			       field, feed_stream_info(st)->fields[field].name);
+	ipc_ctx(ipc);
 	pthread_mutex_lock(&ipc->mu);
 	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
 		pthread_mutex_unlock(&ipc->mu);

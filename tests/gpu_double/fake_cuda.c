@@ -561,7 +561,8 @@ EXPORT CUresult cuIpcOpenEventHandle(struct fake_event **e, struct ipc_blob h)
 
 EXPORT CUresult cuEventRecord(struct fake_event *e, void *stream)
 {
-	(void)stream;
+	if (!stream && !current_ctx)
+		return E_INVALID_CONTEXT; /* the legacy default stream is the current context's */
 	struct ev_word *w = e->w;
 	uint32_t was = __atomic_exchange_n(&w->state, EV_PENDING, __ATOMIC_ACQ_REL);
 	bool ours = __atomic_load_n(&w->recorder, __ATOMIC_RELAXED) == getpid();
@@ -602,9 +603,10 @@ EXPORT CUresult cuEventSynchronize(struct fake_event *e)
 
 EXPORT CUresult cuStreamWaitEvent(void *s, struct fake_event *e, unsigned flags)
 {
-	(void)s;
 	if (flags)
 		return E_INVALID_VALUE;
+	if (!s && !current_ctx)
+		return E_INVALID_CONTEXT;
 	if (event_wait(e)) {
 		ADD(stream_waits_blocked, 1);
 		ev_wait_foreign(e->w);

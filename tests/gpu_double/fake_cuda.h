@@ -22,6 +22,10 @@
  *     counts stream_waits_blocked before it blocks: how a test sees feedd
  *     wait for the client's done event.
  *
+ * Like the driver, cuEventRecord and cuStreamWaitEvent on the legacy
+ * default stream (NULL) fail with CUDA_ERROR_INVALID_CONTEXT on a thread
+ * with no current context (the current context is per thread).
+ *
  * Set up through the environment, read at cuInit:
  *   FAKE_CUDA_VERSION   cuDriverGetVersion's value (default 13000)
  *   FAKE_CUDA_DEVICES   device count (default 1)
