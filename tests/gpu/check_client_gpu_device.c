@@ -19,29 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
-
 #include "feed/client.h"
 #include "feed/gpu.h"
 #include "feed/stream.h"
 #include "feedd_harness.h"
-
-#define SKIP 77
-#define CK_CUDA(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
-
-static int gpu_listed(void)
-{
-	FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
-	if (!p)
-		return 0;
-	char line[512];
-	int found = 0;
-	while (fgets(line, sizeof(line), p))
-		if (!strncmp(line, "GPU ", 4))
-			found = 1;
-	pclose(p);
-	return found;
-}
+#include "gpu_device.h"
 
 static void dev_start(void)
 {
@@ -49,16 +31,6 @@ static void dev_start(void)
 	snprintf(tiny, sizeof(tiny), "tiny=%s", h.data);
 	h_start((const char *[]){"--dataset", tiny, NULL});
 	unsetenv("FEED_CUDA_DRIVER");
-}
-
-static struct feed_batch *next_batch(struct feed_stream *st)
-{
-	struct feed_batch *b;
-	int r;
-	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
-		;
-	ck_assert_msg(r == 0, "feed_next: %d", r);
-	return b;
 }
 
 START_TEST(test_gpu_device_query_usable)
@@ -78,7 +50,7 @@ START_TEST(test_gpu_device_bits_equal_cpu)
 	dev_start();
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = h_tiny_open(c, 3, 2);
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	const float mean = 0.485f, sd = 0.229f;
 	uint8_t host[3 * 16 * 4], back[3 * 16 * 4];
 	void *dev;
@@ -107,15 +79,6 @@ START_TEST(test_gpu_device_bits_equal_cpu)
 }
 END_TEST
 
-static atomic_int gate;
-
-static void CUDART_CB hold_stream(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&gate))
-		usleep(1000);
-}
-
 START_TEST(test_gpu_device_release_waits_for_copy)
 {
 	dev_start();
@@ -123,7 +86,7 @@ START_TEST(test_gpu_device_release_waits_for_copy)
 	struct feed_stream *st = h_tiny_open(c, 2, 2);
 	void *dev;
 	cudaStream_t s;
-	struct feed_batch *b1 = next_batch(st), *b2 = next_batch(st), *b3;
+	struct feed_batch *b1 = h_next_batch(st), *b2 = h_next_batch(st), *b3;
 	struct feed_to_device to = {.device = 0, .dst_bytes = 2 * 16 * 4};
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreate(&s));
@@ -137,7 +100,7 @@ START_TEST(test_gpu_device_release_waits_for_copy)
 	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS);     /* b1's is not back */
 	atomic_store(&gate, 1);
 	CK_CUDA(cudaStreamSynchronize(s));
-	struct feed_batch *b4 = next_batch(st);               /* now it is */
+	struct feed_batch *b4 = h_next_batch(st);               /* now it is */
 	feed_release(b3);
 	feed_release(b4);
 	feed_stream_close(st);
@@ -161,7 +124,7 @@ START_TEST(test_gpu_device_consumer_killed)
 		void *dev;
 		char ok = cudaMalloc(&dev, to.dst_bytes) == cudaSuccess;
 		for (int i = 0; ok && i < 2; i++) {
-			struct feed_batch *b = next_batch(st);
+			struct feed_batch *b = h_next_batch(st);
 			ok = !feed_batch_to_device(b, 0, dev, &to, NULL) && !feed_release(b);
 		}
 		(void)!write(pipefd[1], &ok, 1);

@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "convert.h"
-
-#define SKIP 77
+#include "gpu_listed.h"
 
 static int failures;
 
@@ -27,20 +26,6 @@ static int failures;
 			exit(1);                                                           \
 		}                                                                          \
 	} while (0)
-
-static int gpu_listed(void)
-{
-	FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
-	if (!p)
-		return 0;
-	char line[512];
-	int found = 0;
-	while (fgets(line, sizeof(line), p))
-		if (!strncmp(line, "GPU ", 4))
-			found = 1;
-	pclose(p);
-	return found;
-}
 
 static void check_images(uint32_t h, uint32_t w, uint32_t c, int dtype, int layout,
 			 const float *mean, const float *std)

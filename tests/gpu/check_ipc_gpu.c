@@ -19,29 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
-
 #include "feed/client.h"
 #include "feed/gpu.h"
 #include "feed/stream.h"
 #include "feedd_harness.h"
-
-#define SKIP 77
-#define CK_CUDA(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
-
-static int gpu_listed(void)
-{
-	FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
-	if (!p)
-		return 0;
-	char line[512];
-	int found = 0;
-	while (fgets(line, sizeof(line), p))
-		if (!strncmp(line, "GPU ", 4))
-			found = 1;
-	pclose(p);
-	return found;
-}
+#include "gpu_device.h"
 
 static void ipc_start(void)
 {
@@ -66,16 +48,6 @@ static struct feed_stream *ipc_open(struct feed_conn *c, uint32_t batch, uint32_
 	const char *why = NULL;
 	ck_assert_msg(feed_stream_device(st, &why) == 1, "no device slots: %s", why);
 	return st;
-}
-
-static struct feed_batch *next_batch(struct feed_stream *st)
-{
-	struct feed_batch *b;
-	int r;
-	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
-		;
-	ck_assert_msg(r == 0, "feed_next: %d", r);
-	return b;
 }
 
 /* b's device image, read back on s, equals the CPU path's conversion. */
@@ -105,7 +77,7 @@ START_TEST(test_gpu_ipc_bits_equal_cpu)
 	for (int dt = FEED_TO_F32; dt <= FEED_TO_BF16; dt++) {
 		struct feed_stream *st = ipc_open(c, 3, 2, dt);
 		for (int i = 0; i < 8; i++) { /* two epochs and more: every slot reused */
-			struct feed_batch *b = next_batch(st);
+			struct feed_batch *b = h_next_batch(st);
 			expect_bits(c, b, dt, s);
 			struct feed_view hv, dv;
 			int64_t labels[16];
@@ -123,15 +95,6 @@ START_TEST(test_gpu_ipc_bits_equal_cpu)
 }
 END_TEST
 
-static atomic_int gate;
-
-static void CUDART_CB hold_stream(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&gate))
-		usleep(1000);
-}
-
 /* feedd's next copy into b0's device slot waits, on the device, for the
  * work the consumer enqueued before releasing b0. */
 START_TEST(test_gpu_ipc_done_gates_reuse)
@@ -147,13 +110,13 @@ START_TEST(test_gpu_ipc_done_gates_reuse)
 	uint8_t back[2 * 16 * 4];
 
 	atomic_store(&gate, 0);
-	struct feed_batch *b0 = next_batch(st);
+	struct feed_batch *b0 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv), 0);
 	CK_CUDA(cudaLaunchHostFunc(held, hold_stream, NULL)); /* "the consumer's work" */
 	ck_assert_int_eq(feed_release(b0), 0);                /* done recorded behind it */
-	struct feed_batch *b1 = next_batch(st);
+	struct feed_batch *b1 = h_next_batch(st);
 	ck_assert_int_eq(feed_release(b1), 0);
-	struct feed_batch *b2 = next_batch(st);               /* b0's slot again */
+	struct feed_batch *b2 = h_next_batch(st);               /* b0's slot again */
 	ck_assert_int_eq(feed_batch_device(b2, 0, s2, &dv), 0);
 	CK_CUDA(cudaMemcpyAsync(back, dv.data, dv.bytes, cudaMemcpyDeviceToHost, s2));
 	/* s2 waits for feedd's copy, which waits for the held stream: give a
@@ -184,7 +147,7 @@ START_TEST(test_gpu_ipc_consumer_killed)
 		struct feed_view dv;
 		cudaStream_t s;
 		char ok = cudaStreamCreate(&s) == cudaSuccess;
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		ok = ok && !feed_batch_device(b, 0, s, &dv);
 		(void)!write(pipefd[1], &ok, 1);
 		pause(); /* killed holding b, its handles and its context */
@@ -201,7 +164,7 @@ START_TEST(test_gpu_ipc_consumer_killed)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_BF16);
 	for (int i = 0; i < 6; i++) {
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		expect_bits(c, b, FEED_TO_BF16, s);
 		feed_release(b);
 	}
@@ -229,7 +192,7 @@ START_TEST(test_gpu_ipc_consumer_killed_done_pending)
 		cudaStream_t s;
 		atomic_store(&gate, 0);
 		char ok = cudaStreamCreate(&s) == cudaSuccess;
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		ok = ok && !feed_batch_device(b, 0, s, &dv) &&
 		     cudaLaunchHostFunc(s, hold_stream, NULL) == cudaSuccess && !feed_release(b);
 		(void)!write(pipefd[1], &ok, 1);
@@ -247,7 +210,7 @@ START_TEST(test_gpu_ipc_consumer_killed_done_pending)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
 	for (int i = 0; i < 6; i++) {
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		expect_bits(c, b, FEED_TO_F32, s);
 		feed_release(b);
 	}

@@ -57,16 +57,6 @@ static void gpu_start(void)
 	h_start((const char *[]){"--dataset", tiny, NULL});
 }
 
-static struct feed_batch *next_batch(struct feed_stream *st)
-{
-	struct feed_batch *b;
-	int r;
-	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
-		;
-	ck_assert_msg(r == 0, "feed_next: %d", r);
-	return b;
-}
-
 /* ------------------------------------------------------------------ */
 /* Capability                                                          */
 
@@ -176,7 +166,7 @@ START_TEST(test_client_gpu_cpu_path_converts)
 	gpu_start();
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = h_tiny_open(c, 3, 2);
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	float mean = 0.25f, sd = 0.5f, out[3 * 16];
 	int64_t bad[3];
 	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
@@ -207,7 +197,7 @@ START_TEST(test_client_gpu_device_refused_without_driver)
 	gpu_start();
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = h_tiny_open(c, 3, 2);
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	float out[3 * 16];
 	struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(out)};
 
@@ -238,7 +228,7 @@ static void device_converts(const char *ro, unsigned want_flags)
 	const struct fake_cuda_stats *fs = fake_stats();
 
 	for (int i = 0; i < 4; i++) {
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		ck_assert_int_eq(feed_batch_to_device(b, 0, dev, &to, NULL), 0);
 		expect_images(dev, b, mean, sd);
 		ck_assert_int_eq(feed_release(b), 0);
@@ -283,7 +273,7 @@ START_TEST(test_client_gpu_release_waits_for_event)
 	const struct fake_cuda_stats *fs = fake_stats();
 	float dev[2 * 16];
 	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_BF16, .dst_bytes = sizeof(dev)};
-	struct feed_batch *b1 = next_batch(st), *b2 = next_batch(st), *b3;
+	struct feed_batch *b1 = h_next_batch(st), *b2 = h_next_batch(st), *b3;
 
 	ck_assert_int_eq(feed_batch_to_device(b1, 0, dev, &to, NULL), 0);
 	ck_assert_int_eq(fs->events_pending, 1);
@@ -294,14 +284,14 @@ START_TEST(test_client_gpu_release_waits_for_event)
 	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS); /* b1's slot is not back */
 	ck_assert_int_eq(fs->syncs, 0);
 	fake_complete();
-	struct feed_batch *b4 = next_batch(st);     /* now it is */
+	struct feed_batch *b4 = h_next_batch(st);     /* now it is */
 	ck_assert_int_eq(fs->events_destroyed, 1);
 	ck_assert_int_eq(fs->syncs, 0);
 	/* with every credit held and a copy pending, a waiting feed_next waits
 	 * for the copy (cuEventSynchronize), not for a daemon that cannot send */
 	ck_assert_int_eq(feed_batch_to_device(b4, 0, dev, &to, NULL), 0);
 	ck_assert_int_eq(feed_release(b4), 0);
-	struct feed_batch *b5 = next_batch(st);
+	struct feed_batch *b5 = h_next_batch(st);
 	ck_assert_int_eq(fs->syncs, 1);
 	ck_assert_int_eq(fs->events_pending, 0);
 	feed_release(b5);
@@ -329,7 +319,7 @@ START_TEST(test_client_gpu_consumer_killed)
 		float dev[2 * 16];
 		struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(dev)};
 		for (int i = 0; i < 2; i++) {
-			struct feed_batch *b = next_batch(st);
+			struct feed_batch *b = h_next_batch(st);
 			if (feed_batch_to_device(b, 0, dev, &to, NULL) || feed_release(b))
 				_exit(1);
 		}
@@ -409,7 +399,7 @@ START_TEST(test_client_gpu_flip)
 	static const float mean[3] = {0.4f, 0.5f, 0.6f}, sd[3] = {0.2f, 0.25f, 0.3f};
 	static const uint8_t flip[3] = {1, 0, 7};
 	uint8_t out[3 * 48 * 4];
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	for (int layout = FEED_TO_NCHW; layout <= FEED_TO_NHWC; layout++)
 		for (int device = FEED_DEVICE_CPU; device <= 0; device++) {
 			size_t bytes;
@@ -447,7 +437,7 @@ START_TEST(test_client_gpu_same)
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 2);
 	const struct fake_cuda_stats *fs = fake_stats();
-	struct feed_batch *b1 = next_batch(st), *b2 = next_batch(st), *b3;
+	struct feed_batch *b1 = h_next_batch(st), *b2 = h_next_batch(st), *b3;
 	int64_t labels[2];
 	uint8_t images[2 * 48], note[64];
 	struct feed_view hv;
@@ -482,7 +472,7 @@ START_TEST(test_client_gpu_same)
 	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b3), 0);
 	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS);
 	fake_complete();
-	struct feed_batch *b4 = next_batch(st);
+	struct feed_batch *b4 = h_next_batch(st);
 	feed_release(b3);
 	feed_release(b4);
 	feed_stream_close(st);
@@ -501,7 +491,7 @@ START_TEST(test_client_gpu_two_streams)
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 2);
 	const struct fake_cuda_stats *fs = fake_stats();
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	float a[2 * 48], bb[2 * 48], want[2 * 48];
 	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_F32, .dst_bytes = sizeof(a)};
 	struct feed_to_device cpu = to;

@@ -127,16 +127,6 @@ static struct feed_stream_opts ipc_opts(uint32_t batch, uint32_t credits, int dt
 	return o;
 }
 
-static struct feed_batch *next_batch(struct feed_stream *st)
-{
-	struct feed_batch *b;
-	int r;
-	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
-		;
-	ck_assert_msg(r == 0, "feed_next: %d", r);
-	return b;
-}
-
 /* The device copy of b's image field equals the CPU twin's conversion of
  * its host copy, bit for bit (the double's kernels are the twins: what is
  * checked is that the right bytes went to the right slot, converted with
@@ -264,7 +254,7 @@ START_TEST(test_ipc_done_gates_reuse)
 	expect_status(c, "ipc", true);
 	void *stream = (void *)0x5157; /* a CUstream of the double: any value */
 
-	struct feed_batch *b0 = next_batch(st);
+	struct feed_batch *b0 = h_next_batch(st);
 	struct feed_view dv0;
 	ck_assert_int_eq(feed_batch_device(b0, 0, stream, &dv0), 0);
 	expect_image(b0, &dv0, FEED_TO_F32, FEED_TO_NCHW);
@@ -282,12 +272,12 @@ START_TEST(test_ipc_done_gates_reuse)
 		      "feedd never waited for the consumer's done event");
 	ck_assert_msg(!memcmp(dv0.data, saved, bytes), "device slot overwritten before the "
 		      "consumer's work ran");
-	struct feed_batch *b1 = next_batch(st);
+	struct feed_batch *b1 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b1), 1);
 	ck_assert_int_eq(feed_release(b1), 0); /* never tied: nothing to wait for */
 
 	fake_complete(); /* the consumer's work on b0 has run */
-	struct feed_batch *b2 = next_batch(st);
+	struct feed_batch *b2 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b2), 2);
 	struct feed_view dv2;
 	ck_assert_int_eq(feed_batch_device(b2, 0, stream, &dv2), 0);
@@ -318,11 +308,11 @@ START_TEST(test_ipc_daemon_restart)
 	o.reconnect_ms = H_DEADLINE_MS;
 	struct feed_stream *st = h_stream_open(c, &o);
 	struct feed_view dv, hv;
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
 	expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
 	ck_assert_int_eq(feed_release(b), 0);
-	struct feed_batch *held = next_batch(st);
+	struct feed_batch *held = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_device(held, 0, NULL, &dv), 0);
 	ck_assert_int_eq(feed_batch_field(held, 2, &hv), 0);
 	int64_t held_labels[2];
@@ -335,7 +325,7 @@ START_TEST(test_ipc_daemon_restart)
 	ipc_restart();
 
 	for (int i = 0; i < 4; i++) {
-		b = next_batch(st);
+		b = h_next_batch(st);
 		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
 		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
 		ck_assert_int_eq(feed_release(b), 0);
@@ -365,7 +355,7 @@ START_TEST(test_ipc_one_stream_per_batch)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_BF16, FEED_TO_NCHW);
 	struct feed_stream *st = h_stream_open(c, &o);
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	struct feed_view dv;
 	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xa, &dv), 0);
 	ck_assert_int_eq(feed_batch_device(b, 2, (void *)0xa, &dv), 0); /* the same: fine */
@@ -422,7 +412,7 @@ START_TEST(test_ipc_consumer_killed)
 	struct feed_stream *st = h_stream_open(c, &o);
 	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
 	for (int i = 0; i < 5; i++) {
-		struct feed_batch *b = next_batch(st);
+		struct feed_batch *b = h_next_batch(st);
 		struct feed_view dv;
 		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
 		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NCHW);
@@ -447,7 +437,7 @@ static void expect_host_only(struct feed_conn *c, struct feed_stream_opts *o, co
 	if (!strncmp(needle, "feedd: ", 7) && !o->group) /* a group is listed as one */
 		expect_status(c, needle + 7, false);
 	/* the host slots serve as ever */
-	struct feed_batch *b = next_batch(st);
+	struct feed_batch *b = h_next_batch(st);
 	struct feed_view hv;
 	ck_assert_int_eq(feed_batch_field(b, 2, &hv), 0);
 	ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), -ENODEV);

@@ -543,6 +543,16 @@ struct feed_stream *h_tiny_open(struct feed_conn *c, uint32_t batch, uint32_t cr
 	return h_stream_open(c, &o);
 }
 
+struct feed_batch *h_next_batch(struct feed_stream *st)
+{
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == FEED_END_OF_EPOCH)
+		;
+	ck_assert_msg(r == 0, "feed_next: %d", r);
+	return b;
+}
+
 void h_tiny_check(struct feed_batch *b)
 {
 	struct feed_view img, lab;

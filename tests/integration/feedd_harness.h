@@ -138,6 +138,9 @@ struct feed_batch;
 struct feed_stream *h_tiny_open(struct feed_conn *c, uint32_t batch, uint32_t credits);
 void h_tiny_check(struct feed_batch *b);
 void h_tiny_read(struct feed_stream *st, int n);
+/* The next batch of st, past epoch ends; fails the test on anything else
+ * (waits up to H_DEADLINE_MS). */
+struct feed_batch *h_next_batch(struct feed_stream *st);
 
 /* Sleeps ms milliseconds. */
 void h_nap_ms(int ms);
