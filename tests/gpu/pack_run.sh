@@ -33,7 +33,7 @@ export LD_LIBRARY_PATH="$DIR/lib"
 if ! ldconfig -p 2>/dev/null | grep -q 'libstdc++.so.6 '; then
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$DIR/lib/fallback"
 fi
-export FEED_BIN="$DIR/bin" FEED_LIB="$DIR/lib" CK_DEFAULT_TIMEOUT=120
+export FEED_BIN="$DIR/bin" FEED_LIB="$DIR/lib" CK_DEFAULT_TIMEOUT=120 CK_VERBOSITY=verbose
 export TMPDIR=${TMPDIR:-/tmp}
 
 steps=()   # name|rc|seconds
@@ -60,6 +60,7 @@ step() {
 } >"$REPORT/machine.log" 2>&1
 
 step convert_gpu 90 "$DIR/bin/check_convert_gpu"
+step ipc_event_gpu 60 "$DIR/bin/check_ipc_event_gpu"
 step client_gpu_device 120 "$DIR/bin/check_client_gpu_device"
 step ipc_gpu 120 "$DIR/bin/check_ipc_gpu"
 step gpu_convert 60 "$DIR/bin/gpu_convert"
