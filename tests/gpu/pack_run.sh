@@ -61,8 +61,8 @@ step() {
 
 step convert_gpu 90 "$DIR/bin/check_convert_gpu"
 step ipc_event_gpu 60 "$DIR/bin/check_ipc_event_gpu"
-step client_gpu_device 120 "$DIR/bin/check_client_gpu_device"
-step ipc_gpu 120 "$DIR/bin/check_ipc_gpu"
+step client_gpu_device 60 "$DIR/bin/check_client_gpu_device"
+step ipc_gpu 90 "$DIR/bin/check_ipc_gpu"
 step gpu_convert 60 "$DIR/bin/gpu_convert"
 PY=$(command -v python3)
 step e2e_torch 150 env -u LD_LIBRARY_PATH PYTHONPATH="$DIR/python" FEEDCLIENT_LIB="$DIR/lib/libfeedclient.so.0" PYTHONUNBUFFERED=1 \
