@@ -11,21 +11,43 @@
 
 #include "convert.h"
 
+/* Two of T in one store (NCHW pairs): 8 bytes for float, 4 for 16-bit. */
+template <typename T> struct feed_k_pair;
+template <> struct feed_k_pair<float> {
+	typedef float2 type;
+	static __device__ inline float2 make(float a, float b) { return make_float2(a, b); }
+};
+template <> struct feed_k_pair<uint16_t> {
+	typedef uint32_t type;
+	static __device__ inline uint32_t make(uint16_t a, uint16_t b)
+	{
+		return (uint32_t)a | (uint32_t)b << 16; /* little-endian: a first */
+	}
+};
+
 /* One thread per pixel of the batch (pixel p: sample p / (h*w), pixel
  * p % (h*w) of it), writing its c channels: index arithmetic once per
  * pixel, in 32 bits inside a sample (feed_convert_init keeps h*w*c below
  * 2^32), and 64-bit division only for batches of 2^32 pixels or more.
- * A warp reads its pixels' bytes as one run and writes each channel's
- * plane (NCHW) or the interleaved run (NHWC) contiguously. Launchers size
- * the grid by pixels (any grid is right: grid-stride). Each output
- * element is PX of the same byte, scale and bias as the twins'. */
+ * With NCHW and an even h*w (so pairs never straddle two samples and stay
+ * aligned), a thread takes two neighbouring pixels and writes each
+ * channel's pair with one store. A warp reads its pixels' bytes as one
+ * run and writes each plane (NCHW) or the interleaved run (NHWC)
+ * contiguously. Launchers size the grid by pixels (any grid is right:
+ * grid-stride). Each output element is PX of the same byte, scale and
+ * bias as the twins'. */
 template <typename T, T (*PX)(uint8_t, float, float)>
 __device__ inline void feed_k_images(const struct feed_convert &cv, const uint8_t *__restrict__ src,
 				     size_t n, const uint8_t *__restrict__ flip, T *__restrict__ dst)
 {
 	const uint32_t w = cv.w, hw = cv.h * cv.w, c = cv.c;
 	const size_t per = (size_t)hw * c, pixels = (size_t)hw * n;
-	const bool nchw = cv.layout == FEED_CONVERT_NCHW, small = pixels <= 0xffffffffu;
+	const bool nchw = cv.layout == FEED_CONVERT_NCHW;
+	const bool pairs = nchw && hw % 2 == 0 &&
+			   (uintptr_t)dst % sizeof(typename feed_k_pair<T>::type) == 0;
+	const uint32_t step = pairs ? 2 : 1;
+	const size_t units = pixels / step;
+	const bool small = pixels <= 0xffffffffu;
 	float sc[FEED_CONVERT_MAX_C], bi[FEED_CONVERT_MAX_C];
 #pragma unroll
 	for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++) {
@@ -33,17 +55,32 @@ __device__ inline void feed_k_images(const struct feed_convert &cv, const uint8_
 		bi[ch] = cv.bias[ch];
 	}
 	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < pixels; p += stride) {
+	for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += stride) {
+		size_t p = u * step;
 		size_t s = small ? (uint32_t)p / hw : p / hw;
 		uint32_t q = (uint32_t)(p - s * hw), y = q / w, x = q - y * w;
-		if (flip && flip[s])
-			x = w - 1 - x;
-		const uint8_t *in = src + s * per + (size_t)(y * w + x) * c;
+		bool f = flip && flip[s];
+		const uint8_t *in = src + s * per;
 		T *out = dst + s * per;
+		/* source of pixel q (and of q + 1: the next one in the row,
+		 * or the first of the next row) */
+		uint32_t x0 = f ? w - 1 - x : x, at0 = (y * w + x0) * c;
+		if (!pairs) {
+#pragma unroll
+			for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++)
+				if (ch < c)
+					out[nchw ? ch * hw + q : q * c + ch] =
+						PX(in[at0 + ch], sc[ch], bi[ch]);
+			continue;
+		}
+		uint32_t y1 = x + 1 < w ? y : y + 1, x1 = x + 1 < w ? x + 1 : 0;
+		uint32_t at1 = (y1 * w + (f ? w - 1 - x1 : x1)) * c;
 #pragma unroll
 		for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++)
 			if (ch < c)
-				out[nchw ? ch * hw + q : q * c + ch] = PX(in[ch], sc[ch], bi[ch]);
+				*(typename feed_k_pair<T>::type *)(out + ch * hw + q) =
+					feed_k_pair<T>::make(PX(in[at0 + ch], sc[ch], bi[ch]),
+							     PX(in[at1 + ch], sc[ch], bi[ch]));
 	}
 }
 
