@@ -324,7 +324,7 @@ def _candidates():
         out.append((None, f"build tree: none, {here} is not in a feedd source checkout"))
     try:
         from . import _installed                         # written by cmake --install
-        out.append((str((here / _installed.LIBDIR / (_SONAME + ".0")).resolve()),
+        out.append((os.path.normpath(here / _installed.LIBDIR / (_SONAME + ".0")),
                     "cmake --install"))
     except ImportError:
         out.append((None, "cmake --install: none, this package was not installed by it"))
