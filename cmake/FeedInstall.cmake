@@ -59,11 +59,20 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/feedclient.pc.in
 install(FILES ${CMAKE_BINARY_DIR}/install/feedclient.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# Man pages and documents.
+# Man pages, gzipped as Debian ships them (-n: no name or time inside, so
+# the same page gives the same bytes), and documents.
+set(FEED_MAN_GZ "")
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/man)
 foreach(page feedd.8 feedctl.1 feedpack.1 feedd.yaml.5)
   string(REGEX MATCH "[0-9]$" section ${page})
-  install(FILES ${CMAKE_SOURCE_DIR}/man/${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
+  set(gz ${CMAKE_BINARY_DIR}/man/${page}.gz)
+  add_custom_command(OUTPUT ${gz}
+    COMMAND sh -c "gzip -9nc < \"$1\" > \"$2\"" sh ${CMAKE_SOURCE_DIR}/man/${page} ${gz}
+    DEPENDS ${CMAKE_SOURCE_DIR}/man/${page} VERBATIM)
+  list(APPEND FEED_MAN_GZ ${gz})
+  install(FILES ${gz} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
 endforeach()
+add_custom_target(feed_man ALL DEPENDS ${FEED_MAN_GZ})
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(EXISTS ${CMAKE_SOURCE_DIR}/LICENSE)
   install(FILES ${CMAKE_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -44,7 +44,7 @@ for f in ./usr/bin/feedd ./usr/bin/feedctl ./usr/bin/feedpack ./usr/bin/feedbenc
          ./usr/include/feed/client.h ./usr/lib/systemd/system/feedd.service \
          ./usr/lib/systemd/system/feedd.socket ./usr/lib/sysusers.d/feedd.conf \
          ./usr/lib/tmpfiles.d/feedd.conf ./etc/feedd/feedd.yaml \
-         ./usr/share/man/man8/feedd.8 ./usr/share/man/man5/feedd.yaml.5 \
+         ./usr/share/man/man8/feedd.8.gz ./usr/share/man/man5/feedd.yaml.5.gz \
          ./usr/lib/python3/dist-packages/feedclient/__init__.py; do
   grep -qxF "$f" "$t/files" || fail "not in the package: $f"
 done
@@ -53,7 +53,35 @@ grep -qE '^\./usr/lib/(.*/)?pkgconfig/feedclient\.pc$' "$t/files" || fail "no fe
 grep -qE '^\./usr/lib/(.*/)?cmake/feedclient/feedclientConfig\.cmake$' "$t/files" ||
   fail "no feedclientConfig.cmake"
 
+# The maintainer scripts, run with every command they call replaced by a
+# stub that logs it: a first install makes the user and directories and
+# enables the unit; nothing starts it; removal stops it.
+mkdir -p "$t/stubs"
+for c in systemd-sysusers systemd-tmpfiles deb-systemd-helper deb-systemd-invoke systemctl; do
+  printf '#!/bin/sh\necho "%s $*" >>"%s"\n' "$c" "$t/calls" >"$t/stubs/$c"
+  chmod +x "$t/stubs/$c"
+done
+PATH=$t/stubs:$PATH sh "$t/ctrl/postinst" configure "" || fail "postinst configure"
+for want in "systemd-sysusers feedd.conf" "systemd-tmpfiles --create feedd.conf" \
+            "deb-systemd-helper enable feedd.service"; do
+  grep -qxF "$want" "$t/calls" || fail "postinst did not run '$want': $(cat "$t/calls")"
+done
+if grep -E ' (start|restart|try-restart|reload-or-restart) ' "$t/calls"; then
+  fail "a first install starts the unit (above)"
+fi
+: >"$t/calls"
+PATH=$t/stubs:$PATH sh "$t/ctrl/prerm" remove || fail "prerm remove"
+PATH=$t/stubs:$PATH sh "$t/ctrl/postrm" purge || fail "postrm purge"
+if [ -d /run/systemd/system ]; then   # the scripts touch systemd only where it runs
+  grep -qxF "systemctl stop feedd.service" "$t/calls" || fail "prerm did not stop: $(cat "$t/calls")"
+fi
+grep -qxF "deb-systemd-helper purge feedd.service" "$t/calls" || fail "postrm purge: $(cat "$t/calls")"
+
 dpkg-deb -x "$deb" "$t/root"
+# The package's sysusers.d snippet makes the user the unit runs as.
+systemd-sysusers --root="$t/root" feedd.conf || fail "systemd-sysusers on the package's snippet"
+user=$(sed -n 's/^User=//p' "$t/root/usr/lib/systemd/system/feedd.service")
+grep -q "^$user:" "$t/root/etc/passwd" || fail "sysusers.d did not make the unit's user '$user'"
 grep -q '^ExecStart=/usr/bin/feedd ' "$t/root/usr/lib/systemd/system/feedd.service" ||
   fail "the unit does not run /usr/bin/feedd"
 echo "deb: ok ($(basename "$deb"), $(wc -l <"$t/files") entries, Depends: $depends)"

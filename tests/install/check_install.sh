@@ -35,8 +35,8 @@ for f in bin/feedd bin/feedctl bin/feedpack bin/feedbench \
          include/feed/client.h include/feed/stream.h include/feed/gpu.h \
          "$libdir/pkgconfig/feedclient.pc" "$libdir/cmake/feedclient/feedclientConfig.cmake" \
          "$libdir/cmake/feedclient/feedclientConfigVersion.cmake" \
-         share/man/man8/feedd.8 share/man/man1/feedctl.1 share/man/man1/feedpack.1 \
-         share/man/man5/feedd.yaml.5 share/doc/feedd/README.md \
+         share/man/man8/feedd.8.gz share/man/man1/feedctl.1.gz share/man/man1/feedpack.1.gz \
+         share/man/man5/feedd.yaml.5.gz share/doc/feedd/README.md \
          lib/systemd/system/feedd.service lib/systemd/system/feedd.socket \
          lib/sysusers.d/feedd.conf lib/tmpfiles.d/feedd.conf \
          lib/python3/dist-packages/feedclient/__init__.py; do

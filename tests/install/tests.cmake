@@ -24,3 +24,8 @@ set_tests_properties(integration_deb PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" T
 add_test(NAME python_wheel COMMAND ${FEED_PYTEST} ${FEED_INSTALL_DIR}/test_install_wheel.py)
 set_tests_properties(python_wheel PROPERTIES
   ENVIRONMENT "${FEED_TEST_ENV};FEED_VERSION=${PROJECT_VERSION}" TIMEOUT 120 LABELS python)
+
+# The man pages name every flag, command and config key there is.
+add_test(NAME integration_man
+  COMMAND bash ${FEED_INSTALL_DIR}/check_man.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(integration_man PROPERTIES TIMEOUT 60 LABELS integration)
