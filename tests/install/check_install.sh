@@ -28,6 +28,7 @@ stage=$t/stage
 DESTDIR=$stage cmake --install "$build" --prefix /usr >"$t/install.log" ||
   { cat "$t/install.log"; fail "cmake --install"; }
 p=$stage/usr
+# shellcheck disable=SC2016  # ${prefix} is the .pc file's, not the shell's
 libdir=$(sed -n 's/^libdir=${prefix}\///p' "$(find "$p" -name feedclient.pc)")
 lib=$p/$libdir
 for f in bin/feedd bin/feedctl bin/feedpack bin/feedbench \
