@@ -178,6 +178,7 @@ int main(int argc, char **argv)
 	}
 	if (cli.check_config)
 		return main_check_config(&cli);
+	d.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
 	if (cfg_load(cli.config, &cli.ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
 		log_error(&d.log, "%s", err.msg);
 		return 1;
