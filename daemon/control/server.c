@@ -386,9 +386,9 @@ static const char *srv_lock_holder(int fd)
 	return pid;
 }
 
-/* Opens and flocks path; 1 if the lock is ours but path no longer names
+/* Opens and flocks path (the lock of socket sock); 1 if the lock is ours but path no longer names
  * the file locked (its holder removed it on stopping: retry), 0 when held. */
-static int srv_lock_once(struct srv *s, const char *path, int *ret_fd, struct feed_err *err)
+static int srv_lock_once(const char *sock, const char *path, int *ret_fd, struct feed_err *err)
 {
 	struct stat a, b;
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -402,7 +402,7 @@ static int srv_lock_once(struct srv *s, const char *path, int *ret_fd, struct fe
 		if (e == EWOULDBLOCK)
 			return feed_err_set(err, -EBUSY, "another feedd%s%s%s is serving %s "
 					    "(it holds %s); not starting", pid[0] ? " (pid " : "",
-					    pid, pid[0] ? ")" : "", s->d->cfg->socket_path, path);
+					    pid, pid[0] ? ")" : "", sock, path);
 		return feed_err_set(err, -e, "lock file %s: flock: %s", path, strerror(e));
 	}
 	if (fstat(fd, &a) < 0 || stat(path, &b) < 0 || a.st_dev != b.st_dev ||
@@ -414,17 +414,17 @@ static int srv_lock_once(struct srv *s, const char *path, int *ret_fd, struct fe
 	return 0;
 }
 
-/* Takes <socket>.lock, or refuses naming the holder's pid. A stopping
+/* Takes <sock>.lock, or refuses naming the holder's pid. A stopping
  * feedd removes the file while it still holds the lock, so a lock won on
  * a file no longer at the path is worthless: try again on the new one. */
-static int srv_lock(struct srv *s, struct feed_err *err)
+static int srv_lock(struct srv *s, const char *sock, struct feed_err *err)
 {
 	char pid[32];
 	int fd = -1, r = 1;
 
-	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", s->d->cfg->socket_path);
+	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", sock);
 	for (int tries = 0; r == 1 && tries < 100; tries++)
-		r = srv_lock_once(s, s->lock_path, &fd, err);
+		r = srv_lock_once(sock, s->lock_path, &fd, err);
 	if (r == 1)
 		return feed_err_set(err, -EBUSY, "lock file %s: replaced under us 100 times",
 				    s->lock_path);
@@ -505,8 +505,12 @@ static int srv_adopt(struct srv *s, int fd, struct feed_err *err)
 	struct sockaddr_un sa = {0};
 	socklen_t len = sizeof(sa);
 	struct stat st;
-	int r = srv_lock(s, err);
 
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || !sa.sun_path[0] ||
+	    strlen(sa.sun_path) > CFG_SOCKET_PATH_MAX)
+		return feed_err_set(err, -EINVAL, "socket from systemd (fd %d): not bound to a "
+				    "path: feedd.socket needs ListenSequentialPacket=/PATH", fd);
+	int r = srv_lock(s, sa.sun_path, err);
 	if (r == -EBUSY)
 		return r;
 	if (r < 0)
@@ -517,8 +521,6 @@ static int srv_adopt(struct srv *s, int fd, struct feed_err *err)
 	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
 		return feed_err_set(err, -errno, "socket from systemd (fd %d): fcntl: %s", fd,
 				    strerror(errno));
-	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || !sa.sun_path[0])
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "(unnamed)");
 	if (strcmp(sa.sun_path, cfg->socket_path))
 		log_warn(&s->d->log, "socket from systemd is %s, the config says %s; serving %s",
 			 sa.sun_path, cfg->socket_path, sa.sun_path);
@@ -543,7 +545,7 @@ static int srv_own_socket(struct srv *s, struct feed_err *err)
 	struct feedd *d = s->d;
 	int r;
 
-	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, err)) < 0 ||
+	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, d->cfg->socket_path, err)) < 0 ||
 	    (r = srv_unlink_stale(d->cfg->socket_path, &d->log, err)) < 0 ||
 	    (r = srv_bind(s, err)) < 0)
 		return r;
