@@ -345,6 +345,21 @@ static void srv_listen_resume(struct srv *s)
 /* ------------------------------------------------------------------ */
 /* Socket, directory, lock                                             */
 
+/* An existing socket directory that socket_group's members cannot enter
+ * locks them out whatever the socket's mode: say so (a warning, as in
+ * --check-config). */
+static void srv_rundir_warn(struct srv *s, const char *dir, const struct stat *st)
+{
+	const struct cfg *cfg = s->d->cfg;
+
+	if (!cfg->has_socket_group || (st->st_mode & 0001) ||
+	    (st->st_gid == cfg->socket_gid && (st->st_mode & 0010)))
+		return;
+	log_warn(&s->d->log, "socket directory %s (mode %04o, group %u): members of "
+		 "socket_group %u cannot enter it, so cannot connect", dir,
+		 (unsigned)(st->st_mode & 07777), (unsigned)st->st_gid, (unsigned)cfg->socket_gid);
+}
+
 /* Creates the socket's directory (only its last component) 0750, group
  * from the config, if it does not exist; an existing one is left as is. */
 static int srv_rundir(struct srv *s, struct feed_err *err)
@@ -358,9 +373,13 @@ static int srv_rundir(struct srv *s, struct feed_err *err)
 	if (!slash || slash == dir)
 		return 0;  /* the current directory or / */
 	*slash = '\0';
-	if (stat(dir, &st) == 0)
-		return S_ISDIR(st.st_mode) ? 0
-			: feed_err_set(err, -ENOTDIR, "socket directory %s: not a directory", dir);
+	if (stat(dir, &st) == 0) {
+		if (!S_ISDIR(st.st_mode))
+			return feed_err_set(err, -ENOTDIR, "socket directory %s: not a directory",
+					    dir);
+		srv_rundir_warn(s, dir, &st);
+		return 0;
+	}
 	if (errno != ENOENT || mkdir(dir, 0750) < 0)
 		return feed_err_set(err, -errno, "socket directory %s: %s", dir, strerror(errno));
 	/* mkdir honoured the umask; chown before chmod keeps no window where

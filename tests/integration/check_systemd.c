@@ -397,6 +397,71 @@ START_TEST(test_systemd_lock_still_refuses_second)
 }
 END_TEST
 
+/* Runs feedd with args to completion, its output in a fresh file under
+ * h.dir (path in out_path); returns its exit code. */
+static int run_feedd(const char *const *args, char *out_path, size_t cap)
+{
+	static int n;
+	snprintf(out_path, cap, "%s/check.%d", h.dir, n++);
+	int status = h_wait(h_spawn("feedd", args, out_path), H_DEADLINE_MS);
+	ck_assert(status != -1);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* --check-config reports every error, not the first: names that do not
+ * resolve (each with file:line and key), a socket directory that cannot
+ * be made, a socket_group the user (--user) can neither join nor chown
+ * to; a dataset that does not open is a warning, as at start-up, and
+ * --strict makes it an error. */
+START_TEST(test_systemd_check_config_reports_every_error)
+{
+	char out[160], text[512];
+	const char *cfg = h_write_file("names.yaml",
+		"datasets:\n  - name: a\n    path: fm\n"
+		"    allow_users: [nobody-x, root, nobody-y]\n"
+		"    allow_groups: [group-z]\n");
+
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, NULL}, out,
+				   sizeof(out)), 1);
+	const char *got = h_file_text(out);
+	snprintf(text, sizeof(text), "%s:4: datasets[0].allow_users[0]: no user named 'nobody-x'",
+		 cfg);
+	ck_assert_msg(strstr(got, text), "%s", got);
+	ck_assert_ptr_nonnull(strstr(got, ":4: datasets[0].allow_users[2]: no user named "
+				      "'nobody-y'"));
+	ck_assert_ptr_nonnull(strstr(got, ":5: datasets[0].allow_groups[0]: no group named "
+				      "'group-z'"));
+	ck_assert_ptr_nonnull(strstr(got, ": 3 errors; start-up would refuse it"));
+
+	snprintf(text, sizeof(text), "socket: %s/none/sub/feedd.sock\nsocket_group: users\n"
+		 "datasets:\n  - name: gone\n    path: nonexistent\n", h.dir);
+	cfg = h_write_file("sock.yaml", text);
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, "--user", "nobody",
+						    NULL}, out, sizeof(out)), 1);
+	got = h_file_text(out);
+	snprintf(text, sizeof(text), "socket directory %s/none/sub: cannot be made: %s/none: No "
+		 "such file or directory", h.dir, h.dir);
+	ck_assert_msg(strstr(got, text), "%s", got);
+	ck_assert_msg(strstr(got, "socket_group 100 (users): uid 65534 (nobody) is not a member "
+			     "and lacks CAP_CHOWN"), "%s", got);
+	ck_assert_ptr_nonnull(strstr(got, "warning: dataset 'gone' ("));
+	ck_assert_ptr_nonnull(strstr(got, ": 2 errors, 1 warning; start-up would refuse it"));
+
+	snprintf(text, sizeof(text), "socket: %s/sub/feedd.sock\n"
+		 "datasets:\n  - name: gone\n    path: nonexistent\n", h.dir);
+	cfg = h_write_file("warn.yaml", text);
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, NULL}, out,
+				   sizeof(out)), 0);
+	ck_assert(h_file_has(out, ": ok (socket "));
+	ck_assert(h_file_has(out, "1 warning, checked as uid "));
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, "--strict", NULL}, out,
+				   sizeof(out)), 1);
+	ck_assert(h_file_has(out, "0 errors, 1 warning; refused: --strict"));
+	ck_assert_int_eq(run_feedd((const char *[]){"--strict", NULL}, out, sizeof(out)), 2);
+	ck_assert(h_file_has(out, "--strict: only with --check-config"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("systemd");
@@ -412,6 +477,7 @@ int main(void)
 	tcase_add_test(tc, test_systemd_sigterm_leaves_no_socket_or_lock);
 	tcase_add_test(tc, test_systemd_sigquit_leaves_no_socket_or_lock);
 	tcase_add_test(tc, test_systemd_lock_still_refuses_second);
+	tcase_add_test(tc, test_systemd_check_config_reports_every_error);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
