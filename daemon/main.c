@@ -8,8 +8,11 @@
  * SIGHUP is the reload's; SIGPIPE is ignored (a vanished peer is an error
  * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
  * SIGSTKFLT, SIGXFSZ and the realtime signals are logged and ignored.
- * The rest are faults (SIGSEGV, SIGBUS, SIGABRT, SIGSYS...) or cannot be
- * caught (SIGKILL): the next start removes the stale socket under the lock.
+ * SIGTSTP, SIGTTIN, SIGTTOU and SIGSTOP pause it and SIGCONT resumes it
+ * (job control); SIGCHLD, SIGURG and SIGWINCH are ignored by default.
+ * The rest are faults (SIGSEGV, SIGBUS, SIGABRT, SIGSYS from the unit's
+ * SystemCallFilter=...) or cannot be caught (SIGKILL): the next start
+ * removes the stale socket under the lock.
  *
  * Main thread, which becomes the loop thread. The only place that exits:
  * 0 after a clean stop, 1 when it cannot start, 2 on a usage error.

@@ -44,7 +44,8 @@ int svc_listen_fd(const struct log *lg, int *ret_fd, struct feed_err *err)
 		return feed_err_set(err, -EINVAL, "socket activation: none of the %d sockets "
 				    "systemd passed (LISTEN_FDS) is a listening AF_UNIX "
 				    "SOCK_SEQPACKET socket: feedd.socket needs "
-				    "ListenSequentialPacket=", n);
+				    "ListenSequentialPacket= (systemd-socket-activate: "
+				    "--seqpacket)", n);
 	*ret_fd = fd;
 	return 0;
 }
