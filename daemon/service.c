@@ -126,7 +126,9 @@ int svc_ready(struct feedd *d, struct svc **ret)
 		return -ENOMEM;
 	s->d = d;
 	s->last_ms = uv_now(&d->loop);
-	if (sd_watchdog_enabled(1, &usec) > 0 && usec >= 1000) {
+	/* 0: the variables stay (no child inherits them; workers already run
+	 * and may read the environment) */
+	if (sd_watchdog_enabled(0, &usec) > 0 && usec >= 1000) {
 		s->watchdog_ms = usec / 1000;
 		s->stuck_ms = s->watchdog_ms;
 		log_info(&d->log, "watchdog: WatchdogSec=%llu ms; WATCHDOG=1 every %llu ms while "

@@ -88,6 +88,8 @@ struct pool {
 	unsigned n;                   /* threads running */
 	unsigned size;                /* threads asked for */
 	struct pool_thread *threads;
+	char *test_stall;             /* $FEEDD_TEST_STALL read at pool_new (test
+				       * builds), or NULL; read-only afterwards */
 };
 
 static uint64_t pool_now_ms(void)
@@ -100,11 +102,11 @@ static uint64_t pool_now_ms(void)
 
 #ifdef FEEDD_TEST_SEAMS
 /* Test builds only (FEED_TEST_SEAMS): while the file $FEEDD_TEST_STALL
- * exists, a batch job does not get going, as one stuck in a read that
- * never returns would not: the watchdog test's stuck worker. */
-static void pool_test_stall(void)
+ * (read once, at pool_new) exists, a batch job does not get going, as one
+ * stuck in a read that never returns would not: the watchdog test's
+ * stuck worker. */
+static void pool_test_stall(const char *f)
 {
-	const char *f = getenv("FEEDD_TEST_STALL");
 	struct timespec nap = {.tv_nsec = 10000000};
 
 	while (f && access(f, F_OK) == 0)
@@ -278,7 +280,7 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 		atomic_store_explicit(&t->job_since_ms, pool_now_ms(), memory_order_relaxed);
 #ifdef FEEDD_TEST_SEAMS
 	if (src)
-		pool_test_stall();
+		pool_test_stall(p->test_stall);
 #endif
 	uint64_t t0 = pool_thread_ns();
 	if (outer)
@@ -479,6 +481,13 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	}
 	p->log = lg;
 	p->size = n;
+#ifdef FEEDD_TEST_SEAMS
+	if (getenv("FEEDD_TEST_STALL") && !(p->test_stall = strdup(getenv("FEEDD_TEST_STALL")))) {
+		free(p->threads);
+		free(p);
+		return feed_err_set(err, -ENOMEM, "worker pool: out of memory");
+	}
+#endif
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	atomic_init(&p->yield_wanted, 0);
@@ -493,6 +502,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 		pool_join(p);
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
+		free(p->test_stall);
 		free(p->threads);
 		free(p);
 		return r;
@@ -635,6 +645,7 @@ void pool_free(struct pool *p)
 	assert(p->stopped && p->closed && !p->head && !p->nqueued && !p->done);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
+	free(p->test_stall);
 	free(p->threads);
 	free(p);
 }

@@ -232,6 +232,10 @@ START_TEST(test_systemd_watchdog_stops_on_stuck_worker)
 {
 	char stall[160], buf[512];
 
+#ifndef FEEDD_TEST_SEAMS
+	fprintf(stderr, "skipped: feedd built without FEED_TEST_SEAMS (no way to stall a worker)\n");
+	return;
+#endif
 	snprintf(stall, sizeof(stall), "%s/stall", h.dir);
 	int nfd = notify_socket();
 	setenv("WATCHDOG_USEC", "600000", 1);

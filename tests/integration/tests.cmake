@@ -31,6 +31,9 @@ pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
 feed_integration_test(status PkgConfig::JSONC)
 feed_integration_test(fair)
 feed_integration_test(systemd)
+if(FEED_TEST_SEAMS)  # the watchdog test stalls a worker through a seam
+  target_compile_definitions(check_systemd PRIVATE FEEDD_TEST_SEAMS)
+endif()
 target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
