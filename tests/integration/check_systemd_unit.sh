@@ -134,6 +134,11 @@ feedd said: $(cat "$LOG")"
 	grep -q "feedd " "$TMP/status" || fail "$cfg: status: $(cat "$TMP/status")"
 	grep -q "listening on $SOCK (from systemd: mode 0$SMODE" "$LOG" ||
 		fail "$cfg: log: $(cat "$LOG")"
+	g=$(sed -n 's/^socket_group: *//p' "$cfg")
+	if [ -n "$g" ] && [ "$g" != "$SGROUP" ]; then
+		grep -q "warn: socket_group is .* feedd.socket's SocketGroup= decides" "$LOG" ||
+			fail "$cfg: no warning that socket_group $g differs from SocketGroup=$SGROUP"
+	fi
 	if setpriv --reuid nobody --regid nogroup --clear-groups \
 		"$BIN/feedctl" --socket "$SOCK" status >"$TMP/nobody" 2>&1; then
 		fail "$cfg: nobody, not in $SGROUP, connected"
