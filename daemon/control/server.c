@@ -405,8 +405,9 @@ static const char *srv_lock_holder(int fd)
 	return pid;
 }
 
-/* Opens and flocks path (the lock of socket sock); 1 if the lock is ours but path no longer names
- * the file locked (its holder removed it on stopping: retry), 0 when held. */
+/* Opens and flocks path (the lock of socket sock): 0 when held; 1 if the
+ * lock is ours but path no longer names the file locked (its holder
+ * removed it on stopping: retry). */
 static int srv_lock_once(const char *sock, const char *path, int *ret_fd, struct feed_err *err)
 {
 	struct stat a, b;
