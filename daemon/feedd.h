@@ -27,6 +27,11 @@ struct pool;
 struct cache;
 struct srv;
 struct ses_group;
+struct svc;
+
+/* Signals with no meaning to feedd that would otherwise end it: each is
+ * logged and ignored (main.c), the realtime ones included. */
+#define FEEDD_IGNORED_SIGNALS_MAX 48
 
 struct feedd {
 	struct log log;            /* read-only once threads start */
@@ -46,9 +51,14 @@ struct feedd {
 	uint64_t requests;         /* requests answered (loop thread) */
 	uint64_t rejected;         /* of those, answered with an Error (loop thread) */
 	bool stopping;             /* a stop signal arrived */
-	uv_signal_t sigterm;
-	uv_signal_t sigint;
+	struct svc *svc;           /* what systemd is told (service.h), or NULL */
+	uv_signal_t sigterm;       /* stop */
+	uv_signal_t sigint;        /* stop */
 	uv_signal_t sighup;        /* logged: no reload yet, and not a death either */
+	uv_signal_t sigquit;       /* stop, like SIGTERM (no core dump) */
+	uv_signal_t sigxcpu;       /* stop: RLIMIT_CPU's soft limit, before SIGKILL */
+	uv_signal_t sigignored[FEEDD_IGNORED_SIGNALS_MAX]; /* logged, ignored */
+	unsigned nsigignored;      /* of sigignored, initialised */
 };
 
 #endif

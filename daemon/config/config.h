@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* The most credits a stream can have (its fixed slot tables hold this many). */
@@ -102,6 +103,14 @@ int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_s
 
 /* Accepts NULL. */
 void cfg_free(struct cfg *c);
+
+/* For --check-config: writes "feedd: FILE:LINE: KEY: ..." to out for every
+ * socket_group, allow_users and allow_groups name in file that does not
+ * resolve (cfg_load() stops at the first), except a line equal to skip
+ * (the message cfg_load() gave, already printed; may be NULL). Returns
+ * how many lines it wrote: 0 also when the file does not read or parse
+ * (cfg_load() says why). Blocking (user and group databases). */
+int cfg_check_names(const char *file, const char *skip, FILE *out);
 
 /* Finds a dataset by name, or NULL. */
 const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name);

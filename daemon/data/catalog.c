@@ -207,7 +207,7 @@ int cat_check(const struct cfg *c, FILE *out)
 	struct cat_say_file sf = {.out = out, .file = c->file ? c->file : "config"};
 	struct feed_err err = {0};
 	struct cat *cat = cat_alloc(c, &err);
-	int errors = 0;
+	int warnings = 0;
 
 	if (!cat)
 		return err.code;
@@ -218,13 +218,13 @@ int cat_check(const struct cfg *c, FILE *out)
 			return r;
 		}
 		if (r < 0) {
-			fprintf(out, "feedd: %s: %s\n", sf.file, err.msg);
-			errors++;
+			fprintf(out, "feedd: %s: warning: %s; left out\n", sf.file, err.msg);
+			warnings++;
 		}
 	}
 	int r = cat_unfit_pipelines(cat, c, cat_say_warning, &sf);
 	cat_free(cat);
-	return r < 0 ? r : errors;
+	return r < 0 ? r : warnings + r;
 }
 
 const struct cat_entry *cat_find(const struct cat *cat, const char *name)

@@ -46,11 +46,11 @@ int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct
 
 /* For --check-config: opens every dataset of c as cat_open() would and
  * plans every configured pipeline against those that opened, keeping
- * nothing. Writes one line per problem to out: "feedd: FILE: dataset 'x'
- * (DIR): why" for a dataset that does not open (an error), "feedd: FILE:
- * warning: pipeline 'p' plans against none of ..." for a pipeline that
- * fits none of the datasets that opened. Returns the number of errors, or
- * -ENOMEM. Blocking. */
+ * nothing. Writes one line per problem to out: "feedd: FILE: warning:
+ * dataset 'x' (DIR): why; left out" for a dataset that does not open
+ * (start-up leaves it out too), "feedd: FILE: warning: pipeline 'p' plans
+ * against none of ..." for a pipeline that fits none of the datasets that
+ * opened. Returns the number of warnings, or -ENOMEM. Blocking. */
 int cat_check(const struct cfg *c, FILE *out);
 
 /* How many of cat's datasets the pipeline text plans against, in *ret_n;
