@@ -1,8 +1,8 @@
 /*
  * main.c: feedd's entry point. Wires the modules together: command line,
  * config, datasets, worker pool, server, signals, systemd notification,
- * then runs the loop until SIGTERM or SIGINT (SIGHUP is logged: no reload
- * yet).
+ * then runs the loop until SIGTERM or SIGINT; SIGHUP reloads the config
+ * file (control/reload.h).
  *
  * Main thread, which becomes the loop thread. The only place that exits:
  * 0 after a clean stop, 1 when it cannot start, 2 on a usage error.
@@ -21,6 +21,7 @@
 #include "cmdline.h"
 #include "feedd.h"
 #include "pool.h"
+#include "reload.h"
 #include "server.h"
 
 static void main_on_closed_signal(uv_handle_t *h)
@@ -51,15 +52,15 @@ static void main_on_signal(uv_signal_t *h, int signum)
 	main_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* SIGHUP would kill us by default (what systemctl reload and a closed
- * terminal send); until reload exists, say so and keep serving. */
+/* SIGHUP (systemctl reload, ExecReload=): reload the config file; the
+ * outcome is logged (control/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
 	struct feedd *d = h->data;
 
 	(void)signum;
-	log_warn(&d->log, "SIGHUP: reload is not supported; still serving with the configuration "
-		 "loaded at start (%s)", d->cfg->file ? d->cfg->file : "built-in defaults and flags");
+	log_info(&d->log, "SIGHUP: reloading the configuration");
+	rld_signal(d);
 }
 
 static int main_signals(struct feedd *d)
@@ -92,18 +93,17 @@ static int main_serve(struct feedd *d)
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
 	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, &d->srv, &err) < 0 ||
-	    cat_open(d->cfg, &d->log, &d->cat, &err) < 0 ||
-	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0) {
-		log_error(&d->log, "%s", err.msg);
-		goto out;
-	}
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	if (srv_start(d, &d->srv, &err) < 0)
+		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
+	if (cat_open(d->cfg, d->cache, &d->log, &d->cat, &err) < 0 ||
+	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
+		goto fail;
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 	if (dsl_gpu_new(&d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
@@ -118,6 +118,9 @@ static int main_serve(struct feedd *d)
 	sd_notifyf(0, "READY=1\nSTATUS=serving %zu datasets on %s", d->cat->n,
 		   d->cfg->socket_path);
 	rc = 0;
+	goto out;
+fail:
+	log_error(&d->log, "%s", err.msg);
 out:
 	if (rc)
 		main_stop(d, "startup failed");
@@ -128,9 +131,9 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
-	cat_free(d->cat);
 	quota_free(&d->quota);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
@@ -184,9 +187,11 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);  /* a vanished peer is an error code, not a death */
 	d.cfg = cfg;
+	d.ov = &cli.ov;
+	d.env_socket = getenv("FEEDD_SOCKET");
 	d.log.level = cfg->log_level;
 	d.self_uid = geteuid();
 	int rc = main_serve(&d);
-	cfg_free(cfg);
+	cfg_free(d.cfg);  /* the one in force: the first, or a reload's */
 	return rc;
 }
