@@ -30,6 +30,7 @@ feed_integration_test(client_api)
 pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
 feed_integration_test(status PkgConfig::JSONC)
 feed_integration_test(fair)
+feed_integration_test(reload)
 target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
