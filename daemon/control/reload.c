@@ -138,6 +138,12 @@ static void rld_log_applied(const struct feedd *d, const struct rld_report *rep)
 				 e->name, e->path, (unsigned long long)e->info->num_samples,
 				 e->info->schema->nfields, e->info->version);
 	}
+	if (c->nbusy) {
+		char busy[512];
+		rld_join(busy, sizeof(busy), c->busy, c->nbusy);
+		log_info(&d->log, "reload: streams still open on %s finish on the old files; "
+			 "new opens get the new configuration", busy);
+	}
 	for (size_t i = 0; i < rep->nwarnings; i++)
 		log_warn(&d->log, "reload: %s", rep->warnings[i]);
 }

@@ -405,9 +405,15 @@ struct cat *cat_reload_commit(struct cat *cur, struct cat_reload *r)
 		e->cfg_owner = cfg_ref(r->cfg);
 		cfg_free(was);
 	}
-	for (size_t i = 0; i < cur->n; i++)
-		if (!cat_holds(next, cur->e[i]))
-			cur->e[i]->retired = true;
+	for (size_t i = 0; i < cur->n; i++) {
+		struct cat_entry *e = cur->e[i];
+		if (cat_holds(next, e))
+			continue;
+		e->retired = true;
+		/* relaxed: a hint for the log; only the loop adds stream references */
+		if (atomic_load_explicit(&e->refs, memory_order_relaxed) > 1)
+			cat_name(r->busy, &r->nbusy, e->name);
+	}
 	cat_free(cur);
 	r->next = NULL;
 	return next;

@@ -119,6 +119,8 @@ struct cat_reload {
 	char repointed[CAT_RELOAD_NAMES][CFG_NAME_MAX];
 	char errors[CAT_RELOAD_LIST][FEED_ERR_MSG_MAX];
 	char warnings[CAT_RELOAD_LIST][FEED_ERR_MSG_MAX];
+	size_t nbusy;                    /* commit: retired with streams still on them */
+	char busy[CAT_RELOAD_NAMES][CFG_NAME_MAX];
 };
 
 /* Plans serving c in place of cur (made from old): a dataset of the same

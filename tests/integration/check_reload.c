@@ -210,6 +210,7 @@ START_TEST(test_reload_removed_dataset_stream_finishes_on_old_files)
 	ck_assert_str_eq(res->removed[0], "gone");
 	ck_assert_uint_eq(res->nadded + res->nrepointed + res->nerrors, 0);
 	feed_reload_result_free(res);
+	ck_assert(h_log_has("reload: streams still open on gone finish on the old files"));
 
 	/* new opens: refused by name; the list no longer has it */
 	struct feed_stream *x;
