@@ -247,6 +247,8 @@ START_TEST(test_reload_repointed_dataset_new_opens_get_new_version)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = open_on(c, "d", 1);
 	read_some(st, BIG, seen, 2);
+	struct feed_stream_opts go = {.dataset = "d", .batch = 10, .group = "g"};
+	struct feed_stream *member = h_stream_open(c, &go), *late;
 
 	write_config("datasets:\n  - name: d\n    path: v2\n");
 	ck_assert_int_eq(feed_reload(c, &res), 0);
@@ -256,6 +258,11 @@ START_TEST(test_reload_repointed_dataset_new_opens_get_new_version)
 	ck_assert_int_eq(feed_dataset_info(c, "d", &list), 0);
 	ck_assert_uint_eq(list->datasets[0].num_samples, 40);
 	feed_dataset_list_free(list);
+	/* a group on the old version: a late joiner on the new one is told why */
+	ck_assert_int_eq(feed_stream_open(c, &go, &late), -ESTALE);
+	ck_assert_msg(strstr(feed_errmsg(c), "group 'g': dataset 'd' is version ") &&
+		      strstr(feed_errmsg(c), "the group reads version"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(member), 0);
 
 	unsigned seen2[40] = {0};
 	struct feed_conn *c2 = h_conn_new();
