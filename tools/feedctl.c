@@ -253,6 +253,10 @@ static int cmd_reload(struct feed_conn *conn, bool json)
 	struct feed_reload_result *r = NULL;
 	int rc = feed_reload(conn, &r);
 
+	if (rc < 0 && !r && !strncmp(feed_errmsg(conn), "reload: ", 8)) {
+		fprintf(stderr, "feedctl: %s\n", feed_errmsg(conn));  /* names itself */
+		return 1;
+	}
 	if (rc < 0 && !r)
 		return fail(conn, rc, "reload");
 	if (json) {
