@@ -5,7 +5,7 @@
  *
  * Signals (README, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
  * cleanly (the socket, unless systemd's, and the lock file are removed);
- * SIGHUP is the reload's; SIGPIPE is ignored (a vanished peer is an error
+ * SIGHUP reloads the config file (control/reload.h); SIGPIPE is ignored (a vanished peer is an error
  * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
  * SIGSTKFLT, SIGXFSZ and the realtime signals are logged and ignored.
  * SIGTSTP, SIGTTIN, SIGTTOU and SIGSTOP pause it and SIGCONT resumes it
@@ -31,6 +31,7 @@
 #include "cmdline.h"
 #include "feedd.h"
 #include "pool.h"
+#include "reload.h"
 #include "server.h"
 #include "service.h"
 
@@ -107,15 +108,15 @@ static void main_on_ignored(uv_signal_t *h, int signum)
 		 main_signame(signum, name, sizeof(name)));
 }
 
-/* SIGHUP would kill us by default (what systemctl reload and a closed
- * terminal send); until reload exists, say so and keep serving. */
+/* SIGHUP (systemctl reload, ExecReload=): reload the config file; the
+ * outcome is logged (control/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
 	struct feedd *d = h->data;
 
 	(void)signum;
-	log_warn(&d->log, "SIGHUP: reload is not supported; still serving with the configuration "
-		 "loaded at start (%s)", d->cfg->file ? d->cfg->file : "built-in defaults and flags");
+	log_info(&d->log, "SIGHUP: reloading the configuration");
+	rld_signal(d);
 }
 
 /* Every handle is initialised before any starts, so main_stop() may
@@ -171,18 +172,17 @@ static int main_serve(struct feedd *d, int sd_fd)
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
 	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, sd_fd, &d->srv, &err) < 0 ||
-	    cat_open(d->cfg, &d->log, &d->cat, &err) < 0 ||
-	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0) {
-		log_error(&d->log, "%s", err.msg);
-		goto out;
-	}
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	if (srv_start(d, sd_fd, &d->srv, &err) < 0)
+		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
+	if (cat_open(d->cfg, d->cache, &d->log, &d->cat, &err) < 0 ||
+	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
+		goto fail;
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 	if (dsl_gpu_new(&d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
@@ -199,6 +199,9 @@ static int main_serve(struct feedd *d, int sd_fd)
 		goto out;
 	}
 	rc = 0;
+	goto out;
+fail:
+	log_error(&d->log, "%s", err.msg);
 out:
 	if (rc)
 		main_stop(d, "startup failed");
@@ -209,9 +212,9 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
-	cat_free(d->cat);
 	quota_free(&d->quota);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
@@ -244,9 +247,11 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);  /* a vanished peer is an error code, not a death */
 	d.cfg = cfg;
+	d.ov = &cli.ov;
+	d.env_socket = getenv("FEEDD_SOCKET");
 	d.log.level = cfg->log_level;
 	d.self_uid = geteuid();
 	int rc = main_serve(&d, sd_fd);
-	cfg_free(cfg);
+	cfg_free(d.cfg);  /* the one in force: the first, or a reload's */
 	return rc;
 }

@@ -4,8 +4,13 @@
  * Owns: the YAML schema (libcyaml tables in config.c, one row per key),
  * defaults, range checks, command-line overrides, and the file:line: key
  * messages for every refusal. Runs in main() before the loop and the
- * workers start; the result is shared read-only by every thread. Never
- * logs and never exits: errors go back in a struct feed_err.
+ * workers start, and on a worker at each reload (control/reload.c); the
+ * result never changes once loaded and is reference-counted: the config in
+ * force holds one reference, and each served dataset (data/catalog.h) one
+ * on the config its entry points into, so a reload can replace the config
+ * while streams on a dataset it removed still read their entry. Never logs
+ * and never exits: errors go back in a struct feed_err (cfg_load_all():
+ * every error of a file, for a reload).
  *
  * Precedence, highest first: command-line flags, the config file, the
  * FEEDD_SOCKET environment variable (socket only), built-in defaults.
@@ -13,6 +18,7 @@
 #ifndef FEEDD_CONFIG_H
 #define FEEDD_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +67,7 @@ struct cfg_pipeline {
 };
 
 struct cfg {
+	_Atomic unsigned refs;     /* cfg_ref()/cfg_free(); the last frees, on any thread */
 	char *file;                /* the file loaded, NULL for built-in defaults */
 	char *socket_path;         /* at most CFG_SOCKET_PATH_MAX bytes */
 	bool has_socket_group;     /* socket_group given */
@@ -101,7 +108,24 @@ struct cfg_overrides {
 int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
 	     struct cfg **ret, struct feed_err *err);
 
-/* Accepts NULL. */
+/* Like cfg_load(), but goes on past an error to find the others: every
+ * refusal lands in errs (the first in err too), at most CFG_ERRS_MAX of
+ * them, the rest counted. A file that is not YAML, or that libcyaml's
+ * schema refuses, has one error: nothing past it can be read. */
+#define CFG_ERRS_MAX 32
+struct cfg_errs {
+	unsigned n;                /* messages in msg */
+	unsigned more;             /* errors past CFG_ERRS_MAX, not kept */
+	char msg[CFG_ERRS_MAX][FEED_ERR_MSG_MAX];
+};
+int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *env_socket,
+		 struct cfg **ret, struct feed_err *err, struct cfg_errs *errs);
+
+/* Takes one more reference on c (the refcount is not configuration: the
+ * content stays immutable). Any thread. Returns c. */
+struct cfg *cfg_ref(const struct cfg *c);
+
+/* Drops a reference; the last frees. Any thread. Accepts NULL. */
 void cfg_free(struct cfg *c);
 
 /* For --check-config: writes "feedd: FILE:LINE: KEY: ..." to out for every
