@@ -12,12 +12,12 @@
 const char cli_usage[] =
 	"usage: feedd [--config FILE] [--socket PATH] [--dataset NAME=DIR]...\n"
 	"             [--workers N] [--cache-bytes N] [--log-level error|warn|info|debug]\n"
-	"             [--group-timeout-ms N]\n"
+	"             [--group-timeout-ms N] [--metrics ADDR:PORT]\n"
 	"       feedd --check-config FILE   (parse and check FILE, open nothing)\n"
 	"Flags override the config file; without one, built-in defaults apply.\n"
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 
-enum { OPT_CHECK = 256, OPT_CACHE, OPT_LOG, OPT_VERSION, OPT_GROUP_TIMEOUT };
+enum { OPT_CHECK = 256, OPT_CACHE, OPT_LOG, OPT_VERSION, OPT_GROUP_TIMEOUT, OPT_METRICS };
 
 static const struct option cli_opts[] = {
 	{"config", required_argument, NULL, 'c'},
@@ -27,6 +27,7 @@ static const struct option cli_opts[] = {
 	{"cache-bytes", required_argument, NULL, OPT_CACHE},
 	{"group-timeout-ms", required_argument, NULL, OPT_GROUP_TIMEOUT},
 	{"log-level", required_argument, NULL, OPT_LOG},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"check-config", required_argument, NULL, OPT_CHECK},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, OPT_VERSION},
@@ -65,6 +66,7 @@ static int cli_one(struct cli *c, int opt, int argc, char **argv, struct feed_er
 	case OPT_CACHE: c->ov.cache_bytes = optarg; return 0;
 	case OPT_GROUP_TIMEOUT: c->ov.group_timeout_ms = optarg; return 0;
 	case OPT_LOG: c->ov.log_level = optarg; return 0;
+	case OPT_METRICS: c->ov.metrics = optarg; return 0;
 	case OPT_CHECK: c->check_config = optarg; return 0;
 	case 'h': c->help = true; return 0;
 	case OPT_VERSION: c->version = true; return 0;
