@@ -20,6 +20,7 @@
 #include "devslots.h"
 #include "cmdline.h"
 #include "feedd.h"
+#include "metrics.h"
 #include "pool.h"
 #include "server.h"
 
@@ -37,6 +38,9 @@ static void main_stop(struct feedd *d, const char *why)
 	d->stopping = true;
 	log_info(&d->log, "%s: stopping", why);
 	sd_notify(0, "STOPPING=1");
+	met_stop(d->metrics);  /* first: its thread waits on the loop */
+	d->metrics = NULL;
+	stats_stop(&d->stats);
 	if (d->srv)
 		srv_stop(d->srv);
 	if (d->pool)
@@ -104,6 +108,16 @@ static int main_serve(struct feedd *d)
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
+	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
+		cache_name(d->cache, d->cat->e[i].ds, d->cat->e[i].cfg->name);
+	if ((r = stats_start(&d->stats, &d->loop)) < 0) {
+		log_error(&d->log, "stats timer: %s", uv_strerror(r));
+		goto out;
+	}
+	if (met_start(d, &d->metrics, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		goto out;
+	}
 	if (dsl_gpu_new(&d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
@@ -132,6 +146,7 @@ out:
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	cat_free(d->cat);
 	quota_free(&d->quota);
+	stats_free(&d->stats);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;

@@ -111,6 +111,9 @@ void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
 
+/* Workers running a job now. Any thread; takes the queue's lock for a read. */
+unsigned pool_busy(struct pool *p);
+
 /* Caps every worker's image decoders at max_pixels (width * height; the
  * config's limits.max_pixels): images past it fail with -E2BIG. Loop
  * thread, before the first job is submitted (the queue's mutex hands the
