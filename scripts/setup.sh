@@ -13,6 +13,7 @@ FEED_PACKAGES=(
   dataset-fashion-mnist libjson-c-dev
   libspng-dev libjpeg62-turbo-dev python3-pil python3-torchvision libjpeg-turbo-progs
   plasma-workspace-wallpapers
+  libmicrohttpd-dev python3-prometheus-client
 )
 
 feed_install() {
