@@ -7,7 +7,8 @@ goes backwards when the stream closes; other paths are 404; without
 --metrics (or a metrics: key) feedd listens on no TCP port. The job id
 (FEED_JOB_ID, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID) shows in status
 and metrics; the 10 s rates fall to zero when a stream idles while the
-lifetime ones do not; `feedctl top --json` shows the NVML double's
+lifetime ones do not; a group is one series with its name and its
+creator's job; `feedctl top --json` shows the NVML double's
 utilisation for the client's pid, and null without NVML.
 """
 
@@ -310,3 +311,24 @@ def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin):
         rows = [ln.split() for ln in res.stdout.splitlines() if ln.split()[2:3] == ["m"]]
         assert rows and all(r[7] == "-" for r in rows)   # the GPU% column
         del it
+
+
+def test_group_series_carries_group_and_creators_job(served, monkeypatch):
+    """A group is one series, labelled with its name and its creator's job;
+    a member from another job adds to it rather than making its own."""
+    daemon, base = served
+    kw = dict(socket=daemon.sock, shuffle=False, credits=2, group="gm")
+    monkeypatch.setenv("FEED_JOB_ID", "creator")
+    with feedclient.Loader("m", 8, **kw) as a:
+        monkeypatch.setenv("FEED_JOB_ID", "joiner")
+        with feedclient.Loader("m", 8, **kw) as b:
+            ia, ib = iter(a), iter(b)
+            next(ia)
+            next(ib)
+            (g,) = [s for s in feedclient.status(socket=daemon.sock)["streams"]
+                    if s["kind"] == "group" and s["group"] == "gm"]
+            assert g["job"] == "creator"
+            s = samples(scrape(base))
+            assert s[("feedd_samples_total", labels("creator", "gm"))] >= 8
+            assert ("feedd_samples_total", labels("joiner", "gm")) not in s
+            del ia, ib
