@@ -171,7 +171,7 @@ static void met_streams(struct met_buf *b, const struct met_series *all)
 
 static void met_cache(struct met_buf *b, struct cache *c)
 {
-	static struct cache_tally t[CACHE_TALLY_MAX]; /* loop thread only */
+	struct cache_tally t[CACHE_TALLY_MAX];
 	size_t n = cache_tallies(c, t, CACHE_TALLY_MAX);
 	static const struct {
 		const char *name, *type, *help;

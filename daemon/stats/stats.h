@@ -61,7 +61,7 @@ static inline void stats_flow_read(struct stats_flow *f, struct stats_flow_snap 
 struct stats_sample {
 	uint64_t batches, samples, bytes;
 	uint64_t worker_ns, jobs;
-	uint64_t reader_wait_ns;       /* as the client wrote it: stats_reply() clamps */
+	uint64_t reader_wait_ns;       /* as the client wrote it: stats_read() clamps */
 	uint32_t credits, credits_in_use;
 	uint32_t members;              /* 0 counts as 1 */
 	const int32_t *member_pids;    /* members of them, or NULL; valid until the
@@ -75,16 +75,19 @@ struct cat_entry;
 #define STATS_JOB_MAX 128         /* OpenStream.job: bytes at most */
 #define STATS_LABEL_MAX 64        /* dataset and group names: bytes at most */
 
-/* What an entry counted, as the registry last read it (never less than
- * before: a group's reader wait is its members' largest, which falls when
- * that member leaves) and once a second for the rates. Private. */
+/* An entry's samples, one a second, for the rates, and the most it has
+ * shown of each counter (stats_read() never shows less: a group's reader
+ * wait is its members' largest, which falls when that member leaves).
+ * Private to the registry (loop thread). */
 struct stats_hist {
 	uint64_t ms[STATS_RATE_S + 1];      /* uv_now() of each sample, a ring */
-	uint64_t samples[STATS_RATE_S + 1];
-	uint64_t bytes[STATS_RATE_S + 1];
-	uint64_t wait_ns[STATS_RATE_S + 1]; /* reader wait, clamped */
-	unsigned head, n;                   /* next to write; samples held */
-	uint64_t max_batches, max_samples, max_bytes, max_worker_ns, max_jobs, max_wait_ns;
+	uint64_t samples[STATS_RATE_S + 1]; /* samples published, at ms[i] */
+	uint64_t bytes[STATS_RATE_S + 1];   /* bytes published, at ms[i] */
+	uint64_t wait_ns[STATS_RATE_S + 1]; /* reader wait (clamped), at ms[i] */
+	unsigned head;                      /* the next sample's index */
+	unsigned n;                         /* samples held, 1..STATS_RATE_S + 1 */
+	uint64_t max_batches, max_samples, max_bytes; /* the most shown so far */
+	uint64_t max_worker_ns, max_jobs, max_wait_ns; /* likewise */
 };
 
 /* One stream or group being served; embedded in its owner, which fills the
@@ -118,12 +121,12 @@ struct stats_entry {
  * so a series' counters never go backwards when a stream closes: its
  * counts move here, under the same labels. */
 struct stats_series {
-	uid_t uid;
-	char dataset[STATS_LABEL_MAX];
-	char job[STATS_JOB_MAX + 1];
-	char group[STATS_LABEL_MAX];   /* "" outside groups */
-	uint64_t batches, samples, bytes;
-	uint64_t worker_ns, reader_wait_ns;
+	uid_t uid;                     /* label user; (uid_t)-1: "_other" */
+	char dataset[STATS_LABEL_MAX]; /* label dataset: its configured name */
+	char job[STATS_JOB_MAX + 1];   /* label job: "" when none */
+	char group[STATS_LABEL_MAX];   /* label group: "" outside groups */
+	uint64_t batches, samples, bytes; /* counters, as struct stats_sample */
+	uint64_t worker_ns, reader_wait_ns; /* likewise, in ns */
 	uint32_t credits, credits_in_use; /* gauges: the live streams' sum (0 once all closed) */
 };
 

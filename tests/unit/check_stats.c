@@ -6,10 +6,12 @@
  * largest, which drops when that member leaves) and the client's reader
  * wait is clamped to the entry's age; the 10 s rates of an entry younger
  * than that run from its opening (the window itself: the Python test
- * test_status_10s_rates_fall_to_zero_when_idle); refusals count by reason.
+ * test_status_10s_rates_fall_to_zero_when_idle); refusals count by reason;
+ * past STATS_SERIES_MAX closed label sets the rest count as "_other".
  */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "catalog.h"
@@ -142,6 +144,38 @@ START_TEST(test_stats_rates_cover_the_last_10s)
 }
 END_TEST
 
+/* Past STATS_SERIES_MAX label sets of closed streams, the rest count
+ * under "_other": memory and the number of series stay bounded, and no
+ * count is lost. */
+START_TEST(test_stats_closed_series_bounded)
+{
+	static char jobs[STATS_SERIES_MAX + 10][16];
+	struct stats_reg r = {0};
+	struct fake f;
+
+	for (int i = 0; i < STATS_SERIES_MAX + 10; i++) {
+		snprintf(jobs[i], sizeof(jobs[i]), "j%d", i);
+		fake_init(&f, 1000, jobs[i], "");
+		stats_add(&r, &f.en);
+		f.x.samples = 1;
+		stats_remove(&r, &f.en);
+	}
+	ck_assert_uint_eq(r.nclosed, STATS_SERIES_MAX);
+	ck_assert_str_eq(r.closed[STATS_SERIES_MAX - 2].job, "j4094");
+	const struct stats_series *o = &r.closed[STATS_SERIES_MAX - 1];
+	ck_assert_uint_eq(o->uid, (uid_t)-1);
+	ck_assert_str_eq(o->job, "_other");
+	ck_assert_uint_eq(o->samples, 11);   /* j4095 .. j4105 */
+	/* a label set already kept still counts under its own labels */
+	fake_init(&f, 1000, jobs[7], "");
+	stats_add(&r, &f.en);
+	f.x.samples = 5;
+	stats_remove(&r, &f.en);
+	ck_assert_uint_eq(r.closed[7].samples, 6);
+	stats_free(&r);
+}
+END_TEST
+
 START_TEST(test_stats_refusals_by_reason)
 {
 	struct stats_reg r = {0};
@@ -170,6 +204,7 @@ int main(void)
 	tcase_add_test(tc, test_stats_counters_never_fall);
 	tcase_add_test(tc, test_stats_rates_cover_the_last_10s);
 	tcase_add_test(tc, test_stats_refusals_by_reason);
+	tcase_add_test(tc, test_stats_closed_series_bounded);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
