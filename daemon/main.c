@@ -110,7 +110,7 @@ static int main_serve(struct feedd *d)
 	}
 	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
 		cache_name(d->cache, d->cat->e[i].ds, d->cat->e[i].cfg->name);
-	if ((r = stats_start(&d->stats, &d->loop)) < 0) {
+	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
 		goto out;
 	}

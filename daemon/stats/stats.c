@@ -86,11 +86,12 @@ static void stats_on_tick(uv_timer_t *t)
 	}
 }
 
-int stats_start(struct stats_reg *r, uv_loop_t *loop)
+int stats_start(struct stats_reg *r, uv_loop_t *loop, struct cache *cache)
 {
 	int rc;
 
 	r->loop = loop;
+	r->cache = cache;
 	if ((rc = uv_timer_init(loop, &r->tick)) < 0)
 		return rc;
 	r->tick.data = r;
@@ -227,6 +228,8 @@ void stats_add(struct stats_reg *r, struct stats_entry *en)
 
 	memset(&en->hist, 0, sizeof(en->hist));
 	stats_hist_push(&en->hist, en->opened_ms, &zero);
+	if (r->cache)  /* -EEXIST when named already: the usual case */
+		cache_name(r->cache, en->e->ds, en->e->cfg->name);
 	en->prev = NULL;
 	en->next = r->first;
 	if (r->first)

@@ -154,12 +154,18 @@ struct stats_reg {
 	uint64_t refusals[STATS_REFUSED_N]; /* requests refused, by reason */
 	uint32_t connections;          /* open now (control/server.c keeps it) */
 	uv_loop_t *loop;               /* its clock; NULL before stats_start() */
+	struct cache *cache;           /* names each entry's dataset for its
+					* counters (cache_name()); NULL: none */
 	uv_timer_t tick;               /* samples every entry each second */
 	bool ticking;                  /* tick started: stats_stop() closes it */
 };
 
-/* Starts the one-second sampling on loop. 0 or a libuv error. */
-int stats_start(struct stats_reg *r, uv_loop_t *loop);
+/* Starts the one-second sampling on loop; from now on each entry added
+ * names its dataset in cache (so a dataset added later, by a reload, has
+ * its per-dataset counters from its first stream on; NULL: none). 0 or a
+ * libuv error. */
+struct cache;
+int stats_start(struct stats_reg *r, uv_loop_t *loop, struct cache *cache);
 /* Closes the timer (the loop then frees nothing of ours); idempotent. */
 void stats_stop(struct stats_reg *r);
 /* Frees what closed streams counted; after the loop has ended. */
