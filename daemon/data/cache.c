@@ -305,6 +305,12 @@ void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 		table_remove(c, e);
 		entry_destroy(e);
 	}
+	/* its name goes: another dataset may come to live at the same address */
+	for (size_t i = 0; i < c->nnamed; i++)
+		if (c->named[i].ds == ds) {
+			c->named[i] = c->named[--c->nnamed];
+			break;
+		}
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -83,7 +83,8 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
  * budget if something became unpinned); NULL entries are skipped. */
 void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
 
-/* Drops every unpinned block of ds (a dataset being closed). */
+/* Drops every unpinned block of ds (a dataset being closed) and its name
+ * (cache_name()); the name's counters stay. */
 void cache_forget(struct cache *c, const struct fmt_dataset *ds);
 
 void cache_stats(struct cache *c, struct cache_stats *ret_stats);

@@ -128,6 +128,14 @@ START_TEST(test_cache_tally_per_name)
 	/* 2 blocks fit: of 5 loaded, 3 evicted (2 of mnist's), the other's one held */
 	ck_assert_uint_eq(t[0].evictions, 3);
 	ck_assert_uint_eq(t[0].bytes, 448);
+	/* forgotten, ds may be named anew (a dataset at the same address) */
+	cache_forget(c, ds);
+	ck_assert_int_eq(cache_name(c, ds, "other"), 0);
+	ck_assert_int_eq(cache_get(c, ds, 7, &wk, &blk, &e, NULL), 0);
+	cache_put(c, e);
+	ck_assert_uint_eq(cache_tallies(c, t, 4), 2);
+	ck_assert_uint_eq(t[0].misses, 4);
+	ck_assert_uint_eq(t[1].misses, 1);
 	cache_free(c);
 	fmt_dataset_close(again);
 	fmt_dataset_close(other);
