@@ -104,8 +104,11 @@ def test_metrics_match_a_known_load(served, feed_bin):
     res = feedbench(feed_bin, daemon.sock, {"FEED_JOB_ID": "known-load"},
                     "--batch", batch, "--epochs", epochs, "--json")
     assert res.returncode == 0, res.stderr
-    until(lambda: samples(scrape(base))[("feedd_streams", frozenset())] == 0,
-          "the stream closed")
+    def closed():
+        s = samples(scrape(base))
+        return s[("feedd_streams", frozenset())] == 0 and \
+            s[("feedd_connections", frozenset())] == 0
+    until(closed, "the stream and its connection closed")
     text = scrape(base)
     fam = families(text)
     assert fam["feedd_samples"] == "counter" and fam["feedd_credits"] == "gauge"
@@ -245,6 +248,8 @@ def test_status_10s_rates_fall_to_zero_when_idle(served):
         it = iter(loader)
         for _ in range(10):
             next(it)
+        # a rate needs a clock that moved (the loop's, in ms) since it opened
+        until(lambda: mine(daemon.sock, 5)[0]["age_ms"] > 0, "the stream's age above 0 ms")
         (s,) = mine(daemon.sock, 5)
         assert s["samples_per_s_10s"] > 0 and s["mb_per_s_10s"] > 0
         until(lambda: mine(daemon.sock, 5)[0]["samples_per_s_10s"] == 0, "the 10 s rate at zero")
