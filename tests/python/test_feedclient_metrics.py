@@ -301,8 +301,9 @@ def test_top_json_shows_the_clients_gpu_from_nvml(served, feed_bin, monkeypatch)
         del it
 
 
-def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin):
+def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin, monkeypatch):
     daemon, _ = served
+    monkeypatch.setenv("FEED_JOB_ID", "dash")   # one word: the columns split on spaces
     with feedclient.Loader("m", 4, socket=daemon.sock, shuffle=False, credits=2) as loader:
         it = iter(loader)
         next(it)
@@ -313,8 +314,8 @@ def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin):
         assert res.returncode == 0, res.stderr
         views = [ln for ln in res.stdout.splitlines() if ln.startswith("feedd ")]
         assert len(views) == 2
-        rows = [ln.split() for ln in res.stdout.splitlines() if ln.split()[2:3] == ["m"]]
-        assert rows and all(r[7] == "-" for r in rows)   # the GPU% column
+        rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("dash ")]
+        assert len(rows) == 2 and all(r[2] == "m" and r[7] == "-" for r in rows)  # GPU%
         del it
 
 
