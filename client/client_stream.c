@@ -190,6 +190,21 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 	return 0;
 }
 
+/* The job this process belongs to (feed_stream_open() in stream.h says
+ * which variables), into job: "" when none is set. */
+static void st_job_id(char job[FEED_JOB_MAX + 1])
+{
+	static const char *const vars[] = {"FEED_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"};
+	const char *v = NULL;
+	size_t i = 0;
+
+	for (size_t k = 0; k < sizeof(vars) / sizeof(vars[0]) && !(v && *v); k++)
+		v = getenv(vars[k]);
+	for (; v && v[i] && i < FEED_JOB_MAX; i++)
+		job[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
+	job[i] = '\0';
+}
+
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 {
 	os->dataset = (char *)o->dataset;
@@ -549,7 +564,7 @@ static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 	Feed__Reply *rep = NULL;
 	struct feed_stream *st;
 	uint8_t uuid[16];
-	char why[512] = "";
+	char why[512] = "", job[FEED_JOB_MAX + 1];
 	int fds[ST_NFDS], r;
 
 	if (!conn || !opts || !ret)
@@ -557,6 +572,8 @@ static int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 	if ((r = st_check_opts(conn, opts)) < 0)
 		return r;
 	st_request(opts, &os);
+	st_job_id(job);
+	os.job = job;
 	if (opts->device.enable &&
 	    (r = cl_ipc_request(conn, &opts->device, &dr, uuid, why, sizeof(why))) < 0)
 		return r;

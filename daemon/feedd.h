@@ -35,6 +35,7 @@ struct rld;
 /* Signals with no meaning to feedd that would otherwise end it: each is
  * logged and ignored (main.c), the realtime ones included. */
 #define FEEDD_IGNORED_SIGNALS_MAX 48
+struct met;
 
 struct feedd {
 	struct log log;            /* read-only once threads start */
@@ -54,6 +55,7 @@ struct feedd {
 	struct quota quota;        /* what each user holds (loop thread) */
 	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */
 	struct stats_reg stats;    /* every plain stream and group served (loop thread) */
+	struct met *metrics;       /* the HTTP exposition, or NULL: off (stats/metrics.h) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
 	uint64_t start_ms;         /* uv_now() when serving began */
 	uint64_t requests;         /* requests answered (loop thread) */

@@ -30,6 +30,7 @@
 #include "check_config.h"
 #include "cmdline.h"
 #include "feedd.h"
+#include "metrics.h"
 #include "pool.h"
 #include "reload.h"
 #include "server.h"
@@ -85,6 +86,9 @@ static void main_stop(struct feedd *d, const char *why)
 	d->stopping = true;
 	log_info(&d->log, "%s: stopping", why);
 	svc_stopping(d->svc);
+	met_stop(d->metrics);  /* first: its thread waits on the loop */
+	d->metrics = NULL;
+	stats_stop(&d->stats);
 	if (d->srv)
 		srv_stop(d->srv);
 	if (d->pool)
@@ -183,6 +187,16 @@ static int main_serve(struct feedd *d, int sd_fd)
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
 		goto fail;
 	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
+		cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
+	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
+		log_error(&d->log, "stats timer: %s", uv_strerror(r));
+		goto out;
+	}
+	if (met_start(d, &d->metrics, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		goto out;
+	}
 	if (dsl_gpu_new(&d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
@@ -216,6 +230,7 @@ out:
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	quota_free(&d->quota);
+	stats_free(&d->stats);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;

@@ -5,6 +5,7 @@
  *   feedctl [--socket PATH] [--timeout MS] status [--json]
  *   feedctl [--socket PATH] [--timeout MS] datasets [NAME]
  *   feedctl [--socket PATH] [--timeout MS] reload [--json]
+ *   feedctl [--socket PATH] [--timeout MS] top [--json] [--once | --iterations N]
  *
  * Single-threaded command. Exit 0 on success, 1 when the daemon cannot be
  * reached or refuses, 2 on a usage error; every failure is one line on
@@ -16,18 +17,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "feed/client.h"
+#include "feedctl_top.h"
 
 static const char usage[] =
 	"usage: feedctl [--socket PATH] [--timeout MS] status [--json]\n"
 	"       feedctl [--socket PATH] [--timeout MS] datasets [NAME]\n"
 	"       feedctl [--socket PATH] [--timeout MS] reload [--json]\n"
+	"       feedctl [--socket PATH] [--timeout MS] top [--json] [--once | --iterations N]\n"
 	"The socket defaults to $FEEDD_SOCKET, or " FEED_DEFAULT_SOCKET ".\n"
 	"status lists every stream and group over a dataset you may read; --json\n"
-	"prints the same as one JSON object, for scripts.\n"
+	"prints the same as one JSON object, for scripts. Rates show the last 10 s\n"
+	"beside the average since each stream opened.\n"
 	"reload makes feedd load its config file again (root or the socket's group)\n"
-	"and prints what changed, or every error (exit 1: the old config stays).\n";
+	"and prints what changed, or every error (exit 1: the old config stays).\n"
+	"top refreshes every second: one line per stream or group, with its\n"
+	"client's GPU utilisation through NVML (libnvidia-ml.so.1, or\n"
+	"$FEED_NVML_LIBRARY) where loaded; --json prints one object per refresh.\n";
 
 static int fail(struct feed_conn *conn, int code, const char *what)
 {
@@ -42,17 +50,21 @@ static void print_streams(const struct feed_status *st)
 		printf("streams:     none\n");
 		return;
 	}
-	printf("%-6s %-9s %6s %7s %-12s %4s %10s %8s %7s %6s %9s  %s\n", "KIND", "CONN/ID",
-	       "UID", "PID", "DATASET", "MEMB", "SAMPLES/S", "MB/S", "CREDITS", "WAIT%",
-	       "WORKER_S", "PIPELINE");
+	/* rates: the last 10 s, then (since it opened) */
+	printf("%-6s %-9s %6s %7s %-12s %-12s %4s %19s %17s %7s %13s %9s  %s\n", "KIND",
+	       "CONN/ID", "UID", "PID", "JOB", "DATASET", "MEMB", "SAMPLES/S 10s (all)",
+	       "MB/S 10s (all)", "CREDITS", "WAIT% 10s (all)", "WORKER_S", "PIPELINE");
 	for (size_t i = 0; i < st->count; i++) {
 		const struct feed_stream_status *s = &st->streams[i];
 		char id[32], credits[24];
 		snprintf(id, sizeof(id), "%llu/%u", (unsigned long long)s->conn, s->stream);
 		snprintf(credits, sizeof(credits), "%u/%u", s->credits_in_use, s->credits);
-		printf("%-6s %-9s %6u %7d %-12s %4u %10.1f %8.2f %7s %5.1f%% %9.3f  %s%s%s\n",
-		       s->kind, id, s->uid, s->pid, s->dataset, s->members, s->samples_per_s,
-		       s->mb_per_s, credits, 100.0 * s->reader_wait_share, s->worker_ns / 1e9,
+		printf("%-6s %-9s %6u %7d %-12.12s %-12s %4u %9.1f (%8.1f) %7.2f (%7.2f) %7s "
+		       "%5.1f (%5.1f) %9.3f  %s%s%s\n",
+		       s->kind, id, s->uid, s->pid, s->job[0] ? s->job : "-", s->dataset, s->members,
+		       s->samples_per_s_10s, s->samples_per_s, s->mb_per_s_10s, s->mb_per_s, credits,
+		       100.0 * s->reader_wait_share_10s, 100.0 * s->reader_wait_share,
+		       s->worker_ns / 1e9,
 		       s->pipeline[0] ? s->pipeline : "identity", s->group[0] ? "  group " : "",
 		       s->group);
 		if (!strcmp(s->device, "ipc"))
@@ -113,6 +125,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("stream", s->stream, ", ");
 	json_str("dataset", s->dataset, ", ");
 	json_str("group", s->group, ", ");
+	json_str("job", s->job, ", ");
 	json_u64("members", s->members, ", ");
 	printf("\"member_pids\": [");
 	for (uint32_t i = 0; i < s->nmember_pids; i++)
@@ -136,6 +149,9 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_str("device", s->device, ", ");
 	json_u64("device_bytes", s->device_bytes, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);
+	printf("\"samples_per_s_10s\": %.3f, \"mb_per_s_10s\": %.6f, "
+	       "\"reader_wait_share_10s\": %.6f, ", s->samples_per_s_10s, s->mb_per_s_10s,
+	       s->reader_wait_share_10s);
 	json_str("pipeline", s->pipeline, "");
 	printf("}%s\n", sep);
 }
@@ -172,6 +188,12 @@ static int cmd_status_json(struct feed_conn *conn)
 	printf("  ]\n}\n");
 	feed_status_free(full);
 	return 0;
+}
+
+static int cmd_top(struct feed_conn *conn, const struct top_opts *o)
+{
+	int r = feedctl_top(conn, o);
+	return r < 0 ? fail(conn, r, "top") : 0;
 }
 
 static void print_field(const struct feed_field *f)
@@ -286,12 +308,15 @@ int main(int argc, char **argv)
 		{"socket", required_argument, NULL, 's'},
 		{"timeout", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
+		{"once", no_argument, NULL, 'o'},
+		{"iterations", required_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *path = NULL;
 	int timeout = FEED_DEFAULT_TIMEOUT_MS, opt;
 	bool json = false;
+	long iterations = 0;   /* top: 0 until killed */
 
 	while ((opt = getopt_long(argc, argv, "s:t:jh", opts, NULL)) != -1) {
 		switch (opt) {
@@ -308,6 +333,17 @@ int main(int argc, char **argv)
 		case 'j':
 			json = true;
 			break;
+		case 'o':
+			iterations = 1;
+			break;
+		case 'n':
+			iterations = atol(optarg);
+			if (iterations <= 0) {
+				fprintf(stderr, "feedctl: --iterations %s: not a positive number\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -318,9 +354,11 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	int nargs = argc - optind;
-	if (!cmd || !((!strcmp(cmd, "status") && nargs == 1) ||
-		      (!strcmp(cmd, "reload") && nargs == 1) ||
-		      (!strcmp(cmd, "datasets") && nargs <= 2 && !json))) {
+	bool top = cmd && !strcmp(cmd, "top") && nargs == 1;
+	if (!cmd || (iterations && !top) ||
+	    !(top || (!strcmp(cmd, "status") && nargs == 1) ||
+	      (!strcmp(cmd, "reload") && nargs == 1) ||
+	      (!strcmp(cmd, "datasets") && nargs <= 2 && !json))) {
 		fputs(usage, stderr);
 		return 2;
 	}
@@ -332,7 +370,9 @@ int main(int argc, char **argv)
 	}
 	feed_conn_set_timeout(conn, timeout);
 	int r = feed_conn_open(conn, path);
+	struct top_opts to = {.json = json, .clear = isatty(1) && !json, .iterations = iterations};
 	int rc = r < 0 ? fail(conn, r, "connect")
+		 : top ? cmd_top(conn, &to)
 		 : !strcmp(cmd, "status") ? (json ? cmd_status_json(conn) : cmd_status(conn))
 		 : !strcmp(cmd, "reload") ? cmd_reload(conn, json)
 		 : cmd_datasets(conn, nargs == 2 ? argv[optind + 1] : NULL);

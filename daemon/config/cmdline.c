@@ -12,7 +12,7 @@
 const char cli_usage[] =
 	"usage: feedd [--config FILE] [--socket PATH] [--dataset NAME=DIR]...\n"
 	"             [--workers N] [--cache-bytes N] [--log-level error|warn|info|debug]\n"
-	"             [--group-timeout-ms N]\n"
+	"             [--group-timeout-ms N] [--metrics ADDR:PORT]\n"
 	"       feedd --check-config FILE [--strict] [--user NAME] [flags]\n"
 	"             (check what start-up would refuse, as NAME or as yourself; every\n"
 	"             error is reported; warnings too, which --strict makes errors)\n"
@@ -20,7 +20,7 @@ const char cli_usage[] =
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 
 enum { OPT_CHECK = 256, OPT_CACHE, OPT_LOG, OPT_VERSION, OPT_GROUP_TIMEOUT, OPT_STRICT,
-       OPT_USER };
+       OPT_USER, OPT_METRICS };
 
 static const struct option cli_opts[] = {
 	{"config", required_argument, NULL, 'c'},
@@ -30,6 +30,7 @@ static const struct option cli_opts[] = {
 	{"cache-bytes", required_argument, NULL, OPT_CACHE},
 	{"group-timeout-ms", required_argument, NULL, OPT_GROUP_TIMEOUT},
 	{"log-level", required_argument, NULL, OPT_LOG},
+	{"metrics", required_argument, NULL, OPT_METRICS},
 	{"check-config", required_argument, NULL, OPT_CHECK},
 	{"strict", no_argument, NULL, OPT_STRICT},
 	{"user", required_argument, NULL, OPT_USER},
@@ -70,6 +71,7 @@ static int cli_one(struct cli *c, int opt, int argc, char **argv, struct feed_er
 	case OPT_CACHE: c->ov.cache_bytes = optarg; return 0;
 	case OPT_GROUP_TIMEOUT: c->ov.group_timeout_ms = optarg; return 0;
 	case OPT_LOG: c->ov.log_level = optarg; return 0;
+	case OPT_METRICS: c->ov.metrics = optarg; return 0;
 	case OPT_CHECK: c->check_config = optarg; return 0;
 	case OPT_STRICT: c->strict = true; return 0;
 	case OPT_USER: c->check_user = optarg; return 0;

@@ -16,6 +16,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -218,6 +220,98 @@ static int cfg_log_level(struct cfg *c, const struct cfg_raw *raw,
 	return 0;
 }
 
+/* The port after the address: 0..65535, digits only. */
+static int cfg_port(const char *s, const char *what, uint16_t *ret, struct feed_err *err)
+{
+	char *end;
+	unsigned long p;
+
+	errno = 0;
+	p = *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : 70000;
+	if (p > 65535 || errno || *end)
+		return feed_err_set(err, -EINVAL, "'%s': port '%s' is not 0..65535", what, s);
+	*ret = (uint16_t)p;
+	return 0;
+}
+
+int cfg_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len,
+		     bool *ret_loopback, struct feed_err *err)
+{
+	const char *colon = strrchr(s, ':');
+	char host[64];
+	uint16_t port;
+	size_t n = colon ? (size_t)(colon - s) : 0;
+
+	if (!colon || n == 0 || n >= sizeof(host))
+		return feed_err_set(err, -EINVAL, "'%s': expected ADDR:PORT (127.0.0.1:9400, "
+				    "[::1]:9400, localhost:9400)", s);
+	memcpy(host, s, n);
+	host[n] = '\0';
+	if (cfg_port(colon + 1, s, &port, err) < 0)
+		return -EINVAL;
+	memset(ret, 0, sizeof(*ret));
+	if (host[0] == '[' && host[n - 1] == ']') {
+		struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ret;
+		host[n - 1] = '\0';
+		if (inet_pton(AF_INET6, host + 1, &a6->sin6_addr) != 1)
+			return feed_err_set(err, -EINVAL, "'%s': '%s' is not an IPv6 address", s,
+					    host + 1);
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons(port);
+		*ret_len = sizeof(*a6);
+		*ret_loopback = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+		return 0;
+	}
+	struct sockaddr_in *a4 = (struct sockaddr_in *)ret;
+	if (!strcmp(host, "localhost"))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	if (inet_pton(AF_INET, host, &a4->sin_addr) != 1)
+		return feed_err_set(err, -EINVAL, "'%s': '%s' is not an IPv4 address, [IPv6] or "
+				    "localhost", s, host);
+	a4->sin_family = AF_INET;
+	a4->sin_port = htons(port);
+	*ret_len = sizeof(*a4);
+	*ret_loopback = (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+	return 0;
+}
+
+/* Whether two listen strings name the same address (ports aside). */
+static bool cfg_same_host(const char *a, const char *b)
+{
+	const char *ca = strrchr(a, ':'), *cb = strrchr(b, ':');
+	return ca && cb && ca - a == cb - b && !strncmp(a, b, (size_t)(ca - a));
+}
+
+/* metrics: off unless the file or --metrics names an address. The file
+ * may name any address (whoever writes it decides to publish); the flag
+ * only a loopback one, or the host the file names: a command line, which
+ * wrappers and drop-ins also write, never opens the port to the network
+ * on its own. */
+static int cfg_metrics(struct cfg *c, const struct cfg_raw *raw, const struct cfg_overrides *ov,
+		       const struct cfg_src *src, struct feed_err *err)
+{
+	struct feed_err e2 = {0};
+	bool loopback;
+
+	if (raw->metrics && cfg_parse_listen(raw->metrics, &c->metrics_addr, &c->metrics_addr_len,
+					     &loopback, &e2) < 0)
+		return cfg_key_err(src, err, "metrics", "%s", e2.msg);
+	const char *text = raw->metrics;
+	if (ov && ov->metrics) {
+		if (cfg_parse_listen(ov->metrics, &c->metrics_addr, &c->metrics_addr_len,
+				     &loopback, &e2) < 0)
+			return feed_err_set(err, -EINVAL, "--metrics: %s", e2.msg);
+		if (!loopback && !(raw->metrics && cfg_same_host(raw->metrics, ov->metrics)))
+			return feed_err_set(err, -EINVAL, "--metrics %s: not a loopback address; "
+					    "an address other hosts reach must be set by the "
+					    "config file's 'metrics' key", ov->metrics);
+		text = ov->metrics;
+	}
+	if (text && !(c->metrics = strdup(text)))
+		return feed_err_set(err, -ENOMEM, "metrics: out of memory");
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Loading                                                             */
 
@@ -330,6 +424,7 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	if (!cfg_stage(r = cfg_numbers(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_socket(c, rw, ov, env_socket, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_log_level(c, rw, ov, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_metrics(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_flag_datasets(c, ov, err), &src, err) ||
 	    !cfg_stage(r = cfg_pipelines(c, rw, &src, err), &src, err))
@@ -380,6 +475,7 @@ void cfg_free(struct cfg *c)
 		free(c->pipelines[i].ops);
 	free(c->pipelines);
 	free(c->socket_path);
+	free(c->metrics);
 	free(c->file);
 	free(c);
 }

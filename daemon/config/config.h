@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 /* The most credits a stream can have (its fixed slot tables hold this many). */
@@ -77,6 +78,9 @@ struct cfg {
 	uint64_t group_timeout_ms; /* a group member releasing nothing this long is detached */
 	enum log_level log_level;
 	struct cfg_limits limits;
+	char *metrics;             /* "ADDR:PORT" as given, or NULL: no metrics served */
+	struct sockaddr_storage metrics_addr; /* what it names (port 0: any free one) */
+	socklen_t metrics_addr_len;
 	size_t ndatasets;
 	struct cfg_dataset *datasets;   /* in file order, then flag order */
 	size_t npipelines;
@@ -92,6 +96,7 @@ struct cfg_overrides {
 	const char *cache_bytes;   /* --cache-bytes */
 	const char *group_timeout_ms; /* --group-timeout-ms */
 	const char *log_level;     /* --log-level */
+	const char *metrics;       /* --metrics ADDR:PORT (loopback, or the config's) */
 	size_t ndatasets;          /* --dataset NAME=DIR, in order */
 	struct cfg_flag_dataset {
 		const char *name;
@@ -124,6 +129,12 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 /* Takes one more reference on c (the refcount is not configuration: the
  * content stays immutable). Any thread. Returns c. */
 struct cfg *cfg_ref(const struct cfg *c);
+
+/* Parses "ADDR:PORT" (an IPv4 address, "[IPv6]", or "localhost"; port
+ * 0..65535, 0: any free one) into *ret / *ret_len, and whether the
+ * address is a loopback one. -EINVAL with why in err. */
+int cfg_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len,
+		     bool *ret_loopback, struct feed_err *err);
 
 /* Drops a reference; the last frees. Any thread. Accepts NULL. */
 void cfg_free(struct cfg *c);

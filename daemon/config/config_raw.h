@@ -39,6 +39,7 @@ struct cfg_raw {
 	char *cache_bytes;
 	char *group_timeout_ms;
 	char *log_level;
+	char *metrics;
 	struct cfg_raw_limits limits;   /* all NULL when the key is absent */
 	struct cfg_raw_dataset *datasets;
 	unsigned datasets_count;

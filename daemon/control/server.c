@@ -78,6 +78,7 @@ static void srv_conn_close_now(struct srv_conn *c, const char *why)
 	if (c->next)
 		c->next->prev = c->prev;
 	s->nconns--;
+	c->d->stats.connections = s->nconns;
 	uv_poll_stop(&c->poll);
 	uv_close((uv_handle_t *)&c->poll, srv_on_conn_closed);
 }
@@ -260,6 +261,7 @@ static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_pee
 			s->conns->prev = c;
 		s->conns = c;
 		s->nconns++;
+		d->stats.connections = s->nconns;
 		return c;
 	}
 	log_error(&d->log, "connection dropped (uid %u pid %d): %s", (unsigned)peer->uid,
@@ -284,6 +286,7 @@ static void srv_accept_one(struct srv *s, int fd)
 	}
 	int r = quota_conn_take(&d->quota, peer.uid, d->cfg->limits.max_connections, &err);
 	if (r == -EUSERS) {
+		stats_refused(&d->stats, r, false);
 		srv_refuse(s, fd, &peer, err.msg);
 		goto drop;
 	}

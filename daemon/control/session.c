@@ -41,6 +41,7 @@ void ses_error(struct ses *se, uint32_t id, int code, const char *msg, enum ses_
 
 	se->d->requests++;
 	se->d->rejected++;
+	stats_refused(&se->d->stats, code, w != SES_REFUSAL);
 	if (w == SES_MALFORMED && ++se->rejected >= WIRE_MAX_REJECTED)
 		close = true;
 	snprintf(text, sizeof(text), "%s%s", msg,

@@ -40,6 +40,7 @@ struct ses_group {
 	int32_t *pids;               /* status: the members' pids (cap) */
 	uint64_t *waits;             /* status: their reader_wait_ns (cap) */
 	struct stats_entry stat;     /* the group's one status entry, once started */
+	char job[STATS_JOB_MAX + 1]; /* its creator's OpenStream.job */
 	uv_timer_t timer;            /* detaches idle members while started */
 };
 
@@ -232,6 +233,11 @@ uint32_t ses_group_depth(const struct ses_group *g)
 	return g->depth;
 }
 
+void ses_group_set_job(struct ses_group *g, const char *job)
+{
+	snprintf(g->job, sizeof(g->job), "%s", job);
+}
+
 uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 {
 	if (g->nmembers == g->cap) {
@@ -257,7 +263,7 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 			.kind = "group", .uid = g->uid, .e = g->key.e, .group = g->name,
 			.pipeline = g->pipeline_text, .batch = g->key.batch,
 			.shm_bytes = g->data_bytes, .opened_ms = uv_now(&g->d->loop),
-			.read = ses_group_read,
+			.read = ses_group_read, .job = g->job,
 		};
 		stats_add(&g->d->stats, &g->stat);
 		dlv_start(g->dlv);

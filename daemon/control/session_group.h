@@ -62,6 +62,8 @@ void ses_group_unref(struct ses_group *g);
 struct dlv *ses_group_dlv(const struct ses_group *g);
 const char *ses_group_name(const struct ses_group *g);
 uint32_t ses_group_depth(const struct ses_group *g);
+/* The job status and metrics show for the group (its creator's). */
+void ses_group_set_job(struct ses_group *g, const char *job);
 
 /* A member's delivery began: starts the group's delivery and its
  * detach timer at the first. ss is listed until ses_group_member_gone().

@@ -56,6 +56,7 @@ struct ses_stream {
 	bool error_logged;         /* the stream's stop was logged */
 	struct stats_entry stat;   /* in the daemon's registry while open */
 	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
+	char job[WIRE_JOB_MAX + 1];/* OpenStream.job, for status and metrics */
 	bool dev_asked;            /* OpenStream.device came */
 	uint64_t dev_bytes;        /* device memory counted against the user's limit */
 	struct dsl *dev;           /* its device slots (the delivery's), or NULL:
@@ -377,7 +378,7 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
 		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
 		.device = !ss->dev_asked ? "" : ss->dev ? "ipc" : ss->dev_reason,
-		.device_bytes = ss->dev_bytes,
+		.device_bytes = ss->dev_bytes, .job = ss->job,
 	};
 	stats_add(&ss->d->stats, &ss->stat);
 }
@@ -637,6 +638,8 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 				layout_data_bytes(lay), &ss->grp, err)) < 0) {
 		dlv_close(ss->dlv);
 		ss->dlv = NULL;
+	} else {
+		ses_group_set_job(ss->grp, ss->job);  /* a group is its creator's job */
 	}
 	return rc;
 }
@@ -661,6 +664,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	ss->e = cat_entry_ref(e);
 	ss->req_id = id;
 	ss->uid = se->conn->peer.uid;
+	snprintf(ss->job, sizeof(ss->job), "%s", o->job);  /* checked by wire.c */
 	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
 	if (rc < 0) {
 		ses_group_unref(ss->grp);

@@ -214,6 +214,9 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 		return feed_err_set(err, -EINVAL, "open_stream.group_depth: %u, allowed 0..%d "
 				    "(0 = twice the credits), and only with a group", o->group_depth,
 				    WIRE_CREDITS_MAX);
+	if (strlen(o->job) > WIRE_JOB_MAX || !wire_printable(o->job))
+		return feed_err_set(err, -EINVAL, "open_stream.job: %zu bytes; at most %d "
+				    "printable ASCII allowed", strlen(o->job), WIRE_JOB_MAX);
 	if (o->pad_last && (o->eval || o->drop_last))
 		return feed_err_set(err, -EINVAL, "open_stream.pad_last: not with %s (%s)",
 				    o->eval ? "eval" : "drop_last",

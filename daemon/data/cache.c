@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,13 @@ struct cache_entry {
 	size_t bytes;
 	uint32_t pins;
 	bool ready;                     /* false while one thread decodes */
+	struct cache_tally *t;          /* its dataset's counters, or NULL: unnamed */
+};
+
+/* A dataset pointer given a name by cache_name(). */
+struct cache_named {
+	const struct fmt_dataset *ds;
+	struct cache_tally *t;          /* into cache.tally: never moves */
 };
 
 struct cache {
@@ -30,7 +38,21 @@ struct cache {
 	size_t nbuckets;                /* a power of two */
 	struct cache_entry lru;         /* sentinel: next = oldest */
 	struct cache_stats st;
+	struct cache_tally tally[CACHE_TALLY_MAX]; /* per dataset name, ntally used */
+	size_t ntally;
+	struct cache_named named[CACHE_TALLY_MAX * 2]; /* ds -> tally, nnamed used */
+	size_t nnamed;
 };
+
+/* The counters of ds's name, or NULL when it has none. Under the lock;
+ * O(datasets named), a handful. */
+static struct cache_tally *tally_of(struct cache *c, const struct fmt_dataset *ds)
+{
+	for (size_t i = 0; i < c->nnamed; i++)
+		if (c->named[i].ds == ds)
+			return c->named[i].t;
+	return NULL;
+}
 
 static size_t key_hash(const struct fmt_dataset *ds, uint64_t block)
 {
@@ -89,6 +111,8 @@ static void table_remove(struct cache *c, struct cache_entry *e)
 	*p = e->chain;
 	c->st.entries--;
 	c->st.bytes -= e->bytes;
+	if (e->t)
+		e->t->bytes -= e->bytes;
 }
 
 /* Doubles the table when it holds more entries than buckets. */
@@ -126,6 +150,8 @@ static void evict(struct cache *c)
 		lru_unlink(e);
 		table_remove(c, e);
 		c->st.evictions++;
+		if (e->t)
+			e->t->evictions++;
 		entry_destroy(e);
 	}
 }
@@ -165,6 +191,8 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 		if (e->pins++ == 0)
 			lru_unlink(e);
 		c->st.hits++;
+		if (e->t)
+			e->t->hits++;
 		pthread_mutex_unlock(&c->lock);
 		*ret_blk = &e->blk;
 		*ret_entry = e;
@@ -183,6 +211,8 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 	*b = e;
 	c->st.entries++;
 	c->st.misses++;
+	if ((e->t = tally_of(c, ds)))
+		e->t->misses++;
 	pthread_mutex_unlock(&c->lock);
 
 	rc = entry_load(e, w, err);
@@ -195,6 +225,8 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 	} else {
 		e->ready = true;
 		c->st.bytes += e->bytes;
+		if (e->t)
+			e->t->bytes += e->bytes;
 		if (c->st.entries > c->nbuckets)
 			table_grow(c);
 		evict(c);
@@ -235,6 +267,8 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 		if (e->pins++ == 0)
 			lru_unlink(e);
 		c->st.hits++;
+		if (e->t)
+			e->t->hits++;
 		ret_blks[k] = &e->blk;
 		ret_entries[k] = e;
 		pinned++;
@@ -271,6 +305,12 @@ void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 		table_remove(c, e);
 		entry_destroy(e);
 	}
+	/* its name goes: another dataset may come to live at the same address */
+	for (size_t i = 0; i < c->nnamed; i++)
+		if (c->named[i].ds == ds) {
+			c->named[i] = c->named[--c->nnamed];
+			break;
+		}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -279,6 +319,38 @@ void cache_stats(struct cache *c, struct cache_stats *ret_stats)
 	pthread_mutex_lock(&c->lock);
 	*ret_stats = c->st;
 	pthread_mutex_unlock(&c->lock);
+}
+
+int cache_name(struct cache *c, const struct fmt_dataset *ds, const char *name)
+{
+	struct cache_tally *t = NULL;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->ntally && !t; i++)
+		if (!strcmp(c->tally[i].name, name))
+			t = &c->tally[i];
+	if (!t && c->ntally < CACHE_TALLY_MAX) {
+		t = &c->tally[c->ntally++];
+		snprintf(t->name, sizeof(t->name), "%s", name);
+	}
+	if (!t || tally_of(c, ds) || c->nnamed == sizeof(c->named) / sizeof(c->named[0]))
+		rc = tally_of(c, ds) ? -EEXIST : -ENOSPC;
+	else
+		c->named[c->nnamed++] = (struct cache_named){.ds = ds, .t = t};
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+size_t cache_tallies(struct cache *c, struct cache_tally *ret, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->ntally < max ? c->ntally : max;
+	memcpy(ret, c->tally, n * sizeof(*ret));
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 void cache_free(struct cache *c)

@@ -40,6 +40,16 @@ struct cache_stats {
 	uint64_t bytes, entries, budget;
 };
 
+/* One dataset name's share of the counters (cache_name()): kept for the
+ * daemon's life, so a count per dataset never goes backwards, even when
+ * a dataset of that name is reopened. */
+#define CACHE_TALLY_MAX 64
+struct cache_tally {
+	char name[64];                 /* the dataset's configured name */
+	uint64_t hits, misses, evictions; /* as in struct cache_stats */
+	uint64_t bytes;                /* decoded bytes held for it now */
+};
+
 /* budget: bytes of decoded blocks kept when unpinned. Returns 0 or -ENOMEM. */
 int cache_new(size_t budget, struct cache **ret_cache);
 
@@ -73,9 +83,20 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
  * budget if something became unpinned); NULL entries are skipped. */
 void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
 
-/* Drops every unpinned block of ds (a dataset being closed). */
+/* Drops every unpinned block of ds (a dataset being closed) and its name
+ * (cache_name()); the name's counters stay. */
 void cache_forget(struct cache *c, const struct fmt_dataset *ds);
 
 void cache_stats(struct cache *c, struct cache_stats *ret_stats);
+
+/* Counts what ds does from now on under name (one name may have several
+ * datasets: the same name reopened). Any thread, takes the lock.
+ * -EEXIST: ds has a name already; -ENOSPC: past CACHE_TALLY_MAX names
+ * (ds goes uncounted per dataset; the totals still count it). */
+int cache_name(struct cache *c, const struct fmt_dataset *ds, const char *name);
+
+/* Copies up to max names' counters into ret, in the order first named;
+ * returns how many. Any thread, takes the lock for the copy. */
+size_t cache_tallies(struct cache *c, struct cache_tally *ret, size_t max);
 
 #endif

@@ -6,6 +6,7 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,8 +15,221 @@
 #include "catalog.h"
 #include "feedd.h"
 
+const char *const stats_refusal_names[STATS_REFUSED_N] = {
+	"access", "limit", "not_found", "invalid", "malformed", "other",
+};
+
+static uint64_t stats_max(uint64_t *seen, uint64_t v)
+{
+	if (v > *seen)
+		*seen = v;
+	return *seen;
+}
+
+void stats_read(struct stats_entry *en, uint64_t now_ms, struct stats_sample *ret)
+{
+	struct stats_hist *h = &en->hist;
+	uint64_t age_ns = (now_ms > en->opened_ms ? now_ms - en->opened_ms : 0) * 1000000u;
+	struct stats_sample x = {0};
+
+	en->read(en, &x);
+	/* the client's word: anything past the stream's age is a lie or a bug */
+	if (x.reader_wait_ns > age_ns)
+		x.reader_wait_ns = age_ns;
+	x.batches = stats_max(&h->max_batches, x.batches);
+	x.samples = stats_max(&h->max_samples, x.samples);
+	x.bytes = stats_max(&h->max_bytes, x.bytes);
+	x.worker_ns = stats_max(&h->max_worker_ns, x.worker_ns);
+	x.jobs = stats_max(&h->max_jobs, x.jobs);
+	x.reader_wait_ns = stats_max(&h->max_wait_ns, x.reader_wait_ns);
+	*ret = x;
+}
+
+static void stats_hist_push(struct stats_hist *h, uint64_t ms, const struct stats_sample *x)
+{
+	h->ms[h->head] = ms;
+	h->samples[h->head] = x->samples;
+	h->bytes[h->head] = x->bytes;
+	h->wait_ns[h->head] = x->reader_wait_ns;
+	h->head = (h->head + 1) % (STATS_RATE_S + 1);
+	if (h->n < STATS_RATE_S + 1)
+		h->n++;
+}
+
+void stats_rates(const struct stats_entry *en, const struct stats_sample *x, uint64_t now_ms,
+		 struct stats_rates *ret)
+{
+	const struct stats_hist *h = &en->hist;
+	unsigned old = (h->head + STATS_RATE_S + 1 - h->n) % (STATS_RATE_S + 1);
+	uint64_t ms = h->n ? h->ms[old] : en->opened_ms;
+	double s = now_ms > ms ? (double)(now_ms - ms) / 1e3 : 0.0;
+
+	*ret = (struct stats_rates){0};
+	if (!h->n || s <= 0.0)
+		return;
+	ret->samples_per_s = (double)(x->samples - h->samples[old]) / s;
+	ret->mb_per_s = (double)(x->bytes - h->bytes[old]) / s / 1e6;
+	ret->reader_wait_share = (double)(x->reader_wait_ns - h->wait_ns[old]) / (s * 1e9);
+	if (ret->reader_wait_share > 1.0)
+		ret->reader_wait_share = 1.0;
+}
+
+static void stats_on_tick(uv_timer_t *t)
+{
+	struct stats_reg *r = t->data;
+	uint64_t now = uv_now(r->loop);
+	struct stats_sample x;
+
+	for (struct stats_entry *en = r->first; en; en = en->next) {
+		stats_read(en, now, &x);
+		stats_hist_push(&en->hist, now, &x);
+	}
+}
+
+int stats_start(struct stats_reg *r, uv_loop_t *loop, struct cache *cache)
+{
+	int rc;
+
+	r->loop = loop;
+	r->cache = cache;
+	if ((rc = uv_timer_init(loop, &r->tick)) < 0)
+		return rc;
+	r->tick.data = r;
+	r->ticking = true;
+	return uv_timer_start(&r->tick, stats_on_tick, 1000, 1000);
+}
+
+void stats_stop(struct stats_reg *r)
+{
+	if (!r->ticking)
+		return;
+	r->ticking = false;
+	uv_close((uv_handle_t *)&r->tick, NULL);
+}
+
+void stats_free(struct stats_reg *r)
+{
+	free(r->closed);
+	r->closed = NULL;
+	r->nclosed = r->cap = 0;
+}
+
+void stats_refused(struct stats_reg *r, int code, bool malformed)
+{
+	enum stats_refusal why = malformed ? STATS_REFUSED_MALFORMED :
+		code == -EACCES || code == -EPERM ? STATS_REFUSED_ACCESS :
+		code == -EUSERS || code == -ENOSPC || code == -EDQUOT || code == -EMFILE ||
+		code == -EBUSY ? STATS_REFUSED_LIMIT :
+		code == -ENOENT ? STATS_REFUSED_NOT_FOUND :
+		code == -EINVAL || code == -ERANGE || code == -E2BIG ? STATS_REFUSED_INVALID :
+		STATS_REFUSED_OTHER;
+	r->refusals[why]++;
+}
+
+/* en's labels in *ret, counters zero. */
+static void stats_labels(const struct stats_entry *en, struct stats_series *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	ret->uid = en->uid;
+	snprintf(ret->dataset, sizeof(ret->dataset), "%s", en->e->cfg->name);
+	snprintf(ret->job, sizeof(ret->job), "%s", en->job ? en->job : "");
+	snprintf(ret->group, sizeof(ret->group), "%s", en->group ? en->group : "");
+}
+
+static bool stats_same(const struct stats_series *a, const struct stats_series *b)
+{
+	return a->uid == b->uid && !strcmp(a->dataset, b->dataset) && !strcmp(a->job, b->job) &&
+	       !strcmp(a->group, b->group);
+}
+
+/* The series in arr[0..*n) labelled as key, added (zero) when missing and
+ * there is room below max; else NULL. */
+static struct stats_series *stats_find(struct stats_series **arr, size_t *n, size_t *cap,
+				       size_t max, const struct stats_series *key)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (stats_same(&(*arr)[i], key))
+			return &(*arr)[i];
+	if (*n >= max)
+		return NULL;
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		void *p = realloc(*arr, c * sizeof(**arr));
+		if (!p)
+			return NULL;
+		*arr = p;
+		*cap = c;
+	}
+	(*arr)[*n] = *key;
+	return &(*arr)[(*n)++];
+}
+
+static void stats_series_add(struct stats_series *s, const struct stats_sample *x, bool live)
+{
+	s->batches += x->batches;
+	s->samples += x->samples;
+	s->bytes += x->bytes;
+	s->worker_ns += x->worker_ns;
+	s->reader_wait_ns += x->reader_wait_ns;
+	if (live) {
+		s->credits += x->credits;
+		s->credits_in_use += x->credits_in_use;
+	}
+}
+
+/* Keeps what en counted under its labels: "_other" past STATS_SERIES_MAX
+ * (that one always has room: one slot is kept for it). */
+static void stats_retire(struct stats_reg *r, struct stats_entry *en)
+{
+	struct stats_series key, *s;
+	struct stats_sample x;
+	uint64_t now = r->loop ? uv_now(r->loop) : en->opened_ms;
+
+	stats_read(en, now, &x);
+	stats_labels(en, &key);
+	s = stats_find(&r->closed, &r->nclosed, &r->cap, STATS_SERIES_MAX - 1, &key);
+	if (!s) {
+		key = (struct stats_series){.uid = (uid_t)-1};
+		snprintf(key.dataset, sizeof(key.dataset), "_other");
+		snprintf(key.job, sizeof(key.job), "_other");
+		s = stats_find(&r->closed, &r->nclosed, &r->cap, STATS_SERIES_MAX, &key);
+	}
+	if (s)  /* NULL: out of memory; the series stops where it was */
+		stats_series_add(s, &x, false);
+}
+
+int stats_each_series(struct stats_reg *r, uint64_t now_ms,
+		      int (*fn)(const struct stats_series *s, void *arg), void *arg)
+{
+	size_t n = r->nclosed, cap = r->nclosed + r->n;
+	struct stats_series *all = malloc((cap ? cap : 1) * sizeof(*all));
+	int rc = 0;
+
+	if (!all)
+		return -ENOMEM;
+	memcpy(all, r->closed, n * sizeof(*all));
+	for (struct stats_entry *en = r->first; en; en = en->next) {
+		struct stats_series key, *s;
+		struct stats_sample x;
+		stats_read(en, now_ms, &x);
+		stats_labels(en, &key);
+		if ((s = stats_find(&all, &n, &cap, cap, &key)))
+			stats_series_add(s, &x, true);
+	}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = fn(&all[i], arg);
+	free(all);
+	return rc;
+}
+
 void stats_add(struct stats_reg *r, struct stats_entry *en)
 {
+	struct stats_sample zero = {0};
+
+	memset(&en->hist, 0, sizeof(en->hist));
+	stats_hist_push(&en->hist, en->opened_ms, &zero);
+	if (r->cache)  /* -EEXIST when named already: the usual case */
+		cache_name(r->cache, en->e->ds, en->e->cfg->name);
 	en->prev = NULL;
 	en->next = r->first;
 	if (r->first)
@@ -28,6 +242,7 @@ void stats_remove(struct stats_reg *r, struct stats_entry *en)
 {
 	if (!en->prev && r->first != en)
 		return;  /* never added */
+	stats_retire(r, en);
 	if (en->prev)
 		en->prev->next = en->next;
 	else
@@ -66,11 +281,17 @@ static double stats_rate(uint64_t n, uint64_t ms)
 /* One entry as the reply shows it; now_ms: the loop's clock. */
 static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStatus *s)
 {
-	struct stats_sample x = {0};
+	struct stats_sample x;
+	struct stats_rates r10;
 	uint64_t age_ms = now_ms > en->opened_ms ? now_ms - en->opened_ms : 0;
 
-	en->read(en, &x);
+	stats_read(en, now_ms, &x);
+	stats_rates(en, &x, now_ms, &r10);
 	feed__stream_status__init(s);
+	s->job = (char *)(en->job ? en->job : "");
+	s->samples_per_s_10s = r10.samples_per_s;
+	s->mb_per_s_10s = r10.mb_per_s;
+	s->reader_wait_share_10s = r10.reader_wait_share;
 	s->kind = (char *)en->kind;
 	s->uid = (uint32_t)en->uid;
 	s->pid = (int32_t)en->pid;
@@ -107,9 +328,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->mb_per_s = stats_rate(x.bytes, age_ms) / 1e6;
 	s->worker_ns = x.worker_ns;
 	s->jobs = x.jobs;
-	/* the client's word: anything past the stream's age is a lie or a bug */
-	s->reader_wait_ns = x.reader_wait_ns < age_ms * 1000000u ? x.reader_wait_ns
-								  : age_ms * 1000000u;
+	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
 }
 

@@ -682,3 +682,13 @@ unsigned pool_size(const struct pool *p)
 {
 	return p->size;
 }
+
+unsigned pool_busy(struct pool *p)
+{
+	unsigned busy;
+
+	pthread_mutex_lock(&p->mu);
+	busy = p->n > p->idle ? p->n - p->idle : 0;
+	pthread_mutex_unlock(&p->mu);
+	return busy;
+}

@@ -116,6 +116,8 @@ unsigned pool_size(const struct pool *p);
  * long, in milliseconds, so far; 0 when every worker is idle. Loop thread
  * (the watchdog), never blocks: relaxed loads, no lock. */
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms);
+/* Workers running a job now. Any thread; takes the queue's lock for a read. */
+unsigned pool_busy(struct pool *p);
 
 /* Caps every worker's image decoders at max_pixels (width * height; the
  * config's limits.max_pixels): images past it fail with -E2BIG. Loop

@@ -64,6 +64,11 @@ add_dependencies(check_client_gpu fake_cuda)
 set_tests_properties(integration_client_gpu PROPERTIES ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")
 
+# NVML's test double, which `feedctl top` loads through FEED_NVML_LIBRARY
+# (tests/python/test_metrics.py sets it).
+add_library(fake_nvml SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double/fake_nvml.c)
+set_target_properties(fake_nvml PROPERTIES C_VISIBILITY_PRESET hidden)
+
 # The same on a real device (tests/gpu): built with CUDA, skipped (exit 77)
 # where nvidia-smi lists no GPU. The test itself links cudart to allocate
 # device memory; libfeedclient still loads the driver at run time.

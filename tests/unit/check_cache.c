@@ -93,6 +93,55 @@ START_TEST(test_cache_stays_within_budget)
 }
 END_TEST
 
+/* Counters per dataset name: a second dataset opened under the same name
+ * adds to the same counters (a reopened dataset's metrics go on), one
+ * never named counts in the totals only, and bytes follow evictions. */
+START_TEST(test_cache_tally_per_name)
+{
+	struct cache *c;
+	struct cache_tally t[4];
+	struct fmt_dataset *again, *other;
+	const struct fmt_block *blk;
+	struct cache_entry *e;
+	struct feed_err err;
+
+	ck_assert_int_eq(cache_new(2 * 448, &c), 0);
+	ck_assert_int_eq(fmt_dataset_open(dir, &again, &err), 0);
+	ck_assert_int_eq(fmt_dataset_open(dir, &other, &err), 0);
+	ck_assert_int_eq(cache_name(c, ds, "mnist"), 0);
+	ck_assert_int_eq(cache_name(c, ds, "mnist"), -EEXIST);
+	for (uint64_t b = 0; b < 3; b++) {   /* 3 misses, 1 eviction */
+		ck_assert_int_eq(cache_get(c, ds, b, &wk, &blk, &e, NULL), 0);
+		cache_put(c, e);
+	}
+	ck_assert_int_eq(cache_get(c, ds, 2, &wk, &blk, &e, NULL), 0); /* a hit */
+	cache_put(c, e);
+	ck_assert_int_eq(cache_name(c, again, "mnist"), 0);
+	ck_assert_int_eq(cache_get(c, again, 0, &wk, &blk, &e, NULL), 0); /* a miss */
+	cache_put(c, e);
+	ck_assert_int_eq(cache_get(c, other, 5, &wk, &blk, &e, NULL), 0); /* unnamed */
+	cache_put(c, e);
+	ck_assert_uint_eq(cache_tallies(c, t, 4), 1);
+	ck_assert_str_eq(t[0].name, "mnist");
+	ck_assert_uint_eq(t[0].misses, 4);
+	ck_assert_uint_eq(t[0].hits, 1);
+	/* 2 blocks fit: of 5 loaded, 3 evicted (2 of mnist's), the other's one held */
+	ck_assert_uint_eq(t[0].evictions, 3);
+	ck_assert_uint_eq(t[0].bytes, 448);
+	/* forgotten, ds may be named anew (a dataset at the same address) */
+	cache_forget(c, ds);
+	ck_assert_int_eq(cache_name(c, ds, "other"), 0);
+	ck_assert_int_eq(cache_get(c, ds, 7, &wk, &blk, &e, NULL), 0);
+	cache_put(c, e);
+	ck_assert_uint_eq(cache_tallies(c, t, 4), 2);
+	ck_assert_uint_eq(t[0].misses, 4);
+	ck_assert_uint_eq(t[1].misses, 1);
+	cache_free(c);
+	fmt_dataset_close(again);
+	fmt_dataset_close(other);
+}
+END_TEST
+
 START_TEST(test_cache_pinned_block_survives)
 {
 	struct cache *c;
@@ -426,6 +475,7 @@ int main(void)
 	tcase_add_test(tc, test_cache_stays_within_budget);
 	tcase_add_test(tc, test_cache_pinned_block_survives);
 	tcase_add_test(tc, test_cache_pin_many);
+	tcase_add_test(tc, test_cache_tally_per_name);
 	tcase_add_test(tc, test_cache_one_decode_for_many_threads);
 	tcase_add_test(tc, test_cache_failed_decode_not_cached);
 	tcase_add_test(tc, test_cache_waiter_on_failed_decode);

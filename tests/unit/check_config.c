@@ -6,6 +6,7 @@
  * line overriding the file.
  */
 #include <check.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,6 +382,47 @@ START_TEST(test_config_bad_flags)
 }
 END_TEST
 
+/* metrics: off by default; the file may name any address, --metrics only
+ * a loopback one or the file's own host; bad addresses name the key. */
+START_TEST(test_config_metrics_address)
+{
+	struct feed_err err;
+	struct cfg *c = NULL;
+
+	write_cfg("workers: 1\n");
+	char *none[] = {"feedd", "--config", cfgpath, NULL};
+	ck_assert_int_eq(load_args(none, &c, &err), 0);
+	ck_assert_ptr_null(c->metrics);
+	cfg_free(c);
+
+	char *lo[] = {"feedd", "--config", cfgpath, "--metrics", "127.0.0.1:9400", NULL};
+	ck_assert_int_eq(load_args(lo, &c, &err), 0);
+	ck_assert_str_eq(c->metrics, "127.0.0.1:9400");
+	ck_assert_int_eq(c->metrics_addr.ss_family, AF_INET);
+	cfg_free(c);
+	char *lo6[] = {"feedd", "--metrics", "[::1]:0", NULL};
+	ck_assert_int_eq(load_args(lo6, &c, &err), 0);
+	ck_assert_int_eq(c->metrics_addr.ss_family, AF_INET6);
+	cfg_free(c);
+
+	char *remote[] = {"feedd", "--config", cfgpath, "--metrics", "0.0.0.0:9400", NULL};
+	args_refused(remote, "--metrics 0.0.0.0:9400: not a loopback address");
+	write_cfg("metrics: 0.0.0.0:9100\n");
+	ck_assert_int_eq(load_args(remote, &c, &err), 0);  /* the file set that host */
+	ck_assert_str_eq(c->metrics, "0.0.0.0:9400");
+	cfg_free(c);
+	ck_assert_int_eq(load_args(none, &c, &err), 0);
+	ck_assert_str_eq(c->metrics, "0.0.0.0:9100");
+	cfg_free(c);
+
+	refused("workers: 1\nmetrics: 127.0.0.1:99999\n", 2, "metrics: '127.0.0.1:99999': port");
+	refused("metrics: example.com:80\n", 1, "metrics: 'example.com:80': 'example.com' is not");
+	refused("metrics: 9400\n", 1, "metrics: '9400': expected ADDR:PORT");
+	char *bad[] = {"feedd", "--metrics", "[::1:9400", NULL};
+	args_refused(bad, "--metrics: '[::1:9400'");
+}
+END_TEST
+
 START_TEST(test_config_parse_bytes)
 {
 	uint64_t v;
@@ -518,6 +560,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_flags_without_file);
 	tcase_add_test(tc, test_config_bad_flags);
 	tcase_add_test(tc, test_config_parse_bytes);
+	tcase_add_test(tc, test_config_metrics_address);
 	tcase_add_test(tc, test_config_yaml_line);
 	tcase_add_test(tc, test_config_load_all_every_error);
 	tcase_add_test(tc, test_config_ref_last_free_frees);

@@ -278,6 +278,35 @@ static int check_open_nul(const char *dataset, const char *pipeline, const char 
 	return r;
 }
 
+/* open_stream.job: printable ASCII of at most WIRE_JOB_MAX bytes, or "". */
+START_TEST(test_wire_open_job)
+{
+	struct feed_err err;
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+	char job[WIRE_JOB_MAX + 2];
+
+	o.dataset = "fmnist";
+	o.batch = 4;
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	o.job = "slurm-4242.0";
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	memset(job, 'j', WIRE_JOB_MAX);
+	job[WIRE_JOB_MAX] = '\0';
+	o.job = job;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	job[WIRE_JOB_MAX] = 'j';
+	job[WIRE_JOB_MAX + 1] = '\0';
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.job: 129 bytes; at most 128 printable ASCII allowed");
+	o.job = "job\nfake_metric 1";
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.job"));
+}
+END_TEST
+
 START_TEST(test_wire_string_nul_refused)
 {
 	struct feed_err err;
@@ -508,6 +537,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_dataset_name);
 	tcase_add_test(tc, test_wire_device_request);
 	tcase_add_test(tc, test_wire_string_nul_refused);
+	tcase_add_test(tc, test_wire_open_job);
 	tcase_add_test(tc, test_wire_string_walk_bounds);
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);

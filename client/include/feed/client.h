@@ -228,6 +228,12 @@ struct feed_stream_status {
 	uint32_t nmember_pids;
 	int32_t member_pids[FEED_STATUS_MEMBERS];
 	uint64_t member_reader_wait_ns[FEED_STATUS_MEMBERS]; /* each one's reader_wait_ns */
+	/* over the last 10 s (since it opened, when younger), as sampled by
+	 * the daemon each second; beside the lifetime figures above */
+	double samples_per_s_10s, mb_per_s_10s, reader_wait_share_10s;
+#define FEED_JOB_MAX 128
+	char job[FEED_JOB_MAX + 1]; /* the job its client named (feed_stream_open());
+				     * "" none; a group's: its creator's */
 };
 
 /* The block cache shared by every stream. */

@@ -183,7 +183,12 @@ struct feed_batch;
  * must outlive it. Errors: -EINVAL naming the option, -ENOENT (dataset),
  * -EACCES, -EUSERS/-ENOSPC (a per-user limit, named), -ENOSPC (shared
  * memory short in the daemon), -EPROTO (regions failed their checks), and
- * those of feed_list_datasets(). */
+ * those of feed_list_datasets().
+ * The stream is labelled with the job it belongs to, for `feedctl status`
+ * and the daemon's metrics: the environment's FEED_JOB_ID, else
+ * SLURM_JOB_ID, else TORCHELASTIC_RUN_ID (the first set and not empty),
+ * read at each open (a reopening after a daemon restart too); its first
+ * FEED_JOB_MAX bytes, anything but printable ASCII sent as '?'. */
 FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 			      struct feed_stream **ret);
 

@@ -247,6 +247,10 @@ class StreamStatus(ctypes.Structure):
         ("nmember_pids", ctypes.c_uint32),
         ("member_pids", ctypes.c_int32 * FEED_STATUS_MEMBERS),
         ("member_reader_wait_ns", ctypes.c_uint64 * FEED_STATUS_MEMBERS),
+        ("samples_per_s_10s", ctypes.c_double),
+        ("mb_per_s_10s", ctypes.c_double),
+        ("reader_wait_share_10s", ctypes.c_double),
+        ("job", ctypes.c_char * 129),
     ]
 
 

@@ -182,7 +182,9 @@ def status(socket=None):
     credits_in_use, samples_per_s, mb_per_s, worker_ns, reader_wait_share,
     pipeline, shm_bytes, device — "" when no device slots were asked for,
     "ipc", or why the stream has host slots only — device_bytes,
-    member_pids, ...). Blocks until the daemon answers. Raises as
+    member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
+    TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
+    reader_wait_share_10s over the last 10 s, ...). Blocks until the daemon answers. Raises as
     datasets()."""
     conn = _connect(socket)
     try:

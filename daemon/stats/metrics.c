@@ -1,0 +1,444 @@
+/*
+ * metrics.c: the Prometheus exposition and its HTTP server (see
+ * metrics.h for the threads). met_render() and everything it calls run on
+ * the loop thread; met_answer() runs on libmicrohttpd's thread and only
+ * waits for, and copies, what the loop rendered.
+ */
+#include "metrics.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache.h"
+#include "feedd.h"
+#include "pool.h"
+
+struct met {
+	struct feedd *d;               /* loop thread only */
+	struct MHD_Daemon *mhd;        /* NULL once stopped */
+	uv_async_t wake;               /* HTTP thread -> loop: render now */
+	pthread_mutex_t mu;            /* guards what follows */
+	pthread_cond_t rendered;       /* done moved, or stopping */
+	uint64_t asked;                /* renders asked for (HTTP thread) */
+	uint64_t done;                 /* of those, the last one the text answers */
+	char *text;                    /* the last rendering, owned; NULL: none yet */
+	size_t len;
+	bool stopping;                 /* met_stop() began: wait no more */
+};
+
+/* ---- the text (loop thread) ---- */
+
+struct met_buf {
+	char *p;
+	size_t len, cap;
+	bool oom;                      /* an append failed: the text is unusable */
+};
+
+static void __attribute__((format(printf, 2, 3))) met_printf(struct met_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->oom)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = true;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+}
+
+/* A label value, escaped as the format asks (backslash, quote, newline). */
+static void met_value(struct met_buf *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			met_printf(b, "\\%c", *s);
+		else if (*s == '\n')
+			met_printf(b, "\\n");
+		else
+			met_printf(b, "%c", *s);
+	}
+}
+
+static void met_family(struct met_buf *b, const char *name, const char *type, const char *help)
+{
+	met_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The series of the per-stream metrics, gathered once per rendering. */
+struct met_series {
+	struct stats_series *s;
+	size_t n, cap;
+};
+
+static int met_collect(const struct stats_series *s, void *arg)
+{
+	struct met_series *all = arg;
+
+	if (all->n == all->cap) {
+		size_t cap = all->cap ? all->cap * 2 : 16;
+		void *p = realloc(all->s, cap * sizeof(*all->s));
+		if (!p)
+			return -ENOMEM;
+		all->s = p;
+		all->cap = cap;
+	}
+	all->s[all->n++] = *s;
+	return 0;
+}
+
+static void met_labels(struct met_buf *b, const struct stats_series *s)
+{
+	if (s->uid == (uid_t)-1)
+		met_printf(b, "{user=\"_other\",dataset=\"");
+	else
+		met_printf(b, "{user=\"%u\",dataset=\"", (unsigned)s->uid);
+	met_value(b, s->dataset);
+	met_printf(b, "\",job=\"");
+	met_value(b, s->job);
+	met_printf(b, "\",group=\"");
+	met_value(b, s->group);
+	met_printf(b, "\"}");
+}
+
+/* One per-stream family: which field, and whether it is seconds (ns). */
+struct met_stream_family {
+	const char *name, *type, *help;
+	size_t off;                    /* of a uint64_t, or of a uint32_t gauge */
+	bool ns, u32;
+};
+
+#define MET_AT(f) offsetof(struct stats_series, f)
+static const struct met_stream_family met_stream_families[] = {
+	{"feedd_samples_total", "counter", "Samples published to the streams or groups with "
+	 "these labels.", MET_AT(samples), false, false},
+	{"feedd_batches_total", "counter", "Batches published (a group's once).",
+	 MET_AT(batches), false, false},
+	{"feedd_bytes_total", "counter", "Bytes of batches published.", MET_AT(bytes), false,
+	 false},
+	{"feedd_reader_wait_seconds_total", "counter", "Time the readers waited for a batch, "
+	 "as their clients report it (clamped to each stream's age).", MET_AT(reader_wait_ns),
+	 true, false},
+	{"feedd_worker_seconds_total", "counter", "Worker thread CPU time spent building "
+	 "batches.", MET_AT(worker_ns), true, false},
+	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
+	 MET_AT(credits), false, true},
+	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",
+	 MET_AT(credits_in_use), false, true},
+};
+
+static void met_streams(struct met_buf *b, const struct met_series *all)
+{
+	for (size_t f = 0; f < sizeof(met_stream_families) / sizeof(met_stream_families[0]); f++) {
+		const struct met_stream_family *m = &met_stream_families[f];
+		met_family(b, m->name, m->type, m->help);
+		for (size_t i = 0; i < all->n; i++) {
+			const char *at = (const char *)&all->s[i] + m->off;
+			uint64_t v = m->u32 ? *(const uint32_t *)at : *(const uint64_t *)at;
+			met_printf(b, "%s", m->name);
+			met_labels(b, &all->s[i]);
+			if (m->ns)
+				met_printf(b, " %.9f\n", (double)v / 1e9);
+			else
+				met_printf(b, " %llu\n", (unsigned long long)v);
+		}
+	}
+}
+
+static void met_cache(struct met_buf *b, struct cache *c)
+{
+	struct cache_tally t[CACHE_TALLY_MAX];
+	size_t n = cache_tallies(c, t, CACHE_TALLY_MAX);
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} fam[] = {
+		{"feedd_cache_hits_total", "counter", "Blocks found decoded in the block cache.",
+		 offsetof(struct cache_tally, hits)},
+		{"feedd_cache_misses_total", "counter", "Blocks read and decoded.",
+		 offsetof(struct cache_tally, misses)},
+		{"feedd_cache_evictions_total", "counter", "Blocks evicted from the cache.",
+		 offsetof(struct cache_tally, evictions)},
+		{"feedd_cache_bytes", "gauge", "Decoded bytes the cache holds.",
+		 offsetof(struct cache_tally, bytes)},
+	};
+
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		met_family(b, fam[f].name, fam[f].type, fam[f].help);
+		for (size_t i = 0; i < n; i++) {
+			met_printf(b, "%s{dataset=\"", fam[f].name);
+			met_value(b, t[i].name);
+			met_printf(b, "\"} %llu\n", (unsigned long long)*(const uint64_t *)(
+					   (const char *)&t[i] + fam[f].off));
+		}
+	}
+}
+
+static void met_daemon(struct met_buf *b, struct feedd *d)
+{
+	met_family(b, "feedd_build_info", "gauge", "feedd's version; always 1.");
+	met_printf(b, "feedd_build_info{version=\"");
+	met_value(b, FEEDD_VERSION);
+	met_printf(b, "\"} 1\n");
+	met_family(b, "feedd_connections", "gauge", "Client connections open.");
+	met_printf(b, "feedd_connections %u\n", d->stats.connections);
+	met_family(b, "feedd_streams", "gauge", "Streams and groups being served.");
+	met_printf(b, "feedd_streams %u\n", d->stats.n);
+	met_family(b, "feedd_refusals_total", "counter", "Requests and connections refused, "
+		   "by reason.");
+	for (int i = 0; i < STATS_REFUSED_N; i++)
+		met_printf(b, "feedd_refusals_total{reason=\"%s\"} %llu\n", stats_refusal_names[i],
+			   (unsigned long long)d->stats.refusals[i]);
+	met_family(b, "feedd_workers", "gauge", "Worker threads.");
+	met_printf(b, "feedd_workers %u\n", d->pool ? pool_size(d->pool) : 0);
+	met_family(b, "feedd_workers_busy", "gauge", "Worker threads running a job now.");
+	met_printf(b, "feedd_workers_busy %u\n", d->pool ? pool_busy(d->pool) : 0);
+	met_family(b, "feedd_uptime_seconds", "gauge", "Seconds since feedd began serving.");
+	met_printf(b, "feedd_uptime_seconds %.3f\n",
+		   (double)(uv_now(&d->loop) - d->start_ms) / 1e3);
+}
+
+int met_render(struct feedd *d, char **ret, size_t *ret_len)
+{
+	struct met_buf b = {0};
+	struct met_series all = {0};
+	int rc = stats_each_series(&d->stats, uv_now(&d->loop), met_collect, &all);
+
+	if (rc == 0) {
+		met_daemon(&b, d);
+		met_streams(&b, &all);
+		if (d->cache)
+			met_cache(&b, d->cache);
+		met_printf(&b, "%s", "");  /* a buffer, even when empty */
+	}
+	free(all.s);
+	if (rc < 0 || b.oom) {
+		free(b.p);
+		return -ENOMEM;
+	}
+	*ret = b.p;
+	*ret_len = b.len;
+	return 0;
+}
+
+/* ---- the hand-off ---- */
+
+/* Loop thread: render for every request asked so far. */
+static void met_on_wake(uv_async_t *h)
+{
+	struct met *m = h->data;
+	char *text = NULL, *old;
+	size_t len = 0;
+	uint64_t gen;
+
+	pthread_mutex_lock(&m->mu);
+	gen = m->asked;
+	pthread_mutex_unlock(&m->mu);
+	if (met_render(m->d, &text, &len) < 0)
+		log_warn(&m->d->log, "metrics: out of memory rendering; serving the last text");
+	pthread_mutex_lock(&m->mu);
+	old = text ? m->text : NULL;
+	if (text) {
+		m->text = text;
+		m->len = len;
+	}
+	m->done = gen;  /* answered, with the last text if this one failed */
+	pthread_cond_broadcast(&m->rendered);
+	pthread_mutex_unlock(&m->mu);
+	free(old);
+}
+
+/* HTTP thread: a copy of a rendering made after the request came, or of
+ * the last one when the loop does not answer in time; NULL when none. */
+static char *met_fresh_text(struct met *m, size_t *ret_len)
+{
+	struct timespec until;
+	char *copy = NULL;
+	uint64_t want;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += METRICS_WAIT_MS / 1000;
+	until.tv_nsec += (METRICS_WAIT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&m->mu);
+	want = ++m->asked;
+	pthread_mutex_unlock(&m->mu);
+	uv_async_send(&m->wake);
+	pthread_mutex_lock(&m->mu);
+	while (m->done < want && !m->stopping)
+		if (pthread_cond_timedwait(&m->rendered, &m->mu, &until) == ETIMEDOUT)
+			break;
+	if (m->text && (copy = malloc(m->len + 1))) {
+		memcpy(copy, m->text, m->len + 1);
+		*ret_len = m->len;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return copy;
+}
+
+static enum MHD_Result met_reply(struct MHD_Connection *c, unsigned status, const char *type,
+				 void *body, size_t len, enum MHD_ResponseMemoryMode mode)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+	enum MHD_Result ok;
+
+	if (!r) {
+		if (mode == MHD_RESPMEM_MUST_FREE)
+			free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ok = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return ok;
+}
+
+/* HTTP thread: GET /metrics; 404 elsewhere, 405 for other methods. */
+static enum MHD_Result met_answer(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version, const char *upload,
+				  size_t *upload_size, void **req_cls)
+{
+	static const char not_found[] = "not found: feedd serves /metrics\n";
+	static const char not_allowed[] = "only GET and HEAD\n";
+	static const char busy[] = "feedd's loop did not answer in time\n";
+	struct met *m = cls;
+	size_t len = 0;
+	char *text;
+
+	(void)version, (void)upload, (void)upload_size, (void)req_cls;
+	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+		return met_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", (void *)not_allowed,
+				 sizeof(not_allowed) - 1, MHD_RESPMEM_PERSISTENT);
+	if (strcmp(url, "/metrics"))
+		return met_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", (void *)not_found,
+				 sizeof(not_found) - 1, MHD_RESPMEM_PERSISTENT);
+	if (!(text = met_fresh_text(m, &len)))
+		return met_reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", (void *)busy,
+				 sizeof(busy) - 1, MHD_RESPMEM_PERSISTENT);
+	return met_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, len,
+			 MHD_RESPMEM_MUST_FREE);
+}
+
+/* libmicrohttpd's own complaints, into our log (any thread). */
+static void met_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct met *m = cls;
+	char line[512];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	log_warn(&m->d->log, "metrics: %s", line);
+}
+
+/* ---- start and stop (loop thread) ---- */
+
+static void met_free(struct met *m)
+{
+	pthread_mutex_destroy(&m->mu);
+	pthread_cond_destroy(&m->rendered);
+	free(m->text);
+	free(m);
+}
+
+static void met_on_closed(uv_handle_t *h)
+{
+	met_free(h->data);
+}
+
+static int met_listen(struct met *m, struct feed_err *err)
+{
+	const struct cfg *cfg = m->d->cfg;
+	const struct sockaddr_storage *sa = &cfg->metrics_addr;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+	uint16_t port = ntohs(sa->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+						       : ((const struct sockaddr_in *)sa)->sin_port);
+
+	if (sa->ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	m->mhd = MHD_start_daemon(flags, port, NULL, NULL, met_answer, m,
+				  MHD_OPTION_EXTERNAL_LOGGER, met_mhd_log, m,
+				  MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+				  MHD_OPTION_END);
+	if (!m->mhd)
+		return feed_err_set(err, -EADDRNOTAVAIL, "metrics %s: cannot listen there (in use, "
+				    "or not an address of this host)", cfg->metrics);
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	char host[64];
+	snprintf(host, sizeof(host), "%.*s", (int)(strrchr(cfg->metrics, ':') - cfg->metrics),
+		 cfg->metrics);
+	log_info(&m->d->log, "metrics: serving http://%s:%u/metrics", host,
+		 info ? (unsigned)info->port : (unsigned)port);
+	return 0;
+}
+
+int met_start(struct feedd *d, struct met **ret, struct feed_err *err)
+{
+	struct met *m;
+	int rc;
+
+	*ret = NULL;
+	if (!d->cfg->metrics)
+		return 0;
+	if (!(m = calloc(1, sizeof(*m))))
+		return feed_err_set(err, -ENOMEM, "metrics: out of memory");
+	m->d = d;
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->rendered, &ca);
+	pthread_condattr_destroy(&ca);
+	if ((rc = uv_async_init(&d->loop, &m->wake, met_on_wake)) < 0) {
+		met_free(m);
+		return feed_err_set(err, rc, "metrics: uv_async_init: %s", uv_strerror(rc));
+	}
+	m->wake.data = m;
+	if ((rc = met_listen(m, err)) < 0) {
+		uv_close((uv_handle_t *)&m->wake, met_on_closed);
+		return rc;
+	}
+	*ret = m;
+	return 0;
+}
+
+void met_stop(struct met *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->stopping = true;
+	pthread_cond_broadcast(&m->rendered);
+	pthread_mutex_unlock(&m->mu);
+	MHD_stop_daemon(m->mhd);  /* joins its thread: nothing sends to wake after */
+	m->mhd = NULL;
+	uv_close((uv_handle_t *)&m->wake, met_on_closed);
+}
