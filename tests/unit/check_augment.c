@@ -6,7 +6,14 @@
  * crop/flip runs equal to the ops run one at a time, bilinear resize
  * against hand-computed values, pass-through and errors.
  *
- * Also a probe for tests/python/test_augment_torchvision.py:
+ * Also a probe for tests/python/test_augment_ops_torchvision.py:
+ *   check_augment --pixel PIPELINE H W C SEED EPOCH SAMPLE
+ * runs a pipeline of pixel ops on an H x W x C u8 image from stdin and
+ * writes "out_h out_w out_c nops", one line per basic op the sample's
+ * draws chose (augment_pixel.h: "op kind f bits ksize out_c angle tx ty
+ * scale shx shy cx cy interp fill i j h w value random"), then the bytes.
+ *
+ * And a probe for tests/python/test_augment_torchvision.py:
  *   check_augment --probe PIPELINE H W C SEED EPOCH SAMPLE
  * reads an H x W x C u8 image on stdin and writes one text line
  * "top left flip out_h out_w" (the first random_crop's offsets in padded
@@ -24,6 +31,7 @@
 
 #include "../images/fixture_file.h"
 #include "augment.h"
+#include "augment_pixel.h"
 #include "convert.h"
 #include "philox.h"
 
@@ -667,6 +675,76 @@ static int probe(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* The basic ops every pixel op of the plan chose for this sample, one
+ * line each (see the file's opening comment). */
+static uint32_t pixel_lines(const struct pipe_plan *p, const struct aug_ctx *ctx, char *out,
+			    size_t cap)
+{
+	struct aug_px_op ops[AUG_PX_MAX];
+	uint32_t total = 0;
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (uint32_t i = 0; i < p->spec.nops; i++) {
+		const struct pipe_dims *dm = &p->dims[i];
+		if (p->spec.ops[i].kind < PIPE_ADJUST_BRIGHTNESS)
+			continue;
+		uint32_t k = aug_px_expand(p, i, ctx, dm->in_h, dm->in_w, dm->in_c, ops);
+		for (uint32_t j = 0; j < k && n < cap; j++, total++) {
+			const struct aug_px_op *o = &ops[j];
+			n += (size_t)snprintf(out + n, cap - n,
+					      "%u %d %.17g %u %u %u %.17g %.17g %.17g %.17g %.17g "
+					      "%.17g %.17g %.17g %u %u %u %u %u %u %u %d\n",
+					      i, (int)o->kind, o->f, o->bits, o->ksize, o->out_c,
+					      o->af.angle, o->af.tx, o->af.ty, o->af.scale, o->af.shx,
+					      o->af.shy, o->af.cx, o->af.cy, o->af.interp, o->af.fill,
+					      o->ei, o->ej, o->eh, o->ew, o->value, (int)o->value_random);
+		}
+	}
+	return total;
+}
+
+static int pixel_probe(int argc, char **argv)
+{
+	if (argc != 9) {
+		fprintf(stderr, "usage: %s --pixel PIPELINE H W C SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[3]), w = (uint32_t)atoi(argv[4]), c = (uint32_t)atoi(argv[5]);
+	struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), strtoull(argv[7], NULL, 0),
+			      strtoull(argv[8], NULL, 0)};
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	size_t len = (size_t)h * w * c;
+	uint8_t *img = malloc(len + 1);
+	static char lines[1 << 16];
+
+	image_schema(&s, h, w, c);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 || fread(img, 1, len, stdin) != len) {
+		fprintf(stderr, "probe: %s\n", err.msg[0] ? err.msg : "short input");
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = aligned_alloc(64, (pipe_scratch_bytes(p) + 64) & ~63ul);
+	struct aug_in in = {img, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply(p, &ctx, &in, &o, scratch, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	uint32_t nops = pixel_lines(p, &ctx, lines, sizeof(lines));
+	const struct fmt_field *fo = &p->out.fields[0];
+	printf("%u %u %u %u\n%s", fo->shape[0], fo->shape[1], fo->rank == 3 ? fo->shape[2] : 1,
+	       nops, lines);
+	fwrite(out, 1, got, stdout);
+	free(out);
+	free(scratch);
+	free(img);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Image ops                                                           */
 
@@ -1164,6 +1242,8 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--pixel"))
+		return pixel_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--decode"))
 		return decode_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--rrc"))
