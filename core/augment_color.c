@@ -189,10 +189,10 @@ void px_flush(struct aug_px_img *im)
 		for (size_t i = 0; i < n; i++)
 			d[i] = im->lut[0][s[i]];
 	else
-		for (size_t i = 0; i < n; i++, s += 3, d += 3) {
-			d[0] = im->lut[0][s[0]];
-			d[1] = im->lut[1][s[1]];
-			d[2] = im->lut[2][s[2]];
+		for (size_t i = 0; i < 3 * n; i += 3) {
+			d[i] = im->lut[0][s[i]];
+			d[i + 1] = im->lut[1][s[i + 1]];
+			d[i + 2] = im->lut[2][s[i + 2]];
 		}
 	im->cur = d;
 	im->lut_on = false;

@@ -11,7 +11,10 @@
  * runs a pipeline of pixel ops on an H x W x C u8 image from stdin and
  * writes "out_h out_w out_c nops", one line per basic op the sample's
  * draws chose (augment_pixel.h: "op kind f bits ksize out_c angle tx ty
- * scale shx shy cx cy interp fill i j h w value random"), then the bytes.
+ * scale shx shy cx cy interp fill i j h w value random"), then the bytes;
+ *   check_augment --pixel-params PIPELINE H W C SEED N
+ * writes those lines for samples 0..N-1 of epoch 0, each prefixed with
+ * "sample ", without running the ops (for the parameter distributions).
  *
  * And a probe for tests/python/test_augment_torchvision.py:
  *   check_augment --probe PIPELINE H W C SEED EPOCH SAMPLE
@@ -704,6 +707,33 @@ static uint32_t pixel_lines(const struct pipe_plan *p, const struct aug_ctx *ctx
 	return total;
 }
 
+static int pixel_params(int argc, char **argv)
+{
+	if (argc != 8) {
+		fprintf(stderr, "usage: %s --pixel-params PIPELINE H W C SEED N\n", argv[0]);
+		return 2;
+	}
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	static char lines[1 << 16];
+
+	image_schema(&s, (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]), (uint32_t)atoi(argv[5]));
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	uint64_t n = strtoull(argv[7], NULL, 0);
+	for (uint64_t smp = 0; smp < n; smp++) {
+		struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), 0, smp};
+		pixel_lines(p, &ctx, lines, sizeof(lines));
+		for (char *l = strtok(lines, "\n"); l; l = strtok(NULL, "\n"))
+			printf("%" PRIu64 " %s\n", smp, l);
+	}
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
 static int pixel_probe(int argc, char **argv)
 {
 	if (argc != 9) {
@@ -1244,6 +1274,8 @@ int main(int argc, char **argv)
 		return probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--pixel"))
 		return pixel_probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--pixel-params"))
+		return pixel_params(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--decode"))
 		return decode_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--rrc"))
