@@ -273,3 +273,244 @@ def test_augment_ops_random_pixels_match_torchvision(probe_bin, images, pipeline
             kinds = {int(l["kind"]) for l in lines}
             bound = GEOM_BOUND if K_AFFINE in kinds else HUE_BOUND if K_HUE in kinds else None
             compare(got, hwc(t), f"{pipeline} on image {n}, sample {sample}: {lines}", bound)
+
+
+# ---- random ops: parameter distributions -----------------------------------
+
+N = 3000  # samples per distribution test
+
+
+def params(probe_bin, pipeline, h=64, w=48, c=3, n=N, seed=11):
+    """{sample: [line, ...]} for samples 0..n-1 (no pixels)."""
+    res = subprocess.run([probe_bin, "--pixel-params", pipeline, str(h), str(w), str(c),
+                          str(seed), str(n)], capture_output=True, check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    out = {s: [] for s in range(n)}
+    for line in res.stdout.decode().splitlines():
+        v = line.split()
+        out[int(v[0])].append(dict(zip(FIELDS, (float(x) for x in v[1:]))))
+    return out
+
+
+def ks_distance(a, b):
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    cdf_a = np.searchsorted(a, grid, side="right") / len(a)
+    cdf_b = np.searchsorted(b, grid, side="right") / len(b)
+    return float(np.max(np.abs(cdf_a - cdf_b)))
+
+
+KS_MAX = 0.06  # two samples of 3000: p < 1e-4 of exceeding it by chance
+
+
+def assert_rate(k, n, p, what):
+    sd = math.sqrt(n * p * (1 - p)) or 1.0
+    assert abs(k - n * p) <= 5 * sd, f"{what}: {k} of {n}, want about {n * p:.0f}"
+
+
+def category(line):
+    """A basic op as a coarse name both samplers can be mapped to."""
+    k = int(line["kind"])
+    if k != K_AFFINE:
+        return k
+    if line["cx"] or line["cy"]:
+        return "shearx" if line["shx"] else "sheary" if line["shy"] else "shear0"
+    if line["tx"]:
+        return "tx"
+    if line["ty"]:
+        return "ty"
+    return "rot" if line["angle"] else "affine0"
+
+
+def magnitude(line):
+    k = int(line["kind"])
+    if k == K_AFFINE:
+        return line["shx"] + line["shy"] + line["tx"] + line["ty"] + line["angle"]
+    return line["bits"] if k == K_POST else line["f"]
+
+
+def tv_line(name, mag, h, w):
+    """torchvision's _apply_op(name, mag) as the basic op it amounts to."""
+    z = dict.fromkeys(FIELDS, 0.0)
+    z.update(kind=K_AFFINE, scale=1.0, f=1.0 + mag)
+    if name in ("ShearX", "ShearY"):
+        z.update(cx=-0.5 * w, cy=-0.5 * h)
+        z["shx" if name == "ShearX" else "shy"] = math.degrees(math.atan(mag))
+    elif name == "TranslateX":
+        z["tx"] = float(int(mag))
+    elif name == "TranslateY":
+        z["ty"] = float(int(mag))
+    elif name == "Rotate":
+        z["angle"] = -mag
+    elif name == "Identity":
+        return None
+    else:
+        kinds = {"Brightness": K_BRIGHT, "Color": K_SAT, "Contrast": K_CONTRAST,
+                 "Sharpness": K_SHARP, "Posterize": K_POST, "Solarize": K_SOL,
+                 "AutoContrast": K_AUTOC, "Equalize": K_EQ, "Invert": K_INV}
+        z["kind"] = kinds[name]
+        z["bits"] = float(int(mag))
+        if name == "Solarize":
+            z["f"] = mag
+    return z
+
+
+def tv_policy_lines(transform, h, w, n=N):
+    """What torchvision's auto-augment transform chose for n images: its
+    _apply_op recorded instead of run."""
+    calls = []
+    real = AA._apply_op
+    AA._apply_op = lambda img, name, mag, interpolation, fill: calls.append((name, mag)) or img
+    try:
+        torch.manual_seed(5)
+        img = torch.zeros(3, h, w, dtype=torch.uint8)
+        out = []
+        for _ in range(n):
+            calls.clear()
+            transform(img)
+            out.append([z for z in (tv_line(nm, m, h, w) for nm, m in calls) if z])
+    finally:
+        AA._apply_op = real
+    return out
+
+
+def tv_possible(transform, h, w):
+    """Every magnitude torchvision's transform can give, by category."""
+    if isinstance(transform, T.TrivialAugmentWide):
+        space = transform._augmentation_space(transform.num_magnitude_bins)
+    elif isinstance(transform, T.RandAugment):
+        space = transform._augmentation_space(transform.num_magnitude_bins, (h, w))
+    else:
+        space = transform._augmentation_space(10, (h, w))
+    out = {}
+    for name, (mags, signed) in space.items():
+        vals = [float(v) for v in mags.reshape(-1)]
+        for v in vals + ([-v for v in vals] if signed else []):
+            z = tv_line(name, v, h, w)
+            if z:
+                out.setdefault(category(z), set()).add(round(magnitude(z), 3))
+    return out
+
+
+def compare_policies(ours, theirs, possible, what):
+    """Same frequency of every op sequence (by category), and magnitudes
+    that torchvision's transform can give."""
+    def seqs(samples):
+        return [tuple(category(l) for l in ls) for ls in samples]
+    a, b = seqs(ours), seqs(theirs)
+    for key in set(a) | set(b):
+        pa = a.count(key) / len(a)
+        pb = b.count(key) / len(b)
+        sd = math.sqrt(max(pa * (1 - pa), pb * (1 - pb), 1 / len(a)) * 2 / len(a))
+        assert abs(pa - pb) <= 5 * sd, f"{what}: {key}: {pa:.4f} vs torchvision {pb:.4f}"
+    for cat in {category(l) for ls in ours for l in ls}:
+        ma = sorted({round(magnitude(l), 3) for ls in ours for l in ls if category(l) == cat})
+        mb = possible.get(cat, set()) | {0.0}
+        assert set(ma) <= mb, f"{what}: {cat}: magnitudes {sorted(set(ma) - mb)} not torchvision's"
+
+
+@pytest.mark.parametrize("pipeline,transform", [
+    ("trivial_augment_wide", lambda: T.TrivialAugmentWide()),
+    ("rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31)", lambda: T.RandAugment()),
+    ("auto_augment(policy=imagenet)", lambda: T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)),
+    ("auto_augment(policy=cifar10)", lambda: T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)),
+    ("auto_augment(policy=svhn)", lambda: T.AutoAugment(T.AutoAugmentPolicy.SVHN)),
+])
+def test_augment_ops_policy_draws_match_torchvision(probe_bin, pipeline, transform):
+    h, w = 64, 48
+    ours = list(params(probe_bin, pipeline, h, w).values())
+    t = transform()
+    compare_policies(ours, tv_policy_lines(t, h, w), tv_possible(t, h, w), pipeline)
+
+
+def test_augment_ops_color_jitter_order_and_factors(probe_bin):
+    got = params(probe_bin, "color_jitter(brightness=0.4, contrast=0.3, saturation=0.5, hue=0.1)")
+    orders = [tuple(int(l["kind"]) for l in ls) for ls in got.values()]
+    assert all(sorted(o) == [K_BRIGHT, K_CONTRAST, K_SAT, K_HUE] for o in orders)
+    for perm in itertools.permutations([K_BRIGHT, K_CONTRAST, K_SAT, K_HUE]):
+        assert_rate(orders.count(perm), N, 1 / 24, f"order {perm}")
+    torch.manual_seed(3)
+    tv = [T.ColorJitter.get_params((0.6, 1.4), (0.7, 1.3), (0.5, 1.5), (-0.1, 0.1))
+          for _ in range(N)]
+    for k, kind in enumerate((K_BRIGHT, K_CONTRAST, K_SAT, K_HUE)):
+        ours = [l["f"] for ls in got.values() for l in ls if int(l["kind"]) == kind]
+        theirs = [float(p[k + 1]) for p in tv]
+        assert ks_distance(ours, theirs) < KS_MAX, kind
+    # a zero range is no op at all, as torchvision's None
+    got = params(probe_bin, "color_jitter(brightness=0.4)", n=50)
+    assert all([int(l["kind"]) for l in ls] == [K_BRIGHT] for ls in got.values())
+
+
+def test_augment_ops_random_affine_and_rotation_draws(probe_bin):
+    h, w = 64, 48
+    got = [ls[0] for ls in params(probe_bin, "random_affine(degrees=20, translate=0.2, "
+                                  "scale_min=0.8, scale_max=1.2, shear=15)", h, w).values()]
+    torch.manual_seed(4)
+    tv = [T.RandomAffine.get_params([-20.0, 20.0], [0.2, 0.2], [0.8, 1.2], [-15.0, 15.0, 0.0, 0.0],
+                                    [w, h]) for _ in range(N)]
+    pairs = [("angle", [p[0] for p in tv]), ("tx", [p[1][0] for p in tv]),
+             ("ty", [p[1][1] for p in tv]), ("scale", [p[2] for p in tv]),
+             ("shx", [p[3][0] for p in tv]), ("shy", [p[3][1] for p in tv])]
+    for key, theirs in pairs:
+        ours = [l[key] for l in got]
+        assert ks_distance(ours, theirs) < KS_MAX, key
+        if key in ("tx", "ty"):
+            assert set(ours) <= set(float(v) for v in theirs) | {0.0}, key
+    got = [ls[0]["angle"] for ls in params(probe_bin, "random_rotation(degrees=30)").values()]
+    torch.manual_seed(4)
+    tv = [-T.RandomRotation.get_params([-30.0, 30.0]) for _ in range(N)]  # rotate's -angle
+    assert ks_distance(got, tv) < KS_MAX
+
+
+def test_augment_ops_random_erasing_draws(probe_bin):
+    h, w = 64, 48
+    got = params(probe_bin, "random_erasing(p=0.7, scale_min=0.02, scale_max=0.33, "
+                 "ratio_min=0.3, ratio_max=3.3)", h, w)
+    boxes = [ls[0] for ls in got.values() if ls]
+    torch.manual_seed(6)
+    img = torch.zeros(3, h, w, dtype=torch.uint8)
+    tv = [T.RandomErasing.get_params(img, (0.02, 0.33), (0.3, 3.3), [0]) for _ in range(N)]
+    tv = [b for b in tv if b[2] < h]  # a try that fits (torchvision's fallback is no erase)
+    fits = len(tv) / N
+    assert_rate(len(boxes), N, 0.7 * fits, "erased samples")
+    for k, key in enumerate(("i", "j", "h", "w")):
+        assert ks_distance([b[key] for b in boxes], [b[k] for b in tv]) < 2 * KS_MAX, key
+
+
+@pytest.mark.parametrize("pipeline,p", [
+    ("random_grayscale", 0.1), ("random_grayscale(p=0.6)", 0.6),
+    ("random_solarize(threshold=100)", 0.5), ("random_posterize(bits=3, p=0.3)", 0.3),
+    ("random_equalize(p=0.8)", 0.8), ("random_autocontrast(p=0.25)", 0.25),
+    ("random_adjust_sharpness(factor=2, p=0.4)", 0.4), ("random_invert", 0.5),
+])
+def test_augment_ops_probability_ops_rate(probe_bin, pipeline, p):
+    got = params(probe_bin, pipeline)
+    assert_rate(sum(1 for ls in got.values() if ls), N, p, pipeline)
+
+
+def test_augment_ops_gaussian_blur_sigma_draw(probe_bin):
+    got = [ls[0]["f"] for ls in params(probe_bin, "gaussian_blur(kernel_size=3, sigma_min=0.5, "
+                                       "sigma_max=3)").values()]
+    torch.manual_seed(8)
+    tv = [T.GaussianBlur.get_params(0.5, 3.0) for _ in range(N)]
+    assert ks_distance(got, tv) < KS_MAX
+    fixed = params(probe_bin, "gaussian_blur(kernel_size=3, sigma=1.25)", n=20)
+    assert {ls[0]["f"] for ls in fixed.values()} == {1.25}
+
+
+def test_augment_ops_random_erasing_random_value(probe_bin, images):
+    """value=random: normal draws cast as torch casts floats to uint8 (so
+    only -3..3 around 0, wrapped); nothing outside the box changes."""
+    img = images[0]
+    for sample in range(8):
+        lines, got = run_pixel(probe_bin, "random_erasing(p=1, value=random)", img, sample=sample)
+        if not lines:
+            continue
+        l = lines[0]
+        i, j, h, w = (int(l[k]) for k in ("i", "j", "h", "w"))
+        mask = np.zeros(img.shape[:2], bool)
+        mask[i:i + h, j:j + w] = True
+        assert (got[~mask] == img[~mask]).all()
+        box = got[mask].astype(int)
+        assert set(np.unique(box)) <= set(range(0, 6)) | set(range(250, 256))
+        assert abs(float(np.where(box > 127, box - 256, box).mean())) < 0.2
