@@ -514,3 +514,69 @@ def test_augment_ops_random_erasing_random_value(probe_bin, images):
         box = got[mask].astype(int)
         assert set(np.unique(box)) <= set(range(0, 6)) | set(range(250, 256))
         assert abs(float(np.where(box > 127, box - 256, box).mean())) < 0.2
+
+
+# ---- through feedd: worker counts and resume -------------------------------
+
+FEEDD_PIPE = ("color_jitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1) | "
+              "random_grayscale(p=0.2) | random_affine(degrees=10, translate=0.1, shear=5) | "
+              "trivial_augment_wide | rand_augment | auto_augment(policy=cifar10) | "
+              "gaussian_blur(kernel_size=3) | random_erasing(p=0.5, value=random)")
+FEEDD_BATCH = 8
+FEEDD_N = 40
+
+
+@pytest.fixture(scope="module")
+def photo_set(feedpack, tmp_path_factory):
+    """FEEDD_N 32x32 crops of the photos as an npy dataset 'photos'."""
+    d = tmp_path_factory.mktemp("ops")
+    base = _photos()[0]
+    crops = np.stack([base[(k % 5) * 4:(k % 5) * 4 + 32, k:k + 32] for k in range(FEEDD_N)])
+    np.save(d / "image.npy", crops)
+    np.save(d / "label.npy", np.arange(FEEDD_N, dtype=np.int64))
+    pack(feedpack, "npy", f"image={d / 'image.npy'}", f"label={d / 'label.npy'}",
+         "--block-records", 4, "-o", d / "photos")
+    return d
+
+
+def feedd_run(sock, total, state=None):
+    import feedclient
+    out = []
+    with feedclient.Loader("photos", FEEDD_BATCH, socket=sock, seed=9,
+                           pipeline=FEEDD_PIPE) as loader:
+        if state is not None:
+            loader.load_state_dict(state)
+        while len(out) < total:
+            for b in loader:
+                out.append((b.epoch, b.index, tuple(b.indices.tolist()),
+                            hashlib.sha1(b["image"].tobytes()).hexdigest()))
+                if len(out) == total:
+                    return out, loader.state_dict()
+    return out, None
+
+
+def test_augment_ops_same_bytes_for_any_worker_count_and_resume(photo_set, feedd_factory):
+    total = 2 * FEEDD_N // FEEDD_BATCH
+    runs = {}
+    for workers in (1, 2):
+        d = photo_set / f"w{workers}"
+        d.mkdir()
+        daemon = feedd_factory(d, "--workers", workers, "--dataset", f"photos={photo_set / 'photos'}")
+        runs[workers], _ = feedd_run(daemon.sock, total)
+        if workers == 2:
+            _, state = feedd_run(daemon.sock, 3)
+            rest, _ = feedd_run(daemon.sock, total - 3, state)
+        daemon.stop()
+    assert runs[1] == runs[2]
+    assert rest == runs[2][3:]
+
+    # the ops ran: the samples are not the packed crops
+    import feedclient
+    crops = np.load(photo_set / "image.npy")
+    daemon = feedd_factory(photo_set / "w2", "--workers", 2,
+                           "--dataset", f"photos={photo_set / 'photos'}")
+    with feedclient.Loader("photos", FEEDD_BATCH, socket=daemon.sock, seed=9,
+                           pipeline=FEEDD_PIPE) as loader:
+        b = next(iter(loader))
+        same = [np.array_equal(b["image"][k], crops[i]) for k, i in enumerate(b.indices)]
+    assert not any(same)
