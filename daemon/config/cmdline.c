@@ -14,6 +14,7 @@ const char cli_usage[] =
 	"             [--workers N] [--cache-bytes N] [--log-level error|warn|info|debug]\n"
 	"             [--group-timeout-ms N]\n"
 	"       feedd --check-config FILE   (parse and check FILE, open nothing)\n"
+	"       feedd --list-ops            (the pipeline ops, their keys and defaults)\n"
 	"Flags override the config file; without one, built-in defaults apply.\n"
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 
