@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import math
 import os
+import pathlib
 import subprocess
 
 import numpy as np
@@ -580,3 +581,20 @@ def test_augment_ops_same_bytes_for_any_worker_count_and_resume(photo_set, feedd
         b = next(iter(loader))
         same = [np.array_equal(b["image"][k], crops[i]) for k, i in enumerate(b.indices)]
     assert not any(same)
+
+
+def test_augment_ops_listed_by_feedd_and_readme(feed_bin):
+    """feedd --list-ops lists every op with its keys; the README's
+    augmentation list names each one."""
+    res = subprocess.run([str(feed_bin / "feedd"), "--list-ops"], capture_output=True, text=True,
+                         check=True)
+    lines = {l.split("(")[0]: l for l in res.stdout.splitlines()}
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    ops = {d[0].split("(")[0].split(" |")[0] for d in DETERMINISTIC[:-1]}
+    ops |= {r.split("(")[0] for p in RANDOM for r in p.split(" | ")}
+    assert len(ops) == 29  # gaussian_blur is both
+    for op in ops:
+        assert op in lines, f"feedd --list-ops lacks {op}"
+        assert f"`{op}" in readme, f"README lacks {op}"
+    assert lines["random_erasing"] == ("random_erasing(p=0.5, scale_min=0.02, scale_max=0.33, "
+                                       "ratio_min=0.3, ratio_max=3.3, value=0, field)")
