@@ -32,6 +32,15 @@
  *                                 (a tuple "(0.485, 0.456, 0.406)" or one
  *                                 number for one channel), dtype f32|f16|bf16,
  *                                 layout chw|hwc; the field's last op
+ *   adjust_brightness(factor) ... random_erasing(p, ...)
+ *                                 torchvision's per-sample augmentations
+ *                                 (pixel ops: PIPE_ADJUST_BRIGHTNESS and
+ *                                 after; README "Augmentations" and
+ *                                 `feedd --list-ops` list them with their
+ *                                 keys): on fixed u8 images of 1 or 3
+ *                                 channels, shape kept (rgb_to_grayscale
+ *                                 may make one channel); consecutive ones
+ *                                 on a field run as one PIXEL stage
  * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), or on a
  * field decode made; by default the first such field at that point of the
  * pipeline. decode acts on a field whose records are encoded images (fmt.h
