@@ -259,6 +259,11 @@ RANDOM = [
     "auto_augment(policy=cifar10)",
     "auto_augment(policy=svhn)",
     "random_erasing(p=0.5)",
+    # chains: one stage, a channel count that changes inside it
+    "rgb_to_grayscale | random_rotation(degrees=40) | trivial_augment_wide | "
+    "random_erasing(p=0.7, value=9)",
+    "random_grayscale(p=0.5) | rand_augment(num_ops=3, magnitude=5, num_magnitude_bins=11) | "
+    "random_posterize(bits=2) | gaussian_blur(kernel_size=3, sigma_min=0.3, sigma_max=0.9)",
 ]
 
 

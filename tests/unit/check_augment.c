@@ -739,6 +739,14 @@ START_TEST(test_augment_pixel_plan_refusals)
 	ck_assert_int_eq(pipe_plan_text("rgb_to_grayscale | equalize", &s, p, &err), 0);
 	ck_assert_uint_eq(p->out.fields[0].shape[2], 1);
 	ck_assert_uint_eq(p->nstages, 1); /* one fused stage */
+	/* a rank-2 image (Fashion-MNIST) stays rank 2 */
+	image_schema(&s, 28, 28, 0);
+	ck_assert_int_eq(pipe_plan_text("trivial_augment_wide | rgb_to_grayscale", &s, p, &err), 0);
+	ck_assert_uint_eq(p->out.fields[0].rank, 2);
+	uint8_t img[28 * 28], out[28 * 28];
+	fill_image(img, sizeof(img), 3);
+	struct aug_ctx ctx = {.seed = 2};
+	ck_assert_uint_eq(apply1(p, &ctx, img, sizeof(img), out, sizeof(out)), sizeof(out));
 	free(p);
 }
 END_TEST
