@@ -416,9 +416,10 @@ static int parse_scale_key(struct pipe_scan *sc, struct pipe_op *op, enum pipe_k
 	return rc;
 }
 
-/* The pixel ops' keys (see pipeline.h). */
-static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
-			const char *v)
+/* rotate / affine / random_rotation / random_affine keys; 1 when key is
+ * not one of them. */
+static int op_set_geom(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		       const char *v)
 {
 	const char *k = pipe_key_names[key];
 	const int64_t one = PIPE_P_ONE, fmax = PIPE_FACTOR_MAX * one;
@@ -427,10 +428,6 @@ static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key 
 	int rc;
 
 	switch (key) {
-	case PK_FACTOR:
-		if (op->kind == PIPE_ADJUST_HUE)
-			return parse_decimal(sc, k, v, -one / 2, one / 2, &op->factor_ppb);
-		return parse_decimal(sc, k, v, 0, fmax, &op->factor_ppb);
 	case PK_ANGLE: return parse_decimal(sc, k, v, -amax, amax, &op->angle_ppb);
 	case PK_DEGREES: return parse_decimal(sc, k, v, 0, amax, &op->degrees_ppb);
 	case PK_INTERPOLATION:
@@ -448,6 +445,26 @@ static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key 
 	case PK_SHEAR_Y:
 		return parse_decimal(sc, k, v, -smax, smax, &op->shear_ppb[key - PK_SHEAR_X]);
 	case PK_SHEAR: return parse_decimal(sc, k, v, 0, smax, &op->shear_r_ppb);
+	default: return 1;
+	}
+}
+
+/* The pixel ops' keys (see pipeline.h). */
+static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+			const char *v)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE, fmax = PIPE_FACTOR_MAX * one;
+	uint32_t u = 0;
+	int rc = op_set_geom(sc, op, key, v);
+
+	if (rc <= 0)
+		return rc;
+	switch (key) {
+	case PK_FACTOR:
+		if (op->kind == PIPE_ADJUST_HUE)
+			return parse_decimal(sc, k, v, -one / 2, one / 2, &op->factor_ppb);
+		return parse_decimal(sc, k, v, 0, fmax, &op->factor_ppb);
 	case PK_BITS: return parse_uint(sc, k, v, 0, 8, &op->bits);
 	case PK_THRESHOLD: return parse_uint(sc, k, v, 0, 255, &op->threshold);
 	case PK_KERNEL_SIZE:
