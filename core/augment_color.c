@@ -213,7 +213,7 @@ static void pass_saturation(struct aug_px_img *im, double f)
 {
 	size_t n = (size_t)im->h * im->w;
 	const uint8_t *s = im->cur;
-	uint8_t *d = px_target(im, true);
+	uint8_t *d = px_target(im, true), *out = d;
 	const uint8_t (*L)[256] = pass_lut(im);
 	float r = (float)f, r1 = (float)(1.0 - f);
 
@@ -224,7 +224,7 @@ static void pass_saturation(struct aug_px_img *im, double f)
 		d[1] = px_blend(b, g, r, r1);
 		d[2] = px_blend(c, g, r, r1);
 	}
-	im->cur = d - n * 3;
+	im->cur = out;
 }
 
 static void pass_grayscale(struct aug_px_img *im, uint32_t out_c)
@@ -282,7 +282,7 @@ static void pass_hue(struct aug_px_img *im, double hf)
 {
 	size_t n = (size_t)im->h * im->w;
 	const uint8_t *s = im->cur;
-	uint8_t *d = px_target(im, true);
+	uint8_t *d = px_target(im, true), *out = d;
 	const uint8_t (*L)[256] = pass_lut(im);
 	float o[3];
 
@@ -294,7 +294,7 @@ static void pass_hue(struct aug_px_img *im, double hf)
 			d[k] = (uint8_t)(x < 0.0f ? 0.0f : x);
 		}
 	}
-	im->cur = d - n * 3;
+	im->cur = out;
 }
 
 /* ------------------------------------------------------------------ */

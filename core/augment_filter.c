@@ -12,6 +12,7 @@
  * Threads: pure, the caller's buffers. Never allocates, blocks or prints.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "augment_pixel.h"
@@ -95,16 +96,17 @@ void px_sharpness(struct aug_px_img *im, double factor)
 				float v = s[at], deg = v;
 				if (y > 0 && x > 0 && y + 1 < h && x + 1 < w) {
 					const uint8_t *p = s + at;
+					ptrdiff_t rs = (ptrdiff_t)row, cc = (ptrdiff_t)c;
 					float acc = 0.0f;
-					acc += k1 * (float)p[-row - c];
-					acc += k1 * (float)p[-row];
-					acc += k1 * (float)p[-row + c];
-					acc += k1 * (float)p[-(ptrdiff_t)c];
+					acc += k1 * (float)p[-rs - cc];
+					acc += k1 * (float)p[-rs];
+					acc += k1 * (float)p[-rs + cc];
+					acc += k1 * (float)p[-cc];
 					acc += k5 * v;
-					acc += k1 * (float)p[c];
-					acc += k1 * (float)p[row - c];
-					acc += k1 * (float)p[row];
-					acc += k1 * (float)p[row + c];
+					acc += k1 * (float)p[cc];
+					acc += k1 * (float)p[rs - cc];
+					acc += k1 * (float)p[rs];
+					acc += k1 * (float)p[rs + cc];
 					deg = nearbyintf(acc);
 				}
 				d[at] = px_blend(v, deg, r, r1);
