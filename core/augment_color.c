@@ -260,10 +260,11 @@ static void hue_pixel(float r, float g, float b, float hf, float out[3])
 	float hr = maxc == r ? bc - gc : 0.0f;
 	float hg = maxc == g && maxc != r ? (2.0f + rc) - bc : 0.0f;
 	float hb = maxc != g && maxc != r ? (4.0f + gc) - rc : 0.0f;
-	float h = fmodf((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
+	float h = (hr + hg + hb) / 6.0f + 1.0f;
 
+	h = h >= 1.0f ? h - 1.0f : h; /* fmod(h, 1) for h in [0, 2): exact */
 	h = h + hf;
-	h = h - floorf(h / 1.0f); /* torch.remainder(h, 1.0) */
+	h = h - floorf(h); /* torch.remainder(h, 1.0) */
 	float i6 = floorf(h * 6.0f), f = h * 6.0f - i6;
 	int i = (int)i6 % 6;
 	float v = maxc;
@@ -284,11 +285,12 @@ static void pass_hue(struct aug_px_img *im, double hf)
 	const uint8_t *s = im->cur;
 	uint8_t *d = px_target(im, true), *out = d;
 	const uint8_t (*L)[256] = pass_lut(im);
-	float o[3];
+	float o[3], unit[256];
 
+	for (uint32_t v = 0; v < 256; v++)
+		unit[v] = (float)v / 255.0f; /* img.to(float32) / 255 */
 	for (size_t i = 0; i < n; i++, s += 3, d += 3) {
-		hue_pixel((float)L[0][s[0]] / 255.0f, (float)L[1][s[1]] / 255.0f,
-			  (float)L[2][s[2]] / 255.0f, (float)hf, o);
+		hue_pixel(unit[L[0][s[0]]], unit[L[1][s[1]]], unit[L[2][s[2]]], (float)hf, o);
 		for (int k = 0; k < 3; k++) {
 			float x = o[k] * 255.0f;
 			d[k] = (uint8_t)(x < 0.0f ? 0.0f : x);

@@ -12,6 +12,7 @@
  * Threads: pure, the caller's buffers. Never allocates, blocks or prints.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -54,27 +55,49 @@ void px_blur(struct aug_px_img *im, uint32_t ksize, double sigma)
 	gauss_kernel(ksize, sigma, kern);
 	const uint8_t *s = im->cur;
 	for (uint32_t y = 0; y < h; y++)
-		for (uint32_t x = 0; x < w; x++)
+		for (uint32_t x = 0; x < w; x++) {
+			bool in = x >= r && x + r < w; /* no reflection needed */
 			for (uint32_t ch = 0; ch < c; ch++) {
+				const uint8_t *p = s + ((size_t)y * w) * c + ch;
 				float acc = 0.0f;
 				for (uint32_t t = 0; t < ksize; t++) {
-					uint32_t xx = reflect((int64_t)x + t - r, w);
-					acc += kern[t] * (float)s[((size_t)y * w + xx) * c + ch];
+					uint32_t xx = in ? x + t - r : reflect((int64_t)x + t - r, w);
+					acc += kern[t] * (float)p[(size_t)xx * c];
 				}
 				f[((size_t)y * w + x) * c + ch] = acc;
 			}
+		}
 	uint8_t *d = px_target(im, true);
-	for (uint32_t y = 0; y < h; y++)
-		for (uint32_t x = 0; x < w; x++)
-			for (uint32_t ch = 0; ch < c; ch++) {
-				float acc = 0.0f;
-				for (uint32_t t = 0; t < ksize; t++) {
-					uint32_t yy = reflect((int64_t)y + t - r, h);
-					acc += kern[t] * f[((size_t)yy * w + x) * c + ch];
-				}
-				d[((size_t)y * w + x) * c + ch] = (uint8_t)nearbyintf(acc);
-			}
+	size_t row = (size_t)w * c;
+	for (uint32_t y = 0; y < h; y++) {
+		const float *rows[256];
+		for (uint32_t t = 0; t < ksize; t++)
+			rows[t] = f + (size_t)reflect((int64_t)y + t - r, h) * row;
+		for (size_t i = 0; i < row; i++) {
+			float acc = 0.0f;
+			for (uint32_t t = 0; t < ksize; t++)
+				acc += kern[t] * rows[t][i];
+			d[(size_t)y * row + i] = (uint8_t)nearbyintf(acc);
+		}
+	}
 	im->cur = d;
+}
+
+/* The 3x3 smoothing at p, summed in torch's order, rounded half to even. */
+static inline float sharp_smooth(const uint8_t *p, ptrdiff_t rs, ptrdiff_t cc, float k1, float k5)
+{
+	float acc = 0.0f;
+
+	acc += k1 * (float)p[-rs - cc];
+	acc += k1 * (float)p[-rs];
+	acc += k1 * (float)p[-rs + cc];
+	acc += k1 * (float)p[-cc];
+	acc += k5 * (float)p[0];
+	acc += k1 * (float)p[cc];
+	acc += k1 * (float)p[rs - cc];
+	acc += k1 * (float)p[rs];
+	acc += k1 * (float)p[rs + cc];
+	return nearbyintf(acc);
 }
 
 void px_sharpness(struct aug_px_img *im, double factor)
@@ -89,27 +112,15 @@ void px_sharpness(struct aug_px_img *im, double factor)
 	const uint8_t *s = im->cur;
 	uint8_t *d = px_target(im, false);
 	size_t row = (size_t)w * c;
-	for (uint32_t y = 0; y < h; y++)
-		for (uint32_t x = 0; x < w; x++)
-			for (uint32_t ch = 0; ch < c; ch++) {
-				size_t at = (size_t)y * row + (size_t)x * c + ch;
-				float v = s[at], deg = v;
-				if (y > 0 && x > 0 && y + 1 < h && x + 1 < w) {
-					const uint8_t *p = s + at;
-					ptrdiff_t rs = (ptrdiff_t)row, cc = (ptrdiff_t)c;
-					float acc = 0.0f;
-					acc += k1 * (float)p[-rs - cc];
-					acc += k1 * (float)p[-rs];
-					acc += k1 * (float)p[-rs + cc];
-					acc += k1 * (float)p[-cc];
-					acc += k5 * v;
-					acc += k1 * (float)p[cc];
-					acc += k1 * (float)p[rs - cc];
-					acc += k1 * (float)p[rs];
-					acc += k1 * (float)p[rs + cc];
-					deg = nearbyintf(acc);
-				}
-				d[at] = px_blend(v, deg, r, r1);
-			}
+	for (uint32_t y = 0; y < h; y++) {
+		bool edge = y == 0 || y + 1 == h;
+		for (size_t at = (size_t)y * row, end = at + row; at < end; at++) {
+			float v = s[at], deg = v;
+			size_t x = (at - (size_t)y * row) / c;
+			if (!edge && x > 0 && x + 1 < w)
+				deg = sharp_smooth(s + at, (ptrdiff_t)row, (ptrdiff_t)c, k1, k5);
+			d[at] = px_blend(v, deg, r, r1);
+		}
+	}
 	im->cur = d;
 }

@@ -76,13 +76,14 @@ static void warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, 
 		in[t] = xs[t] >= 0 && ys[t] >= 0 && xs[t] < w && ys[t] < h;
 		m = m + (in[t] ? wt[t] : 0.0f);
 	}
+	size_t at[4];
+	for (int t = 0; t < 4; t++)
+		at[t] = in[t] ? ((size_t)ys[t] * w + (size_t)xs[t]) * c : 0;
 	for (uint32_t k = 0; k < c; k++) {
-		float v = 0.0f;
+		float v = 0.0f; /* outside pixels add 0 * weight: nothing */
 		for (int t = 0; t < 4; t++)
 			if (in[t])
-				v = v + (float)s[((size_t)ys[t] * w + (size_t)xs[t]) * c + k] * wt[t];
-			else
-				v = v + 0.0f * wt[t];
+				v = v + (float)s[at[t] + k] * wt[t];
 		float o = v * m + (1.0f - m) * fill;
 		d[k] = (uint8_t)nearbyintf(o);
 	}
@@ -101,13 +102,20 @@ void px_affine(struct aug_px_img *im, const struct aug_affine *a)
 	float sw = (float)w / 2.0f, sh = (float)h / 2.0f;
 	const uint8_t *s = im->cur;
 	uint8_t *d = px_target(im, false);
+	float *colx = im->fbuf, *coly = im->fbuf + w; /* bx * a00, bx * a01 per column */
 
+	for (uint32_t x = 0; x < w; x++) {
+		float bx = (float)(-(double)w * 0.5 + 0.5) + (float)x;
+		colx[x] = bx * a00;
+		coly[x] = bx * a01;
+	}
 	for (uint32_t y = 0; y < h; y++) {
 		float by = (float)(-(double)h * 0.5 + 0.5) + (float)y;
+		float rowx = by * a10, rowy = by * a11;
 		for (uint32_t x = 0; x < w; x++) {
-			float bx = (float)(-(double)w * 0.5 + 0.5) + (float)x;
-			float gx = bx * a00 + by * a10 + a20;
-			float gy = bx * a01 + by * a11 + a21;
+			/* the same roundings as (bx * a00 + by * a10) + a20 */
+			float gx = (colx[x] + rowx) + a20;
+			float gy = (coly[x] + rowy) + a21;
 			float ix = (gx + 1.0f) * sw - 0.5f, iy = (gy + 1.0f) * sh - 0.5f;
 			uint8_t *o = d + ((size_t)y * w + x) * c;
 			if (a->interp == PIPE_INTERP_NEAREST)

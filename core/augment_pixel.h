@@ -81,7 +81,8 @@ struct aug_px_img {
 	uint8_t *dst;       /* the stage's output, dst_bytes long */
 	size_t dst_bytes;
 	uint8_t *buf[2];    /* two scratch images of the stage's input size */
-	float *fbuf;        /* a float plane of the stage's input size */
+	float *fbuf;        /* a float plane of the stage's input size (at
+			     * least 2 * w floats) */
 	uint32_t h, w, c;   /* current shape */
 	bool lut_on;        /* lut pending on cur */
 	uint8_t lut[3][256]; /* per-channel table still to apply */

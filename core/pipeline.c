@@ -1602,7 +1602,8 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 			plan_convert(p, st);
 		if (st->kind == PIPE_STAGE_PIXEL) {
 			size_t n = (size_t)st->in_h * st->in_w * st->in_c;
-			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * n + 63) & ~(size_t)63);
+			size_t nf = n > 2 * (size_t)st->in_w ? n : 2 * (size_t)st->in_w;
+			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * nf + 63) & ~(size_t)63);
 			if (n > p->pix_scratch_bytes)
 				p->pix_scratch_bytes = n;
 		}
