@@ -248,35 +248,52 @@ static void pass_grayscale(struct aug_px_img *im, uint32_t out_c)
 	im->cur = d;
 }
 
-/* torchvision's _rgb2hsv, hue shift, _hsv2rgb on one pixel in [0, 1]. */
+/* torch.clamp(x, 0, 1) for a number that is not NaN. */
+static inline float unit_clamp(float x)
+{
+	return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x;
+}
+
+/* torchvision's _rgb2hsv, hue shift, _hsv2rgb on one pixel in [0, 1].
+ * torch computes all three of rc, gc, bc and adds the three masked hue
+ * terms; two of them are zero, so only the chosen term is computed here
+ * (adding zeros changes no bit). */
 static void hue_pixel(float r, float g, float b, float hf, float out[3])
 {
-	float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+	float maxc = r > g ? r : g, minc = r < g ? r : g;
+
+	maxc = b > maxc ? b : maxc;
+	minc = b < minc ? b : minc;
 	bool eqc = maxc == minc;
 	float cr = maxc - minc;
 	float s = cr / (eqc ? 1.0f : maxc);
-	float crd = eqc ? 1.0f : cr;
-	float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-	float hr = maxc == r ? bc - gc : 0.0f;
-	float hg = maxc == g && maxc != r ? (2.0f + rc) - bc : 0.0f;
-	float hb = maxc != g && maxc != r ? (4.0f + gc) - rc : 0.0f;
-	float h = (hr + hg + hb) / 6.0f + 1.0f;
+	float crd = eqc ? 1.0f : cr, h;
 
+	if (maxc == r)
+		h = (maxc - b) / crd - (maxc - g) / crd;
+	else if (maxc == g)
+		h = (2.0f + (maxc - r) / crd) - (maxc - b) / crd;
+	else
+		h = (4.0f + (maxc - g) / crd) - (maxc - r) / crd;
+	h = h / 6.0f + 1.0f;
 	h = h >= 1.0f ? h - 1.0f : h; /* fmod(h, 1) for h in [0, 2): exact */
 	h = h + hf;
 	h = h - floorf(h); /* torch.remainder(h, 1.0) */
 	float i6 = floorf(h * 6.0f), f = h * 6.0f - i6;
 	int i = (int)i6 % 6;
 	float v = maxc;
-	float p = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
-	float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
-	float t = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
-	const float tab[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
+	float p = unit_clamp(v * (1.0f - s));
+	float q = unit_clamp(v * (1.0f - s * f));
+	float t = unit_clamp(v * (1.0f - s * (1.0f - f)));
 
-	i = i < 0 ? i + 6 : i;
-	out[0] = tab[i][0];
-	out[1] = tab[i][1];
-	out[2] = tab[i][2];
+	switch (i < 0 ? i + 6 : i) {
+	case 0: out[0] = v; out[1] = t; out[2] = p; break;
+	case 1: out[0] = q; out[1] = v; out[2] = p; break;
+	case 2: out[0] = p; out[1] = v; out[2] = t; break;
+	case 3: out[0] = p; out[1] = q; out[2] = v; break;
+	case 4: out[0] = t; out[1] = p; out[2] = v; break;
+	default: out[0] = v; out[1] = p; out[2] = q; break;
+	}
 }
 
 static void pass_hue(struct aug_px_img *im, double hf)

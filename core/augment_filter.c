@@ -77,7 +77,7 @@ void px_blur(struct aug_px_img *im, uint32_t ksize, double sigma)
 			float acc = 0.0f;
 			for (uint32_t t = 0; t < ksize; t++)
 				acc += kern[t] * rows[t][i];
-			d[(size_t)y * row + i] = (uint8_t)nearbyintf(acc);
+			d[(size_t)y * row + i] = (uint8_t)px_round_even(acc);
 		}
 	}
 	im->cur = d;
@@ -97,7 +97,7 @@ static inline float sharp_smooth(const uint8_t *p, ptrdiff_t rs, ptrdiff_t cc, f
 	acc += k1 * (float)p[rs - cc];
 	acc += k1 * (float)p[rs];
 	acc += k1 * (float)p[rs + cc];
-	return nearbyintf(acc);
+	return px_round_even(acc);
 }
 
 void px_sharpness(struct aug_px_img *im, double factor)

@@ -47,7 +47,7 @@ void aug_affine_matrix(const struct aug_affine *a, double m[6])
 static void warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
 			 uint8_t fill, uint8_t *d)
 {
-	float rx = nearbyintf(ix), ry = nearbyintf(iy);
+	float rx = px_round_even(ix), ry = px_round_even(iy);
 
 	if (rx >= 0.0f && ry >= 0.0f && rx < (float)w && ry < (float)h) {
 		const uint8_t *p = s + ((size_t)ry * w + (size_t)rx) * c;
@@ -85,7 +85,7 @@ static void warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, 
 			if (in[t])
 				v = v + (float)s[at[t] + k] * wt[t];
 		float o = v * m + (1.0f - m) * fill;
-		d[k] = (uint8_t)nearbyintf(o);
+		d[k] = (uint8_t)px_round_even(o);
 	}
 }
 

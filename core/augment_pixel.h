@@ -117,6 +117,19 @@ uint32_t aug_px_expand(const struct pipe_plan *p, uint32_t i, const struct aug_c
 void aug_pixel_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		     const struct aug_ctx *ctx, const uint8_t *src, uint8_t *dst, uint8_t *scratch);
 
+/* nearbyintf(x) in the default rounding mode (half to even, torch.round),
+ * without the libm call: adding and removing 2^23 leaves the integer
+ * nearest |x|, ties to even; floats of 2^23 and above are integers. */
+static inline float px_round_even(float x)
+{
+	float a = x < 0.0f ? -x : x;
+
+	if (!(a < 0x1p23f))
+		return x;
+	a = (a + 0x1p23f) - 0x1p23f;
+	return x < 0.0f ? -a : a;
+}
+
 /* torch's float32 blend (_blend): trunc(clamp(r * a + (1 - r) * b)). */
 static inline uint8_t px_blend(float a, float b, float r, float r1)
 {
