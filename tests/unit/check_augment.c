@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -807,6 +808,23 @@ START_TEST(test_augment_pixel_hand)
 }
 END_TEST
 
+/* px_round_even is nearbyintf (ties to even) without the call. */
+START_TEST(test_augment_pixel_round_even)
+{
+	const float v[] = {0.0f, -0.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 254.5f, 255.49999f,
+			   0.49999997f, 1e-30f, 8388607.5f, 8388608.0f, 4194304.5f, -3.75f,
+			   1e30f, -1e30f};
+
+	for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++)
+		ck_assert_msg(px_round_even(v[k]) == nearbyintf(v[k]), "%.9g: %.9g vs %.9g",
+			      (double)v[k], (double)px_round_even(v[k]), (double)nearbyintf(v[k]));
+	for (uint32_t k = 0; k < 100000; k++) {
+		float x = (float)((int32_t)feed_rand_u32(5, 0, k, 0, 0)) * 0x1p-20f;
+		ck_assert(px_round_even(x) == nearbyintf(x));
+	}
+}
+END_TEST
+
 /* The random pixel ops are pure functions of (seed, epoch, sample). */
 START_TEST(test_augment_pixel_random_deterministic)
 {
@@ -1478,6 +1496,7 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_pixel_plan_refusals);
 	tcase_add_test(tc, test_augment_pixel_hand);
 	tcase_add_test(tc, test_augment_pixel_random_deterministic);
+	tcase_add_test(tc, test_augment_pixel_round_even);
 	suite_add_tcase(s, tc);
 	return s;
 }
