@@ -2,8 +2,10 @@
  * feedd.h: the one struct feedd, built in main() and handed to every
  * module that needs more than its own state. No module keeps a global.
  *
- * Threads: everything here belongs to the loop thread, except log and cfg
- * (read-only once the loop runs) and what pool.h hands to workers.
+ * Threads: everything here belongs to the loop thread, except log (read-only
+ * once the loop runs) and what pool.h hands to workers. cfg and cat change
+ * only at a reload, on the loop thread (control/reload.h), which reads them
+ * from a worker meanwhile: so a worker may read them while d->reload runs.
  */
 #ifndef FEEDD_FEEDD_H
 #define FEEDD_FEEDD_H
@@ -27,12 +29,23 @@ struct pool;
 struct cache;
 struct srv;
 struct ses_group;
+struct svc;
+struct rld;
+
+/* Signals with no meaning to feedd that would otherwise end it: each is
+ * logged and ignored (main.c), the realtime ones included. */
+#define FEEDD_IGNORED_SIGNALS_MAX 48
 
 struct feedd {
 	struct log log;            /* read-only once threads start */
-	const struct cfg *cfg;     /* immutable */
+	struct cfg *cfg;           /* in force (our reference); immutable, replaced
+				    * whole by a reload */
+	const struct cfg_overrides *ov; /* the command line's, applied at each reload */
+	const char *env_socket;    /* FEEDD_SOCKET at start, likewise */
+	struct rld *reload;        /* the reload in progress, or NULL */
+	bool reload_again;         /* SIGHUP during it: one more after it */
 	uv_loop_t loop;            /* owns every handle: socket, connections, signals */
-	struct cat *cat;           /* datasets served */
+	struct cat *cat;           /* datasets served; replaced by a reload */
 	struct pool *pool;         /* worker threads */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
@@ -46,9 +59,14 @@ struct feedd {
 	uint64_t requests;         /* requests answered (loop thread) */
 	uint64_t rejected;         /* of those, answered with an Error (loop thread) */
 	bool stopping;             /* a stop signal arrived */
-	uv_signal_t sigterm;
-	uv_signal_t sigint;
-	uv_signal_t sighup;        /* logged: no reload yet, and not a death either */
+	struct svc *svc;           /* what systemd is told (service.h), or NULL */
+	uv_signal_t sigterm;       /* stop */
+	uv_signal_t sigint;        /* stop */
+	uv_signal_t sighup;        /* reloads the config file (control/reload.h) */
+	uv_signal_t sigquit;       /* stop, like SIGTERM (no core dump) */
+	uv_signal_t sigxcpu;       /* stop: RLIMIT_CPU's soft limit, before SIGKILL */
+	uv_signal_t sigignored[FEEDD_IGNORED_SIGNALS_MAX]; /* logged, ignored */
+	unsigned nsigignored;      /* of sigignored, initialised */
 };
 
 #endif

@@ -1,6 +1,10 @@
 /*
- * log.h: the daemon's log: one line per event, with its context, to stderr
- * (journald adds nothing but its own timestamp).
+ * log.h: the daemon's log: one line per event, with its context, to stderr.
+ * Two formats: "<time> feedd[<pid>]: <level>: <message>" on a terminal or
+ * a file, and "<N><message>" when stderr is the journal (JOURNAL_STREAM
+ * names it): the sd-daemon priority prefix, which journald turns into the
+ * entry's PRIORITY (so `journalctl -p warning` filters), and no time or
+ * pid of our own, which journald records itself.
  *
  * Owns: the line format and the level check. Any thread: a line is built in
  * a local buffer and written with one write(2), so lines from workers and
@@ -10,6 +14,8 @@
  */
 #ifndef FEEDD_LOG_H
 #define FEEDD_LOG_H
+
+#include <stdbool.h>
 
 enum log_level {
 	LOG_LEVEL_ERROR = 0,  /* the daemon or a request failed */
@@ -22,10 +28,16 @@ enum log_level {
 struct log {
 	enum log_level level;  /* lines above this level are dropped */
 	int fd;                /* where lines go: 2 */
+	bool journal;          /* fd is journald's stream: "<N>" prefix, no time */
 };
 
-/* Formats one line ("<time> feedd[<pid>]: <level>: <message>\n") and
- * writes it. Use the macros instead, so the level is checked first. */
+/* True if fd is the stream JOURNAL_STREAM ("DEV:INODE", set by systemd
+ * for a service whose stderr goes to the journal) names: fstat(fd)'s
+ * device and inode match. Any other value, or none, is false. */
+bool log_fd_is_journal(int fd, const char *journal_stream);
+
+/* Formats one line ("<time> feedd[<pid>]: <level>: <message>\n", or
+ * "<N><message>\n" when lg->journal) and writes it. Use the macros instead, so the level is checked first. */
 void log_write(const struct log *lg, enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

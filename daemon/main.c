@@ -1,8 +1,18 @@
 /*
  * main.c: feedd's entry point. Wires the modules together: command line,
- * config, datasets, worker pool, server, signals, systemd notification,
- * then runs the loop until SIGTERM or SIGINT (SIGHUP is logged: no reload
- * yet).
+ * config, datasets, worker pool, server, signals, systemd (service.c),
+ * then runs the loop until a stop signal.
+ *
+ * Signals (README, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
+ * cleanly (the socket, unless systemd's, and the lock file are removed);
+ * SIGHUP reloads the config file (control/reload.h); SIGPIPE is ignored (a vanished peer is an error
+ * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+ * SIGSTKFLT, SIGXFSZ and the realtime signals are logged and ignored.
+ * SIGTSTP, SIGTTIN, SIGTTOU and SIGSTOP pause it and SIGCONT resumes it
+ * (job control); SIGCHLD, SIGURG and SIGWINCH are ignored by default.
+ * The rest are faults (SIGSEGV, SIGBUS, SIGABRT, SIGSYS from the unit's
+ * SystemCallFilter=...) or cannot be caught (SIGKILL): the next start
+ * removes the stale socket under the lock.
  *
  * Main thread, which becomes the loop thread. The only place that exits:
  * 0 after a clean stop, 1 when it cannot start, 2 on a usage error.
@@ -12,21 +22,59 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "catalog.h"
 #include "devslots.h"
+#include "check_config.h"
 #include "cmdline.h"
 #include "feedd.h"
 #include "pipeline.h"
 #include "pool.h"
+#include "reload.h"
 #include "server.h"
+#include "service.h"
 
 static void main_on_closed_signal(uv_handle_t *h)
 {
 	(void)h;
+}
+
+/* Signals that feedd ignores after logging them (see the top). */
+static const int main_ignored_fixed[] = {
+	SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXFSZ,
+};
+
+/* "SIGUSR1", "SIGRTMIN+3". */
+static const char *main_signame(int signum, char *buf, size_t cap)
+{
+	const char *abbrev = sigabbrev_np(signum);
+
+	if (abbrev)
+		snprintf(buf, cap, "SIG%s", abbrev);
+	else if (signum >= SIGRTMIN && signum <= SIGRTMAX)
+		snprintf(buf, cap, "SIGRTMIN+%d", signum - SIGRTMIN);
+	else
+		snprintf(buf, cap, "signal %d", signum);
+	return buf;
+}
+
+/* Once the handles close, libuv gives the signals their default action
+ * back, which for these is death: ignore them for the rest of the stop. */
+static void main_close_signals(struct feedd *d)
+{
+	uv_close((uv_handle_t *)&d->sigterm, main_on_closed_signal);
+	uv_close((uv_handle_t *)&d->sigint, main_on_closed_signal);
+	uv_close((uv_handle_t *)&d->sighup, main_on_closed_signal);
+	uv_close((uv_handle_t *)&d->sigquit, main_on_closed_signal);
+	uv_close((uv_handle_t *)&d->sigxcpu, main_on_closed_signal);
+	for (unsigned i = 0; i < d->nsigignored; i++) {
+		int signum = d->sigignored[i].signum;  /* 0 if it never started */
+		uv_close((uv_handle_t *)&d->sigignored[i], main_on_closed_signal);
+		if (signum > 0)
+			signal(signum, SIG_IGN);
+	}
 }
 
 /* Stop: no new connections, close every one, finish and join the workers.
@@ -37,48 +85,80 @@ static void main_stop(struct feedd *d, const char *why)
 		return;
 	d->stopping = true;
 	log_info(&d->log, "%s: stopping", why);
-	sd_notify(0, "STOPPING=1");
+	svc_stopping(d->svc);
 	if (d->srv)
 		srv_stop(d->srv);
 	if (d->pool)
 		pool_stop(d->pool);
-	uv_close((uv_handle_t *)&d->sigterm, main_on_closed_signal);
-	uv_close((uv_handle_t *)&d->sigint, main_on_closed_signal);
-	uv_close((uv_handle_t *)&d->sighup, main_on_closed_signal);
+	main_close_signals(d);
 }
 
 static void main_on_signal(uv_signal_t *h, int signum)
 {
-	main_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	char name[32];
+
+	main_stop(h->data, main_signame(signum, name, sizeof(name)));
 }
 
-/* SIGHUP would kill us by default (what systemctl reload and a closed
- * terminal send); until reload exists, say so and keep serving. */
+static void main_on_ignored(uv_signal_t *h, int signum)
+{
+	struct feedd *d = h->data;
+	char name[32];
+
+	log_warn(&d->log, "%s: no meaning to feedd; ignored (SIGTERM stops, SIGHUP reloads)",
+		 main_signame(signum, name, sizeof(name)));
+}
+
+/* SIGHUP (systemctl reload, ExecReload=): reload the config file; the
+ * outcome is logged (control/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
 	struct feedd *d = h->data;
 
 	(void)signum;
-	log_warn(&d->log, "SIGHUP: reload is not supported; still serving with the configuration "
-		 "loaded at start (%s)", d->cfg->file ? d->cfg->file : "built-in defaults and flags");
+	log_info(&d->log, "SIGHUP: reloading the configuration");
+	rld_signal(d);
 }
 
+/* Every handle is initialised before any starts, so main_stop() may
+ * close them all whatever failed. */
 static int main_signals(struct feedd *d)
 {
-	uv_signal_init(&d->loop, &d->sigterm);
-	uv_signal_init(&d->loop, &d->sigint);
+	uv_signal_t *stop[] = {&d->sigterm, &d->sigint, &d->sigquit, &d->sigxcpu};
+	const int stop_sig[] = {SIGTERM, SIGINT, SIGQUIT, SIGXCPU};
+	int sigs[FEEDD_IGNORED_SIGNALS_MAX];
+	unsigned n = 0;
+	int r;
+
+	for (size_t i = 0; i < sizeof(main_ignored_fixed) / sizeof(int); i++)
+		sigs[n++] = main_ignored_fixed[i];
+	for (int s = SIGRTMIN; s <= SIGRTMAX && n < FEEDD_IGNORED_SIGNALS_MAX; s++)
+		sigs[n++] = s;
+	for (size_t i = 0; i < 4; i++)
+		uv_signal_init(&d->loop, stop[i]);
 	uv_signal_init(&d->loop, &d->sighup);
-	d->sigterm.data = d->sigint.data = d->sighup.data = d;
-	int r = uv_signal_start(&d->sigterm, main_on_signal, SIGTERM);
-	if (r == 0)
-		r = uv_signal_start(&d->sigint, main_on_signal, SIGINT);
-	if (r == 0)
-		r = uv_signal_start(&d->sighup, main_on_sighup, SIGHUP);
-	return r;
+	for (unsigned i = 0; i < n; i++)
+		uv_signal_init(&d->loop, &d->sigignored[i]);
+	d->nsigignored = n;
+	d->sighup.data = d;
+	if ((r = uv_signal_start(&d->sighup, main_on_sighup, SIGHUP)) < 0)
+		return r;
+	for (size_t i = 0; i < 4; i++) {
+		stop[i]->data = d;
+		if ((r = uv_signal_start(stop[i], main_on_signal, stop_sig[i])) < 0)
+			return r;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		d->sigignored[i].data = d;
+		if ((r = uv_signal_start(&d->sigignored[i], main_on_ignored, sigs[i])) < 0)
+			return r;
+	}
+	return 0;
 }
 
-/* Opens everything, serves until stopped, closes everything. */
-static int main_serve(struct feedd *d)
+/* Opens everything, serves until stopped, closes everything. sd_fd: the
+ * socket systemd passed, or -1. */
+static int main_serve(struct feedd *d, int sd_fd)
 {
 	struct feed_err err = {0};
 	int r, rc = 1;
@@ -93,18 +173,17 @@ static int main_serve(struct feedd *d)
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
 	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, &d->srv, &err) < 0 ||
-	    cat_open(d->cfg, &d->log, &d->cat, &err) < 0 ||
-	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0) {
-		log_error(&d->log, "%s", err.msg);
-		goto out;
-	}
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	if (srv_start(d, sd_fd, &d->srv, &err) < 0)
+		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
+	if (cat_open(d->cfg, d->cache, &d->log, &d->cat, &err) < 0 ||
+	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
+		goto fail;
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 	if (dsl_gpu_new(&d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
@@ -116,9 +195,14 @@ static int main_serve(struct feedd *d)
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
 		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),
 		 d->cfg->socket_path);
-	sd_notifyf(0, "READY=1\nSTATUS=serving %zu datasets on %s", d->cat->n,
-		   d->cfg->socket_path);
+	if (svc_ready(d, &d->svc) < 0) {
+		log_error(&d->log, "systemd notification: out of memory");
+		goto out;
+	}
 	rc = 0;
+	goto out;
+fail:
+	log_error(&d->log, "%s", err.msg);
 out:
 	if (rc)
 		main_stop(d, "startup failed");
@@ -129,37 +213,13 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
-	cat_free(d->cat);
 	quota_free(&d->quota);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;
-}
-
-static int main_check_config(const struct cli *cli)
-{
-	struct feed_err err = {0};
-	struct cfg *cfg = NULL;
-
-	if (cfg_load(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
-		fprintf(stderr, "feedd: %s\n", err.msg);
-		return 1;
-	}
-	/* What a start would meet: every dataset opens, every pipeline fits one. */
-	int errors = cat_check(cfg, stderr);
-	if (errors) {
-		if (errors < 0)
-			fprintf(stderr, "feedd: %s: %s\n", cli->check_config, strerror(-errors));
-		cfg_free(cfg);
-		return 1;
-	}
-	printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers)\n",
-	       cli->check_config, cfg->socket_path, cfg->ndatasets, cfg->npipelines,
-	       (unsigned long long)cfg->workers);
-	cfg_free(cfg);
-	return 0;
 }
 
 /* feedd --list-ops: every pipeline op with its keys and defaults. */
@@ -190,16 +250,21 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (cli.check_config)
-		return main_check_config(&cli);
-	if (cfg_load(cli.config, &cli.ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
+		return chk_run(&cli);
+	d.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
+	int sd_fd = -1;
+	if (svc_listen_fd(&d.log, &sd_fd, &err) < 0 ||
+	    cfg_load(cli.config, &cli.ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
 		log_error(&d.log, "%s", err.msg);
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);  /* a vanished peer is an error code, not a death */
 	d.cfg = cfg;
+	d.ov = &cli.ov;
+	d.env_socket = getenv("FEEDD_SOCKET");
 	d.log.level = cfg->log_level;
 	d.self_uid = geteuid();
-	int rc = main_serve(&d);
-	cfg_free(cfg);
+	int rc = main_serve(&d, sd_fd);
+	cfg_free(d.cfg);  /* the one in force: the first, or a reload's */
 	return rc;
 }

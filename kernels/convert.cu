@@ -67,10 +67,10 @@ extern "C" int feed_convert_images_cuda(const struct feed_convert *cv, const uin
 {
 	if (!cv || (n && (!src || !dst)))
 		return -EINVAL;
-	size_t total = (size_t)cv->h * cv->w * cv->c * n;
-	if (!total)
+	size_t pixels = (size_t)cv->h * cv->w * n; /* a thread each (convert_kernels.cuh) */
+	if (!pixels)
 		return 0;
-	unsigned b = blocks_for(total);
+	unsigned b = blocks_for(pixels);
 	cudaStream_t st = stream;
 	switch (cv->dtype) {
 	case FEED_CONVERT_F32:

@@ -11,18 +11,76 @@
 
 #include "convert.h"
 
-/* Output element i of the batch: sample i / per, element i % per. */
+/* Two of T in one store (NCHW pairs): 8 bytes for float, 4 for 16-bit. */
+template <typename T> struct feed_k_pair;
+template <> struct feed_k_pair<float> {
+	typedef float2 type;
+	static __device__ inline float2 make(float a, float b) { return make_float2(a, b); }
+};
+template <> struct feed_k_pair<uint16_t> {
+	typedef uint32_t type;
+	static __device__ inline uint32_t make(uint16_t a, uint16_t b)
+	{
+		return (uint32_t)a | (uint32_t)b << 16; /* little-endian: a first */
+	}
+};
+
+/* One thread per pixel of the batch (pixel p: sample p / (h*w), pixel
+ * p % (h*w) of it), writing its c channels: index arithmetic once per
+ * pixel, in 32 bits inside a sample (feed_convert_init keeps h*w*c below
+ * 2^32), and 64-bit division only for batches of 2^32 pixels or more.
+ * With NCHW and an even h*w (so pairs never straddle two samples and stay
+ * aligned), a thread takes two neighbouring pixels and writes each
+ * channel's pair with one store. A warp reads its pixels' bytes as one
+ * run and writes each plane (NCHW) or the interleaved run (NHWC)
+ * contiguously. Launchers size the grid by pixels (any grid is right:
+ * grid-stride). Each output element is PX of the same byte, scale and
+ * bias as the twins'. */
 template <typename T, T (*PX)(uint8_t, float, float)>
 __device__ inline void feed_k_images(const struct feed_convert &cv, const uint8_t *__restrict__ src,
 				     size_t n, const uint8_t *__restrict__ flip, T *__restrict__ dst)
 {
-	size_t per = (size_t)cv.h * cv.w * cv.c, total = per * n;
+	const uint32_t w = cv.w, hw = cv.h * cv.w, c = cv.c;
+	const size_t per = (size_t)hw * c, pixels = (size_t)hw * n;
+	const bool nchw = cv.layout == FEED_CONVERT_NCHW;
+	const bool pairs = nchw && hw % 2 == 0 &&
+			   (uintptr_t)dst % sizeof(typename feed_k_pair<T>::type) == 0;
+	const uint32_t step = pairs ? 2 : 1;
+	const size_t units = pixels / step;
+	const bool small = pixels <= 0xffffffffu;
+	float sc[FEED_CONVERT_MAX_C], bi[FEED_CONVERT_MAX_C];
+#pragma unroll
+	for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++) {
+		sc[ch] = cv.scale[ch];
+		bi[ch] = cv.bias[ch];
+	}
 	size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-		size_t s = i / per, e = i % per;
-		uint32_t ch;
-		size_t at = feed_convert_src_index(&cv, e, flip && flip[s], &ch);
-		dst[i] = PX(src[s * per + at], cv.scale[ch], cv.bias[ch]);
+	for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += stride) {
+		size_t p = u * step;
+		size_t s = small ? (uint32_t)p / hw : p / hw;
+		uint32_t q = (uint32_t)(p - s * hw), y = q / w, x = q - y * w;
+		bool f = flip && flip[s];
+		const uint8_t *in = src + s * per;
+		T *out = dst + s * per;
+		/* source of pixel q (and of q + 1: the next one in the row,
+		 * or the first of the next row) */
+		uint32_t x0 = f ? w - 1 - x : x, at0 = (y * w + x0) * c;
+		if (!pairs) {
+#pragma unroll
+			for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++)
+				if (ch < c)
+					out[nchw ? ch * hw + q : q * c + ch] =
+						PX(in[at0 + ch], sc[ch], bi[ch]);
+			continue;
+		}
+		uint32_t y1 = x + 1 < w ? y : y + 1, x1 = x + 1 < w ? x + 1 : 0;
+		uint32_t at1 = (y1 * w + (f ? w - 1 - x1 : x1)) * c;
+#pragma unroll
+		for (uint32_t ch = 0; ch < FEED_CONVERT_MAX_C; ch++)
+			if (ch < c)
+				*(typename feed_k_pair<T>::type *)(out + ch * hw + q) =
+					feed_k_pair<T>::make(PX(in[at0 + ch], sc[ch], bi[ch]),
+							     PX(in[at1 + ch], sc[ch], bi[ch]));
 	}
 }
 

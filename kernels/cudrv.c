@@ -285,7 +285,8 @@ CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels 
 	void *params[] = {&c, &src, &n, &flip, &dst};
 	if ((unsigned)cv->dtype > FEED_CONVERT_BF16)
 		return CUDA_ERROR_INVALID_VALUE;
-	return cu_launch(cu, k->fn[CUDRV_K_F32 + cv->dtype], n * cv->h * cv->w * cv->c, s, params);
+	/* a thread a pixel (convert_kernels.cuh) */
+	return cu_launch(cu, k->fn[CUDRV_K_F32 + cv->dtype], n * cv->h * cv->w, s, params);
 }
 
 CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,

@@ -13,6 +13,7 @@ FEED_PACKAGES=(
   dataset-fashion-mnist libjson-c-dev
   libspng-dev libjpeg62-turbo-dev python3-pil python3-torchvision libjpeg-turbo-progs
   plasma-workspace-wallpapers
+  binutils dpkg-dev python3-venv python3-pip python3-setuptools python3-wheel systemd
 )
 
 feed_install() {

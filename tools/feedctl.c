@@ -4,6 +4,7 @@
  *
  *   feedctl [--socket PATH] [--timeout MS] status [--json]
  *   feedctl [--socket PATH] [--timeout MS] datasets [NAME]
+ *   feedctl [--socket PATH] [--timeout MS] reload [--json]
  *
  * Single-threaded command. Exit 0 on success, 1 when the daemon cannot be
  * reached or refuses, 2 on a usage error; every failure is one line on
@@ -21,9 +22,12 @@
 static const char usage[] =
 	"usage: feedctl [--socket PATH] [--timeout MS] status [--json]\n"
 	"       feedctl [--socket PATH] [--timeout MS] datasets [NAME]\n"
+	"       feedctl [--socket PATH] [--timeout MS] reload [--json]\n"
 	"The socket defaults to $FEEDD_SOCKET, or " FEED_DEFAULT_SOCKET ".\n"
 	"status lists every stream and group over a dataset you may read; --json\n"
-	"prints the same as one JSON object, for scripts.\n";
+	"prints the same as one JSON object, for scripts.\n"
+	"reload makes feedd load its config file again (root or the socket's group)\n"
+	"and prints what changed, or every error (exit 1: the old config stays).\n";
 
 static int fail(struct feed_conn *conn, int code, const char *what)
 {
@@ -211,6 +215,71 @@ static int cmd_datasets(struct feed_conn *conn, const char *name)
 	return 0;
 }
 
+static void print_names(const char *what, const char *const *names, size_t n)
+{
+	printf("%-10s", what);
+	for (size_t i = 0; i < n; i++)
+		printf("%s%s", i ? ", " : " ", names[i]);
+	printf("%s\n", n ? "" : " none");
+}
+
+static void json_list(const char *key, const char *const *v, size_t n, const char *sep)
+{
+	printf("\"%s\": [", key);
+	for (size_t i = 0; i < n; i++) {
+		printf("%s\"", i ? ", " : "");
+		for (const char *c = v[i]; *c; c++)
+			printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ?
+			       "\\u%04x" : "%c", *c);
+		printf("\"");
+	}
+	printf("]%s", sep);
+}
+
+static void print_reload_json(const struct feed_reload_result *r)
+{
+	printf("{\n  \"applied\": %s, ", r->applied ? "true" : "false");
+	json_str("file", r->file, ",\n  ");
+	json_list("added", r->added, r->nadded, ", ");
+	json_list("removed", r->removed, r->nremoved, ", ");
+	json_list("repointed", r->repointed, r->nrepointed, ",\n  ");
+	json_list("errors", r->errors, r->nerrors, ",\n  ");
+	json_list("warnings", r->warnings, r->nwarnings, "\n}\n");
+}
+
+/* Exit 0 when the new config is in force; 1 (errors on stderr) when not. */
+static int cmd_reload(struct feed_conn *conn, bool json)
+{
+	struct feed_reload_result *r = NULL;
+	int rc = feed_reload(conn, &r);
+
+	if (rc < 0 && !r && !strncmp(feed_errmsg(conn), "reload: ", 8)) {
+		fprintf(stderr, "feedctl: %s\n", feed_errmsg(conn));  /* names itself */
+		return 1;
+	}
+	if (rc < 0 && !r)
+		return fail(conn, rc, "reload");
+	if (json) {
+		print_reload_json(r);
+	} else if (r->applied) {
+		printf("reloaded %s\n", r->file[0] ? r->file : "(no config file)");
+		print_names("added:", r->added, r->nadded);
+		print_names("removed:", r->removed, r->nremoved);
+		print_names("repointed:", r->repointed, r->nrepointed);
+	}
+	if (!r->applied) {
+		fprintf(stderr, "feedctl: reload of %s refused (%zu errors); the config in force "
+			"stays\n", r->file[0] ? r->file : "the config", r->nerrors);
+		for (size_t i = 0; i < r->nerrors; i++)
+			fprintf(stderr, "feedctl: %s\n", r->errors[i]);
+	}
+	for (size_t i = 0; i < r->nwarnings; i++)
+		fprintf(stderr, "feedctl: warning: %s\n", r->warnings[i]);
+	rc = r->applied ? 0 : 1;
+	feed_reload_result_free(r);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -250,6 +319,7 @@ int main(int argc, char **argv)
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	int nargs = argc - optind;
 	if (!cmd || !((!strcmp(cmd, "status") && nargs == 1) ||
+		      (!strcmp(cmd, "reload") && nargs == 1) ||
 		      (!strcmp(cmd, "datasets") && nargs <= 2 && !json))) {
 		fputs(usage, stderr);
 		return 2;
@@ -264,6 +334,7 @@ int main(int argc, char **argv)
 	int r = feed_conn_open(conn, path);
 	int rc = r < 0 ? fail(conn, r, "connect")
 		 : !strcmp(cmd, "status") ? (json ? cmd_status_json(conn) : cmd_status(conn))
+		 : !strcmp(cmd, "reload") ? cmd_reload(conn, json)
 		 : cmd_datasets(conn, nargs == 2 ? argv[optind + 1] : NULL);
 	feed_disconnect(conn);
 	return rc;

@@ -14,7 +14,9 @@
 
 struct cli {
 	const char *config;        /* --config FILE */
-	const char *check_config;  /* --check-config FILE: parse, report, exit */
+	const char *check_config;  /* --check-config FILE: check, report, exit */
+	bool strict;               /* --strict: with --check-config, warnings are errors */
+	const char *check_user;    /* --user NAME: with --check-config, check as NAME */
 	bool help;                 /* --help */
 	bool version;              /* --version */
 	struct cfg_overrides ov;   /* every other flag */

@@ -155,7 +155,7 @@ static int cfg_numbers(struct cfg *c, const struct cfg_raw *raw, const struct cf
 			r = cfg_num_set(c, n, text, false, src, err);
 		if (r == 0 && flag)
 			r = cfg_num_set(c, n, flag, true, src, err);
-		if (r)
+		if (r && !cfg_err_keep(src, r, err))
 			return r;
 	}
 	return 0;
@@ -276,10 +276,35 @@ static int cfg_parse_file(const char *file, struct cfg_src *src, char **ret_text
 	return cfg_raw_load(src->text, src->len, ret_raw, file, err);
 }
 
+bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err)
+{
+	struct cfg_errs *all = src->all;
+
+	if (!all || r == -ENOMEM)
+		return false;
+	if (all->n < CFG_ERRS_MAX)
+		snprintf(all->msg[all->n++], sizeof(all->msg[0]), "%s", err->msg);
+	else
+		all->more++;
+	return true;
+}
+
 int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
 	     struct cfg **ret, struct feed_err *err)
 {
-	struct cfg_src src = {0};
+	return cfg_load_all(file, ov, env_socket, ret, err, NULL);
+}
+
+/* Runs one stage of loading; false: stop (err holds why). */
+static bool cfg_stage(int r, const struct cfg_src *src, struct feed_err *err)
+{
+	return r == 0 || cfg_err_keep(src, r, err);
+}
+
+int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *env_socket,
+		 struct cfg **ret, struct feed_err *err, struct cfg_errs *errs)
+{
+	struct cfg_src src = {.all = errs};
 	struct cfg_raw *raw = NULL, empty = {0};
 	char *text = NULL;
 	struct cfg *c = calloc(1, sizeof(*c));
@@ -287,10 +312,13 @@ int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_s
 
 	if (!c)
 		return feed_err_set(err, -ENOMEM, "config: out of memory");
+	atomic_init(&c->refs, 1);
 	if (file) {
 		r = cfg_parse_file(file, &src, &text, &raw, err);
-		if (r < 0)
+		if (r < 0) {
+			cfg_err_keep(&src, r, err);
 			goto fail;
+		}
 		c->file = strdup(file);
 		if (!c->file) {
 			r = feed_err_set(err, -ENOMEM, "config: out of memory");
@@ -298,13 +326,18 @@ int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_s
 		}
 	}
 	const struct cfg_raw *rw = raw ? raw : &empty;  /* an empty file is all defaults */
-	if ((r = cfg_numbers(c, rw, ov, &src, err)) < 0 ||
-	    (r = cfg_socket(c, rw, ov, env_socket, &src, err)) < 0 ||
-	    (r = cfg_log_level(c, rw, ov, &src, err)) < 0 ||
-	    (r = cfg_datasets(c, rw, file, &src, err)) < 0 ||
-	    (r = cfg_flag_datasets(c, ov, err)) < 0 ||
-	    (r = cfg_pipelines(c, rw, &src, err)) < 0)
+	/* each stage runs even after another's error when errs collects them */
+	if (!cfg_stage(r = cfg_numbers(c, rw, ov, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_socket(c, rw, ov, env_socket, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_log_level(c, rw, ov, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_flag_datasets(c, ov, err), &src, err) ||
+	    !cfg_stage(r = cfg_pipelines(c, rw, &src, err), &src, err))
 		goto fail;
+	if (errs && (errs->n || errs->more)) {
+		r = feed_err_set(err, -EINVAL, "%s", errs->msg[0]);
+		goto fail;
+	}
 	cfg_raw_free(raw);
 	free(text);
 	*ret = c;
@@ -324,9 +357,18 @@ const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name
 	return NULL;
 }
 
+struct cfg *cfg_ref(const struct cfg *c)
+{
+	struct cfg *m = (struct cfg *)c;  /* the count only: the content stays */
+
+	atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+	return m;
+}
+
 void cfg_free(struct cfg *c)
 {
-	if (!c)
+	/* acq_rel: the last owner sees every write made before the others let go */
+	if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	for (size_t i = 0; i < c->ndatasets; i++) {
 		free(c->datasets[i].path);

@@ -4,8 +4,13 @@
  * Owns: the YAML schema (libcyaml tables in config.c, one row per key),
  * defaults, range checks, command-line overrides, and the file:line: key
  * messages for every refusal. Runs in main() before the loop and the
- * workers start; the result is shared read-only by every thread. Never
- * logs and never exits: errors go back in a struct feed_err.
+ * workers start, and on a worker at each reload (control/reload.c); the
+ * result never changes once loaded and is reference-counted: the config in
+ * force holds one reference, and each served dataset (data/catalog.h) one
+ * on the config its entry points into, so a reload can replace the config
+ * while streams on a dataset it removed still read their entry. Never logs
+ * and never exits: errors go back in a struct feed_err (cfg_load_all():
+ * every error of a file, for a reload).
  *
  * Precedence, highest first: command-line flags, the config file, the
  * FEEDD_SOCKET environment variable (socket only), built-in defaults.
@@ -13,9 +18,11 @@
 #ifndef FEEDD_CONFIG_H
 #define FEEDD_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* The most credits a stream can have (its fixed slot tables hold this many). */
@@ -60,6 +67,7 @@ struct cfg_pipeline {
 };
 
 struct cfg {
+	_Atomic unsigned refs;     /* cfg_ref()/cfg_free(); the last frees, on any thread */
 	char *file;                /* the file loaded, NULL for built-in defaults */
 	char *socket_path;         /* at most CFG_SOCKET_PATH_MAX bytes */
 	bool has_socket_group;     /* socket_group given */
@@ -100,8 +108,33 @@ struct cfg_overrides {
 int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
 	     struct cfg **ret, struct feed_err *err);
 
-/* Accepts NULL. */
+/* Like cfg_load(), but goes on past an error to find the others: every
+ * refusal lands in errs (the first in err too), at most CFG_ERRS_MAX of
+ * them, the rest counted. A file that is not YAML, or that libcyaml's
+ * schema refuses, has one error: nothing past it can be read. */
+#define CFG_ERRS_MAX 32
+struct cfg_errs {
+	unsigned n;                /* messages in msg */
+	unsigned more;             /* errors past CFG_ERRS_MAX, not kept */
+	char msg[CFG_ERRS_MAX][FEED_ERR_MSG_MAX];
+};
+int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *env_socket,
+		 struct cfg **ret, struct feed_err *err, struct cfg_errs *errs);
+
+/* Takes one more reference on c (the refcount is not configuration: the
+ * content stays immutable). Any thread. Returns c. */
+struct cfg *cfg_ref(const struct cfg *c);
+
+/* Drops a reference; the last frees. Any thread. Accepts NULL. */
 void cfg_free(struct cfg *c);
+
+/* For --check-config: writes "feedd: FILE:LINE: KEY: ..." to out for every
+ * socket_group, allow_users and allow_groups name in file that does not
+ * resolve (cfg_load() stops at the first), except a line equal to skip
+ * (the message cfg_load() gave, already printed; may be NULL). Returns
+ * how many lines it wrote: 0 also when the file does not read or parse
+ * (cfg_load() says why). Blocking (user and group databases). */
+int cfg_check_names(const char *file, const char *skip, FILE *out);
 
 /* Finds a dataset by name, or NULL. */
 const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name);

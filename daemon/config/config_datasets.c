@@ -41,8 +41,12 @@ static int cfg_acl_users(struct acl_list *a, const struct cfg_raw_dataset *rd, s
 			a->any = true;
 			continue;
 		}
-		if (acl_parse_user(rd->allow_users[k], &a->uids[a->nuids], &e2) < 0)
-			return cfg_key_err(src, err, key, "%s", e2.msg);
+		if (acl_parse_user(rd->allow_users[k], &a->uids[a->nuids], &e2) < 0) {
+			int r = cfg_key_err(src, err, key, "%s", e2.msg);
+			if (!cfg_err_keep(src, r, err))
+				return r;
+			continue;
+		}
 		a->nuids++;
 	}
 	return 0;
@@ -59,8 +63,12 @@ static int cfg_acl_groups(struct acl_list *a, const struct cfg_raw_dataset *rd, 
 	for (unsigned k = 0; k < rd->allow_groups_count; k++) {
 		struct feed_err e2 = {0};
 		snprintf(key, sizeof(key), "datasets[%zu].allow_groups[%u]", i, k);
-		if (acl_parse_group(rd->allow_groups[k], &a->gids[a->ngids], &e2) < 0)
-			return cfg_key_err(src, err, key, "%s", e2.msg);
+		if (acl_parse_group(rd->allow_groups[k], &a->gids[a->ngids], &e2) < 0) {
+			int r = cfg_key_err(src, err, key, "%s", e2.msg);
+			if (!cfg_err_keep(src, r, err))
+				return r;
+			continue;
+		}
 		a->ngids++;
 	}
 	return 0;
@@ -84,7 +92,9 @@ static int cfg_dataset_one(struct cfg *c, const struct cfg_raw_dataset *rd, size
 		return feed_err_set(err, -ENOMEM, "datasets: out of memory");
 	c->ndatasets = i + 1;  /* from here on cfg_free() owns d */
 	int r = cfg_acl_users(&d->acl, rd, i, src, err);
-	return r < 0 ? r : cfg_acl_groups(&d->acl, rd, i, src, err);
+	if (r < 0 && !cfg_err_keep(src, r, err))
+		return r;
+	return cfg_acl_groups(&d->acl, rd, i, src, err);
 }
 
 int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,
@@ -96,7 +106,7 @@ int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,
 		return feed_err_set(err, -ENOMEM, "datasets: out of memory");
 	for (size_t i = 0; i < raw->datasets_count; i++) {
 		int r = cfg_dataset_one(c, &raw->datasets[i], i, file, src, err);
-		if (r < 0)
+		if (r < 0 && !cfg_err_keep(src, r, err))
 			return r;
 	}
 	return 0;
@@ -152,34 +162,42 @@ static int cfg_pipeline_parse(const struct cfg_raw_pipeline *rp, size_t i,
 	return cfg_key_err(src, err, key, "pipeline '%s': %s", rp->name, what);
 }
 
+/* Pipeline i: its name, then its ops. On success it is c->pipelines'
+ * next entry; a refused one takes no entry. */
+static int cfg_pipeline_one(struct cfg *c, const struct cfg_raw_pipeline *rp, size_t i,
+			    const struct cfg_src *src, struct feed_err *err)
+{
+	struct cfg_pipeline *p = &c->pipelines[c->npipelines];
+	char key[64];
+
+	snprintf(key, sizeof(key), "pipelines[%zu].name", i);
+	if (!cfg_name_ok(rp->name))
+		return cfg_key_err(src, err, key, "'%s' is not a name of 1..%d characters "
+				   "from A-Z a-z 0-9 _ . -", rp->name, CFG_NAME_MAX - 1);
+	for (size_t k = 0; k < c->npipelines; k++)
+		if (!strcmp(c->pipelines[k].name, rp->name))
+			return cfg_key_err(src, err, key, "pipeline '%s' defined twice", rp->name);
+	int r = cfg_pipeline_parse(rp, i, src, err);
+	if (r < 0)
+		return r;
+	snprintf(p->name, sizeof(p->name), "%s", rp->name);
+	p->ops = strdup(rp->ops);
+	if (!p->ops)
+		return feed_err_set(err, -ENOMEM, "pipelines: out of memory");
+	c->npipelines++;
+	return 0;
+}
+
 int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
 		  struct feed_err *err)
 {
-	char key[64];
-
 	c->pipelines = calloc(raw->pipelines_count + 1u, sizeof(*c->pipelines));
 	if (!c->pipelines)
 		return feed_err_set(err, -ENOMEM, "pipelines: out of memory");
 	for (size_t i = 0; i < raw->pipelines_count; i++) {
-		const struct cfg_raw_pipeline *rp = &raw->pipelines[i];
-		struct cfg_pipeline *p = &c->pipelines[i];
-
-		snprintf(key, sizeof(key), "pipelines[%zu].name", i);
-		if (!cfg_name_ok(rp->name))
-			return cfg_key_err(src, err, key, "'%s' is not a name of 1..%d characters "
-					   "from A-Z a-z 0-9 _ . -", rp->name, CFG_NAME_MAX - 1);
-		for (size_t k = 0; k < i; k++)
-			if (!strcmp(c->pipelines[k].name, rp->name))
-				return cfg_key_err(src, err, key, "pipeline '%s' defined twice",
-						   rp->name);
-		snprintf(p->name, sizeof(p->name), "%s", rp->name);
-		int r = cfg_pipeline_parse(rp, i, src, err);
-		if (r < 0)
+		int r = cfg_pipeline_one(c, &raw->pipelines[i], i, src, err);
+		if (r < 0 && !cfg_err_keep(src, r, err))
 			return r;
-		p->ops = strdup(rp->ops);
-		if (!p->ops)
-			return feed_err_set(err, -ENOMEM, "pipelines: out of memory");
-		c->npipelines = i + 1;
 	}
 	return 0;
 }

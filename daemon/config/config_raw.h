@@ -51,7 +51,13 @@ struct cfg_src {
 	const char *file;   /* NULL: no file */
 	const char *text;   /* the file's bytes */
 	size_t len;
+	struct cfg_errs *all; /* NULL: stop at the first error; else every
+			       * error goes here and loading goes on */
 };
+
+/* Loading goes on past error r (in err) when src collects every error:
+ * records it and returns true. -ENOMEM always stops. */
+bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err);
 
 /* Sets err to -EINVAL "FILE:LINE: KEY: what" (the line of key in the
  * document, when found) and returns -EINVAL. */

@@ -29,7 +29,10 @@
 struct srv {
 	struct feedd *d;
 	int lock_fd;                   /* holds flock(LOCK_EX) while we run */
+	char lock_path[CFG_SOCKET_PATH_MAX + 8]; /* <socket>.lock, removed at stop */
 	int listen_fd;
+	bool from_systemd;             /* listen_fd is systemd's (socket activation):
+					* never chowned, chmodded or unlinked here */
 	uv_poll_t listen_poll;
 	uv_timer_t pause_timer;        /* resumes accepting after EMFILE */
 	bool listening;                /* listen_poll initialised and open */
@@ -342,6 +345,21 @@ static void srv_listen_resume(struct srv *s)
 /* ------------------------------------------------------------------ */
 /* Socket, directory, lock                                             */
 
+/* An existing socket directory that socket_group's members cannot enter
+ * locks them out whatever the socket's mode: say so (a warning, as in
+ * --check-config). */
+static void srv_rundir_warn(struct srv *s, const char *dir, const struct stat *st)
+{
+	const struct cfg *cfg = s->d->cfg;
+
+	if (!cfg->has_socket_group || (st->st_mode & 0001) ||
+	    (st->st_gid == cfg->socket_gid && (st->st_mode & 0010)))
+		return;
+	log_warn(&s->d->log, "socket directory %s (mode %04o, group %u): members of "
+		 "socket_group %u cannot enter it, so cannot connect", dir,
+		 (unsigned)(st->st_mode & 07777), (unsigned)st->st_gid, (unsigned)cfg->socket_gid);
+}
+
 /* Creates the socket's directory (only its last component) 0750, group
  * from the config, if it does not exist; an existing one is left as is. */
 static int srv_rundir(struct srv *s, struct feed_err *err)
@@ -355,9 +373,13 @@ static int srv_rundir(struct srv *s, struct feed_err *err)
 	if (!slash || slash == dir)
 		return 0;  /* the current directory or / */
 	*slash = '\0';
-	if (stat(dir, &st) == 0)
-		return S_ISDIR(st.st_mode) ? 0
-			: feed_err_set(err, -ENOTDIR, "socket directory %s: not a directory", dir);
+	if (stat(dir, &st) == 0) {
+		if (!S_ISDIR(st.st_mode))
+			return feed_err_set(err, -ENOTDIR, "socket directory %s: not a directory",
+					    dir);
+		srv_rundir_warn(s, dir, &st);
+		return 0;
+	}
 	if (errno != ENOENT || mkdir(dir, 0750) < 0)
 		return feed_err_set(err, -errno, "socket directory %s: %s", dir, strerror(errno));
 	/* mkdir honoured the umask; chown before chmod keeps no window where
@@ -372,31 +394,65 @@ static int srv_rundir(struct srv *s, struct feed_err *err)
 	return 0;
 }
 
-/* Takes <socket>.lock, or refuses naming the holder's pid. */
-static int srv_lock(struct srv *s, struct feed_err *err)
+/* The holder's pid as written in its lock file, or "" (static buffer). */
+static const char *srv_lock_holder(int fd)
 {
-	char path[CFG_SOCKET_PATH_MAX + 8], pid[32] = "";
-	int fd;
+	static char pid[32];
+	ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
 
-	snprintf(path, sizeof(path), "%s.lock", s->d->cfg->socket_path);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	pid[n > 0 ? n : 0] = '\0';
+	pid[strcspn(pid, "\n")] = '\0';
+	return pid;
+}
+
+/* Opens and flocks path (the lock of socket sock): 0 when held; 1 if the
+ * lock is ours but path no longer names the file locked (its holder
+ * removed it on stopping: retry). */
+static int srv_lock_once(const char *sock, const char *path, int *ret_fd, struct feed_err *err)
+{
+	struct stat a, b;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+
 	if (fd < 0)
 		return feed_err_set(err, -errno, "lock file %s: %s", path, strerror(errno));
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		int e = errno;
-		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
+		const char *pid = srv_lock_holder(fd);
 		close(fd);
 		if (e == EWOULDBLOCK)
 			return feed_err_set(err, -EBUSY, "another feedd%s%s%s is serving %s "
 					    "(it holds %s); not starting", pid[0] ? " (pid " : "",
-					    pid, pid[0] ? ")" : "", s->d->cfg->socket_path, path);
+					    pid, pid[0] ? ")" : "", sock, path);
 		return feed_err_set(err, -e, "lock file %s: flock: %s", path, strerror(e));
 	}
+	if (fstat(fd, &a) < 0 || stat(path, &b) < 0 || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino) {
+		close(fd);
+		return 1;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
+/* Takes <sock>.lock, or refuses naming the holder's pid. A stopping
+ * feedd removes the file while it still holds the lock, so a lock won on
+ * a file no longer at the path is worthless: try again on the new one. */
+static int srv_lock(struct srv *s, const char *sock, struct feed_err *err)
+{
+	char pid[32];
+	int fd = -1, r = 1;
+
+	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", sock);
+	for (int tries = 0; r == 1 && tries < 100; tries++)
+		r = srv_lock_once(sock, s->lock_path, &fd, err);
+	if (r == 1)
+		return feed_err_set(err, -EBUSY, "lock file %s: replaced under us 100 times",
+				    s->lock_path);
+	if (r < 0)
+		return r;
 	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-		log_warn(&s->d->log, "lock file %s: cannot record our pid: %s", path,
+		log_warn(&s->d->log, "lock file %s: cannot record our pid: %s", s->lock_path,
 			 strerror(errno));
 	s->lock_fd = fd;
 	return 0;
@@ -458,7 +514,67 @@ fail:
 	return err->code;
 }
 
-int srv_start(struct feedd *d, struct srv **ret, struct feed_err *err)
+/* The socket systemd passed: what path, mode and group it has is
+ * feedd.socket's business (ListenSequentialPacket=, SocketMode=,
+ * SocketGroup=); say what they are, and where they differ from the
+ * config. The lock is taken when the directory lets us (a feedd started
+ * by hand on the same path is then refused); systemd runs one of us. */
+static int srv_adopt(struct srv *s, int fd, struct feed_err *err)
+{
+	const struct cfg *cfg = s->d->cfg;
+	struct sockaddr_un sa = {0};
+	socklen_t len = sizeof(sa);
+	struct stat st;
+
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || !sa.sun_path[0] ||
+	    strlen(sa.sun_path) > CFG_SOCKET_PATH_MAX)
+		return feed_err_set(err, -EINVAL, "socket from systemd (fd %d): not bound to a "
+				    "path: feedd.socket needs ListenSequentialPacket=/PATH", fd);
+	int r = srv_lock(s, sa.sun_path, err);
+	if (r == -EBUSY)
+		return r;
+	if (r < 0)
+		log_warn(&s->d->log, "%s; going on without it (systemd runs one feedd per socket)",
+			 err->msg);
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return feed_err_set(err, -errno, "socket from systemd (fd %d): fcntl: %s", fd,
+				    strerror(errno));
+	if (strcmp(sa.sun_path, cfg->socket_path))
+		log_warn(&s->d->log, "socket from systemd is %s, the config says %s; serving %s",
+			 sa.sun_path, cfg->socket_path, sa.sun_path);
+	if (stat(sa.sun_path, &st) < 0) {
+		log_info(&s->d->log, "listening on %s (from systemd)", sa.sun_path);
+	} else {
+		log_info(&s->d->log, "listening on %s (from systemd: mode %04o, group %u)",
+			 sa.sun_path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid);
+		if (cfg->has_socket_group && st.st_gid != cfg->socket_gid)
+			log_warn(&s->d->log, "socket_group is %u but systemd made the socket's "
+				 "group %u: feedd.socket's SocketGroup= decides",
+				 (unsigned)cfg->socket_gid, (unsigned)st.st_gid);
+	}
+	s->listen_fd = fd;
+	s->from_systemd = true;
+	return 0;
+}
+
+/* Makes the directory, takes the lock and binds the socket ourselves. */
+static int srv_own_socket(struct srv *s, struct feed_err *err)
+{
+	struct feedd *d = s->d;
+	int r;
+
+	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, d->cfg->socket_path, err)) < 0 ||
+	    (r = srv_unlink_stale(d->cfg->socket_path, &d->log, err)) < 0 ||
+	    (r = srv_bind(s, err)) < 0)
+		return r;
+	log_info(&d->log, "listening on %s (mode 0660%s)", d->cfg->socket_path,
+		 d->cfg->has_socket_group ? ", group from socket_group" : "");
+	return 0;
+}
+
+int srv_start(struct feedd *d, int sd_fd, struct srv **ret, struct feed_err *err)
 {
 	struct srv *s = calloc(1, sizeof(*s));
 	int r;
@@ -467,14 +583,15 @@ int srv_start(struct feedd *d, struct srv **ret, struct feed_err *err)
 		return feed_err_set(err, -ENOMEM, "server: out of memory");
 	s->d = d;
 	s->lock_fd = s->listen_fd = -1;
-	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, err)) < 0 ||
-	    (r = srv_unlink_stale(d->cfg->socket_path, &d->log, err)) < 0 ||
-	    (r = srv_bind(s, err)) < 0)
+	r = sd_fd >= 0 ? srv_adopt(s, sd_fd, err) : srv_own_socket(s, err);
+	if (r < 0)
 		goto fail;
 	if ((r = uv_poll_init(&d->loop, &s->listen_poll, s->listen_fd)) < 0) {
 		feed_err_set(err, r, "listen: uv_poll_init: %s", uv_strerror(r));
-		unlink(d->cfg->socket_path);
-		close(s->listen_fd);
+		if (!s->from_systemd) {
+			unlink(d->cfg->socket_path);
+			close(s->listen_fd);
+		}
 		goto fail;
 	}
 	s->listen_poll.data = s;
@@ -482,17 +599,20 @@ int srv_start(struct feedd *d, struct srv **ret, struct feed_err *err)
 	s->pause_timer.data = s;
 	s->listening = true;
 	srv_listen_resume(s);
-	log_info(&d->log, "listening on %s (mode 0660%s)", d->cfg->socket_path,
-		 d->cfg->has_socket_group ? ", group from socket_group" : "");
 	*ret = s;
 	return 0;
 fail:
-	if (s->lock_fd >= 0)
+	if (s->lock_fd >= 0) {
+		unlink(s->lock_path);
 		close(s->lock_fd);
+	}
 	free(s);
 	return r;
 }
 
+/* Our descriptor of the socket goes; systemd's own copy stays open, so
+ * under socket activation clients go on queueing in the backlog for the
+ * next feedd. */
 static void srv_on_listen_closed(uv_handle_t *h)
 {
 	struct srv *s = h->data;
@@ -508,8 +628,14 @@ void srv_stop(struct srv *s)
 	if (s->listening) {
 		uv_close((uv_handle_t *)&s->listen_poll, srv_on_listen_closed);
 		uv_close((uv_handle_t *)&s->pause_timer, NULL);
-		unlink(s->d->cfg->socket_path);
+		if (!s->from_systemd)
+			unlink(s->d->cfg->socket_path);
 	}
+	/* Removed while still held: a feedd starting now makes a new file
+	 * (srv_lock() sees the difference), and none is left behind if a
+	 * second signal ends us before srv_free(). */
+	if (s->lock_fd >= 0)
+		unlink(s->lock_path);
 	while (s->conns)
 		srv_conn_close(s->conns, "daemon stopping");
 }
@@ -519,7 +645,7 @@ void srv_free(struct srv *s)
 	if (!s)
 		return;
 	if (s->lock_fd >= 0)
-		close(s->lock_fd);  /* releases the lock; the file stays, harmlessly */
+		close(s->lock_fd);  /* releases the lock; srv_stop() removed the file */
 	free(s);
 }
 

@@ -2,8 +2,8 @@
  * server.h: the listening socket and the connections.
  *
  * Owns: the runtime directory (created 0750 if missing), the lock file
- * (<socket>.lock, flock: one feedd per socket), the socket (0660, group
- * from the config), accept with SO_PEERCRED, the per-user connection limit,
+ * (<socket>.lock, flock: one feedd per socket, removed at stop), the
+ * socket (0660, group from the config; or the one systemd passed), accept with SO_PEERCRED, the per-user connection limit,
  * one uv_poll per connection, and reply sending with back-pressure (a peer
  * that does not read is not read from either). Loop thread only. Never
  * blocks: every socket is non-blocking; what a packet means is session.c's.
@@ -52,13 +52,19 @@ struct srv_conn {
 
 struct srv;
 
-/* Creates the runtime directory if needed, takes the lock, replaces a stale
- * socket, binds, sets mode and group, listens. -EBUSY "another feedd ..." if
- * the lock is held; -errno naming the path otherwise. */
-int srv_start(struct feedd *d, struct srv **ret, struct feed_err *err);
+/* With sd_fd -1: creates the runtime directory if needed, takes the lock,
+ * replaces a stale socket, binds, sets mode and group, listens. With
+ * sd_fd a listening AF_UNIX SOCK_SEQPACKET socket that systemd passed
+ * (main.c checks it): takes the lock if the directory allows, and serves
+ * sd_fd as it is (its path, mode and group are feedd.socket's). -EBUSY
+ * "another feedd ..." if the lock is held; -errno naming the path
+ * otherwise. */
+int srv_start(struct feedd *d, int sd_fd, struct srv **ret, struct feed_err *err);
 
-/* Stops accepting, removes the socket, closes every connection. Handles
- * finish closing when the loop runs. Idempotent. */
+/* Stops accepting, removes the socket (never one systemd passed: its
+ * backlog keeps clients for the next feedd) and the lock file, closes
+ * every connection. Handles finish closing when the loop runs.
+ * Idempotent. */
 void srv_stop(struct srv *s);
 
 /* Releases the lock and frees, once the loop has closed the handles.

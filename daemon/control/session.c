@@ -140,8 +140,8 @@ static void ses_list(struct ses *se, uint32_t id)
 		return;
 	}
 	for (size_t i = 0; i < cat->n; i++)
-		if (ses_may_read(se, cat->e[i].cfg))
-			list[n++] = (Feed__DatasetInfo *)&cat->e[i].pb;
+		if (ses_may_read(se, cat->e[i]->cfg))
+			list[n++] = (Feed__DatasetInfo *)&cat->e[i]->pb;
 	ses_send_list(se, id, list, n);
 	free(list);
 }
@@ -240,6 +240,9 @@ static void ses_dispatch(struct ses *se, const Feed__Request *req)
 		break;
 	case FEED__REQUEST__BODY_CLOSE_STREAM:
 		ses_close_stream(se, req->id, req->close_stream);
+		break;
+	case FEED__REQUEST__BODY_RELOAD:
+		ses_reload(se, req->id, req->reload);
 		break;
 	default:  /* wire_request_check() let an unknown kind through: a bug */
 		ses_error(se, req->id, -EOPNOTSUPP, "unknown request", SES_MALFORMED);

@@ -1,8 +1,9 @@
 /*
  * session.h: what a packet means. The protocol state of one connection
  * (hello first, version negotiation, refusal counting), the request
- * handlers (hello, list datasets, dataset info, stats: session.c) and the
- * stream requests (open, close: session_stream.c, one module in two files).
+ * handlers (hello, list datasets, dataset info, stats: session.c), the
+ * stream requests (open, close: session_stream.c) and reload
+ * (session_reload.c): one module in three files.
  *
  * Loop thread only. Never does socket I/O itself (replies go through
  * srv_reply*()) and never blocks: handlers answer from the catalog and
@@ -40,6 +41,7 @@ struct ses {
 	struct ses_stream *streams;    /* open streams */
 	struct ses_stream *opening;    /* streams whose memory a worker is making */
 	uint32_t next_stream_id;
+	struct ses_reload_wait *reload_wait; /* its reload in progress, or NULL */
 };
 
 /* --- what the server calls --- */
@@ -94,6 +96,11 @@ void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret);
 void ses_stream_report(struct ses_stream *ss);
 
 void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o);
+
+/* Reload (session_reload.c): answered when the reload ends. Forget: the
+ * connection goes, its reload answers no one. */
+void ses_reload(struct ses *se, uint32_t id, const Feed__Reload *q);
+void ses_reload_forget(struct ses *se);
 void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q);
 
 #endif

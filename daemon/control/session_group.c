@@ -83,6 +83,10 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 	const struct ses_group_key *h = &g->key;
 	const char *n = g->name;
 
+	if (k->e != h->e && !strcmp(k->e->name, h->e->name))  /* a reload repointed it */
+		return feed_err_set(err, -ESTALE, "group '%s': dataset '%s' is version %s now; the "
+				    "group reads version %s, from before a reload", n, k->e->name,
+				    k->e->info->version, h->e->info->version);
 	if (k->e != h->e)
 		return feed_err_set(err, -EINVAL, "group '%s': dataset '%s' differs from the "
 				    "group's '%s'", n, k->e->cfg->name, h->e->cfg->name);

@@ -47,7 +47,8 @@ struct ses_stream {
 	uint64_t start_epoch;      /* its first batch (a group's late joiner: mid-epoch) */
 	uint64_t start_index;
 	struct pipe_plan *plan;    /* owned until the reply is sent */
-	const struct cat_entry *e; /* the dataset (the catalog outlives us) */
+	const struct cat_entry *e; /* the dataset: a reference (a reload may retire it:
+				    * we go on reading its files) */
 	char note[256];            /* advice for the open reply */
 	uv_poll_t poll;            /* the release doorbell, once open */
 	bool poll_live;            /* poll initialised: uv_close() frees us */
@@ -88,6 +89,7 @@ static void ses_stream_free(struct ses_stream *ss)
 		quota_device_give(&ss->d->quota, ss->uid, ss->dev_bytes);
 	free(ss->pipeline);
 	free(ss->plan);
+	cat_entry_unref(ss->e);  /* after the group's last word, which names it */
 	free(ss);
 }
 
@@ -170,6 +172,7 @@ void ses_free(struct ses *se)
 {
 	if (!se)
 		return;
+	ses_reload_forget(se);
 	while (se->streams) {
 		struct ses_stream *ss = se->streams;
 		se->streams = ss->next;
@@ -597,6 +600,12 @@ static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_s
 	return 0;
 }
 
+/* dlv_spec.on_free: a delivery's dataset reference goes with it (any thread). */
+static void ses_entry_unref(void *e)
+{
+	cat_entry_unref(e);
+}
+
 /* The delivery the stream joins: its own, a group's that exists, or a new
  * group's. On failure the caller refuses (ses_open_refuse frees it). */
 static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
@@ -613,8 +622,11 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 		ss->dlv = ses_group_dlv(ss->grp);
 		return 0;
 	}
+	sp->on_free = ses_entry_unref;  /* the delivery's own reference on the dataset */
+	sp->on_free_arg = (void *)cat_entry_ref(ss->e);
 	if ((rc = dlv_new(ss->e->ds, ss->plan, lay, sp, se->d->cache, se->d->pool, &ss->dlv,
 			  err)) < 0) {
+		cat_entry_unref(ss->e);
 		dsl_free(sp->dev);
 		return rc;
 	}
@@ -646,7 +658,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	}
 	ss->se = se;
 	ss->d = se->d;
-	ss->e = e;
+	ss->e = cat_entry_ref(e);
 	ss->req_id = id;
 	ss->uid = se->conn->peer.uid;
 	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
@@ -657,6 +669,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 		ses_log_refusal(se, err.msg);
 		ses_error(se, id, rc, err.msg, SES_REFUSAL);
 		free(ss->plan);
+		cat_entry_unref(ss->e);
 		free(ss);
 		return;
 	}

@@ -1,8 +1,8 @@
 /*
- * catalog.c: opens the configured datasets once and keeps their protobuf
- * descriptions ready for list replies, and checks the configured pipelines
- * against them (see catalog.h). Main thread at start; read-only afterwards.
- * Never serves a dataset that failed to open.
+ * catalog.c: opens the configured datasets and keeps their protobuf
+ * descriptions ready for list replies, checks the configured pipelines
+ * against them, and plans and commits a reload (see catalog.h for the
+ * threads and lifetimes). Never serves a dataset that failed to open.
  */
 #include "catalog.h"
 
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache.h"
 #include "pipeline.h"
 
 /* Fills e->pb* from e->info: pointers into the dataset's own strings and
@@ -35,7 +36,7 @@ static void cat_describe(struct cat_entry *e)
 	e->pb_schema.n_fields = s->nfields;
 	e->pb_schema.fields = e->pb_field_ptrs;
 	feed__dataset_info__init(&e->pb);
-	e->pb.name = (char *)e->cfg->name;
+	e->pb.name = e->name;
 	e->pb.version = (char *)e->info->version;
 	e->pb.num_samples = e->info->num_samples;
 	e->pb.schema = &e->pb_schema;
@@ -62,34 +63,75 @@ static int cat_blocks(struct cat_entry *e)
 	return 0;
 }
 
-/* Opens dataset d into the next entry of cat; on failure err says which
- * dataset, where and why ("dataset 'x' (DIR): ..."). */
-static int cat_add(struct cat *cat, const struct cfg_dataset *d, struct feed_err *err)
+static void cat_entry_free(struct cat_entry *e)
 {
-	struct cat_entry *e = &cat->e[cat->n];
+	if (e->cache)  /* no block of it is pinned: no delivery reads it any more */
+		cache_forget(e->cache, e->ds);
+	fmt_dataset_close(e->ds);
+	free(e->block_first);
+	free(e->path);
+	cfg_free(e->cfg_owner);
+	free(e);
+}
+
+const struct cat_entry *cat_entry_ref(const struct cat_entry *e)
+{
+	struct cat_entry *m = (struct cat_entry *)e;  /* the count only */
+
+	atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+	return e;
+}
+
+void cat_entry_unref(const struct cat_entry *e)
+{
+	struct cat_entry *m = (struct cat_entry *)e;
+
+	/* acq_rel: the last owner sees every write the others made */
+	if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+		cat_entry_free(m);
+}
+
+/* Opens dataset d of config c into a new entry (one reference, the
+ * caller's); on failure err says which dataset, where and why ("dataset
+ * 'x' (DIR): ..."). */
+static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struct cache *cache,
+			 struct cat_entry **ret, struct feed_err *err)
+{
+	struct cat_entry *e = calloc(1, sizeof(*e));
 	struct feed_err e2 = {0};
 
+	if (!e || !(e->path = strdup(d->path))) {
+		free(e);
+		return feed_err_set(err, -ENOMEM, "dataset '%s': out of memory", d->name);
+	}
 	int r = fmt_dataset_open(d->path, &e->ds, &e2);
-	if (r < 0)
+	if (r < 0) {
+		free(e->path);
+		free(e);
 		return feed_err_set(err, r, "dataset '%s' (%s): %s", d->name, d->path,
 				    e2.msg[0] ? e2.msg : strerror(-r));
+	}
+	atomic_init(&e->refs, 1);
+	snprintf(e->name, sizeof(e->name), "%s", d->name);
 	e->cfg = d;
+	e->cfg_owner = cfg_ref(c);
 	e->info = fmt_dataset_info(e->ds);
 	if (cat_blocks(e) < 0) {
-		fmt_dataset_close(e->ds);
+		cat_entry_free(e);
 		return feed_err_set(err, -ENOMEM, "dataset '%s' (%s): out of memory for its "
 				    "block table", d->name, d->path);
 	}
+	e->cache = cache;  /* from here on its blocks may be cached */
 	cat_describe(e);
-	cat->n++;
+	*ret = e;
 	return 0;
 }
 
-static struct cat *cat_alloc(const struct cfg *c, struct feed_err *err)
+static struct cat *cat_alloc(size_t n, struct feed_err *err)
 {
 	struct cat *cat = calloc(1, sizeof(*cat));
 
-	if (!cat || !(cat->e = calloc(c->ndatasets ? c->ndatasets : 1, sizeof(*cat->e)))) {
+	if (!cat || !(cat->e = calloc(n ? n : 1, sizeof(*cat->e)))) {
 		free(cat);
 		feed_err_set(err, -ENOMEM, "datasets: out of memory");
 		return NULL;
@@ -107,11 +149,11 @@ int cat_pipeline_fits(const struct cat *cat, const char *text, size_t *ret_n,
 	if (!plan)
 		return feed_err_set(why, -ENOMEM, "pipeline: out of memory");
 	for (size_t i = 0; i < cat->n; i++) {
-		int r = pipe_plan_text(text, cat->e[i].info->schema, plan, &e2);
+		int r = pipe_plan_text(text, cat->e[i]->info->schema, plan, &e2);
 		if (r == 0)
 			n++;
 		else if (i == 0)
-			feed_err_set(why, r, "dataset '%s': %s", cat->e[i].cfg->name, e2.msg);
+			feed_err_set(why, r, "dataset '%s': %s", cat->e[i]->name, e2.msg);
 	}
 	free(plan);
 	*ret_n = n;
@@ -158,17 +200,19 @@ static void cat_say_log(void *ctx, const char *msg)
 	log_warn((const struct log *)ctx, "%s", msg);
 }
 
-int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct feed_err *err)
+int cat_open(const struct cfg *c, struct cache *cache, const struct log *lg, struct cat **ret,
+	     struct feed_err *err)
 {
-	struct cat *cat = cat_alloc(c, err);
+	struct cat *cat = cat_alloc(c->ndatasets, err);
 
 	if (!cat)
 		return err->code;
 	for (size_t i = 0; i < c->ndatasets; i++) {
 		const struct cfg_dataset *d = &c->datasets[i];
 		struct feed_err e2 = {0};
+		struct cat_entry *e;
 
-		int r = cat_add(cat, d, &e2);
+		int r = cat_entry_new(d, c, cache, &e, &e2);
 		if (r == -ENOMEM) {
 			cat_free(cat);
 			return feed_err_set(err, r, "%s", e2.msg);
@@ -177,7 +221,7 @@ int cat_open(const struct cfg *c, const struct log *lg, struct cat **ret, struct
 			log_warn(lg, "%s; left out", e2.msg);
 			continue;
 		}
-		const struct cat_entry *e = &cat->e[cat->n - 1];
+		cat->e[cat->n++] = e;
 		log_info(lg, "dataset '%s' (%s): %llu samples, %u fields, version %s", d->name,
 			 d->path, (unsigned long long)e->info->num_samples,
 			 e->info->schema->nfields, e->info->version);
@@ -206,43 +250,177 @@ int cat_check(const struct cfg *c, FILE *out)
 {
 	struct cat_say_file sf = {.out = out, .file = c->file ? c->file : "config"};
 	struct feed_err err = {0};
-	struct cat *cat = cat_alloc(c, &err);
-	int errors = 0;
+	struct cat *cat = cat_alloc(c->ndatasets, &err);
+	int warnings = 0;
 
 	if (!cat)
 		return err.code;
 	for (size_t i = 0; i < c->ndatasets; i++) {
-		int r = cat_add(cat, &c->datasets[i], &err);
+		int r = cat_entry_new(&c->datasets[i], c, NULL, &cat->e[cat->n], &err);
 		if (r == -ENOMEM) {
 			cat_free(cat);
 			return r;
 		}
 		if (r < 0) {
-			fprintf(out, "feedd: %s: %s\n", sf.file, err.msg);
-			errors++;
+			fprintf(out, "feedd: %s: warning: %s; left out\n", sf.file, err.msg);
+			warnings++;
+		} else {
+			cat->n++;
 		}
 	}
 	int r = cat_unfit_pipelines(cat, c, cat_say_warning, &sf);
 	cat_free(cat);
-	return r < 0 ? r : errors;
+	return r < 0 ? r : warnings + r;
+}
+
+/* The entry of cat called name (its own copy: any thread), or NULL. */
+static struct cat_entry *cat_lookup(const struct cat *cat, const char *name)
+{
+	for (size_t i = 0; i < cat->n; i++)
+		if (!strcmp(cat->e[i]->name, name))
+			return cat->e[i];
+	return NULL;
 }
 
 const struct cat_entry *cat_find(const struct cat *cat, const char *name)
 {
-	for (size_t i = 0; i < cat->n; i++)
-		if (!strcmp(cat->e[i].cfg->name, name))
-			return &cat->e[i];
-	return NULL;
+	return cat_lookup(cat, name);
 }
 
 void cat_free(struct cat *cat)
 {
 	if (!cat)
 		return;
-	for (size_t i = 0; i < cat->n; i++) {
-		fmt_dataset_close(cat->e[i].ds);
-		free(cat->e[i].block_first);
-	}
+	for (size_t i = 0; i < cat->n; i++)
+		cat_entry_unref(cat->e[i]);
 	free(cat->e);
 	free(cat);
+}
+
+/* ---- reload ---- */
+
+/* Appends msg to one of r's message lists (n entries), or counts it in
+ * *more when full. */
+static void cat_note(char (*list)[FEED_ERR_MSG_MAX], size_t *n, size_t *more, const char *msg)
+{
+	if (*n < CAT_RELOAD_LIST) {  /* cut to fit */
+		size_t len = strnlen(msg, FEED_ERR_MSG_MAX - 1);
+		memcpy(list[*n], msg, len);
+		list[(*n)++][len] = '\0';
+	} else
+		(*more)++;
+}
+
+static void cat_name(char (*list)[CFG_NAME_MAX], size_t *n, const char *name)
+{
+	if (*n < CAT_RELOAD_NAMES)
+		snprintf(list[(*n)++], CFG_NAME_MAX, "%s", name);
+}
+
+static void cat_say_reload(void *ctx, const char *msg)
+{
+	struct cat_reload *r = ctx;
+	cat_note(r->warnings, &r->nwarnings, &r->more_warnings, msg);
+}
+
+/* Dataset d of the new config into r->next: kept, opened, or refused. */
+static int cat_plan_one(const struct cat *cur, const struct cfg *old, const struct cfg *c,
+			const struct cfg_dataset *d, struct cache *cache, struct cat_reload *r)
+{
+	struct cat_entry *k = cat_lookup(cur, d->name), *e;
+	struct feed_err err = {0};
+	char msg[FEED_ERR_MSG_MAX + 64];
+
+	if (k && !strcmp(k->path, d->path)) {  /* unchanged: its streams go on */
+		r->next->e[r->next->n++] = (struct cat_entry *)cat_entry_ref(k);
+		return 0;
+	}
+	int rc = cat_entry_new(d, c, cache, &e, &err);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc == 0) {
+		r->next->e[r->next->n++] = e;
+		if (k)
+			cat_name(r->repointed, &r->nrepointed, d->name);
+		else
+			cat_name(r->added, &r->nadded, d->name);
+		return 0;
+	}
+	const struct cfg_dataset *od = cfg_dataset_find(old, d->name);
+	if (!k && od && !strcmp(od->path, d->path)) {  /* left out before, and still */
+		snprintf(msg, sizeof(msg), "%s; still left out", err.msg);
+		cat_note(r->warnings, &r->nwarnings, &r->more_warnings, msg);
+	} else {
+		cat_note(r->errors, &r->nerrors, &r->more_errors, err.msg);
+	}
+	return 0;
+}
+
+int cat_reload_plan(const struct cat *cur, const struct cfg *old, const struct cfg *c,
+		    struct cache *cache, struct cat_reload *r)
+{
+	struct feed_err err = {0};
+
+	memset(r, 0, sizeof(*r));
+	r->cfg = c;
+	if (!(r->next = cat_alloc(c->ndatasets, &err)))
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ndatasets; i++)
+		if (cat_plan_one(cur, old, c, &c->datasets[i], cache, r) < 0)
+			goto nomem;
+	for (size_t i = 0; i < cur->n; i++)
+		if (!cfg_dataset_find(c, cur->e[i]->name))
+			cat_name(r->removed, &r->nremoved, cur->e[i]->name);
+	if (cat_unfit_pipelines(r->next, c, cat_say_reload, r) < 0)
+		goto nomem;
+	if (r->nerrors) {
+		cat_free(r->next);
+		r->next = NULL;
+	}
+	return 0;
+nomem:
+	cat_free(r->next);
+	r->next = NULL;
+	return -ENOMEM;
+}
+
+static bool cat_holds(const struct cat *cat, const struct cat_entry *e)
+{
+	for (size_t i = 0; i < cat->n; i++)
+		if (cat->e[i] == e)
+			return true;
+	return false;
+}
+
+struct cat *cat_reload_commit(struct cat *cur, struct cat_reload *r)
+{
+	struct cat *next = r->next;
+
+	for (size_t i = 0; i < next->n; i++) {
+		struct cat_entry *e = next->e[i];
+		if (e->cfg_owner == r->cfg)
+			continue;  /* opened by the plan */
+		struct cfg *was = e->cfg_owner;
+		e->cfg = cfg_dataset_find(r->cfg, e->name);  /* same name: the new access list */
+		e->cfg_owner = cfg_ref(r->cfg);
+		cfg_free(was);
+	}
+	for (size_t i = 0; i < cur->n; i++) {
+		struct cat_entry *e = cur->e[i];
+		if (cat_holds(next, e))
+			continue;
+		e->retired = true;
+		/* relaxed: a hint for the log; only the loop adds stream references */
+		if (atomic_load_explicit(&e->refs, memory_order_relaxed) > 1)
+			cat_name(r->busy, &r->nbusy, e->name);
+	}
+	cat_free(cur);
+	r->next = NULL;
+	return next;
+}
+
+void cat_reload_drop(struct cat_reload *r)
+{
+	cat_free(r->next);
+	r->next = NULL;
 }

@@ -89,6 +89,8 @@ struct dlv {
 	_Atomic bool closed_flag;  /* closing, readable without the lock */
 	const struct fmt_dataset *ds;
 	struct pipe_plan *plan;    /* our copy: the request that made it is gone */
+	void (*on_free)(void *arg);/* spec->on_free, called when we are gone */
+	void *on_free_arg;
 	struct slot_layout lay;    /* immutable */
 	uint64_t seed;
 	bool group;                /* several members: see dlv_spec */
@@ -154,6 +156,9 @@ static void member_free(struct dlv_member *m)
 
 static void dlv_destroy(struct dlv *d)
 {
+	void (*on_free)(void *arg) = d->on_free;
+	void *on_free_arg = d->on_free_arg;
+
 	/* first: the pool may outlive us and must not read the member's
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
@@ -166,6 +171,8 @@ static void dlv_destroy(struct dlv *d)
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->data_mu);
 	free(d);
+	if (on_free)  /* last: nothing of ours reads the dataset any more */
+		on_free(on_free_arg);
 }
 
 static void dlv_unref(struct dlv *d)
@@ -216,6 +223,8 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].slot = i;
 	}
 	d->dev = spec->dev; /* ours from here: nothing fails after */
+	d->on_free = spec->on_free;
+	d->on_free_arg = spec->on_free_arg;
 	*ret_dlv = d;
 	return 0;
 }

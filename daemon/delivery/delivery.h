@@ -67,6 +67,13 @@ struct dlv_spec {
 				    * once dlv_new() succeeds (made on the device
 				    * with the data region, freed with it), the
 				    * caller's if it fails */
+	/* Called once the delivery is gone, by whichever thread dropped its
+	 * last reference (often a worker), so what it borrowed (its dataset,
+	 * the schedule's block table) can go too: the session passes
+	 * cat_entry_unref here (a reload may have retired the dataset). Not
+	 * called when dlv_new() fails. NULL: nothing to call. */
+	void (*on_free)(void *arg);
+	void *on_free_arg;
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */
@@ -81,8 +88,8 @@ struct dlv_fds {
  * yet (dlv_join()). Makes the delivery's one work source (pool.h) for
  * spec->uid: every batch job goes to it, whatever the members, and each
  * member's reader-waiting flag is watched on it while the member is added
- * (any one waiting makes it urgent). ds, the schedule's block table,
- * cache and pool must outlive it. Returns 0, -EINVAL naming the
+ * (any one waiting makes it urgent). ds and the schedule's block table
+ * must live until spec->on_free is called; cache and pool must outlive it. Returns 0, -EINVAL naming the
  * parameter, -ENOMEM. Loop thread; cheap. */
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,

@@ -142,7 +142,7 @@ int stats_reply(struct feedd *d, const struct acl_peer *peer, Feed__Stats *st, v
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < nd; i++) {
-		const struct cat_entry *e = &d->cat->e[i];
+		const struct cat_entry *e = d->cat->e[i];
 		if (!acl_allows(&e->cfg->acl, peer, d->self_uid))
 			continue;
 		Feed__DatasetStats *s = &m->ds[st->n_datasets];

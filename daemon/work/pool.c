@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fmt.h"
 
@@ -59,6 +60,10 @@ struct pool_thread {
 	uint64_t nested_ns;           /* thread CPU ns of jobs run inside it */
 	bool nesting;                 /* a job runs on w2 */
 	unsigned calls, next_check;   /* pool_yield() calls; backoff after a refusal */
+	/* relaxed: CLOCK_MONOTONIC ms at which the job running on w began, 0
+	 * while idle; read by the loop's watchdog (pool_longest_job), which
+	 * orders nothing by it */
+	_Atomic uint64_t job_since_ms;
 };
 
 struct pool {
@@ -83,7 +88,31 @@ struct pool {
 	unsigned n;                   /* threads running */
 	unsigned size;                /* threads asked for */
 	struct pool_thread *threads;
+	char *test_stall;             /* $FEEDD_TEST_STALL read at pool_new (test
+				       * builds), or NULL; read-only afterwards */
 };
+
+static uint64_t pool_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u + 1; /* never 0 */
+}
+
+#ifdef FEEDD_TEST_SEAMS
+/* Test builds only (FEED_TEST_SEAMS): while the file $FEEDD_TEST_STALL
+ * (read once, at pool_new) exists, a batch job does not get going, as one
+ * stuck in a read that never returns would not: the watchdog test's
+ * stuck worker. */
+static void pool_test_stall(const char *f)
+{
+	struct timespec nap = {.tv_nsec = 10000000};
+
+	while (f && access(f, F_OK) == 0)
+		nanosleep(&nap, NULL);
+}
+#endif
 
 static uint64_t pool_thread_ns(void)
 {
@@ -247,10 +276,18 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 		p->running++;
 	}
 	pthread_mutex_unlock(&p->mu);
+	if (outer)
+		atomic_store_explicit(&t->job_since_ms, pool_now_ms(), memory_order_relaxed);
+#ifdef FEEDD_TEST_SEAMS
+	if (src)
+		pool_test_stall(p->test_stall);
+#endif
 	uint64_t t0 = pool_thread_ns();
 	if (outer)
 		t->cur_t0 = t0;
 	job->run(job, w);
+	if (outer)
+		atomic_store_explicit(&t->job_since_ms, 0, memory_order_relaxed);
 	uint64_t ns = pool_thread_ns() - t0;
 	if (outer)  /* what ran inside it is charged to its own source */
 		ns = ns > t->nested_ns ? ns - t->nested_ns : 0;
@@ -444,6 +481,13 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	}
 	p->log = lg;
 	p->size = n;
+#ifdef FEEDD_TEST_SEAMS
+	if (getenv("FEEDD_TEST_STALL") && !(p->test_stall = strdup(getenv("FEEDD_TEST_STALL")))) {
+		free(p->threads);
+		free(p);
+		return feed_err_set(err, -ENOMEM, "worker pool: out of memory");
+	}
+#endif
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	atomic_init(&p->yield_wanted, 0);
@@ -458,6 +502,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 		pool_join(p);
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
+		free(p->test_stall);
 		free(p->threads);
 		free(p);
 		return r;
@@ -600,6 +645,7 @@ void pool_free(struct pool *p)
 	assert(p->stopped && p->closed && !p->head && !p->nqueued && !p->done);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
+	free(p->test_stall);
 	free(p->threads);
 	free(p);
 }
@@ -610,6 +656,26 @@ void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
 	for (unsigned i = 0; i < p->n; i++)
 		p->threads[i].w.img_max_pixels = p->threads[i].w2.img_max_pixels = max_pixels;
 	pthread_mutex_unlock(&p->mu);
+}
+
+int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms)
+{
+	uint64_t now = pool_now_ms(), oldest = 0;
+	unsigned idx = 0;
+
+	for (unsigned i = 0; i < p->n; i++) {
+		uint64_t since = atomic_load_explicit(&p->threads[i].job_since_ms,
+						      memory_order_relaxed);
+		if (since && (!oldest || since < oldest)) {
+			oldest = since;
+			idx = p->threads[i].w.index;
+		}
+	}
+	if (!oldest)
+		return 0;
+	*ret_index = idx;
+	*ret_ms = now > oldest ? now - oldest : 0;
+	return 1;
 }
 
 unsigned pool_size(const struct pool *p)

@@ -111,6 +111,12 @@ void pool_free(struct pool *p);
 
 unsigned pool_size(const struct pool *p);
 
+/* The worker that has been in its current job longest (a job run inside
+ * it by pool_yield() counts as the same job): 1 with its index and how
+ * long, in milliseconds, so far; 0 when every worker is idle. Loop thread
+ * (the watchdog), never blocks: relaxed loads, no lock. */
+int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms);
+
 /* Caps every worker's image decoders at max_pixels (width * height; the
  * config's limits.max_pixels): images past it fail with -E2BIG. Loop
  * thread, before the first job is submitted (the queue's mutex hands the

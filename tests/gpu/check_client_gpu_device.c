@@ -91,6 +91,12 @@ START_TEST(test_gpu_device_release_waits_for_copy)
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreate(&s));
 	CK_CUDA(cudaMalloc(&dev, to.dst_bytes));
+	/* the stream's first copy registers its region for DMA and allocates
+	 * staging, which the driver may make wait for queued work (gpu.h):
+	 * done before s is held, or it could wait for the gate this thread
+	 * opens (it hung so on an H200) */
+	ck_assert_int_eq(feed_batch_to_device(b2, 0, dev, &to, s), 0);
+	CK_CUDA(cudaStreamSynchronize(s));
 	atomic_store(&gate, 0);
 	CK_CUDA(cudaLaunchHostFunc(s, hold_stream, NULL)); /* nothing after it runs yet */
 	ck_assert_int_eq(feed_batch_to_device(b1, 0, dev, &to, s), 0);

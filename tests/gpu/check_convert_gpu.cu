@@ -136,7 +136,12 @@ int main(void)
 		for (uint32_t c = 1; c <= 4; c++)
 			for (int d = 0; d < 3; d++)
 				for (int l = 0; l < 2; l++)
+				{
+					/* odd h*w: a pixel a thread; even h*w, odd w:
+					 * pairs that wrap to the next row (NCHW) */
 					check_images(13, 17, c, d, l, mean[p], std[p]);
+					check_images(12, 17, c, d, l, mean[p], std[p]);
+				}
 	check_images(224, 224, 3, FEED_CONVERT_BF16, FEED_CONVERT_NCHW, mean[0], std[0]);
 	check_tokens();
 	printf("%s\n", failures ? "FAILED" : "kernels equal their twins");

@@ -107,7 +107,8 @@ START_TEST(test_gpu_ipc_done_gates_reuse)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
 	struct feed_view dv;
-	uint8_t back[2 * 16 * 4];
+	uint8_t *back; /* pinned: a copy into pageable memory would block this thread */
+	CK_CUDA(cudaMallocHost((void **)&back, 2 * 16 * 4));
 
 	atomic_store(&gate, 0);
 	struct feed_batch *b0 = h_next_batch(st);
@@ -129,6 +130,7 @@ START_TEST(test_gpu_ipc_done_gates_reuse)
 	feed_release(b2);
 	feed_stream_close(st);
 	feed_disconnect(c);
+	cudaFreeHost(back);
 	cudaStreamDestroy(held);
 	cudaStreamDestroy(s2);
 }

@@ -30,6 +30,11 @@ feed_integration_test(client_api)
 pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
 feed_integration_test(status PkgConfig::JSONC)
 feed_integration_test(fair)
+feed_integration_test(systemd)
+if(FEED_TEST_SEAMS)  # the watchdog test stalls a worker through a seam
+  target_compile_definitions(check_systemd PRIVATE FEEDD_TEST_SEAMS)
+endif()
+feed_integration_test(reload)
 target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)
@@ -94,3 +99,14 @@ target_include_directories(check_ipc PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu_dou
 add_dependencies(check_ipc fake_cuda)
 set_tests_properties(integration_ipc PROPERTIES ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")
+
+# The shipped systemd units (deploy/): verify and security exposure, and
+# every configs/*.yaml started under them as the unit's user (root only:
+# it creates users). Skipped (77) where systemd's tools are absent.
+foreach(part analyze user)
+  add_test(NAME integration_systemd_unit_${part}
+           COMMAND sh ${FEED_IT_DIR}/check_systemd_unit.sh ${part})
+  set_tests_properties(integration_systemd_unit_${part} PROPERTIES
+    ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS integration)
+endforeach()
+set_tests_properties(integration_systemd_unit_user PROPERTIES DEPENDS integration_systemd_unit_analyze)

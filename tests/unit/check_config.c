@@ -427,6 +427,74 @@ START_TEST(test_config_yaml_line)
 }
 END_TEST
 
+/* cfg_load_all(), for a reload: every error of the file, in file order
+ * within each section, the first also in err; cfg_load() stops at it. */
+static const char many_errors[] =
+	"workers: 0\n"
+	"cache_bytes: lots\n"
+	"log_level: loud\n"
+	"datasets:\n"
+	"  - name: a\n"
+	"    path: /x\n"
+	"    allow_users: [no_such_user_here, root, no_such_user_either]\n"
+	"  - name: a\n"
+	"    path: /y\n"
+	"pipelines:\n"
+	"  - name: p\n"
+	"    ops: \"warp(x=1)\"\n"
+	"  - name: q\n"
+	"    ops: \"hflip(p=0.5)\"\n";
+
+START_TEST(test_config_load_all_every_error)
+{
+	static struct cfg_errs errs;
+	struct feed_err err = {0};
+	struct cfg *c = NULL;
+	const char *want[] = {
+		"feedd.yaml:1: workers: 0 out of range 1..256",
+		"feedd.yaml:2: cache_bytes: 'lots' is not a byte count",
+		"feedd.yaml:3: log_level: 'loud' is not one of",
+		"feedd.yaml:7: datasets[0].allow_users[0]: no user named 'no_such_user_here'",
+		"feedd.yaml:7: datasets[0].allow_users[2]: no user named 'no_such_user_either'",
+		"feedd.yaml:8: datasets[1].name: dataset 'a' defined twice",
+		"feedd.yaml:12: pipelines[0].ops: pipeline 'p': ",
+	};
+
+	write_cfg(many_errors);
+	ck_assert_int_eq(cfg_load_all(cfgpath, NULL, NULL, &c, &err, &errs), -EINVAL);
+	ck_assert_ptr_null(c);
+	ck_assert_uint_eq(errs.n, sizeof(want) / sizeof(want[0]));
+	ck_assert_uint_eq(errs.more, 0);
+	for (unsigned i = 0; i < errs.n; i++)
+		ck_assert_msg(strstr(errs.msg[i], want[i]), "error %u: '%s' lacks '%s'", i,
+			      errs.msg[i], want[i]);
+	ck_assert_str_eq(err.msg, errs.msg[0]);
+	/* without a collector: the first only */
+	ck_assert_int_eq(load_text(many_errors, &c, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, want[0]), "%s", err.msg);
+	/* a file that is not YAML: one error, nothing past it can be read */
+	memset(&errs, 0, sizeof(errs));
+	write_cfg("workers: [1\n");
+	ck_assert_int_eq(cfg_load_all(cfgpath, NULL, NULL, &c, &err, &errs), -EINVAL);
+	ck_assert_uint_eq(errs.n, 1);
+	ck_assert_msg(strstr(errs.msg[0], "YAML syntax"), "%s", errs.msg[0]);
+}
+END_TEST
+
+/* A config is reference-counted: the last cfg_free() frees it. */
+START_TEST(test_config_ref_last_free_frees)
+{
+	struct feed_err err = {0};
+	struct cfg *c = NULL;
+
+	ck_assert_int_eq(load_text("datasets:\n  - name: a\n    path: /x\n", &c, &err), 0);
+	ck_assert_ptr_eq(cfg_ref(c), c);
+	cfg_free(c);
+	ck_assert_str_eq(c->datasets[0].name, "a");  /* still held */
+	cfg_free(c);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -451,6 +519,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_bad_flags);
 	tcase_add_test(tc, test_config_parse_bytes);
 	tcase_add_test(tc, test_config_yaml_line);
+	tcase_add_test(tc, test_config_load_all_every_error);
+	tcase_add_test(tc, test_config_ref_last_free_frees);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -8,7 +8,8 @@
  * two sources of a user take turns, a source whose reader waits goes
  * first within its user (and only there), each source's worker time
  * and jobs are counted, and a long job lets another user's short jobs run
- * between its items (pool_yield).
+ * between its items (pool_yield). pool_longest_job names the worker that
+ * has been in one job longest (the watchdog's view), and none once idle.
  */
 #include <check.h>
 #include <pthread.h>
@@ -561,6 +562,67 @@ START_TEST(test_pool_yield_runs_other_users_short_jobs)
 }
 END_TEST
 
+/* A job that stays in run() until released: the watchdog's stuck worker. */
+static struct {
+	_Atomic int started;   /* set by the job once in run() */
+	_Atomic int release;   /* set by the test to let it return */
+	_Atomic unsigned worker;
+} held;
+
+static void held_run(struct pool_job *job, struct pool_worker *w)
+{
+	struct timespec nap = {.tv_nsec = 1000000};
+
+	(void)job;
+	atomic_store(&held.worker, w->index);
+	atomic_store(&held.started, 1);
+	while (!atomic_load(&held.release))
+		nanosleep(&nap, NULL);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+START_TEST(test_pool_longest_job_names_busy_worker)
+{
+	struct log lg = {.level = LOG_LEVEL_ERROR, .fd = 2};
+	struct feed_err err = {0};
+	struct pool_job job = {.run = held_run};
+	struct timespec nap = {.tv_nsec = 1000000};
+	struct pool *p;
+	uv_loop_t loop;
+	unsigned idx = 99;
+	uint64_t ms = 0;
+
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	ck_assert_int_eq(pool_new(&loop, &lg, 3, &p, &err), 0);
+	ck_assert_int_eq(pool_longest_job(p, &idx, &ms), 0);  /* all idle */
+	pool_submit(p, &job);
+	int64_t end = mono_ms() + 10000;
+	while (!atomic_load(&held.started) && mono_ms() < end)
+		nanosleep(&nap, NULL);
+	ck_assert(atomic_load(&held.started));
+	/* its time in the job grows while it stays there */
+	do {
+		ck_assert_int_eq(pool_longest_job(p, &idx, &ms), 1);
+		ck_assert_uint_eq(idx, atomic_load(&held.worker));
+	} while (ms < 20 && mono_ms() < end && !nanosleep(&nap, NULL));
+	ck_assert_uint_ge(ms, 20);
+	atomic_store(&held.release, 1);
+	while (pool_longest_job(p, &idx, &ms) == 1 && mono_ms() < end)
+		nanosleep(&nap, NULL);
+	ck_assert_int_eq(pool_longest_job(p, &idx, &ms), 0);
+	pool_stop(p);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	pool_free(p);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -577,6 +639,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_waiting_reader_first);
 	tcase_add_test(tc, test_pool_source_outlives_owner);
 	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
+	tcase_add_test(tc, test_pool_longest_job_names_busy_worker);
 	suite_add_tcase(s, tc);
 	return s;
 }

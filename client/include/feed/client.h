@@ -254,6 +254,40 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret);
 /* Accepts NULL. */
 FEED_API void feed_status_free(struct feed_status *st);
 
+/* ------------------------------------------------------------------ */
+/* Reloading the daemon's config                                       */
+
+/* What a reload did. Everything belongs to it until
+ * feed_reload_result_free(); read-only for the caller. */
+struct feed_reload_result {
+	bool applied;               /* false: refused; the daemon's config is unchanged */
+	const char *file;           /* the file the daemon read ("" for none) */
+	size_t nadded, nremoved, nrepointed; /* datasets, by name: */
+	const char *const *added;   /* served now, and not before */
+	const char *const *removed; /* no longer served (open streams go on) */
+	const char *const *repointed; /* served from a new directory (version) */
+	size_t nerrors;             /* applied false: every reason, one each */
+	const char *const *errors;
+	size_t nwarnings;           /* a dataset left out, a key that needs a restart, ... */
+	const char *const *warnings;
+};
+
+/* Asks feedd to load its config file again, as SIGHUP does: datasets
+ * added, removed or repointed, access lists, limits, pipelines; streams
+ * on unchanged datasets are untouched. Allowed to root and to members of
+ * the socket's group. Blocks until the daemon has loaded the file and
+ * opened what it adds (up to the timeout; past it the reload goes on in
+ * the daemon, whose log says how it ended). Returns 0 when the new config
+ * is in force, with *ret; -EINVAL when the daemon refused the file: *ret
+ * is written then too (its errors say why) and feed_errmsg() names the
+ * first; -EPERM (not allowed), -EBUSY (a reload in progress), and the
+ * errors of feed_list_datasets(), with nothing written. *ret is freed
+ * with feed_reload_result_free(). Any thread that owns conn. */
+FEED_API int feed_reload(struct feed_conn *conn, struct feed_reload_result **ret);
+
+/* Accepts NULL. */
+FEED_API void feed_reload_result_free(struct feed_reload_result *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -108,7 +108,11 @@ struct feed_to_device {
  * the legacy default stream) on that device, whose context is current (or
  * none is: then the device's primary context is used); dst is device
  * memory there, owned by the caller. The first call on a stream registers
- * its data region for DMA (once per region: cuMemHostRegister); each call
+ * its data region for DMA (once per region: cuMemHostRegister) and
+ * allocates staging memory; the driver may make either wait for work
+ * already queued on the device, so never make that first call while one
+ * of your streams is held behind something only this thread can let go
+ * (tests/gpu/check_client_gpu_device.c hung on a GPU doing that); each call
  * enqueues on stream a copy of the field's bytes into a device staging
  * buffer the library owns (one per batch and field), the conversion
  * kernel, and an event, and returns without waiting. Converting the same

@@ -13,7 +13,8 @@ A thin layer over libfeedclient (ctypes, no compiled extension): batches
 are numpy arrays or torch tensors viewing shared memory the daemon filled,
 with no copy. See Loader, Batch, datasets() and the exceptions in
 feedclient.errors. The C library is found through $FEEDCLIENT_LIB, then the
-build tree of this checkout (build/lib), then the system loader.
+copy a wheel carries, the build tree of this checkout (build/lib), the one
+cmake --install put beside this package, then the system loader.
 """
 
 from ._lib import path as library_path

@@ -7,10 +7,13 @@ field: a change there is a change here. Calls through ctypes release the
 GIL while the C function runs.
 
 Where the library comes from, in order: $FEEDCLIENT_LIB (a file, or a
-directory holding libfeedclient.so), the build tree of the source checkout
-this package sits in (<root>/build/lib), then the system loader
-(ldconfig's cache, LD_LIBRARY_PATH). When none loads, the error lists every
-path tried and why each failed.
+directory holding libfeedclient.so), the copy inside this package (a wheel
+built by client/python/setup.py carries it), the build tree of the source
+checkout this package sits in (<root>/build/lib), the library that
+cmake --install put beside this package (_installed.py, written then, says
+where relative to here), then the system loader (ldconfig's cache,
+LD_LIBRARY_PATH). When none loads, the error lists every path tried, why
+each failed, and the fix for each way the package may have come.
 """
 
 import ctypes
@@ -303,23 +306,54 @@ _API = {
 
 
 def _candidates():
-    """(path, where) pairs to try, in order."""
+    """(path, where) pairs to try, in order; path None: nothing to try there."""
     out = []
     env = os.environ.get("FEEDCLIENT_LIB")
     if env:
         p = pathlib.Path(env)
         out.append((str(p / _SONAME) if p.is_dir() else env, "$FEEDCLIENT_LIB"))
-    here = pathlib.Path(__file__).resolve().parent      # <root>/client/python/feedclient
-    root = here.parents[2]
+    else:
+        out.append((None, "$FEEDCLIENT_LIB: not set"))
+    here = pathlib.Path(__file__).resolve().parent
+    # A wheel built by setup.py carries the library beside this file.
+    out.append((str(here / (_SONAME + ".0")), "inside the package"))
+    root = here.parents[2]                               # <root>/client/python/feedclient
     if (root / "client" / "include" / "feed" / "client.h").exists():
         out.append((str(root / "build" / "lib" / _SONAME), "build tree"))
     else:
         out.append((None, f"build tree: none, {here} is not in a feedd source checkout"))
+    try:
+        from . import _installed                         # written by cmake --install
+        out.append((os.path.normpath(here / _installed.LIBDIR / (_SONAME + ".0")),
+                    "cmake --install"))
+    except ImportError:
+        out.append((None, "cmake --install: none, this package was not installed by it"))
     found = ctypes.util.find_library("feedclient")
     if found:
         out.append((found, "system loader"))
     out.append((_SONAME + ".0", "system loader"))
     return out
+
+
+# What to do, for each way the package may have come; the error prints them all.
+_FIXES = (
+    "pip install from a checkout: build the library first (cmake --build build), then "
+    "pip install client/python again: the wheel carries the library",
+    "running from the source checkout: build it (cmake --build build)",
+    "installed by cmake --install or the feedd .deb: install it again "
+    "(cmake --install build, or dpkg -i feedd_*.deb); the library goes to <prefix>/lib",
+    "a library elsewhere: set FEEDCLIENT_LIB to its path or to its directory",
+)
+
+# Places whose absence is an expected miss, not a broken library.
+_MAY_BE_ABSENT = ("inside the package", "build tree", "cmake --install")
+
+
+def _bind(lib):
+    for name, (res, args) in _API.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
 
 
 def _load():
@@ -328,7 +362,7 @@ def _load():
         if path is None:
             tried.append(where)
             continue
-        if where == "build tree" and not os.path.exists(path):
+        if where in _MAY_BE_ABSENT and not os.path.exists(path):
             tried.append(f"{path} ({where}): does not exist")
             continue
         try:
@@ -337,17 +371,13 @@ def _load():
             tried.append(f"{path} ({where}): {e}")
             continue
         try:
-            for name, (res, args) in _API.items():
-                fn = getattr(lib, name)
-                fn.restype = res
-                fn.argtypes = args
+            _bind(lib)
         except AttributeError as e:
             tried.append(f"{path} ({where}): not libfeedclient or too old: {e}")
             continue
         return lib, path
-    raise LibraryNotFound("feedclient: cannot load libfeedclient.so; tried:\n  " +
-                      "\n  ".join(tried) +
-                      "\nBuild it (cmake --build build) or set FEEDCLIENT_LIB to its path.")
+    raise LibraryNotFound("feedclient: cannot load libfeedclient.so; tried, in order:\n  " +
+                          "\n  ".join(tried) + "\nTo fix it:\n  - " + "\n  - ".join(_FIXES))
 
 
 lib, path = _load()

@@ -1,0 +1,79 @@
+"""setup.py: makes the feedclient wheel carry libfeedclient.
+
+The package is pure Python over ctypes; what makes the wheel a platform
+wheel is the C library copied into it (feedclient/libfeedclient.so.0), so
+`import feedclient` works in any virtual environment on the node with no
+FEEDCLIENT_LIB. The library is the one already built by CMake, taken from
+$FEEDCLIENT_LIB (the file or its directory) or else the checkout's
+build/lib; it is not rebuilt here, so a pip install needs no compiler, no
+CMake and no network (pip install --no-build-isolation client/python).
+Metadata is in pyproject.toml.
+"""
+import os
+import pathlib
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+try:
+    from wheel.bdist_wheel import bdist_wheel
+except ImportError:  # no wheel package: pip falls back to a plain install
+    bdist_wheel = None
+
+HERE = pathlib.Path(__file__).resolve().parent
+SONAME = "libfeedclient.so.0"
+
+
+def built_library():
+    """The built libfeedclient.so.0, its real file; SystemExit naming every place tried."""
+    tried = []
+    env = os.environ.get("FEEDCLIENT_LIB")
+    places = []
+    if env:
+        p = pathlib.Path(env)
+        places.append((p / SONAME if p.is_dir() else p, "$FEEDCLIENT_LIB"))
+    places.append((HERE.parents[1] / "build" / "lib" / SONAME, "the checkout's build tree"))
+    for path, where in places:
+        if path.is_file():
+            return path.resolve()
+        tried.append(f"{path} ({where}): does not exist")
+    raise SystemExit("feedclient: no built libfeedclient to put in the wheel; tried:\n  " +
+                     "\n  ".join(tried) +
+                     "\nBuild it first (cmake --build build in the checkout), or set "
+                     "FEEDCLIENT_LIB to the built library.")
+
+
+class BuildPyWithLibrary(build_py):
+    """build_py, then the built library copied into the package as libfeedclient.so.0."""
+
+    def run(self):
+        super().run()
+        lib = built_library()
+        dest = pathlib.Path(self.build_lib) / "feedclient" / SONAME
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lib, dest)
+        os.chmod(dest, 0o755)
+
+
+class PlatformDistribution(Distribution):
+    """Says the package holds native code, so the wheel is tagged for this platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+cmdclass = {"build_py": BuildPyWithLibrary}
+if bdist_wheel is not None:
+    class PlatformWheel(bdist_wheel):
+        """py3-none-<platform>: the library is called through ctypes, so any
+        CPython 3 on this platform can use the wheel; only the platform matters."""
+
+        def get_tag(self):
+            _, _, plat = super().get_tag()
+            return "py3", "none", plat
+
+    cmdclass["bdist_wheel"] = PlatformWheel
+
+setup(cmdclass=cmdclass, distclass=PlatformDistribution)

@@ -1,0 +1,269 @@
+/*
+ * check_config.c: --check-config (see check_config.h). Main thread. The
+ * permission checks read mode bits, owners and groups as the kernel would
+ * for the user checked (access control lists aside).
+ */
+#include "check_config.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog.h"
+
+#define CHK_GROUPS_MAX 256
+
+/* Who start-up would run as. */
+struct chk_who {
+	uid_t uid;
+	gid_t gid;                     /* primary group */
+	gid_t groups[CHK_GROUPS_MAX];  /* supplementary groups */
+	int ngroups;
+	bool cap_chown;                /* may give a file any group (CAP_CHOWN) */
+	bool cap_dac;                  /* may write any directory (CAP_DAC_OVERRIDE) */
+	char name[64];                 /* "uid 999 (feedd)" */
+};
+
+/* What the check found. */
+struct chk {
+	const struct cfg *cfg;
+	const char *file;              /* the config file, for messages */
+	struct chk_who who;
+	int errors;
+	int warnings;
+};
+
+/* "feedd: FILE: [warning: ]what" on stderr, counted. */
+static void __attribute__((format(printf, 3, 4)))
+chk_say(struct chk *c, bool warning, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "feedd: %s: %s", c->file, warning ? "warning: " : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (warning)
+		c->warnings++;
+	else
+		c->errors++;
+}
+
+#define chk_error(c, ...) chk_say(c, false, __VA_ARGS__)
+#define chk_warning(c, ...) chk_say(c, true, __VA_ARGS__)
+
+/* Bits 0 and 1 of CapEff in /proc/self/status: CAP_CHOWN, CAP_DAC_OVERRIDE. */
+static unsigned long long chk_cap_eff(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	unsigned long long caps = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &caps) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return caps;
+}
+
+static int chk_who_self(struct chk_who *w)
+{
+	struct passwd *pw = getpwuid(geteuid());
+	unsigned long long caps = chk_cap_eff();
+
+	w->uid = geteuid();
+	w->gid = getegid();
+	w->ngroups = getgroups(CHK_GROUPS_MAX, w->groups);
+	if (w->ngroups < 0)
+		w->ngroups = 0;
+	w->cap_chown = caps & 1;
+	w->cap_dac = caps & 2;
+	snprintf(w->name, sizeof(w->name), "uid %u (%s)", (unsigned)w->uid,
+		 pw ? pw->pw_name : "?");
+	return 0;
+}
+
+/* As NAME would run: its groups from the databases; root with root's
+ * capabilities, anyone else with none (a unit's CapabilityBoundingSet=). */
+static int chk_who_user(struct chk_who *w, const char *name)
+{
+	struct passwd *pw = getpwnam(name);
+
+	if (!pw) {
+		fprintf(stderr, "feedd: --user %s: no such user\n", name);
+		return -ENOENT;
+	}
+	w->uid = pw->pw_uid;
+	w->gid = pw->pw_gid;
+	w->ngroups = CHK_GROUPS_MAX;
+	if (getgrouplist(name, pw->pw_gid, w->groups, &w->ngroups) < 0)
+		w->ngroups = CHK_GROUPS_MAX;
+	w->cap_chown = w->cap_dac = w->uid == 0;
+	snprintf(w->name, sizeof(w->name), "uid %u (%s)", (unsigned)w->uid, name);
+	return 0;
+}
+
+static bool chk_in_group(const struct chk_who *w, gid_t gid)
+{
+	if (gid == w->gid)
+		return true;
+	for (int i = 0; i < w->ngroups; i++)
+		if (w->groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* May w create entries in the directory st (write and search)? */
+static bool chk_may_write_dir(const struct chk_who *w, const struct stat *st)
+{
+	unsigned m = (unsigned)st->st_mode;
+	unsigned perm = st->st_uid == w->uid ? m >> 6 : chk_in_group(w, st->st_gid) ? m >> 3 : m;
+
+	return w->cap_dac || (perm & 3) == 3;
+}
+
+/* "group 100 (users)" in a static buffer. */
+static const char *chk_group_name(gid_t gid)
+{
+	static char buf[96];
+	struct group *gr = getgrgid(gid);
+
+	snprintf(buf, sizeof(buf), "%u (%s)", (unsigned)gid, gr ? gr->gr_name : "?");
+	return buf;
+}
+
+/* The socket's directory: there and writable, or makeable (start-up
+ * makes only its last component). *ret_made: it would be made (and
+ * chowned to socket_group). */
+static void chk_socket_dir(struct chk *c, const char *dir, bool *ret_made)
+{
+	char parent[CFG_SOCKET_PATH_MAX + 1], mode[16];
+	struct stat st;
+
+	*ret_made = false;
+	if (stat(dir, &st) == 0) {
+		snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
+		if (!S_ISDIR(st.st_mode))
+			chk_error(c, "socket directory %s: not a directory", dir);
+		else if (!chk_may_write_dir(&c->who, &st))
+			chk_error(c, "socket directory %s (mode %s): %s may not make the socket "
+				  "there (deploy/feedd.tmpfiles makes it, or use feedd.socket)",
+				  dir, mode, c->who.name);
+		return;
+	}
+	if (errno != ENOENT) {
+		chk_error(c, "socket directory %s: %s", dir, strerror(errno));
+		return;
+	}
+	snprintf(parent, sizeof(parent), "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		snprintf(parent, sizeof(parent), ".");
+	if (stat(parent, &st) < 0)
+		chk_error(c, "socket directory %s: cannot be made: %s: %s (only the last "
+			  "component is made)", dir, parent, strerror(errno));
+	else if (!chk_may_write_dir(&c->who, &st))
+		chk_error(c, "socket directory %s: cannot be made: %s may not write %s", dir,
+			  c->who.name, parent);
+	else
+		*ret_made = true;
+}
+
+/* socket_group: membership or CAP_CHOWN gives the socket its group; the
+ * directory must let the group's members in. */
+static void chk_socket_group(struct chk *c, const char *dir, bool made)
+{
+	const struct cfg *cfg = c->cfg;
+	char group[96];
+	struct stat st;
+
+	if (!cfg->has_socket_group)
+		return;
+	snprintf(group, sizeof(group), "%s", chk_group_name(cfg->socket_gid));
+	if (!c->who.cap_chown && !chk_in_group(&c->who, cfg->socket_gid))
+		chk_error(c, "socket_group %s: %s is not a member and lacks CAP_CHOWN, so "
+			  "start-up cannot give the socket that group (add the user to it, e.g. "
+			  "the unit's SupplementaryGroups=; under feedd.socket, SocketGroup= "
+			  "does it instead)", group, c->who.name);
+	if (made || !*dir || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return;  /* one start-up makes is 0750 and of socket_group */
+	bool enter = (st.st_mode & 0001) || (st.st_gid == cfg->socket_gid && (st.st_mode & 0010));
+	if (!enter)
+		chk_warning(c, "socket directory %s (group %s): members of socket_group %s "
+			    "cannot enter it, so cannot connect", dir,
+			    chk_group_name(st.st_gid), group);
+}
+
+/* What start-up's srv_start() would refuse on the socket's side. */
+static void chk_socket(struct chk *c)
+{
+	const char *path = c->cfg->socket_path;
+	char dir[CFG_SOCKET_PATH_MAX + 1] = "";
+	bool made = false;
+	struct stat st;
+
+	const char *slash = strrchr(path, '/');
+	if (slash && slash != path) {
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+		chk_socket_dir(c, dir, &made);
+	}
+	chk_socket_group(c, dir, made);
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+		chk_error(c, "socket %s: exists and is not a socket", path);
+}
+
+/* The config did not load: its error, then every name that does not
+ * resolve (cfg_load() stopped at the first). */
+static int chk_load_failed(const struct cli *cli, const struct feed_err *err)
+{
+	fprintf(stderr, "feedd: %s\n", err->msg);
+	int n = 1 + cfg_check_names(cli->check_config, err->msg, stderr);
+	fprintf(stderr, "feedd: %s: %d error%s; start-up would refuse it\n", cli->check_config,
+		n, n == 1 ? "" : "s");
+	return 1;
+}
+
+int chk_run(const struct cli *cli)
+{
+	struct feed_err err = {0};
+	struct cfg *cfg = NULL;
+	struct chk c = {.file = cli->check_config};
+
+	if ((cli->check_user ? chk_who_user(&c.who, cli->check_user) : chk_who_self(&c.who)) < 0)
+		return 1;
+	if (cfg_load(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0)
+		return chk_load_failed(cli, &err);
+	c.cfg = cfg;
+	chk_socket(&c);
+	int w = cat_check(cfg, stderr);  /* every dataset opens, every pipeline fits one */
+	if (w < 0) {
+		fprintf(stderr, "feedd: %s: %s\n", c.file, strerror(-w));
+		c.errors++;
+	} else {
+		c.warnings += w;
+	}
+	int rc = c.errors || (cli->strict && c.warnings);
+	if (rc)
+		fprintf(stderr, "feedd: %s: %d error%s, %d warning%s; %s\n", c.file, c.errors,
+			c.errors == 1 ? "" : "s", c.warnings, c.warnings == 1 ? "" : "s",
+			c.errors ? "start-up would refuse it" : "refused: --strict");
+	else
+		printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers, %d warning%s, "
+		       "checked as %s)\n", c.file, cfg->socket_path, cfg->ndatasets,
+		       cfg->npipelines, (unsigned long long)cfg->workers, c.warnings,
+		       c.warnings == 1 ? "" : "s", c.who.name);
+	cfg_free(cfg);
+	return rc;
+}

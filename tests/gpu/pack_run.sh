@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# DIR/run REPORT_DIR: every GPU check of feedd on a bare GPU machine, from
+# a pack made by `scripts/gpu-check --pack DIR` (this file is copied there
+# as DIR/run). Needs nothing but DIR, the NVIDIA driver and, for the
+# end-to-end step, a python3 with CUDA torch: no apt, no network. Sets its
+# own library path (DIR/lib), runs
+#   1. the tests of tests/gpu: kernels against their CPU twins, the
+#      client's pinned copies and conversion into device memory, device
+#      slots over CUDA IPC between a real feedd and a real consumer
+#      (done-gated reuse, a killed consumer, one killed behind never-run
+#      work);
+#   2. bench/gpu_convert: conversion throughput as a share of the device's
+#      memory bandwidth;
+#   3. tests/gpu/e2e_torch.py: Fashion-MNIST and a JPEG set through
+#      Loader(device="cuda") and device slots against torchvision on the
+#      GPU (within 1 bf16 ulp), and a small model's training step (stall %,
+#      NVML utilisation);
+# and writes REPORT_DIR/report.md and report.json (and one log per step).
+# Exit: 0 all passed, 1 something failed, 77 no GPU seen (nothing run).
+set -uo pipefail
+DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPORT=${1:?usage: run REPORT_DIR}
+mkdir -p "$REPORT"
+REPORT=$(cd "$REPORT" && pwd)
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "gpu-check: no GPU seen (nvidia-smi -L lists none); nothing was run"
+  exit 77
+fi
+
+# Our libraries first; libstdc++ and libgcc_s only where the machine has none.
+export LD_LIBRARY_PATH="$DIR/lib"
+if ! ldconfig -p 2>/dev/null | grep -q 'libstdc++.so.6 '; then
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$DIR/lib/fallback"
+fi
+export FEED_BIN="$DIR/bin" FEED_LIB="$DIR/lib" CK_DEFAULT_TIMEOUT=120 CK_VERBOSITY=verbose
+export TMPDIR=${TMPDIR:-/tmp}
+
+steps=()   # name|rc|seconds
+# step NAME TIMEOUT CMD...: runs one check, its output in REPORT/NAME.log.
+step() {
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  t0=$(date +%s.%N)
+  echo "== $name"
+  timeout --kill-after=10 "$limit" "$@" >"$REPORT/$name.log" 2>&1
+  rc=$?
+  local secs
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  tail -n 15 "$REPORT/$name.log"
+  echo "== $name: exit $rc in ${secs}s"
+  steps+=("$name|$rc|$secs")
+}
+
+{
+  nvidia-smi
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
+  uname -a
+  ls "$DIR/bin"
+} >"$REPORT/machine.log" 2>&1
+
+step convert_gpu 90 "$DIR/bin/check_convert_gpu"
+step ipc_event_gpu 60 "$DIR/bin/check_ipc_event_gpu"
+step client_gpu_device 60 "$DIR/bin/check_client_gpu_device"
+step ipc_gpu 90 "$DIR/bin/check_ipc_gpu"
+step gpu_convert 60 "$DIR/bin/gpu_convert"
+PY=$(command -v python3)
+step e2e_torch 150 env -u LD_LIBRARY_PATH PYTHONPATH="$DIR/python" FEEDCLIENT_LIB="$DIR/lib/libfeedclient.so.0" PYTHONUNBUFFERED=1 \
+  "$PY" "$DIR/e2e_torch.py" --feedd "$DIR/bin/feedd" --libdir "$DIR/lib" --data "$DIR/data" \
+  --out "$REPORT/e2e.json"
+
+failed=0
+{
+  echo "# feedd GPU check"
+  echo
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), pack built from $(cat "$DIR/VERSION" 2>/dev/null)"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  echo '```'
+  echo
+  echo "| step | exit | seconds |"
+  echo "|---|---|---|"
+  for s in "${steps[@]}"; do
+    IFS='|' read -r n rc secs <<<"$s"
+    verdict=passed
+    [ "$rc" -eq 0 ] || { verdict="FAILED ($rc)"; failed=1; }
+    echo "| $n | $verdict | $secs |"
+  done
+  echo
+  echo "## gpu_convert"
+  echo '```'
+  cat "$REPORT/gpu_convert.log"
+  echo '```'
+  echo
+  echo "## e2e_torch"
+  echo '```'
+  tail -n 80 "$REPORT/e2e_torch.log"
+  echo '```'
+  for s in "${steps[@]}"; do
+    IFS='|' read -r n rc secs <<<"$s"
+    [ "$rc" -eq 0 ] && continue
+    echo
+    echo "## $n (exit $rc): last lines"
+    echo '```'
+    tail -n 40 "$REPORT/$n.log"
+    echo '```'
+  done
+} >"$REPORT/report.md"
+
+# report.json: the steps, gpu_convert's lines and e2e's object
+"$PY" - "$REPORT" "${steps[@]}" <<'EOF' || true
+import json, os, sys
+rep, steps = sys.argv[1], sys.argv[2:]
+out = {"steps": []}
+for s in steps:
+    n, rc, secs = s.split("|")
+    out["steps"].append({"name": n, "exit": int(rc), "seconds": float(secs)})
+out["gpu_convert"] = open(os.path.join(rep, "gpu_convert.log")).read().splitlines()
+try:
+    out["e2e"] = json.load(open(os.path.join(rep, "e2e.json")))
+except (OSError, ValueError) as e:
+    out["e2e"] = {"error": str(e)}
+out["ok"] = all(s["exit"] == 0 for s in out["steps"])
+json.dump(out, open(os.path.join(rep, "report.json"), "w"), indent=1)
+EOF
+echo "== report: $REPORT/report.md"
+exit $failed

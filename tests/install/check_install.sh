@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# check_install.sh SRC BUILD: `cmake --install` into a staging DESTDIR, then
+# use the staged tree as a node and a user would, with nothing from the
+# source or build tree:
+#  - the layout: programs, library, headers, feedclient.pc, the CMake
+#    package, man pages, deploy files, /etc/feedd/feedd.yaml, the Python
+#    package; no build path in the .pc or the CMake files;
+#  - libfeedclient.so.0: its SONAME, and only feed_* exported (versioned);
+#  - tests/install/consumer.c built twice against the staged prefix alone,
+#    with pkg-config and with find_package(feedclient);
+#  - the staged feedd serving Fashion-MNIST packed by the staged feedpack,
+#    read by both consumers (labels compared with the IDX file), and the
+#    staged Python package finding the staged library.
+set -euo pipefail
+src=$1 build=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+t=$(mktemp -d "${TMPDIR:-/tmp}/feed-install.XXXXXX")
+feedd_pid=
+cleanup() {
+  [ -n "$feedd_pid" ] && kill "$feedd_pid" 2>/dev/null && wait "$feedd_pid" 2>/dev/null
+  rm -rf "$t"
+}
+trap cleanup EXIT
+
+# ---- install -----------------------------------------------------------------
+stage=$t/stage
+DESTDIR=$stage cmake --install "$build" --prefix /usr >"$t/install.log" ||
+  { cat "$t/install.log"; fail "cmake --install"; }
+p=$stage/usr
+# shellcheck disable=SC2016  # ${prefix} is the .pc file's, not the shell's
+libdir=$(sed -n 's/^libdir=${prefix}\///p' "$(find "$p" -name feedclient.pc)")
+lib=$p/$libdir
+for f in bin/feedd bin/feedctl bin/feedpack bin/feedbench \
+         "$libdir/libfeedclient.so.0" "$libdir/libfeedclient.so" \
+         include/feed/client.h include/feed/stream.h include/feed/gpu.h \
+         "$libdir/pkgconfig/feedclient.pc" "$libdir/cmake/feedclient/feedclientConfig.cmake" \
+         "$libdir/cmake/feedclient/feedclientConfigVersion.cmake" \
+         share/man/man8/feedd.8.gz share/man/man1/feedctl.1.gz share/man/man1/feedpack.1.gz \
+         share/man/man5/feedd.yaml.5.gz share/doc/feedd/README.md \
+         lib/systemd/system/feedd.service lib/systemd/system/feedd.socket \
+         lib/sysusers.d/feedd.conf lib/tmpfiles.d/feedd.conf \
+         lib/python3/dist-packages/feedclient/__init__.py; do
+  [ -e "$p/$f" ] || fail "not installed: /usr/$f"
+done
+cmp "$stage/etc/feedd/feedd.yaml" "$src/configs/feedd.yaml" || fail "/etc/feedd/feedd.yaml"
+grep -q '^ExecStart=/usr/bin/feedd ' "$p/lib/systemd/system/feedd.service" ||
+  fail "the unit does not run /usr/bin/feedd: $(grep ExecStart= "$p/lib/systemd/system/feedd.service")"
+if grep -rl -e "$src" -e "$build" -e "-rpath" "$p/$libdir/pkgconfig" "$p/$libdir/cmake"; then
+  fail "build paths or an rpath in the files above"
+fi
+
+# ---- the library's ELF -----------------------------------------------------------
+soname=$(readelf -d "$lib/libfeedclient.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libfeedclient.so.0 ] || fail "SONAME is '$soname'"
+# GNU ld adds an absolute symbol named after each version node: not an export.
+nm -D --defined-only "$lib/libfeedclient.so.0" | awk '$2 != "A" {print $3}' >"$t/exports"
+[ "$(grep -c '^feed_.*@@FEEDCLIENT_0$' "$t/exports")" -ge 10 ] || fail "no feed_*@@FEEDCLIENT_0 exports"
+if grep -v '^feed_.*@@FEEDCLIENT_0$' "$t/exports"; then
+  fail "libfeedclient.so.0 exports the symbols above"
+fi
+
+# ---- a consumer, against the staged prefix alone ------------------------------
+export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_PATH=
+# shellcheck disable=SC2046
+${CC:-cc} -Wall -Werror -o "$t/consumer_pc" "$src/tests/install/consumer.c" \
+  $(pkg-config --cflags --libs feedclient) -ldl || fail "consumer with pkg-config"
+cmake -S "$src/tests/install" -B "$t/cm" -DCMAKE_PREFIX_PATH="$p" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_C_FLAGS="-Wall -Werror" >"$t/cm.log" ||
+  { cat "$t/cm.log"; fail "configure the consumer with find_package"; }
+cmake --build "$t/cm" >>"$t/cm.log" || { cat "$t/cm.log"; fail "build the consumer"; }
+grep -q "feedclient_DIR:PATH=$p/$libdir/cmake/feedclient" "$t/cm/CMakeCache.txt" ||
+  fail "find_package found $(grep feedclient_DIR "$t/cm/CMakeCache.txt")"
+
+# ---- the staged feedd serves what the staged feedpack packed ------------------
+fm=/usr/share/datasets/fashion-mnist
+"$p/bin/feedpack" idx "$fm/t10k-images-idx3-ubyte.gz" "$fm/t10k-labels-idx1-ubyte.gz" \
+  -o "$t/fmnist" >/dev/null || fail "staged feedpack"
+sock=$t/feedd.sock
+# How the staged feedd starts. With socket activation this one line becomes
+#   start=(systemd-socket-activate -l "$sock" "$p/bin/feedd" --dataset ...)
+start=("$p/bin/feedd" --socket "$sock" --dataset "fmnist=$t/fmnist" --workers 2)
+"${start[@]}" 2>"$t/feedd.log" &
+feedd_pid=$!
+# Ready when the staged feedctl lists the dataset (or feedd has exited).
+for _ in $(seq 300); do
+  "$p/bin/feedctl" --socket "$sock" --timeout 1000 datasets 2>/dev/null | grep -q fmnist && break
+  kill -0 "$feedd_pid" 2>/dev/null || { cat "$t/feedd.log"; fail "feedd exited"; }
+  sleep 0.1
+done
+"$p/bin/feedctl" --socket "$sock" datasets | grep -q fmnist || { cat "$t/feedd.log"; fail "feedd not ready"; }
+
+want=$(/usr/bin/python3 -c "import gzip,sys; d=gzip.open(sys.argv[1]).read(); print(' '.join(map(str, d[8:40])))" \
+       "$fm/t10k-labels-idx1-ubyte.gz")
+for c in "$t/consumer_pc" "$t/cm/consumer"; do
+  LD_LIBRARY_PATH=$lib "$c" "$sock" fmnist 32 >"$t/out" || fail "$c"
+  [ "$(sed -n 1p "$t/out")" -ef "$lib/libfeedclient.so.0" ] ||
+    fail "$c ran on $(sed -n 1p "$t/out"), not the staged library"
+  [ "$(sed -n 3p "$t/out")" = 32 ] || fail "$c: batch of $(sed -n 3p "$t/out")"
+  [ "$(sed -n 4p "$t/out")" = "$want" ] || fail "$c: labels $(sed -n 4p "$t/out"), want $want"
+done
+
+# ---- the staged Python package finds the staged library --------------------------
+got=$(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages" \
+      /usr/bin/python3 -c "import feedclient; print(feedclient.library_path)") ||
+  fail "import feedclient from the staged package"
+[ "$got" -ef "$lib/libfeedclient.so.0" ] || fail "feedclient loaded $got"
+echo "install: ok ($(wc -l <"$t/exports") exports, consumers read $want)"

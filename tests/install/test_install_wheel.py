@@ -1,0 +1,75 @@
+"""test_install_wheel.py: `pip install client/python` in a fresh virtual
+environment gives a platform wheel carrying libfeedclient, and the package
+finds that copy with FEEDCLIENT_LIB unset, outside the source tree; and a
+package with no library anywhere says where it looked and how to fix it.
+
+Run by ctest (python_wheel) with FEED_SRC, FEED_LIB and FEED_VERSION set; offline: the
+venv sees Debian's numpy and setuptools (--system-site-packages) and pip
+runs with --no-build-isolation --no-deps --no-index.
+"""
+import ctypes.util
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+SRC = pathlib.Path(os.environ["FEED_SRC"])
+LIB = pathlib.Path(os.environ["FEED_LIB"])
+
+
+def clean_env():
+    """The environment of a user on the node: no FEEDCLIENT_LIB, no PYTHONPATH."""
+    return {k: v for k, v in os.environ.items() if k not in ("FEEDCLIENT_LIB", "PYTHONPATH")}
+
+
+def run(args, **kw):
+    res = subprocess.run(args, capture_output=True, text=True, timeout=120, **kw)
+    assert res.returncode == 0, f"{args}:\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def test_install_wheel_carries_the_library(tmp_path):
+    venv = tmp_path / "venv"
+    run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)])
+    py = venv / "bin" / "python"
+    run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+         "--no-cache-dir", "-q", str(SRC / "client" / "python")], env=clean_env(), cwd=tmp_path)
+
+    site = pathlib.Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
+                            env=clean_env()).strip())
+    carried = site / "feedclient" / "libfeedclient.so.0"
+    assert carried.is_file(), "the wheel does not carry libfeedclient.so.0"
+    assert carried.read_bytes() == (LIB / "libfeedclient.so.0").resolve().read_bytes()
+    wheel = next(site.glob("feedclient-*.dist-info")) / "WHEEL"
+    meta = wheel.read_text()
+    assert "Root-Is-Purelib: false" in meta, meta
+    assert f"Tag: py3-none-linux_{os.uname().machine}" in meta, meta
+
+    out = run([str(py), "-c", "import feedclient; print(feedclient.library_path); "
+               "print(feedclient.library_version)"], env=clean_env(), cwd=tmp_path).split("\n")
+    assert pathlib.Path(out[0]) == carried
+    assert out[1] == os.environ["FEED_VERSION"]
+
+
+def test_install_wheel_missing_library_names_each_fix(tmp_path):
+    """A package with no library anywhere says where it looked and what to do."""
+    if ctypes.util.find_library("feedclient"):
+        pytest.skip("a libfeedclient is installed system-wide; the system loader finds it")
+    shutil.copytree(SRC / "client" / "python" / "feedclient", tmp_path / "feedclient")
+    res = subprocess.run(["/usr/bin/python3", "-c", "import feedclient"], cwd=tmp_path,
+                         env=dict(clean_env(), PYTHONPATH=str(tmp_path)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    err = res.stderr
+    assert "LibraryNotFound" in err
+    for tried in ("$FEEDCLIENT_LIB: not set",
+                  f"{tmp_path}/feedclient/libfeedclient.so.0 (inside the package): does not exist",
+                  "not in a feedd source checkout",
+                  "cmake --install: none",
+                  "(system loader)"):
+        assert tried in err, f"{tried!r} not in:\n{err}"
+    for fix in ("then pip install client/python again", "build it (cmake --build build)",
+                "dpkg -i feedd_*.deb", "set FEEDCLIENT_LIB"):
+        assert fix in err, f"{fix!r} not in:\n{err}"
