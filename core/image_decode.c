@@ -12,6 +12,16 @@
  * pixels identical to a full decode. PNG: libspng decodes row by row and
  * stops at the box's bottom (interlaced images are decoded whole).
  *
+ * Damage: what PIL decodes, we decode, with the same pixels; what it
+ * refuses, we refuse (image_priv.h says how). libjpeg's warnings (corrupt
+ * entropy data, junk between markers) let it go on, and its output is
+ * what PIL returns; an error anywhere up to the last row, or in the
+ * markers after the last scan when every row is read, refuses the file.
+ * The box and DCT-scaled paths stop reading at the box's bottom: the one
+ * case they cannot see is an error-level marker (not a warning) after the
+ * last scan of a single-scan file, below the box (progressive and
+ * multi-scan files are read whole by jpeg_start_decompress on every path).
+ *
  * Colour: grayscale becomes RGB by repetition; CMYK/YCCK JPEGs become RGB
  * with PIL's formula on Adobe (inverted) CMYK, R = k - k * (255 - c) / 255
  * rounded as PIL's MULDIV255; channels=1 from colour uses PIL's
@@ -337,9 +347,31 @@ static void span(uint32_t b0, uint32_t bn, uint32_t s, uint32_t sn, uint32_t *re
 	*ret_hi = hi + 1 < sn ? hi + 1 : sn;
 }
 
+/* Whether libjpeg will smooth blocks (a progressive file whose scans stop
+ * before the AC coefficients are whole: cut, or written so): libjpeg-turbo
+ * then estimates the missing coefficients from the neighbouring blocks,
+ * and next to a jpeg_crop_scanline() edge it takes the wrong neighbours
+ * (a box's pixels differed from PIL's full decode by up to a whole block),
+ * so such a file is decoded full width. Conservative: any coefficient of
+ * the first ten not yet at full precision counts. */
+static bool jpeg_smooths(const struct jpeg_decompress_struct *ci)
+{
+	if (!ci->progressive_mode || !ci->do_block_smoothing || !ci->coef_bits)
+		return false;
+	for (int c = 0; c < ci->num_components; c++)
+		for (int k = 0; k < 10; k++)
+			if (ci->coef_bits[c][k] != 0)
+				return true;
+	return false;
+}
+
 /* A box above the missing rows of a cut file decodes cleanly, so the end
  * is checked before any row: the end-of-image marker (FF D9) must follow
- * the first scan's start. Entropy-coded data cannot hold it (an FF byte
+ * the first scan's start. PIL refuses such a file too ("image file is
+ * truncated": libjpeg asks for the bytes past the end, for the last MCU
+ * or, progressive, for the scans still to come); a cut file that ends with
+ * an EOI of its own decodes in both, the missing data filled in (warning
+ * "premature end of data segment"). Entropy-coded data cannot hold it (an FF byte
  * there is always followed by 00 or a restart marker), and a thumbnail's
  * EOI sits in APP1, before the scan; so finding it past the scan's start
  * means the scans are whole, and the backward search stops at once for
@@ -406,11 +438,21 @@ static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const voi
 	span(box->x, box->w, s, ci->output_width, &x0, &x1);
 	span(box->y, box->h, s, ci->output_height, &y0, &y1);
 	JDIMENSION xoff = x0, cw = x1 - x0;
-	if (xoff > 0 || cw < ci->output_width)
+	if (jpeg_smooths(ci)) {
+		xoff = 0; /* libjpeg's block smoothing is wrong next to a crop's edge */
+		cw = ci->output_width;
+	} else if (xoff > 0 || cw < ci->output_width)
 		jpeg_crop_scanline(ci, &xoff, &cw); /* widens to whole iMCUs */
 	assert(xoff <= x0 && xoff + cw >= x1 && cw <= dec->lim.max_width + 16);
 	jpeg_rows(dec, y0, y1, cw);
-	jpeg_abort_decompress(ci);
+	if (y1 == ci->output_height) {
+		/* the markers after the last scan, as PIL reads them: an error
+		 * there refuses the file; a missing end is no error by now */
+		dec->jerr.eof_ok = true;
+		jpeg_finish_decompress(ci);
+	} else {
+		jpeg_abort_decompress(ci);
+	}
 
 	ret->view = (struct img_view){dec->px, cw, y1 - y0, dec->channels,
 				      (size_t)cw * dec->channels};
@@ -419,6 +461,8 @@ static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const voi
 	ret->box_w = (double)box->w / s;
 	ret->box_h = (double)box->h / s;
 	ret->scale_denom = s;
+	ret->warnings = dec->jerr.warnings;
+	ret->warning = dec->jerr.warnings ? dec->jerr.warn : NULL;
 	return 0;
 out:
 	jpeg_abort_decompress(ci);
@@ -429,6 +473,7 @@ static int decode_jpeg(struct img_decoder *dec, const void *data, size_t len,
 		       const struct img_box *box, uint32_t s, struct img_decoded *ret,
 		       struct feed_err *err)
 {
+	img_jpeg_err_reset(&dec->jerr);
 	if (setjmp(dec->jerr.jmp)) {
 		jpeg_abort_decompress(&dec->cinfo);
 		return feed_err_set(err, dec->jerr.code, "JPEG: %s", dec->jerr.msg);
@@ -502,6 +547,8 @@ static int png_run(struct img_decoder *dec, spng_ctx *ctx, const void *data, siz
 	ret->box_w = box->w;
 	ret->box_h = box->h;
 	ret->scale_denom = 1;
+	ret->warnings = 0;
+	ret->warning = NULL;
 out:
 	return rc;
 }
