@@ -67,6 +67,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 		.credits = st.credits, .credits_in_use = st.credits_in_use,
 		.members = g->nmembers, .member_pids = g->nmembers ? g->pids : NULL,
 		.member_reader_wait_ns = g->nmembers ? g->waits : NULL,
+		.replaced = st.replaced,
 	};
 }
 

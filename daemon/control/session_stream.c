@@ -240,6 +240,9 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	sp->sched.epochs = o->epochs;
 	sp->sched.start_epoch = o->start_epoch;
 	sp->sched.start_batch = o->start_batch;
+	sp->on_error = o->on_error;
+	/* default: 0.1% of the epoch, at least 1 */
+	sp->max_bad = o->max_bad ? o->max_bad : ord->n / 1000 > 0 ? ord->n / 1000 : 1;
 }
 
 _Static_assert(CFG_MAX_CREDITS == DLV_MAX_CREDITS && WIRE_CREDITS_MAX == DLV_MAX_CREDITS,
@@ -362,6 +365,7 @@ static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
 		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
 		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
 		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
+		.replaced = st.replaced,
 	};
 }
 

@@ -107,6 +107,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->mb_per_s = stats_rate(x.bytes, age_ms) / 1e6;
 	s->worker_ns = x.worker_ns;
 	s->jobs = x.jobs;
+	s->replaced = x.replaced;
 	/* the client's word: anything past the stream's age is a lie or a bug */
 	s->reader_wait_ns = x.reader_wait_ns < age_ms * 1000000u ? x.reader_wait_ns
 								  : age_ms * 1000000u;
