@@ -279,6 +279,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->shm_bytes = s->shm_bytes;
 	cl_text(o->device, sizeof(o->device), s->device);
 	o->device_bytes = s->device_bytes;
+	o->replaced = s->replaced;
 	o->nmember_pids = 0;
 	for (size_t i = 0; i < s->n_member_pids && i < FEED_STATUS_MEMBERS; i++) {
 		o->member_pids[i] = s->member_pids[i];

@@ -228,6 +228,7 @@ struct feed_stream_status {
 	uint32_t nmember_pids;
 	int32_t member_pids[FEED_STATUS_MEMBERS];
 	uint64_t member_reader_wait_ns[FEED_STATUS_MEMBERS]; /* each one's reader_wait_ns */
+	uint64_t replaced;        /* samples replaced (on_error skip) so far */
 };
 
 /* The block cache shared by every stream. */
