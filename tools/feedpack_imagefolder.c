@@ -286,7 +286,8 @@ static int if_copy(struct if_list *l, bool skip_bad, struct pack_sink *sink, str
 		int64_t label = l->files[i].cls;
 		struct fmt_value v[2] = {{buf, len}, {&label, sizeof(label)}};
 		if ((rc = sink_add(sink, v, err)) < 0 ||
-		    (rc = fmt_writer_note_image(sink->w, 0, info.width, info.height, err)) < 0)
+		    (rc = fmt_writer_note_image(sink->w, 0, info.width, info.height, err)) < 0 ||
+		    (rc = fmt_writer_note_path(sink->w, l->files[i].rel, err)) < 0)
 			break;
 		uint64_t px = (uint64_t)info.width * info.height;
 		st->max_w = info.width > st->max_w ? info.width : st->max_w;

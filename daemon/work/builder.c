@@ -164,9 +164,16 @@ static bool sample_bad(int rc)
 	return rc == -EBADMSG || rc == -ENOTSUP || rc == -E2BIG;
 }
 
-/* The prefix every sample error carries. */
-static int sample_err(const struct bld_batch *b, struct feed_err *err)
+/* The prefix every sample error carries: the dataset and, when ingest
+ * recorded it, the file ("dataset 'x': train/a/b.JPEG: sample 12: field
+ * 'image': JPEG: ..."). */
+static int sample_err(const struct bld_batch *b, uint64_t idx, struct feed_err *err)
 {
+	const char *path = fmt_dataset_sample_path(b->ds, idx);
+
+	if (path)
+		return feed_err_prefix(err, "dataset '%s': %s", fmt_dataset_info(b->ds)->name,
+				       path);
 	return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->ds)->name);
 }
 
@@ -213,14 +220,12 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 		}
 		if (!sample_bad(rc)) {
 			*err = e;
-			return sample_err(b, err);
+			return sample_err(b, idx, err);
 		}
 	}
-	return feed_err_set(err, -EBADMSG,
-			    "dataset '%s': sample %llu: no good sample to replace it within %llu "
-			    "positions",
-			    fmt_dataset_info(b->ds)->name, (unsigned long long)b->hdr->sample[i],
-			    (unsigned long long)b->max_search);
+	feed_err_set(err, -EBADMSG, "sample %llu: no good sample to replace it within %llu positions",
+		     (unsigned long long)b->hdr->sample[i], (unsigned long long)b->max_search);
+	return sample_err(b, b->hdr->sample[i], err);
 }
 
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
@@ -265,7 +270,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	for (uint32_t k = 0; k < n && rc == 0; k++) {
 		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
 		if (rc < 0)
-			sample_err(b, err);
+			sample_err(b, idx[k], err);
 		if (rc < 0 && b->on_error == BLD_ON_ERROR_SKIP && sample_bad(rc)) {
 			bad_note(b, i0 + k, err);
 			*err = (struct feed_err){0};

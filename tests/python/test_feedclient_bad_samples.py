@@ -13,8 +13,9 @@ bad_truncated.jpg and bad_progressive_cut.jpg (cut, no end).
   epoch's global order; batch.replaced lists exactly those positions, the
   batches keep their size, status counts them;
 - the same bytes with 1 and 2 workers and after a resume;
-- past max_bad the stream stops naming the samples that failed;
-- fail (the default) stops at the first bad one, naming it.
+- past max_bad the stream stops naming the files that failed;
+- fail (the default) stops at the first bad one, naming its file (the
+  path feedpack imagefolder recorded, relative to the folder).
 """
 
 import hashlib
@@ -51,13 +52,17 @@ def bad_set(feedpack, feedd_factory, tmp_path_factory):
             shutil.copy(IMAGES / f, d / "tree" / cls / f"{k:02d}_{f}")
         names += sorted(f"{cls}/{k:02d}_{f}" for k, f in enumerate(files))
     pack(feedpack, "imagefolder", d / "tree", "-o", d / "bad")
-    bad = {i for i, n in enumerate(names) if n.split("_", 1)[1].split("_", 1)[1] in BAD
-           or any(n.endswith(b) for b in BAD)}
+    bad = {i for i, n in enumerate(names) if any(n.endswith("_" + b) for b in BAD)}
     assert len(bad) == len(BAD)
     daemons = {w: feedd_factory(d / f"w{w}", "--workers", w, "--dataset", f"bad={d / 'bad'}")
                for w in (1, 2)
                if (d / f"w{w}").mkdir() is None}
-    return SimpleNamespace(daemons=daemons, n=len(names), bad=bad, names=names)
+    return SimpleNamespace(daemons=daemons, n=len(names), bad=bad, names=names, dir=d / "bad")
+
+
+def test_imagefolder_records_each_path(bad_set):
+    """paths.txt: sample i's path relative to the folder, on line i."""
+    assert (bad_set.dir / "paths.txt").read_text().split("\n") == bad_set.names + [""]
 
 
 def epoch(loader):
@@ -128,16 +133,18 @@ def test_skip_past_max_bad_stops_naming_them(bad_set):
             epoch(ld)
     msg = str(e.value)
     assert "past max_bad 1" in msg, msg
-    assert msg.count("dataset 'bad': sample ") >= 2, msg
+    named = [n for i, n in enumerate(bad_set.names) if i in bad_set.bad and
+             f"dataset 'bad': {n}: sample {i}: field 'image': JPEG: " in msg]
+    assert len(named) >= 2, msg
 
 
 def test_fail_is_the_default_and_names_the_sample(bad_set):
     with loader(bad_set, 1, on_error="fail") as ld:
         with pytest.raises(feedclient.StreamStopped) as e:
             epoch(ld)
-    msg = str(e.value)
-    assert "dataset 'bad': sample " in msg and "JPEG: " in msg, msg
-    assert any(f"sample {i}:" in msg for i in bad_set.bad), msg
+    msg = str(e.value)  # "dataset 'bad': b_class/09_bad_truncated.jpg: sample 18: ..."
+    assert any(f"dataset 'bad': {bad_set.names[i]}: sample {i}: field 'image': JPEG: " in msg
+               for i in bad_set.bad), msg
 
 
 def test_on_error_refused_by_name(bad_set):
