@@ -152,3 +152,28 @@ def test_on_error_refused_by_name(bad_set):
         loader(bad_set, 1, on_error="ignore")
     with pytest.raises(feedclient.InvalidArgument, match="max_bad"):
         loader(bad_set, 1, on_error="fail", max_bad=3)
+
+
+def feedbench(bad_set, *args):
+    import json
+    import subprocess
+    from conftest import BIN
+    cmd = [BIN / "feedbench", "--socket", bad_set.daemons[2].sock, "--dataset", "bad",
+           "--pipeline", PIPE, "--batch", BATCH, "--epochs", 2, "--json", *args]
+    r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=120)
+    return r, [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("ranks", [[], ["--jobs", 2, "--world"]])
+def test_feedbench_on_error_skip_verifies(bad_set, ranks):
+    """--verify checks the rule from the slot headers alone: every sample
+    once outside the replaced positions, each replaced one the next good."""
+    r, jobs = feedbench(bad_set, "--on-error", "skip", "--max-bad", 10, "--verify", *ranks)
+    assert r.returncode == 0, r.stderr
+    assert all(j["verified"] is True for j in jobs)
+    assert sum(j["replaced"] for j in jobs) == 2 * len(bad_set.bad)
+
+
+def test_feedbench_on_error_fail_stops(bad_set):
+    r, _ = feedbench(bad_set)
+    assert r.returncode == 1 and "JPEG: " in r.stderr, r.stderr
