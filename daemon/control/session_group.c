@@ -106,6 +106,8 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 	SES_SAME(drop_last, "drop_last");
 	SES_SAME(pad_last, "pad_last");
 	SES_SAME(eval, "eval");
+	SES_SAME(on_error, "on_error");
+	SES_SAME(max_bad, "max_bad");
 #undef SES_SAME
 	return 0;
 }

@@ -504,7 +504,8 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.seed = o->seed, .batch = o->batch, .order = ord->mode,
 		.window = ord->mode == ORD_BLOCK_WINDOW ? ord->window : 0,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
-		.pad_last = ord->pad_last, .eval = ord->eval,
+		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
+		.max_bad = sp->max_bad,
 	};
 }
 

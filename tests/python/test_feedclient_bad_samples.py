@@ -177,3 +177,14 @@ def test_feedbench_on_error_skip_verifies(bad_set, ranks):
 def test_feedbench_on_error_fail_stops(bad_set):
     r, _ = feedbench(bad_set)
     assert r.returncode == 1 and "JPEG: " in r.stderr, r.stderr
+
+
+def test_group_members_share_the_policy(bad_set):
+    """A group's batches are built once: a member asking another policy is
+    refused naming it."""
+    with loader(bad_set, 1, group="g_bad") as first:
+        next(iter(first))
+        with pytest.raises(feedclient.InvalidArgument, match="on_error"):
+            loader(bad_set, 1, group="g_bad", on_error="fail")
+        with pytest.raises(feedclient.InvalidArgument, match="max_bad"):
+            loader(bad_set, 1, group="g_bad", max_bad=3)

@@ -109,7 +109,8 @@ struct feed_stream_opts {
 				   * 0-9 _ . -): streams of one user opened
 				   * with the same group and the same dataset,
 				   * pipeline, seed, batch, order, window, rank,
-				   * world, drop_last, pad_last and eval receive
+				   * world, drop_last, pad_last, eval, on_error
+				   * and max_bad receive
 				   * the same batches, built once. A mismatch is
 				   * refused naming the option (-EINVAL); another
 				   * user's group, -EACCES. A stream joining a

@@ -400,7 +400,8 @@ class Loader:
     keep reconnecting before DaemonGone; 0: fail at once. group: a name
     (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
     and the same dataset, pipeline, seed, batch_size, order, window, rank,
-    world_size, drop_last, pad_last and eval share one stream of batches,
+    world_size, drop_last, pad_last, eval, on_error and max_bad share one
+    stream of batches,
     each built once by feedd (a sweep, or train jobs side by side); another
     value of any of them is refused naming it (InvalidArgument). The
     batches are copy-on-write: writing into one changes it for this process
