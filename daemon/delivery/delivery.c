@@ -555,6 +555,22 @@ static bool bad_over_locked(struct dlv *d, const struct dlv_job *j)
 	return true;
 }
 
+/* Counts job j's replaced samples and rings each member's release
+ * doorbell, so the loop logs them (naming the files) at once; only
+ * batches with replacements pay for the write. */
+static void replaced_note_locked(struct dlv *d, const struct dlv_job *j)
+{
+	uint64_t one = 1;
+
+	d->st.replaced += j->bad.n;
+	msg_copy(d->st.replaced_what, sizeof(d->st.replaced_what), j->bad.what);
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE)
+			(void)!write(m->release_efd, &one, sizeof(one));
+	}
+}
+
 /* Publishes every built batch that is next in order, and a failed
  * batch's error when its turn comes. */
 static void publish_ready_locked(struct dlv *d, bool *defer_wake)
@@ -575,7 +591,8 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 			fail_locked(d, -EBADMSG, d->fail_msg);
 			break;
 		}
-		d->st.replaced += j->bad.n;
+		if (j->bad.n)
+			replaced_note_locked(d, j);
 		d->seq_job[d->pub_seq % d->lay.nslots] = NULL;
 		j->built = false;
 		if (!now)

@@ -161,6 +161,7 @@ struct dlv_stats {
 	uint64_t delivered;                /* batches handed to members, each counted */
 	uint64_t bad_releases;             /* release entries refused */
 	uint64_t replaced;                 /* samples replaced (on_error skip), published */
+	char replaced_what[256];           /* what failed in the last batch with any */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	uint32_t members;                  /* receiving batches or holding slots */
 	uint32_t credits;                  /* slots in all */

@@ -119,12 +119,19 @@ def test_skip_same_after_resume(bs_epochs, bad_set):
         assert epoch(ld) == bs_epochs[1][0][2:]
 
 
-def test_skip_counted_in_status(bad_set):
+def test_skip_counted_in_status_and_logged_by_file(bad_set):
     with loader(bad_set, 1) as ld:
         got = epoch(ld)
         streams = feedclient.status(bad_set.daemons[1].sock)["streams"]
     assert sum(len(r) for _, r, _, _ in got) == len(bad_set.bad)
     assert [s["replaced"] for s in streams] == [len(bad_set.bad)]
+    log = bad_set.daemons[1].log_text()
+    lines = [ln for ln in log.splitlines() if "on_error skip" in ln]
+    assert lines, log
+    for ln in lines:  # each names a file that failed, with the decoder's words (the
+        # last batch's, when several were published before the loop looked)
+        assert any(f"dataset 'bad': {bad_set.names[i]}: sample {i}: field 'image': JPEG: " in ln
+                   for i in bad_set.bad), ln
 
 
 def test_skip_past_max_bad_stops_naming_them(bad_set):
