@@ -118,3 +118,14 @@ def test_verify_decode_needs_an_image_field(feedpack, tmp_path):
 def test_check_and_decode_belong_to_their_command(feedpack, cmd):
     res = run(feedpack, *cmd)
     assert res.returncode == 2 and "takes no option" in res.stderr
+
+
+def test_paths_file_with_another_line_count_is_refused(feedpack, tmp_path):
+    root = tree(tmp_path / "tree", {k: v for k, v in TREE.items() if k not in FAILING})
+    pack(feedpack, "imagefolder", root, "-o", tmp_path / "ds")
+    paths = tmp_path / "ds" / "paths.txt"
+    assert paths.read_text().splitlines() == sorted(k for k in TREE if k not in FAILING)
+    paths.write_text("cat/a.jpg\n")
+    res = run(feedpack, "verify", tmp_path / "ds")
+    assert res.returncode == 1 and "paths.txt: 1 whole lines for 5 samples" in res.stderr, \
+        res.stderr
