@@ -134,10 +134,12 @@ def test_image_damaged_refused_as_pil(name, words):
         assert words in msg, msg
 
 
-@pytest.mark.parametrize("name", ["bad_truncated.jpg", "bad_no_eoi.jpg", "bad_progressive_cut.jpg",
-                                  "bad_garbage.jpg"])
-def test_image_damaged_refused_in_any_box(name):
-    """Truncation is found before any row, and a progressive file's scans are
-    all read up front: a box far above the damage is refused too."""
+@pytest.mark.parametrize("name", [n for n, _ in REFUSED])
+@pytest.mark.parametrize("scale", [1, 4])
+def test_image_damaged_refused_in_any_box(name, scale):
+    """Truncation is found before any row, a progressive file's scans are all
+    read up front, and a baseline file whose scan data runs into anything
+    but its end is read to the bottom: a box far above the damage is
+    refused too, as PIL refuses the file."""
     with pytest.raises(RuntimeError):
-        dump(name, "-b", "0,0,16,8")
+        dump(name, "-b", "0,0,16,8", "-s", scale)
