@@ -143,3 +143,85 @@ def test_image_damaged_refused_in_any_box(name, scale):
     refused too, as PIL refuses the file."""
     with pytest.raises(RuntimeError):
         dump(name, "-b", "0,0,16,8", "-s", scale)
+
+
+def damage(rng, d):
+    """One random kind of damage to the JPEG bytes d: a cut (with or
+    without an EOI after it), random bytes in the scan data, a few bytes
+    changed anywhere, junk before a marker, a piece of scan data gone, or a
+    stray marker in the scan data."""
+    sos = d.find(b"\xff\xda")
+    k = rng.randrange(7)
+    if k == 0:
+        return d[:rng.randrange(2, len(d))]
+    if k == 1:
+        return d[:rng.randrange(sos, len(d))] + b"\xff\xd9"
+    if k == 2:
+        g, at = bytearray(d), rng.randrange(sos + 20, len(d) - 2)
+        for i in range(at, min(at + rng.randrange(1, 300), len(d) - 2)):
+            g[i] = rng.randrange(256)
+        return bytes(g)
+    if k == 3:
+        g = bytearray(d)
+        for _ in range(rng.randrange(1, 4)):
+            g[rng.randrange(2, len(d))] = rng.randrange(256)
+        return bytes(g)
+    if k == 4:
+        marks = [i for i in range(2, len(d) - 1) if d[i] == 0xFF and d[i + 1] not in (0, 0xFF)
+                 and not 0xD0 <= d[i + 1] <= 0xD7]
+        i = rng.choice(marks)
+        return d[:i] + bytes(rng.randrange(255) for _ in range(rng.randrange(1, 20))) + d[i:]
+    if k == 5:
+        a = rng.randrange(sos + 20, len(d) - 10)
+        return d[:a] + d[rng.randrange(a, min(a + 2000, len(d) - 2)):]
+    at = rng.randrange(sos + 20, len(d) - 2)
+    return d[:at] + bytes([0xFF, rng.choice([0xD0, 0xD3, 0xD9, 0xC4, 0xDB, 0xDA, 0xE1, 0xC0])]) + \
+        d[at:]
+
+
+def test_image_random_damage_as_pil(tmp_path):
+    """Random damage to baseline, progressive, gray and CMYK files: feedd
+    decodes exactly the files PIL decodes, to PIL's pixels, in full, in a
+    box and DCT-scaled, and refuses the others in every path."""
+    import io
+    import random
+    rng = random.Random(20)
+    srcs = [(IMAGES / n).read_bytes() for n in ["rgb420.jpg", "progressive.jpg", "gray.jpg",
+                                                   "cmyk.jpg", "photo_00.jpg"]]
+    decoded = refused = 0
+    for t in range(150):
+        d = damage(rng, rng.choice(srcs))
+        name = f"random_{t}.jpg"
+        (tmp_path / name).write_bytes(d)
+        path = str(tmp_path / name)
+        try:
+            ref = np.asarray(Image.open(io.BytesIO(d)).convert("RGB"))
+        except OSError:
+            refused += 1
+            for args in [(), ("-b", "0,0,8,8"), ("-b", "0,0,8,8", "-s", 2)]:
+                r = subprocess.run([str(BIN / "image_dump"), path, *map(str, args)],
+                                   capture_output=True)
+                assert r.returncode == 2, f"damage {t}: PIL refuses it, feedd decodes {args}"
+            continue
+        decoded += 1
+        got = dump_path(path)
+        assert np.array_equal(got, ref), f"damage {t}: pixels differ"
+        h, w = ref.shape[:2]
+        x, y = rng.randrange(w // 2), rng.randrange(h // 2)
+        box = dump_path(path, "-b", f"{x},{y},{w // 3 + 1},{h // 3 + 1}", keep_box=True)
+        assert np.array_equal(box, ref[y:y + h // 3 + 1, x:x + w // 3 + 1]), f"damage {t}: box"
+    assert decoded > 40 and refused > 40, (decoded, refused)
+
+
+def dump_path(path, *args, keep_box=False):
+    """image_dump on a path: the pixels (with keep_box, the box's alone)."""
+    r = subprocess.run([str(BIN / "image_dump"), path, *map(str, args)], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    nl = r.stdout.index(b"\n")
+    head = r.stdout[:nl].split()
+    w, h, c = (int(v) for v in head[:3])
+    px = np.frombuffer(r.stdout[nl + 1:], np.uint8).reshape(h, w, c)
+    if keep_box:
+        bx, by, bw, bh = (int(float(v)) for v in head[3:7])
+        px = px[by:by + bh, bx:bx + bw]
+    return px
