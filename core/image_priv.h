@@ -11,7 +11,10 @@
  * on) is counted, its first words kept, and decoding goes on; libjpeg
  * asking for data past the end (JWRN_JPEG_EOF from jpeg_mem_src) is a
  * refusal, except once every row has been read (PIL's decoder returns
- * then, whatever jpeg_finish_decompress still wanted).
+ * then, whatever jpeg_finish_decompress still wanted). These are PIL's
+ * defaults, which torchvision's ImageFolder loader uses; with
+ * ImageFile.LOAD_TRUNCATED_IMAGES = True PIL would also decode cut files
+ * (it feeds libjpeg a fake EOI), which feedd does not.
  */
 #ifndef FEED_IMAGE_PRIV_H
 #define FEED_IMAGE_PRIV_H
