@@ -5,6 +5,7 @@
  */
 #include "builder.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +302,7 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if ((rc = worker_decoders(w, b->plan, &ai, err)) < 0)
 		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
+	assert(b->on_error != BLD_ON_ERROR_SKIP || b->bad);
 	if (b->bad) {
 		b->bad->n = 0;
 		b->bad->what[0] = '\0';

@@ -57,7 +57,8 @@ struct bld_batch {
 	/* bad samples */
 	enum bld_on_error on_error;
 	uint64_t max_search;         /* skip: positions tried for one replacement */
-	struct bld_bad *bad;         /* skip: filled in (n = 0 when none) */
+	struct bld_bad *bad;         /* filled in (n = 0 when none); required
+				      * with skip, may be NULL with fail */
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error
