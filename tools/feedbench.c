@@ -471,6 +471,9 @@ static void fb_print_text(const struct fb_opts *o, uint32_t j, const struct fb_r
 		       "p99 %.1f us\n", r->wake_calls, r->wake_p50_us, r->wake_p99_us);
 	else
 		printf("  slept:       no calls\n");
+	if (r->replaced)
+		printf("  replaced:    %" PRIu64 " samples that failed (--on-error skip)\n",
+		       r->replaced);
 	if (o->workers_note)
 		printf("  daemon: %u workers, %.0f samples/s per worker; credits %u; note: %s\n",
 		       r->daemon_workers, r->daemon_workers ? sps / r->daemon_workers : 0.0,
