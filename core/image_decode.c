@@ -431,6 +431,42 @@ static void jpeg_read_to_end(struct img_decoder *dec)
 		jpeg_read_scanlines(ci, &row, 1);
 }
 
+/* What libjpeg should output for the file's colour space: channels=1 from
+ * gray stays gray, CMYK/YCCK come out as CMYK (converted as PIL does), the
+ * rest as RGB. */
+static J_COLOR_SPACE jpeg_out_space(J_COLOR_SPACE in, uint32_t channels)
+{
+	switch (in) {
+	case JCS_GRAYSCALE:
+		return channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+	case JCS_CMYK:
+	case JCS_YCCK:
+		return JCS_CMYK;
+	default:
+		return JCS_RGB;
+	}
+}
+
+/* After the box's rows: reads the rest when the scan data (from scan)
+ * is damaged (see jpeg_tail_is_eoi(); a multi-scan file was read whole
+ * already), then, when every row was read, the markers after the last
+ * scan as PIL reads them: an error there refuses the file, a missing end
+ * is no error by now. Else stops. */
+static void jpeg_end(struct img_decoder *dec, const uint8_t *scan, const void *data, size_t len)
+{
+	struct jpeg_decompress_struct *ci = &dec->cinfo;
+
+	if (ci->output_scanline < ci->output_height && !jpeg_has_multiple_scans(ci) &&
+	    !jpeg_tail_is_eoi(scan, data, len))
+		jpeg_read_to_end(dec);
+	if (ci->output_scanline == ci->output_height) {
+		dec->jerr.eof_ok = true;
+		jpeg_finish_decompress(ci);
+	} else {
+		jpeg_abort_decompress(ci);
+	}
+}
+
 /* decode_jpeg()'s work; any libjpeg error or warning longjmps out of it. */
 static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const void *data,
 					      size_t len, const struct img_box *box, uint32_t s,
@@ -460,18 +496,7 @@ static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const voi
 	if (rc)
 		goto out;
 
-	switch (ci->jpeg_color_space) {
-	case JCS_GRAYSCALE:
-		ci->out_color_space = dec->channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-		break;
-	case JCS_CMYK:
-	case JCS_YCCK:
-		ci->out_color_space = JCS_CMYK;
-		break;
-	default:
-		ci->out_color_space = JCS_RGB;
-		break;
-	}
+	ci->out_color_space = jpeg_out_space(ci->jpeg_color_space, dec->channels);
 	ci->scale_num = 1;
 	ci->scale_denom = s;
 	jpeg_start_decompress(ci);
@@ -487,17 +512,7 @@ static __attribute__((noinline)) int jpeg_run(struct img_decoder *dec, const voi
 		jpeg_crop_scanline(ci, &xoff, &cw); /* widens to whole iMCUs */
 	assert(xoff <= x0 && xoff + cw >= x1 && cw <= dec->lim.max_width + 16);
 	jpeg_rows(dec, y0, y1, cw);
-	if (y1 < ci->output_height && !jpeg_has_multiple_scans(ci) &&
-	    !jpeg_tail_is_eoi(scan, data, len)) /* damaged: see jpeg_tail_is_eoi() */
-		jpeg_read_to_end(dec);
-	if (ci->output_scanline == ci->output_height) {
-		/* the markers after the last scan, as PIL reads them: an error
-		 * there refuses the file; a missing end is no error by now */
-		dec->jerr.eof_ok = true;
-		jpeg_finish_decompress(ci);
-	} else {
-		jpeg_abort_decompress(ci);
-	}
+	jpeg_end(dec, scan, data, len);
 
 	ret->view = (struct img_view){dec->px, cw, y1 - y0, dec->channels,
 				      (size_t)cw * dec->channels};
