@@ -283,6 +283,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->mb_per_s_10s = s->mb_per_s_10s;
 	o->reader_wait_share_10s = s->reader_wait_share_10s;
 	cl_text(o->job, sizeof(o->job), s->job);
+	o->replaced = s->replaced;
 	o->nmember_pids = 0;
 	for (size_t i = 0; i < s->n_member_pids && i < FEED_STATUS_MEMBERS; i++) {
 		o->member_pids[i] = s->member_pids[i];

@@ -234,6 +234,7 @@ struct feed_stream_status {
 #define FEED_JOB_MAX 128
 	char job[FEED_JOB_MAX + 1]; /* the job its client named (feed_stream_open());
 				     * "" none; a group's: its creator's */
+	uint64_t replaced;        /* samples replaced (on_error skip) so far */
 };
 
 /* The block cache shared by every stream. */

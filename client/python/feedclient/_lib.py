@@ -29,6 +29,8 @@ FEED_RESUME_MAX = 256
 FEED_ORDER_SEQUENTIAL = 0
 FEED_ORDER_FULL = 1
 FEED_ORDER_BLOCK_WINDOW = 2
+FEED_ON_ERROR_FAIL = 0
+FEED_ON_ERROR_SKIP = 1
 
 FEED_END_OF_EPOCH = 1
 FEED_END_OF_STREAM = 2
@@ -118,6 +120,8 @@ class StreamOpts(ctypes.Structure):
         ("group", ctypes.c_char_p),
         ("group_depth", ctypes.c_uint32),
         ("device", StreamDevice),
+        ("on_error", ctypes.c_int),
+        ("max_bad", ctypes.c_uint64),
     ]
 
 
@@ -251,6 +255,7 @@ class StreamStatus(ctypes.Structure):
         ("mb_per_s_10s", ctypes.c_double),
         ("reader_wait_share_10s", ctypes.c_double),
         ("job", ctypes.c_char * 129),
+        ("replaced", ctypes.c_uint64),
     ]
 
 
@@ -293,6 +298,7 @@ _API = {
     "feed_batch_size": (ctypes.c_uint32, [_P]),
     "feed_batch_samples": (ctypes.c_void_p, [_P]),
     "feed_batch_padded": (ctypes.c_bool, [_P]),
+    "feed_batch_replaced": (ctypes.c_uint32, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64))]),
     "feed_batch_field": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(View)]),
     "feed_release": (ctypes.c_int, [_P]),
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,

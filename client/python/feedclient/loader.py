@@ -141,7 +141,9 @@ class Batch(dict):
     Attributes: epoch (int), index (int: the batch's number within its
     epoch, from 0, also after a resume), indices (numpy int64 array,
     read-only: the dataset index of every sample, in order), padded (bool:
-    holds wrap-around repeats of samples).
+    holds wrap-around repeats of samples), replaced (tuple of int: the
+    positions whose sample failed and hold the next good sample of the
+    epoch instead, Loader(on_error="skip"); indices names what is there).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
@@ -150,7 +152,7 @@ class Batch(dict):
     closed. Arrays are writable: in-place ops touch only this batch.
     """
 
-    __slots__ = ("epoch", "index", "indices", "padded", "_slot")
+    __slots__ = ("epoch", "index", "indices", "padded", "replaced", "_slot")
 
     def __repr__(self):
         epoch = getattr(self, "epoch", "?")
@@ -400,7 +402,8 @@ class Loader:
     keep reconnecting before DaemonGone; 0: fail at once. group: a name
     (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
     and the same dataset, pipeline, seed, batch_size, order, window, rank,
-    world_size, drop_last, pad_last and eval share one stream of batches,
+    world_size, drop_last, pad_last, eval, on_error and max_bad share one
+    stream of batches,
     each built once by feedd (a sweep, or train jobs side by side); another
     value of any of them is refused naming it (InvalidArgument). The
     batches are copy-on-write: writing into one changes it for this process
@@ -455,6 +458,17 @@ class Loader:
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
 
+    on_error: what a sample the pipeline cannot take (an image that does
+    not decode) does: "fail" (default, as DataLoader) stops the stream,
+    StreamStopped naming it, once the batches before it are read; "skip"
+    replaces it by the sample at the next position of the epoch's global
+    order that builds (the same on every run, for any worker count and
+    after load_state_dict()), the batch keeps its size and lists the
+    positions in batch.replaced, and status() counts them ("replaced").
+    max_bad (with "skip"): past this many replaced samples in one epoch
+    the stream stops (StreamStopped naming them); None: 0.1% of the
+    epoch, at least 1.
+
     device_slots: a CUDA device ordinal (int): feedd converts each batch on
     that GPU itself, into device memory it owns, and hands it over by CUDA
     IPC (C: feed_stream_opts.device), with dtype, mean, std and layout as
@@ -479,7 +493,7 @@ class Loader:
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None):
+                 device_slots=None, on_error="fail", max_bad=None):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -513,6 +527,12 @@ class Loader:
         if drop_last and pad_last:
             raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
                                   "last batch that drop_last drops)")
+        if on_error not in ("fail", "skip"):
+            raise InvalidArgument(f"on_error: {on_error!r} is not 'fail' or 'skip'")
+        if max_bad is not None:
+            _check_int("max_bad", max_bad, 1, 2**64 - 1)
+            if on_error != "skip":
+                raise InvalidArgument("max_bad: only with on_error='skip'")
         if rank is None:
             rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
         if world_size is None:
@@ -557,6 +577,8 @@ class Loader:
         o.world = world_size
         o.eval = bool(eval)
         o.pipeline = self._pipeline_b
+        o.on_error = _lib.FEED_ON_ERROR_SKIP if on_error == "skip" else _lib.FEED_ON_ERROR_FAIL
+        o.max_bad = max_bad or 0
         self._group = group
         self._group_b = group.encode() if group is not None else None
         o.group = self._group_b
@@ -954,6 +976,15 @@ class _EpochIter:
         return err
 
 
+def _replaced(lib_, b, n):
+    """The positions of batch b (n samples) that hold replacements."""
+    bits = ctypes.POINTER(ctypes.c_uint64)()
+    if not lib_.feed_batch_replaced(b, ctypes.byref(bits)):
+        return ()
+    words = [bits[k] for k in range((n + 63) // 64)]
+    return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
+
+
 def _make_batch(s, slot, as_torch):
     """A Batch over the batch slot owns, of stream s (just delivered)."""
     lib_ = lib
@@ -964,6 +995,7 @@ def _make_batch(s, slot, as_torch):
     batch.epoch = lib_.feed_batch_epoch(b)
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
+    batch.replaced = _replaced(lib_, b, n)
     idx = np.frombuffer(ctypes.string_at(lib_.feed_batch_samples(b), 8 * n), "<i8")
     batch.indices = idx
     view = s.view
