@@ -65,6 +65,30 @@ def test_imagefolder_records_each_path(bad_set):
     assert (bad_set.dir / "paths.txt").read_text().split("\n") == bad_set.names + [""]
 
 
+def test_dataset_path_names_each_sample(bad_set):
+    """loader.dataset is still the name, and path(i) is sample i's recorded
+    path; past the end is an IndexError naming the count."""
+    with loader(bad_set, 1) as ld:
+        assert ld.dataset == "bad" and isinstance(ld.dataset, str)
+        assert [ld.dataset.path(i) for i in range(bad_set.n)] == bad_set.names
+        with pytest.raises(IndexError, match=f"sample {bad_set.n} out of range"):
+            ld.dataset.path(bad_set.n)
+
+
+def test_dataset_path_none_recorded(feedpack, feedd_factory, tmp_path):
+    """A dataset packed without paths says so, naming the dataset."""
+    from conftest import pack
+    np = pytest.importorskip("numpy")
+    arr = tmp_path / "x.npy"
+    np.save(arr, np.arange(12, dtype=np.uint8).reshape(4, 3))
+    pack(feedpack, "npy", f"x={arr}", "-o", tmp_path / "plain")
+    (tmp_path / "d").mkdir()
+    d = feedd_factory(tmp_path / "d", "--dataset", f"plain={tmp_path / 'plain'}")
+    with feedclient.Loader("plain", 2, socket=d.sock) as ld:
+        with pytest.raises(feedclient.FeedError, match="'plain': no sample paths recorded"):
+            ld.dataset.path(0)
+
+
 def epoch(loader):
     """One epoch: per batch (indices, replaced, digest of the images)."""
     return [(tuple(b.indices.tolist()), b.replaced,

@@ -290,6 +290,8 @@ _API = {
     "feed_dataset_info": (ctypes.c_int, [_P, ctypes.c_char_p,
                                          ctypes.POINTER(ctypes.POINTER(DatasetList))]),
     "feed_dataset_list_free": (None, [ctypes.POINTER(DatasetList)]),
+    "feed_sample_path": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
     "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
     "feed_stream_info": (ctypes.POINTER(StreamInfo), [_P]),
     "feed_next": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),

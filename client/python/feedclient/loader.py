@@ -135,6 +135,38 @@ def datasets(socket=None):
         lib.feed_disconnect(conn)
 
 
+class DatasetName(str):
+    """A Loader's dataset: its name (a str, as before), plus path(i).
+
+    path(i): the path of sample i as feedpack imagefolder recorded it,
+    relative to the tree it packed (the name every error and skip of that
+    sample uses). Asks the daemon on a connection of its own; blocks until
+    it answers. Raises IndexError for a sample past the end, UnknownDataset
+    (a FeedError) when the dataset recorded no paths or is not served,
+    DaemonNotRunning, AccessDenied."""
+
+    __slots__ = ("_socket",)
+
+    def __new__(cls, name, socket):
+        self = super().__new__(cls, name)
+        self._socket = socket
+        return self
+
+    def path(self, i):
+        _check_int("i", i, 0, 2**64 - 1)
+        conn = _connect(self._socket)
+        try:
+            buf = ctypes.create_string_buffer(4096)
+            r = lib.feed_sample_path(conn, str(self).encode(), i, buf, len(buf))
+            if r == -errno.ERANGE:
+                raise IndexError(_lib.errmsg(conn))
+            if r < 0:
+                raise _error(conn, r)
+            return buf.value.decode("utf-8", "surrogateescape")
+        finally:
+            lib.feed_disconnect(conn)
+
+
 class Batch(dict):
     """One batch: field name -> numpy array (or torch tensor) viewing the slot.
 
@@ -827,7 +859,8 @@ class Loader:
 
     @property
     def dataset(self):
-        return self._dataset
+        """The dataset's name (a str) with path(i): sample i's recorded path."""
+        return DatasetName(self._dataset, self._socket)
 
     @property
     def batch_size(self):
