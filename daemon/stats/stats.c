@@ -171,6 +171,7 @@ static void stats_series_add(struct stats_series *s, const struct stats_sample *
 	s->bytes += x->bytes;
 	s->worker_ns += x->worker_ns;
 	s->reader_wait_ns += x->reader_wait_ns;
+	s->replaced += x->replaced;
 	if (live) {
 		s->credits += x->credits;
 		s->credits_in_use += x->credits_in_use;

@@ -128,6 +128,7 @@ struct stats_series {
 	char group[STATS_LABEL_MAX];   /* label group: "" outside groups */
 	uint64_t batches, samples, bytes; /* counters, as struct stats_sample */
 	uint64_t worker_ns, reader_wait_ns; /* likewise, in ns */
+	uint64_t replaced;             /* counter: samples replaced (on_error skip) */
 	uint32_t credits, credits_in_use; /* gauges: the live streams' sum (0 once all closed) */
 };
 
