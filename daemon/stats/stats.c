@@ -208,7 +208,8 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 
 	if (!all)
 		return -ENOMEM;
-	memcpy(all, r->closed, n * sizeof(*all));
+	if (n)  /* r->closed is NULL until a stream has closed */
+		memcpy(all, r->closed, n * sizeof(*all));
 	for (struct stats_entry *en = r->first; en; en = en->next) {
 		struct stats_series key, *s;
 		struct stats_sample x;
