@@ -156,8 +156,8 @@ void dsl_gpu_free(struct dsl_gpu *g)
 {
 	if (!g)
 		return;
-	/* what is still stuck (a dead client's done event) is left to the
-	 * driver's teardown at exit: freeing it could wait for ever */
+	/* what is still unfinished (only where dsl_abandon's writes failed)
+	 * is left to the driver's teardown at exit: freeing it could wait */
 	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
@@ -513,7 +513,8 @@ static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 }
 
 /* Slot's copies on the copy stream, then its conversion on the convert
- * stream behind the client's done event (context current). */
+ * stream behind the client's done word for the slot's last batch
+ * (context current). */
 static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 			    uint8_t *data, const char **what)
 {

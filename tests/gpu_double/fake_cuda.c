@@ -661,7 +661,7 @@ EXPORT CUresult cuEventRecord(struct fake_event *e, void *stream)
 	__atomic_store_n(&w->recorder, getpid(), __ATOMIC_RELEASE);
 	if (!(was == EV_PENDING && ours))
 		ADD(events_pending, 1);
-	if (fake_auto)
+	if (fake_auto || stream_made(stream)) /* nothing held before it */
 		ev_complete(w);
 	return 0;
 }

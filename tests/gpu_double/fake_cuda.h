@@ -34,7 +34,8 @@
  *     kept (value_writes_held) and stored when this process completes its
  *     events (fake_cuda_complete_events) or waits for one of its own
  *     pending events (the wait lets its work run); a process that dies
- *     first never stores it. Streams made with cuStreamCreate run at once.
+ *     first never stores it. Streams made with cuStreamCreate run at
+ *     once: an event recorded there completes as recorded.
  *
  * Like the driver, cuEventRecord and cuStreamWaitEvent on the legacy
  * default stream (NULL) fail with CUDA_ERROR_INVALID_CONTEXT on a thread
