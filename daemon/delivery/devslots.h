@@ -59,8 +59,8 @@ struct dsl_request {
 	int layout;                /* FEED_CONVERT_NCHW / NHWC */
 	uint32_t nmean, nstd;      /* 0..4 each: 0 means 0 and 1 */
 	float mean[4], std[4];
-	uint64_t max_bytes;        /* device memory it may take (slots and
-				    * staging): more is -ENODEV naming it */
+	uint64_t max_bytes;        /* device memory it may take (slots, done
+				    * words, staging): more is -ENODEV naming it */
 };
 
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
@@ -97,7 +97,8 @@ int dsl_make(struct dsl *s, struct feed_err *err);
  * s, valid while s lives. Loop thread. */
 void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
 
-/* Bytes of device memory s holds (slots and staging), for stats. */
+/* Bytes of device memory s holds (slots, their done words and staging),
+ * for stats and the user's limit. */
 uint64_t dsl_device_bytes(const struct dsl *s);
 
 /* Before host slot `slot` is rebuilt: waits until the device has read its
