@@ -124,9 +124,11 @@ int cl_ipc_request(struct feed_conn *conn, const struct feed_stream_device *o,
 int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		const struct Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields,
 		uint32_t batch, struct cl_ipc **ret, char *why, size_t cap);
-/* feed_release() of the batch in slot: records its done event on the
- * stream it was tied to (feed_batch_device), if any. Any thread. */
-void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot);
+/* feed_release() of the batch in slot, of generation gen: enqueues the
+ * write of gen into the slot's done word on the stream it was tied to
+ * (feed_batch_device), or, never tied, on the device slots' own stream
+ * behind the slot's last write. Never waits. Any thread. */
+void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen);
 /* Waits for the work tied to the slots, closes every handle. Accepts NULL. */
 void cl_ipc_close(struct cl_ipc *ipc);
 

@@ -1326,10 +1326,11 @@ FEED_API int feed_release(struct feed_batch *b)
 {
 	if (!b)
 		return -EINVAL;
-	/* its device slot's reader is done once the tied stream gets here; a
-	 * batch of an earlier incarnation has no feedd to tell */
+	/* its device slot's reader is done once the tied stream gets here
+	 * (the done word then says so to feedd); a batch of an earlier
+	 * incarnation has no feedd to tell */
 	if (b->st->ipc && b->inc == b->st->inc && cl_batch_held(b))
-		cl_ipc_release(b->st->ipc, b->slot);
+		cl_ipc_release(b->st->ipc, b->slot, b->gen);
 	/* copies from b in flight: the slot goes back when they are done */
 	/* acquire: set by the first feed_batch_to_device(), maybe on another thread */
 	struct cl_gpu_stream *g = __atomic_load_n(&b->st->gpu, __ATOMIC_ACQUIRE);

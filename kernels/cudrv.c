@@ -7,7 +7,8 @@
  * devices and their UUIDs, whether the GPU path is usable, with the reason
  * in words when not (no driver library, a missing entry point, cuInit's
  * error, a driver older than the kernels need, no device, no kernels built
- * in), and whether CUDA IPC is (its entry points, unified addressing).
+ * in), and whether CUDA IPC is (its entry points, stream memory
+ * operations included, unified addressing).
  *
  * Threads: loading runs once (pthread_once) on the first thread that asks;
  * the result is read-only afterwards. The library stays loaded for the
@@ -99,6 +100,8 @@ static const struct cu_sym cu_ipc_syms[] = {
 	S(StreamSynchronize, "cuStreamSynchronize"),
 	S(DeviceGetUuid, "cuDeviceGetUuid_v2"),
 	S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+	S(StreamWriteValue32, "cuStreamWriteValue32_v2"),
+	S(StreamWaitValue32, "cuStreamWaitValue32_v2"),
 };
 #undef S
 

@@ -17,8 +17,8 @@
  * FEED_CUDA_DRIVER=path loads that library instead of libcuda.so.1 (the
  * tests' double of the driver, tests/gpu_double/fake_cuda.c).
  *
- * The entry points of CUDA IPC (cuIpc*, streams, cuDeviceGetUuid_v2) are
- * optional: a driver without them still converts, and info.ipc says why
+ * The entry points of CUDA IPC (cuIpc*, streams, cuDeviceGetUuid_v2, the
+ * stream memory operations cuStreamWrite/WaitValue32_v2) are optional: a driver without them still converts, and info.ipc says why
  * CUDA IPC is not usable.
  *
  * Threads: cudrv_get() loads once (pthread_once) on whichever thread asks
@@ -63,6 +63,8 @@ typedef struct { char bytes[16]; } CUuuid;
 #define CU_EVENT_INTERPROCESS 0x4
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 #define CU_STREAM_NON_BLOCKING 0x1
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0   /* (int32_t)(*addr - value) >= 0: cyclic */
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0x0
 
 /* The driver version (cuDriverGetVersion: 1000*major + 10*minor) the
  * embedded kernels need: nvcc 13.0 writes PTX ISA 9.0 and CUDA 13 cubins,
@@ -117,6 +119,13 @@ struct cudrv_api {
 	CUresult (*DeviceGetUuid)(CUuuid *u, CUdevice d);            /* cuDeviceGetUuid_v2 */
 	CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n,
 				    CUstream s);                      /* cuMemcpyDtoDAsync_v2 */
+	/* stream memory operations (the v2 ones, on by default everywhere
+	 * since CUDA 11.7; no device attribute gates 32-bit ones: the _V1
+	 * attribute reports the legacy API's module parameter only) */
+	CUresult (*StreamWriteValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
+				       unsigned flags);               /* cuStreamWriteValue32_v2 */
+	CUresult (*StreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
+				      unsigned flags);                /* cuStreamWaitValue32_v2 */
 };
 
 /* One device as the driver names it. */

@@ -112,9 +112,12 @@ struct dlv {
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
-	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: ours; made
-				    * on the device with the data region, dropped
+	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: made on
+				    * the device with the data region, NULL from
 				    * there (dev_err says why) if that fails */
+	struct dsl *dev_own;       /* the planned device slots, or NULL: ours,
+				    * immutable, freed with us (dlv_close may
+				    * abandon them while a join makes them) */
 	struct feed_err dev_err;
 
 	/* (lock) */
@@ -172,7 +175,7 @@ static void dlv_destroy(struct dlv *d)
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
 	member_free(d->solo);
-	dsl_free(d->dev); /* before the region it registered goes */
+	dsl_free(d->dev_own); /* before the region it registered goes */
 	region_free(&d->data);
 	sched_fini(&d->sched);
 	free(d->hdrs);
@@ -233,7 +236,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].d = d;
 		d->jobs[i].slot = i;
 	}
-	d->dev = spec->dev; /* ours from here: nothing fails after */
+	d->dev = d->dev_own = spec->dev; /* ours from here: nothing fails after */
 	d->on_free = spec->on_free;
 	d->on_free_arg = spec->on_free_arg;
 	*ret_dlv = d;
@@ -286,10 +289,8 @@ static int data_make(struct dlv *d, struct feed_err *err)
 			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
 						 REGION_SEALS_SHARED, &d->data_err);
 		/* a failure here is not the stream's: it goes on with host slots */
-		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0) {
-			dsl_free(d->dev);
-			d->dev = NULL;
-		}
+		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0)
+			d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
 	}
 	int rc = d->data_rc;
 	if (rc < 0)
@@ -1047,6 +1048,9 @@ void dlv_close(struct dlv *d)
 	d->closing = true;
 	pthread_mutex_unlock(&d->lock);
 	atomic_store_explicit(&d->closed_flag, true, memory_order_relaxed);
+	/* its client is gone: feedd writes the done words it would have, so
+	 * no conversion waits for it any longer (a dead client's never come) */
+	dsl_abandon(d->dev_own);
 	dlv_unref(d);
 }
 

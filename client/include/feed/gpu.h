@@ -160,13 +160,20 @@ FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_r
  * Enqueues on `stream` (a CUstream / cudaStream_t of that context; NULL:
  * the legacy default stream) a wait for feedd's conversion of this batch:
  * work enqueued on stream afterwards sees it; the CPU does not wait. The
- * batch is then tied to stream: feed_release(b) records on stream the
- * event after which feedd may overwrite the device slot, so release b
+ * batch is then tied to stream: feed_release(b) enqueues on stream the
+ * write of the slot's done word (cuStreamWriteValue32, in feedd's
+ * memory), after which feedd may overwrite the device slot, so release b
  * after enqueueing the last work that reads ret->data (on stream, or on
- * streams stream waits for), not after it runs. Each call may name the
- * same stream again; another stream for the same batch is -EINVAL.
- * feed_stream_close() waits (on the CPU) for the work recorded that way
- * before it closes the handles: feedd frees the memory after.
+ * streams stream waits for), not after it runs; neither waits on the CPU.
+ * A batch never tied is released with the word written on the stream's
+ * own internal stream (behind its previous write of that word): feedd
+ * reuses its slot without waiting for any work of the caller's. Each call
+ * may name the same stream again; another stream for the same batch is
+ * -EINVAL. feed_stream_close() waits (on the CPU) for the writes enqueued
+ * that way (so for the work before them) before it closes the handles:
+ * feedd frees the memory after. A process that dies with writes queued
+ * behind work that never runs holds nothing: feedd writes the words
+ * itself when the connection goes.
  *
  * Returns 0, or: -ENODEV when st has no device slots (feed_stream_device
  * says why), or when b came from before a daemon restart (its device slot
