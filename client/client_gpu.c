@@ -317,7 +317,8 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 		return cl_fail(conn, -EINVAL, "field %u: flip is for u8 images converted to fp32, "
 			       "fp16 or bf16", field);
 	int r;
-	if (to->mix && !v->ends && (v->dtype != FEED_DTYPE_UINT8 || v->rank <= 2)) {
+	/* with a mix, an integer field of one value per sample is labels */
+	if (to->mix && (v->dtype != FEED_DTYPE_UINT8 || v->rank <= 2)) {
 		if ((r = gpu_plan_labels(conn, v, field, to, &j)) < 0)
 			return r;
 	} else if (to->dtype == FEED_TO_SAME) {
@@ -359,7 +360,6 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 			return r;
 		j.mixed = to->mix != NULL;
 	} else {
-		(void)r;
 		return cl_fail(conn, -EINVAL, "field %u: dtype %d not convertible (u8 images, u16 or "
 			       "u32 tokens; FEED_TO_SAME delivers any fixed field as it is)", field,
 			       v->dtype);
