@@ -272,11 +272,14 @@ static int gpu_mix_args(struct feed_conn *conn, uint32_t field, const struct fee
 {
 	struct feed_mix_draw d = {.op = m->op < 0 ? UINT32_MAX : (uint32_t)m->op, .lam = m->lam,
 				  .x1 = m->x1, .y1 = m->y1, .x2 = m->x2, .y2 = m->y2};
-	if (feed_mix_args_init(&j->mix, &d, h, w, m->num_classes, m->label_smoothing) < 0)
-		return cl_fail(conn, -EINVAL, "field %u: mix op %d, lambda %g, box [%u, %u) x "
-			       "[%u, %u) or label_smoothing %g does not fit images of %ux%u", field,
-			       m->op, m->lam, m->x1, m->x2, m->y1, m->y2, m->label_smoothing, h, w);
-	return 0;
+	if (feed_mix_args_init(&j->mix, &d, h, w, m->num_classes, m->label_smoothing) >= 0)
+		return 0;
+	if (h == UINT32_MAX) /* labels: no image size to name */
+		return cl_fail(conn, -EINVAL, "field %u: mix op %d, lambda %g or label_smoothing %g "
+			       "out of range", field, m->op, m->lam, m->label_smoothing);
+	return cl_fail(conn, -EINVAL, "field %u: mix op %d, lambda %g, box [%u, %u) x [%u, %u) "
+		       "or label_smoothing %g does not fit images of %ux%u", field, m->op, m->lam,
+		       m->x1, m->x2, m->y1, m->y2, m->label_smoothing, h, w);
 }
 
 /* Field v as soft labels of to->mix: an integer [n] or [n, 1], every
