@@ -79,6 +79,10 @@ struct feed_stream *cl_batch_stream(struct feed_batch *b);
 bool cl_batch_held(struct feed_batch *b);
 /* The mapping of the data region b lives in (its incarnation's). */
 void cl_batch_region(const struct feed_batch *b, void **ret_base, size_t *ret_len);
+/* The key of b's mix draws (feed_batch_mix_draw): the stream's seed, b's
+ * epoch, and its batch number among all ranks, index * world + rank. */
+void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *ret_epoch,
+		      uint64_t *ret_batch);
 /* Gives b's slot back now (feed_release without the GPU's deferral). */
 int cl_release_now(struct feed_batch *b);
 

@@ -1422,6 +1422,14 @@ bool cl_batch_current(const struct feed_batch *b)
 	return b->inc == b->st->inc;
 }
 
+void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *ret_epoch,
+		      uint64_t *ret_batch)
+{
+	*ret_seed = b->st->opts.seed;
+	*ret_epoch = b->epoch;
+	*ret_batch = b->index * b->st->world + b->st->opts.rank;
+}
+
 struct feed_conn *cl_stream_conn(struct feed_stream *st)
 {
 	return st->conn;

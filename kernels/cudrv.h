@@ -177,6 +177,7 @@ struct feed_convert;
 
 /* The conversion kernels of one context, by what they do. */
 enum cudrv_kernel { CUDRV_K_F32, CUDRV_K_F16, CUDRV_K_BF16, CUDRV_K_TOK16, CUDRV_K_TOK32,
+		    CUDRV_K_MIX_F32, CUDRV_K_MIX_F16, CUDRV_K_MIX_BF16, CUDRV_K_MIX_LABELS,
 		    CUDRV_K_COUNT };
 struct cudrv_kernels {
 	CUmodule mod;
@@ -198,5 +199,18 @@ CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels 
 /* Enqueues on s n tokens of elem_size 2 or 4 from src into int64 dst. */
 CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,
 			     size_t elem_size, CUdeviceptr src, size_t n, CUdeviceptr dst, CUstream s);
+
+struct feed_mix_args;
+
+/* Enqueues on s the mix a (mix.h) of n converted images of cv in place at
+ * data. Nothing to do is CUDA_SUCCESS. */
+CUresult cudrv_launch_mix(const struct cudrv *cu, const struct cudrv_kernels *k,
+			  const struct feed_convert *cv, const struct feed_mix_args *a, size_t n,
+			  CUdeviceptr data, CUstream s);
+/* Enqueues on s the soft labels of n labels of type t (enum
+ * feed_mix_label_type) at labels into dst, n x a->num_classes fp32. */
+CUresult cudrv_launch_mix_labels(const struct cudrv *cu, const struct cudrv_kernels *k,
+				 const struct feed_mix_args *a, CUdeviceptr labels, uint32_t t,
+				 size_t n, CUdeviceptr dst, CUstream s);
 
 #endif /* FEED_CUDRV_H */

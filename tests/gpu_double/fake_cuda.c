@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "convert.h"
+#include "mix.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define ADD(field, n) __atomic_add_fetch(&st->field, (n), __ATOMIC_RELAXED)
@@ -107,7 +108,7 @@ static int fake_uuid_seed;
 static long long fake_mem_limit = -1, fake_mem_used; /* (mu) */
 static int fake_ctx_obj;
 static __thread void *current_ctx;
-static struct fake_func funcs[8];            /* (mu) */
+static struct fake_func funcs[16];           /* (mu) */
 static int nfuncs;
 
 static int env_int(const char *name, int def)
@@ -762,7 +763,7 @@ EXPORT CUresult cuModuleGetFunction(struct fake_func **f, void *m, const char *n
 	while (i < nfuncs && strcmp(funcs[i].name, name))
 		i++;
 	if (i == nfuncs) {
-		if (nfuncs == 8 || strlen(name) >= sizeof(funcs[0].name))
+		if (nfuncs == 16 || strlen(name) >= sizeof(funcs[0].name))
 			r = E_NOT_FOUND;
 		else
 			snprintf(funcs[nfuncs++].name, sizeof(funcs[0].name), "%s", name);
@@ -791,6 +792,24 @@ EXPORT CUresult cuLaunchKernel(struct fake_func *f, unsigned gx, unsigned gy, un
 		if ((unsigned)cv->dtype > 2 || strcmp(f->name + 14, dt[cv->dtype]))
 			return 1; /* the kernel does not match the conversion */
 		return feed_convert_images_cpu(cv, src, n, flip, dst) ? 1 : 0;
+	}
+	if (!strncmp(f->name, "feed_k_mix_", 11) && strcmp(f->name, "feed_k_mix_labels")) {
+		const struct feed_convert *cv = params[0];
+		const struct feed_mix_args *a = params[1];
+		size_t n = *(size_t *)params[2];
+		void *data = (void *)(uintptr_t) * (CUdeviceptr *)params[3];
+		static const char *const dt[] = {"f32", "f16", "bf16"};
+		if ((unsigned)cv->dtype > 2 || strcmp(f->name + 11, dt[cv->dtype]))
+			return 1;
+		return feed_mix_images_cpu(cv, a, n, data) ? 1 : 0;
+	}
+	if (!strcmp(f->name, "feed_k_mix_labels")) {
+		const struct feed_mix_args *a = params[0];
+		const void *labels = (const void *)(uintptr_t) * (CUdeviceptr *)params[1];
+		uint32_t t = *(uint32_t *)params[2];
+		size_t n = *(size_t *)params[3];
+		float *dst = (float *)(uintptr_t) * (CUdeviceptr *)params[4];
+		return feed_mix_labels_cpu(a, labels, t, n, dst) ? 1 : 0;
 	}
 	const void *src = (const void *)(uintptr_t) * (CUdeviceptr *)params[0];
 	size_t n = *(size_t *)params[1];

@@ -189,6 +189,34 @@ class GpuInfo(ctypes.Structure):
     ]
 
 
+FEED_MIX_NONE, FEED_MIX_MIXUP, FEED_MIX_CUTMIX = 0, 1, 2
+
+
+class MixSpec(ctypes.Structure):
+    """struct feed_mix_spec (feed/gpu.h)"""
+    _fields_ = [
+        ("mixup_alpha", ctypes.c_double),
+        ("cutmix_alpha", ctypes.c_double),
+        ("switch_prob", ctypes.c_double),
+        ("num_classes", ctypes.c_uint32),
+        ("label_smoothing", ctypes.c_double),
+    ]
+
+
+class Mix(ctypes.Structure):
+    """struct feed_mix (feed/gpu.h)"""
+    _fields_ = [
+        ("op", ctypes.c_int),
+        ("lam", ctypes.c_double),
+        ("x1", ctypes.c_uint32),
+        ("y1", ctypes.c_uint32),
+        ("x2", ctypes.c_uint32),
+        ("y2", ctypes.c_uint32),
+        ("num_classes", ctypes.c_uint32),
+        ("label_smoothing", ctypes.c_double),
+    ]
+
+
 class ToDevice(ctypes.Structure):
     """struct feed_to_device (feed/gpu.h)"""
     _fields_ = [
@@ -199,6 +227,7 @@ class ToDevice(ctypes.Structure):
         ("std", ctypes.POINTER(ctypes.c_float)),
         ("dst_bytes", ctypes.c_size_t),
         ("flip", ctypes.POINTER(ctypes.c_uint8)),
+        ("mix", ctypes.POINTER(Mix)),
     ]
 
 
@@ -314,6 +343,11 @@ _API = {
     "feed_status_free": (None, [ctypes.POINTER(Status)]),
     "feed_batch_to_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
                                             ctypes.POINTER(ToDevice), ctypes.c_void_p]),
+    "feed_mix_draw": (ctypes.c_int, [ctypes.POINTER(MixSpec), ctypes.c_uint64, ctypes.c_uint64,
+                                     ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                                     ctypes.POINTER(Mix)]),
+    "feed_batch_mix_draw": (ctypes.c_int, [_P, ctypes.POINTER(MixSpec), ctypes.c_uint32,
+                                           ctypes.c_uint32, ctypes.POINTER(Mix)]),
 }
 
 

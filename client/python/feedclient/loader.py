@@ -517,6 +517,22 @@ class Loader:
     batches: loader.device_slots is then False and loader.device_reason says
     why. Not with device=.
 
+    mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
+    label_smoothing (with device=): batch mixes after the conversion, as
+    torchvision's classification references and timm do them
+    (feedclient.device): mixup_alpha > 0 blends each image with the
+    previous one of the batch (the batch rolled by one) by lambda ~
+    Beta(alpha, alpha); cutmix_alpha > 0 pastes the previous image's box
+    (lambda corrected by its area); with both, a batch gets cutmix with
+    probability mix_switch_prob (0.5: torchvision's RandomChoice). The
+    integer field "label" becomes soft labels, an (n, num_classes) float32
+    tensor: one-hot with label_smoothing (timm's), mixed by the same lambda;
+    num_classes is required (alone, with no alpha: smoothed one-hot labels).
+    The draws are the stream's (seed, epoch, batch index and rank): a resume
+    and any worker count give the same mix. Refused (InvalidArgument naming
+    the argument) without device=, when the batches have no integer
+    "label" field, and, at the batch, for a label outside [0, num_classes).
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
@@ -525,7 +541,9 @@ class Loader:
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None, on_error="fail", max_bad=None):
+                 device_slots=None, on_error="fail", max_bad=None, mixup_alpha=None,
+                 cutmix_alpha=None, mix_switch_prob=0.5, num_classes=None,
+                 label_smoothing=None):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -533,9 +551,18 @@ class Loader:
         if device is not None and device_slots is not None:
             raise InvalidArgument("device and device_slots: choose one (device= converts in "
                                   "this process, device_slots= has feedd convert on the GPU)")
+        mix_args = {"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha,
+                    "num_classes": num_classes, "label_smoothing": label_smoothing}
+        given = [k for k, v in mix_args.items() if v is not None] + \
+            (["mix_switch_prob"] if mix_switch_prob != 0.5 else [])
+        if given and device is None:
+            raise InvalidArgument(f"{given[0]}: mixup, cutmix and soft labels work on converted "
+                                  f"batches: give device='cuda' or device='cpu' too")
         if device is not None:
-            from .device import Conversion
-            self._conv = Conversion(device, dtype, mean, std, layout)
+            from .device import Conversion, MixPlan
+            mix = MixPlan(mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
+                          label_smoothing) if given else None
+            self._conv = Conversion(device, dtype, mean, std, layout, mix)
         elif device_slots is not None:
             from .device import slots_request
             self._slots_req = slots_request(device_slots, dtype, mean, std, layout)
@@ -631,6 +658,8 @@ class Loader:
         self._cur_start = None     # the stream's next batch is this epoch's first
         self._resume = None        # (epoch, token) loaded and not yet iterated
         stream = self._open(0, None)
+        if self._conv is not None and self._conv.mix is not None:
+            self._conv.mix.check_fields(stream.fields)
         self._len = stream.batches_per_epoch
         # where this member came in: a late joiner's first epoch is partial
         self.first_epoch, self.first_batch = stream.start_epoch, stream.start_batch
