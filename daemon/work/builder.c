@@ -162,7 +162,6 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		       const struct aug_img *ai, struct cache_worker *cw, uint32_t i0, uint32_t n,
 		       uint64_t *cursor, bool *padded, struct feed_err *err)
 {
-	const struct fmt_info *in = fmt_dataset_info(b->ds);
 	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
 	const struct fmt_block *blk[CACHE_PIN_MAX];
@@ -172,7 +171,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	for (uint32_t k = 0; k < n; k++) {
 		struct fmt_loc loc;
 		idx[k] = ord_sample(b->ord, b->ord_batch, i0 + k);
-		*padded |= ord_global_position(b->ord, b->ord_batch, i0 + k) >= in->num_samples;
+		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[i0 + k] = idx[k];
 		fmt_dataset_locate(b->ds, idx[k], &loc);
 		block[k] = loc.block;

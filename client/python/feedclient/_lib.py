@@ -29,6 +29,9 @@ FEED_RESUME_MAX = 256
 FEED_ORDER_SEQUENTIAL = 0
 FEED_ORDER_FULL = 1
 FEED_ORDER_BLOCK_WINDOW = 2
+FEED_ORDER_NODE = 3
+FEED_NODE_DEAL_ROTATE = 0
+FEED_NODE_DEAL_FIXED = 1
 
 FEED_END_OF_EPOCH = 1
 FEED_END_OF_STREAM = 2
@@ -118,6 +121,9 @@ class StreamOpts(ctypes.Structure):
         ("group", ctypes.c_char_p),
         ("group_depth", ctypes.c_uint32),
         ("device", StreamDevice),
+        ("nodes", ctypes.c_uint32),
+        ("node", ctypes.c_uint32),
+        ("node_deal", ctypes.c_int),
     ]
 
 

@@ -471,6 +471,24 @@ class Loader:
     batches: loader.device_slots is then False and loader.device_reason says
     why. Not with device=.
 
+    order="node", nodes, node, node_deal: node-aware order for multi-node
+    jobs (one feedd per node): each epoch, units of window blocks (None:
+    1) are dealt to the nodes by a seeded permutation, samples are shuffled
+    inside a node's share and its ranks split the share as
+    DistributedSampler splits an epoch, so each node's feedd reads and
+    caches 1/nodes of the dataset. The counts (drop_last, pad_last,
+    padding) are the other orders'; padding repeats samples of the node's
+    own share. Ranks, nodes and node come from torchrun ($RANK,
+    $WORLD_SIZE, $LOCAL_RANK, $LOCAL_WORLD_SIZE, $GROUP_RANK or $NODE_RANK)
+    or Slurm ($SLURM_PROCID, $SLURM_NTASKS, $SLURM_NODEID, $SLURM_NNODES,
+    $SLURM_LOCALID), else the arguments (nodes default 1, node rank //
+    (world_size // nodes)); variables that disagree with each other or with
+    an argument raise InvalidArgument naming them (feedclient.nodes).
+    node_deal "rotate" (default) deals anew each epoch; "fixed" keeps each
+    node's share, so a cache holding 1/nodes of the dataset serves every
+    epoch after the first. A state_dict taken on N nodes loads on M nodes:
+    the rest of the epoch, every remaining sample once, then whole epochs.
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
@@ -479,7 +497,7 @@ class Loader:
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None):
+                 device_slots=None, order=None, nodes=None, node=None, node_deal="rotate"):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -513,6 +531,17 @@ class Loader:
         if drop_last and pad_last:
             raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
                                   "last batch that drop_last drops)")
+        if order not in (None, "node") or node_deal not in ("rotate", "fixed") or \
+                (order is None and (nodes, node) != (None, None)):
+            raise InvalidArgument(f"order={order!r}, node_deal={node_deal!r}: order is None "
+                                  f"(see shuffle, window) or 'node' (with nodes, node), "
+                                  f"node_deal 'rotate' or 'fixed'")
+        if order == "node":
+            if eval or not shuffle:
+                raise InvalidArgument("order='node' shuffles: it needs shuffle=True and "
+                                      "eval=False")
+            from .nodes import placement
+            rank, world_size, nodes, node = placement(rank, world_size, nodes, node)
         if rank is None:
             rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
         if world_size is None:
@@ -548,6 +577,12 @@ class Loader:
         o.seed = seed
         if eval or not shuffle:
             o.order = _lib.FEED_ORDER_SEQUENTIAL
+        elif order == "node":
+            o.order = _lib.FEED_ORDER_NODE
+            o.window = window or 0
+            o.nodes, o.node = nodes, node
+            o.node_deal = (_lib.FEED_NODE_DEAL_FIXED if node_deal == "fixed" else
+                           _lib.FEED_NODE_DEAL_ROTATE)
         elif window is not None:
             o.order = _lib.FEED_ORDER_BLOCK_WINDOW
             o.window = window
