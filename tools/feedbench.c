@@ -50,7 +50,7 @@ static const char usage[] =
 	"                  nodes, shuffled inside a node's share, split over its ranks\n"
 	"  --nodes M --node K  this process is node K of M (one feedbench per node, on\n"
 	"                  that node's socket): job j is rank K*L+j of M*L, L = --jobs\n"
-	"                  with --world, else 1; --verify then needs M = 1\n"
+	"                  with --world, else 1 (any order); --verify then needs M = 1\n"
 	"  --node-deal D   rotate (default: a new deal every epoch) or fixed\n"
 	"                  (default: DataLoader's partial last batch)\n"
 	"  --no-touch      find each field but read none of its bytes: the reader's own\n"
@@ -238,9 +238,9 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 			       "another rank's");
 		return FB_EXIT_USAGE;
 	}
-	if (o->node >= o->nodes || (o->nodes > 1 && o->order != FEED_ORDER_NODE)) {
-		fb_usage_error("--nodes %u --node %u: node K of M nodes, K < M, with --order node",
-			       o->nodes, o->node);
+	if (o->node >= o->nodes) {
+		fb_usage_error("--nodes %u --node %u: node K of M nodes needs K < M", o->nodes,
+			       o->node);
 		return FB_EXIT_USAGE;
 	}
 	if (o->nodes > 1 && o->verify) {
