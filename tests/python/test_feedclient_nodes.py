@@ -262,3 +262,19 @@ def test_loader_refuses_before_connecting(monkeypatch, tmp_path):
         feedclient.Loader("nodeset", 4, order="node", socket=str(tmp_path / "none.sock"))
     with pytest.raises(feedclient.InvalidArgument, match="order="):
         feedclient.Loader("nodeset", 4, order="nodes", socket=str(tmp_path / "none.sock"))
+
+
+def test_resume_twice_in_one_epoch(cluster):
+    # 4 nodes x 2 ranks read 600 samples; 3 nodes x 1 rank go on from that
+    # token and read 300 more; 2 nodes x 2 ranks finish the epoch from the
+    # second token (which carries the first change of node count)
+    first = run_job(cluster, 4, 2, stop=3)
+    second = run_job(cluster, 3, 1, state=first[0]["state"], stop=4)
+    assert len({o["state"] for o in second}) == 1
+    third = run_job(cluster, 2, 2, state=second[0]["state"])
+    c = counts(first, 0)[0] + counts(second, 0)[0]
+    assert sum(c.values()) == 900 and set(c.values()) == {1}
+    c3, _, padded = counts(third, 0)
+    assert not padded and sum(c3.values()) == N - 900  # 1100 over 4 ranks: 275 each
+    both = c + c3
+    assert sorted(both) == list(range(N)) and set(both.values()) == {1}
