@@ -236,7 +236,8 @@ uint64_t ord_batches_per_epoch(const struct ord_epoch *e);
 uint32_t ord_batch_size(const struct ord_epoch *e, uint64_t batch);
 
 /* Global position of sample i of batch `batch` of this rank, before the
- * wrap-around of padding (may be >= N in padding). Requires batch <
+ * wrap-around of padding (may be >= N in padding; node order pads inside
+ * each node's share, so ask ord_padding() whether a sample repeats). Requires batch <
  * batches and i < ord_batch_size(batch) (asserted). */
 uint64_t ord_global_position(const struct ord_epoch *e, uint64_t batch, uint32_t i);
 
@@ -246,7 +247,9 @@ uint64_t ord_global_position(const struct ord_epoch *e, uint64_t batch, uint32_t
 uint64_t ord_sample(const struct ord_epoch *e, uint64_t batch, uint32_t i);
 
 /* The epoch's permutation: dataset sample at global position pos, pos < N
- * (asserted). Eval epochs are sequential: returns pos. */
+ * (asserted). Eval epochs are sequential: returns pos. Node order: the
+ * sample at position pos of this layout's node sequence Y (its nodes'
+ * shares one after another, each shuffled), pos < ord_level_samples(). */
 uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos);
 
 /* Whether sample i of batch `batch` repeats one for padding (a position
