@@ -327,8 +327,10 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	    (rc = ses_resume_same("pad_last", t->pad_last, o->pad_last, err)) < 0 ||
 	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
 		goto out;
+	/* the token holds the window asked for; 0 is the mode's default */
+	uint32_t twin = t->window ? t->window : o->order == FEED__ORDER__ORDER_NODE ? 1 : 8;
 	if ((o->order == FEED__ORDER__ORDER_BLOCK_WINDOW || o->order == FEED__ORDER__ORDER_NODE) &&
-	    (rc = ses_resume_same("window", t->window, o->window, err)) < 0)
+	    (rc = ses_resume_same("window", twin, sp->sched.ord.window, err)) < 0)
 		goto out;
 	if (o->order == FEED__ORDER__ORDER_NODE && (rc = ses_resume_node(t, sp, err)) < 0)
 		goto out;
