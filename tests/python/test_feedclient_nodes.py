@@ -278,3 +278,34 @@ def test_resume_twice_in_one_epoch(cluster):
     assert not padded and sum(c3.values()) == N - 900  # 1100 over 4 ranks: 275 each
     both = c + c3
     assert sorted(both) == list(range(N)) and set(both.values()) == {1}
+
+
+def test_restart_after_a_change_of_node_count(feedd_factory, dataset, tmp_path):
+    # 2 nodes x 1 rank read 4 batches; one rank on 1 node resumes from that
+    # token (a layout over the rest), feedd restarts under it twice, and it
+    # still reads every remaining sample once
+    daemon = start_nodes(feedd_factory, dataset, tmp_path, nodes=1)[0]
+    seen = collections.Counter()
+    token = None
+    for r in (0, 1):
+        with feedclient.Loader("nodeset", 25, socket=daemon.sock, order="node", rank=r,
+                               world_size=2, nodes=2) as loader:
+            assert loader.rank == r
+            for i, b in enumerate(loader):
+                seen.update(b.indices.tolist())
+                if i == 3:
+                    state = loader.state_dict()
+                    break
+            token = token or state["token"]
+            assert state["token"] == token
+    assert sum(seen.values()) == 200
+    with feedclient.Loader("nodeset", 25, socket=daemon.sock, order="node",
+                           reconnect_s=120, rank=0, world_size=1, nodes=1) as loader:
+        loader.load_state_dict(state)
+        for i, b in enumerate(loader):
+            seen.update(b.indices.tolist())
+            del b
+            if i in (5, 40):
+                daemon.kill()
+                daemon.start()
+    assert sorted(seen) == list(range(N)) and set(seen.values()) == {1}
