@@ -78,14 +78,14 @@ def dataset(feedpack, tmp_path_factory):
     return d / "nodeset"
 
 
-def start_nodes(feedd_factory, dataset, directory, nodes=4):
+def start_nodes(feedd_factory, dataset, directory, nodes=4, cache=CACHE):
     """nodes feedds ("nodes") over the dataset, each with its own socket
-    and a cache of CACHE bytes."""
+    and a cache of `cache` bytes."""
     daemons = []
     for k in range(nodes):
         nd = directory / f"node{k}"
         nd.mkdir()
-        daemons.append(feedd_factory(nd, "--workers", 1, "--cache-bytes", CACHE,
+        daemons.append(feedd_factory(nd, "--workers", 1, "--cache-bytes", cache,
                                      "--dataset", f"nodeset={dataset}"))
     return daemons
 
@@ -309,3 +309,17 @@ def test_restart_after_a_change_of_node_count(feedd_factory, dataset, tmp_path):
                 daemon.kill()
                 daemon.start()
     assert sorted(seen) == list(range(N)) and set(seen.values()) == {1}
+
+
+def test_open_notes_a_cache_smaller_than_the_share(feedd_factory, dataset, tmp_path, cluster):
+    # 2000 samples of 72 bytes decoded: a node's quarter is 36000 bytes
+    daemon = start_nodes(feedd_factory, dataset, tmp_path, nodes=1, cache=20000)[0]
+    with feedclient.Loader("nodeset", 25, socket=daemon.sock, order="node", rank=0,
+                           world_size=4, nodes=4) as loader:
+        assert "node order" in loader.note and "cache_bytes" in loader.note, loader.note
+    with feedclient.Loader("nodeset", 25, socket=daemon.sock, order="node", rank=0,
+                           world_size=1) as loader:
+        assert "node order" in loader.note  # one node: the whole dataset
+    with feedclient.Loader("nodeset", 25, socket=cluster[0].sock, order="node", rank=0,
+                           world_size=4, nodes=4) as loader:
+        assert loader.note == ""  # CACHE holds a quarter
