@@ -141,10 +141,12 @@ def test_ranks_split_the_epoch(feed_bin, daemon):
     assert [r["samples"] for r in rows] == [N // 2, N // 2]
 
 
-def test_node_order_ranks_split_the_epoch(feed_bin, daemon):
+@pytest.mark.parametrize("extra", [[], ["--pad-last"]])
+def test_node_order_ranks_split_the_epoch(feed_bin, daemon, extra):
     # one node of 3 ranks: node order's partition verified like the others
     res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 3, "--world",
-                "--order", "node", "--node-deal", "fixed", "--epochs", 2, "--verify", "--json")
+                "--order", "node", "--node-deal", "fixed", "--epochs", 2, "--verify", "--json",
+                *extra)
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in res.stdout.splitlines()]
     assert sorted((r["rank"], r["world"], r["verified"]) for r in rows) == \
