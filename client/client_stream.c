@@ -61,6 +61,8 @@ struct feed_batch {
 	uint64_t epoch, index;
 	uint64_t publish_ns;       /* the daemon's CLOCK_MONOTONIC at publish */
 	const uint64_t *samples;   /* in the control region */
+	const uint64_t *replaced;  /* its bitmap there (FEED_SLOT_REPLACED), or NULL */
+	uint32_t nreplaced;        /* bits set in it below nsamples */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
 };
 
@@ -204,6 +206,11 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 		return cl_fail(conn, -EINVAL, "option group: a name of 1 to 63 bytes, or NULL");
 	if (o->group_depth && !o->group)
 		return cl_fail(conn, -EINVAL, "option group_depth: only with a group");
+	if (o->on_error != FEED_ON_ERROR_FAIL && o->on_error != FEED_ON_ERROR_SKIP)
+		return cl_fail(conn, -EINVAL, "option on_error: %d is not FEED_ON_ERROR_FAIL or "
+			       "FEED_ON_ERROR_SKIP", o->on_error);
+	if (o->max_bad && o->on_error != FEED_ON_ERROR_SKIP)
+		return cl_fail(conn, -EINVAL, "option max_bad: only with FEED_ON_ERROR_SKIP");
 	if (o->pipeline && strlen(o->pipeline) > ST_PIPELINE_MAX)
 		return cl_fail(conn, -EINVAL, "option pipeline: %zu bytes, at most %d",
 			       strlen(o->pipeline), ST_PIPELINE_MAX);
@@ -258,6 +265,8 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->start_batch = o->start_batch;
 	os->group = (char *)(o->group ? o->group : "");
 	os->group_depth = o->group_depth;
+	os->on_error = o->on_error;
+	os->max_bad = o->max_bad;
 }
 
 /* Tells the daemon to drop stream id. A daemon already gone is no error:
@@ -1119,6 +1128,26 @@ static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm
 	return 0;
 }
 
+/* The positions of slot's batch that hold replacements (on_error skip):
+ * the bitmap after the sample list, checked to lie inside the header. */
+static int st_replaced(struct feed_stream *st, uint32_t slot, const struct feed_shm_slot *h,
+		       struct feed_batch *b)
+{
+	uint64_t words = FEED_SHM_REPLACED_WORDS(st->batch);
+
+	b->replaced = NULL;
+	b->nreplaced = 0;
+	if (!(h->flags & FEED_SLOT_REPLACED))
+		return 0;
+	if (sizeof(*h) + 8ull * st->batch + 8 * words > st->slot_hdr_bytes)
+		return st_stop(st, -EPROTO, "slot %u: replaced bitmap past its %llu-byte header",
+			       slot, (unsigned long long)st->slot_hdr_bytes);
+	b->replaced = &h->sample[st->batch];
+	for (uint32_t i = 0; i < h->nsamples; i++)
+		b->nreplaced += (b->replaced[i / 64] >> (i % 64)) & 1;
+	return 0;
+}
+
 /* A ready entry naming a slot: check its header once, hand it out. */
 static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struct feed_batch **ret)
 {
@@ -1142,6 +1171,8 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	for (uint32_t f = 0; f < st->nfields; f++)
 		if ((r = st_field(st, slot, h, f, &b->view[f])) < 0)
 			return r;
+	if ((r = st_replaced(st, slot, h, b)) < 0)
+		return r;
 	b->gen = gen;
 	b->nsamples = h->nsamples;
 	b->flags = h->flags;
@@ -1319,6 +1350,13 @@ FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b)
 FEED_API bool feed_batch_padded(const struct feed_batch *b)
 {
 	return b->flags & FEED_SLOT_PADDED;
+}
+
+FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t **ret_bits)
+{
+	if (ret_bits)
+		*ret_bits = b->nreplaced ? b->replaced : NULL;
+	return b->nreplaced;
 }
 
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)

@@ -49,6 +49,8 @@ struct fmt_dataset {
 	uint64_t nblocks;
 	struct rd_block *blocks;
 	uint64_t stride;           /* records in every block, or 0 if they differ */
+	char *paths;               /* FMT_PATHS_FILE, each newline made a NUL, or NULL */
+	uint64_t *path_off;        /* sample i's path at paths + path_off[i] */
 };
 
 struct fmt_decoder {
@@ -285,6 +287,52 @@ static uint64_t uniform_stride(const struct fmt_dataset *ds)
 	return r;
 }
 
+/* FMT_PATHS_FILE, when there is one: one line per sample, or an error. */
+static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
+{
+	char path[4096];
+	struct stat st;
+	uint64_t n = ds->info.num_samples, k = 0;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_PATHS_FILE);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 ||
+	    !(ds->paths = malloc((size_t)st.st_size)) ||
+	    !(ds->path_off = malloc(n * sizeof(uint64_t)))) {
+		rc = feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if ((rc = pread_full(fd, ds->paths, (size_t)st.st_size, 0)) < 0) {
+		feed_err_set(err, rc, "%s: read failed", path);
+		goto out;
+	}
+	for (uint64_t i = 0, start = 0; i < (uint64_t)st.st_size; i++) {
+		if (ds->paths[i] != '\n')
+			continue;
+		if (k < n)
+			ds->path_off[k] = start;
+		k++;
+		ds->paths[i] = '\0';
+		start = i + 1;
+	}
+	if (k != n || ds->paths[st.st_size - 1] != '\0')
+		rc = feed_err_set(err, -EBADMSG, "%s: %llu whole lines for %llu samples", path,
+				  (unsigned long long)k, (unsigned long long)n);
+out:
+	close(fd);
+	return rc;
+}
+
+const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sample)
+{
+	if (!ds->path_off || sample >= ds->info.num_samples)
+		return NULL;
+	return ds->paths + ds->path_off[sample];
+}
+
 int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err)
 {
 	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
@@ -317,6 +365,8 @@ int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_e
 	}
 	info_fill(ds);
 	ds->stride = uniform_stride(ds);
+	if ((rc = paths_load(ds, err)) < 0)
+		goto fail;
 	*ret_ds = ds;
 	return 0;
 fail:
@@ -333,6 +383,8 @@ void fmt_dataset_close(struct fmt_dataset *ds)
 			close(ds->shards[i].fd);
 	free(ds->shards);
 	free(ds->blocks);
+	free(ds->paths);
+	free(ds->path_off);
 	if (ds->manifest)
 		feed__manifest__free_unpacked(ds->manifest, NULL);
 	free(ds->dir);

@@ -37,7 +37,8 @@ static const char usage[] =
 	"                 [--epochs E] [--jobs K [--world]] [--group G] [--step-ms X]\n"
 	"                 [--verify] [--json] [--credits C] [--order sequential|full|block|node]\n"
 	"                 [--window W] [--seed S] [--wake] [--timeout-ms T] [--workers-note]\n"
-	"                 [--pad-last] [--no-touch] [--nodes M --node K] [--node-deal rotate|fixed]\n"
+	"                 [--pad-last] [--no-touch] [--on-error fail|skip [--max-bad N]]\n"
+	"                 [--nodes M --node K] [--node-deal rotate|fixed]\n"
 	"  --jobs K        K processes, each with its own connection and stream; each\n"
 	"                  reads the whole dataset, unless --world: job j is rank j of K\n"
 	"  --group G       every job joins group G: one stream of batches, built once,\n"
@@ -45,6 +46,10 @@ static const char usage[] =
 	"                  --verify then checks its epochs after that one)\n"
 	"  --step-ms X     busy X ms after each batch, as a training step would\n"
 	"  --verify        check that every epoch holds every sample exactly once\n"
+	"  --on-error skip a sample that fails to decode is replaced by the next good\n"
+	"                  one of the epoch (counted, and checked by --verify); up to\n"
+	"                  --max-bad an epoch (default 0.1 percent of it). fail (the default)\n"
+	"                  stops at the first\n"
 	"  --pad-last      every batch full: each rank's last batch wraps around\n"
 	"  --order node    node-aware: units of --window blocks (default 1) dealt to\n"
 	"                  nodes, shuffled inside a node's share, split over its ranks\n"
@@ -66,7 +71,7 @@ static const char usage[] =
 enum { OPT_SOCKET = 256, OPT_DATASET, OPT_PIPELINE, OPT_BATCH, OPT_EPOCHS, OPT_JOBS,
        OPT_GROUP, OPT_STEP, OPT_VERIFY, OPT_JSON, OPT_CREDITS, OPT_ORDER, OPT_WINDOW,
        OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_PAD_LAST, OPT_NO_TOUCH,
-       OPT_NODES, OPT_NODE, OPT_NODE_DEAL, OPT_HELP };
+       OPT_ON_ERROR, OPT_MAX_BAD, OPT_NODES, OPT_NODE, OPT_NODE_DEAL, OPT_HELP };
 
 static const struct option longopts[] = {
 	{"socket", required_argument, NULL, OPT_SOCKET},
@@ -79,6 +84,8 @@ static const struct option longopts[] = {
 	{"step-ms", required_argument, NULL, OPT_STEP},
 	{"verify", no_argument, NULL, OPT_VERIFY},
 	{"pad-last", no_argument, NULL, OPT_PAD_LAST},
+	{"on-error", required_argument, NULL, OPT_ON_ERROR},
+	{"max-bad", required_argument, NULL, OPT_MAX_BAD},
 	{"no-touch", no_argument, NULL, OPT_NO_TOUCH},
 	{"json", no_argument, NULL, OPT_JSON},
 	{"credits", required_argument, NULL, OPT_CREDITS},
@@ -170,6 +177,12 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_NOTE: o->workers_note = true; return 0;
 	case OPT_WORLD: o->world = true; return 0;
 	case OPT_ORDER: return fb_order(arg, &o->order);
+	case OPT_ON_ERROR:
+		if (strcmp(arg, "fail") && strcmp(arg, "skip"))
+			return fb_usage_error("--on-error '%s': fail or skip", arg);
+		o->on_error = strcmp(arg, "skip") ? FEED_ON_ERROR_FAIL : FEED_ON_ERROR_SKIP;
+		return 0;
+	case OPT_MAX_BAD: return fb_number("max-bad", arg, 1, UINT64_MAX, &o->max_bad);
 	case OPT_HELP: return 1;
 	case OPT_GROUP:
 		if (!*arg || strlen(arg) > 63)
@@ -231,6 +244,10 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 	}
 	if (o->wake && o->credits > 1) {
 		fb_usage_error("--wake reads with one credit; --credits %u contradicts it", o->credits);
+		return FB_EXIT_USAGE;
+	}
+	if (o->max_bad && o->on_error != FEED_ON_ERROR_SKIP) {
+		fb_usage_error("--max-bad counts replaced samples: only with --on-error skip");
 		return FB_EXIT_USAGE;
 	}
 	if (o->world && o->group) {
@@ -449,7 +466,8 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	       "\"own_p50_us\": %s, \"p50_us\": %s, \"p99_us\": %s, "
 	       "\"fast_calls\": %" PRIu64 ", \"wake_p50_us\": %s, \"wake_p99_us\": %s, "
 	       "\"wake_calls\": %" PRIu64 ", \"clock_ns\": %.1f, \"checksum\": \"%016" PRIx64 "\", "
-	       "\"verified\": %s, \"daemon_workers\": %u, \"note\": %s}\n",
+	       "\"verified\": %s, \"replaced\": %" PRIu64 ", \"daemon_workers\": %u, "
+	       "\"note\": %s}\n",
 	       j, r->rank, r->world, ds, pipe, o->batch, r->credits, o->wake ? "true" : "false",
 	       o->step_ms, r->epochs, r->batches, r->samples, r->bytes, r->wall_s,
 	       fb_rate((double)r->timed_samples, r->wall_s),
@@ -457,7 +475,7 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	       r->wall_s > 0 ? 100.0 * r->stall_s / r->wall_s : 0.0, r->cpu_s,
 	       lat[4], lat[0], lat[1],
 	       r->fast_calls, lat[2], lat[3], r->wake_calls, r->clock_ns, r->checksum, verified,
-	       r->daemon_workers, note);
+	       r->replaced, r->daemon_workers, note);
 }
 
 static void fb_print_text(const struct fb_opts *o, uint32_t j, const struct fb_result *r,
@@ -483,6 +501,9 @@ static void fb_print_text(const struct fb_opts *o, uint32_t j, const struct fb_r
 		       "p99 %.1f us\n", r->wake_calls, r->wake_p50_us, r->wake_p99_us);
 	else
 		printf("  slept:       no calls\n");
+	if (r->replaced)
+		printf("  replaced:    %" PRIu64 " samples that failed (--on-error skip)\n",
+		       r->replaced);
 	if (o->workers_note)
 		printf("  daemon: %u workers, %.0f samples/s per worker; credits %u; note: %s\n",
 		       r->daemon_workers, r->daemon_workers ? sps / r->daemon_workers : 0.0,

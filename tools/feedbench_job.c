@@ -101,6 +101,8 @@ static int fb_open(struct fb_run *r)
 	so.node_deal = o->node_deal;
 	so.pipeline = o->pipeline;
 	so.group = o->group;
+	so.on_error = o->on_error;
+	so.max_bad = o->max_bad;
 	so.reconnect_ms = -1; /* a benchmark reports a lost daemon, it does not hide it */
 	if ((rc = feed_stream_open(r->conn, &so, &r->st)) < 0)
 		return fb_lib_fail(r, "open stream", rc);
@@ -157,8 +159,10 @@ static int fb_check_batch(struct fb_run *r, struct feed_batch *b)
 			r->index);
 		return FB_EXIT_FAIL;
 	}
+	const uint64_t *rep = NULL;
+	feed_batch_replaced(b, &rep);
 	if (fb_verify_batch(r->vset, r->res->rank, e, i, feed_batch_samples(b), feed_batch_size(b),
-			    feed_batch_padded(b), msg, sizeof(msg)) < 0) {
+			    feed_batch_padded(b), rep, msg, sizeof(msg)) < 0) {
 		fprintf(stderr, "feedbench: job %u: verify: %s\n", r->job, msg);
 		return FB_EXIT_FAIL;
 	}
@@ -196,6 +200,7 @@ static int fb_consume(struct fb_run *r, struct feed_batch *b)
 	r->index++;
 	r->res->batches++;
 	r->res->samples += n;
+	r->res->replaced += feed_batch_replaced(b, NULL);
 	r->res->bytes += bytes;
 	if (r->t_first) {
 		r->res->timed_samples += n;

@@ -68,6 +68,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 		.credits = st.credits, .credits_in_use = st.credits_in_use,
 		.members = g->nmembers, .member_pids = g->nmembers ? g->pids : NULL,
 		.member_reader_wait_ns = g->nmembers ? g->waits : NULL,
+		.replaced = st.replaced,
 	};
 }
 
@@ -115,6 +116,8 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 	SES_SAME(drop_last, "drop_last");
 	SES_SAME(pad_last, "pad_last");
 	SES_SAME(eval, "eval");
+	SES_SAME(on_error, "on_error");
+	SES_SAME(max_bad, "max_bad");
 #undef SES_SAME
 	return 0;
 }

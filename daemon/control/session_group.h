@@ -40,6 +40,8 @@ struct ses_group_key {
 	bool deal_fixed;             /* node order only */
 	uint32_t rank, world;
 	bool drop_last, pad_last, eval;
+	uint32_t on_error;           /* a sample that fails: its batch is the group's */
+	uint64_t max_bad;            /* effective (the default filled in) */
 };
 
 /* The group called name. Returns 0 with *ret the group (referenced: the

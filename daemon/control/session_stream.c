@@ -53,6 +53,8 @@ struct ses_stream {
 	uv_poll_t poll;            /* the release doorbell, once open */
 	bool poll_live;            /* poll initialised: uv_close() frees us */
 	uint64_t bad_logged;       /* refused release entries already logged */
+	uint64_t replaced_logged;  /* replaced samples (on_error skip) already logged */
+	struct log_limit replaced_log; /* their warnings */
 	bool error_logged;         /* the stream's stop was logged */
 	struct stats_entry stat;   /* in the daemon's registry while open */
 	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
@@ -99,6 +101,26 @@ static void ses_stream_closed(uv_handle_t *h)
 	ses_stream_free(h->data);
 }
 
+/* Logs the samples replaced (on_error skip) since the last look, naming
+ * the last batch's files; rate-limited like the release warnings. */
+static void ses_stream_report_replaced(struct ses_stream *ss)
+{
+	struct dlv_stats st;
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
+
+	dlv_stats(ss->dlv, &st);
+	if (st.replaced <= ss->replaced_logged)
+		return;
+	if (log_limit_allow(&ss->replaced_log, uv_now(&ss->d->loop), &dropped))
+		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u: replaced %llu samples that failed "
+			 "(%llu in all, on_error skip): %s%s", SRV_CONN_ARGS(ss->se->conn), ss->id,
+			 (unsigned long long)(st.replaced - ss->replaced_logged),
+			 (unsigned long long)st.replaced, st.replaced_what,
+			 log_limit_note(dropped, note));
+	ss->replaced_logged = st.replaced;
+}
+
 /* Logs what the stream refused from its client since the last look: the
  * release region is the client's to write, so this is where its mistakes
  * (or tampering) show. Rate-limited per connection: a client that rings
@@ -122,6 +144,7 @@ void ses_stream_report(struct ses_stream *ss)
 			 (unsigned long long)(st.bad_releases - ss->bad_logged),
 			 (unsigned long long)st.bad_releases, log_limit_note(dropped, note));
 	ss->bad_logged = st.bad_releases;
+	ses_stream_report_replaced(ss);
 	if (st.error && !ss->error_logged) {
 		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c),
 			 ss->id, st.error_msg);
@@ -261,6 +284,9 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	sp->sched.epochs = o->epochs;
 	sp->sched.start_epoch = o->start_epoch;
 	sp->sched.start_batch = o->start_batch;
+	sp->on_error = o->on_error;
+	/* default: 0.1% of the epoch, at least 1 */
+	sp->max_bad = o->max_bad ? o->max_bad : ord->n / 1000 > 0 ? ord->n / 1000 : 1;
 }
 
 _Static_assert(CFG_MAX_CREDITS == DLV_MAX_CREDITS && WIRE_CREDITS_MAX == DLV_MAX_CREDITS,
@@ -416,6 +442,7 @@ static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
 		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
 		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
 		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
+		.replaced = st.replaced,
 	};
 }
 
@@ -556,7 +583,8 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.nodes = ord->mode == ORD_NODE ? ord->nodes : 0,
 		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
-		.pad_last = ord->pad_last, .eval = ord->eval,
+		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
+		.max_bad = sp->max_bad,
 	};
 }
 

@@ -233,6 +233,11 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 				    o->eval ? "eval" : "drop_last",
 				    o->eval ? "eval delivers every sample once, unpadded"
 					    : "drop_last leaves no partial batch to pad");
+	if (o->on_error > 1)
+		return feed_err_set(err, -EINVAL, "open_stream.on_error: %u, allowed 0 (fail) or "
+				    "1 (skip)", o->on_error);
+	if (o->max_bad && o->on_error != 1)
+		return feed_err_set(err, -EINVAL, "open_stream.max_bad: only with on_error skip");
 	return o->device ? wire_device_check(o->device, err) : 0;
 }
 

@@ -49,6 +49,7 @@ struct dlv_job {
 	struct sched_pos pos;
 	uint64_t bytes;            /* field bytes written */
 	bool built;                /* finished, waiting for its turn (lock) */
+	struct bld_bad bad;        /* on_error skip: what it replaced */
 };
 
 /* One reader: its control region (ready ring, copies of the slot headers),
@@ -94,6 +95,8 @@ struct dlv {
 	struct slot_layout lay;    /* immutable */
 	uint64_t seed;
 	bool group;                /* several members: see dlv_spec */
+	uint32_t on_error;         /* enum bld_on_error */
+	uint64_t max_bad;          /* skip: replaced samples an epoch, at most */
 	struct cache *cache;
 	struct pool *pool;
 	struct pool_source *src;   /* our fair share of the workers: one for
@@ -136,6 +139,12 @@ struct dlv {
 	int fail_code;                    /* 0, or the earliest failed batch's error */
 	uint64_t fail_seq;                /* its publication order */
 	char fail_msg[FEED_ERR_MSG_MAX];
+	/* samples replaced (skip) in the epoch being published, counted in
+	 * publication order so the stop past max_bad is the same batch on
+	 * every run (from where the stream started) */
+	uint64_t bad_epoch;               /* the epoch bad_count counts */
+	uint64_t bad_count;
+	char bad_what[FEED_ERR_MSG_MAX];  /* what failed in it, cut */
 	struct dlv_stats st;
 };
 
@@ -203,6 +212,8 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->lay = *lay;
 	d->seed = spec->seed;
 	d->group = spec->group;
+	d->on_error = spec->on_error;
+	d->max_bad = spec->max_bad ? spec->max_bad : 1;
 	d->cache = cache;
 	d->pool = pool;
 	d->data.fd = -1;
@@ -527,6 +538,48 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 	}
 }
 
+/* Counts job j's replaced samples into its epoch's; true when that goes
+ * past max_bad (the message, naming what failed, is in fail_msg). */
+static bool bad_over_locked(struct dlv *d, const struct dlv_job *j)
+{
+	if (d->bad_epoch != j->pos.epoch) {
+		d->bad_epoch = j->pos.epoch;
+		d->bad_count = 0;
+		d->bad_what[0] = '\0';
+	}
+	if (!j->bad.n)
+		return false;
+	d->bad_count += j->bad.n;
+	size_t used = strlen(d->bad_what), add = strlen(j->bad.what);
+	if (used + add + 3 < sizeof(d->bad_what)) {
+		memcpy(d->bad_what + used, used ? "; " : "", used ? 2 : 0);
+		memcpy(d->bad_what + used + (used ? 2 : 0), j->bad.what, add + 1);
+	}
+	if (d->bad_count <= d->max_bad)
+		return false;
+	snprintf(d->fail_msg, sizeof(d->fail_msg),
+		 "epoch %llu: %llu samples failed, past max_bad %llu: %.400s",
+		 (unsigned long long)j->pos.epoch, (unsigned long long)d->bad_count,
+		 (unsigned long long)d->max_bad, d->bad_what);
+	return true;
+}
+
+/* Counts job j's replaced samples and rings each member's release
+ * doorbell, so the loop logs them (naming the files) at once; only
+ * batches with replacements pay for the write. */
+static void replaced_note_locked(struct dlv *d, const struct dlv_job *j)
+{
+	uint64_t one = 1;
+
+	d->st.replaced += j->bad.n;
+	msg_copy(d->st.replaced_what, sizeof(d->st.replaced_what), j->bad.what);
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE)
+			(void)!write(m->release_efd, &one, sizeof(one));
+	}
+}
+
 /* Publishes every built batch that is next in order, and a failed
  * batch's error when its turn comes. */
 static void publish_ready_locked(struct dlv *d, bool *defer_wake)
@@ -543,6 +596,12 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 		struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
 		if (!j || !j->built)
 			break;
+		if (d->on_error == BLD_ON_ERROR_SKIP && bad_over_locked(d, j)) {
+			fail_locked(d, -EBADMSG, d->fail_msg);
+			break;
+		}
+		if (j->bad.n)
+			replaced_note_locked(d, j);
 		d->seq_job[d->pub_seq % d->lay.nslots] = NULL;
 		j->built = false;
 		if (!now)
@@ -775,6 +834,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
 		.gen = d->slots[j->slot].gen,
+		.on_error = (enum bld_on_error)d->on_error,
+		.max_search = d->max_bad + 1,
+		.bad = &j->bad,
 	};
 }
 

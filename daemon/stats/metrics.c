@@ -145,6 +145,8 @@ static const struct met_stream_family met_stream_families[] = {
 	 true, false},
 	{"feedd_worker_seconds_total", "counter", "Worker thread CPU time spent building "
 	 "batches.", MET_AT(worker_ns), true, false},
+	{"feedd_samples_replaced_total", "counter", "Samples that failed to decode and were "
+	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false},
 	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
 	 MET_AT(credits), false, true},
 	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",

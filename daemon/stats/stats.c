@@ -171,6 +171,7 @@ static void stats_series_add(struct stats_series *s, const struct stats_sample *
 	s->bytes += x->bytes;
 	s->worker_ns += x->worker_ns;
 	s->reader_wait_ns += x->reader_wait_ns;
+	s->replaced += x->replaced;
 	if (live) {
 		s->credits += x->credits;
 		s->credits_in_use += x->credits_in_use;
@@ -329,6 +330,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->worker_ns = x.worker_ns;
 	s->jobs = x.jobs;
 	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
+	s->replaced = x.replaced;
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
 }
 

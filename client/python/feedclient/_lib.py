@@ -29,6 +29,8 @@ FEED_RESUME_MAX = 256
 FEED_ORDER_SEQUENTIAL = 0
 FEED_ORDER_FULL = 1
 FEED_ORDER_BLOCK_WINDOW = 2
+FEED_ON_ERROR_FAIL = 0
+FEED_ON_ERROR_SKIP = 1
 FEED_ORDER_NODE = 3
 FEED_NODE_DEAL_ROTATE = 0
 FEED_NODE_DEAL_FIXED = 1
@@ -121,6 +123,8 @@ class StreamOpts(ctypes.Structure):
         ("group", ctypes.c_char_p),
         ("group_depth", ctypes.c_uint32),
         ("device", StreamDevice),
+        ("on_error", ctypes.c_int),
+        ("max_bad", ctypes.c_uint64),
         ("nodes", ctypes.c_uint32),
         ("node", ctypes.c_uint32),
         ("node_deal", ctypes.c_int),
@@ -257,6 +261,7 @@ class StreamStatus(ctypes.Structure):
         ("mb_per_s_10s", ctypes.c_double),
         ("reader_wait_share_10s", ctypes.c_double),
         ("job", ctypes.c_char * 129),
+        ("replaced", ctypes.c_uint64),
     ]
 
 
@@ -291,6 +296,8 @@ _API = {
     "feed_dataset_info": (ctypes.c_int, [_P, ctypes.c_char_p,
                                          ctypes.POINTER(ctypes.POINTER(DatasetList))]),
     "feed_dataset_list_free": (None, [ctypes.POINTER(DatasetList)]),
+    "feed_sample_path": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
     "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
     "feed_stream_info": (ctypes.POINTER(StreamInfo), [_P]),
     "feed_next": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
@@ -299,6 +306,7 @@ _API = {
     "feed_batch_size": (ctypes.c_uint32, [_P]),
     "feed_batch_samples": (ctypes.c_void_p, [_P]),
     "feed_batch_padded": (ctypes.c_bool, [_P]),
+    "feed_batch_replaced": (ctypes.c_uint32, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64))]),
     "feed_batch_field": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(View)]),
     "feed_release": (ctypes.c_int, [_P]),
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,

@@ -142,8 +142,8 @@ class Conversion:
         dev = self.device if self.device.type == "cpu" else torch.device("cuda", self.index)
         stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
         out = type(batch)()
-        out.epoch, out.index, out.indices, out.padded = \
-            batch.epoch, batch.index, batch.indices, batch.padded
+        out.epoch, out.index, out.indices, out.padded, out.replaced = \
+            batch.epoch, batch.index, batch.indices, batch.padded, batch.replaced
         n = len(batch.indices)
         for p in s.plan:
             v = batch[p.name]

@@ -135,13 +135,47 @@ def datasets(socket=None):
         lib.feed_disconnect(conn)
 
 
+class DatasetName(str):
+    """A Loader's dataset: its name (a str, as before), plus path(i).
+
+    path(i): the path of sample i as feedpack imagefolder recorded it,
+    relative to the tree it packed (the name every error and skip of that
+    sample uses). Asks the daemon on a connection of its own; blocks until
+    it answers. Raises IndexError for a sample past the end, UnknownDataset
+    (a FeedError) when the dataset recorded no paths or is not served,
+    DaemonNotRunning, AccessDenied."""
+
+    __slots__ = ("_socket",)
+
+    def __new__(cls, name, socket):
+        self = super().__new__(cls, name)
+        self._socket = socket
+        return self
+
+    def path(self, i):
+        _check_int("i", i, 0, 2**64 - 1)
+        conn = _connect(self._socket)
+        try:
+            buf = ctypes.create_string_buffer(4096)
+            r = lib.feed_sample_path(conn, str(self).encode(), i, buf, len(buf))
+            if r == -errno.ERANGE:
+                raise IndexError(_lib.errmsg(conn))
+            if r < 0:
+                raise _error(conn, r)
+            return buf.value.decode("utf-8", "surrogateescape")
+        finally:
+            lib.feed_disconnect(conn)
+
+
 class Batch(dict):
     """One batch: field name -> numpy array (or torch tensor) viewing the slot.
 
     Attributes: epoch (int), index (int: the batch's number within its
     epoch, from 0, also after a resume), indices (numpy int64 array,
     read-only: the dataset index of every sample, in order), padded (bool:
-    holds wrap-around repeats of samples).
+    holds wrap-around repeats of samples), replaced (tuple of int: the
+    positions whose sample failed and hold the next good sample of the
+    epoch instead, Loader(on_error="skip"); indices names what is there).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
@@ -150,7 +184,7 @@ class Batch(dict):
     closed. Arrays are writable: in-place ops touch only this batch.
     """
 
-    __slots__ = ("epoch", "index", "indices", "padded", "_slot")
+    __slots__ = ("epoch", "index", "indices", "padded", "replaced", "_slot")
 
     def __repr__(self):
         epoch = getattr(self, "epoch", "?")
@@ -400,7 +434,8 @@ class Loader:
     keep reconnecting before DaemonGone; 0: fail at once. group: a name
     (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
     and the same dataset, pipeline, seed, batch_size, order, window, rank,
-    world_size, drop_last, pad_last and eval share one stream of batches,
+    world_size, drop_last, pad_last, eval, on_error and max_bad share one
+    stream of batches,
     each built once by feedd (a sweep, or train jobs side by side); another
     value of any of them is refused naming it (InvalidArgument). The
     batches are copy-on-write: writing into one changes it for this process
@@ -455,6 +490,17 @@ class Loader:
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
 
+    on_error: what a sample the pipeline cannot take (an image that does
+    not decode) does: "fail" (default, as DataLoader) stops the stream,
+    StreamStopped naming it, once the batches before it are read; "skip"
+    replaces it by the sample at the next position of the epoch's global
+    order that builds (the same on every run, for any worker count and
+    after load_state_dict()), the batch keeps its size and lists the
+    positions in batch.replaced, and status() counts them ("replaced").
+    max_bad (with "skip"): past this many replaced samples in one epoch
+    the stream stops (StreamStopped naming them); None: 0.1% of the
+    epoch, at least 1.
+
     device_slots: a CUDA device ordinal (int): feedd converts each batch on
     that GPU itself, into device memory it owns, and hands it over by CUDA
     IPC (C: feed_stream_opts.device), with dtype, mean, std and layout as
@@ -497,7 +543,8 @@ class Loader:
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None, order=None, nodes=None, node=None, node_deal="rotate"):
+                 device_slots=None, on_error="fail", max_bad=None, order=None,
+                 nodes=None, node=None, node_deal="rotate"):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -531,6 +578,12 @@ class Loader:
         if drop_last and pad_last:
             raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
                                   "last batch that drop_last drops)")
+        if on_error not in ("fail", "skip"):
+            raise InvalidArgument(f"on_error: {on_error!r} is not 'fail' or 'skip'")
+        if max_bad is not None:
+            _check_int("max_bad", max_bad, 1, 2**64 - 1)
+            if on_error != "skip":
+                raise InvalidArgument("max_bad: only with on_error='skip'")
         if order not in (None, "node") or node_deal not in ("rotate", "fixed") or \
                 (order is None and (nodes, node) != (None, None)):
             raise InvalidArgument(f"order={order!r}, node_deal={node_deal!r}: order is None "
@@ -592,6 +645,8 @@ class Loader:
         o.world = world_size
         o.eval = bool(eval)
         o.pipeline = self._pipeline_b
+        o.on_error = _lib.FEED_ON_ERROR_SKIP if on_error == "skip" else _lib.FEED_ON_ERROR_FAIL
+        o.max_bad = max_bad or 0
         self._group = group
         self._group_b = group.encode() if group is not None else None
         o.group = self._group_b
@@ -840,7 +895,8 @@ class Loader:
 
     @property
     def dataset(self):
-        return self._dataset
+        """The dataset's name (a str) with path(i): sample i's recorded path."""
+        return DatasetName(self._dataset, self._socket)
 
     @property
     def batch_size(self):
@@ -989,6 +1045,15 @@ class _EpochIter:
         return err
 
 
+def _replaced(lib_, b, n):
+    """The positions of batch b (n samples) that hold replacements."""
+    bits = ctypes.POINTER(ctypes.c_uint64)()
+    if not lib_.feed_batch_replaced(b, ctypes.byref(bits)):
+        return ()
+    words = [bits[k] for k in range((n + 63) // 64)]
+    return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
+
+
 def _make_batch(s, slot, as_torch):
     """A Batch over the batch slot owns, of stream s (just delivered)."""
     lib_ = lib
@@ -999,6 +1064,7 @@ def _make_batch(s, slot, as_torch):
     batch.epoch = lib_.feed_batch_epoch(b)
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
+    batch.replaced = _replaced(lib_, b, n)
     idx = np.frombuffer(ctypes.string_at(lib_.feed_batch_samples(b), 8 * n), "<i8")
     batch.indices = idx
     view = s.view
