@@ -549,6 +549,15 @@ uint64_t ord_sample(const struct ord_epoch *e, uint64_t batch, uint32_t i)
 	return ord_permute(e, g < e->spec.n ? g : g % e->spec.n);
 }
 
+uint64_t ord_sample_after(const struct ord_epoch *e, uint64_t g, uint64_t k)
+{
+	if (e->spec.mode == ORD_NODE && !e->spec.eval) {
+		uint64_t p = g / e->spec.world * e->local_world + e->local;
+		return ord_node_seq(e, ord_node_x(e, p + k));
+	}
+	return ord_permute(e, (g + k) % e->spec.n);
+}
+
 bool ord_padding(const struct ord_epoch *e, uint64_t batch, uint32_t i)
 {
 	if (e->spec.mode == ORD_NODE && !e->spec.eval) {

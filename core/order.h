@@ -256,6 +256,13 @@ uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos);
  * past the end, wrapped around). Same preconditions as ord_sample(). */
 bool ord_padding(const struct ord_epoch *e, uint64_t batch, uint32_t i);
 
+/* The sample read k positions after global position g (this rank's, as
+ * ord_global_position() gives it), wrapping around the epoch: what
+ * on_error skip builds in place of a sample that fails. Node order steps
+ * through the node's local order and wraps inside its share, so a
+ * replacement never leaves the node's share. */
+uint64_t ord_sample_after(const struct ord_epoch *e, uint64_t g, uint64_t k);
+
 /* Global resume position of "this rank is at batch `batch`": start +
  * batch * batch_size * world. batch may equal ord_batches_per_epoch(). */
 uint64_t ord_position_of(const struct ord_epoch *e, uint64_t batch);

@@ -205,7 +205,7 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 	int rc = 0;
 
 	for (uint64_t k = 1; k <= b->max_search && k < n; k++) {
-		uint64_t idx = ord_permute(b->ord, (g + k) % n);
+		uint64_t idx = ord_sample_after(b->ord, g, k);
 		struct fmt_loc loc;
 		const struct fmt_block *blk;
 		struct cache_entry *ent;

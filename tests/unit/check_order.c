@@ -784,6 +784,40 @@ START_TEST(test_order_node_bad_spec)
 }
 END_TEST
 
+START_TEST(test_order_node_sample_after_stays_on_node)
+{
+	/* on_error skip's replacement: node order's stays in the node's share,
+	 * the other modes' is the next global position's sample */
+	struct ord_spec s = node_spec(1000, 4, 2, 10);
+	uint8_t *set = node_sets(s, 3);
+	struct ord_epoch e;
+
+	for (uint32_t r = 0; r < s.world; r++) {
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 3, NULL), 0);
+		uint64_t g = ord_global_position(&e, 2, 1);
+		ck_assert_uint_eq(ord_sample_after(&e, g, 0), ord_sample(&e, 2, 1));
+		for (uint64_t k = 1; k < 600; k++)
+			ck_assert(set[(r / 2) * s.n + ord_sample_after(&e, g, k)]);
+		/* the next local position is the next local rank's sample */
+		if (r % 2 == 0) {
+			struct ord_epoch e1;
+			s.rank = r + 1;
+			ck_assert_int_eq(ord_epoch_init(&e1, &s, 3, NULL), 0);
+			ck_assert_uint_eq(ord_sample_after(&e, g, 1), ord_sample(&e1, 2, 1));
+			ord_epoch_fini(&e1);
+		}
+		ord_epoch_fini(&e);
+	}
+	free(set);
+	struct ord_spec f = spec_of(1000, ORD_FULL);
+	f.world = 3;
+	ck_assert_int_eq(ord_epoch_init(&e, &f, 3, NULL), 0);
+	ck_assert_uint_eq(ord_sample_after(&e, 998, 5), ord_permute(&e, 3));
+	ord_epoch_fini(&e);
+}
+END_TEST
+
 static Suite *order_suite(void)
 {
 	Suite *s = suite_create("order");
@@ -810,6 +844,7 @@ static Suite *order_suite(void)
 	tcase_add_test(tc, test_order_node_resume_other_nodes);
 	tcase_add_test(tc, test_order_node_resume_twice);
 	tcase_add_test(tc, test_order_node_bad_spec);
+	tcase_add_test(tc, test_order_node_sample_after_stays_on_node);
 	suite_add_tcase(s, tc);
 	return s;
 }
