@@ -323,3 +323,24 @@ def test_open_notes_a_cache_smaller_than_the_share(feedd_factory, dataset, tmp_p
     with feedclient.Loader("nodeset", 25, socket=cluster[0].sock, order="node", rank=0,
                            world_size=4, nodes=4) as loader:
         assert loader.note == ""  # CACHE holds a quarter
+
+
+from test_feedclient_bad_samples import PIPE, bad_set  # noqa: E402,F401  (the fixture)
+
+
+def test_skip_replaces_inside_the_node_share(bad_set):
+    # 2 nodes x 1 rank over the ImageFolder set with 3 samples that do not
+    # decode: no bad sample is served, every good one is, and each
+    # replacement (like the padding) repeats a sample of the same node
+    reads = []
+    for r in (0, 1):
+        with feedclient.Loader("bad", 5, socket=bad_set.daemons[1].sock, pipeline=PIPE,
+                               on_error="skip", max_bad=10, order="node", rank=r,
+                               world_size=2, nodes=2) as loader:
+            reads.append(collections.Counter(x for b in loader for x in b.indices.tolist()))
+    good = set(range(bad_set.n)) - bad_set.bad
+    assert not (set(reads[0]) | set(reads[1])) & bad_set.bad
+    assert set(reads[0]) | set(reads[1]) == good
+    assert not set(reads[0]) & set(reads[1])  # the shares are disjoint
+    extra = sum(reads[0].values()) + sum(reads[1].values()) - len(good)
+    assert extra == len(bad_set.bad) + (-(-bad_set.n // 2) * 2 - bad_set.n)
