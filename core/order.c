@@ -226,16 +226,25 @@ static uint64_t ord_deal(const struct ord_epoch *e, uint64_t x)
 static uint64_t ord_node_seq0(const struct ord_epoch *e, uint32_t m0, uint64_t x)
 {
 	uint64_t n = e->spec.n, lo = 0, hi = m0; /* node k: last with lo(k) <= x */
+	uint64_t k, first, size;
 
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (ord_share_lo(mid, n, m0) <= x)
-			lo = mid;
-		else
-			hi = mid;
+	if (e->nlevels == 0 && x - e->share_lo < e->share_n) {
+		/* this stream's own share: every lookup but padding's and resumes' */
+		k = e->spec.rank / e->local_world;
+		first = e->share_lo;
+		size = e->share_n;
+	} else {
+		while (hi - lo > 1) {
+			uint64_t mid = lo + (hi - lo) / 2;
+			if (ord_share_lo(mid, n, m0) <= x)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		k = lo;
+		first = ord_share_lo(k, n, m0);
+		size = ord_share_lo(k + 1, n, m0) - first;
 	}
-	uint64_t k = lo, first = ord_share_lo(k, n, m0);
-	uint64_t size = ord_share_lo(k + 1, n, m0) - first;
 	uint64_t tweak = ord_fmix64((k << 32 ^ m0) * ORD_GOLDEN + e->rk_node[0]);
 	uint64_t p = ord_perm(x - first, size, ord_bits_fast(size), e->rk_node, tweak);
 	return ord_deal(e, first + p);
