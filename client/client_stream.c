@@ -43,6 +43,7 @@
 #define ST_PIPELINE_MAX 4096     /* bytes of pipeline text */
 #define ST_DEFAULT_CREDITS 4
 #define ST_MAX_GROUP_SLOTS 64    /* a group's depth: the daemon's most credits */
+#define ST_MAX_LEVELS 8          /* node order: core/order.h ORD_MAX_LEVELS */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
 
@@ -101,6 +102,12 @@ struct feed_stream {
 	/* position and reopening after a daemon restart */
 	uint64_t pos_epoch;        /* the next batch not yet returned: its epoch */
 	uint64_t pos_position;     /* and the global position of its first sample */
+	/* node order: the earlier layouts of epoch lv_epoch (feed.proto
+	 * ResumeToken.level_*), which pos_position counts after */
+	uint64_t lv_epoch;
+	uint32_t nlv;
+	uint32_t lv_nodes[ST_MAX_LEVELS];
+	uint64_t lv_pos[ST_MAX_LEVELS];
 	uint32_t world;
 	uint32_t inc;              /* incarnation: 0, then +1 per reopening */
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
@@ -176,9 +183,22 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 		return cl_fail(conn, -EINVAL, "option credits: %u exceeds %u", o->credits,
 			       ST_MAX_CREDITS);
 	if (o->order != FEED_ORDER_SEQUENTIAL && o->order != FEED_ORDER_FULL &&
-	    o->order != FEED_ORDER_BLOCK_WINDOW)
+	    o->order != FEED_ORDER_BLOCK_WINDOW && o->order != FEED_ORDER_NODE)
 		return cl_fail(conn, -EINVAL, "option order: %d is not a FEED_ORDER_* value",
 			       o->order);
+	if (o->order == FEED_ORDER_NODE) {
+		uint32_t nodes = o->nodes ? o->nodes : 1;
+		if (world % nodes)
+			return cl_fail(conn, -EINVAL, "option nodes: %u nodes do not divide world %u",
+				       nodes, world);
+		if (o->node != o->rank / (world / nodes))
+			return cl_fail(conn, -EINVAL, "option node: rank %u of world %u on %u nodes "
+				       "sits on node %u, not node %u", o->rank, world, nodes,
+				       o->rank / (world / nodes), o->node);
+		if (o->node_deal != FEED_NODE_DEAL_ROTATE && o->node_deal != FEED_NODE_DEAL_FIXED)
+			return cl_fail(conn, -EINVAL, "option node_deal: %d is not a "
+				       "FEED_NODE_DEAL_* value", o->node_deal);
+	}
 	if (o->rank >= world)
 		return cl_fail(conn, -EINVAL, "option rank: %u must be below world %u", o->rank,
 			       world);
@@ -212,6 +232,14 @@ static void st_job_id(char job[FEED_JOB_MAX + 1])
 	job[i] = '\0';
 }
 
+static Feed__Order st_order(int order)
+{
+	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
+	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
+	       order == FEED_ORDER_NODE		? FEED__ORDER__ORDER_NODE :
+						  FEED__ORDER__ORDER_SEQUENTIAL;
+}
+
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 {
 	os->dataset = (char *)o->dataset;
@@ -221,10 +249,14 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->drop_last = o->drop_last;
 	os->pad_last = o->pad_last;
 	os->seed = o->seed;
-	os->order = o->order == FEED_ORDER_FULL	   ? FEED__ORDER__ORDER_FULL :
-		    o->order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
-							  FEED__ORDER__ORDER_SEQUENTIAL;
+	os->order = st_order(o->order);
 	os->window = o->window;
+	if (o->order == FEED_ORDER_NODE) {
+		os->nodes = o->nodes;
+		os->node = o->node;
+		os->node_deal = o->node_deal == FEED_NODE_DEAL_FIXED ? FEED__NODE_DEAL__NODE_DEAL_FIXED :
+								       FEED__NODE_DEAL__NODE_DEAL_ROTATE;
+	}
 	os->rank = o->rank;
 	os->world = o->world;
 	os->eval = o->eval;
@@ -655,13 +687,6 @@ refuse: {
 /* ------------------------------------------------------------------ */
 /* Position, resume tokens, reopening                                  */
 
-static Feed__Order st_order(int order)
-{
-	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
-	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
-						  FEED__ORDER__ORDER_SEQUENTIAL;
-}
-
 /* The token of the stream's position (feed.proto ResumeToken) into buf,
  * its length into *ret_len; -ENOSPC (nothing written) past cap. */
 static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
@@ -681,6 +706,16 @@ static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t 
 	t.drop_last = st->opts.drop_last;
 	t.pad_last = st->opts.pad_last;
 	t.eval = st->opts.eval;
+	if (st->opts.order == FEED_ORDER_NODE) {
+		t.nodes = st->opts.nodes ? st->opts.nodes : 1;
+		t.node_deal = st->opts.node_deal == FEED_NODE_DEAL_FIXED ?
+				      FEED__NODE_DEAL__NODE_DEAL_FIXED : FEED__NODE_DEAL__NODE_DEAL_ROTATE;
+		if (st->nlv && st->lv_epoch == st->pos_epoch) {
+			t.n_level_nodes = t.n_level_positions = st->nlv;
+			t.level_nodes = (uint32_t *)st->lv_nodes;
+			t.level_positions = (uint64_t *)st->lv_pos;
+		}
+	}
 	size_t n = feed__resume_token__get_packed_size(&t);
 	if (n > cap)
 		return -ENOSPC;
@@ -715,6 +750,31 @@ static int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o
 	return 0;
 }
 
+/* Node order: the layouts the daemon reads the token's epoch under, as
+ * daemon/delivery/schedule.c decides: the token's own when it was taken
+ * with this node count at a batch boundary of this layout, else those
+ * plus the token's (nodes, position), counting again from position 0. */
+static void st_resume_levels(struct feed_stream *st, const Feed__ResumeToken *t)
+{
+	uint32_t nodes = st->opts.nodes ? st->opts.nodes : 1;
+	uint64_t stride = (uint64_t)st->batch * st->world;
+
+	st->lv_epoch = t->epoch;
+	st->nlv = 0;
+	for (size_t i = 0; i < t->n_level_nodes && i < t->n_level_positions &&
+			   st->nlv < ST_MAX_LEVELS; i++) {
+		st->lv_nodes[st->nlv] = t->level_nodes[i];
+		st->lv_pos[st->nlv++] = t->level_positions[i];
+	}
+	if (t->nodes == nodes && t->position % stride == 0)
+		return;
+	if (st->nlv < ST_MAX_LEVELS) { /* else the daemon refused it */
+		st->lv_nodes[st->nlv] = t->nodes;
+		st->lv_pos[st->nlv++] = t->position;
+	}
+	st->pos_position = 0;
+}
+
 /* A stream opened with a token starts at the token's position (one taken
  * after an epoch's last batch first delivers that epoch's end). */
 static void st_resume_position(struct feed_stream *st, const void *token, size_t len)
@@ -725,6 +785,8 @@ static void st_resume_position(struct feed_stream *st, const void *token, size_t
 		return; /* the daemon accepted it, so this does not happen */
 	st->pos_epoch = t->epoch;
 	st->pos_position = t->position;
+	if (st->opts.order == FEED_ORDER_NODE)
+		st_resume_levels(st, t);
 	feed__resume_token__free_unpacked(t, NULL);
 }
 

@@ -38,6 +38,10 @@ struct fb_opts {
 	uint64_t epochs;          /* >= 1 */
 	uint64_t seed;
 	int order;                /* FEED_ORDER_* */
+	uint32_t nodes, node;     /* --order node: this process is node `node` of
+				   * `nodes`; job j is rank node * L + j of
+				   * nodes * L (L = jobs with --world, else 1) */
+	int node_deal;            /* FEED_NODE_DEAL_* */
 	double step_ms;           /* busy time per batch, imitating a step */
 	int timeout_ms;           /* longest wait for one batch */
 	bool world;               /* job j is rank j of jobs */

@@ -96,6 +96,9 @@ static int fb_open(struct fb_run *r)
 	so.window = o->window;
 	so.rank = r->res->rank;
 	so.world = r->res->world;
+	so.nodes = o->nodes;
+	so.node = o->node;
+	so.node_deal = o->node_deal;
 	so.pipeline = o->pipeline;
 	so.group = o->group;
 	so.on_error = o->on_error;
@@ -281,8 +284,8 @@ int fb_job_run(const struct fb_opts *o, uint32_t j, struct fb_shared *sh, struct
 	int rc;
 
 	memset(res, 0, sizeof(*res));
-	res->rank = o->world ? j : 0;
-	res->world = o->world ? o->jobs : 1;
+	res->rank = o->node * (o->world ? o->jobs : 1) + (o->world ? j : 0);
+	res->world = o->nodes * (o->world ? o->jobs : 1);
 	res->local_ok = true;
 	rc = fb_open(&r);
 	fb_barrier(sh);

@@ -240,6 +240,20 @@ static int ses_pipeline_text(const struct feedd *d, const char *asked, const cha
 			    n ? "configured: " : "none configured", list);
 }
 
+/* Node order: nodes, deal, and the dealt unit: `window` blocks' worth of
+ * samples, counted on the first block (every block holds as many records
+ * when records have a fixed size, as feedpack packs them; with variable
+ * records a unit may straddle a block boundary). */
+static void ses_node_spec(const Feed__OpenStream *o, const struct cat_entry *e,
+			  struct ord_spec *ord)
+{
+	uint64_t per_block = e->info->num_blocks ? e->block_first[1] - e->block_first[0] : 1;
+
+	ord->nodes = o->nodes ? o->nodes : 1;
+	ord->deal_fixed = o->node_deal == FEED__NODE_DEAL__NODE_DEAL_FIXED;
+	ord->unit = (per_block ? per_block : 1) * ord->window;
+}
+
 static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const struct cat_entry *e,
 		     struct dlv_spec *sp)
 {
@@ -254,8 +268,11 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	snprintf(ord->version, sizeof(ord->version), "%s", e->info->version);
 	ord->mode = o->order == FEED__ORDER__ORDER_FULL	 ? ORD_FULL :
 		    o->order == FEED__ORDER__ORDER_BLOCK_WINDOW ? ORD_BLOCK_WINDOW :
+		    o->order == FEED__ORDER__ORDER_NODE	 ? ORD_NODE :
 								  ORD_SEQUENTIAL;
-	ord->window = o->window ? o->window : 8;
+	ord->window = o->window ? o->window : ord->mode == ORD_NODE ? 1 : 8;
+	if (ord->mode == ORD_NODE)
+		ses_node_spec(o, e, ord);
 	ord->block_first = e->block_first;
 	ord->nblocks = e->info->num_blocks;
 	ord->rank = o->rank;
@@ -282,6 +299,28 @@ static int ses_resume_same(const char *what, uint64_t token, uint64_t asked, str
 		return 0;
 	return feed_err_set(err, -EINVAL, "resume token: %s is %llu in the token, %llu in the request",
 			    what, (unsigned long long)token, (unsigned long long)asked);
+}
+
+/* Node order: the token's deal must match; its node count and levels go
+ * to the schedule (which may lay the rest out over another node count). */
+static int ses_resume_node(const Feed__ResumeToken *t, struct dlv_spec *sp, struct feed_err *err)
+{
+	struct sched_spec *ss = &sp->sched;
+	int rc;
+
+	if ((rc = ses_resume_same("node_deal fixed", t->node_deal == FEED__NODE_DEAL__NODE_DEAL_FIXED,
+				  ss->ord.deal_fixed, err)) < 0)
+		return rc;
+	if (t->nodes == 0 || t->n_level_nodes != t->n_level_positions ||
+	    t->n_level_nodes > ORD_MAX_LEVELS)
+		return feed_err_set(err, -EINVAL, "resume token: %zu node-count changes in its "
+				    "epoch (at most %d), taken on %u nodes", t->n_level_nodes,
+				    ORD_MAX_LEVELS, t->nodes);
+	ss->start_nodes = t->nodes;
+	ss->nlevels = (uint32_t)t->n_level_nodes;
+	for (uint32_t i = 0; i < ss->nlevels; i++)
+		ss->levels[i] = (struct ord_level){t->level_nodes[i], t->level_positions[i]};
+	return 0;
 }
 
 /* Applies a resume token (feed.proto ResumeToken) to sp, or says why not. */
@@ -314,8 +353,12 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	    (rc = ses_resume_same("pad_last", t->pad_last, o->pad_last, err)) < 0 ||
 	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
 		goto out;
-	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW &&
-	    (rc = ses_resume_same("window", t->window, sp->sched.ord.window, err)) < 0)
+	/* the token holds the window asked for; 0 is the mode's default */
+	uint32_t twin = t->window ? t->window : o->order == FEED__ORDER__ORDER_NODE ? 1 : 8;
+	if ((o->order == FEED__ORDER__ORDER_BLOCK_WINDOW || o->order == FEED__ORDER__ORDER_NODE) &&
+	    (rc = ses_resume_same("window", twin, sp->sched.ord.window, err)) < 0)
+		goto out;
+	if (o->order == FEED__ORDER__ORDER_NODE && (rc = ses_resume_node(t, sp, err)) < 0)
 		goto out;
 	sp->sched.start_epoch = t->epoch;
 	sp->sched.start_batch = 0;
@@ -336,6 +379,13 @@ static void ses_note(const struct feedd *d, const struct cat_entry *e, const str
 		snprintf(buf, cap, "full shuffle over %llu decoded bytes with a %llu byte block "
 			 "cache costs one block decode per sample; use block-window order or a "
 			 "larger cache_bytes", (unsigned long long)e->info->bytes_raw,
+			 (unsigned long long)d->cfg->cache_bytes);
+	if (sp->sched.ord.mode == ORD_NODE && !sp->sched.ord.eval &&
+	    e->info->bytes_raw / sp->sched.ord.nodes > d->cfg->cache_bytes)
+		snprintf(buf, cap, "node order: this node's share is about %llu decoded bytes, more "
+			 "than the %llu byte block cache; blocks will be read again within an "
+			 "epoch; raise cache_bytes", (unsigned long long)(e->info->bytes_raw /
+									 sp->sched.ord.nodes),
 			 (unsigned long long)d->cfg->cache_bytes);
 }
 
@@ -529,7 +579,9 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 	*k = (struct ses_group_key){
 		.e = ss->e, .pipeline = ss->plan->canonical, .pipeline_hash = ss->plan->hash,
 		.seed = o->seed, .batch = o->batch, .order = ord->mode,
-		.window = ord->mode == ORD_BLOCK_WINDOW ? ord->window : 0,
+		.window = ord->mode == ORD_BLOCK_WINDOW || ord->mode == ORD_NODE ? ord->window : 0,
+		.nodes = ord->mode == ORD_NODE ? ord->nodes : 0,
+		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
 		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
 		.max_bad = sp->max_bad,

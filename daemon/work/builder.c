@@ -205,7 +205,7 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 	int rc = 0;
 
 	for (uint64_t k = 1; k <= b->max_search && k < n; k++) {
-		uint64_t idx = ord_permute(b->ord, (g + k) % n);
+		uint64_t idx = ord_sample_after(b->ord, g, k);
 		struct fmt_loc loc;
 		const struct fmt_block *blk;
 		struct cache_entry *ent;
@@ -240,7 +240,6 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		       uint64_t *cursor, bool *padded, uint32_t *ret_done, bool *ret_failed,
 		       struct feed_err *err)
 {
-	const struct fmt_info *in = fmt_dataset_info(b->ds);
 	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
 	const struct fmt_block *blk[CACHE_PIN_MAX];
@@ -250,7 +249,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	for (uint32_t k = 0; k < n; k++) {
 		struct fmt_loc loc;
 		idx[k] = ord_sample(b->ord, b->ord_batch, i0 + k);
-		*padded |= ord_global_position(b->ord, b->ord_batch, i0 + k) >= in->num_samples;
+		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[i0 + k] = idx[k];
 		fmt_dataset_locate(b->ds, idx[k], &loc);
 		block[k] = loc.block;

@@ -307,6 +307,41 @@ START_TEST(test_wire_open_job)
 }
 END_TEST
 
+START_TEST(test_wire_open_node_order)
+{
+	struct feed_err err;
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+
+	o.dataset = "fmnist";
+	o.batch = 4;
+	o.order = FEED__ORDER__ORDER_NODE;
+	o.rank = 5;
+	o.world = 8;
+	o.nodes = 4;
+	o.node = 2; /* 2 ranks a node: rank 5 is on node 2 */
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	o.node = 1;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "rank 5 of world 8 on 4 nodes"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "not node 1"));
+	o.node = 1;
+	o.nodes = 3; /* 3 nodes do not divide 8 ranks */
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	o.nodes = 4;
+	o.node = 2;
+	o.node_deal = 7;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.node_deal"));
+	o.node_deal = FEED__NODE_DEAL__NODE_DEAL_FIXED;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	o.order = 4;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+}
+END_TEST
+
 static int check_on_error(uint32_t on_error, uint64_t max_bad, struct feed_err *err)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
@@ -570,6 +605,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_on_error);
 	tcase_add_test(tc, test_wire_string_nul_refused);
 	tcase_add_test(tc, test_wire_open_job);
+	tcase_add_test(tc, test_wire_open_node_order);
 	tcase_add_test(tc, test_wire_string_walk_bounds);
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);

@@ -31,6 +31,9 @@ FEED_ORDER_FULL = 1
 FEED_ORDER_BLOCK_WINDOW = 2
 FEED_ON_ERROR_FAIL = 0
 FEED_ON_ERROR_SKIP = 1
+FEED_ORDER_NODE = 3
+FEED_NODE_DEAL_ROTATE = 0
+FEED_NODE_DEAL_FIXED = 1
 
 FEED_END_OF_EPOCH = 1
 FEED_END_OF_STREAM = 2
@@ -122,6 +125,9 @@ class StreamOpts(ctypes.Structure):
         ("device", StreamDevice),
         ("on_error", ctypes.c_int),
         ("max_bad", ctypes.c_uint64),
+        ("nodes", ctypes.c_uint32),
+        ("node", ctypes.c_uint32),
+        ("node_deal", ctypes.c_int),
     ]
 
 

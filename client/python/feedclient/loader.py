@@ -532,6 +532,23 @@ class Loader:
     and any worker count give the same mix. Refused (InvalidArgument naming
     the argument) without device=, when the batches have no integer
     "label" field, and, at the batch, for a label outside [0, num_classes).
+    order="node", nodes, node, node_deal: node-aware order for multi-node
+    jobs (one feedd per node): each epoch, units of window blocks (None:
+    1) are dealt to the nodes by a seeded permutation, samples are shuffled
+    inside a node's share and its ranks split the share as
+    DistributedSampler splits an epoch, so each node's feedd reads and
+    caches 1/nodes of the dataset. The counts (drop_last, pad_last,
+    padding) are the other orders'; padding repeats samples of the node's
+    own share. Ranks, nodes and node come from torchrun ($RANK,
+    $WORLD_SIZE, $LOCAL_RANK, $LOCAL_WORLD_SIZE, $GROUP_RANK or $NODE_RANK)
+    or Slurm ($SLURM_PROCID, $SLURM_NTASKS, $SLURM_NODEID, $SLURM_NNODES,
+    $SLURM_LOCALID), else the arguments (nodes default 1, node rank //
+    (world_size // nodes)); variables that disagree with each other or with
+    an argument raise InvalidArgument naming them (feedclient.nodes).
+    node_deal "rotate" (default) deals anew each epoch; "fixed" keeps each
+    node's share, so a cache holding 1/nodes of the dataset serves every
+    epoch after the first. A state_dict taken on N nodes loads on M nodes:
+    the rest of the epoch, every remaining sample once, then whole epochs.
 
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
@@ -543,7 +560,8 @@ class Loader:
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
                  device_slots=None, on_error="fail", max_bad=None, mixup_alpha=None,
                  cutmix_alpha=None, mix_switch_prob=0.5, num_classes=None,
-                 label_smoothing=None):
+                 label_smoothing=None, order=None, nodes=None, node=None,
+                 node_deal="rotate"):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -592,6 +610,17 @@ class Loader:
             _check_int("max_bad", max_bad, 1, 2**64 - 1)
             if on_error != "skip":
                 raise InvalidArgument("max_bad: only with on_error='skip'")
+        if order not in (None, "node") or node_deal not in ("rotate", "fixed") or \
+                (order is None and (nodes, node) != (None, None)):
+            raise InvalidArgument(f"order={order!r}, node_deal={node_deal!r}: order is None "
+                                  f"(see shuffle, window) or 'node' (with nodes, node), "
+                                  f"node_deal 'rotate' or 'fixed'")
+        if order == "node":
+            if eval or not shuffle:
+                raise InvalidArgument("order='node' shuffles: it needs shuffle=True and "
+                                      "eval=False")
+            from .nodes import placement
+            rank, world_size, nodes, node = placement(rank, world_size, nodes, node)
         if rank is None:
             rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
         if world_size is None:
@@ -627,6 +656,12 @@ class Loader:
         o.seed = seed
         if eval or not shuffle:
             o.order = _lib.FEED_ORDER_SEQUENTIAL
+        elif order == "node":
+            o.order = _lib.FEED_ORDER_NODE
+            o.window = window or 0
+            o.nodes, o.node = nodes, node
+            o.node_deal = (_lib.FEED_NODE_DEAL_FIXED if node_deal == "fixed" else
+                           _lib.FEED_NODE_DEAL_ROTATE)
         elif window is not None:
             o.order = _lib.FEED_ORDER_BLOCK_WINDOW
             o.window = window
