@@ -6,7 +6,7 @@
  * crop/flip runs equal to the ops run one at a time, bilinear resize
  * against hand-computed values, pass-through and errors.
  *
- * Also a probe for tests/python/test_augment_ops_torchvision.py:
+ * Also a probe for tests/python/test_feedclient_augment_ops.py:
  *   check_augment --pixel PIPELINE H W C SEED EPOCH SAMPLE
  * runs a pipeline of pixel ops on an H x W x C u8 image from stdin and
  * writes "out_h out_w out_c nops", one line per basic op the sample's
