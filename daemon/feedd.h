@@ -49,6 +49,8 @@ struct feedd {
 	struct cat *cat;           /* datasets served; replaced by a reload */
 	struct pool *pool;         /* worker threads */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
+	struct dtier *tier;        /* remote datasets' blocks on local disk (cache_dir),
+				    * or NULL */
 	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
 				    * made before the workers, freed after them */
 	struct srv *srv;           /* listening socket and connections */
