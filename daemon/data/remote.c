@@ -285,9 +285,9 @@ static int rem_outcome(struct rem_xfer *x, CURLcode cc, bool head, char *why, si
 	curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
 	*retry = true;
 	if (cc != CURLE_OK && !(x->overflow && cc == CURLE_WRITE_ERROR)) {
+		/* -EIO, not -ETIMEDOUT: a client would read that as its own wait */
 		snprintf(why, cap, "%s", curl_easy_strerror(cc));
-		return cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
-		       : cc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
+		return -EIO;
 	}
 	if (code == 404 || code == 410 || code == 401 || code == 403 || code == 416) {
 		*retry = false;

@@ -87,8 +87,10 @@ int remote_request(const char *url, const struct remote_s3 *s3, const char *file
 /* Opens the dataset at url (manifest, shard headers, trailers and
  * indexes: a few requests per shard) into *ret_ds, closed with
  * fmt_dataset_close(). o is copied; o->tier must outlive the dataset.
- * Errors name the URL (and file): -ENOENT for 404, -EACCES for 401/403,
- * -ETIMEDOUT, -ECONNREFUSED, -EIO, -EBADMSG as fmt_dataset_open().
+ * Errors name the URL (and file, and block): -ENOENT for 404, -EACCES for
+ * 401/403, -EIO for a transport failure (timeout, reset, refused, 5xx;
+ * libcurl's words in the message), -EBADMSG for wrong bytes (short,
+ * checksum) as fmt_dataset_open(). Reads later fail the same way.
  * Blocking. */
 int remote_open(const char *url, const struct remote_opts *o, struct fmt_dataset **ret_ds,
 		struct feed_err *err);
