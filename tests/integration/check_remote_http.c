@@ -1,5 +1,5 @@
 /*
- * check_remote.c: datasets on a web server (issue 24). Each test starts
+ * check_remote_http.c: datasets on a web server (issue 24). Each test starts
  * its own nginx on a free loopback port with a private config and prefix
  * (never the system's), serving the harness's packed datasets as plain
  * files, and a feedd whose dataset paths are URLs. Checked: batches over
