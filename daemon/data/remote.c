@@ -30,6 +30,7 @@
 #define REM_IDLE_MAX 32      /* curl handles kept for reuse (their connections) */
 #define REM_INFLIGHT 16      /* requests of one prefetch in flight at once */
 #define REM_STAGE_MAX 256    /* prefetched blocks waiting for their read (no disk tier) */
+#define REM_FLIGHT_MAX 256   /* blocks being fetched, tracked so none is fetched twice */
 #define REM_BACKOFF_MAX_MS 2000
 /* sha256 of an empty body: the payload hash of a GET or HEAD */
 #define REM_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -46,11 +47,18 @@ struct rem_store {
 	bool s3;                  /* s3://: sign requests */
 	struct remote_s3 s3cfg;   /* s3 only */
 	struct remote_opts o;     /* a copy */
-	pthread_mutex_t mu;       /* idle and staged; never held across a request */
+	pthread_mutex_t mu;       /* idle, staged, flight; never held across a request */
+	pthread_cond_t landed;    /* a fetch in flight ended (flight shrank) */
 	CURL *idle[REM_IDLE_MAX];
 	size_t nidle;
 	struct rem_staged staged[REM_STAGE_MAX]; /* a ring, oldest overwritten */
 	size_t nstaged_next;
+	/* Keys of blocks being fetched: a prefetch skips them, and a read of
+	 * one waits for it to land (in the disk tier or staged) instead of
+	 * asking the server again. Two workers building batches over the same
+	 * blocks would otherwise fetch each twice. Full: not tracked. */
+	uint64_t flight[REM_FLIGHT_MAX];
+	size_t nflight;
 };
 
 /* One transfer into a fixed buffer. */
@@ -391,20 +399,80 @@ static uint64_t rem_key(const struct rem_store *s, const struct fmt_range *r)
 	return dtier_key(s->url, r->file, r->off, r->len);
 }
 
-/* Takes a staged (prefetched) copy of r into buf, if there is one. */
-static bool rem_unstage(struct rem_store *s, uint64_t key, const struct fmt_range *r, void *buf)
+/* The staged (prefetched) copy of r, taken out of the ring, or NULL.
+ * Under mu. */
+static void *rem_unstage_locked(struct rem_store *s, uint64_t key, const struct fmt_range *r)
 {
-	void *found = NULL;
-
-	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; i < REM_STAGE_MAX && !found; i++) {
+	for (size_t i = 0; i < REM_STAGE_MAX; i++) {
 		struct rem_staged *st = &s->staged[i];
 		if (st->buf && st->key == key && st->hash == r->hash && st->len == r->len) {
-			found = st->buf;
+			void *found = st->buf;
 			st->buf = NULL;
+			return found;
 		}
 	}
-	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static bool rem_flying_locked(const struct rem_store *s, uint64_t key)
+{
+	for (size_t i = 0; i < s->nflight; i++)
+		if (s->flight[i] == key)
+			return true;
+	return false;
+}
+
+/* Marks key in flight (under mu); false when the table is full. */
+static bool rem_fly_locked(struct rem_store *s, uint64_t key)
+{
+	if (s->nflight == REM_FLIGHT_MAX)
+		return false;
+	s->flight[s->nflight++] = key;
+	return true;
+}
+
+/* Keys landed (under mu): out of the table, and waiters woken. */
+static void rem_land_locked(struct rem_store *s, const uint64_t *keys, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t i = 0; i < s->nflight; i++)
+			if (s->flight[i] == keys[k]) {
+				s->flight[i] = s->flight[--s->nflight];
+				break;
+			}
+	pthread_cond_broadcast(&s->landed);
+}
+
+/* Finds block r where a fetch already put it (the disk tier, the staging
+ * ring), waiting for one in flight; else marks it in flight for the
+ * caller (*ret_mine) and returns false. */
+static bool rem_find(struct rem_store *s, uint64_t key, const struct fmt_range *r, void *buf,
+		     bool *ret_mine)
+{
+	struct timespec until;
+	void *found = NULL;
+	bool waited = false;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)(s->o.timeout_ms / 1000) + 1;
+	*ret_mine = false;
+	for (;;) {
+		if (s->o.tier && dtier_get(s->o.tier, key, r->hash, buf, r->len) == 0)
+			return true;
+		pthread_mutex_lock(&s->mu);
+		if ((found = rem_unstage_locked(s, key, r)) || waited || !rem_flying_locked(s, key)) {
+			if (!found)
+				*ret_mine = rem_fly_locked(s, key);
+			pthread_mutex_unlock(&s->mu);
+			break;
+		}
+		/* another worker's fetch of it: wait for it once, bounded */
+		while (rem_flying_locked(s, key) &&
+		       pthread_cond_timedwait(&s->landed, &s->mu, &until) == 0)
+			;
+		waited = true;
+		pthread_mutex_unlock(&s->mu);
+	}
 	if (!found)
 		return false;
 	memcpy(buf, found, r->len);
@@ -416,14 +484,18 @@ static int rem_read(void *ctx, const struct fmt_range *r, void *buf, struct feed
 {
 	struct rem_store *s = ctx;
 	uint64_t key = r->has_hash ? rem_key(s, r) : 0;
+	bool mine = false;
 
-	if (r->has_hash && s->o.tier && dtier_get(s->o.tier, key, r->hash, buf, r->len) == 0)
-		return 0;
-	if (r->has_hash && rem_unstage(s, key, r, buf))
+	if (r->has_hash && rem_find(s, key, r, buf, &mine))
 		return 0;
 	int rc = rem_fetch(s, r->file, r, buf, NULL, err);
 	if (rc == 0 && r->has_hash && s->o.tier)
 		dtier_put(s->o.tier, key, r->hash, buf, r->len);  /* verified above */
+	if (mine) {
+		pthread_mutex_lock(&s->mu);
+		rem_land_locked(s, &key, 1);
+		pthread_mutex_unlock(&s->mu);
+	}
 	return rc;
 }
 
@@ -447,17 +519,20 @@ static void rem_keep(struct rem_store *s, const struct fmt_range *r, uint8_t *bu
 	free(old);
 }
 
-/* Whether r is already where a read will find it. */
-static bool rem_have(struct rem_store *s, const struct fmt_range *r)
+/* Whether r needs fetching: not staged, not in flight, not in the disk
+ * tier. If so it is marked in flight for the caller. */
+static bool rem_claim(struct rem_store *s, const struct fmt_range *r, uint64_t key)
 {
-	uint64_t key = rem_key(s, r);
 	bool have = false;
 
+	if (s->o.tier && dtier_has(s->o.tier, key, r->hash))
+		return false;
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < REM_STAGE_MAX && !have; i++)
 		have = s->staged[i].buf && s->staged[i].key == key && s->staged[i].hash == r->hash;
+	have = have || rem_flying_locked(s, key) || !rem_fly_locked(s, key);
 	pthread_mutex_unlock(&s->mu);
-	return have;
+	return !have;
 }
 
 /* Adds transfer x for r to m; false when it could not be set up. */
@@ -523,15 +598,13 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 	if (n < 2 || !(m = curl_multi_init()))
 		return;  /* one block: its read fetches it */
 	for (size_t i = 0; i < n;) {
-		size_t k = 0;
+		uint64_t keys[REM_INFLIGHT];
+		size_t k = 0, nkeys = 0;
 		for (; i < n && k < REM_INFLIGHT; i++) {
 			uint64_t key = rem_key(s, &r[i]);
-			bool dup = false;
-			for (size_t j = 0; j < k && !dup; j++)
-				dup = x[j].r->off == r[i].off && !strcmp(x[j].r->file, r[i].file);
-			if (dup || rem_have(s, &r[i]) ||
-			    (s->o.tier && dtier_has(s->o.tier, key, r[i].hash)))
-				continue;
+			if (!rem_claim(s, &r[i], key))
+				continue;  /* held, or another fetch has it (a duplicate too) */
+			keys[nkeys++] = key;
 			if (rem_start(s, m, &x[k], &r[i]))
 				k++;
 		}
@@ -542,6 +615,9 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 			rem_handle_give(s, x[j].h);
 			free(x[j].buf);
 		}
+		pthread_mutex_lock(&s->mu);
+		rem_land_locked(s, keys, nkeys);
+		pthread_mutex_unlock(&s->mu);
 	}
 	curl_multi_cleanup(m);
 }
@@ -557,6 +633,7 @@ static void rem_close(void *ctx)
 	for (size_t i = 0; i < REM_STAGE_MAX; i++)
 		free(s->staged[i].buf);
 	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->landed);
 	free(s->url);
 	free(s);
 }
@@ -579,6 +656,7 @@ int remote_open(const char *url, const struct remote_opts *o, struct fmt_dataset
 		return feed_err_set(err, -ENOMEM, "%s: out of memory", url);
 	}
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->landed, NULL);
 	s->o = *o;
 	s->o.s3_credentials = NULL;  /* read now; not kept */
 	s->s3 = !strncmp(url, "s3://", 5);
