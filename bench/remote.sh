@@ -13,6 +13,11 @@
 #   http-tier    the URL, cache_bytes 4M, cache_dir: warm epochs from the
 #                disk tier
 #   http-restart http-tier after a daemon restart (the tier filled before)
+#   rtt10-1      through tests/remote/fault_proxy.py adding 10 ms to each
+#                block request (a remote store's round trip), cache_bytes
+#                4M, remote_inflight 1: one request at a time per worker
+#   rtt10-16     the same with remote_inflight 16 (the default): a batch's
+#                missing blocks fetched together
 # For each: the first epoch after start (wall time of feedbench, opening
 # the stream included) and --warm E epochs after it (samples/s), and the
 # shard GETs and bytes nginx sent (its access log). Medians of --runs.
@@ -104,6 +109,7 @@ row() {
 	for r in $(seq "$runs"); do
 		{
 			echo "cache_bytes: $cb"
+			[ -n "${inflight:-}" ] && echo "remote_inflight: $inflight"
 			[ -n "$dir" ] && echo "cache_dir: $dir" && echo "cache_dir_bytes: 1G"
 			echo "datasets: [{name: fm, path: \"$path\", allow_users: [\"*\"]}]"
 		} >"$work/feedd.yaml"
@@ -135,3 +141,9 @@ row http "$url" 1G
 row http-small "$url" 4M
 row http-tier "$url" 4M "$work/tier"
 row http-restart "$url" 4M "$work/tier" keep
+python3 "$here/../tests/remote/fault_proxy.py" "http://127.0.0.1:$port" "$work/proxy.port" &
+feedd_pids="$feedd_pids $!"
+for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
+purl=http://127.0.0.1:$(cat "$work/proxy.port")/delay/fm
+inflight=1 row rtt10-1 "$purl" 4M
+inflight=16 row rtt10-16 "$purl" 4M

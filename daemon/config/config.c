@@ -71,6 +71,8 @@ static const struct cfg_num {
 	 NO_FLAG, false, 100, 600000, 30000},
 	{"remote_retries", NULL, RAW_AT(remote_retries), CFG_AT(remote_retries), NO_FLAG,
 	 false, 0, 20, 4},
+	{"remote_inflight", NULL, RAW_AT(remote_inflight), CFG_AT(remote_inflight), NO_FLAG,
+	 false, 1, 64, 16},
 	{"group_timeout_ms", "--group-timeout-ms", RAW_AT(group_timeout_ms),
 	 CFG_AT(group_timeout_ms), OV_AT(group_timeout_ms), false, 1, 86400000, 30000},
 	{"limits.max_connections", NULL, RAW_AT(limits.max_connections),

@@ -41,6 +41,7 @@ struct cfg_raw {
 	char *cache_dir_bytes;
 	char *remote_timeout_ms;
 	char *remote_retries;
+	char *remote_inflight;
 	char *s3_credentials;
 	char *group_timeout_ms;
 	char *log_level;

@@ -67,6 +67,7 @@ static const cyaml_schema_field_t cfg_sch_top[] = {
 	CYAML_FIELD_STRING_PTR("cache_dir_bytes", OPT, struct cfg_raw, cache_dir_bytes, 1, 64),
 	CYAML_FIELD_STRING_PTR("remote_timeout_ms", OPT, struct cfg_raw, remote_timeout_ms, 1, 64),
 	CYAML_FIELD_STRING_PTR("remote_retries", OPT, struct cfg_raw, remote_retries, 1, 64),
+	CYAML_FIELD_STRING_PTR("remote_inflight", OPT, struct cfg_raw, remote_inflight, 1, 64),
 	CYAML_FIELD_STRING_PTR("s3_credentials", OPT, struct cfg_raw, s3_credentials, 1, STR_MAX),
 	CYAML_FIELD_STRING_PTR("group_timeout_ms", OPT, struct cfg_raw, group_timeout_ms, 1, 64),
 	CYAML_FIELD_STRING_PTR("log_level", OPT, struct cfg_raw, log_level, 1, 64),

@@ -109,6 +109,7 @@ static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struc
 	if (remote_is_url(d->path)) {  /* http(s):// or s3://: data/remote.c */
 		struct remote_opts ro = {.timeout_ms = c->remote_timeout_ms,
 					 .retries = (uint32_t)c->remote_retries, .backoff_ms = 100,
+					 .inflight = (uint32_t)c->remote_inflight,
 					 .s3_credentials = c->s3_credentials, .tier = tier};
 		r = remote_open(d->path, &ro, &e->ds, &e2);
 	} else {

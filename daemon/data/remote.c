@@ -8,7 +8,7 @@
  * Several requests in flight per worker: the builder hands the blocks of
  * a batch chunk that miss the memory cache to fmt_dataset_prefetch(),
  * which reaches rem_prefetch(): one curl multi handle fetches them
- * together (at most REM_INFLIGHT at once), each verified, and parks them
+ * together (at most remote_inflight at once), each verified, and parks them
  * in the disk tier (or, without one, in a small staging table) where the
  * reads that follow find them. With one request per worker a batch of
  * full-shuffle samples costs a round trip per sample; this way, about one
@@ -28,7 +28,7 @@
 #include "disktier.h"
 
 #define REM_IDLE_MAX 32      /* curl handles kept for reuse (their connections) */
-#define REM_INFLIGHT 16      /* requests of one prefetch in flight at once */
+#define REM_INFLIGHT 64      /* most requests of one prefetch in flight (remote_inflight) */
 #define REM_STAGE_MAX 256    /* prefetched blocks waiting for their read (no disk tier) */
 #define REM_FLIGHT_MAX 256   /* blocks being fetched, tracked so none is fetched twice */
 #define REM_BACKOFF_MAX_MS 2000
@@ -595,12 +595,14 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 	struct rem_xfer x[REM_INFLIGHT];
 	CURLM *m;
 
-	if (n < 2 || !(m = curl_multi_init()))
-		return;  /* one block: its read fetches it */
+	size_t most = s->o.inflight < REM_INFLIGHT ? s->o.inflight : REM_INFLIGHT;
+
+	if (n < 2 || most < 2 || !(m = curl_multi_init()))
+		return;  /* one block, or one request at a time: the reads fetch */
 	for (size_t i = 0; i < n;) {
 		uint64_t keys[REM_INFLIGHT];
 		size_t k = 0, nkeys = 0;
-		for (; i < n && k < REM_INFLIGHT; i++) {
+		for (; i < n && k < most; i++) {
 			uint64_t key = rem_key(s, &r[i]);
 			if (!rem_claim(s, &r[i], key))
 				continue;  /* held, or another fetch has it (a duplicate too) */

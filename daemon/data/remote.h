@@ -35,6 +35,7 @@ struct remote_opts {
 	uint64_t timeout_ms;         /* one request, start to end */
 	uint32_t retries;            /* tries after the first */
 	uint64_t backoff_ms;         /* first wait between tries; doubles, at most 2 s */
+	uint32_t inflight;           /* requests one worker keeps in flight (1: one at a time) */
 	const char *s3_credentials;  /* a file of KEY=VALUE lines, or NULL: the environment */
 	struct dtier *tier;          /* the disk tier, or NULL */
 };

@@ -19,6 +19,8 @@ then broken as MODE says:
     changed  one byte of the body flipped (the server's bytes changed)
     slow     nothing sent for 30 s (the client's timeout fires first)
     flaky    every other request for a range gets 503, then it passes
+    delay    passed through 10 ms late (a round trip to a remote store,
+             for bench/remote.sh)
 
 Each block request is counted per mode; GET /_count/MODE answers the
 count. Runs until killed.
@@ -73,6 +75,9 @@ def is_block(path, rng):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go in separate writes: without this, Nagle holds
+    # the body until the client's delayed ACK (40 ms a request)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -126,6 +131,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(30)
             self.close_connection = True
             return
+        if block and mode == "delay":
+            time.sleep(0.010)
         r, body = upstream(method, path, headers)
         if block and mode == "short":
             self.send_response(r.status)
@@ -142,6 +149,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the default 5 drops parallel connects (1 s SYN retry)
 
 
 def main():

@@ -535,10 +535,11 @@ START_TEST(test_config_remote_keys)
 	ck_assert_uint_eq(c->cache_dir_bytes, 16ull << 30);
 	ck_assert_uint_eq(c->remote_timeout_ms, 30000);
 	ck_assert_uint_eq(c->remote_retries, 4);
+	ck_assert_uint_eq(c->remote_inflight, 16);
 	ck_assert_ptr_null(c->s3_credentials);
 	cfg_free(c);
 	ck_assert_msg(load_text("cache_dir: tier\ncache_dir_bytes: 2G\nremote_timeout_ms: 500\n"
-				"remote_retries: 0\ns3_credentials: /etc/feedd/s3\ndatasets:\n"
+				"remote_retries: 0\nremote_inflight: 1\ns3_credentials: /etc/feedd/s3\ndatasets:\n"
 				"  - name: web\n    path: https://data.example/fm\n"
 				"  - name: bucket\n    path: s3://bkt/fm\n", &c, &err) == 0, "%s", err.msg);
 	snprintf(want, sizeof(want), "%s/tier", tmpdir);  /* config-relative, as dataset paths */
@@ -546,12 +547,14 @@ START_TEST(test_config_remote_keys)
 	ck_assert_uint_eq(c->cache_dir_bytes, 2ull << 30);
 	ck_assert_uint_eq(c->remote_timeout_ms, 500);
 	ck_assert_uint_eq(c->remote_retries, 0);
+	ck_assert_uint_eq(c->remote_inflight, 1);
 	ck_assert_str_eq(c->s3_credentials, "/etc/feedd/s3");
 	ck_assert_str_eq(c->datasets[0].path, "https://data.example/fm");  /* a URL, as given */
 	ck_assert_str_eq(c->datasets[1].path, "s3://bkt/fm");
 	cfg_free(c);
 	refused("remote_retries: 21\n", 1, "remote_retries: 21 out of range 0..20");
 	refused("remote_timeout_ms: 10\n", 1, "remote_timeout_ms: 10 out of range");
+	refused("remote_inflight: 0\n", 1, "remote_inflight: 0 out of range 1..64");
 	refused("cache_dir: s3://b/x\n", 1, "cache_dir: 's3://b/x' is not a local directory");
 }
 END_TEST
