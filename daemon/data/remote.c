@@ -47,6 +47,10 @@ struct rem_store {
 	bool s3;                  /* s3://: sign requests */
 	struct remote_s3 s3cfg;   /* s3 only */
 	struct remote_opts o;     /* a copy */
+	CURLSH *share;            /* connections and DNS, shared by every handle of the
+				   * store: a prefetch's multi handle goes, its
+				   * connections stay for the next request */
+	pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST]; /* libcurl's, one per kind of data */
 	pthread_mutex_t mu;       /* idle, staged, flight; never held across a request */
 	pthread_cond_t landed;    /* a fetch in flight ended (flight shrank) */
 	CURL *idle[REM_IDLE_MAX];
@@ -254,6 +258,8 @@ static int rem_setup(struct rem_store *s, struct rem_xfer *x, const char *file,
 		return rc;
 	curl_easy_setopt(h, CURLOPT_URL, x->req.url);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  /* worker threads: no SIGALRM */
+	if (s->share)
+		curl_easy_setopt(h, CURLOPT_SHARE, s->share);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)s->o.timeout_ms);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)s->o.timeout_ms);
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -624,6 +630,35 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 	curl_multi_cleanup(m);
 }
 
+/* libcurl's share locks: taken inside libcurl calls, never with mu. */
+static void rem_share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *ctx)
+{
+	(void)h;
+	(void)a;
+	pthread_mutex_lock(&((struct rem_store *)ctx)->share_mu[d]);
+}
+
+static void rem_share_unlock(CURL *h, curl_lock_data d, void *ctx)
+{
+	(void)h;
+	pthread_mutex_unlock(&((struct rem_store *)ctx)->share_mu[d]);
+}
+
+/* The share; without one (out of memory) each handle keeps its own. */
+static void rem_share_new(struct rem_store *s)
+{
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&s->share_mu[i], NULL);
+	if (!(s->share = curl_share_init()))
+		return;
+	curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, rem_share_lock);
+	curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, rem_share_unlock);
+	curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+}
+
 static void rem_close(void *ctx)
 {
 	struct rem_store *s = ctx;
@@ -632,6 +667,10 @@ static void rem_close(void *ctx)
 		return;
 	for (size_t i = 0; i < s->nidle; i++)
 		curl_easy_cleanup(s->idle[i]);
+	if (s->share)
+		curl_share_cleanup(s->share);  /* after every handle that used it */
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&s->share_mu[i]);
 	for (size_t i = 0; i < REM_STAGE_MAX; i++)
 		free(s->staged[i].buf);
 	pthread_mutex_destroy(&s->mu);
@@ -659,6 +698,7 @@ int remote_open(const char *url, const struct remote_opts *o, struct fmt_dataset
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->landed, NULL);
+	rem_share_new(s);
 	s->o = *o;
 	s->o.s3_credentials = NULL;  /* read now; not kept */
 	s->s3 = !strncmp(url, "s3://", 5);
