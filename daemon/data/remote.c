@@ -598,13 +598,18 @@ static void rem_multi_run(struct rem_store *s, CURLM *m, int running)
 static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 {
 	struct rem_store *s = ctx;
-	struct rem_xfer x[REM_INFLIGHT];
+	size_t most = s->o.inflight < REM_INFLIGHT ? s->o.inflight : REM_INFLIGHT;
+	struct rem_xfer *x;  /* ~15 KiB each (the request's text): not on the stack */
 	CURLM *m;
 
-	size_t most = s->o.inflight < REM_INFLIGHT ? s->o.inflight : REM_INFLIGHT;
-
-	if (n < 2 || most < 2 || !(m = curl_multi_init()))
+	if (n < 2 || most < 2)
 		return;  /* one block, or one request at a time: the reads fetch */
+	if (!(x = calloc(most, sizeof(*x))))
+		return;
+	if (!(m = curl_multi_init())) {
+		free(x);
+		return;
+	}
 	for (size_t i = 0; i < n;) {
 		uint64_t keys[REM_INFLIGHT];
 		size_t k = 0, nkeys = 0;
@@ -628,6 +633,7 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 		pthread_mutex_unlock(&s->mu);
 	}
 	curl_multi_cleanup(m);
+	free(x);
 }
 
 /* libcurl's share locks: taken inside libcurl calls, never with mu. */
