@@ -5,7 +5,10 @@
  *
  * Owns: reading and writing datasets. Never maps shard files (a file
  * truncated underneath a reader must be an error, not SIGBUS): blocks are
- * read with pread into buffers the caller owns. Nothing here allocates per
+ * read with pread into buffers the caller owns, or through a store the
+ * caller gives (fmt_store_ops: the daemon's HTTP and S3 reader), whose
+ * bytes are checked exactly as a file's. Never links a network library
+ * (feedpack, the benches and feed_core link this). Nothing here allocates per
  * sample or per block once a dataset is open.
  *
  * Threads: a struct fmt_dataset is immutable after fmt_dataset_open() and may

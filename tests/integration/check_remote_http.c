@@ -432,11 +432,19 @@ START_TEST(test_remote_check_config_warns_of_an_unreachable_url)
 	const char *args[] = {"--check-config", h_write_file("feedd.yaml", cfg), NULL};
 	int rc = h_run_tool("feedd", args, log);
 	const char *t = h_file_text(log);
-	char want[128];
+	char want[400];
 	snprintf(want, sizeof(want), "warning: dataset 'gone' (http://127.0.0.1:%d/nothing)", dead);
 	ck_assert_msg(strstr(t, want), "%s", t);
 	ck_assert_msg(!strstr(t, "dataset 'here'"), "%s", t);
 	ck_assert_int_eq(rc, 0);  /* warnings only */
+
+	/* a cache_dir start-up could not make is an error */
+	snprintf(cfg, sizeof(cfg), "cache_dir: %s/feedd.yaml/tier\n", h.dir);
+	const char *args2[] = {"--check-config", h_write_file("bad.yaml", cfg), NULL};
+	ck_assert_int_eq(h_run_tool("feedd", args2, log), 1);
+	snprintf(want, sizeof(want), "cache_dir %s/feedd.yaml/tier: cannot be created (%s/feedd.yaml: "
+		 "not a directory)", h.dir, h.dir);
+	ck_assert_msg(strstr(h_file_text(log), want), "%s", h_file_text(log));
 }
 END_TEST
 
