@@ -195,7 +195,8 @@ static int main_serve(struct feedd *d, int sd_fd)
 			 d->cfg->cache_dir, (unsigned long long)ts.files,
 			 (unsigned long long)ts.bytes, (unsigned long long)ts.budget);
 	}
-	if (cat_open(d->cfg, d->cache, d->tier, &d->log, &d->cat, &err) < 0 ||
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
+	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
 		goto fail;
 	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);

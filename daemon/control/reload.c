@@ -110,9 +110,10 @@ static void rld_run(struct pool_job *job, struct pool_worker *w)
 	(void)w;
 	if (cfg_load_all(old->file, r->d->ov, r->d->env_socket, &r->cfg, &r->err, &r->errs) < 0)
 		return;
-	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0)
-		r->rc = cat_reload_plan(r->d->cat, old, r->cfg, r->d->cache, r->d->tier,
-					&r->plan);
+	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0) {
+		struct cat_remote rem = {.tier = r->d->tier, .counters = &r->d->remote};
+		r->rc = cat_reload_plan(r->d->cat, old, r->cfg, r->d->cache, &rem, &r->plan);
+	}
 	if (r->rc < 0)
 		feed_err_set(&r->err, r->rc, "reload: out of memory");
 }

@@ -39,6 +39,14 @@
 
 struct cache;
 struct dtier;
+struct remote_counters;
+
+/* Where remote datasets (data/remote.h) keep their blocks and counts:
+ * the daemon's, outliving every catalog. */
+struct cat_remote {
+	struct dtier *tier;              /* the disk tier, or NULL: none */
+	struct remote_counters *counters; /* for the metrics, or NULL */
+};
 
 struct cat_entry {
 	_Atomic unsigned refs;           /* see "Lifetimes" above */
@@ -67,12 +75,12 @@ struct cat {
 
 /* Opens every dataset of c: a directory, or a URL (http://, https://,
  * s3://) read through data/remote.c with the blocks it fetches kept in
- * tier (the disk tier, or NULL: none). Failures to open one are logged (one warning
+ * rem's disk tier and counted in its counters (rem may be NULL: neither). Failures to open one are logged (one warning
  * each, naming dataset and directory) and skip it; only -ENOMEM fails the
  * whole catalog. Then warns of each configured pipeline that plans against
  * none of the datasets opened. Blocking (reads manifests and shard
  * indexes). */
-int cat_open(const struct cfg *c, struct cache *cache, struct dtier *tier, const struct log *lg,
+int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *rem, const struct log *lg,
 	     struct cat **ret, struct feed_err *err);
 
 /* For --check-config: opens every dataset of c as cat_open() would (a
@@ -138,7 +146,7 @@ struct cat_reload {
  * cur and its entries' cfg must not change meanwhile (one reload at a
  * time; commits are on the loop). */
 int cat_reload_plan(const struct cat *cur, const struct cfg *old, const struct cfg *c,
-		    struct cache *cache, struct dtier *tier, struct cat_reload *r);
+		    struct cache *cache, const struct cat_remote *rem, struct cat_reload *r);
 
 /* Puts r->next in force: kept entries point into r->cfg, those cur served
  * and next does not are retired, and cur is freed (an entry no stream

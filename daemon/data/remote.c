@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +328,16 @@ static int rem_outcome(struct rem_xfer *x, CURLcode cc, bool head, char *why, si
 	return 0;
 }
 
+/* relaxed: counts for the metrics only */
+static void rem_count(const struct rem_store *s, size_t off, uint64_t n)
+{
+	if (s->o.counters)
+		atomic_fetch_add_explicit((_Atomic uint64_t *)((char *)s->o.counters + off), n,
+					  memory_order_relaxed);
+}
+
+#define REM_COUNT(s, field, n) rem_count(s, offsetof(struct remote_counters, field), n)
+
 static void rem_sleep_ms(uint64_t ms)
 {
 	struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
@@ -363,15 +374,19 @@ static int rem_fetch(struct rem_store *s, const char *file, const struct fmt_ran
 
 	while (retry && tries <= s->o.retries) {
 		struct rem_xfer x = {.buf = buf, .cap = r ? r->len : 0, .r = r};
-		if (tries)
+		if (tries) {
 			rem_sleep_ms(rem_backoff(s, tries - 1));
+			REM_COUNT(s, retries, 1);
+		}
 		tries++;
+		REM_COUNT(s, requests, 1);
 		if (!(x.h = rem_handle_take(s)))
 			return feed_err_set(err, -ENOMEM, "%s/%s: out of memory", s->url, file);
 		rc = rem_setup(s, &x, file, r, err);
 		if (rc == 0) {
 			CURLcode cc = curl_easy_perform(x.h);
 			rc = rem_outcome(&x, cc, !r, why, sizeof(why), &retry);
+			REM_COUNT(s, bytes, x.got);
 			curl_off_t len = -1;
 			if (rc == 0 && !r &&
 			    (curl_easy_getinfo(x.h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len) != CURLE_OK ||
@@ -388,6 +403,7 @@ static int rem_fetch(struct rem_store *s, const char *file, const struct fmt_ran
 		if (rc == 0 || rc == -EINVAL)  /* -EINVAL: rem_setup() said why */
 			return rc;
 	}
+	REM_COUNT(s, failures, 1);
 	return rem_fail(s, file, r, rc, why, tries, err);
 }
 
@@ -582,6 +598,8 @@ static void rem_multi_run(struct rem_store *s, CURLM *m, int running)
 			if (msg->msg != CURLMSG_DONE)
 				continue;
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+			REM_COUNT(s, requests, 1);
+			REM_COUNT(s, bytes, x->got);
 			if (rem_outcome(x, msg->data.result, false, why, sizeof(why), &retry) == 0) {
 				rem_keep(s, x->r, x->buf);
 				x->buf = NULL;

@@ -22,6 +22,7 @@
 #ifndef FEEDD_REMOTE_H
 #define FEEDD_REMOTE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -29,6 +30,16 @@
 #include "fmt.h"
 
 struct dtier;
+
+/* What every remote dataset did, for the metrics: one set per daemon
+ * (struct feedd), bumped by the workers with relaxed atomics (counts for
+ * people; nothing is ordered by them), read by the loop. */
+struct remote_counters {
+	_Atomic uint64_t requests;   /* HTTP requests made (every try) */
+	_Atomic uint64_t retries;    /* tries after a failed one */
+	_Atomic uint64_t failures;   /* reads that failed after every try */
+	_Atomic uint64_t bytes;      /* body bytes received */
+};
 
 /* How remote datasets are read (the config's remote keys). */
 struct remote_opts {
@@ -38,6 +49,7 @@ struct remote_opts {
 	uint32_t inflight;           /* requests one worker keeps in flight (1: one at a time) */
 	const char *s3_credentials;  /* a file of KEY=VALUE lines, or NULL: the environment */
 	struct dtier *tier;          /* the disk tier, or NULL */
+	struct remote_counters *counters; /* the daemon's, or NULL: not counted */
 };
 
 /* S3 addressing and credentials, from the environment (AWS_ACCESS_KEY_ID,

@@ -272,13 +272,33 @@ static unsigned block_gets(void)
 	return n;
 }
 
+/* The value of metric name (no labels) in feedd's /metrics, served on
+ * the port its log names. */
+static unsigned long long metric(const char *name)
+{
+	const char *at = strstr(h_file_text(h.log), "metrics: serving http://");
+	char url[128], cmd[400], out[200], want[128];
+	unsigned long long v = 0;
+
+	ck_assert_ptr_nonnull(at);
+	ck_assert_int_eq(sscanf(at, "metrics: serving %127s", url), 1);
+	snprintf(out, sizeof(out), "%s/metrics.txt", h.dir);
+	snprintf(cmd, sizeof(cmd), "curl -sf '%s' > %s", url, out);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(want, sizeof(want), "\n%s ", name);
+	const char *p = strstr(h_file_text(out), want);
+	ck_assert_msg(p, "no %s in /metrics", name);
+	ck_assert_int_eq(sscanf(p + strlen(want), "%llu", &v), 1);
+	return v;
+}
+
 START_TEST(test_remote_disk_tier_keeps_blocks_across_a_restart)
 {
 	char cfg[1024];
 
 	/* a memory cache too small to hold a block: every read goes below it;
 	 * one worker: no two batches fetch the same block at once */
-	snprintf(cfg, sizeof(cfg), "workers: 1\ncache_bytes: 0\ncache_dir: %s/tier\ncache_dir_bytes: 1M\n"
+	snprintf(cfg, sizeof(cfg), "metrics: 127.0.0.1:0\nworkers: 1\ncache_bytes: 0\ncache_dir: %s/tier\ncache_dir_bytes: 1M\n"
 		 "datasets:\n  - name: blocked\n    path: http://127.0.0.1:%d/blocked\n",
 		 h.dir, nginx_port);
 	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
@@ -286,6 +306,11 @@ START_TEST(test_remote_disk_tier_keeps_blocks_across_a_restart)
 	read_epochs("blocked", BLOCKED, 2);
 	unsigned first = block_gets();
 	ck_assert_uint_eq(first, BLOCKED);  /* each block fetched once, then from disk */
+	ck_assert_uint_eq(metric("feedd_disk_tier_stored_total"), BLOCKED);
+	ck_assert_uint_ge(metric("feedd_disk_tier_hits_total"), BLOCKED);  /* epoch 2 */
+	ck_assert_uint_eq(metric("feedd_disk_tier_files"), BLOCKED);
+	ck_assert_uint_ge(metric("feedd_remote_requests_total"), BLOCKED + 5);
+	ck_assert_uint_eq(metric("feedd_remote_failures_total"), 0);
 	ck_assert_int_eq(h_stop(), 0);
 
 	ck_assert_int_eq(truncate(h.log, 0), 0);  /* h_start() waits for a new "ready" */
@@ -294,6 +319,8 @@ START_TEST(test_remote_disk_tier_keeps_blocks_across_a_restart)
 	ck_assert(h_log_has(": 40 blocks"));
 	read_epochs("blocked", BLOCKED, 1);
 	ck_assert_uint_eq(block_gets(), first);  /* none fetched again */
+	ck_assert_uint_eq(metric("feedd_disk_tier_stored_total"), 0);
+	ck_assert_uint_ge(metric("feedd_disk_tier_hits_total"), BLOCKED);
 
 	/* a file altered on disk is not served: refetched, and right */
 	char cmd[512];
@@ -302,6 +329,7 @@ START_TEST(test_remote_disk_tier_keeps_blocks_across_a_restart)
 	ck_assert_int_eq(system(cmd), 0);
 	read_epochs("blocked", BLOCKED, 1);
 	ck_assert_uint_eq(block_gets(), first + BLOCKED);
+	ck_assert_uint_eq(metric("feedd_disk_tier_corrupt_total"), BLOCKED);
 }
 END_TEST
 
