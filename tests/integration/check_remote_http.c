@@ -9,7 +9,9 @@
  * that answers 503, resets, sends short bodies, changed bytes or nothing
  * in time stops only that dataset's stream, with an error naming the URL
  * and the block, while a local dataset in the same daemon is served; a
- * server that fails every other try is retried to correct batches; s3://
+ * server that fails every other try is retried to correct batches; one
+ * worker keeps several block requests in flight (the proxy sees them at
+ * once) with remote_inflight 8, exactly one with 1; s3://
  * requests go path-style to AWS_ENDPOINT_URL signed with SigV4 for the
  * region (nginx logs the headers); --check-config warns of a URL it
  * cannot reach.
@@ -353,6 +355,18 @@ static int proxy_start(void)
 	return port;
 }
 
+/* GET /_WHAT/MODE of the fault proxy on port: its number. */
+static int proxy_ask(int port, const char *what, const char *mode)
+{
+	char cmd[400], out[200];
+
+	snprintf(out, sizeof(out), "%s/proxy.answer", h.dir);
+	snprintf(cmd, sizeof(cmd), "curl -sf http://127.0.0.1:%d/_%s/%s > %s", port, what, mode,
+		 out);
+	ck_assert_int_eq(system(cmd), 0);
+	return atoi(h_file_text(out));
+}
+
 /* Opens dataset name and asserts that its stream stops with an error
  * naming url and a block, and that no batch it gave was wrong. */
 static void expect_failure(const char *name, const char *url)
@@ -413,13 +427,34 @@ START_TEST(test_remote_flaky_server_is_retried)
 	const char *args[] = {"--dataset", flag, NULL};
 	h_start(args);
 	read_epochs("blocked", BLOCKED, 1);
-	char cnt[400];
-	snprintf(cnt, sizeof(cnt), "curl -sf http://127.0.0.1:%d/_count/flaky > %s/count", port,
-		 h.dir);
-	ck_assert_int_eq(system(cnt), 0);
-	snprintf(cnt, sizeof(cnt), "%s/count", h.dir);
-	int tries = atoi(h_file_text(cnt));
-	ck_assert_int_ge(tries, 2 * BLOCKED);  /* each block failed once, then came */
+	/* each block failed once, then came */
+	ck_assert_int_ge(proxy_ask(port, "count", "flaky"), 2 * BLOCKED);
+}
+END_TEST
+
+START_TEST(test_remote_worker_keeps_several_requests_in_flight)
+{
+	int port = proxy_start();
+	char cfg[512];
+
+	/* one worker; each block request answered 10 ms late */
+	snprintf(cfg, sizeof(cfg), "workers: 1\nremote_inflight: 8\ndatasets:\n"
+		 "  - name: blocked\n    path: http://127.0.0.1:%d/delay/blocked\n", port);
+	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
+	h_start(args);
+	read_epochs("blocked", BLOCKED, 1);
+	ck_assert_int_ge(proxy_ask(port, "max", "delay"), 3);  /* a batch's blocks together */
+	ck_assert_int_eq(h_stop(), 0);
+
+	/* remote_inflight 1: one at a time (the same proxy, another path) */
+	snprintf(cfg, sizeof(cfg), "workers: 1\nremote_inflight: 1\ndatasets:\n"
+		 "  - name: blocked\n    path: http://127.0.0.1:%d/ok/blocked\n", port);
+	h_write_file("feedd.yaml", cfg);
+	ck_assert_int_eq(truncate(h.log, 0), 0);
+	h_start(args);
+	read_epochs("blocked", BLOCKED, 1);
+	ck_assert_int_eq(proxy_ask(port, "count", "ok"), BLOCKED);
+	ck_assert_int_eq(proxy_ask(port, "max", "ok"), 1);
 }
 END_TEST
 
@@ -487,6 +522,7 @@ int main(void)
 	tcase_add_test(tc, test_remote_disk_tier_keeps_blocks_across_a_restart);
 	tcase_add_test(tc, test_remote_faults_stop_that_dataset_only);
 	tcase_add_test(tc, test_remote_flaky_server_is_retried);
+	tcase_add_test(tc, test_remote_worker_keeps_several_requests_in_flight);
 	tcase_add_test(tc, test_remote_s3_path_style_signed_sigv4);
 	tcase_add_test(tc, test_remote_check_config_warns_of_an_unreachable_url);
 	suite_add_tcase(s, tc);

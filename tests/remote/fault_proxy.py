@@ -23,7 +23,8 @@ then broken as MODE says:
              for bench/remote.sh)
 
 Each block request is counted per mode; GET /_count/MODE answers the
-count. Runs until killed.
+count, GET /_max/MODE the most block requests of that mode it was
+answering at once. Runs until killed.
 """
 import http.client
 import http.server
@@ -37,6 +38,8 @@ import urllib.parse
 UPSTREAM = urllib.parse.urlsplit(sys.argv[1])
 COUNTS = {}
 SEEN = {}
+ACTIVE = {}
+MOST = {}
 LOCK = threading.Lock()
 INDEX = {}  # upstream path -> (size, index_offset)
 
@@ -95,9 +98,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.forward("HEAD")
 
     def do_GET(self):
-        if self.path.startswith("/_count/"):
+        if self.path.startswith("/_count/") or self.path.startswith("/_max/"):
+            what, mode = self.path[1:].split("/", 1)
             with LOCK:
-                n = COUNTS.get(self.path[8:], 0)
+                n = (COUNTS if what == "_count" else MOST).get(mode, 0)
             body = b"%d\n" % n
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -108,10 +112,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def forward(self, method):
         _, mode, rest = self.path.split("/", 2)
+        block = method == "GET" and is_block("/" + rest, self.headers.get("Range"))
+        if not block:
+            return self.serve(method, mode, rest, False)
+        with LOCK:
+            ACTIVE[mode] = ACTIVE.get(mode, 0) + 1
+            MOST[mode] = max(MOST.get(mode, 0), ACTIVE[mode])
+        try:
+            self.serve(method, mode, rest, True)
+        finally:
+            with LOCK:
+                ACTIVE[mode] -= 1
+
+    def serve(self, method, mode, rest, block):
         path = "/" + rest
         rng = self.headers.get("Range")
         headers = {"Range": rng} if rng else {}
-        block = method == "GET" and is_block(path, rng)
         if block:
             with LOCK:
                 COUNTS[mode] = COUNTS.get(mode, 0) + 1
