@@ -480,6 +480,9 @@ START_TEST(test_remote_s3_path_style_signed_sigv4)
 	ck_assert_uint_ge(log_lines("\"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"), 3);
 	ck_assert_uint_ge(log_lines("/eu-west-3/s3/aws4_request"), 3);
 	ck_assert_uint_ge(log_lines("\"tok123\""), 3);
+	/* the token and the payload hash are signed, as S3 requires */
+	ck_assert_uint_ge(log_lines("SignedHeaders=host;x-amz-content-sha256;x-amz-date;"
+				    "x-amz-security-token, Signature="), 3);
 }
 END_TEST
 
