@@ -12,6 +12,10 @@ horizontal flip) or --mode eval (shorter side to 256, centre 224x224 crop; in fi
   dali-plain  NVIDIA DALI on the CPU only (device_id=None, num_threads=W):
               fn.readers.file + fn.decoders.image + fn.random_resized_crop
               + fn.flip (eval: fn.resize(resize_shorter=256) + fn.crop).
+              --mode recipe: torchvision's ResNet-50 recipe per sample,
+              RandomResizedCrop(176) + RandomHorizontalFlip +
+              TrivialAugmentWide (on the PIL image) + PILToTensor +
+              RandomErasing(p=0.1) (on the u8 tensor; value 0).
   dali-fused  DALI's fused form: fn.decoders.image_random_crop (decodes only
               the crop's region) + fn.resize to 224x224 + fn.flip. Train only.
 
@@ -24,7 +28,7 @@ CPU time (user + system) of this process and all its children (the
 DataLoader's workers) over the whole consume call, divided by the epochs.
 
     python3 bench/images_peers.py DIR --loader dataloader|dali-plain|dali-fused
-        [--mode train|eval] [--workers 2] [--batch 256] [--epochs 2] [--json]
+        [--mode train|eval|recipe] [--workers 2] [--batch 256] [--epochs 2] [--json]
 """
 import argparse
 import json
@@ -60,10 +64,13 @@ def dataloader(root, mode, workers, batch):
     import torchvision.transforms as T
     if mode == "train":
         tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.PILToTensor()])
+    elif mode == "recipe":
+        tf = T.Compose([T.RandomResizedCrop(176), T.RandomHorizontalFlip(),
+                        T.TrivialAugmentWide(), T.PILToTensor(), T.RandomErasing(p=0.1)])
     else:
         tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])
     ds = torchvision.datasets.ImageFolder(root, transform=tf)
-    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=mode == "train",
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=mode != "eval",
                                      num_workers=workers,
                                      persistent_workers=workers > 0, drop_last=False)
 
@@ -113,7 +120,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root")
     ap.add_argument("--loader", required=True, choices=["dataloader", "dali-plain", "dali-fused"])
-    ap.add_argument("--mode", default="train", choices=["train", "eval"])
+    ap.add_argument("--mode", default="train", choices=["train", "eval", "recipe"])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=2)
@@ -121,6 +128,8 @@ def main():
     a = ap.parse_args()
     if a.loader == "dali-fused" and a.mode == "eval":
         ap.error("dali-fused is a training pipeline")
+    if a.loader != "dataloader" and a.mode == "recipe":
+        ap.error("--mode recipe is the DataLoader's only")
     torch.set_num_threads(1)
     if a.loader == "dataloader":
         loader, n = dataloader(a.root, a.mode, a.workers, a.batch)

@@ -33,11 +33,12 @@
 #include "client_internal.h"
 #include "convert.h"
 #include "feed/gpu.h"
+#include "mix.h"
 #include "feed/stream.h"
 
-/* What a field becomes: converted images or tokens, or its bytes as
- * they are (FEED_TO_SAME). */
-enum gpu_kind { GPU_IMAGES, GPU_TOKENS, GPU_SAME };
+/* What a field becomes: converted images or tokens, its bytes as they
+ * are (FEED_TO_SAME), or soft labels (to->mix on an integer field). */
+enum gpu_kind { GPU_IMAGES, GPU_TOKENS, GPU_SAME, GPU_LABELS };
 
 struct gpu_pending {
 	struct feed_batch *b;      /* the batch the copy reads */
@@ -244,7 +245,70 @@ struct gpu_job {
 	size_t n;                  /* samples (images) or tokens */
 	size_t out_bytes;
 	const uint8_t *flip;       /* images: per-sample flags, or NULL */
+	bool mixed;                /* images: mixed after the conversion */
+	struct feed_mix_args mix;  /* images (mixed) and labels */
+	uint32_t label_type;       /* labels: enum feed_mix_label_type */
 };
+
+/* The label type of a FEED_DTYPE_* integer, or -1. */
+static int gpu_label_type(int dtype)
+{
+	switch (dtype) {
+	case FEED_DTYPE_UINT8: return FEED_MIX_LABEL_U8;
+	case FEED_DTYPE_INT8: return FEED_MIX_LABEL_I8;
+	case FEED_DTYPE_UINT16: return FEED_MIX_LABEL_U16;
+	case FEED_DTYPE_INT16: return FEED_MIX_LABEL_I16;
+	case FEED_DTYPE_UINT32: return FEED_MIX_LABEL_U32;
+	case FEED_DTYPE_INT32: return FEED_MIX_LABEL_I32;
+	case FEED_DTYPE_UINT64: return FEED_MIX_LABEL_U64;
+	case FEED_DTYPE_INT64: return FEED_MIX_LABEL_I64;
+	default: return -1;
+	}
+}
+
+/* j's mix arguments from m, for images of h x w. */
+static int gpu_mix_args(struct feed_conn *conn, uint32_t field, const struct feed_mix *m,
+			uint32_t h, uint32_t w, struct gpu_job *j)
+{
+	struct feed_mix_draw d = {.op = m->op < 0 ? UINT32_MAX : (uint32_t)m->op, .lam = m->lam,
+				  .x1 = m->x1, .y1 = m->y1, .x2 = m->x2, .y2 = m->y2};
+	if (feed_mix_args_init(&j->mix, &d, h, w, m->num_classes, m->label_smoothing) >= 0)
+		return 0;
+	if (h == UINT32_MAX) /* labels: no image size to name */
+		return cl_fail(conn, -EINVAL, "field %u: mix op %d, lambda %g or label_smoothing %g "
+			       "out of range", field, m->op, m->lam, m->label_smoothing);
+	return cl_fail(conn, -EINVAL, "field %u: mix op %d, lambda %g, box [%u, %u) x [%u, %u) "
+		       "or label_smoothing %g does not fit images of %ux%u", field, m->op, m->lam,
+		       m->x1, m->x2, m->y1, m->y2, m->label_smoothing, h, w);
+}
+
+/* Field v as soft labels of to->mix: an integer [n] or [n, 1], every
+ * label below num_classes (checked here, on the host). */
+static int gpu_plan_labels(struct feed_conn *conn, const struct feed_view *v, uint32_t field,
+			   const struct feed_to_device *to, struct gpu_job *j)
+{
+	const struct feed_mix *m = to->mix;
+	int t = gpu_label_type(v->dtype);
+	int64_t bad;
+	size_t at;
+	if (to->dtype != FEED_TO_F32 || t < 0 || !(v->rank == 1 || (v->rank == 2 && v->shape[1] == 1)))
+		return cl_fail(conn, -EINVAL, "field %u: mix makes soft labels (dtype FEED_TO_F32) "
+			       "from an integer field of shape [n] or [n, 1], and mixes u8 images",
+			       field);
+	if (!m->num_classes)
+		return cl_fail(conn, -EINVAL, "field %u: soft labels need mix num_classes > 0", field);
+	/* the box is the images': here only lambda and the labels matter */
+	if (gpu_mix_args(conn, field, m, UINT32_MAX, UINT32_MAX, j) < 0)
+		return -EINVAL;
+	j->n = v->shape[0];
+	if (feed_mix_labels_check(v->data, (uint32_t)t, j->n, m->num_classes, &bad, &at) < 0)
+		return cl_fail(conn, -ERANGE, "field %u: label %lld of sample %zu of the batch is not "
+			       "in [0, num_classes %u)", field, (long long)bad, at, m->num_classes);
+	j->kind = GPU_LABELS;
+	j->label_type = (uint32_t)t;
+	j->out_bytes = j->n * m->num_classes * sizeof(float);
+	return 0;
+}
 
 static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t field,
 		    const struct feed_to_device *to, struct gpu_job *ret)
@@ -255,7 +319,15 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 	if (to->flip && (to->dtype == FEED_TO_SAME || v->dtype != FEED_DTYPE_UINT8))
 		return cl_fail(conn, -EINVAL, "field %u: flip is for u8 images converted to fp32, "
 			       "fp16 or bf16", field);
-	if (to->dtype == FEED_TO_SAME) {
+	int r;
+	/* with a mix, an integer field of one value per sample is labels */
+	if (to->mix && (v->dtype != FEED_DTYPE_UINT8 || v->rank <= 2)) {
+		if ((r = gpu_plan_labels(conn, v, field, to, &j)) < 0)
+			return r;
+	} else if (to->dtype == FEED_TO_SAME) {
+		if (to->mix)
+			return cl_fail(conn, -EINVAL, "field %u: mix is for u8 images converted to "
+				       "fp32, fp16 or bf16, and integer labels", field);
 		j.kind = GPU_SAME;
 		j.n = v->shape[0];
 		j.out_bytes = v->bytes;
@@ -287,6 +359,9 @@ static int gpu_plan(struct feed_conn *conn, const struct feed_view *v, uint32_t 
 		j.n = v->shape[0];
 		j.out_bytes = j.n * feed_convert_sample_bytes(&j.cv);
 		j.flip = to->flip;
+		if (to->mix && (r = gpu_mix_args(conn, field, to->mix, (uint32_t)h, (uint32_t)w, &j)) < 0)
+			return r;
+		j.mixed = to->mix != NULL;
 	} else {
 		return cl_fail(conn, -EINVAL, "field %u: dtype %d not convertible (u8 images, u16 or "
 			       "u32 tokens; FEED_TO_SAME delivers any fixed field as it is)", field,
@@ -305,8 +380,14 @@ static int gpu_cpu(const struct gpu_job *j, const struct feed_view *v, void *dst
 	case GPU_TOKENS:
 		return j->elem_size == 2 ? feed_convert_tokens_u16_cpu(v->data, j->n, dst) :
 					   feed_convert_tokens_u32_cpu(v->data, j->n, dst);
-	default:
-		return feed_convert_images_cpu(&j->cv, v->data, j->n, j->flip, dst);
+	case GPU_LABELS:
+		return feed_mix_labels_cpu(&j->mix, v->data, j->label_type, j->n, dst);
+	default: {
+		int r = feed_convert_images_cpu(&j->cv, v->data, j->n, j->flip, dst);
+		if (!r && j->mixed)
+			r = feed_mix_images_cpu(&j->cv, &j->mix, j->n, dst);
+		return r;
+	}
 	}
 }
 
@@ -476,7 +557,16 @@ static CUresult gpu_work(struct cl_gpu_stream *g, const struct gpu_job *j,
 	*what = "cuLaunchKernel of the conversion";
 	if (j->kind == GPU_TOKENS)
 		return cudrv_launch_tokens(g->cu, &g->k, j->elem_size, src, j->n, dst, stream);
-	return cudrv_launch_images(g->cu, &g->k, &j->cv, src, j->n, flip, dst, stream);
+	if (j->kind == GPU_LABELS) {
+		*what = "cuLaunchKernel of the soft labels";
+		return cudrv_launch_mix_labels(g->cu, &g->k, &j->mix, src, j->label_type, j->n, dst,
+					       stream);
+	}
+	if ((e = cudrv_launch_images(g->cu, &g->k, &j->cv, src, j->n, flip, dst, stream)) !=
+	    CUDA_SUCCESS || !j->mixed)
+		return e;
+	*what = "cuLaunchKernel of the mix";
+	return cudrv_launch_mix(g->cu, &g->k, &j->cv, &j->mix, j->n, dst, stream);
 }
 
 /* The job's work and an event on stream; the event joins the pending ones. */

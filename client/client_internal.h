@@ -79,6 +79,10 @@ struct feed_stream *cl_batch_stream(struct feed_batch *b);
 bool cl_batch_held(struct feed_batch *b);
 /* The mapping of the data region b lives in (its incarnation's). */
 void cl_batch_region(const struct feed_batch *b, void **ret_base, size_t *ret_len);
+/* The key of b's mix draws (feed_batch_mix_draw): the stream's seed, b's
+ * epoch, and its batch number among all ranks, index * world + rank. */
+void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *ret_epoch,
+		      uint64_t *ret_batch);
 /* Gives b's slot back now (feed_release without the GPU's deferral). */
 int cl_release_now(struct feed_batch *b);
 
@@ -124,9 +128,11 @@ int cl_ipc_request(struct feed_conn *conn, const struct feed_stream_device *o,
 int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		const struct Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields,
 		uint32_t batch, struct cl_ipc **ret, char *why, size_t cap);
-/* feed_release() of the batch in slot: records its done event on the
- * stream it was tied to (feed_batch_device), if any. Any thread. */
-void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot);
+/* feed_release() of the batch in slot, of generation gen: enqueues the
+ * write of gen into the slot's done word on the stream it was tied to
+ * (feed_batch_device), or, never tied, on the device slots' own stream
+ * behind the slot's last write. Never waits. Any thread. */
+void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen);
 /* Waits for the work tied to the slots, closes every handle. Accepts NULL. */
 void cl_ipc_close(struct cl_ipc *ipc);
 

@@ -5,11 +5,21 @@
  *
  * Owns, per stream granted device slots (struct cl_ipc): the context the
  * handles are opened in (retained when it is the device's primary one),
- * the mapping of feedd's device slots (one cuIpcOpenMemHandle), each
- * slot's ready and done events (cuIpcOpenEventHandle) and which CUDA
- * stream each held batch is tied to. Handles are opened once, at open;
- * closed at close after the done events recorded by this process have
- * completed (feedd frees the memory only after our close).
+ * the mapping of feedd's device slots and their done words (one
+ * cuIpcOpenMemHandle), each slot's ready event (cuIpcOpenEventHandle),
+ * which CUDA stream each held batch is tied to, a stream of our own and
+ * per slot a local event after our last write of its done word. Handles
+ * are opened once, at open; closed at close after our writes of the done
+ * words have run (feedd frees the memory only after our close).
+ *
+ * The done protocol (devslots.h is feedd's side): at feed_release of the
+ * batch of generation g in slot i, g goes into done word i on the device
+ * (cuStreamWriteValue32): on the stream the batch was tied to, behind the
+ * work the caller enqueued there; a batch never tied, on our own stream
+ * behind our last write of that word (wrote[i]), so a slot's words land
+ * in order (a later generation landing first would let feedd rewrite the
+ * slot under work still reading it). feedd waits on the device until the
+ * word reaches g (cyclic >=) before it rewrites slot i.
  *
  * Threads: cl_ipc_request / cl_ipc_open / cl_ipc_close on the thread
  * opening or closing the stream; feed_batch_device on the thread calling
@@ -52,12 +62,15 @@ struct cl_ipc {
 	uint64_t slot_bytes;
 	uint32_t nslots, nfields;
 	struct ipc_field field[FEED_SHM_MAX_FIELDS];
-	CUevent ready[IPC_MAX_SLOTS], done[IPC_MAX_SLOTS];
+	CUdeviceptr words;         /* the done words (uint32 per slot), mapped here */
+	CUevent ready[IPC_MAX_SLOTS];
+	CUevent wrote[IPC_MAX_SLOTS]; /* ours: after our last write of word i */
+	CUstream own;              /* ours, non-blocking: the writes of batches never tied */
 
-	pthread_mutex_t mu;        /* the ties below */
+	pthread_mutex_t mu;        /* the ties and writes below */
 	CUstream tie[IPC_MAX_SLOTS];
 	bool tied[IPC_MAX_SLOTS];
-	bool recorded[IPC_MAX_SLOTS]; /* done[i] recorded by us */
+	bool recorded[IPC_MAX_SLOTS]; /* wrote[i] recorded by us */
 };
 
 static void ipc_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -124,15 +137,18 @@ void cl_ipc_close(struct cl_ipc *ipc)
 	api->CtxGetCurrent(&prev);
 	if (prev != ipc->ctx)
 		api->CtxSetCurrent(ipc->ctx);
-	/* the work that reads the slots ends before the mapping goes */
+	/* the work that reads the slots, and our writes of the done words
+	 * behind it, end before the mapping goes */
 	for (uint32_t i = 0; i < ipc->nslots; i++) {
 		if (ipc->recorded[i])
-			api->EventSynchronize(ipc->done[i]);
+			api->EventSynchronize(ipc->wrote[i]);
 		if (ipc->ready[i])
 			api->EventDestroy(ipc->ready[i]);
-		if (ipc->done[i])
-			api->EventDestroy(ipc->done[i]);
+		if (ipc->wrote[i])
+			api->EventDestroy(ipc->wrote[i]);
 	}
+	if (ipc->own)
+		api->StreamDestroy(ipc->own);
 	if (ipc->base)
 		api->IpcCloseMemHandle(ipc->base);
 	if (prev != ipc->ctx)
@@ -151,12 +167,15 @@ static int ipc_check(struct feed_conn *conn, const Feed__DeviceSlots *ds, uint32
 		     uint32_t nfields, uint32_t batch)
 {
 	if (ds->mem_handle.len != sizeof(CUipcMemHandle) || ds->n_ready != nslots ||
-	    ds->n_done != nslots || ds->n_fields != nfields || nslots > IPC_MAX_SLOTS)
+	    ds->n_fields != nfields || nslots > IPC_MAX_SLOTS)
 		return cl_bad_reply(conn, "device slots: handles or fields do not match the stream");
 	for (uint32_t i = 0; i < nslots; i++)
-		if (ds->ready[i].len != sizeof(CUipcEventHandle) ||
-		    ds->done[i].len != sizeof(CUipcEventHandle))
+		if (ds->ready[i].len != sizeof(CUipcEventHandle))
 			return cl_bad_reply(conn, "device slots: an event handle of the wrong size");
+	/* the words after the slots, aligned, in the same allocation */
+	if (ds->done_offset % sizeof(uint32_t) || ds->slot_bytes > UINT64_MAX / nslots ||
+	    ds->done_offset < ds->slot_bytes * nslots || ds->done_offset > UINT64_MAX / 2)
+		return cl_bad_reply(conn, "device slots: done words not after the slots");
 	for (uint32_t f = 0; f < nfields; f++) {
 		const Feed__DeviceField *df = ds->fields[f];
 		if (df->kind >= IPC_KINDS || (df->kind != IPC_ABSENT &&
@@ -183,6 +202,10 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 	int r;
 
 	*ret = NULL;
+	if (ds->done_offset == 0) { /* a feedd from before the done words */
+		ipc_why(why, cap, "feedd gives no done words (an older feedd): host slots");
+		return 0;
+	}
 	if ((r = ipc_check(conn, ds, nslots, nfields, batch)) < 0)
 		return r;
 	if (!(ipc = calloc(1, sizeof(*ipc))))
@@ -190,6 +213,7 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 	ipc->cu = cu;
 	ipc->layout = o->layout;
 	ipc->slot_bytes = ds->slot_bytes;
+	ipc->nslots = nslots;
 	ipc->nfields = nfields;
 	pthread_mutex_init(&ipc->mu, NULL);
 	for (uint32_t f = 0; f < nfields; f++)
@@ -219,20 +243,25 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		ipc->base = 0;
 		goto fail;
 	}
-	what = "cuIpcOpenEventHandle";
+	ipc->words = ipc->base + ds->done_offset;
 	for (uint32_t i = 0; i < nslots; i++) {
 		CUipcEventHandle h;
 		memcpy(&h, ds->ready[i].data, sizeof(h));
+		what = "cuIpcOpenEventHandle";
 		if ((e = api->IpcOpenEventHandle(&ipc->ready[i], h)) != CUDA_SUCCESS) {
 			ipc->ready[i] = NULL;
 			goto fail;
 		}
-		ipc->nslots = i + 1; /* what close must destroy */
-		memcpy(&h, ds->done[i].data, sizeof(h));
-		if ((e = api->IpcOpenEventHandle(&ipc->done[i], h)) != CUDA_SUCCESS) {
-			ipc->done[i] = NULL;
+		what = "cuEventCreate";
+		if ((e = api->EventCreate(&ipc->wrote[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+			ipc->wrote[i] = NULL;
 			goto fail;
 		}
+	}
+	what = "cuStreamCreate";
+	if ((e = api->StreamCreate(&ipc->own, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		ipc->own = NULL;
+		goto fail;
 	}
 	if (cur != ipc->ctx)
 		api->CtxSetCurrent(cur);
@@ -255,17 +284,27 @@ static void ipc_ctx(const struct cl_ipc *ipc)
 		ipc->cu->api.CtxSetCurrent(ipc->ctx);
 }
 
-void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot)
+void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen)
 {
+	const struct cudrv_api *api = &ipc->cu->api;
+	CUdeviceptr word = ipc->words + sizeof(uint32_t) * slot;
+	CUstream on = NULL;
 	ipc_ctx(ipc);
+	/* enqueues only (never waits), so a leaf lock may hold across them */
 	pthread_mutex_lock(&ipc->mu);
-	if (ipc->tied[slot]) {
-		/* a failure leaves done[slot] as it was: feedd then waits for the
-		 * last record (or none), the best left to do */
-		if (ipc->cu->api.EventRecord(ipc->done[slot], ipc->tie[slot]) == CUDA_SUCCESS)
-			ipc->recorded[slot] = true;
-		ipc->tied[slot] = false;
-	}
+	if (ipc->tied[slot] && api->StreamWriteValue32(ipc->tie[slot], word, gen,
+						       CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
+		on = ipc->tie[slot];
+	/* never tied (or the caller's stream refused): ours, in order behind
+	 * our last write of this word (a failure: feedd writes it when we go) */
+	if (!on && (!ipc->recorded[slot] ||
+		    api->StreamWaitEvent(ipc->own, ipc->wrote[slot], 0) == CUDA_SUCCESS) &&
+	    api->StreamWriteValue32(ipc->own, word, gen, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+		    CUDA_SUCCESS)
+		on = ipc->own;
+	if (on && api->EventRecord(ipc->wrote[slot], on) == CUDA_SUCCESS)
+		ipc->recorded[slot] = true;
+	ipc->tied[slot] = false;
 	pthread_mutex_unlock(&ipc->mu);
 }
 
@@ -337,7 +376,7 @@ FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *strea
 	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
 		pthread_mutex_unlock(&ipc->mu);
 		return cl_fail(conn, -EINVAL, "batch already tied to another CUDA stream (one "
-			       "stream per batch: its release records there)");
+			       "stream per batch: its release writes the done word there)");
 	}
 	e = ipc->cu->api.StreamWaitEvent((CUstream)stream, ipc->ready[slot], 0);
 	if (e == CUDA_SUCCESS) {

@@ -186,6 +186,38 @@ FEED_API int feed_dataset_info(struct feed_conn *conn, const char *name,
 	return cl_datasets_call(conn, &req, 1, ret);
 }
 
+FEED_API int feed_sample_path(struct feed_conn *conn, const char *dataset, uint64_t sample,
+			     char *ret_path, size_t cap)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
+	Feed__Reply *rep = NULL;
+
+	if (!conn || !dataset || !ret_path || !cap)
+		return -EINVAL;
+	if (!*dataset || strlen(dataset) > 63)
+		return cl_fail(conn, -EINVAL, "dataset name of %zu bytes (1..63 allowed)",
+			       strlen(dataset));
+	q.name = (char *)dataset;
+	q.sample = sample;
+	q.want_path = true;
+	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
+	req.dataset_info = &q;
+	int r = cl_call(conn, &req, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != FEED__REPLY__BODY_DATASETS || rep->datasets->n_datasets != 1)
+		r = cl_bad_reply(conn, "expected one dataset");
+	else if (strlen(rep->datasets->datasets[0]->sample_path) >= cap)
+		r = cl_fail(conn, -ENOSPC, "sample %llu's path is %zu bytes, the buffer holds %zu",
+			    (unsigned long long)sample,
+			    strlen(rep->datasets->datasets[0]->sample_path), cap);
+	else
+		strcpy(ret_path, rep->datasets->datasets[0]->sample_path);
+	feed__reply__free_unpacked(rep, NULL);
+	return r;
+}
+
 FEED_API void feed_dataset_list_free(struct feed_dataset_list *list)
 {
 	free(list);
@@ -283,6 +315,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->mb_per_s_10s = s->mb_per_s_10s;
 	o->reader_wait_share_10s = s->reader_wait_share_10s;
 	cl_text(o->job, sizeof(o->job), s->job);
+	o->replaced = s->replaced;
 	o->nmember_pids = 0;
 	for (size_t i = 0; i < s->n_member_pids && i < FEED_STATUS_MEMBERS; i++) {
 		o->member_pids[i] = s->member_pids[i];

@@ -43,6 +43,7 @@
 #define ST_PIPELINE_MAX 4096     /* bytes of pipeline text */
 #define ST_DEFAULT_CREDITS 4
 #define ST_MAX_GROUP_SLOTS 64    /* a group's depth: the daemon's most credits */
+#define ST_MAX_LEVELS 8          /* node order: core/order.h ORD_MAX_LEVELS */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
 
@@ -60,6 +61,8 @@ struct feed_batch {
 	uint64_t epoch, index;
 	uint64_t publish_ns;       /* the daemon's CLOCK_MONOTONIC at publish */
 	const uint64_t *samples;   /* in the control region */
+	const uint64_t *replaced;  /* its bitmap there (FEED_SLOT_REPLACED), or NULL */
+	uint32_t nreplaced;        /* bits set in it below nsamples */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
 };
 
@@ -99,6 +102,12 @@ struct feed_stream {
 	/* position and reopening after a daemon restart */
 	uint64_t pos_epoch;        /* the next batch not yet returned: its epoch */
 	uint64_t pos_position;     /* and the global position of its first sample */
+	/* node order: the earlier layouts of epoch lv_epoch (feed.proto
+	 * ResumeToken.level_*), which pos_position counts after */
+	uint64_t lv_epoch;
+	uint32_t nlv;
+	uint32_t lv_nodes[ST_MAX_LEVELS];
+	uint64_t lv_pos[ST_MAX_LEVELS];
 	uint32_t world;
 	uint32_t inc;              /* incarnation: 0, then +1 per reopening */
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
@@ -174,9 +183,22 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 		return cl_fail(conn, -EINVAL, "option credits: %u exceeds %u", o->credits,
 			       ST_MAX_CREDITS);
 	if (o->order != FEED_ORDER_SEQUENTIAL && o->order != FEED_ORDER_FULL &&
-	    o->order != FEED_ORDER_BLOCK_WINDOW)
+	    o->order != FEED_ORDER_BLOCK_WINDOW && o->order != FEED_ORDER_NODE)
 		return cl_fail(conn, -EINVAL, "option order: %d is not a FEED_ORDER_* value",
 			       o->order);
+	if (o->order == FEED_ORDER_NODE) {
+		uint32_t nodes = o->nodes ? o->nodes : 1;
+		if (world % nodes)
+			return cl_fail(conn, -EINVAL, "option nodes: %u nodes do not divide world %u",
+				       nodes, world);
+		if (o->node != o->rank / (world / nodes))
+			return cl_fail(conn, -EINVAL, "option node: rank %u of world %u on %u nodes "
+				       "sits on node %u, not node %u", o->rank, world, nodes,
+				       o->rank / (world / nodes), o->node);
+		if (o->node_deal != FEED_NODE_DEAL_ROTATE && o->node_deal != FEED_NODE_DEAL_FIXED)
+			return cl_fail(conn, -EINVAL, "option node_deal: %d is not a "
+				       "FEED_NODE_DEAL_* value", o->node_deal);
+	}
 	if (o->rank >= world)
 		return cl_fail(conn, -EINVAL, "option rank: %u must be below world %u", o->rank,
 			       world);
@@ -184,6 +206,11 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 		return cl_fail(conn, -EINVAL, "option group: a name of 1 to 63 bytes, or NULL");
 	if (o->group_depth && !o->group)
 		return cl_fail(conn, -EINVAL, "option group_depth: only with a group");
+	if (o->on_error != FEED_ON_ERROR_FAIL && o->on_error != FEED_ON_ERROR_SKIP)
+		return cl_fail(conn, -EINVAL, "option on_error: %d is not FEED_ON_ERROR_FAIL or "
+			       "FEED_ON_ERROR_SKIP", o->on_error);
+	if (o->max_bad && o->on_error != FEED_ON_ERROR_SKIP)
+		return cl_fail(conn, -EINVAL, "option max_bad: only with FEED_ON_ERROR_SKIP");
 	if (o->pipeline && strlen(o->pipeline) > ST_PIPELINE_MAX)
 		return cl_fail(conn, -EINVAL, "option pipeline: %zu bytes, at most %d",
 			       strlen(o->pipeline), ST_PIPELINE_MAX);
@@ -205,6 +232,14 @@ static void st_job_id(char job[FEED_JOB_MAX + 1])
 	job[i] = '\0';
 }
 
+static Feed__Order st_order(int order)
+{
+	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
+	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
+	       order == FEED_ORDER_NODE		? FEED__ORDER__ORDER_NODE :
+						  FEED__ORDER__ORDER_SEQUENTIAL;
+}
+
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 {
 	os->dataset = (char *)o->dataset;
@@ -214,10 +249,14 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->drop_last = o->drop_last;
 	os->pad_last = o->pad_last;
 	os->seed = o->seed;
-	os->order = o->order == FEED_ORDER_FULL	   ? FEED__ORDER__ORDER_FULL :
-		    o->order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
-							  FEED__ORDER__ORDER_SEQUENTIAL;
+	os->order = st_order(o->order);
 	os->window = o->window;
+	if (o->order == FEED_ORDER_NODE) {
+		os->nodes = o->nodes;
+		os->node = o->node;
+		os->node_deal = o->node_deal == FEED_NODE_DEAL_FIXED ? FEED__NODE_DEAL__NODE_DEAL_FIXED :
+								       FEED__NODE_DEAL__NODE_DEAL_ROTATE;
+	}
 	os->rank = o->rank;
 	os->world = o->world;
 	os->eval = o->eval;
@@ -226,6 +265,8 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->start_batch = o->start_batch;
 	os->group = (char *)(o->group ? o->group : "");
 	os->group_depth = o->group_depth;
+	os->on_error = o->on_error;
+	os->max_bad = o->max_bad;
 }
 
 /* Tells the daemon to drop stream id. A daemon already gone is no error:
@@ -646,13 +687,6 @@ refuse: {
 /* ------------------------------------------------------------------ */
 /* Position, resume tokens, reopening                                  */
 
-static Feed__Order st_order(int order)
-{
-	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
-	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
-						  FEED__ORDER__ORDER_SEQUENTIAL;
-}
-
 /* The token of the stream's position (feed.proto ResumeToken) into buf,
  * its length into *ret_len; -ENOSPC (nothing written) past cap. */
 static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
@@ -672,6 +706,16 @@ static int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t 
 	t.drop_last = st->opts.drop_last;
 	t.pad_last = st->opts.pad_last;
 	t.eval = st->opts.eval;
+	if (st->opts.order == FEED_ORDER_NODE) {
+		t.nodes = st->opts.nodes ? st->opts.nodes : 1;
+		t.node_deal = st->opts.node_deal == FEED_NODE_DEAL_FIXED ?
+				      FEED__NODE_DEAL__NODE_DEAL_FIXED : FEED__NODE_DEAL__NODE_DEAL_ROTATE;
+		if (st->nlv && st->lv_epoch == st->pos_epoch) {
+			t.n_level_nodes = t.n_level_positions = st->nlv;
+			t.level_nodes = (uint32_t *)st->lv_nodes;
+			t.level_positions = (uint64_t *)st->lv_pos;
+		}
+	}
 	size_t n = feed__resume_token__get_packed_size(&t);
 	if (n > cap)
 		return -ENOSPC;
@@ -706,6 +750,31 @@ static int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o
 	return 0;
 }
 
+/* Node order: the layouts the daemon reads the token's epoch under, as
+ * daemon/delivery/schedule.c decides: the token's own when it was taken
+ * with this node count at a batch boundary of this layout, else those
+ * plus the token's (nodes, position), counting again from position 0. */
+static void st_resume_levels(struct feed_stream *st, const Feed__ResumeToken *t)
+{
+	uint32_t nodes = st->opts.nodes ? st->opts.nodes : 1;
+	uint64_t stride = (uint64_t)st->batch * st->world;
+
+	st->lv_epoch = t->epoch;
+	st->nlv = 0;
+	for (size_t i = 0; i < t->n_level_nodes && i < t->n_level_positions &&
+			   st->nlv < ST_MAX_LEVELS; i++) {
+		st->lv_nodes[st->nlv] = t->level_nodes[i];
+		st->lv_pos[st->nlv++] = t->level_positions[i];
+	}
+	if (t->nodes == nodes && t->position % stride == 0)
+		return;
+	if (st->nlv < ST_MAX_LEVELS) { /* else the daemon refused it */
+		st->lv_nodes[st->nlv] = t->nodes;
+		st->lv_pos[st->nlv++] = t->position;
+	}
+	st->pos_position = 0;
+}
+
 /* A stream opened with a token starts at the token's position (one taken
  * after an epoch's last batch first delivers that epoch's end). */
 static void st_resume_position(struct feed_stream *st, const void *token, size_t len)
@@ -716,6 +785,8 @@ static void st_resume_position(struct feed_stream *st, const void *token, size_t
 		return; /* the daemon accepted it, so this does not happen */
 	st->pos_epoch = t->epoch;
 	st->pos_position = t->position;
+	if (st->opts.order == FEED_ORDER_NODE)
+		st_resume_levels(st, t);
 	feed__resume_token__free_unpacked(t, NULL);
 }
 
@@ -1057,6 +1128,26 @@ static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm
 	return 0;
 }
 
+/* The positions of slot's batch that hold replacements (on_error skip):
+ * the bitmap after the sample list, checked to lie inside the header. */
+static int st_replaced(struct feed_stream *st, uint32_t slot, const struct feed_shm_slot *h,
+		       struct feed_batch *b)
+{
+	uint64_t words = FEED_SHM_REPLACED_WORDS(st->batch);
+
+	b->replaced = NULL;
+	b->nreplaced = 0;
+	if (!(h->flags & FEED_SLOT_REPLACED))
+		return 0;
+	if (sizeof(*h) + 8ull * st->batch + 8 * words > st->slot_hdr_bytes)
+		return st_stop(st, -EPROTO, "slot %u: replaced bitmap past its %llu-byte header",
+			       slot, (unsigned long long)st->slot_hdr_bytes);
+	b->replaced = &h->sample[st->batch];
+	for (uint32_t i = 0; i < h->nsamples; i++)
+		b->nreplaced += (b->replaced[i / 64] >> (i % 64)) & 1;
+	return 0;
+}
+
 /* A ready entry naming a slot: check its header once, hand it out. */
 static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struct feed_batch **ret)
 {
@@ -1080,6 +1171,8 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	for (uint32_t f = 0; f < st->nfields; f++)
 		if ((r = st_field(st, slot, h, f, &b->view[f])) < 0)
 			return r;
+	if ((r = st_replaced(st, slot, h, b)) < 0)
+		return r;
 	b->gen = gen;
 	b->nsamples = h->nsamples;
 	b->flags = h->flags;
@@ -1259,6 +1352,13 @@ FEED_API bool feed_batch_padded(const struct feed_batch *b)
 	return b->flags & FEED_SLOT_PADDED;
 }
 
+FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t **ret_bits)
+{
+	if (ret_bits)
+		*ret_bits = b->nreplaced ? b->replaced : NULL;
+	return b->nreplaced;
+}
+
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)
 {
 	return b->publish_ns;
@@ -1288,10 +1388,11 @@ FEED_API int feed_release(struct feed_batch *b)
 {
 	if (!b)
 		return -EINVAL;
-	/* its device slot's reader is done once the tied stream gets here; a
-	 * batch of an earlier incarnation has no feedd to tell */
+	/* its device slot's reader is done once the tied stream gets here
+	 * (the done word then says so to feedd); a batch of an earlier
+	 * incarnation has no feedd to tell */
 	if (b->st->ipc && b->inc == b->st->inc && cl_batch_held(b))
-		cl_ipc_release(b->st->ipc, b->slot);
+		cl_ipc_release(b->st->ipc, b->slot, b->gen);
 	/* copies from b in flight: the slot goes back when they are done */
 	/* acquire: set by the first feed_batch_to_device(), maybe on another thread */
 	struct cl_gpu_stream *g = __atomic_load_n(&b->st->gpu, __ATOMIC_ACQUIRE);
@@ -1381,6 +1482,14 @@ uint32_t cl_batch_slot(const struct feed_batch *b)
 bool cl_batch_current(const struct feed_batch *b)
 {
 	return b->inc == b->st->inc;
+}
+
+void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *ret_epoch,
+		      uint64_t *ret_batch)
+{
+	*ret_seed = b->st->opts.seed;
+	*ret_epoch = b->epoch;
+	*ret_batch = b->index * b->st->world + b->st->opts.rank;
 }
 
 struct feed_conn *cl_stream_conn(struct feed_stream *st)

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "augment_pixel.h"
 #include "convert.h"
 #include "philox.h"
 
@@ -651,6 +652,9 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 				return rc;
 		} else if (st->kind == PIPE_STAGE_NORMALIZE) {
 			feed_convert_images_cpu(&st->cv, src, 1, NULL, dst);
+		} else if (st->kind == PIPE_STAGE_PIXEL) {
+			aug_pixel_stage(p, st, ctx, src, dst,
+					iscratch + ((p->img_scratch_bytes + 63) & ~(size_t)63));
 		} else {
 			int rc = window_stage(p, st, ctx, src, src_len, dst, err);
 			if (rc < 0)

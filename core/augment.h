@@ -31,7 +31,9 @@
  * then j), hflip draw 0, random_window draw 0; random_resized_crop uses
  * draws 2t (scale) and 2t+1 (log-ratio) of try t = 0..9, then draw 20 for
  * the top and 21 for the left (aug_rrc_box()). The draws depend only on
- * the header's width and height, never on how the box is decoded. Nothing
+ * the header's width and height, never on how the box is decoded. The
+ * pixel ops (torchvision's colour, filter, geometric and auto-augment ops:
+ * PIPE_STAGE_PIXEL, augment_pixel.h) draw as augment_auto.c lists. Nothing
  * else is random.
  *
  * Threads: pure functions; any number of threads may share one plan, each

@@ -22,8 +22,9 @@
  *
  * Errors: 0 or a negative errno-style code with a feed_err naming what was
  * wrong in the decoder's own words:
- *   -EBADMSG  not a readable image: truncated, corrupt, or a decoder
- *             warning (libjpeg warnings count as errors)
+ *   -EBADMSG  not a readable image: truncated or corrupt past what PIL
+ *             reads (libjpeg's warnings are not errors: the damaged
+ *             file decodes to PIL's pixels, and img_decoded says so)
  *   -ENOTSUP  a format or variant we do not decode (GIF, 12-bit JPEG, ...)
  *   -E2BIG    dimensions past the decoder's limits (a decompression bomb)
  *   -EINVAL   a bad argument (box outside the image, bad scale)
@@ -101,6 +102,8 @@ struct img_decoded {
 	struct img_view view;
 	double box_x, box_y, box_w, box_h; /* the box inside view, in view pixels */
 	uint32_t scale_denom;              /* the scale used: 1, 2, 4 or 8 */
+	uint32_t warnings;                 /* libjpeg's warnings (damage it filled in) */
+	const char *warning;               /* the first, its words; NULL if none; borrowed */
 };
 
 struct img_decoder;
@@ -126,6 +129,8 @@ void img_decoder_free(struct img_decoder *dec);
  * `channels` u8 channels (16-bit: the high byte; alpha dropped; CMYK as
  * PIL's convert('RGB'); channels=1 from colour with PIL's convert('L')
  * weights, (19595 R + 38470 G + 7471 B + 32768) >> 16).
+ * A damaged JPEG that PIL decodes decodes here to the same pixels, its
+ * libjpeg warnings counted in *ret; one PIL refuses is refused.
  * The result is borrowed until the next call on dec.
  */
 int img_decode(struct img_decoder *dec, const void *data, size_t len, const struct img_box *box,

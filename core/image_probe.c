@@ -54,10 +54,16 @@ static void jpeg_err_emit(j_common_ptr cinfo, int level)
 
 	if (level >= 0)
 		return; /* trace messages */
-	/* A warning: corrupt data libjpeg would fill in with grey. An error. */
-	e->pub.format_message(cinfo, e->msg);
-	e->code = -EBADMSG;
-	longjmp(e->jmp, 1);
+	e->pub.num_warnings++;
+	if (e->pub.msg_code == JWRN_JPEG_EOF && !e->eof_ok) {
+		/* PIL: "image file is truncated"; we say it in libjpeg's words */
+		e->pub.format_message(cinfo, e->msg);
+		e->code = -EBADMSG;
+		longjmp(e->jmp, 1);
+	}
+	/* damage libjpeg fills in (with grey, or zeros) and goes on: so does PIL */
+	if (e->warnings++ == 0)
+		e->pub.format_message(cinfo, e->warn);
 }
 
 static void jpeg_err_output(j_common_ptr cinfo)
@@ -72,9 +78,18 @@ struct jpeg_error_mgr *img_jpeg_err_init(struct img_jpeg_err *e)
 	pub->error_exit = jpeg_err_exit;
 	pub->emit_message = jpeg_err_emit;
 	pub->output_message = jpeg_err_output;
+	img_jpeg_err_reset(e);
+	return pub;
+}
+
+void img_jpeg_err_reset(struct img_jpeg_err *e)
+{
 	e->code = 0;
 	e->msg[0] = '\0';
-	return pub;
+	e->eof_ok = false;
+	e->warnings = 0;
+	e->warn[0] = '\0';
+	e->pub.num_warnings = 0;
 }
 
 /* ------------------------------------------------------------------ */

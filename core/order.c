@@ -22,6 +22,9 @@
 #define ORD_DOMAIN_FULL 0x46554c4cull  /* "FULL" */
 #define ORD_DOMAIN_BLOCK 0x424c4b53ull /* "BLKS" */
 #define ORD_DOMAIN_WIN 0x57494e44ull   /* "WIND" */
+#define ORD_DOMAIN_DEAL 0x4445414cull  /* "DEAL": units to nodes, per epoch */
+#define ORD_DOMAIN_FIXED 0x46495844ull /* "FIXD": units to nodes, every epoch */
+#define ORD_DOMAIN_NODE 0x4e4f4445ull  /* "NODE": inside a node's share */
 
 /* murmur3's 64-bit finaliser: a bijection with full avalanche. */
 static inline uint64_t ord_fmix64(uint64_t h)
@@ -96,6 +99,27 @@ static uint64_t ord_feistel(uint64_t x, uint32_t bits, const uint64_t rk[ORD_ROU
 	return (l << rb) | r;
 }
 
+/* The inverse of ord_feistel(): the rounds undone last to first. */
+static uint64_t ord_feistel_inv(uint64_t y, uint32_t bits, const uint64_t rk[ORD_ROUNDS],
+				uint64_t tweak)
+{
+	/* an even number of rounds leaves the halves as they started */
+	uint32_t lb = bits / 2, rb = bits - lb;
+	uint64_t l = y >> rb, r = y & ord_mask(rb);
+
+	for (uint32_t i = ORD_ROUNDS; i-- > 0;) {
+		/* after round i: l = r0 (rb bits wide now), r = l0 ^ F(r0) (lb0 = rb) */
+		uint64_t f = ord_fmix64(l ^ rk[i] ^ tweak) & ord_mask(rb);
+		uint64_t nl = r ^ f;
+		r = l;
+		l = nl;
+		uint32_t t = lb;
+		lb = rb;
+		rb = t;
+	}
+	return (l << rb) | r;
+}
+
 /* Cycle walking: a permutation of [0, n) from one of [0, 2^bits). */
 static uint64_t ord_perm(uint64_t x, uint64_t n, uint32_t bits, const uint64_t rk[ORD_ROUNDS],
 			 uint64_t tweak)
@@ -107,6 +131,19 @@ static uint64_t ord_perm(uint64_t x, uint64_t n, uint32_t bits, const uint64_t r
 		x = ord_feistel(x, bits, rk, tweak);
 	while (x >= n);
 	return x;
+}
+
+/* The inverse of ord_perm(): cycle walking backwards. */
+static uint64_t ord_perm_inv(uint64_t y, uint64_t n, uint32_t bits,
+			     const uint64_t rk[ORD_ROUNDS], uint64_t tweak)
+{
+	assert(y < n);
+	if (n <= 1)
+		return 0;
+	do
+		y = ord_feistel_inv(y, bits, rk, tweak);
+	while (y >= n);
+	return y;
 }
 
 /* Last j in [lo, hi) with tab[j] <= p (tab nondecreasing, tab[lo] <= p). */
@@ -150,6 +187,114 @@ static uint64_t ord_permute_window(const struct ord_epoch *e, uint64_t p)
 	return e->spec.block_first[b] + (p2 - ss[j]);
 }
 
+/* ---- node order (order.h "Node order") ---- */
+
+/* floor(k * n / m) without overflow (n < 2^62, k <= m < 2^32 + 1). */
+static inline uint64_t ord_share_lo(uint64_t k, uint64_t n, uint64_t m)
+{
+	return (uint64_t)((unsigned __int128)k * n / m);
+}
+
+/* Bits of the smallest power of two >= n, at least 2, in O(1). */
+static inline uint32_t ord_bits_fast(uint64_t n)
+{
+	if (n <= 4)
+		return 2;
+	return 64 - (uint32_t)__builtin_clzll(n - 1);
+}
+
+/* D: the dealt units laid out one after another; x < N. */
+static uint64_t ord_deal(const struct ord_epoch *e, uint64_t x)
+{
+	uint64_t c = e->spec.unit, ts = e->tail_slot, j, off;
+
+	if (x < ts * c) {
+		j = x / c;
+		off = x % c;
+	} else if (x < ts * c + e->tail) {
+		j = ts;
+		off = x - ts * c;
+	} else {
+		uint64_t y = x - ts * c - e->tail;
+		j = ts + 1 + y / c;
+		off = y % c;
+	}
+	return ord_perm(j, e->units, e->bits_units, e->rk_deal, 0) * c + off;
+}
+
+/* Y of level 0 (M0 nodes): node k's share of D, shuffled inside. */
+static uint64_t ord_node_seq0(const struct ord_epoch *e, uint32_t m0, uint64_t x)
+{
+	uint64_t n = e->spec.n, lo = 0, hi = m0; /* node k: last with lo(k) <= x */
+	uint64_t k, first, size;
+
+	if (e->nlevels == 0 && x - e->share_lo < e->share_n) {
+		/* this stream's own share: every lookup but padding's and resumes' */
+		k = e->spec.rank / e->local_world;
+		first = e->share_lo;
+		size = e->share_n;
+	} else {
+		while (hi - lo > 1) {
+			uint64_t mid = lo + (hi - lo) / 2;
+			if (ord_share_lo(mid, n, m0) <= x)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		k = lo;
+		first = ord_share_lo(k, n, m0);
+		size = ord_share_lo(k + 1, n, m0) - first;
+	}
+	uint64_t tweak = ord_fmix64((k << 32 ^ m0) * ORD_GOLDEN + e->rk_node[0]);
+	uint64_t p = ord_perm(x - first, size, ord_bits_fast(size), e->rk_node, tweak);
+	return ord_deal(e, first + p);
+}
+
+/* Position x of level i's sequence, as a position of level i-1's: the
+ * remaining positions of level i-1, node after node. */
+static uint64_t ord_level_up(const struct ord_epoch *e, uint32_t i, uint64_t x)
+{
+	const struct ord_level *lv = &e->levels[i - 1];
+	uint64_t n = e->level_n[i - 1], m = lv->nodes, c = lv->pos / m;
+	uint64_t lo = 0, hi = m; /* node k: last with lo(k) - k*c <= x */
+
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (ord_share_lo(mid, n, m) - mid * c <= x)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return x + (lo + 1) * c;
+}
+
+/* Y of the epoch's last level at position x < level_n[nlevels]. */
+static uint64_t ord_node_seq(const struct ord_epoch *e, uint64_t x)
+{
+	for (uint32_t i = e->nlevels; i > 0; i--)
+		x = ord_level_up(e, i, x);
+	return ord_node_seq0(e, e->nlevels ? e->levels[0].nodes : e->spec.nodes, x);
+}
+
+/* Node order: the position of this layout's sequence that local position p
+ * of this node reads (wrapped inside the share when past it). */
+static uint64_t ord_node_x(const struct ord_epoch *e, uint64_t p)
+{
+	uint64_t nl = e->level_n[e->nlevels];
+
+	if (p < e->share_n)
+		return e->share_lo + p;
+	if (e->share_n)
+		return e->share_lo + p % e->share_n;
+	return p % nl; /* a node with no share left (fewer samples than nodes) */
+}
+
+/* Node order: local position of sample i of batch b of this rank. */
+static uint64_t ord_node_p(const struct ord_epoch *e, uint64_t batch, uint32_t i)
+{
+	return (batch * e->spec.batch + i) * e->local_world + e->local;
+}
+
 uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos)
 {
 	assert(pos < e->spec.n);
@@ -160,6 +305,8 @@ uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos)
 		return ord_perm(pos, e->spec.n, e->bits_n, e->rk_full, 0);
 	case ORD_BLOCK_WINDOW:
 		return ord_permute_window(e, pos);
+	case ORD_NODE:
+		return ord_node_seq(e, pos);
 	case ORD_SEQUENTIAL:
 	default:
 		return pos;
@@ -197,8 +344,17 @@ static int ord_check_spec(const struct ord_spec *s, struct feed_err *err)
 				    s->world);
 	if (s->batch == 0)
 		return feed_err_set(err, -EINVAL, "order: batch size must be >= 1");
-	if (s->mode != ORD_SEQUENTIAL && s->mode != ORD_FULL && s->mode != ORD_BLOCK_WINDOW)
+	if (s->mode != ORD_SEQUENTIAL && s->mode != ORD_FULL && s->mode != ORD_BLOCK_WINDOW &&
+	    s->mode != ORD_NODE)
 		return feed_err_set(err, -EINVAL, "order: unknown mode %d", (int)s->mode);
+	if (s->mode == ORD_NODE) {
+		if (s->nodes == 0 || s->world % s->nodes)
+			return feed_err_set(err, -EINVAL,
+					    "order: %u nodes do not divide a world of %u ranks",
+					    s->nodes, s->world);
+		if (s->unit == 0)
+			return feed_err_set(err, -EINVAL, "order: node unit must be >= 1 sample");
+	}
 	if (s->mode == ORD_BLOCK_WINDOW && !s->eval)
 		return ord_check_blocks(s, err);
 	return 0;
@@ -235,6 +391,22 @@ static void ord_layout(struct ord_epoch *e)
 		e->batches = (e->rank_count + s->batch - 1) / s->batch;
 		return;
 	}
+	if (s->mode == ORD_NODE) {
+		/* every node's share is floor or ceil of N'/M; ranks split it */
+		uint64_t nl = e->level_n[e->nlevels], lw = e->local_world;
+		uint64_t most = (nl + s->nodes - 1) / s->nodes, least = nl / s->nodes;
+		if (s->drop_last)
+			e->batches = least / (lw * s->batch);
+		else if (s->pad_last)
+			e->batches = (most + lw * s->batch - 1) / (lw * s->batch);
+		if (s->drop_last || s->pad_last) {
+			e->rank_count = e->batches * s->batch;
+			return;
+		}
+		e->rank_count = (most + lw - 1) / lw;
+		e->batches = (e->rank_count + s->batch - 1) / s->batch;
+		return;
+	}
 	uint64_t rem = st < n ? n - st : 0;
 	if (s->drop_last || s->pad_last) {
 		e->batches = s->drop_last ? rem / rb : (rem + rb - 1) / rb;
@@ -246,9 +418,80 @@ static void ord_layout(struct ord_epoch *e)
 	e->batches = (e->rank_count + s->batch - 1) / s->batch;
 }
 
+/* Node order: the levels' sequence sizes, the deal's keys and this node's
+ * share of the last sequence. */
+static int ord_node_init(struct ord_epoch *e, const struct ord_level *lv, uint32_t nlevels,
+			 struct feed_err *err)
+{
+	const struct ord_spec *s = &e->spec;
+
+	if (nlevels > ORD_MAX_LEVELS)
+		return feed_err_set(err, -EINVAL, "order: %u node-count changes in one epoch, at most %d",
+				    nlevels, ORD_MAX_LEVELS);
+	e->level_n[0] = s->n;
+	for (uint32_t i = 0; i < nlevels; i++) {
+		uint64_t n = e->level_n[i], m = lv[i].nodes;
+		if (m == 0 || lv[i].pos % m)
+			return feed_err_set(err, -EINVAL, "order: level %u: position %llu is not a "
+					    "multiple of its %llu nodes", i,
+					    (unsigned long long)lv[i].pos, (unsigned long long)m);
+		uint64_t c = lv[i].pos / m;
+		/* shares are floor or ceil of n/m: c >= ceil consumes them all */
+		e->level_n[i + 1] = c >= (n + m - 1) / m ? 0 : n - c * m;
+		e->levels[i] = lv[i];
+	}
+	e->nlevels = nlevels;
+	e->units = (s->n + s->unit - 1) / s->unit;
+	e->tail = s->n - (e->units - 1) * s->unit;
+	e->bits_units = ord_bits_for(e->units);
+	ord_round_keys(s->deal_fixed ? ord_base_key(s, 0, ORD_DOMAIN_FIXED) :
+				       ord_base_key(s, e->epoch, ORD_DOMAIN_DEAL), e->rk_deal);
+	ord_round_keys(ord_base_key(s, e->epoch, ORD_DOMAIN_NODE), e->rk_node);
+	e->tail_slot = ord_perm_inv(e->units - 1, e->units, e->bits_units, e->rk_deal, 0);
+	e->local_world = s->world / s->nodes;
+	e->local = s->rank % e->local_world;
+	uint64_t nl = e->level_n[nlevels], k = s->rank / e->local_world;
+	e->share_lo = ord_share_lo(k, nl, s->nodes);
+	e->share_n = ord_share_lo(k + 1, nl, s->nodes) - e->share_lo;
+	return 0;
+}
+
+int ord_epoch_init_levels(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
+			  const struct ord_level *lv, uint32_t nlevels, struct feed_err *err)
+{
+	memset(e, 0, sizeof(*e));
+	int rc = ord_check_spec(s, err);
+	if (rc < 0)
+		return rc;
+	if (s->mode != ORD_NODE || s->eval) {
+		if (nlevels)
+			return feed_err_set(err, -EINVAL, "order: node-count levels need node order");
+		return ord_epoch_init_at(e, s, epoch, 0, err);
+	}
+	e->spec = *s;
+	e->epoch = epoch;
+	e->bits_n = ord_bits_for(s->n);
+	if ((rc = ord_node_init(e, lv, nlevels, err)) < 0) {
+		ord_epoch_fini(e);
+		return rc;
+	}
+	ord_layout(e);
+	return 0;
+}
+
+uint64_t ord_level_samples(const struct ord_epoch *e)
+{
+	return e->spec.mode == ORD_NODE && !e->spec.eval ? e->level_n[e->nlevels] : e->spec.n;
+}
+
 int ord_epoch_init_at(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
 		      uint64_t start, struct feed_err *err)
 {
+	if (s->mode == ORD_NODE && !s->eval) {
+		/* the same nodes laid out again from `start` */
+		struct ord_level lv = {.nodes = s->nodes, .pos = start};
+		return ord_epoch_init_levels(e, s, epoch, &lv, start ? 1 : 0, err);
+	}
 	memset(e, 0, sizeof(*e));
 	int rc = ord_check_spec(s, err);
 	if (rc < 0)
@@ -309,7 +552,28 @@ uint64_t ord_sample(const struct ord_epoch *e, uint64_t batch, uint32_t i)
 {
 	uint64_t g = ord_global_position(e, batch, i);
 
+	if (e->spec.mode == ORD_NODE && !e->spec.eval)
+		return ord_node_seq(e, ord_node_x(e, ord_node_p(e, batch, i)));
+
 	return ord_permute(e, g < e->spec.n ? g : g % e->spec.n);
+}
+
+uint64_t ord_sample_after(const struct ord_epoch *e, uint64_t g, uint64_t k)
+{
+	if (e->spec.mode == ORD_NODE && !e->spec.eval) {
+		uint64_t p = g / e->spec.world * e->local_world + e->local;
+		return ord_node_seq(e, ord_node_x(e, p + k));
+	}
+	return ord_permute(e, (g + k) % e->spec.n);
+}
+
+bool ord_padding(const struct ord_epoch *e, uint64_t batch, uint32_t i)
+{
+	if (e->spec.mode == ORD_NODE && !e->spec.eval) {
+		assert(batch < e->batches && i < ord_batch_size(e, batch));
+		return ord_node_p(e, batch, i) >= e->share_n;
+	}
+	return ord_global_position(e, batch, i) >= e->spec.n;
 }
 
 uint64_t ord_position_of(const struct ord_epoch *e, uint64_t batch)

@@ -31,6 +31,9 @@
  *                    one-record blocks: 469 KiB; 720 Fashion-MNIST 64 KiB
  *                    blocks: 5.6 KiB), built in O(nblocks) at init; a
  *                    lookup is two binary searches, O(log nblocks).
+ *   ORD_NODE         node-aware (DESIGN.md "Node-aware order"); see "Node
+ *                    order" below. O(1) memory, no table; a lookup is one
+ *                    or two networks plus O(levels * log nodes) arithmetic.
  * Keys differ in every bit of the seed, every byte of the version and every
  * bit of the epoch.
  *
@@ -72,6 +75,49 @@
  *                    and read from batch 0: the remaining positions
  *                    [P, N) are partitioned over the new ranks as above.
  * So a resume token only needs the epoch and P.
+ *
+ * Node order (ORD_NODE). The world's R ranks sit on M = spec.nodes nodes of
+ * L = R / M ranks each; rank r is local rank l = r % L of node k = r / L
+ * (torchrun's and Slurm's block placement: RANK = node * L + LOCAL_RANK).
+ *   Units.  The dataset is cut into units of C = spec.unit consecutive
+ *           samples (the daemon uses `window` blocks' worth: a unit is a run
+ *           of whole blocks when records per block are constant). Fixed-size
+ *           units keep position -> unit pure arithmetic: no table.
+ *   Deal.   A keyed network permutes the U = ceil(N / C) units; laid out
+ *           unit after unit they form a sequence D of the N samples (the
+ *           one short unit, if any, sits where the permutation put it).
+ *           Node k's share is D's positions [lo(k), lo(k+1)), lo(k) =
+ *           floor(k * N / M): shares differ by at most one sample, at most
+ *           M - 1 units are split between two nodes. deal_fixed keys the
+ *           deal by (version, seed) alone, so a node keeps its share every
+ *           epoch (its cache stays warm); otherwise the epoch is keyed in
+ *           and the shares rotate.
+ *   Shuffle. Inside its share node k reads a second keyed network (keyed
+ *           by the epoch, tweaked by k and M) over [0, share): local
+ *           position p reads D(lo(k) + perm_k(p)). This is the node
+ *           sequence Y: Y(lo(k) + p) = D(lo(k) + perm_k(p)).
+ *   Ranks.  Local rank l reads local positions l, l + L, l + 2L, ... as
+ *           DistributedSampler splits an epoch. Rank r's sample i of batch
+ *           b is global position g = (b * B + i) * R + r as in the other
+ *           modes; it is local position p = (b * B + i) * L + l of node k.
+ *   Counts. padding: ceil(ceil(N / M) / L) samples per rank, which equals
+ *           ceil(N / R); a node whose share is one short pads by wrapping
+ *           around inside its own share (p mod share), so padding never
+ *           leaves the node. pad_last: ceil(ceil(N / M) / (L * B)) batches;
+ *           drop_last: floor(floor(N / M) / (L * B)) batches — the same
+ *           counts as the other modes. eval: sequential as in every mode.
+ *   Global position. P = b * B * R, as in the other modes: when every rank
+ *           is at batch b each node has consumed the first c = P / M
+ *           positions of its share. With the same M (any L), the layout
+ *           continues at P. With another node count M', the remaining
+ *           positions — node k's share from c on, node after node — form a
+ *           new sequence Y' of N' = N - sum(min(c, share)) samples, which
+ *           the M' nodes split again into contiguous shares (read in Y'
+ *           order: already shuffled) from position 0. Each such change is a
+ *           level (nodes, P) of the epoch; ord_epoch_init_levels() takes
+ *           them (at most ORD_MAX_LEVELS per epoch), and positions after it
+ *           count from 0 of the last level's sequence. A resume token
+ *           carries the epoch, P, the node count and the levels.
  */
 #ifndef FEED_ORDER_H
 #define FEED_ORDER_H
@@ -91,6 +137,18 @@ enum ord_mode {
 	ORD_SEQUENTIAL = 0, /* dataset order */
 	ORD_FULL = 1,       /* one permutation of all samples */
 	ORD_BLOCK_WINDOW = 2, /* blocks permuted, samples permuted inside windows */
+	ORD_NODE = 3,         /* units dealt to nodes, shuffled inside a node's share */
+};
+
+/* Node order: node-count changes within one epoch a layout may follow. */
+#define ORD_MAX_LEVELS 8
+
+/* Node order: a layout the epoch was read under before a change of node
+ * count: `nodes` nodes read it up to global position `pos` (a multiple of
+ * nodes: every node consumed pos / nodes positions of its share). */
+struct ord_level {
+	uint32_t nodes;            /* >= 1 */
+	uint64_t pos;              /* global position reached */
 };
 
 /* What a stream asks for; copied by ord_epoch_init*() except block_first. */
@@ -111,6 +169,9 @@ struct ord_spec {
 	bool drop_last;            /* cut the epoch instead of padding it */
 	bool pad_last;             /* pad every rank's last batch to full size */
 	bool eval;                 /* sequential, every sample once, no padding */
+	uint32_t nodes;            /* node: nodes, >= 1, dividing world */
+	uint64_t unit;             /* node: samples per dealt unit, >= 1 */
+	bool deal_fixed;           /* node: the same deal every epoch (else rotates) */
 };
 
 /* One epoch's order and this rank's share of it. Fields are private: use
@@ -127,6 +188,16 @@ struct ord_epoch {
 	uint64_t rk_win[ORD_ROUNDS];   /* round keys: inside a window (block-window) */
 	uint64_t *slot_start;      /* block-window: nblocks+1 start positions of the
 				    * permuted blocks, owned; NULL otherwise */
+	/* node order */
+	uint64_t rk_deal[ORD_ROUNDS];  /* round keys: units (the deal) */
+	uint64_t rk_node[ORD_ROUNDS];  /* round keys: inside a node's share */
+	uint64_t units, tail, tail_slot; /* U; samples of unit U-1; its slot in D */
+	uint32_t bits_units;       /* network width over units */
+	uint32_t nlevels;          /* earlier layouts of this epoch */
+	struct ord_level levels[ORD_MAX_LEVELS];
+	uint64_t level_n[ORD_MAX_LEVELS + 1]; /* samples of each level's sequence */
+	uint64_t share_lo, share_n; /* this node's share of the last sequence */
+	uint32_t local, local_world; /* l and L */
 };
 
 /*
@@ -143,6 +214,17 @@ int ord_epoch_init(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch
 int ord_epoch_init_at(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
 		      uint64_t start, struct feed_err *err);
 
+/* Node order: as ord_epoch_init() for an epoch read before under the
+ * nlevels (<= ORD_MAX_LEVELS) layouts lv, oldest first (see "Node order"):
+ * this layout is the remaining positions' sequence, from its position 0.
+ * nlevels 0 is ord_epoch_init(). -EINVAL naming a bad level (a position
+ * not a multiple of its nodes). An epoch with nothing left has no batches. */
+int ord_epoch_init_levels(struct ord_epoch *e, const struct ord_spec *s, uint64_t epoch,
+			  const struct ord_level *lv, uint32_t nlevels, struct feed_err *err);
+
+/* Node order: samples left in this layout's sequence (N without levels). */
+uint64_t ord_level_samples(const struct ord_epoch *e);
+
 /* Frees what init allocated and zeroes e. Accepts a zeroed or failed e. */
 void ord_epoch_fini(struct ord_epoch *e);
 
@@ -154,7 +236,8 @@ uint64_t ord_batches_per_epoch(const struct ord_epoch *e);
 uint32_t ord_batch_size(const struct ord_epoch *e, uint64_t batch);
 
 /* Global position of sample i of batch `batch` of this rank, before the
- * wrap-around of padding (may be >= N in padding). Requires batch <
+ * wrap-around of padding (may be >= N in padding; node order pads inside
+ * each node's share, so ask ord_padding() whether a sample repeats). Requires batch <
  * batches and i < ord_batch_size(batch) (asserted). */
 uint64_t ord_global_position(const struct ord_epoch *e, uint64_t batch, uint32_t i);
 
@@ -164,8 +247,21 @@ uint64_t ord_global_position(const struct ord_epoch *e, uint64_t batch, uint32_t
 uint64_t ord_sample(const struct ord_epoch *e, uint64_t batch, uint32_t i);
 
 /* The epoch's permutation: dataset sample at global position pos, pos < N
- * (asserted). Eval epochs are sequential: returns pos. */
+ * (asserted). Eval epochs are sequential: returns pos. Node order: the
+ * sample at position pos of this layout's node sequence Y (its nodes'
+ * shares one after another, each shuffled), pos < ord_level_samples(). */
 uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos);
+
+/* Whether sample i of batch `batch` repeats one for padding (a position
+ * past the end, wrapped around). Same preconditions as ord_sample(). */
+bool ord_padding(const struct ord_epoch *e, uint64_t batch, uint32_t i);
+
+/* The sample read k positions after global position g (this rank's, as
+ * ord_global_position() gives it), wrapping around the epoch: what
+ * on_error skip builds in place of a sample that fails. Node order steps
+ * through the node's local order and wraps inside its share, so a
+ * replacement never leaves the node's share. */
+uint64_t ord_sample_after(const struct ord_epoch *e, uint64_t g, uint64_t k);
 
 /* Global resume position of "this rank is at batch `batch`": start +
  * batch * batch_size * world. batch may equal ord_batches_per_epoch(). */

@@ -37,20 +37,55 @@ enum pipe_key {
 	PK_STD,
 	PK_DTYPE,
 	PK_LAYOUT,
+	PK_FACTOR,
+	PK_ANGLE,
+	PK_INTERPOLATION,
+	PK_FILL,
+	PK_TRANSLATE_X,
+	PK_TRANSLATE_Y,
+	PK_SCALE,
+	PK_SHEAR_X,
+	PK_SHEAR_Y,
+	PK_BITS,
+	PK_THRESHOLD,
+	PK_KERNEL_SIZE,
+	PK_SIGMA,
+	PK_SIGMA_MIN,
+	PK_SIGMA_MAX,
+	PK_NUM_OUTPUT_CHANNELS,
+	PK_I,
+	PK_J,
+	PK_VALUE,
+	PK_BRIGHTNESS,
+	PK_CONTRAST,
+	PK_SATURATION,
+	PK_HUE,
+	PK_DEGREES,
+	PK_TRANSLATE,
+	PK_SHEAR,
+	PK_NUM_MAGNITUDE_BINS,
+	PK_NUM_OPS,
+	PK_MAGNITUDE,
+	PK_POLICY,
 	PK_COUNT_,
 };
+#define PKB(k) (1ull << (k))
 
 static const char *const pipe_key_names[PK_COUNT_] = {
 	"size", "pad", "p", "h", "w", "len", "field", "short", "channels", "scale_min",
-	"scale_max", "ratio_min", "ratio_max", "mean", "std", "dtype", "layout"};
+	"scale_max", "ratio_min", "ratio_max", "mean", "std", "dtype", "layout", "factor",
+	"angle", "interpolation", "fill", "translate_x", "translate_y", "scale", "shear_x",
+	"shear_y", "bits", "threshold", "kernel_size", "sigma", "sigma_min", "sigma_max",
+	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
+	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
 struct pipe_op_desc {
 	const char *name;
-	uint32_t keys[8];          /* enum pipe_key, terminated by PK_FIELD */
+	uint32_t keys[10];         /* enum pipe_key, terminated by PK_FIELD */
 	uint32_t nkeys;            /* keys before field */
-	uint32_t required;         /* bit mask over enum pipe_key */
+	uint64_t required;         /* bit mask over enum pipe_key (PKB) */
 };
 
 static const struct pipe_op_desc pipe_ops[] = {
@@ -68,6 +103,56 @@ static const struct pipe_op_desc pipe_ops[] = {
 				      5, 1u << PK_SIZE},
 	[PIPE_NORMALIZE] = {"normalize", {PK_MEAN, PK_STD, PK_DTYPE, PK_LAYOUT, PK_FIELD}, 4,
 			    1u << PK_MEAN | 1u << PK_STD},
+	[PIPE_ADJUST_BRIGHTNESS] = {"adjust_brightness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ADJUST_CONTRAST] = {"adjust_contrast", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ADJUST_SATURATION] = {"adjust_saturation", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ADJUST_HUE] = {"adjust_hue", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ADJUST_SHARPNESS] = {"adjust_sharpness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ROTATE] = {"rotate", {PK_ANGLE, PK_INTERPOLATION, PK_FILL, PK_FIELD}, 3,
+			 PKB(PK_ANGLE)},
+	[PIPE_AFFINE] = {"affine",
+			 {PK_ANGLE, PK_TRANSLATE_X, PK_TRANSLATE_Y, PK_SCALE, PK_SHEAR_X,
+			  PK_SHEAR_Y, PK_INTERPOLATION, PK_FILL, PK_FIELD},
+			 8, PKB(PK_ANGLE)},
+	[PIPE_POSTERIZE] = {"posterize", {PK_BITS, PK_FIELD}, 1, PKB(PK_BITS)},
+	[PIPE_SOLARIZE] = {"solarize", {PK_THRESHOLD, PK_FIELD}, 1, PKB(PK_THRESHOLD)},
+	[PIPE_EQUALIZE] = {"equalize", {PK_FIELD}, 0, 0},
+	[PIPE_AUTOCONTRAST] = {"autocontrast", {PK_FIELD}, 0, 0},
+	[PIPE_INVERT] = {"invert", {PK_FIELD}, 0, 0},
+	/* sigma, or sigma_min and sigma_max: checked in op_check() */
+	[PIPE_GAUSSIAN_BLUR] = {"gaussian_blur",
+				{PK_KERNEL_SIZE, PK_SIGMA, PK_SIGMA_MIN, PK_SIGMA_MAX, PK_FIELD}, 4,
+				PKB(PK_KERNEL_SIZE)},
+	[PIPE_RGB_TO_GRAYSCALE] = {"rgb_to_grayscale", {PK_NUM_OUTPUT_CHANNELS, PK_FIELD}, 1, 0},
+	[PIPE_ERASE] = {"erase", {PK_I, PK_J, PK_H, PK_W, PK_VALUE, PK_FIELD}, 5,
+			PKB(PK_I) | PKB(PK_J) | PKB(PK_H) | PKB(PK_W)},
+	[PIPE_COLOR_JITTER] = {"color_jitter",
+			       {PK_BRIGHTNESS, PK_CONTRAST, PK_SATURATION, PK_HUE, PK_FIELD}, 4, 0},
+	[PIPE_RANDOM_GRAYSCALE] = {"random_grayscale", {PK_P, PK_FIELD}, 1, 0},
+	[PIPE_RANDOM_ROTATION] = {"random_rotation",
+				  {PK_DEGREES, PK_INTERPOLATION, PK_FILL, PK_FIELD}, 3,
+				  PKB(PK_DEGREES)},
+	[PIPE_RANDOM_AFFINE] = {"random_affine",
+				{PK_DEGREES, PK_TRANSLATE, PK_SCALE_MIN, PK_SCALE_MAX, PK_SHEAR,
+				 PK_INTERPOLATION, PK_FILL, PK_FIELD},
+				7, PKB(PK_DEGREES)},
+	[PIPE_RANDOM_SOLARIZE] = {"random_solarize", {PK_THRESHOLD, PK_P, PK_FIELD}, 2,
+				  PKB(PK_THRESHOLD)},
+	[PIPE_RANDOM_POSTERIZE] = {"random_posterize", {PK_BITS, PK_P, PK_FIELD}, 2, PKB(PK_BITS)},
+	[PIPE_RANDOM_EQUALIZE] = {"random_equalize", {PK_P, PK_FIELD}, 1, 0},
+	[PIPE_RANDOM_AUTOCONTRAST] = {"random_autocontrast", {PK_P, PK_FIELD}, 1, 0},
+	[PIPE_RANDOM_ADJUST_SHARPNESS] = {"random_adjust_sharpness", {PK_FACTOR, PK_P, PK_FIELD},
+					  2, PKB(PK_FACTOR)},
+	[PIPE_RANDOM_INVERT] = {"random_invert", {PK_P, PK_FIELD}, 1, 0},
+	[PIPE_TRIVIAL_AUGMENT_WIDE] = {"trivial_augment_wide", {PK_NUM_MAGNITUDE_BINS, PK_FIELD},
+				       1, 0},
+	[PIPE_RAND_AUGMENT] = {"rand_augment",
+			       {PK_NUM_OPS, PK_MAGNITUDE, PK_NUM_MAGNITUDE_BINS, PK_FIELD}, 3, 0},
+	[PIPE_AUTO_AUGMENT] = {"auto_augment", {PK_POLICY, PK_FIELD}, 1, 0},
+	[PIPE_RANDOM_ERASING] = {"random_erasing",
+				 {PK_P, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN, PK_RATIO_MAX,
+				  PK_VALUE, PK_FIELD},
+				 6, 0},
 };
 #define PIPE_NKINDS (sizeof(pipe_ops) / sizeof(pipe_ops[0]))
 
@@ -276,6 +361,8 @@ static int parse_name(struct pipe_scan *sc, const char *key, const char *v,
 static const char *const pipe_dtype_names[] = {"f32", "f16", "bf16", NULL};
 static const int pipe_dtypes[] = {FEED_DTYPE_F32, FEED_DTYPE_F16, FEED_DTYPE_BF16};
 static const char *const pipe_layout_names[] = {"chw", "hwc", NULL};
+static const char *const pipe_interp_names[] = {"nearest", "bilinear", NULL};
+static const char *const pipe_policy_names[] = {"imagenet", "cifar10", "svhn", NULL};
 
 static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NAME_MAX])
 {
@@ -288,6 +375,135 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 			return scan_fail(sc, "key 'field': bad field name '%s'", v);
 	memcpy(out, v, len + 1);
 	return 0;
+}
+
+#define PIPE_ANGLE_MAX 3600u  /* largest |angle| and degrees */
+#define PIPE_SHEAR_MAX 89u    /* largest |shear| (tan grows without bound) */
+#define PIPE_FACTOR_MAX 100u  /* largest adjust_* factor and jitter */
+#define PIPE_SIGMA_MAX 100u   /* largest gaussian_blur sigma */
+#define PIPE_KSIZE_MAX 255u   /* largest gaussian_blur kernel_size */
+
+/* value=: 0..255, or `random` where the op draws it (random_erasing). */
+static int parse_fill_value(struct pipe_scan *sc, struct pipe_op *op, const char *v)
+{
+	if (!strcmp(v, "random")) {
+		if (op->kind != PIPE_RANDOM_ERASING)
+			return scan_fail(sc, "key 'value': 'random' is random_erasing's only");
+		op->value_random = true;
+		return 0;
+	}
+	op->value_random = false;
+	return parse_uint(sc, "value", v, 0, 255, &op->value);
+}
+
+/* scale_min / scale_max: random_resized_crop's are in [0, 1] (u32 ppb);
+ * random_affine's and random_erasing's their own fields. */
+static int parse_scale_key(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+			   const char *v)
+{
+	const char *k = pipe_key_names[key];
+	uint32_t at = key == PK_SCALE_MIN ? 0 : 1;
+	int64_t x = 0;
+	int rc;
+
+	if (op->kind == PIPE_RANDOM_AFFINE)
+		return parse_decimal(sc, k, v, 1, PIPE_FACTOR_MAX * (int64_t)PIPE_P_ONE,
+				     &op->ascale_ppb[at]);
+	if (op->kind == PIPE_RANDOM_ERASING)
+		return parse_decimal(sc, k, v, 0, PIPE_P_ONE, &op->escale_ppb[at]);
+	rc = parse_decimal(sc, k, v, key == PK_SCALE_MIN ? 0 : 1, PIPE_P_ONE, &x);
+	op->scale_ppb[at] = (uint32_t)x;
+	return rc;
+}
+
+/* rotate / affine / random_rotation / random_affine keys; 1 when key is
+ * not one of them. */
+static int op_set_geom(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		       const char *v)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE, fmax = PIPE_FACTOR_MAX * one;
+	const int64_t amax = PIPE_ANGLE_MAX * one, smax = PIPE_SHEAR_MAX * one;
+	uint32_t u = 0;
+	int rc;
+
+	switch (key) {
+	case PK_ANGLE: return parse_decimal(sc, k, v, -amax, amax, &op->angle_ppb);
+	case PK_DEGREES: return parse_decimal(sc, k, v, 0, amax, &op->degrees_ppb);
+	case PK_INTERPOLATION:
+		rc = parse_name(sc, k, v, pipe_interp_names, "nearest, bilinear", &u);
+		op->interp = u;
+		return rc;
+	case PK_FILL: return parse_uint(sc, k, v, 0, 255, &op->fill);
+	case PK_TRANSLATE_X:
+	case PK_TRANSLATE_Y:
+		return parse_decimal(sc, k, v, -(int64_t)PIPE_DIM_MAX * one,
+				     (int64_t)PIPE_DIM_MAX * one, &op->translate_ppb[key - PK_TRANSLATE_X]);
+	case PK_TRANSLATE: return parse_decimal(sc, k, v, 0, one, &op->translate_frac_ppb);
+	case PK_SCALE: return parse_decimal(sc, k, v, 1, fmax, &op->scale_f_ppb);
+	case PK_SHEAR_X:
+	case PK_SHEAR_Y:
+		return parse_decimal(sc, k, v, -smax, smax, &op->shear_ppb[key - PK_SHEAR_X]);
+	case PK_SHEAR: return parse_decimal(sc, k, v, 0, smax, &op->shear_r_ppb);
+	default: return 1;
+	}
+}
+
+/* The pixel ops' keys (see pipeline.h). */
+static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+			const char *v)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE, fmax = PIPE_FACTOR_MAX * one;
+	uint32_t u = 0;
+	int rc = op_set_geom(sc, op, key, v);
+
+	if (rc <= 0)
+		return rc;
+	switch (key) {
+	case PK_FACTOR:
+		if (op->kind == PIPE_ADJUST_HUE)
+			return parse_decimal(sc, k, v, -one / 2, one / 2, &op->factor_ppb);
+		return parse_decimal(sc, k, v, 0, fmax, &op->factor_ppb);
+	case PK_BITS: return parse_uint(sc, k, v, 0, 8, &op->bits);
+	case PK_THRESHOLD: return parse_uint(sc, k, v, 0, 255, &op->threshold);
+	case PK_KERNEL_SIZE:
+		rc = parse_uint(sc, k, v, 1, PIPE_KSIZE_MAX, &op->ksize);
+		if (rc == 0 && !(op->ksize & 1))
+			return scan_fail(sc, "key 'kernel_size': %u is not odd", op->ksize);
+		return rc;
+	case PK_SIGMA:
+		op->sigma_fixed = true;
+		rc = parse_decimal(sc, k, v, 1, PIPE_SIGMA_MAX * one, &op->sigma_ppb[0]);
+		op->sigma_ppb[1] = op->sigma_ppb[0];
+		return rc;
+	case PK_SIGMA_MIN:
+	case PK_SIGMA_MAX:
+		return parse_decimal(sc, k, v, 1, PIPE_SIGMA_MAX * one,
+				     &op->sigma_ppb[key - PK_SIGMA_MIN]);
+	case PK_NUM_OUTPUT_CHANNELS:
+		rc = parse_uint(sc, k, v, 1, 3, &op->out_c);
+		if (rc == 0 && op->out_c == 2)
+			return scan_fail(sc, "key 'num_output_channels': 2 is not 1 or 3");
+		return rc;
+	case PK_I: return parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &op->ei);
+	case PK_J: return parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &op->ej);
+	case PK_VALUE: return parse_fill_value(sc, op, v);
+	case PK_BRIGHTNESS:
+	case PK_CONTRAST:
+	case PK_SATURATION:
+		return parse_decimal(sc, k, v, 0, fmax, &op->jitter_ppb[key - PK_BRIGHTNESS]);
+	case PK_HUE: return parse_decimal(sc, k, v, 0, one / 2, &op->jitter_ppb[3]);
+	case PK_NUM_MAGNITUDE_BINS: return parse_uint(sc, k, v, 2, 1000, &op->nbins);
+	case PK_NUM_OPS: return parse_uint(sc, k, v, 0, 16, &op->num_ops);
+	case PK_MAGNITUDE: return parse_uint(sc, k, v, 0, 999, &op->magnitude);
+	case PK_POLICY:
+		rc = parse_name(sc, k, v, pipe_policy_names, "imagenet, cifar10, svhn", &u);
+		op->policy = u;
+		return rc;
+	default:
+		return scan_fail(sc, "key '%s': not handled", k);
+	}
 }
 
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
@@ -322,13 +538,12 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		return rc;
 	case PK_SCALE_MIN:
 	case PK_SCALE_MAX:
-		rc = parse_decimal(sc, k, v, key == PK_SCALE_MIN ? 0 : 1, one, &x);
-		op->scale_ppb[key - PK_SCALE_MIN] = (uint32_t)x;
-		return rc;
+		return parse_scale_key(sc, op, key, v);
 	case PK_RATIO_MIN:
 	case PK_RATIO_MAX:
 		rc = parse_decimal(sc, k, v, 1, PIPE_RATIO_MAX * one, &x);
 		op->ratio_ppb[key - PK_RATIO_MIN] = (uint64_t)x;
+		op->eratio_ppb[key - PK_RATIO_MIN] = x;
 		return rc;
 	case PK_MEAN:
 		return parse_decimal(sc, k, v, -(int64_t)PIPE_NORM_MAX * one,
@@ -344,8 +559,9 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		op->layout = u;
 		return rc;
 	case PK_FIELD:
-	default:
 		return parse_field_name(sc, v, op->field);
+	default:
+		return op_set_pixel(sc, op, key, v);
 	}
 }
 
@@ -422,7 +638,7 @@ static int parse_tuple(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 
 /* One `key = value` inside the parentheses; *seen tracks duplicates. */
 static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		     uint32_t *seen)
+		     uint64_t *seen)
 {
 	char key[PIPE_TOK_MAX], c[8];
 
@@ -436,9 +652,9 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 		allowed_keys(d, allowed, sizeof(allowed));
 		return scan_fail(sc, "unknown key '%s' (takes: %s)", key, allowed);
 	}
-	if (*seen & (1u << k))
+	if (*seen & PKB(k))
 		return scan_fail(sc, "key '%s' given twice", key);
-	*seen |= 1u << k;
+	*seen |= PKB(k);
 	scan_ws(sc);
 	if (sc->s[sc->i] != '=')
 		return scan_fail(sc, "key '%s': expected '=' at column %zu, found %s", key,
@@ -452,7 +668,7 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 
 /* `( key=value, ... )` after the op name; the cursor is on '('. */
 static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		      uint32_t *seen)
+		      uint64_t *seen)
 {
 	char c[8];
 
@@ -478,6 +694,28 @@ static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct
 	}
 }
 
+/* torchvision's defaults for the pixel ops. */
+static void op_defaults_pixel(struct pipe_op *op)
+{
+	const int64_t one = PIPE_P_ONE;
+
+	op->p_ppb = PIPE_P_ONE / 2;             /* the random_* ops' p=0.5 */
+	op->scale_f_ppb = one;                  /* affine(scale=1) */
+	op->ascale_ppb[0] = op->ascale_ppb[1] = one; /* random_affine: no scaling */
+	op->sigma_ppb[0] = one / 10;            /* GaussianBlur sigma=(0.1, 2.0) */
+	op->sigma_ppb[1] = 2 * one;
+	op->out_c = 1;                          /* rgb_to_grayscale(num_output_channels=1) */
+	op->nbins = 31;
+	op->num_ops = 2;
+	op->magnitude = 9;
+	op->escale_ppb[0] = 20000000;           /* RandomErasing scale=(0.02, 0.33) */
+	op->escale_ppb[1] = 330000000;
+	op->eratio_ppb[0] = 300000000;          /* ratio=(0.3, 3.3) */
+	op->eratio_ppb[1] = 3300000000;
+	if (op->kind == PIPE_RANDOM_GRAYSCALE)
+		op->p_ppb = PIPE_P_ONE / 10;    /* RandomGrayscale(p=0.1) */
+}
+
 static void op_defaults(struct pipe_op *op)
 {
 	if (op->kind == PIPE_HFLIP) {
@@ -493,11 +731,52 @@ static void op_defaults(struct pipe_op *op)
 	} else if (op->kind == PIPE_NORMALIZE) {
 		op->dtype = FEED_DTYPE_F32;
 		op->layout = PIPE_LAYOUT_CHW;
+	} else {
+		op_defaults_pixel(op);
+	}
+}
+
+/* min above max of a pair of keys: the message names the first. */
+static int check_order(struct pipe_scan *sc, const char *key, const char *other, int64_t lo,
+		       int64_t hi)
+{
+	char a[32], b[32];
+
+	if (lo <= hi)
+		return 0;
+	format_ppb(lo, a);
+	format_ppb(hi, b);
+	return scan_fail(sc, "key '%s': %s above %s %s", key, a, other, b);
+}
+
+static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
+{
+	bool range = seen & (PKB(PK_SIGMA_MIN) | PKB(PK_SIGMA_MAX));
+
+	switch (op->kind) {
+	case PIPE_GAUSSIAN_BLUR:
+		if (op->sigma_fixed && range)
+			return scan_fail(sc, "key 'sigma': give either sigma or sigma_min and "
+					 "sigma_max");
+		return check_order(sc, "sigma_min", "sigma_max", op->sigma_ppb[0], op->sigma_ppb[1]);
+	case PIPE_RANDOM_AFFINE:
+		return check_order(sc, "scale_min", "scale_max", op->ascale_ppb[0], op->ascale_ppb[1]);
+	case PIPE_RANDOM_ERASING:
+		if (check_order(sc, "scale_min", "scale_max", op->escale_ppb[0], op->escale_ppb[1]))
+			return -EINVAL;
+		return check_order(sc, "ratio_min", "ratio_max", op->eratio_ppb[0], op->eratio_ppb[1]);
+	case PIPE_RAND_AUGMENT:
+		if (op->magnitude >= op->nbins)
+			return scan_fail(sc, "key 'magnitude': %u not below num_magnitude_bins %u",
+					 op->magnitude, op->nbins);
+		return 0;
+	default:
+		return 0;
 	}
 }
 
 /* Checks between keys, once all are read. */
-static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint32_t seen)
+static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
 {
 	if (op->kind == PIPE_RESIZE) {
 		bool hw = seen & (1u << PK_H | 1u << PK_W);
@@ -509,6 +788,8 @@ static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint32_t see
 			return scan_fail(sc, "missing key 'h'");
 		if (hw && !(seen & (1u << PK_W)))
 			return scan_fail(sc, "missing key 'w'");
+	} else if (op->kind >= PIPE_ADJUST_BRIGHTNESS) {
+		return op_check_pixel(sc, op, seen);
 	} else if (op->kind == PIPE_RANDOM_RESIZED_CROP) {
 		char a[32], b[32];
 		if (op->scale_ppb[0] > op->scale_ppb[1]) {
@@ -529,7 +810,7 @@ static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint32_t see
 static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 {
 	char name[PIPE_TOK_MAX], c[8];
-	uint32_t seen = 0;
+	uint64_t seen = 0;
 
 	memset(op, 0, sizeof(*op));
 	sc->opname = NULL;
@@ -542,9 +823,7 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 		kind++;
 	if (kind == PIPE_NKINDS)
 		return feed_err_set(sc->err, -EINVAL,
-				    "pipeline op %u '%s': unknown op (identity, random_crop, "
-				    "center_crop, hflip, resize, random_window, decode, "
-				    "random_resized_crop, normalize)",
+				    "pipeline op %u '%s': unknown op (feedd --list-ops lists them)",
 				    sc->opno, name);
 	const struct pipe_op_desc *d = &pipe_ops[kind];
 	sc->opname = d->name;
@@ -557,7 +836,7 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 			return rc;
 	}
 	for (uint32_t k = 0; k < PK_COUNT_; k++)
-		if ((d->required & (1u << k)) && !(seen & (1u << k)))
+		if ((d->required & PKB(k)) && !(seen & PKB(k)))
 			return scan_fail(sc, "missing key '%s'", pipe_key_names[k]);
 	return op_check(sc, op, seen);
 }
@@ -614,6 +893,83 @@ static void format_tuple(const int64_t *v, uint32_t n, char *out, size_t cap)
 		snprintf(out + k, cap - k, ")");
 }
 
+/* The decimal key k of a pixel op, or NULL when k is not one. */
+static const int64_t *pixel_decimal(const struct pipe_op *op, enum pipe_key k)
+{
+	switch (k) {
+	case PK_FACTOR: return &op->factor_ppb;
+	case PK_ANGLE: return &op->angle_ppb;
+	case PK_DEGREES: return &op->degrees_ppb;
+	case PK_TRANSLATE_X: return &op->translate_ppb[0];
+	case PK_TRANSLATE_Y: return &op->translate_ppb[1];
+	case PK_TRANSLATE: return &op->translate_frac_ppb;
+	case PK_SCALE: return &op->scale_f_ppb;
+	case PK_SHEAR_X: return &op->shear_ppb[0];
+	case PK_SHEAR_Y: return &op->shear_ppb[1];
+	case PK_SHEAR: return &op->shear_r_ppb;
+	case PK_SIGMA:
+	case PK_SIGMA_MIN: return &op->sigma_ppb[0];
+	case PK_SIGMA_MAX: return &op->sigma_ppb[1];
+	case PK_BRIGHTNESS:
+	case PK_CONTRAST:
+	case PK_SATURATION:
+	case PK_HUE: return &op->jitter_ppb[k - PK_BRIGHTNESS];
+	default: return NULL;
+	}
+}
+
+static void format_key_pixel(const struct pipe_op *op, enum pipe_key k, char out[160])
+{
+	const char *name = pipe_key_names[k];
+	const int64_t *d = pixel_decimal(op, k);
+	uint32_t u = 0;
+	char p[32];
+
+	if (d) {
+		format_ppb(*d, p);
+		snprintf(out, 160, "%s=%s", name, p);
+		return;
+	}
+	if ((k == PK_SCALE_MIN || k == PK_SCALE_MAX) && op->kind == PIPE_RANDOM_AFFINE)
+		d = &op->ascale_ppb[k - PK_SCALE_MIN];
+	else if (k == PK_SCALE_MIN || k == PK_SCALE_MAX)
+		d = &op->escale_ppb[k - PK_SCALE_MIN];
+	else if (k == PK_RATIO_MIN || k == PK_RATIO_MAX)
+		d = &op->eratio_ppb[k - PK_RATIO_MIN];
+	if (d) {
+		format_ppb(*d, p);
+		snprintf(out, 160, "%s=%s", name, p);
+		return;
+	}
+	if (k == PK_INTERPOLATION) {
+		snprintf(out, 160, "%s=%s", name, pipe_interp_names[op->interp & 1]);
+		return;
+	}
+	if (k == PK_POLICY) {
+		snprintf(out, 160, "%s=%s", name, pipe_policy_names[op->policy % 3]);
+		return;
+	}
+	if (k == PK_VALUE && op->value_random) {
+		snprintf(out, 160, "value=random");
+		return;
+	}
+	switch (k) {
+	case PK_FILL: u = op->fill; break;
+	case PK_BITS: u = op->bits; break;
+	case PK_THRESHOLD: u = op->threshold; break;
+	case PK_KERNEL_SIZE: u = op->ksize; break;
+	case PK_NUM_OUTPUT_CHANNELS: u = op->out_c; break;
+	case PK_I: u = op->ei; break;
+	case PK_J: u = op->ej; break;
+	case PK_VALUE: u = op->value; break;
+	case PK_NUM_MAGNITUDE_BINS: u = op->nbins; break;
+	case PK_NUM_OPS: u = op->num_ops; break;
+	case PK_MAGNITUDE: u = op->magnitude; break;
+	default: break;
+	}
+	snprintf(out, 160, "%s=%u", name, u);
+}
+
 static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 {
 	char p[128];
@@ -629,11 +985,19 @@ static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 	case PK_CHANNELS: snprintf(out, 160, "channels=%u", op->channels); break;
 	case PK_SCALE_MIN:
 	case PK_SCALE_MAX:
+		if (op->kind != PIPE_RANDOM_RESIZED_CROP) {
+			format_key_pixel(op, k, out);
+			break;
+		}
 		format_ppb(op->scale_ppb[k - PK_SCALE_MIN], p);
 		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
 		break;
 	case PK_RATIO_MIN:
 	case PK_RATIO_MAX:
+		if (op->kind != PIPE_RANDOM_RESIZED_CROP) {
+			format_key_pixel(op, k, out);
+			break;
+		}
 		format_ppb((int64_t)op->ratio_ppb[k - PK_RATIO_MIN], p);
 		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
 		break;
@@ -649,8 +1013,8 @@ static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 		snprintf(out, 160, "dtype=%s", feed_dtype_name(op->dtype));
 		break;
 	case PK_LAYOUT: snprintf(out, 160, "layout=%s", pipe_layout_names[op->layout & 1]); break;
-	case PK_FIELD:
-	default: snprintf(out, 160, "field=%s", op->field); break;
+	case PK_FIELD: snprintf(out, 160, "field=%s", op->field); break;
+	default: format_key_pixel(op, k, out); break;
 	}
 }
 
@@ -662,8 +1026,12 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 		return op->field[0] != '\0';
 	if (op->kind == PIPE_RESIZE)
 		return k == PK_SHORT ? op->short_side != 0 : op->short_side == 0;
+	if (op->kind == PIPE_GAUSSIAN_BLUR && (k == PK_SIGMA || k == PK_SIGMA_MIN ||
+					       k == PK_SIGMA_MAX))
+		return (k == PK_SIGMA) == op->sigma_fixed;
 	return true;
 }
+
 
 static bool canon_put(char *buf, size_t cap, size_t *n, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -711,6 +1079,37 @@ int pipe_spec_canonical(const struct pipe_spec *spec, char *buf, size_t cap)
 	return (int)n;
 }
 
+int pipe_op_usage(uint32_t k, char *buf, size_t cap)
+{
+	struct pipe_op op = {.kind = (enum pipe_kind)k};
+	char kv[160];
+	size_t n = 0;
+
+	if (k >= PIPE_NKINDS || cap == 0)
+		return -EINVAL;
+	op_defaults(&op);
+	const struct pipe_op_desc *d = &pipe_ops[k];
+	buf[0] = '\0';
+	if (!canon_put(buf, cap, &n, "%s(", d->name))
+		return -ENOSPC;
+	for (uint32_t i = 0; i < d->nkeys; i++) {
+		enum pipe_key key = (enum pipe_key)d->keys[i];
+		if (d->required & PKB(key))
+			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
+		else if (k == PIPE_RESIZE || (k == PIPE_GAUSSIAN_BLUR && key == PK_SIGMA))
+			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
+		else if (k == PIPE_NORMALIZE && (key == PK_MEAN || key == PK_STD))
+			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
+		else
+			format_key(&op, key, kv);
+		if (!canon_put(buf, cap, &n, "%s, ", kv))
+			return -ENOSPC;
+	}
+	if (!canon_put(buf, cap, &n, "field)"))
+		return -ENOSPC;
+	return (int)n;
+}
+
 /* ------------------------------------------------------------------ */
 /* Planning                                                            */
 
@@ -729,10 +1128,16 @@ static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *
 			    pipe_kind_name(spec->ops[i].kind), what);
 }
 
+static bool is_pixel_op(enum pipe_kind k)
+{
+	return k >= PIPE_ADJUST_BRIGHTNESS && k < PIPE_KIND_COUNT_;
+}
+
 static bool is_image_op(enum pipe_kind k)
 {
 	return k == PIPE_RANDOM_CROP || k == PIPE_CENTER_CROP || k == PIPE_HFLIP ||
-	       k == PIPE_RESIZE || k == PIPE_RANDOM_RESIZED_CROP || k == PIPE_NORMALIZE;
+	       k == PIPE_RESIZE || k == PIPE_RANDOM_RESIZED_CROP || k == PIPE_NORMALIZE ||
+	       is_pixel_op(k);
 }
 
 static bool is_image_field(const struct fmt_field *f)
@@ -914,7 +1319,7 @@ static int plan_var_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uin
 	dm->c = c;
 	w->sk[i] = PIPE_STAGE_IMAGE;
 	w->join[i] = true;
-	if (op->kind == PIPE_RANDOM_CROP || op->kind == PIPE_NORMALIZE)
+	if (op->kind == PIPE_RANDOM_CROP || op->kind == PIPE_NORMALIZE || is_pixel_op(op->kind))
 		return plan_fail(spec, i, err, "decoded images of '%s' vary in size: put %s "
 				 "before %s", fd->name, pipe_fixers, pipe_kind_name(op->kind));
 	if (op->kind == PIPE_HFLIP)
@@ -990,6 +1395,33 @@ static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, 
 	return 0;
 }
 
+/* A pixel op on a fixed u8 image: the shape stays (rgb_to_grayscale may
+ * drop to one channel); gaussian_blur's reflect padding needs the kernel's
+ * half below each side. */
+static int plan_pixel_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+			 struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t h = fd->shape[0], wd = fd->shape[1], c = fd->rank == 3 ? fd->shape[2] : 1;
+
+	if (c != 1 && c != 3)
+		return plan_fail(&p->spec, i, err, "key 'field': '%s' has %u channels (%s takes 1 "
+				 "or 3)", fd->name, c, pipe_kind_name(op->kind));
+	if (op->kind == PIPE_GAUSSIAN_BLUR && (op->ksize / 2 >= h || op->ksize / 2 >= wd))
+		return plan_fail(&p->spec, i, err, "key 'kernel_size': %u too large for the %ux%u "
+				 "images of '%s' (reflect padding needs kernel_size / 2 below each "
+				 "side)", op->ksize, h, wd, fd->name);
+	w->sk[i] = PIPE_STAGE_PIXEL;
+	w->img_open[f] = false;
+	dm->in_h = h;
+	dm->in_w = wd;
+	dm->in_c = c;
+	uint32_t oc = op->kind == PIPE_RGB_TO_GRAYSCALE && op->out_c == 1 ? 1 : c;
+	return set_image_out(&p->spec, i, fd, dm, h, wd, oc, fd->rank == 3, err);
+}
+
 /* The image shape op i sees on field f (updated by earlier ops) and the
  * shape it leaves. */
 static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
@@ -1017,6 +1449,8 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 				 "are not supported", fd->name, h, wd, PIPE_DIM_MAX);
 	if (op->kind == PIPE_NORMALIZE)
 		return plan_normalize(p, w, i, f, err);
+	if (is_pixel_op(op->kind))
+		return plan_pixel_op(p, w, i, f, err);
 	uint32_t c = fd->rank == 3 ? fd->shape[2] : 1, oh = h, ow = wd;
 	dm->in_h = h;
 	dm->in_w = wd;
@@ -1099,7 +1533,8 @@ static void plan_add_to_stage(struct pipe_plan *p, const struct plan_work *w, ui
 	p->stage_ops[*nops] = i;
 	(*nops)++;
 	if (same && (w->join[i] || (last->kind == k && (k == PIPE_STAGE_GEO ||
-							    k == PIPE_STAGE_WINDOW)))) {
+							    k == PIPE_STAGE_WINDOW ||
+							    k == PIPE_STAGE_PIXEL)))) {
 		last->count++;
 	} else {
 		last = &p->stages[p->nstages++];
@@ -1107,6 +1542,7 @@ static void plan_add_to_stage(struct pipe_plan *p, const struct plan_work *w, ui
 		last->in_h = p->dims[i].in_h;
 		last->in_w = p->dims[i].in_w;
 		last->in_elems = p->dims[i].in_elems;
+		last->in_c = p->dims[i].in_c;
 		last->decode = op->kind == PIPE_DECODE;
 		last->elem_bytes = k == PIPE_STAGE_WINDOW ? feed_dtype_size(p->in.fields[f].dtype)
 				   : k == PIPE_STAGE_NORMALIZE ? feed_dtype_size(op->dtype)
@@ -1164,6 +1600,13 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 			maxw = st->out_w;
 		if (st->kind == PIPE_STAGE_NORMALIZE)
 			plan_convert(p, st);
+		if (st->kind == PIPE_STAGE_PIXEL) {
+			size_t n = (size_t)st->in_h * st->in_w * st->in_c;
+			size_t nf = n > 2 * (size_t)st->in_w ? n : 2 * (size_t)st->in_w;
+			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * nf + 63) & ~(size_t)63);
+			if (n > p->pix_scratch_bytes)
+				p->pix_scratch_bytes = n;
+		}
 		if (st->kind == PIPE_STAGE_IMAGE) {
 			size_t n = img_resample_scratch_bytes(st->in_w, st->in_h, st->out_w,
 							      st->out_h, st->c);
@@ -1174,7 +1617,7 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 	p->table_bytes = maxw * 16;
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
 	p->scratch_bytes = 2 * inter + ((p->table_bytes + 63) & ~(size_t)63) +
-			   ((p->img_scratch_bytes + 63) & ~(size_t)63);
+			   ((p->img_scratch_bytes + 63) & ~(size_t)63) + p->pix_scratch_bytes;
 }
 
 /* Resolves every op's field and shapes, in op order; then refuses fields

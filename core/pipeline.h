@@ -32,6 +32,15 @@
  *                                 (a tuple "(0.485, 0.456, 0.406)" or one
  *                                 number for one channel), dtype f32|f16|bf16,
  *                                 layout chw|hwc; the field's last op
+ *   adjust_brightness(factor) ... random_erasing(p, ...)
+ *                                 torchvision's per-sample augmentations
+ *                                 (pixel ops: PIPE_ADJUST_BRIGHTNESS and
+ *                                 after; README "Augmentations" and
+ *                                 `feedd --list-ops` list them with their
+ *                                 keys): on fixed u8 images of 1 or 3
+ *                                 channels, shape kept (rgb_to_grayscale
+ *                                 may make one channel); consecutive ones
+ *                                 on a field run as one PIXEL stage
  * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), or on a
  * field decode made; by default the first such field at that point of the
  * pipeline. decode acts on a field whose records are encoded images (fmt.h
@@ -91,6 +100,50 @@ enum pipe_kind {
 	PIPE_DECODE,
 	PIPE_RANDOM_RESIZED_CROP,
 	PIPE_NORMALIZE,
+	/* pixel ops (augment_pixel.c): fixed u8 images, shape kept */
+	PIPE_ADJUST_BRIGHTNESS,
+	PIPE_ADJUST_CONTRAST,
+	PIPE_ADJUST_SATURATION,
+	PIPE_ADJUST_HUE,
+	PIPE_ADJUST_SHARPNESS,
+	PIPE_ROTATE,
+	PIPE_AFFINE,
+	PIPE_POSTERIZE,
+	PIPE_SOLARIZE,
+	PIPE_EQUALIZE,
+	PIPE_AUTOCONTRAST,
+	PIPE_INVERT,
+	PIPE_GAUSSIAN_BLUR,
+	PIPE_RGB_TO_GRAYSCALE,
+	PIPE_ERASE,
+	PIPE_COLOR_JITTER,
+	PIPE_RANDOM_GRAYSCALE,
+	PIPE_RANDOM_ROTATION,
+	PIPE_RANDOM_AFFINE,
+	PIPE_RANDOM_SOLARIZE,
+	PIPE_RANDOM_POSTERIZE,
+	PIPE_RANDOM_EQUALIZE,
+	PIPE_RANDOM_AUTOCONTRAST,
+	PIPE_RANDOM_ADJUST_SHARPNESS,
+	PIPE_RANDOM_INVERT,
+	PIPE_TRIVIAL_AUGMENT_WIDE,
+	PIPE_RAND_AUGMENT,
+	PIPE_AUTO_AUGMENT,
+	PIPE_RANDOM_ERASING,
+	PIPE_KIND_COUNT_,
+};
+
+/* rotate / affine interpolation. */
+enum pipe_interp {
+	PIPE_INTERP_NEAREST = 0,
+	PIPE_INTERP_BILINEAR = 1,
+};
+
+/* auto_augment policies, as torchvision's AutoAugmentPolicy. */
+enum pipe_policy {
+	PIPE_POLICY_IMAGENET = 0,
+	PIPE_POLICY_CIFAR10,
+	PIPE_POLICY_SVHN,
 };
 
 /* normalize's layouts. */
@@ -116,6 +169,36 @@ struct pipe_op {
 	uint32_t nmean, nstd;      /* normalize: values given */
 	int dtype;                 /* normalize: FEED_DTYPE_F32, F16 or BF16 */
 	uint32_t layout;           /* normalize: enum pipe_layout */
+	/* Pixel ops. Decimals in parts per 10^9, signed where they may be. */
+	int64_t factor_ppb;        /* adjust_*(factor), random_adjust_sharpness */
+	int64_t angle_ppb;         /* rotate, affine: angle in degrees */
+	int64_t degrees_ppb;       /* random_rotation, random_affine: +-degrees */
+	int64_t translate_ppb[2];  /* affine: translate_x, translate_y (pixels) */
+	int64_t translate_frac_ppb; /* random_affine: translate (of the side) */
+	int64_t scale_f_ppb;       /* affine: scale */
+	int64_t ascale_ppb[2];     /* random_affine: scale_min, scale_max */
+	int64_t shear_ppb[2];      /* affine: shear_x, shear_y (degrees) */
+	int64_t shear_r_ppb;       /* random_affine: shear range +-degrees (x) */
+	uint32_t interp;           /* rotate, affine, random_*: enum pipe_interp */
+	uint32_t fill;             /* rotate, affine, random_*: fill value 0..255 */
+	uint32_t bits;             /* posterize, random_posterize: 1..8 */
+	uint32_t threshold;        /* solarize, random_solarize: 0..255 */
+	uint32_t ksize;            /* gaussian_blur: odd kernel_size */
+	int64_t sigma_ppb[2];      /* gaussian_blur: sigma_min, sigma_max (equal
+				    * when sigma fixes it) */
+	bool sigma_fixed;          /* gaussian_blur: sigma= given */
+	uint32_t out_c;            /* rgb_to_grayscale: num_output_channels 1|3 */
+	uint32_t ei, ej;           /* erase: top row i, left column j (h, w above) */
+	uint32_t value;            /* erase, random_erasing: fill 0..255 */
+	bool value_random;         /* random_erasing: value=random (normal draws) */
+	int64_t jitter_ppb[4];     /* color_jitter: brightness, contrast,
+				    * saturation, hue */
+	uint32_t nbins;            /* trivial/rand_augment: num_magnitude_bins */
+	uint32_t num_ops;          /* rand_augment */
+	uint32_t magnitude;        /* rand_augment: bin index */
+	uint32_t policy;           /* auto_augment: enum pipe_policy */
+	int64_t eratio_ppb[2];     /* random_erasing: ratio_min, ratio_max */
+	int64_t escale_ppb[2];     /* random_erasing: scale_min, scale_max */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -132,6 +215,12 @@ int pipe_parse(const char *text, struct pipe_spec *ret_spec, struct feed_err *er
 
 /* The op's name ("random_crop"); static string. */
 const char *pipe_kind_name(enum pipe_kind kind);
+
+/* One line describing op kind k for `feedd --list-ops`: its name and
+ * keys with defaults, e.g. "hflip(p=0.5, field)". Writes at most cap
+ * bytes (NUL-terminated); returns the length, or -EINVAL when k names no
+ * op (k from 0 up to the first -EINVAL lists every op). */
+int pipe_op_usage(uint32_t k, char *buf, size_t cap);
 
 /* Writes spec's canonical text into buf (NUL-terminated): ops joined by
  * " | ", keys in a fixed order with defaults filled, numbers canonical
@@ -151,6 +240,9 @@ enum pipe_stage_kind {
 			       * hflips; or random_resized_crop / resize(short) on a
 			       * fixed image, with trailing hflips */
 	PIPE_STAGE_NORMALIZE, /* normalize: u8 HWC -> f32/f16/bf16 (kernels' twin) */
+	PIPE_STAGE_PIXEL,     /* a run of pixel ops (colour, filters, rotate,
+			       * affine, erase, the auto-augment policies) on a
+			       * fixed u8 image: augment_pixel.c */
 };
 
 /* Shape of a field before and after one op (images: h, w, c; windows:
@@ -158,6 +250,7 @@ enum pipe_stage_kind {
 struct pipe_dims {
 	uint32_t in_h, in_w, out_h, out_w; /* decoded images: the largest */
 	uint32_t c;                        /* images: channels after the op */
+	uint32_t in_c;                     /* pixel ops: channels before the op */
 	uint64_t in_elems, out_elems;
 };
 
@@ -169,6 +262,8 @@ struct pipe_stage {
 	uint32_t in_h, in_w;       /* images: stage input */
 	uint32_t out_h, out_w;     /* images: stage output */
 	uint32_t c;                /* images: channels (1 for rank 2) */
+	uint32_t in_c;             /* pixel stages: input channels (grayscale
+				    * may make c smaller) */
 	uint64_t in_elems;         /* windows: input elements, 0 = variable */
 	uint64_t out_elems;        /* windows: output elements */
 	size_t elem_bytes;         /* windows: bytes per element */
@@ -194,6 +289,7 @@ struct pipe_plan {
 	size_t inter_bytes;        /* largest intermediate stage output */
 	size_t table_bytes;        /* resize column table */
 	size_t img_scratch_bytes;  /* img_resample_u8() scratch, largest stage */
+	size_t pix_scratch_bytes;  /* pixel stages: two images and a float plane */
 	size_t scratch_bytes;      /* = pipe_scratch_bytes() */
 	/* Decoders the worker passes to aug_apply_img(): limits covering
 	 * every decoded field (max_pixels 0 when no field records it), and

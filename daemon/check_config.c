@@ -261,12 +261,15 @@ static void chk_cache_dir(struct chk *c)
 		chk_error(c, "cache_dir %s: cannot be created (%s: %s)", dir, parent, why);
 }
 
-/* The config did not load: its error, then every name that does not
- * resolve (cfg_load() stopped at the first). */
-static int chk_load_failed(const struct cli *cli, const struct feed_err *err)
+/* The config did not load: every error cfg_load_all() found, then every
+ * name that does not resolve that it did not already say. */
+static int chk_load_failed(const struct cli *cli, const struct cfg_errs *errs)
 {
-	fprintf(stderr, "feedd: %s\n", err->msg);
-	int n = 1 + cfg_check_names(cli->check_config, err->msg, stderr);
+	for (unsigned i = 0; i < errs->n; i++)
+		fprintf(stderr, "feedd: %s\n", errs->msg[i]);
+	if (errs->more)
+		fprintf(stderr, "feedd: %s: and %u more errors\n", cli->check_config, errs->more);
+	int n = (int)(errs->n + errs->more) + cfg_check_names(cli->check_config, errs, stderr);
 	fprintf(stderr, "feedd: %s: %d error%s; start-up would refuse it\n", cli->check_config,
 		n, n == 1 ? "" : "s");
 	return 1;
@@ -280,8 +283,20 @@ int chk_run(const struct cli *cli)
 
 	if ((cli->check_user ? chk_who_user(&c.who, cli->check_user) : chk_who_self(&c.who)) < 0)
 		return 1;
-	if (cfg_load(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0)
-		return chk_load_failed(cli, &err);
+	struct cfg_errs *errs = calloc(1, sizeof(*errs));
+	if (!errs) {
+		fprintf(stderr, "feedd: --check-config: out of memory\n");
+		return 1;
+	}
+	if (cfg_load_all(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err,
+			 errs) < 0) {
+		if (!errs->n) /* not YAML, or out of memory: the one error */
+			snprintf(errs->msg[errs->n++], sizeof(errs->msg[0]), "%s", err.msg);
+		int rc = chk_load_failed(cli, errs);
+		free(errs);
+		return rc;
+	}
+	free(errs);
 	c.cfg = cfg;
 	chk_socket(&c);
 	chk_cache_dir(&c);

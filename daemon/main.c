@@ -33,6 +33,7 @@
 #include "cmdline.h"
 #include "feedd.h"
 #include "metrics.h"
+#include "pipeline.h"
 #include "pool.h"
 #include "reload.h"
 #include "server.h"
@@ -250,6 +251,16 @@ out:
 	return rc;
 }
 
+/* feedd --list-ops: every pipeline op with its keys and defaults. */
+static int main_list_ops(void)
+{
+	char line[512];
+
+	for (uint32_t k = 0; pipe_op_usage(k, line, sizeof(line)) >= 0; k++)
+		printf("%s\n", line);
+	return fflush(stdout) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct feedd d = {.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
@@ -257,6 +268,8 @@ int main(int argc, char **argv)
 	struct cfg *cfg = NULL;
 	struct cli cli;
 
+	if (argc == 2 && !strcmp(argv[1], "--list-ops"))
+		return main_list_ops();
 	if (cli_parse(argc, argv, &cli, &err) < 0) {
 		fprintf(stderr, "feedd: %s\n%s", err.msg, cli_usage);
 		return 2;

@@ -34,6 +34,8 @@
 #include "feed_err.h"
 
 #define FMT_MANIFEST_FILE "manifest.pb"
+/* Each sample's path (feedpack imagefolder): sample i on line i. */
+#define FMT_PATHS_FILE "paths.txt"
 #define FMT_FORMAT_VERSION 1
 #define FMT_MAX_FIELDS 64
 #define FMT_MAX_RANK 8
@@ -183,6 +185,12 @@ const struct fmt_info *fmt_dataset_info(const struct fmt_dataset *ds);
 /* Shard i's file name (no directory), or NULL past the last shard. */
 const char *fmt_dataset_shard_file(const struct fmt_dataset *ds, uint32_t shard);
 
+/* Where sample (global index) came from: its path as ingest recorded it
+ * (feedpack imagefolder: relative to the folder it packed), valid until
+ * fmt_dataset_close(); NULL when the dataset records no paths or past the
+ * end. Any thread. */
+const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sample);
+
 /* Finds sample (global index) in O(log blocks). -EINVAL past the end. */
 int fmt_dataset_locate(const struct fmt_dataset *ds, uint64_t sample, struct fmt_loc *ret_loc);
 
@@ -277,6 +285,11 @@ int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct 
  * outside 1..FMT_IMAGE_DIM_MAX. */
 int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint32_t height,
 			  struct feed_err *err);
+
+/* Records where the record just added came from (a path, for error
+ * messages: 1..4095 bytes, no newline): either every record notes one or
+ * none does (finish refuses a partial list). They go to FMT_PATHS_FILE. */
+int fmt_writer_note_path(struct fmt_writer *w, const char *path, struct feed_err *err);
 
 /* Records added so far, and compressed bytes written so far. */
 uint64_t fmt_writer_count(const struct fmt_writer *w);

@@ -53,6 +53,8 @@ struct fmt_dataset {
 	uint64_t nblocks;
 	struct rd_block *blocks;
 	uint64_t stride;           /* records in every block, or 0 if they differ */
+	char *paths;               /* FMT_PATHS_FILE, each newline made a NUL, or NULL */
+	uint64_t *path_off;        /* sample i's path at paths + path_off[i] */
 };
 
 struct fmt_decoder {
@@ -403,6 +405,85 @@ static uint64_t uniform_stride(const struct fmt_dataset *ds)
 	return r;
 }
 
+/* The text of FMT_PATHS_FILE (len bytes in ds->paths): one line per
+ * sample, each newline made a NUL, or an error naming path. */
+static int paths_parse(struct fmt_dataset *ds, size_t len, const char *path, struct feed_err *err)
+{
+	uint64_t n = ds->info.num_samples, k = 0;
+
+	if (!(ds->path_off = malloc(n * sizeof(uint64_t))))
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+	for (uint64_t i = 0, start = 0; i < (uint64_t)len; i++) {
+		if (ds->paths[i] != '\n')
+			continue;
+		if (k < n)
+			ds->path_off[k] = start;
+		k++;
+		ds->paths[i] = '\0';
+		start = i + 1;
+	}
+	if (k != n || ds->paths[len - 1] != '\0')
+		return feed_err_set(err, -EBADMSG, "%s: %llu whole lines for %llu samples", path,
+				    (unsigned long long)k, (unsigned long long)n);
+	return 0;
+}
+
+/* FMT_PATHS_FILE through the store, when there is one (404: none). */
+static int paths_fetch(struct fmt_dataset *ds, const char *path, struct feed_err *err)
+{
+	struct feed_err e2 = {0};
+	uint64_t size;
+	int rc = ds->ops->size(ds->store, -1, FMT_PATHS_FILE, &size, &e2);
+
+	/* S3 answers 403 for a missing key to a reader without ListBucket:
+	 * the manifest and shards read, so it is the optional file's absence */
+	if (rc == -ENOENT || rc == -EACCES)
+		return 0;
+	if (rc < 0)
+		return feed_err_set(err, rc, "%s", e2.msg);
+	if (size == 0 || size > UINT32_MAX || !(ds->paths = malloc(size)))
+		return feed_err_set(err, size ? -ENOMEM : -EBADMSG, "%s: %llu bytes", path,
+				    (unsigned long long)size);
+	struct fmt_range r = {.shard = -1, .file = FMT_PATHS_FILE, .len = (uint32_t)size};
+	if ((rc = ds->ops->read(ds->store, &r, ds->paths, err)) < 0)
+		return rc;
+	return paths_parse(ds, size, path, err);
+}
+
+/* FMT_PATHS_FILE, when there is one: one line per sample, or an error. */
+static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
+{
+	char path[4096];
+	struct stat st;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_PATHS_FILE);
+	if (ds->ops)
+		return paths_fetch(ds, path, err);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || !(ds->paths = malloc((size_t)st.st_size))) {
+		rc = feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if ((rc = pread_full(fd, ds->paths, (size_t)st.st_size, 0)) < 0) {
+		feed_err_set(err, rc, "%s: read failed", path);
+		goto out;
+	}
+	rc = paths_parse(ds, (size_t)st.st_size, path, err);
+out:
+	close(fd);
+	return rc;
+}
+
+const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sample)
+{
+	if (!ds->path_off || sample >= ds->info.num_samples)
+		return NULL;
+	return ds->paths + ds->path_off[sample];
+}
+
 static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, struct feed_err *err)
 {
 	const char *dir = ds->dir;
@@ -429,6 +510,8 @@ static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, str
 	}
 	info_fill(ds);
 	ds->stride = uniform_stride(ds);
+	if ((rc = paths_load(ds, err)) < 0)
+		goto fail;
 	*ret_ds = ds;
 	return 0;
 fail:
@@ -502,6 +585,8 @@ void fmt_dataset_close(struct fmt_dataset *ds)
 			close(ds->shards[i].fd);
 	free(ds->shards);
 	free(ds->blocks);
+	free(ds->paths);
+	free(ds->path_off);
 	if (ds->manifest)
 		feed__manifest__free_unpacked(ds->manifest, NULL);
 	if (ds->ops && ds->ops->close)

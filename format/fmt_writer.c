@@ -42,6 +42,8 @@ struct fmt_writer {
 	char *name, *source;
 	char **classes;                      /* opts.classes, copied (opts.num_classes) */
 	uint64_t noted[FMT_MAX_FIELDS];      /* image fields: records noted */
+	struct wr_buf paths;                 /* records' paths, one a line */
+	uint64_t npaths;                     /* records whose path was noted */
 	ZSTD_CCtx *cctx;
 	/* The block being gathered. */
 	struct wr_buf col[FMT_MAX_FIELDS];   /* field bytes */
@@ -547,6 +549,46 @@ out:
 	return rc;
 }
 
+/* The records' paths, when they were noted: FMT_PATHS_FILE. */
+static int paths_write(struct fmt_writer *w, struct feed_err *err)
+{
+	char path[PATH_MAX];
+	int rc = 0;
+
+	if (w->npaths == 0)
+		return 0;
+	if (w->npaths != w->total)
+		return feed_err_set(err, -EINVAL, "%s: %llu records, %llu paths noted", w->out_dir,
+				    (unsigned long long)w->total, (unsigned long long)w->npaths);
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_PATHS_FILE);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 || (rc = write_full(fd, w->paths.p, w->paths.len)) < 0 || fsync(fd) < 0)
+		rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int fmt_writer_note_path(struct fmt_writer *w, const char *path, struct feed_err *err)
+{
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= PATH_MAX || memchr(path, '\n', n))
+		return feed_err_set(err, -EINVAL, "path '%.200s': 1..%d bytes without a newline",
+				    path, PATH_MAX - 1);
+	if (w->npaths + 1 != w->total)
+		return feed_err_set(err, -EINVAL, "%s: path noted for record %llu of %llu",
+				    w->out_dir, (unsigned long long)w->npaths,
+				    (unsigned long long)w->total);
+	if (buf_reserve(&w->paths, w->paths.len + n + 1) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	memcpy(w->paths.p + w->paths.len, path, n);
+	w->paths.p[w->paths.len + n] = '\n';
+	w->paths.len += n + 1;
+	w->npaths++;
+	return 0;
+}
+
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -578,7 +620,7 @@ int fmt_writer_finish(struct fmt_writer *w, struct feed_err *err)
 		return rc;
 	if (w->fd >= 0 && (rc = shard_close(w, err)) < 0)
 		return rc;
-	if ((rc = manifest_write(w, err)) < 0)
+	if ((rc = paths_write(w, err)) < 0 || (rc = manifest_write(w, err)) < 0)
 		return rc;
 	if ((rc = fsync_dir(w->tmp_dir)) < 0)
 		return feed_err_set(err, rc, "%s: %s", w->tmp_dir, strerror(-rc));
@@ -606,6 +648,8 @@ static void tmp_remove(struct fmt_writer *w)
 	}
 	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_MANIFEST_FILE);
 	unlink(path);
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_PATHS_FILE);
+	unlink(path);
 	rmdir(w->tmp_dir);
 }
 
@@ -624,6 +668,7 @@ void fmt_writer_free(struct fmt_writer *w)
 	free(w->raw.p);
 	free(w->comp.p);
 	free(w->index.p);
+	free(w->paths.p);
 	free(w->shards);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->name);

@@ -7,7 +7,8 @@
  * devices and their UUIDs, whether the GPU path is usable, with the reason
  * in words when not (no driver library, a missing entry point, cuInit's
  * error, a driver older than the kernels need, no device, no kernels built
- * in), and whether CUDA IPC is (its entry points, unified addressing).
+ * in), and whether CUDA IPC is (its entry points, stream memory
+ * operations included, unified addressing).
  *
  * Threads: loading runs once (pthread_once) on the first thread that asks;
  * the result is read-only afterwards. The library stays loaded for the
@@ -23,6 +24,7 @@
 
 #include "convert.h"
 #include "cudrv.h"
+#include "mix.h"
 
 #define CU_LIBRARY "libcuda.so.1"
 
@@ -99,6 +101,8 @@ static const struct cu_sym cu_ipc_syms[] = {
 	S(StreamSynchronize, "cuStreamSynchronize"),
 	S(DeviceGetUuid, "cuDeviceGetUuid_v2"),
 	S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+	S(StreamWriteValue32, "cuStreamWriteValue32_v2"),
+	S(StreamWaitValue32, "cuStreamWaitValue32_v2"),
 };
 #undef S
 
@@ -241,6 +245,7 @@ int cudrv_device_by_uuid(const struct cudrv *cu, const uint8_t uuid[16])
 static const char *const cu_kernel_name[CUDRV_K_COUNT] = {
 	"feed_k_images_f32", "feed_k_images_f16", "feed_k_images_bf16",
 	"feed_k_tokens_u16", "feed_k_tokens_u32",
+	"feed_k_mix_f32", "feed_k_mix_f16", "feed_k_mix_bf16", "feed_k_mix_labels",
 };
 
 CUresult cudrv_kernels_load(const struct cudrv *cu, struct cudrv_kernels *ret)
@@ -296,4 +301,31 @@ CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels 
 	if (elem_size != 2 && elem_size != 4)
 		return CUDA_ERROR_INVALID_VALUE;
 	return cu_launch(cu, k->fn[elem_size == 2 ? CUDRV_K_TOK16 : CUDRV_K_TOK32], n, s, params);
+}
+
+CUresult cudrv_launch_mix(const struct cudrv *cu, const struct cudrv_kernels *k,
+			  const struct feed_convert *cv, const struct feed_mix_args *a, size_t n,
+			  CUdeviceptr data, CUstream s)
+{
+	struct feed_convert c = *cv;
+	struct feed_mix_args m = *a;
+	void *params[] = {&c, &m, &n, &data};
+	if ((unsigned)cv->dtype > FEED_CONVERT_BF16)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!n || a->op == FEED_MIX_OP_NONE)
+		return CUDA_SUCCESS;
+	/* a thread an element of one sample (mix_kernels.cuh) */
+	return cu_launch(cu, k->fn[CUDRV_K_MIX_F32 + cv->dtype], (size_t)cv->h * cv->w * cv->c, s,
+			 params);
+}
+
+CUresult cudrv_launch_mix_labels(const struct cudrv *cu, const struct cudrv_kernels *k,
+				 const struct feed_mix_args *a, CUdeviceptr labels, uint32_t t,
+				 size_t n, CUdeviceptr dst, CUstream s)
+{
+	struct feed_mix_args m = *a;
+	void *params[] = {&m, &labels, &t, &n, &dst};
+	if (t > FEED_MIX_LABEL_I64 || !a->num_classes)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cu_launch(cu, k->fn[CUDRV_K_MIX_LABELS], n * a->num_classes, s, params);
 }

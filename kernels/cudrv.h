@@ -17,8 +17,8 @@
  * FEED_CUDA_DRIVER=path loads that library instead of libcuda.so.1 (the
  * tests' double of the driver, tests/gpu_double/fake_cuda.c).
  *
- * The entry points of CUDA IPC (cuIpc*, streams, cuDeviceGetUuid_v2) are
- * optional: a driver without them still converts, and info.ipc says why
+ * The entry points of CUDA IPC (cuIpc*, streams, cuDeviceGetUuid_v2, the
+ * stream memory operations cuStreamWrite/WaitValue32_v2) are optional: a driver without them still converts, and info.ipc says why
  * CUDA IPC is not usable.
  *
  * Threads: cudrv_get() loads once (pthread_once) on whichever thread asks
@@ -63,6 +63,8 @@ typedef struct { char bytes[16]; } CUuuid;
 #define CU_EVENT_INTERPROCESS 0x4
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 #define CU_STREAM_NON_BLOCKING 0x1
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0   /* (int32_t)(*addr - value) >= 0: cyclic */
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0x0
 
 /* The driver version (cuDriverGetVersion: 1000*major + 10*minor) the
  * embedded kernels need: nvcc 13.0 writes PTX ISA 9.0 and CUDA 13 cubins,
@@ -117,6 +119,13 @@ struct cudrv_api {
 	CUresult (*DeviceGetUuid)(CUuuid *u, CUdevice d);            /* cuDeviceGetUuid_v2 */
 	CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n,
 				    CUstream s);                      /* cuMemcpyDtoDAsync_v2 */
+	/* stream memory operations (the v2 ones, on by default everywhere
+	 * since CUDA 11.7; no device attribute gates 32-bit ones: the _V1
+	 * attribute reports the legacy API's module parameter only) */
+	CUresult (*StreamWriteValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
+				       unsigned flags);               /* cuStreamWriteValue32_v2 */
+	CUresult (*StreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
+				      unsigned flags);                /* cuStreamWaitValue32_v2 */
 };
 
 /* One device as the driver names it. */
@@ -168,6 +177,7 @@ struct feed_convert;
 
 /* The conversion kernels of one context, by what they do. */
 enum cudrv_kernel { CUDRV_K_F32, CUDRV_K_F16, CUDRV_K_BF16, CUDRV_K_TOK16, CUDRV_K_TOK32,
+		    CUDRV_K_MIX_F32, CUDRV_K_MIX_F16, CUDRV_K_MIX_BF16, CUDRV_K_MIX_LABELS,
 		    CUDRV_K_COUNT };
 struct cudrv_kernels {
 	CUmodule mod;
@@ -189,5 +199,18 @@ CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels 
 /* Enqueues on s n tokens of elem_size 2 or 4 from src into int64 dst. */
 CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,
 			     size_t elem_size, CUdeviceptr src, size_t n, CUdeviceptr dst, CUstream s);
+
+struct feed_mix_args;
+
+/* Enqueues on s the mix a (mix.h) of n converted images of cv in place at
+ * data. Nothing to do is CUDA_SUCCESS. */
+CUresult cudrv_launch_mix(const struct cudrv *cu, const struct cudrv_kernels *k,
+			  const struct feed_convert *cv, const struct feed_mix_args *a, size_t n,
+			  CUdeviceptr data, CUstream s);
+/* Enqueues on s the soft labels of n labels of type t (enum
+ * feed_mix_label_type) at labels into dst, n x a->num_classes fp32. */
+CUresult cudrv_launch_mix_labels(const struct cudrv *cu, const struct cudrv_kernels *k,
+				 const struct feed_mix_args *a, CUdeviceptr labels, uint32_t t,
+				 size_t n, CUdeviceptr dst, CUstream s);
 
 #endif /* FEED_CUDRV_H */

@@ -102,8 +102,11 @@ struct feed_shm_field {
 };
 
 /* Header of slot i, at ctl->slots_off + i * ctl->slot_hdr_bytes; followed
- * by uint64_t sample[batch] (dataset index of every sample) and the
- * variable fields' ends tables. */
+ * by uint64_t sample[batch] (dataset index of every sample), then
+ * uint64_t replaced[FEED_SHM_REPLACED_WORDS(batch)] (bit i of word i / 64:
+ * position i holds a replacement for a sample that failed, on_error skip;
+ * meaningful only with FEED_SLOT_REPLACED, and sample[i] is then the
+ * replacement's index), then the variable fields' ends tables. */
 struct feed_shm_slot {
 	uint32_t gen;             /* matches the ready entry's generation */
 	uint32_t nsamples;
@@ -118,6 +121,14 @@ struct feed_shm_slot {
 	uint64_t sample[];        /* nsamples used of batch */
 };
 #define FEED_SLOT_PADDED 1u        /* holds wrap-around padding samples */
+#define FEED_SLOT_REPLACED 2u      /* some positions hold replacements (bitmap) */
+#define FEED_SHM_REPLACED_WORDS(batch) (((uint64_t)(batch) + 63) / 64)
+
+/* The replaced bitmap of a slot header of a stream of `batch` samples. */
+static inline uint64_t *feed_shm_replaced(struct feed_shm_slot *h, uint32_t batch)
+{
+	return &h->sample[batch];
+}
 
 /* Release region header, at offset 0 of the release memfd; the ring of
  * uint64_t entries follows at rel_off. Client-writable: never trusted. */

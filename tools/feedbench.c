@@ -5,8 +5,9 @@
  *
  *   feedbench [--socket PATH] --dataset NAME [--pipeline P] [--batch N]
  *             [--epochs E] [--jobs K [--world]] [--group G] [--step-ms X]
- *             [--verify] [--json] [--credits C] [--order sequential|full|block]
+ *             [--verify] [--json] [--credits C] [--order sequential|full|block|node]
  *             [--window W] [--seed S] [--wake] [--timeout-ms T] [--workers-note]
+ *             [--nodes M --node K] [--node-deal rotate|fixed]
  *
  * This file: options, the shared mapping, forking and reaping the jobs, the
  * end-of-run verification, and the report. One job's loop is in
@@ -34,9 +35,10 @@
 static const char usage[] =
 	"usage: feedbench [--socket PATH] --dataset NAME [--pipeline P] [--batch N]\n"
 	"                 [--epochs E] [--jobs K [--world]] [--group G] [--step-ms X]\n"
-	"                 [--verify] [--json] [--credits C] [--order sequential|full|block]\n"
+	"                 [--verify] [--json] [--credits C] [--order sequential|full|block|node]\n"
 	"                 [--window W] [--seed S] [--wake] [--timeout-ms T] [--workers-note]\n"
-	"                 [--pad-last] [--no-touch]\n"
+	"                 [--pad-last] [--no-touch] [--on-error fail|skip [--max-bad N]]\n"
+	"                 [--nodes M --node K] [--node-deal rotate|fixed]\n"
 	"  --jobs K        K processes, each with its own connection and stream; each\n"
 	"                  reads the whole dataset, unless --world: job j is rank j of K\n"
 	"  --group G       every job joins group G: one stream of batches, built once,\n"
@@ -44,7 +46,17 @@ static const char usage[] =
 	"                  --verify then checks its epochs after that one)\n"
 	"  --step-ms X     busy X ms after each batch, as a training step would\n"
 	"  --verify        check that every epoch holds every sample exactly once\n"
+	"  --on-error skip a sample that fails to decode is replaced by the next good\n"
+	"                  one of the epoch (counted, and checked by --verify); up to\n"
+	"                  --max-bad an epoch (default 0.1 percent of it). fail (the default)\n"
+	"                  stops at the first\n"
 	"  --pad-last      every batch full: each rank's last batch wraps around\n"
+	"  --order node    node-aware: units of --window blocks (default 1) dealt to\n"
+	"                  nodes, shuffled inside a node's share, split over its ranks\n"
+	"  --nodes M --node K  this process is node K of M (one feedbench per node, on\n"
+	"                  that node's socket): job j is rank K*L+j of M*L, L = --jobs\n"
+	"                  with --world, else 1 (any order); --verify then needs M = 1\n"
+	"  --node-deal D   rotate (default: a new deal every epoch) or fixed\n"
 	"                  (default: DataLoader's partial last batch)\n"
 	"  --no-touch      find each field but read none of its bytes: the reader's own\n"
 	"                  cost per batch, to compare with another reader's (no checksum)\n"
@@ -59,7 +71,7 @@ static const char usage[] =
 enum { OPT_SOCKET = 256, OPT_DATASET, OPT_PIPELINE, OPT_BATCH, OPT_EPOCHS, OPT_JOBS,
        OPT_GROUP, OPT_STEP, OPT_VERIFY, OPT_JSON, OPT_CREDITS, OPT_ORDER, OPT_WINDOW,
        OPT_SEED, OPT_WAKE, OPT_TIMEOUT, OPT_NOTE, OPT_WORLD, OPT_PAD_LAST, OPT_NO_TOUCH,
-       OPT_HELP };
+       OPT_ON_ERROR, OPT_MAX_BAD, OPT_NODES, OPT_NODE, OPT_NODE_DEAL, OPT_HELP };
 
 static const struct option longopts[] = {
 	{"socket", required_argument, NULL, OPT_SOCKET},
@@ -72,6 +84,8 @@ static const struct option longopts[] = {
 	{"step-ms", required_argument, NULL, OPT_STEP},
 	{"verify", no_argument, NULL, OPT_VERIFY},
 	{"pad-last", no_argument, NULL, OPT_PAD_LAST},
+	{"on-error", required_argument, NULL, OPT_ON_ERROR},
+	{"max-bad", required_argument, NULL, OPT_MAX_BAD},
 	{"no-touch", no_argument, NULL, OPT_NO_TOUCH},
 	{"json", no_argument, NULL, OPT_JSON},
 	{"credits", required_argument, NULL, OPT_CREDITS},
@@ -82,6 +96,9 @@ static const struct option longopts[] = {
 	{"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
 	{"workers-note", no_argument, NULL, OPT_NOTE},
 	{"world", no_argument, NULL, OPT_WORLD},
+	{"nodes", required_argument, NULL, OPT_NODES},
+	{"node", required_argument, NULL, OPT_NODE},
+	{"node-deal", required_argument, NULL, OPT_NODE_DEAL},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0},
 };
@@ -135,8 +152,10 @@ static int fb_order(const char *arg, int *ret)
 		*ret = FEED_ORDER_FULL;
 	else if (!strcmp(arg, "block"))
 		*ret = FEED_ORDER_BLOCK_WINDOW;
+	else if (!strcmp(arg, "node"))
+		*ret = FEED_ORDER_NODE;
 	else
-		return fb_usage_error("--order '%s': expected sequential, full or block", arg);
+		return fb_usage_error("--order '%s': expected sequential, full, block or node", arg);
 	return 0;
 }
 
@@ -158,6 +177,12 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_NOTE: o->workers_note = true; return 0;
 	case OPT_WORLD: o->world = true; return 0;
 	case OPT_ORDER: return fb_order(arg, &o->order);
+	case OPT_ON_ERROR:
+		if (strcmp(arg, "fail") && strcmp(arg, "skip"))
+			return fb_usage_error("--on-error '%s': fail or skip", arg);
+		o->on_error = strcmp(arg, "skip") ? FEED_ON_ERROR_FAIL : FEED_ON_ERROR_SKIP;
+		return 0;
+	case OPT_MAX_BAD: return fb_number("max-bad", arg, 1, UINT64_MAX, &o->max_bad);
 	case OPT_HELP: return 1;
 	case OPT_GROUP:
 		if (!*arg || strlen(arg) > 63)
@@ -174,6 +199,13 @@ static int fb_option(struct fb_opts *o, int c, const char *arg)
 	case OPT_JOBS: return fb_u32("jobs", arg, 1, FB_MAX_JOBS, &o->jobs);
 	case OPT_CREDITS: return fb_u32("credits", arg, 1, UINT32_MAX, &o->credits);
 	case OPT_WINDOW: return fb_u32("window", arg, 1, UINT32_MAX, &o->window);
+	case OPT_NODES: return fb_u32("nodes", arg, 1, 65536, &o->nodes);
+	case OPT_NODE: return fb_u32("node", arg, 0, 65535, &o->node);
+	case OPT_NODE_DEAL:
+		if (strcmp(arg, "rotate") && strcmp(arg, "fixed"))
+			return fb_usage_error("--node-deal '%s': expected rotate or fixed", arg);
+		o->node_deal = strcmp(arg, "fixed") ? FEED_NODE_DEAL_ROTATE : FEED_NODE_DEAL_FIXED;
+		return 0;
 	case OPT_EPOCHS: return fb_number("epochs", arg, 1, 1000000, &o->epochs);
 	case OPT_SEED: return fb_number("seed", arg, 0, UINT64_MAX, &o->seed);
 	case OPT_TIMEOUT:
@@ -191,7 +223,7 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 	int c;
 
 	*o = (struct fb_opts){.batch = 256, .epochs = 1, .jobs = 1, .seed = 1,
-			      .order = FEED_ORDER_FULL, .timeout_ms = 30000};
+			      .order = FEED_ORDER_FULL, .timeout_ms = 30000, .nodes = 1};
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		if (c == '?') {
@@ -214,9 +246,23 @@ static int fb_parse(int argc, char **argv, struct fb_opts *o, bool *help)
 		fb_usage_error("--wake reads with one credit; --credits %u contradicts it", o->credits);
 		return FB_EXIT_USAGE;
 	}
+	if (o->max_bad && o->on_error != FEED_ON_ERROR_SKIP) {
+		fb_usage_error("--max-bad counts replaced samples: only with --on-error skip");
+		return FB_EXIT_USAGE;
+	}
 	if (o->world && o->group) {
 		fb_usage_error("--group shares one stream of batches; --world gives each job "
 			       "another rank's");
+		return FB_EXIT_USAGE;
+	}
+	if (o->node >= o->nodes) {
+		fb_usage_error("--nodes %u --node %u: node K of M nodes needs K < M", o->nodes,
+			       o->node);
+		return FB_EXIT_USAGE;
+	}
+	if (o->nodes > 1 && o->verify) {
+		fb_usage_error("--verify checks every sample of an epoch; with --nodes %u this "
+			       "process reads one node's share", o->nodes);
 		return FB_EXIT_USAGE;
 	}
 	if (o->world && o->jobs < 2) {
@@ -420,7 +466,8 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	       "\"own_p50_us\": %s, \"p50_us\": %s, \"p99_us\": %s, "
 	       "\"fast_calls\": %" PRIu64 ", \"wake_p50_us\": %s, \"wake_p99_us\": %s, "
 	       "\"wake_calls\": %" PRIu64 ", \"clock_ns\": %.1f, \"checksum\": \"%016" PRIx64 "\", "
-	       "\"verified\": %s, \"daemon_workers\": %u, \"note\": %s}\n",
+	       "\"verified\": %s, \"replaced\": %" PRIu64 ", \"daemon_workers\": %u, "
+	       "\"note\": %s}\n",
 	       j, r->rank, r->world, ds, pipe, o->batch, r->credits, o->wake ? "true" : "false",
 	       o->step_ms, r->epochs, r->batches, r->samples, r->bytes, r->wall_s,
 	       fb_rate((double)r->timed_samples, r->wall_s),
@@ -428,7 +475,7 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 	       r->wall_s > 0 ? 100.0 * r->stall_s / r->wall_s : 0.0, r->cpu_s,
 	       lat[4], lat[0], lat[1],
 	       r->fast_calls, lat[2], lat[3], r->wake_calls, r->clock_ns, r->checksum, verified,
-	       r->daemon_workers, note);
+	       r->replaced, r->daemon_workers, note);
 }
 
 static void fb_print_text(const struct fb_opts *o, uint32_t j, const struct fb_result *r,
@@ -454,6 +501,9 @@ static void fb_print_text(const struct fb_opts *o, uint32_t j, const struct fb_r
 		       "p99 %.1f us\n", r->wake_calls, r->wake_p50_us, r->wake_p99_us);
 	else
 		printf("  slept:       no calls\n");
+	if (r->replaced)
+		printf("  replaced:    %" PRIu64 " samples that failed (--on-error skip)\n",
+		       r->replaced);
 	if (o->workers_note)
 		printf("  daemon: %u workers, %.0f samples/s per worker; credits %u; note: %s\n",
 		       r->daemon_workers, r->daemon_workers ? sps / r->daemon_workers : 0.0,

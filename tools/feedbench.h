@@ -38,6 +38,10 @@ struct fb_opts {
 	uint64_t epochs;          /* >= 1 */
 	uint64_t seed;
 	int order;                /* FEED_ORDER_* */
+	uint32_t nodes, node;     /* --order node: this process is node `node` of
+				   * `nodes`; job j is rank node * L + j of
+				   * nodes * L (L = jobs with --world, else 1) */
+	int node_deal;            /* FEED_NODE_DEAL_* */
 	double step_ms;           /* busy time per batch, imitating a step */
 	int timeout_ms;           /* longest wait for one batch */
 	bool world;               /* job j is rank j of jobs */
@@ -47,6 +51,8 @@ struct fb_opts {
 	bool wake;                /* credits 1: every feed_next() sleeps */
 	bool json;                /* one JSON object per job per line */
 	bool workers_note;        /* print the daemon's workers and note */
+	int on_error;             /* FEED_ON_ERROR_*: --on-error fail|skip */
+	uint64_t max_bad;         /* --max-bad (skip), 0 = the daemon's default */
 };
 
 /* What one job measured. Lives in shared memory; written by its job only. */
@@ -70,6 +76,7 @@ struct fb_result {
 				   * included) to release, --step-ms excluded */
 	double clock_ns;          /* cost of one clock_gettime() pair */
 	uint64_t checksum;        /* over every byte of every field, in order */
+	uint64_t replaced;        /* samples replaced (--on-error skip) */
 	char note[FB_MSG_MAX];    /* the daemon's advice at open */
 	char pipeline[FB_MSG_MAX];/* canonical, as the daemon reports it */
 };
@@ -78,6 +85,8 @@ struct fb_result {
  * at each global position < N, then at each padding position N + k.
  * FB_UNSEEN marks a position nobody reported. */
 #define FB_UNSEEN UINT64_MAX
+/* Or'ed into a position's sample: a replacement (--on-error skip). */
+#define FB_REPLACED ((uint64_t)1 << 62)
 
 struct fb_verify {
 	uint64_t n;               /* dataset samples */
@@ -118,11 +127,14 @@ void fb_verify_init(struct fb_verify *v, uint64_t *pos, uint64_t n, uint64_t epo
  * the daemon's partition (order.h): size, padded flag, indices. Returns 0,
  * or -1 with the first problem in msg. */
 int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t index,
-		    const uint64_t *samples, uint32_t nsamples, bool padded, char *msg,
-		    size_t cap);
+		    const uint64_t *samples, uint32_t nsamples, bool padded,
+		    const uint64_t *replaced, char *msg, size_t cap);
 /* After every rank of the set finished: each epoch holds every sample of
  * [0, N) exactly once, and every padding position repeats the position it
- * wraps to. Returns 0, or -1 with the epoch and sample index in msg. */
+ * wraps to. With replacements (--on-error skip): every sample once outside
+ * the replaced positions but as many as they are, and each replaced
+ * position holds the sample of the next position not replaced (the next
+ * good sample of the epoch's global order). Returns 0, or -1 with the epoch and sample index in msg. */
 int fb_verify_check(const struct fb_verify *v, char *msg, size_t cap);
 
 /* feedbench_job.c */

@@ -96,8 +96,13 @@ static int fb_open(struct fb_run *r)
 	so.window = o->window;
 	so.rank = r->res->rank;
 	so.world = r->res->world;
+	so.nodes = o->nodes;
+	so.node = o->node;
+	so.node_deal = o->node_deal;
 	so.pipeline = o->pipeline;
 	so.group = o->group;
+	so.on_error = o->on_error;
+	so.max_bad = o->max_bad;
 	so.reconnect_ms = -1; /* a benchmark reports a lost daemon, it does not hide it */
 	if ((rc = feed_stream_open(r->conn, &so, &r->st)) < 0)
 		return fb_lib_fail(r, "open stream", rc);
@@ -154,8 +159,10 @@ static int fb_check_batch(struct fb_run *r, struct feed_batch *b)
 			r->index);
 		return FB_EXIT_FAIL;
 	}
+	const uint64_t *rep = NULL;
+	feed_batch_replaced(b, &rep);
 	if (fb_verify_batch(r->vset, r->res->rank, e, i, feed_batch_samples(b), feed_batch_size(b),
-			    feed_batch_padded(b), msg, sizeof(msg)) < 0) {
+			    feed_batch_padded(b), rep, msg, sizeof(msg)) < 0) {
 		fprintf(stderr, "feedbench: job %u: verify: %s\n", r->job, msg);
 		return FB_EXIT_FAIL;
 	}
@@ -193,6 +200,7 @@ static int fb_consume(struct fb_run *r, struct feed_batch *b)
 	r->index++;
 	r->res->batches++;
 	r->res->samples += n;
+	r->res->replaced += feed_batch_replaced(b, NULL);
 	r->res->bytes += bytes;
 	if (r->t_first) {
 		r->res->timed_samples += n;
@@ -276,8 +284,8 @@ int fb_job_run(const struct fb_opts *o, uint32_t j, struct fb_shared *sh, struct
 	int rc;
 
 	memset(res, 0, sizeof(*res));
-	res->rank = o->world ? j : 0;
-	res->world = o->world ? o->jobs : 1;
+	res->rank = o->node * (o->world ? o->jobs : 1) + (o->world ? j : 0);
+	res->world = o->nodes * (o->world ? o->jobs : 1);
 	res->local_ok = true;
 	rc = fb_open(&r);
 	fb_barrier(sh);

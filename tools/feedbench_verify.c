@@ -65,8 +65,8 @@ void fb_verify_init(struct fb_verify *v, uint64_t *pos, uint64_t n, uint64_t epo
 }
 
 int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t index,
-		    const uint64_t *samples, uint32_t nsamples, bool padded, char *msg,
-		    size_t cap)
+		    const uint64_t *samples, uint32_t nsamples, bool padded,
+		    const uint64_t *replaced, char *msg, size_t cap)
 {
 	bool wraps = false;
 
@@ -98,6 +98,8 @@ int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t
 			return -1;
 		}
 		pos[g] = samples[i];
+		if (replaced && (replaced[i / 64] >> (i % 64) & 1))
+			pos[g] |= FB_REPLACED;
 		wraps |= g >= v->n;
 	}
 	if (wraps != padded) {
@@ -109,11 +111,35 @@ int fb_verify_batch(struct fb_verify *v, uint32_t rank, uint64_t epoch, uint64_t
 	return 0;
 }
 
+/* Each replaced position of epoch e holds the sample of the next position
+ * (cyclically) that is not replaced. */
+static int fb_verify_replacements(const struct fb_verify *v, uint64_t e, char *msg, size_t cap)
+{
+	const uint64_t *pos = v->pos + e * (v->n + v->pad);
+
+	for (uint64_t g = 0; g < v->n; g++) {
+		if (!(pos[g] & FB_REPLACED))
+			continue;
+		uint64_t q = (g + 1) % v->n;
+		while (q != g && (pos[q] & FB_REPLACED))
+			q = (q + 1) % v->n;
+		if ((pos[g] & ~FB_REPLACED) != pos[q]) {
+			snprintf(msg, cap, "epoch %" PRIu64 ": position %" PRIu64 " holds sample %"
+				 PRIu64 " in place of a bad one; the next good one, at %" PRIu64
+				 ", is %" PRIu64, e, g, pos[g] & ~FB_REPLACED, q, pos[q]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* One epoch of a finished set. seen[s] = 1 + the position of sample s. */
 static int fb_verify_epoch(const struct fb_verify *v, uint64_t e, uint64_t *seen, char *msg,
 			   size_t cap)
 {
 	const uint64_t *pos = v->pos + e * (v->n + v->pad);
+
+	uint64_t nrep = 0, missing = 0;
 
 	memset(seen, 0, v->n * sizeof(*seen));
 	for (uint64_t g = 0; g < v->n; g++) {
@@ -123,6 +149,10 @@ static int fb_verify_epoch(const struct fb_verify *v, uint64_t e, uint64_t *seen
 				 PRIu64 ") was never delivered", e, g, g % v->world);
 			return -1;
 		}
+		if (s & FB_REPLACED) {
+			nrep++;
+			continue;
+		}
 		if (seen[s]) {
 			snprintf(msg, cap, "epoch %" PRIu64 ": duplicate sample %" PRIu64 " at global "
 				 "positions %" PRIu64 " and %" PRIu64, e, s, seen[s] - 1, g);
@@ -131,13 +161,20 @@ static int fb_verify_epoch(const struct fb_verify *v, uint64_t e, uint64_t *seen
 		seen[s] = g + 1;
 	}
 	for (uint64_t s = 0; s < v->n; s++)
-		if (!seen[s]) {
+		if (!seen[s] && ++missing > nrep) {  /* the bad ones are replaced */
 			snprintf(msg, cap, "epoch %" PRIu64 ": missing sample %" PRIu64, e, s);
 			return -1;
 		}
+	if (missing != nrep) {
+		snprintf(msg, cap, "epoch %" PRIu64 ": %" PRIu64 " positions replaced, %" PRIu64
+			 " samples missing", e, nrep, missing);
+		return -1;
+	}
+	if (nrep && fb_verify_replacements(v, e, msg, cap) < 0)
+		return -1;
 	for (uint64_t k = 0; k < v->pad; k++) {
-		uint64_t g = v->n + k, want = pos[g % v->n];
-		if (pos[g] != want) {
+		uint64_t g = v->n + k, want = pos[g % v->n] & ~FB_REPLACED;
+		if ((pos[g] & ~FB_REPLACED) != want) {
 			if (pos[g] == FB_UNSEEN)
 				snprintf(msg, cap, "epoch %" PRIu64 ": padding position %" PRIu64
 					 " was never delivered", e, g);

@@ -72,6 +72,9 @@ static void print_streams(const struct feed_status *st)
 			       s->device_bytes / 1e6);
 		else if (s->device[0])
 			printf("%-16s host slots only: %s\n", "", s->device);
+		if (s->replaced)
+			printf("%-16s %llu bad samples replaced (on_error skip)\n", "",
+			       (unsigned long long)s->replaced);
 	}
 }
 
@@ -148,6 +151,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("shm_bytes", s->shm_bytes, ", ");
 	json_str("device", s->device, ", ");
 	json_u64("device_bytes", s->device_bytes, ", ");
+	json_u64("replaced", s->replaced, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);
 	printf("\"samples_per_s_10s\": %.3f, \"mb_per_s_10s\": %.6f, "
 	       "\"reader_wait_share_10s\": %.6f, ", s->samples_per_s_10s, s->mb_per_s_10s,

@@ -18,7 +18,8 @@
 enum {
 	CMD_INGEST = 1u << 0, /* -o, --name, --block-bytes, ... */
 	CMD_TOKENS = 1u << 1, /* --dtype, --seq-len */
-	CMD_IMAGES = 1u << 2, /* --skip-bad */
+	CMD_IMAGES = 1u << 2, /* --skip-bad, --check */
+	CMD_VERIFY = 1u << 3, /* --decode */
 };
 
 struct pack_cmd {
@@ -58,15 +59,20 @@ static const struct pack_cmd pack_cmds[] = {
 	 "is not a readable JPEG or PNG is an error naming it. The class names and\n"
 	 "the largest image dimensions are kept in the manifest. Defaults here:\n"
 	 "one image per block (a random read reads just that image) and --level 1\n"
-	 "(zstd does not shrink JPEG or PNG files).",
+	 "(zstd does not shrink JPEG or PNG files). Each image's path relative\n"
+	 "to DIR_IN is kept (paths.txt): feedd's errors name the file. With\n"
+	 "--check, writes nothing: decodes every image in full on every core, as\n"
+	 "feedd would, lists those that fail, and exits 1 if any does.",
 	 1, 1, CMD_INGEST | CMD_IMAGES, pack_cmd_imagefolder},
 	{"inspect", "DIR",
 	 "Prints a dataset's name, version, schema, shards and sizes.",
 	 1, 1, 0, pack_cmd_inspect},
-	{"verify", "DIR",
+	{"verify", "DIR [--decode]",
 	 "Opens a dataset and reads and checks every block; exits 1 naming the\n"
-	 "shard and block on the first corruption.",
-	 1, 1, 0, pack_cmd_verify},
+	 "shard and block on the first corruption. With --decode, also decodes\n"
+	 "every image of its first image field in full on every core, lists each\n"
+	 "that fails by its path (or sample index), and exits 1 if any does.",
+	 1, 1, CMD_VERIFY, pack_cmd_verify},
 };
 #define PACK_NCMDS (sizeof(pack_cmds) / sizeof(pack_cmds[0]))
 
@@ -82,14 +88,21 @@ static const char pack_ingest_help[] =
 
 static const char pack_images_help[] =
 	"      --skip-bad         leave out files that are not readable JPEG or PNG\n"
-	"                         images, listing each on stderr\n";
+	"                         images, listing each on stderr\n"
+	"      --check            write nothing: decode every image in full, list\n"
+	"                         those that fail (exit 1 if any)\n";
+
+static const char pack_verify_help[] =
+	"options:\n"
+	"      --decode           also decode every image in full, listing those\n"
+	"                         that fail (exit 1 if any)\n";
 
 static const char pack_tokens_help[] =
 	"      --dtype T          uint16 or uint32 (required)\n"
 	"      --seq-len N        tokens per sequence (required)\n";
 
 enum { OPT_NAME = 256, OPT_BLOCK_BYTES, OPT_BLOCK_RECORDS, OPT_LEVEL, OPT_SHARD_BYTES,
-       OPT_DTYPE, OPT_SEQ_LEN, OPT_SKIP_BAD };
+       OPT_DTYPE, OPT_SEQ_LEN, OPT_SKIP_BAD, OPT_CHECK, OPT_DECODE };
 
 static const struct option pack_long_opts[] = {
 	{"output", required_argument, NULL, 'o'},
@@ -101,6 +114,8 @@ static const struct option pack_long_opts[] = {
 	{"dtype", required_argument, NULL, OPT_DTYPE},
 	{"seq-len", required_argument, NULL, OPT_SEQ_LEN},
 	{"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
+	{"check", no_argument, NULL, OPT_CHECK},
+	{"decode", no_argument, NULL, OPT_DECODE},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -123,6 +138,8 @@ static void usage_cmd(const struct pack_cmd *c)
 		printf("%s", pack_tokens_help);
 	if (c->groups & CMD_IMAGES)
 		printf("%s", pack_images_help);
+	if (c->groups & CMD_VERIFY)
+		printf("%s", pack_verify_help);
 }
 
 /* Prints a usage error and returns exit code 2. */
@@ -186,6 +203,8 @@ static int apply_opt(struct pack_opts *o, int opt, const char *arg, char *msg, s
 	case 'o': o->out_dir = arg; return 0;
 	case OPT_NAME: o->name = arg; return 0;
 	case OPT_SKIP_BAD: o->skip_bad = true; return 0;
+	case OPT_CHECK: o->check = true; return 0;
+	case OPT_DECODE: o->decode = true; return 0;
 	case OPT_DTYPE:
 		o->tok_dtype = feed_dtype_parse(arg);
 		if (o->tok_dtype != FEED_DTYPE_U16 && o->tok_dtype != FEED_DTYPE_U32)
@@ -223,8 +242,10 @@ static bool opt_allowed(int opt, unsigned groups)
 {
 	if (opt == OPT_DTYPE || opt == OPT_SEQ_LEN)
 		return groups & CMD_TOKENS;
-	if (opt == OPT_SKIP_BAD)
+	if (opt == OPT_SKIP_BAD || opt == OPT_CHECK)
 		return groups & CMD_IMAGES;
+	if (opt == OPT_DECODE)
+		return groups & CMD_VERIFY;
 	return groups & CMD_INGEST;
 }
 
@@ -233,6 +254,12 @@ static int finish_opts(struct pack_opts *o, const struct pack_cmd *c, char *msg,
 {
 	if (!(c->groups & CMD_INGEST))
 		return 0;
+	if (o->check) {  /* writes nothing */
+		if (o->out_dir || o->skip_bad)
+			return snprintf(msg, cap, "--check writes nothing: no -o, no --skip-bad"),
+			       -EINVAL;
+		return 0;
+	}
 	if (!o->out_dir || !*o->out_dir)
 		return snprintf(msg, cap, "missing -o DIR"), -EINVAL;
 	if (snprintf(o->out_buf, sizeof(o->out_buf), "%s", o->out_dir) >= (int)sizeof(o->out_buf))

@@ -43,6 +43,8 @@ struct pack_opts {
 	int tok_dtype;             /* tokens --dtype; FEED_DTYPE_INVALID if absent */
 	uint64_t seq_len;          /* tokens --seq-len; 0 if absent */
 	bool skip_bad;             /* imagefolder --skip-bad */
+	bool check;                /* imagefolder --check: decode all, write nothing */
+	bool decode;               /* verify --decode: decode every image too */
 	bool level_set;            /* --level was given */
 	bool block_bytes_set;      /* --block-bytes was given */
 	int npos;                  /* positional arguments */
@@ -73,6 +75,41 @@ void progress_tick(struct pack_progress *p, uint64_t done_bytes, uint64_t count)
 void progress_end(struct pack_progress *p);
 /* Seconds since a clock_gettime(CLOCK_MONOTONIC) reading. */
 double progress_elapsed(const struct timespec *since);
+
+/* ------------------------------------------------------------------ */
+/* Decoding every image (feedpack_check.c): one thread per CPU, each with
+ * its own image decoder; failures listed in sample order on stdout. */
+
+struct chk_worker;
+
+/* What to decode: units (files, blocks) handed to workers one at a time. */
+struct chk_source {
+	uint64_t units;            /* unit(arg, w, u, err) is called for u < units */
+	uint64_t total_bytes;      /* for the progress bar (0 = unknown) */
+	/* optional: per-worker state (w's unit_state), made on the worker */
+	int (*worker_init)(void *arg, void **ret_state, struct feed_err *err);
+	void (*worker_fini)(void *arg, void *state);
+	/* calls chk_image() or chk_fail() for each image of unit u; an error
+	 * returned (I/O, memory: not an image's fault) stops the run */
+	int (*unit)(void *arg, struct chk_worker *w, uint64_t u, struct feed_err *err);
+};
+
+/* Inside unit(): decodes image `index` (named name: a path, or "sample
+ * N") in full and notes it when it fails or decodes with warnings. */
+void chk_image(struct chk_worker *w, uint64_t index, const char *name, const void *data,
+	       size_t len);
+/* Inside unit(): notes image `index` as failing with words. */
+void chk_fail(struct chk_worker *w, uint64_t index, const char *name, const char *words);
+/* Inside unit(): the worker's state from worker_init(). */
+void *chk_state(struct chk_worker *w);
+
+/* Runs src over every unit; prints each failing (and warning) image and a
+ * summary on stdout. 0 when every image decodes; -EBADMSG naming `what`
+ * and the count when some do not; another error when a unit failed. */
+int chk_run(const struct chk_source *src, void *arg, const char *what, struct feed_err *err);
+
+/* verify DIR --decode: every image of ds's first image field. */
+int chk_verify_decode(const char *dir, const struct fmt_dataset *ds, struct feed_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Ingest sink (feedpack_sink.c): one fmt_writer plus accounting. */

@@ -19,8 +19,10 @@
  * not a readable JPEG or PNG (including .bmp/.ppm/.tif/.webp files, which
  * feedd does not decode) is refused naming its path and the decoder's
  * words, or with --skip-bad reported on stderr and left out (its class
- * keeps its index). Reads one file at a time; the list is built before the
- * writer starts.
+ * keeps its index). Each image's path relative to DIR is recorded
+ * (paths.txt), so feedd's errors name the file. Reads one file at a time;
+ * the list is built before the writer starts. --check writes nothing: it
+ * decodes every listed file in full on every core (feedpack_check.c).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -286,7 +288,8 @@ static int if_copy(struct if_list *l, bool skip_bad, struct pack_sink *sink, str
 		int64_t label = l->files[i].cls;
 		struct fmt_value v[2] = {{buf, len}, {&label, sizeof(label)}};
 		if ((rc = sink_add(sink, v, err)) < 0 ||
-		    (rc = fmt_writer_note_image(sink->w, 0, info.width, info.height, err)) < 0)
+		    (rc = fmt_writer_note_image(sink->w, 0, info.width, info.height, err)) < 0 ||
+		    (rc = fmt_writer_note_path(sink->w, l->files[i].rel, err)) < 0)
 			break;
 		uint64_t px = (uint64_t)info.width * info.height;
 		st->max_w = info.width > st->max_w ? info.width : st->max_w;
@@ -295,6 +298,57 @@ static int if_copy(struct if_list *l, bool skip_bad, struct pack_sink *sink, str
 	}
 	free(buf);
 	return rc;
+}
+
+/* --check: each file a unit, read into the worker's buffer. */
+struct if_buf {
+	uint8_t *p;
+	size_t cap;
+};
+
+static int if_check_init(void *arg, void **ret_state, struct feed_err *err)
+{
+	(void)arg;
+	if (!(*ret_state = calloc(1, sizeof(struct if_buf))))
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	return 0;
+}
+
+static void if_check_fini(void *arg, void *state)
+{
+	struct if_buf *b = state;
+	(void)arg;
+	if (b)
+		free(b->p);
+	free(b);
+}
+
+static int if_check_unit(void *arg, struct chk_worker *w, uint64_t i, struct feed_err *err)
+{
+	const struct if_list *l = arg;
+	struct if_buf *b = chk_state(w);
+	struct feed_err e = {0};
+	char full[PATH_MAX];
+	size_t len;
+	int rc;
+
+	if ((rc = if_join(full, sizeof(full), l->root, l->files[i].rel, err)) < 0)
+		return rc;
+	if ((rc = pack_read_file(full, &b->p, &b->cap, &len, &e)) == -ENOMEM)
+		return feed_err_set(err, rc, "%s", e.msg);
+	if (rc < 0)
+		chk_fail(w, i, l->files[i].rel, e.msg);
+	else
+		chk_image(w, i, l->files[i].rel, b->p, len);
+	return 0;
+}
+
+static int if_check(struct if_list *l, struct feed_err *err)
+{
+	struct chk_source src = {.units = l->n, .total_bytes = l->bytes,
+				 .worker_init = if_check_init, .worker_fini = if_check_fini,
+				 .unit = if_check_unit};
+	return chk_run(&src, l, l->root, err);
 }
 
 int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err)
@@ -308,6 +362,10 @@ int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err)
 
 	if ((rc = if_list_build(&l, err)) < 0)
 		goto out;
+	if (o->check) {
+		rc = if_check(&l, err);
+		goto out;
+	}
 	pack_field(&schema.fields[0], "image", FEED_DTYPE_U8, 0, NULL, true);
 	schema.fields[0].image = true;
 	pack_field(&schema.fields[1], "label", FEED_DTYPE_I64, 0, NULL, false);

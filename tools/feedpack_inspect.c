@@ -234,6 +234,8 @@ int pack_cmd_verify(const struct pack_opts *o, struct feed_err *err)
 	if ((rc = verify_blocks(dir, ds, dec, comp, comp_cap, raw, raw_cap, err)) == 0)
 		printf("ok: %llu samples, %llu blocks\n", (unsigned long long)info->num_samples,
 		       (unsigned long long)info->num_blocks);
+	if (rc == 0 && o->decode)
+		rc = chk_verify_decode(dir, ds, err);
 out:
 	fmt_decoder_free(dec);
 	free(comp);

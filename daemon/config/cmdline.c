@@ -16,6 +16,7 @@ const char cli_usage[] =
 	"       feedd --check-config FILE [--strict] [--user NAME] [flags]\n"
 	"             (check what start-up would refuse, as NAME or as yourself; every\n"
 	"             error is reported; warnings too, which --strict makes errors)\n"
+	"       feedd --list-ops   (the pipeline ops, their keys and defaults)\n"
 	"Flags override the config file; without one, built-in defaults apply.\n"
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 

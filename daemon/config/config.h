@@ -154,7 +154,7 @@ void cfg_free(struct cfg *c);
  * (the message cfg_load() gave, already printed; may be NULL). Returns
  * how many lines it wrote: 0 also when the file does not read or parse
  * (cfg_load() says why). Blocking (user and group databases). */
-int cfg_check_names(const char *file, const char *skip, FILE *out);
+int cfg_check_names(const char *file, const struct cfg_errs *said, FILE *out);
 
 /* Finds a dataset by name, or NULL. */
 const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name);

@@ -29,10 +29,19 @@ static char *cfg_check_read(const char *file, size_t *ret_len)
 	return text;
 }
 
-/* Reports name at key unless it resolves or skip says it already; 1 if
+/* Whether said holds msg. */
+static bool cfg_said(const struct cfg_errs *said, const char *msg)
+{
+	for (unsigned i = 0; said && i < said->n; i++)
+		if (!strcmp(said->msg[i], msg))
+			return true;
+	return false;
+}
+
+/* Reports name at key unless it resolves or said has it already; 1 if
  * reported. */
 static int cfg_check_one(const struct cfg_src *src, const char *key, const char *name,
-			 bool group, const char *skip, FILE *out)
+			 bool group, const struct cfg_errs *said, FILE *out)
 {
 	struct feed_err e = {0}, e2 = {0};
 	uid_t uid;
@@ -43,13 +52,13 @@ static int cfg_check_one(const struct cfg_src *src, const char *key, const char 
 	if ((group ? acl_parse_group(name, &gid, &e) : acl_parse_user(name, &uid, &e)) == 0)
 		return 0;
 	cfg_key_err(src, &e2, key, "%s", e.msg);
-	if (skip && !strcmp(skip, e2.msg))
-		return 0;  /* already said */
+	if (cfg_said(said, e2.msg))
+		return 0;
 	fprintf(out, "feedd: %s\n", e2.msg);
 	return 1;
 }
 
-int cfg_check_names(const char *file, const char *skip, FILE *out)
+int cfg_check_names(const char *file, const struct cfg_errs *said, FILE *out)
 {
 	struct cfg_src src = {.file = file};
 	struct cfg_raw *raw = NULL;
@@ -67,16 +76,16 @@ int cfg_check_names(const char *file, const char *skip, FILE *out)
 		free(text);
 		return 0;
 	}
-	n += cfg_check_one(&src, "socket_group", raw->socket_group, true, skip, out);
+	n += cfg_check_one(&src, "socket_group", raw->socket_group, true, said, out);
 	for (unsigned i = 0; i < raw->datasets_count; i++) {
 		const struct cfg_raw_dataset *d = &raw->datasets[i];
 		for (unsigned k = 0; k < d->allow_users_count; k++) {
 			snprintf(key, sizeof(key), "datasets[%u].allow_users[%u]", i, k);
-			n += cfg_check_one(&src, key, d->allow_users[k], false, skip, out);
+			n += cfg_check_one(&src, key, d->allow_users[k], false, said, out);
 		}
 		for (unsigned k = 0; k < d->allow_groups_count; k++) {
 			snprintf(key, sizeof(key), "datasets[%u].allow_groups[%u]", i, k);
-			n += cfg_check_one(&src, key, d->allow_groups[k], true, skip, out);
+			n += cfg_check_one(&src, key, d->allow_groups[k], true, said, out);
 		}
 	}
 	cfg_raw_free(raw);

@@ -182,10 +182,28 @@ static void ses_info(struct ses *se, uint32_t id, const Feed__DatasetQuery *q)
 {
 	const struct cat_entry *e = ses_dataset(se, id, q->name);
 
-	if (e) {
-		Feed__DatasetInfo *one = (Feed__DatasetInfo *)&e->pb;
-		ses_send_list(se, id, &one, 1);
+	if (!e)
+		return;
+	Feed__DatasetInfo info = e->pb, *one = &info; /* shallow: points into e */
+	if (q->want_path) {
+		const char *path = fmt_dataset_sample_path(e->ds, q->sample);
+		char msg[FEED_ERR_MSG_MAX];
+		if (q->sample >= e->info->num_samples) {
+			snprintf(msg, sizeof(msg), "dataset '%s': sample %llu out of range (%llu samples)",
+				 e->name, (unsigned long long)q->sample,
+				 (unsigned long long)e->info->num_samples);
+			ses_error(se, id, -ERANGE, msg, SES_REFUSAL);
+			return;
+		}
+		if (!path) {
+			snprintf(msg, sizeof(msg), "dataset '%s': no sample paths recorded (only "
+				 "feedpack imagefolder records them)", e->name);
+			ses_error(se, id, -ENOENT, msg, SES_REFUSAL);
+			return;
+		}
+		info.sample_path = (char *)path;
 	}
+	ses_send_list(se, id, &one, 1);
 }
 
 static void ses_stats(struct ses *se, uint32_t id)

@@ -68,12 +68,16 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 		.credits = st.credits, .credits_in_use = st.credits_in_use,
 		.members = g->nmembers, .member_pids = g->nmembers ? g->pids : NULL,
 		.member_reader_wait_ns = g->nmembers ? g->waits : NULL,
+		.replaced = st.replaced,
 	};
 }
 
 static const char *ses_order_name(int mode)
 {
-	return mode == ORD_FULL ? "full" : mode == ORD_BLOCK_WINDOW ? "block_window" : "sequential";
+	return mode == ORD_FULL		? "full" :
+	       mode == ORD_BLOCK_WINDOW ? "block_window" :
+	       mode == ORD_NODE		? "node" :
+					  "sequential";
 }
 
 /* The first parameter where k differs from the group's, named as a
@@ -105,11 +109,15 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 		return feed_err_set(err, -EINVAL, "group '%s': order %s differs from the group's %s",
 				    n, ses_order_name(k->order), ses_order_name(h->order));
 	SES_SAME(window, "window");
+	SES_SAME(nodes, "nodes");
+	SES_SAME(deal_fixed, "node_deal fixed");
 	SES_SAME(rank, "rank");
 	SES_SAME(world, "world_size");
 	SES_SAME(drop_last, "drop_last");
 	SES_SAME(pad_last, "pad_last");
 	SES_SAME(eval, "eval");
+	SES_SAME(on_error, "on_error");
+	SES_SAME(max_bad, "max_bad");
 #undef SES_SAME
 	return 0;
 }

@@ -35,9 +35,13 @@ struct ses_group_key {
 	uint64_t seed;
 	uint32_t batch;
 	int order;                   /* enum ord_mode */
-	uint32_t window;             /* effective: block-window order only */
+	uint32_t window;             /* effective: block-window and node order only */
+	uint32_t nodes;              /* node order only, else 0 */
+	bool deal_fixed;             /* node order only */
 	uint32_t rank, world;
 	bool drop_last, pad_last, eval;
+	uint32_t on_error;           /* a sample that fails: its batch is the group's */
+	uint64_t max_bad;            /* effective (the default filled in) */
 };
 
 /* The group called name. Returns 0 with *ret the group (referenced: the

@@ -53,6 +53,8 @@ struct ses_stream {
 	uv_poll_t poll;            /* the release doorbell, once open */
 	bool poll_live;            /* poll initialised: uv_close() frees us */
 	uint64_t bad_logged;       /* refused release entries already logged */
+	uint64_t replaced_logged;  /* replaced samples (on_error skip) already logged */
+	struct log_limit replaced_log; /* their warnings */
 	bool error_logged;         /* the stream's stop was logged */
 	struct stats_entry stat;   /* in the daemon's registry while open */
 	char *pipeline;            /* canonical text, for stats (NULL: out of memory) */
@@ -99,6 +101,26 @@ static void ses_stream_closed(uv_handle_t *h)
 	ses_stream_free(h->data);
 }
 
+/* Logs the samples replaced (on_error skip) since the last look, naming
+ * the last batch's files; rate-limited like the release warnings. */
+static void ses_stream_report_replaced(struct ses_stream *ss)
+{
+	struct dlv_stats st;
+	char note[LOG_LIMIT_NOTE_MAX];
+	uint64_t dropped;
+
+	dlv_stats(ss->dlv, &st);
+	if (st.replaced <= ss->replaced_logged)
+		return;
+	if (log_limit_allow(&ss->replaced_log, uv_now(&ss->d->loop), &dropped))
+		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u: replaced %llu samples that failed "
+			 "(%llu in all, on_error skip): %s%s", SRV_CONN_ARGS(ss->se->conn), ss->id,
+			 (unsigned long long)(st.replaced - ss->replaced_logged),
+			 (unsigned long long)st.replaced, st.replaced_what,
+			 log_limit_note(dropped, note));
+	ss->replaced_logged = st.replaced;
+}
+
 /* Logs what the stream refused from its client since the last look: the
  * release region is the client's to write, so this is where its mistakes
  * (or tampering) show. Rate-limited per connection: a client that rings
@@ -122,6 +144,7 @@ void ses_stream_report(struct ses_stream *ss)
 			 (unsigned long long)(st.bad_releases - ss->bad_logged),
 			 (unsigned long long)st.bad_releases, log_limit_note(dropped, note));
 	ss->bad_logged = st.bad_releases;
+	ses_stream_report_replaced(ss);
 	if (st.error && !ss->error_logged) {
 		log_warn(&ss->d->log, SRV_CONN_FMT ": stream %u stopped: %s", SRV_CONN_ARGS(c),
 			 ss->id, st.error_msg);
@@ -217,6 +240,20 @@ static int ses_pipeline_text(const struct feedd *d, const char *asked, const cha
 			    n ? "configured: " : "none configured", list);
 }
 
+/* Node order: nodes, deal, and the dealt unit: `window` blocks' worth of
+ * samples, counted on the first block (every block holds as many records
+ * when records have a fixed size, as feedpack packs them; with variable
+ * records a unit may straddle a block boundary). */
+static void ses_node_spec(const Feed__OpenStream *o, const struct cat_entry *e,
+			  struct ord_spec *ord)
+{
+	uint64_t per_block = e->info->num_blocks ? e->block_first[1] - e->block_first[0] : 1;
+
+	ord->nodes = o->nodes ? o->nodes : 1;
+	ord->deal_fixed = o->node_deal == FEED__NODE_DEAL__NODE_DEAL_FIXED;
+	ord->unit = (per_block ? per_block : 1) * ord->window;
+}
+
 static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const struct cat_entry *e,
 		     struct dlv_spec *sp)
 {
@@ -231,8 +268,11 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	snprintf(ord->version, sizeof(ord->version), "%s", e->info->version);
 	ord->mode = o->order == FEED__ORDER__ORDER_FULL	 ? ORD_FULL :
 		    o->order == FEED__ORDER__ORDER_BLOCK_WINDOW ? ORD_BLOCK_WINDOW :
+		    o->order == FEED__ORDER__ORDER_NODE	 ? ORD_NODE :
 								  ORD_SEQUENTIAL;
-	ord->window = o->window ? o->window : 8;
+	ord->window = o->window ? o->window : ord->mode == ORD_NODE ? 1 : 8;
+	if (ord->mode == ORD_NODE)
+		ses_node_spec(o, e, ord);
 	ord->block_first = e->block_first;
 	ord->nblocks = e->info->num_blocks;
 	ord->rank = o->rank;
@@ -244,6 +284,9 @@ static void ses_spec(const struct ses *se, const Feed__OpenStream *o, const stru
 	sp->sched.epochs = o->epochs;
 	sp->sched.start_epoch = o->start_epoch;
 	sp->sched.start_batch = o->start_batch;
+	sp->on_error = o->on_error;
+	/* default: 0.1% of the epoch, at least 1 */
+	sp->max_bad = o->max_bad ? o->max_bad : ord->n / 1000 > 0 ? ord->n / 1000 : 1;
 }
 
 _Static_assert(CFG_MAX_CREDITS == DLV_MAX_CREDITS && WIRE_CREDITS_MAX == DLV_MAX_CREDITS,
@@ -256,6 +299,28 @@ static int ses_resume_same(const char *what, uint64_t token, uint64_t asked, str
 		return 0;
 	return feed_err_set(err, -EINVAL, "resume token: %s is %llu in the token, %llu in the request",
 			    what, (unsigned long long)token, (unsigned long long)asked);
+}
+
+/* Node order: the token's deal must match; its node count and levels go
+ * to the schedule (which may lay the rest out over another node count). */
+static int ses_resume_node(const Feed__ResumeToken *t, struct dlv_spec *sp, struct feed_err *err)
+{
+	struct sched_spec *ss = &sp->sched;
+	int rc;
+
+	if ((rc = ses_resume_same("node_deal fixed", t->node_deal == FEED__NODE_DEAL__NODE_DEAL_FIXED,
+				  ss->ord.deal_fixed, err)) < 0)
+		return rc;
+	if (t->nodes == 0 || t->n_level_nodes != t->n_level_positions ||
+	    t->n_level_nodes > ORD_MAX_LEVELS)
+		return feed_err_set(err, -EINVAL, "resume token: %zu node-count changes in its "
+				    "epoch (at most %d), taken on %u nodes", t->n_level_nodes,
+				    ORD_MAX_LEVELS, t->nodes);
+	ss->start_nodes = t->nodes;
+	ss->nlevels = (uint32_t)t->n_level_nodes;
+	for (uint32_t i = 0; i < ss->nlevels; i++)
+		ss->levels[i] = (struct ord_level){t->level_nodes[i], t->level_positions[i]};
+	return 0;
 }
 
 /* Applies a resume token (feed.proto ResumeToken) to sp, or says why not. */
@@ -288,8 +353,12 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	    (rc = ses_resume_same("pad_last", t->pad_last, o->pad_last, err)) < 0 ||
 	    (rc = ses_resume_same("eval", t->eval, o->eval, err)) < 0)
 		goto out;
-	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW &&
-	    (rc = ses_resume_same("window", t->window, sp->sched.ord.window, err)) < 0)
+	/* the token holds the window asked for; 0 is the mode's default */
+	uint32_t twin = t->window ? t->window : o->order == FEED__ORDER__ORDER_NODE ? 1 : 8;
+	if ((o->order == FEED__ORDER__ORDER_BLOCK_WINDOW || o->order == FEED__ORDER__ORDER_NODE) &&
+	    (rc = ses_resume_same("window", twin, sp->sched.ord.window, err)) < 0)
+		goto out;
+	if (o->order == FEED__ORDER__ORDER_NODE && (rc = ses_resume_node(t, sp, err)) < 0)
 		goto out;
 	sp->sched.start_epoch = t->epoch;
 	sp->sched.start_batch = 0;
@@ -310,6 +379,13 @@ static void ses_note(const struct feedd *d, const struct cat_entry *e, const str
 		snprintf(buf, cap, "full shuffle over %llu decoded bytes with a %llu byte block "
 			 "cache costs one block decode per sample; use block-window order or a "
 			 "larger cache_bytes", (unsigned long long)e->info->bytes_raw,
+			 (unsigned long long)d->cfg->cache_bytes);
+	if (sp->sched.ord.mode == ORD_NODE && !sp->sched.ord.eval &&
+	    e->info->bytes_raw / sp->sched.ord.nodes > d->cfg->cache_bytes)
+		snprintf(buf, cap, "node order: this node's share is about %llu decoded bytes, more "
+			 "than the %llu byte block cache; blocks will be read again within an "
+			 "epoch; raise cache_bytes", (unsigned long long)(e->info->bytes_raw /
+									 sp->sched.ord.nodes),
 			 (unsigned long long)d->cfg->cache_bytes);
 }
 
@@ -366,6 +442,7 @@ static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
 		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
 		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
 		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
+		.replaced = st.replaced,
 	};
 }
 
@@ -502,9 +579,12 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 	*k = (struct ses_group_key){
 		.e = ss->e, .pipeline = ss->plan->canonical, .pipeline_hash = ss->plan->hash,
 		.seed = o->seed, .batch = o->batch, .order = ord->mode,
-		.window = ord->mode == ORD_BLOCK_WINDOW ? ord->window : 0,
+		.window = ord->mode == ORD_BLOCK_WINDOW || ord->mode == ORD_NODE ? ord->window : 0,
+		.nodes = ord->mode == ORD_NODE ? ord->nodes : 0,
+		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
-		.pad_last = ord->pad_last, .eval = ord->eval,
+		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
+		.max_bad = sp->max_bad,
 	};
 }
 

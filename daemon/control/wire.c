@@ -196,8 +196,19 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 	if (world > WIRE_WORLD_MAX || o->rank >= world)
 		return feed_err_set(err, -EINVAL, "open_stream.rank/world: rank %u of world %u "
 				    "(world 1..%d, rank < world)", o->rank, world, WIRE_WORLD_MAX);
-	if ((unsigned)o->order > FEED__ORDER__ORDER_BLOCK_WINDOW)
+	if ((unsigned)o->order > FEED__ORDER__ORDER_NODE)
 		return feed_err_set(err, -EINVAL, "open_stream.order: unknown order %d", (int)o->order);
+	if (o->order == FEED__ORDER__ORDER_NODE) {
+		uint32_t nodes = o->nodes ? o->nodes : 1;
+		if (world % nodes || o->node != o->rank / (world / nodes))
+			return feed_err_set(err, -EINVAL, "open_stream.nodes/node: rank %u of world "
+					    "%u on %u nodes must be on node rank / (world / nodes), "
+					    "not node %u (nodes must divide world)", o->rank, world,
+					    nodes, o->node);
+		if ((unsigned)o->node_deal > FEED__NODE_DEAL__NODE_DEAL_FIXED)
+			return feed_err_set(err, -EINVAL, "open_stream.node_deal: unknown deal %d",
+					    (int)o->node_deal);
+	}
 	if (o->window > WIRE_WINDOW_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.window: %u blocks, at most %d",
 				    o->window, WIRE_WINDOW_MAX);
@@ -222,6 +233,11 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 				    o->eval ? "eval" : "drop_last",
 				    o->eval ? "eval delivers every sample once, unpadded"
 					    : "drop_last leaves no partial batch to pad");
+	if (o->on_error > 1)
+		return feed_err_set(err, -EINVAL, "open_stream.on_error: %u, allowed 0 (fail) or "
+				    "1 (skip)", o->on_error);
+	if (o->max_bad && o->on_error != 1)
+		return feed_err_set(err, -EINVAL, "open_stream.max_bad: only with on_error skip");
 	return o->device ? wire_device_check(o->device, err) : 0;
 }
 

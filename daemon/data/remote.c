@@ -403,7 +403,8 @@ static int rem_fetch(struct rem_store *s, const char *file, const struct fmt_ran
 		if (rc == 0 || rc == -EINVAL)  /* -EINVAL: rem_setup() said why */
 			return rc;
 	}
-	REM_COUNT(s, failures, 1);
+	if (r && r->has_hash)  /* not a 404 of an optional file at open */
+		REM_COUNT(s, failures, 1);
 	return rem_fail(s, file, r, rc, why, tries, err);
 }
 

@@ -37,7 +37,7 @@ struct dtier;
 struct remote_counters {
 	_Atomic uint64_t requests;   /* HTTP requests made (every try) */
 	_Atomic uint64_t retries;    /* tries after a failed one */
-	_Atomic uint64_t failures;   /* reads that failed after every try */
+	_Atomic uint64_t failures;   /* block reads that failed after every try */
 	_Atomic uint64_t bytes;      /* body bytes received */
 };
 

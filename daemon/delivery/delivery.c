@@ -49,6 +49,7 @@ struct dlv_job {
 	struct sched_pos pos;
 	uint64_t bytes;            /* field bytes written */
 	bool built;                /* finished, waiting for its turn (lock) */
+	struct bld_bad bad;        /* on_error skip: what it replaced */
 };
 
 /* One reader: its control region (ready ring, copies of the slot headers),
@@ -94,6 +95,8 @@ struct dlv {
 	struct slot_layout lay;    /* immutable */
 	uint64_t seed;
 	bool group;                /* several members: see dlv_spec */
+	uint32_t on_error;         /* enum bld_on_error */
+	uint64_t max_bad;          /* skip: replaced samples an epoch, at most */
 	struct cache *cache;
 	struct pool *pool;
 	struct pool_source *src;   /* our fair share of the workers: one for
@@ -109,9 +112,12 @@ struct dlv {
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
-	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: ours; made
-				    * on the device with the data region, dropped
+	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: made on
+				    * the device with the data region, NULL from
 				    * there (dev_err says why) if that fails */
+	struct dsl *dev_own;       /* the planned device slots, or NULL: ours,
+				    * immutable, freed with us (dlv_close may
+				    * abandon them while a join makes them) */
 	struct feed_err dev_err;
 
 	/* (lock) */
@@ -136,6 +142,12 @@ struct dlv {
 	int fail_code;                    /* 0, or the earliest failed batch's error */
 	uint64_t fail_seq;                /* its publication order */
 	char fail_msg[FEED_ERR_MSG_MAX];
+	/* samples replaced (skip) in the epoch being published, counted in
+	 * publication order so the stop past max_bad is the same batch on
+	 * every run (from where the stream started) */
+	uint64_t bad_epoch;               /* the epoch bad_count counts */
+	uint64_t bad_count;
+	char bad_what[FEED_ERR_MSG_MAX];  /* what failed in it, cut */
 	struct dlv_stats st;
 };
 
@@ -163,7 +175,7 @@ static void dlv_destroy(struct dlv *d)
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
 	member_free(d->solo);
-	dsl_free(d->dev); /* before the region it registered goes */
+	dsl_free(d->dev_own); /* before the region it registered goes */
 	region_free(&d->data);
 	sched_fini(&d->sched);
 	free(d->hdrs);
@@ -203,6 +215,8 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->lay = *lay;
 	d->seed = spec->seed;
 	d->group = spec->group;
+	d->on_error = spec->on_error;
+	d->max_bad = spec->max_bad ? spec->max_bad : 1;
 	d->cache = cache;
 	d->pool = pool;
 	d->data.fd = -1;
@@ -222,7 +236,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].d = d;
 		d->jobs[i].slot = i;
 	}
-	d->dev = spec->dev; /* ours from here: nothing fails after */
+	d->dev = d->dev_own = spec->dev; /* ours from here: nothing fails after */
 	d->on_free = spec->on_free;
 	d->on_free_arg = spec->on_free_arg;
 	*ret_dlv = d;
@@ -275,10 +289,8 @@ static int data_make(struct dlv *d, struct feed_err *err)
 			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
 						 REGION_SEALS_SHARED, &d->data_err);
 		/* a failure here is not the stream's: it goes on with host slots */
-		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0) {
-			dsl_free(d->dev);
-			d->dev = NULL;
-		}
+		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0)
+			d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
 	}
 	int rc = d->data_rc;
 	if (rc < 0)
@@ -527,6 +539,48 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 	}
 }
 
+/* Counts job j's replaced samples into its epoch's; true when that goes
+ * past max_bad (the message, naming what failed, is in fail_msg). */
+static bool bad_over_locked(struct dlv *d, const struct dlv_job *j)
+{
+	if (d->bad_epoch != j->pos.epoch) {
+		d->bad_epoch = j->pos.epoch;
+		d->bad_count = 0;
+		d->bad_what[0] = '\0';
+	}
+	if (!j->bad.n)
+		return false;
+	d->bad_count += j->bad.n;
+	size_t used = strlen(d->bad_what), add = strlen(j->bad.what);
+	if (used + add + 3 < sizeof(d->bad_what)) {
+		memcpy(d->bad_what + used, used ? "; " : "", used ? 2 : 0);
+		memcpy(d->bad_what + used + (used ? 2 : 0), j->bad.what, add + 1);
+	}
+	if (d->bad_count <= d->max_bad)
+		return false;
+	snprintf(d->fail_msg, sizeof(d->fail_msg),
+		 "epoch %llu: %llu samples failed, past max_bad %llu: %.400s",
+		 (unsigned long long)j->pos.epoch, (unsigned long long)d->bad_count,
+		 (unsigned long long)d->max_bad, d->bad_what);
+	return true;
+}
+
+/* Counts job j's replaced samples and rings each member's release
+ * doorbell, so the loop logs them (naming the files) at once; only
+ * batches with replacements pay for the write. */
+static void replaced_note_locked(struct dlv *d, const struct dlv_job *j)
+{
+	uint64_t one = 1;
+
+	d->st.replaced += j->bad.n;
+	msg_copy(d->st.replaced_what, sizeof(d->st.replaced_what), j->bad.what);
+	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
+		struct dlv_member *m = d->members[i];
+		if (m && m->state == DLV_MEMBER_ACTIVE)
+			(void)!write(m->release_efd, &one, sizeof(one));
+	}
+}
+
 /* Publishes every built batch that is next in order, and a failed
  * batch's error when its turn comes. */
 static void publish_ready_locked(struct dlv *d, bool *defer_wake)
@@ -543,6 +597,12 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 		struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
 		if (!j || !j->built)
 			break;
+		if (d->on_error == BLD_ON_ERROR_SKIP && bad_over_locked(d, j)) {
+			fail_locked(d, -EBADMSG, d->fail_msg);
+			break;
+		}
+		if (j->bad.n)
+			replaced_note_locked(d, j);
 		d->seq_job[d->pub_seq % d->lay.nslots] = NULL;
 		j->built = false;
 		if (!now)
@@ -775,6 +835,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
 		.gen = d->slots[j->slot].gen,
+		.on_error = (enum bld_on_error)d->on_error,
+		.max_search = d->max_bad + 1,
+		.bad = &j->bad,
 	};
 }
 
@@ -985,6 +1048,9 @@ void dlv_close(struct dlv *d)
 	d->closing = true;
 	pthread_mutex_unlock(&d->lock);
 	atomic_store_explicit(&d->closed_flag, true, memory_order_relaxed);
+	/* its client is gone: feedd writes the done words it would have, so
+	 * no conversion waits for it any longer (a dead client's never come) */
+	dsl_abandon(d->dev_own);
 	dlv_unref(d);
 }
 

@@ -62,6 +62,9 @@ struct dlv_spec {
 	uid_t uid;                 /* whose fair share its batches are built from
 				    * (pool.h): a group's creator's; one pool
 				    * source per delivery, a group counts once */
+	uint32_t on_error;         /* enum bld_on_error: fail, or skip (replace) */
+	uint64_t max_bad;          /* skip: samples replaced an epoch before the
+				    * stream stops (>= 1) */
 	struct dsl *dev;           /* planned device slots (devslots.h; a plain
 				    * stream's CUDA IPC), or NULL: the delivery's
 				    * once dlv_new() succeeds (made on the device
@@ -164,6 +167,8 @@ struct dlv_stats {
 	uint64_t batches, samples, bytes;  /* published (built once, whatever the members) */
 	uint64_t delivered;                /* batches handed to members, each counted */
 	uint64_t bad_releases;             /* release entries refused */
+	uint64_t replaced;                 /* samples replaced (on_error skip), published */
+	char replaced_what[256];           /* what failed in the last batch with any */
 	uint32_t credits_in_use;           /* slots building, ready or held */
 	uint32_t members;                  /* receiving batches or holding slots */
 	uint32_t credits;                  /* slots in all */

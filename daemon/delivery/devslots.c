@@ -6,24 +6,42 @@
  * embedded kernels loaded there, and the streams' slots whose device work
  * had not finished when they were freed (the graveyard, reaped later);
  * per stream (struct dsl), one device allocation holding every device
- * slot (one IPC memory handle), a staging area per slot, two CUDA streams
- * and per slot three events:
+ * slot and, after them, one 32-bit done word per slot (one IPC memory
+ * handle), a staging area per slot, three CUDA streams and per slot two
+ * events:
  *   - copy stream: only the copies of host slot i into staging i, then
  *     copied[i] (feedd's own). It never waits for anything a client does,
  *     so a worker about to rebuild host slot i may wait for copied[i] on
  *     the CPU: that wait is bounded by a DMA.
- *   - convert stream: waits for copied[i] and for done[i] (interprocess:
- *     the client records it when it releases the slot's last batch), then
- *     converts (or copies) staging i into device slot i and records
+ *   - convert stream: waits for copied[i] and until done word i reaches
+ *     the generation of the slot's last batch (cuStreamWaitValue32, cyclic
+ *     >=; the client writes it on the device when it releases that batch),
+ *     then converts (or copies) staging i into device slot i and records
  *     ready[i] (interprocess: the client's stream waits for it).
- * A client that dies with done[i] recorded behind work that never runs
- * can stall the convert stream; nothing on the CPU ever waits for it:
- * dsl_free() hands a stream whose work has not finished to the graveyard.
+ *   - rescue stream (non-blocking, nothing else on it): when the client
+ *     leaves (dsl_abandon), feedd writes every done word itself, so a
+ *     client that died with its writes behind work that never runs leaves
+ *     nothing stuck: the convert stream drains and dsl_free() frees.
+ * Why words, not an interprocess done event: an event recorded by a
+ * process that dies before the record runs never completes, and nobody
+ * else may record it; a word feedd can always write itself. A stream of
+ * feedd's stuck for ever would also stall every implicitly synchronising
+ * driver call of the daemon (cuMemHostUnregister, cuMemFree).
+ *
+ * Why cyclic >= and the batch's generation: generations of a slot only
+ * grow (uint32, wrapping: the comparison is cyclic, and a slot's word is
+ * never more than a few generations behind), so one write covers every
+ * earlier wait, the rescue can write the newest value for each slot
+ * without knowing which waits are queued, and a client's late write of an
+ * older generation cannot undo a wait that has been satisfied.
+ * The graveyard stays as a safety net: dsl_free() still never waits on
+ * the CPU for the convert stream.
  */
 #include "devslots.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +92,18 @@ struct dsl {
 	uint32_t nslots, nfields;
 	struct dsl_field field[FEED_SHM_MAX_FIELDS];
 	uint64_t slot_bytes, stage_bytes; /* one device slot, one staging area */
-	CUdeviceptr slots, stage;         /* nslots of each */
-	CUstream copy, conv;
-	CUevent ready[DSL_MAX_SLOTS], done[DSL_MAX_SLOTS], copied[DSL_MAX_SLOTS];
+	uint64_t done_off;         /* the done words, from slots (after the last slot) */
+	CUdeviceptr slots, stage;         /* nslots of each (slots: then the words) */
+	CUstream copy, conv, rescue;
+	CUevent ready[DSL_MAX_SLOTS], copied[DSL_MAX_SLOTS];
 	CUevent fin;               /* recorded on conv by dsl_free */
 	bool recorded[DSL_MAX_SLOTS]; /* copied[i] was recorded (slot i's worker) */
+	bool converted[DSL_MAX_SLOTS]; /* slot i holds a batch (slot i's worker) */
+	/* the generation of the batch last converted into slot i: written by
+	 * slot i's worker, read by dsl_abandon (seq_cst: see dsl_abandon) */
+	_Atomic uint32_t last[DSL_MAX_SLOTS];
+	_Atomic bool made;         /* dsl_make finished: the rescue stream exists */
+	_Atomic bool abandoned;    /* the client left: no more waits for it */
 	struct dsl *next_grave;
 
 	pthread_mutex_t mu;        /* the registration (a leaf lock) */
@@ -86,8 +111,8 @@ struct dsl {
 
 	/* the reply's storage */
 	CUipcMemHandle mem_h;
-	CUipcEventHandle ready_h[DSL_MAX_SLOTS], done_h[DSL_MAX_SLOTS];
-	ProtobufCBinaryData ready_pb[DSL_MAX_SLOTS], done_pb[DSL_MAX_SLOTS];
+	CUipcEventHandle ready_h[DSL_MAX_SLOTS];
+	ProtobufCBinaryData ready_pb[DSL_MAX_SLOTS];
 	Feed__DeviceField field_pb[FEED_SHM_MAX_FIELDS];
 	Feed__DeviceField *field_pp[FEED_SHM_MAX_FIELDS];
 };
@@ -131,8 +156,8 @@ void dsl_gpu_free(struct dsl_gpu *g)
 {
 	if (!g)
 		return;
-	/* what is still stuck (a dead client's done event) is left to the
-	 * driver's teardown at exit: freeing it could wait for ever */
+	/* what is still unfinished (only where dsl_abandon's writes failed)
+	 * is left to the driver's teardown at exit: freeing it could wait */
 	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
@@ -270,6 +295,34 @@ static int dsl_device(const struct dsl_gpu *g, const uint8_t uuid[16], struct fe
 	return ord;
 }
 
+/* The one allocation the client maps: the slots, then the done words. */
+static uint64_t dsl_slots_bytes(const struct dsl *s)
+{
+	return dsl_align(s->done_off + sizeof(uint32_t) * s->nslots);
+}
+
+static CUdeviceptr dsl_word(const struct dsl *s, uint32_t slot)
+{
+	return s->slots + s->done_off + sizeof(uint32_t) * slot;
+}
+
+/* The done words start at 0 (cuMemAlloc leaves memory undefined: a stray
+ * value could pass a wait), written on the rescue stream, which the
+ * rescue's writes then follow in order; waited for here, on a worker:
+ * nothing else is on that stream yet, so the wait is bounded. */
+static int dsl_words_init(struct dsl *s, struct feed_err *err)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	CUresult e;
+	for (uint32_t i = 0; i < s->nslots; i++)
+		if ((e = api->StreamWriteValue32(s->rescue, dsl_word(s, i), 0,
+						 CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
+			return dsl_fail_cu(s->cu, err, e, "cuStreamWriteValue32");
+	if ((e = api->StreamSynchronize(s->rescue)) != CUDA_SUCCESS)
+		return dsl_fail_cu(s->cu, err, e, "cuStreamSynchronize (done words)");
+	return 0;
+}
+
 static int dsl_events(struct dsl *s, struct feed_err *err)
 {
 	const struct cudrv_api *api = &s->cu->api;
@@ -280,16 +333,11 @@ static int dsl_events(struct dsl *s, struct feed_err *err)
 			s->ready[i] = NULL;
 			return dsl_fail_cu(s->cu, err, e, "cuEventCreate (interprocess)");
 		}
-		if ((e = api->EventCreate(&s->done[i], ipc)) != CUDA_SUCCESS) {
-			s->done[i] = NULL;
-			return dsl_fail_cu(s->cu, err, e, "cuEventCreate (interprocess)");
-		}
 		if ((e = api->EventCreate(&s->copied[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 			s->copied[i] = NULL;
 			return dsl_fail_cu(s->cu, err, e, "cuEventCreate");
 		}
-		if ((e = api->IpcGetEventHandle(&s->ready_h[i], s->ready[i])) != CUDA_SUCCESS ||
-		    (e = api->IpcGetEventHandle(&s->done_h[i], s->done[i])) != CUDA_SUCCESS)
+		if ((e = api->IpcGetEventHandle(&s->ready_h[i], s->ready[i])) != CUDA_SUCCESS)
 			return dsl_fail_cu(s->cu, err, e, "cuIpcGetEventHandle");
 	}
 	return 0;
@@ -327,6 +375,7 @@ int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_
 		df->stage_off = s->stage_bytes;
 		s->stage_bytes = dsl_align(s->stage_bytes + out->fields[f].max_bytes * lay->batch);
 	}
+	s->done_off = s->slot_bytes * s->nslots;
 	if (!any) {
 		r = feed_err_set(err, -ENODEV, "no field of the batches can go to the device (all "
 				 "are variable-length)");
@@ -359,11 +408,11 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 		r = dsl_fail_cu(s->cu, err, e, "cuCtxSetCurrent");
 		goto fail;
 	}
-	if ((e = api->MemAlloc(&s->slots, s->slot_bytes * s->nslots)) != CUDA_SUCCESS) {
+	if ((e = api->MemAlloc(&s->slots, dsl_slots_bytes(s))) != CUDA_SUCCESS) {
 		s->slots = 0;
 		char name[96];
 		r = feed_err_set(err, -ENODEV, "device %d: cuMemAlloc of %llu bytes of device slots "
-				 "failed: %s", ord, (unsigned long long)(s->slot_bytes * s->nslots),
+				 "failed: %s", ord, (unsigned long long)dsl_slots_bytes(s),
 				 cudrv_errname(s->cu, e, name, sizeof(name)));
 		goto fail;
 	}
@@ -386,6 +435,11 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
 		goto fail;
 	}
+	if ((e = api->StreamCreate(&s->rescue, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->rescue = NULL;
+		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+		goto fail;
+	}
 	if ((e = api->EventCreate(&s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 		s->fin = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuEventCreate");
@@ -393,6 +447,10 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 	}
 	if ((r = dsl_events(s, err)) < 0)
 		goto fail;
+	if ((r = dsl_words_init(s, err)) < 0)
+		goto fail;
+	/* seq_cst: pairs with dsl_abandon's store, then load of made */
+	atomic_store(&s->made, true);
 	return 0;
 fail:
 	/* what was made goes now; s stays the caller's, as planned */
@@ -407,13 +465,11 @@ void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret)
 	ret->mem_handle.data = (uint8_t *)&s->mem_h;
 	ret->mem_handle.len = sizeof(s->mem_h);
 	ret->slot_bytes = s->slot_bytes;
-	for (uint32_t i = 0; i < s->nslots; i++) {
+	ret->done_offset = s->done_off;
+	for (uint32_t i = 0; i < s->nslots; i++)
 		s->ready_pb[i] = (ProtobufCBinaryData){sizeof(s->ready_h[i]), (uint8_t *)&s->ready_h[i]};
-		s->done_pb[i] = (ProtobufCBinaryData){sizeof(s->done_h[i]), (uint8_t *)&s->done_h[i]};
-	}
-	ret->n_ready = ret->n_done = s->nslots;
+	ret->n_ready = s->nslots;
 	ret->ready = s->ready_pb;
-	ret->done = s->done_pb;
 	for (uint32_t f = 0; f < s->nfields; f++) {
 		const struct dsl_field *df = &s->field[f];
 		Feed__DeviceField *p = &s->field_pb[f];
@@ -430,7 +486,7 @@ void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret)
 
 uint64_t dsl_device_bytes(const struct dsl *s)
 {
-	return (s->slot_bytes + s->stage_bytes) * s->nslots;
+	return dsl_slots_bytes(s) + s->stage_bytes * s->nslots;
 }
 
 int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
@@ -457,7 +513,8 @@ static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 }
 
 /* Slot's copies on the copy stream, then its conversion on the convert
- * stream behind the client's done event (context current). */
+ * stream behind the client's done word for the slot's last batch
+ * (context current). */
 static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 			    uint8_t *data, const char **what)
 {
@@ -479,8 +536,18 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 	*what = "cuStreamWaitEvent";
 	if ((e = api->StreamWaitEvent(s->conv, s->copied[slot], 0)) != CUDA_SUCCESS)
 		return e;
-	*what = "cuStreamWaitEvent on the client's done event";
-	if ((e = api->StreamWaitEvent(s->conv, s->done[slot], 0)) != CUDA_SUCCESS)
+	/* the device slot's last batch: the client's done write for it first.
+	 * seq_cst store, then load: with dsl_abandon's store, then load, one
+	 * of us sees the other: either no wait is queued, or the rescue
+	 * writes this generation (or a later one) */
+	uint32_t prev = atomic_load_explicit(&s->last[slot], memory_order_relaxed);
+	bool had = s->converted[slot];
+	atomic_store(&s->last[slot], hdr->gen);
+	s->converted[slot] = true;
+	*what = "cuStreamWaitValue32 on the client's done word";
+	if (had && !atomic_load(&s->abandoned) &&
+	    (e = api->StreamWaitValue32(s->conv, dsl_word(s, slot), prev,
+					CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS)
 		return e;
 	for (uint32_t f = 0; f < s->nfields; f++) {
 		const struct dsl_field *df = &s->field[f];
@@ -532,11 +599,11 @@ static void dsl_undo(struct dsl *s)
 			api->StreamDestroy(s->copy);
 		if (s->conv)
 			api->StreamDestroy(s->conv);
+		if (s->rescue)
+			api->StreamDestroy(s->rescue);
 		for (uint32_t i = 0; i < s->nslots; i++) {
 			if (s->ready[i])
 				api->EventDestroy(s->ready[i]);
-			if (s->done[i])
-				api->EventDestroy(s->done[i]);
 			if (s->copied[i])
 				api->EventDestroy(s->copied[i]);
 		}
@@ -548,10 +615,11 @@ static void dsl_undo(struct dsl *s)
 			api->MemFree(s->slots);
 	}
 	memset(s->ready, 0, sizeof(s->ready));
-	memset(s->done, 0, sizeof(s->done));
 	memset(s->copied, 0, sizeof(s->copied));
 	memset(s->recorded, 0, sizeof(s->recorded));
-	s->copy = s->conv = NULL;
+	memset(s->converted, 0, sizeof(s->converted));
+	atomic_store(&s->made, false);
+	s->copy = s->conv = s->rescue = NULL;
 	s->fin = NULL;
 	s->stage = s->slots = 0;
 	s->dev = NULL;
@@ -601,17 +669,37 @@ void dsl_free(struct dsl *s)
 		if (s->registered && s->registered != (void *)1)
 			api->MemHostUnregister(s->registered);
 		s->registered = NULL;
-		/* the conversions may wait for a dead client's done event: never
-		 * on the CPU; the memory goes once they have run */
+		/* the conversions wait for done words (dsl_abandon wrote them
+		 * when the client left): never on the CPU; the memory goes once
+		 * they have run */
 		pending = s->conv && s->fin && api->EventRecord(s->fin, s->conv) == CUDA_SUCCESS &&
 			  api->EventQuery(s->fin) == CUDA_ERROR_NOT_READY;
 	}
 	if (!pending) {
+		struct dsl_gpu *g = s->g;
 		dsl_destroy(s);
+		dsl_reap(g); /* an earlier one's work may have finished since */
 		return;
 	}
 	pthread_mutex_lock(&s->g->grave_mu);
 	s->next_grave = s->g->graveyard;
 	s->g->graveyard = s;
 	pthread_mutex_unlock(&s->g->grave_mu);
+}
+
+void dsl_abandon(struct dsl *s)
+{
+	if (!s)
+		return;
+	const struct cudrv_api *api = &s->cu->api;
+	/* seq_cst store, then loads: pairs with dsl_make's store of made and
+	 * dsl_enqueue's store of last[i] before its load of abandoned */
+	atomic_store(&s->abandoned, true);
+	if (!atomic_load(&s->made) || api->CtxSetCurrent(s->dev->ctx) != CUDA_SUCCESS)
+		return; /* nothing converted: nothing waits */
+	/* enqueued only: the rescue stream waits for nothing, so the words
+	 * land at once and the convert stream drains */
+	for (uint32_t i = 0; i < s->nslots; i++)
+		(void)api->StreamWriteValue32(s->rescue, dsl_word(s, i), atomic_load(&s->last[i]),
+					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }

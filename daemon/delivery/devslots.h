@@ -3,18 +3,23 @@
  * "GPU path". feedd owns, on the client's GPU, one device slot per host
  * slot. After a worker has built host slot i, it enqueues the copy of the
  * slot's fields to a device staging area (on a copy stream that waits for
- * nothing a client does), then, on a convert stream behind a wait for the
- * slot's "done" event (recorded by the client when it released the batch
- * the device slot last held), the conversion of images (u8 [n,h,w(,c)] to
+ * nothing a client does), then, on a convert stream behind a wait until
+ * the slot's "done" word (a uint32 per slot after the last device slot,
+ * in the same allocation) holds the generation of the batch the device
+ * slot last held (the client writes it there on the device,
+ * cuStreamWriteValue32, when it released that batch), the conversion of images (u8 [n,h,w(,c)] to
  * fp32 / fp16 / bf16, NCHW or NHWC, per-channel mean/std: kernels/) and
  * tokens (u16 / u32 to int64), the other fixed fields copied as they are,
  * and the slot's interprocess "ready" event; then the batch is published
  * as always. The client opens the memory and event handles once
- * (StreamOpened.device) and makes its stream wait on ready[i]. The CPU
- * never waits for anything a client's work gates: a worker about to
- * rebuild host slot i waits at most for its previous copy to the device
- * (a DMA), and a stream freed while its conversions still wait for a
- * client (one that died) is reaped once they have run.
+ * (StreamOpened.device: done_offset says where the words are) and makes
+ * its stream wait on ready[i]. The CPU never waits for anything a
+ * client's work gates: a worker about to rebuild host slot i waits at
+ * most for its previous copy to the device (a DMA). When the client
+ * leaves, dsl_abandon() writes the words itself (a client that died with
+ * its writes queued behind work that never runs never writes them), so
+ * the convert stream drains and dsl_free() frees; a stream whose device
+ * work has still not finished then goes to a graveyard, reaped later.
  *
  * struct dsl_gpu is the daemon's driver (kernels/cudrv.h, loaded at run
  * time: feedd links no CUDA library, and with no GPU or no driver it
@@ -25,7 +30,8 @@
  * workers start and after they stop; dsl_plan and dsl_reply on the loop
  * thread, dsl_make on a worker (the delivery's first join); dsl_before_build / dsl_after_build on workers, for different
  * slots at once (a slot is one worker's while it builds it); dsl_free on
- * whichever thread drops the delivery (no build in flight). Slots have
+ * whichever thread drops the delivery (no build in flight); dsl_abandon on
+ * the loop thread, at any time (atomics: devslots.c). Slots have
  * their own staging areas and events, so workers enqueue without a lock;
  * s->mu guards the one registration of the host region, and the
  * graveyard has its own mutex (both leaves).
@@ -53,8 +59,8 @@ struct dsl_request {
 	int layout;                /* FEED_CONVERT_NCHW / NHWC */
 	uint32_t nmean, nstd;      /* 0..4 each: 0 means 0 and 1 */
 	float mean[4], std[4];
-	uint64_t max_bytes;        /* device memory it may take (slots and
-				    * staging): more is -ENODEV naming it */
+	uint64_t max_bytes;        /* device memory it may take (slots, done
+				    * words, staging): more is -ENODEV naming it */
 };
 
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
@@ -91,7 +97,8 @@ int dsl_make(struct dsl *s, struct feed_err *err);
  * s, valid while s lives. Loop thread. */
 void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
 
-/* Bytes of device memory s holds (slots and staging), for stats. */
+/* Bytes of device memory s holds (slots, their done words and staging),
+ * for stats and the user's limit. */
 uint64_t dsl_device_bytes(const struct dsl *s);
 
 /* Before host slot `slot` is rebuilt: waits until the device has read its
@@ -104,6 +111,14 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err);
  * call (the batch then fails as a build would). Worker. */
 int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 		    uint8_t *data, uint64_t data_bytes, struct feed_err *err);
+
+/* The client is gone (the stream closes): feedd writes every done word
+ * the convert stream may wait for, on a stream of its own that waits for
+ * nothing, so whatever the client left behind (writes behind work that
+ * never runs, in a process that died) holds nothing; no wait is queued
+ * after this. Enqueues only, never waits. Safe while a worker makes or
+ * converts into s. Accepts NULL. Loop thread. */
+void dsl_abandon(struct dsl *s);
 
 /* Waits for the device to finish with s, unregisters the host region and
  * frees the device memory, events and stream. Call before the data region

@@ -55,6 +55,52 @@ static int epoch_make_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *re
 	return 0;
 }
 
+/* Node order: the start epoch of a resume. The token's layouts (its
+ * earlier levels) go on as they are when it was taken on this node count
+ * at a batch boundary of this layout; otherwise the remaining positions
+ * are laid out again over this stream's nodes from position 0 (a level
+ * more: core/order.h "Node order"), indices counting on from the batch
+ * the position falls in. The client mirrors this (client_stream.c
+ * st_resume_levels()). */
+static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *ret_end,
+			      struct feed_err *err)
+{
+	const struct sched_spec *sp = &s->spec;
+	struct sched_epoch *e = &s->ep[epoch & 1];
+	struct ord_level lv[ORD_MAX_LEVELS + 1];
+	uint64_t b, stride = (uint64_t)sp->ord.batch * sp->ord.world;
+	int rc;
+
+	if (e->valid)
+		ord_epoch_fini(&e->ord);
+	memset(e, 0, sizeof(*e));
+	memcpy(lv, sp->levels, sp->nlevels * sizeof(lv[0]));
+	if (sp->start_nodes == sp->ord.nodes) {
+		if ((rc = ord_epoch_init_levels(&e->ord, &sp->ord, epoch, lv, sp->nlevels, err)) < 0)
+			return rc;
+		e->valid = true;
+		e->epoch = epoch;
+		*ret_end = pos >= ord_position_of(&e->ord, ord_batches_per_epoch(&e->ord));
+		if (*ret_end)
+			return 0;
+		if (ord_batch_at_position(&e->ord, pos, &b) == 0) {
+			s->next_batch = b;
+			return 0;
+		}
+		ord_epoch_fini(&e->ord);
+		e->valid = false;
+	}
+	lv[sp->nlevels] = (struct ord_level){.nodes = sp->start_nodes, .pos = pos};
+	if ((rc = ord_epoch_init_levels(&e->ord, &sp->ord, epoch, lv, sp->nlevels + 1, err)) < 0)
+		return rc;
+	e->valid = true;
+	e->epoch = epoch;
+	e->base = pos / stride;
+	s->next_batch = 0;
+	*ret_end = ord_batches_per_epoch(&e->ord) == 0;
+	return 0;
+}
+
 /* The start position, resolved; *ret_empty when nothing is left. */
 static int sched_start(struct sched *s, bool *ret_empty, struct feed_err *err)
 {
@@ -67,7 +113,11 @@ static int sched_start(struct sched *s, bool *ret_empty, struct feed_err *err)
 	s->next_batch = sp->start_batch;
 	if (!sp->at_position)
 		return epoch_make(s, sp->start_epoch, err);
-	if ((rc = epoch_make_at(s, sp->start_epoch, sp->start_position, &end, err)) < 0 || !end)
+	if (sp->ord.mode == ORD_NODE && !sp->ord.eval)
+		rc = epoch_make_node_at(s, sp->start_epoch, sp->start_position, &end, err);
+	else
+		rc = epoch_make_at(s, sp->start_epoch, sp->start_position, &end, err);
+	if (rc < 0 || !end)
 		return rc;
 	/* taken once the epoch was done: the next one starts, with no END_OF_EPOCH */
 	s->next_epoch = sp->start_epoch + 1;

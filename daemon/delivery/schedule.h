@@ -32,6 +32,11 @@ struct sched_spec {
 	uint64_t start_batch;      /* with !at_position */
 	bool at_position;          /* resume token: start at global position */
 	uint64_t start_position;   /* with at_position */
+	/* node order, with at_position: the token's node count and its
+	 * epoch's earlier layouts (core/order.h "Node order") */
+	uint32_t start_nodes;
+	uint32_t nlevels;
+	struct ord_level levels[ORD_MAX_LEVELS];
 };
 
 /* One batch to build. */

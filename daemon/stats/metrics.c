@@ -147,6 +147,8 @@ static const struct met_stream_family met_stream_families[] = {
 	 true, false},
 	{"feedd_worker_seconds_total", "counter", "Worker thread CPU time spent building "
 	 "batches.", MET_AT(worker_ns), true, false},
+	{"feedd_samples_replaced_total", "counter", "Samples that failed to decode and were "
+	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false},
 	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
 	 MET_AT(credits), false, true},
 	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",
@@ -212,7 +214,7 @@ static void met_remote(struct met_buf *b, struct feedd *d)
 		 offsetof(struct remote_counters, requests)},
 		{"feedd_remote_retries_total", "Requests tried again after a failure.",
 		 offsetof(struct remote_counters, retries)},
-		{"feedd_remote_failures_total", "Reads that failed after every try.",
+		{"feedd_remote_failures_total", "Block reads that failed after every try.",
 		 offsetof(struct remote_counters, failures)},
 		{"feedd_remote_bytes_total", "Body bytes received from remote datasets.",
 		 offsetof(struct remote_counters, bytes)},

@@ -171,6 +171,7 @@ static void stats_series_add(struct stats_series *s, const struct stats_sample *
 	s->bytes += x->bytes;
 	s->worker_ns += x->worker_ns;
 	s->reader_wait_ns += x->reader_wait_ns;
+	s->replaced += x->replaced;
 	if (live) {
 		s->credits += x->credits;
 		s->credits_in_use += x->credits_in_use;
@@ -207,7 +208,8 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 
 	if (!all)
 		return -ENOMEM;
-	memcpy(all, r->closed, n * sizeof(*all));
+	if (n)  /* r->closed is NULL until a stream has closed */
+		memcpy(all, r->closed, n * sizeof(*all));
 	for (struct stats_entry *en = r->first; en; en = en->next) {
 		struct stats_series key, *s;
 		struct stats_sample x;
@@ -329,6 +331,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->worker_ns = x.worker_ns;
 	s->jobs = x.jobs;
 	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
+	s->replaced = x.replaced;
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
 }
 

@@ -62,6 +62,7 @@ struct stats_sample {
 	uint64_t batches, samples, bytes;
 	uint64_t worker_ns, jobs;
 	uint64_t reader_wait_ns;       /* as the client wrote it: stats_read() clamps */
+	uint64_t replaced;             /* samples replaced (on_error skip) */
 	uint32_t credits, credits_in_use;
 	uint32_t members;              /* 0 counts as 1 */
 	const int32_t *member_pids;    /* members of them, or NULL; valid until the
@@ -127,6 +128,7 @@ struct stats_series {
 	char group[STATS_LABEL_MAX];   /* label group: "" outside groups */
 	uint64_t batches, samples, bytes; /* counters, as struct stats_sample */
 	uint64_t worker_ns, reader_wait_ns; /* likewise, in ns */
+	uint64_t replaced;             /* counter: samples replaced (on_error skip) */
 	uint32_t credits, credits_in_use; /* gauges: the live streams' sum (0 once all closed) */
 };
 

@@ -1,9 +1,11 @@
 /*
- * builder.c: one batch into one destination (see builder.h). Worker
- * thread, no lock of ours; the cache takes its own.
+ * builder.c: one batch into one destination (see builder.h), and with
+ * on_error skip the deterministic replacement of samples that fail.
+ * Worker thread, no lock of ours; the cache takes its own.
  */
 #include "builder.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +90,8 @@ static void out_dest(const struct bld_batch *b, uint32_t f, uint32_t i, const ui
 
 /* Writes the slot header's field table once the bytes are in place; the
  * generation goes last. Returns the field bytes. */
-static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, bool padded)
+static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, bool padded,
+			    bool replaced)
 {
 	const struct fmt_schema *out = &b->plan->out;
 	struct feed_shm_slot *h = b->hdr;
@@ -97,7 +100,7 @@ static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, b
 	h->nsamples = b->nsamples;
 	h->epoch = b->epoch;
 	h->index = b->index;
-	h->flags = padded ? FEED_SLOT_PADDED : 0;
+	h->flags = (padded ? FEED_SLOT_PADDED : 0) | (replaced ? FEED_SLOT_REPLACED : 0);
 	h->position = ord_position_of(b->ord, b->ord_batch);
 	h->nfields = out->nfields;
 	for (uint32_t f = 0; f < out->nfields; f++) {
@@ -132,8 +135,8 @@ static int sample_build(const struct bld_batch *b, const struct aug_img *ai,
 			uint32_t i, uint64_t *cursor, struct feed_err *err)
 {
 	uint32_t nf = b->plan->in.nfields;
-	struct aug_in ain[FMT_MAX_FIELDS];
-	struct aug_out aout[FMT_MAX_FIELDS];
+	struct aug_in ain[FMT_MAX_FIELDS] = {0};
+	struct aug_out aout[FMT_MAX_FIELDS] = {0};
 	size_t len[FMT_MAX_FIELDS];
 	struct aug_ctx ctx = {.seed = b->seed, .epoch = b->epoch, .sample = idx};
 
@@ -142,8 +145,8 @@ static int sample_build(const struct bld_batch *b, const struct aug_img *ai,
 		out_dest(b, f, i, cursor, &aout[f], &len[f]);
 	}
 	int rc = aug_apply_img(b->plan, &ctx, ain, aout, scratch, ai, err);
-	if (rc < 0)  /* "dataset 'x': sample 12: field 'image': <decoder's words>" */
-		return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->ds)->name);
+	if (rc < 0)  /* "sample 12: field 'image': <decoder's words>" */
+		return rc;
 	for (uint32_t f = 0; f < nf; f++) {
 		if (!b->plan->out.fields[f].variable)
 			continue;
@@ -155,14 +158,88 @@ static int sample_build(const struct bld_batch *b, const struct aug_img *ai,
 	return 0;
 }
 
+/* A record the pipeline could not take (not a dataset or memory fault):
+ * what on_error skip replaces. */
+static bool sample_bad(int rc)
+{
+	return rc == -EBADMSG || rc == -ENOTSUP || rc == -E2BIG;
+}
+
+/* The prefix every sample error carries: the dataset and, when ingest
+ * recorded it, the file ("dataset 'x': train/a/b.JPEG: sample 12: field
+ * 'image': JPEG: ..."). */
+static int sample_err(const struct bld_batch *b, uint64_t idx, struct feed_err *err)
+{
+	const char *path = fmt_dataset_sample_path(b->ds, idx);
+
+	if (path)
+		return feed_err_prefix(err, "dataset '%s': %s", fmt_dataset_info(b->ds)->name,
+				       path);
+	return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->ds)->name);
+}
+
+/* Notes position i's failure in b->bad (its message, cut to fit). */
+static void bad_note(const struct bld_batch *b, uint32_t i, const struct feed_err *e)
+{
+	struct bld_bad *bad = b->bad;
+	size_t used = strlen(bad->what);
+
+	feed_shm_replaced(b->hdr, b->lay->batch)[i / 64] |= 1ull << (i % 64);
+	const char *sep = bad->n ? "; " : "";
+	size_t ls = strlen(sep), lm = strlen(e->msg);
+	if (used + ls + lm < sizeof(bad->what)) { /* else cut: whole messages only */
+		memcpy(bad->what + used, sep, ls);
+		memcpy(bad->what + used + ls, e->msg, lm + 1);
+	}
+	bad->n++;
+}
+
+/* Builds, in place of position i (global position g), the first sample
+ * after g in the epoch's global order that builds; one pin at a time. */
+static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
+			  const struct aug_img *ai, struct cache_worker *cw, uint32_t i, uint64_t g,
+			  uint64_t *cursor, struct feed_err *err)
+{
+	uint64_t n = fmt_dataset_info(b->ds)->num_samples;
+	struct feed_err e = {0};
+	int rc = 0;
+
+	for (uint64_t k = 1; k <= b->max_search && k < n; k++) {
+		uint64_t idx = ord_sample_after(b->ord, g, k);
+		struct fmt_loc loc;
+		const struct fmt_block *blk;
+		struct cache_entry *ent;
+		fmt_dataset_locate(b->ds, idx, &loc);
+		if ((rc = cache_get(b->cache, b->ds, loc.block, cw, &blk, &ent, err)) < 0)
+			return feed_err_prefix(err, "sample %llu", (unsigned long long)idx);
+		e = (struct feed_err){0};
+		rc = sample_build(b, ai, w->scratch, blk, loc.record, idx, i, cursor, &e);
+		cache_put(b->cache, ent);
+		if (rc == 0) {
+			b->hdr->sample[i] = idx;
+			return 0;
+		}
+		if (!sample_bad(rc)) {
+			*err = e;
+			return sample_err(b, idx, err);
+		}
+	}
+	feed_err_set(err, -EBADMSG, "sample %llu: no good sample to replace it within %llu positions",
+		     (unsigned long long)b->hdr->sample[i], (unsigned long long)b->max_search);
+	return sample_err(b, b->hdr->sample[i], err);
+}
+
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
  * them, pins their blocks with one trip to the cache for all that are
- * cached (the others one by one, decoding), builds, unpins. */
+ * cached (the others one by one, decoding), builds, unpins. *ret_done:
+ * the samples done; with skip, the chunk stops after one that fails
+ * (noted, *ret_failed set) so that its replacement, built next, goes in
+ * order (variable fields are laid out in order) with one pin of its own. */
 static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		       const struct aug_img *ai, struct cache_worker *cw, uint32_t i0, uint32_t n,
-		       uint64_t *cursor, bool *padded, struct feed_err *err)
+		       uint64_t *cursor, bool *padded, uint32_t *ret_done, bool *ret_failed,
+		       struct feed_err *err)
 {
-	const struct fmt_info *in = fmt_dataset_info(b->ds);
 	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
 	const struct fmt_block *blk[CACHE_PIN_MAX];
@@ -172,7 +249,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	for (uint32_t k = 0; k < n; k++) {
 		struct fmt_loc loc;
 		idx[k] = ord_sample(b->ord, b->ord_batch, i0 + k);
-		*padded |= ord_global_position(b->ord, b->ord_batch, i0 + k) >= in->num_samples;
+		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[i0 + k] = idx[k];
 		fmt_dataset_locate(b->ds, idx[k], &loc);
 		block[k] = loc.block;
@@ -196,8 +273,19 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 			}
 		}
 	}
+	*ret_done = n;
 	for (uint32_t k = 0; k < n && rc == 0; k++) {
 		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
+		if (rc < 0)
+			sample_err(b, idx[k], err);
+		if (rc < 0 && b->on_error == BLD_ON_ERROR_SKIP && sample_bad(rc)) {
+			bad_note(b, i0 + k, err);
+			*err = (struct feed_err){0};
+			*ret_failed = true;
+			*ret_done = k + 1;
+			rc = 0;
+			break;
+		}
 		pool_yield(w);  /* another user's light batch need not wait for ours */
 	}
 out:
@@ -220,11 +308,26 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if ((rc = worker_decoders(w, b->plan, &ai, err)) < 0)
 		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
-	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0; i0 += CACHE_PIN_MAX) {
+	assert(b->on_error != BLD_ON_ERROR_SKIP || b->bad);
+	if (b->bad) {
+		b->bad->n = 0;
+		b->bad->what[0] = '\0';
+		memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
+		       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
+	}
+	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0;) {
 		uint32_t n = b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 : CACHE_PIN_MAX;
-		rc = chunk_build(b, w, &ai, &cw, i0, n, cursor, &padded, err);
+		uint32_t done = 0;
+		bool failed = false;
+		rc = chunk_build(b, w, &ai, &cw, i0, n, cursor, &padded, &done, &failed, err);
+		i0 += done;
+		/* after the chunk's pins are dropped: a replacement pins one block */
+		if (rc == 0 && failed)
+			rc = sample_replace(b, w, &ai, &cw, i0 - 1,
+					    ord_global_position(b->ord, b->ord_batch, i0 - 1), cursor,
+					    err);
 	}
 	if (rc == 0)
-		*ret_bytes = header_fill(b, cursor, padded);
+		*ret_bytes = header_fill(b, cursor, padded, b->bad && b->bad->n);
 	return rc;
 }

@@ -24,6 +24,18 @@ struct pipe_plan;
 struct pool_worker;
 struct slot_layout;
 
+/* What a sample that the pipeline cannot take does to its batch. */
+enum bld_on_error {
+	BLD_ON_ERROR_FAIL = 0, /* the build fails naming it (DataLoader's way) */
+	BLD_ON_ERROR_SKIP = 1, /* replaced by the next good sample of the epoch */
+};
+
+/* The samples of one batch that failed and were replaced (skip). */
+struct bld_bad {
+	uint32_t n;                  /* positions replaced */
+	char what[FEED_ERR_MSG_MAX]; /* "sample N: <decoder's words>; ..." (cut) */
+};
+
 /* What to build. Every pointer is borrowed for the call. */
 struct bld_batch {
 	const struct fmt_dataset *ds;
@@ -42,6 +54,11 @@ struct bld_batch {
 	struct feed_shm_slot *hdr;   /* the slot header (lay->slot_hdr_bytes) */
 	uint64_t hdr_off;            /* its offset in the control region */
 	uint32_t gen;                /* the slot's generation, written last */
+	/* bad samples */
+	enum bld_on_error on_error;
+	uint64_t max_search;         /* skip: positions tried for one replacement */
+	struct bld_bad *bad;         /* filled in (n = 0 when none); required
+				      * with skip, may be NULL with fail */
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error
@@ -50,7 +67,16 @@ struct bld_batch {
  * decode: -EBADMSG, -ENOTSUP, -E2BIG) reads "dataset 'D': sample N: field
  * 'F': " and the decoder's words. Plans that decode use the worker's image
  * decoders (pool.h), made or grown here when the plan needs larger limits.
- * On error the destination holds garbage. */
+ * On error the destination holds garbage.
+ *
+ * With BLD_ON_ERROR_SKIP, a sample at global position g that fails so is
+ * replaced by the sample at the first position g+1, g+2, ... (mod the
+ * dataset's size, every rank's positions: the epoch's global order) that
+ * builds, built as it is in its own place (same draws): a pure function
+ * of the epoch's order, so the same for any worker count, run or resume.
+ * Its header marks the position (FEED_SLOT_REPLACED, the bitmap) and
+ * b->bad lists what failed; past max_search positions tried, the build
+ * fails naming the sample. */
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err);
 

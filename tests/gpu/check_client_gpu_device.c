@@ -3,7 +3,8 @@
  * real device, against a real feedd: the checks check_client_gpu.c makes
  * against the driver's test double, with the real driver. Capability is
  * usable; feed_batch_to_device() into device memory gives bit for bit what
- * the CPU path gives; a batch released while its copy cannot yet run (the
+ * the CPU path gives, also with a mix (the embedded mix kernels against
+ * their twins); a batch released while its copy cannot yet run (the
  * caller's stream is held by a host function waiting on a flag) keeps its
  * slot until the copy ran; a consumer killed with copies in flight leaves
  * the daemon serving.
@@ -74,6 +75,63 @@ START_TEST(test_gpu_device_bits_equal_cpu)
 	ck_assert_int_eq(feed_release(b), 0);
 	feed_stream_close(st);
 	cudaFree(dev);
+	cudaStreamDestroy(s);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* Mixup and cutmix of the images and the soft labels: device bits equal
+ * the CPU path's (the embedded kernels against their twins). */
+START_TEST(test_gpu_device_mix_equals_cpu)
+{
+	dev_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_batch *b = h_next_batch(st);
+	const float mean = 0.485f, sd = 0.229f;
+	uint8_t host[3 * 16 * 4], back[3 * 16 * 4];
+	float lhost[3 * 16], lback[3 * 16]; /* tiny's labels are below H_SAMPLES */
+	void *dev, *ldev;
+	cudaStream_t s;
+	CK_CUDA(cudaSetDevice(0));
+	CK_CUDA(cudaStreamCreate(&s));
+	CK_CUDA(cudaMalloc(&dev, sizeof(back)));
+	CK_CUDA(cudaMalloc(&ldev, sizeof(lback)));
+	struct feed_mix mixes[] = {
+		{.op = FEED_MIX_MIXUP, .lam = 0.3141592653589793, .num_classes = 16,
+		 .label_smoothing = 0.1},
+		{.op = FEED_MIX_CUTMIX, .lam = 1.0 - 6.0 / 16, .x1 = 1, .y1 = 0, .x2 = 3, .y2 = 3,
+		 .num_classes = 16},
+	};
+	for (int m = 0; m < 2; m++) {
+		for (int dt = FEED_TO_F32; dt <= FEED_TO_BF16; dt++)
+			for (int lay = FEED_TO_NCHW; lay <= FEED_TO_NHWC; lay++) {
+				struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = dt,
+							    .layout = lay, .mean = &mean, .std = &sd,
+							    .dst_bytes = sizeof(host), .mix = &mixes[m]};
+				size_t bytes = 3 * 16 * (dt == FEED_TO_F32 ? 4 : 2);
+				ck_assert_int_eq(feed_batch_to_device(b, 0, host, &to, NULL), 0);
+				to.device = 0;
+				ck_assert_msg(feed_batch_to_device(b, 0, dev, &to, s) == 0, "%s",
+					      feed_errmsg(c));
+				CK_CUDA(cudaMemcpyAsync(back, dev, bytes, cudaMemcpyDeviceToHost, s));
+				CK_CUDA(cudaStreamSynchronize(s));
+				ck_assert_msg(!memcmp(host, back, bytes), "mix %d dtype %d layout %d "
+					      "differs", m, dt, lay);
+			}
+		struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
+					    .dst_bytes = sizeof(lhost), .mix = &mixes[m]};
+		ck_assert_msg(feed_batch_to_device(b, 1, lhost, &to, NULL) == 0, "%s", feed_errmsg(c));
+		to.device = 0;
+		ck_assert_msg(feed_batch_to_device(b, 1, ldev, &to, s) == 0, "%s", feed_errmsg(c));
+		CK_CUDA(cudaMemcpyAsync(lback, ldev, sizeof(lback), cudaMemcpyDeviceToHost, s));
+		CK_CUDA(cudaStreamSynchronize(s));
+		ck_assert_msg(!memcmp(lhost, lback, sizeof(lback)), "mix %d: soft labels differ", m);
+	}
+	ck_assert_int_eq(feed_release(b), 0);
+	feed_stream_close(st);
+	cudaFree(dev);
+	cudaFree(ldev);
 	cudaStreamDestroy(s);
 	feed_disconnect(c);
 }
@@ -162,6 +220,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_gpu_device_query_usable);
 	tcase_add_test(tc, test_gpu_device_bits_equal_cpu);
+	tcase_add_test(tc, test_gpu_device_mix_equals_cpu);
 	tcase_add_test(tc, test_gpu_device_release_waits_for_copy);
 	tcase_add_test(tc, test_gpu_device_consumer_killed);
 	suite_add_tcase(s, tc);

@@ -5,8 +5,11 @@
  * driver's test double, with the real driver. The device slots hold, bit
  * for bit, what the CPU path gives; feedd's copy into a device slot waits
  * on the device for the consumer's work on the slot's last batch (the
- * consumer's stream held by a host function); a consumer killed while it
- * holds handles leaves feedd serving the next one on the device.
+ * consumer's stream held by a host function; the done word the client
+ * writes behind it, cuStreamWriteValue32, gates feedd's stream,
+ * cuStreamWaitValue32); a consumer killed while it holds handles, or with
+ * its done write behind work that never runs, leaves feedd serving the
+ * next one on the device.
  *
  * Exits 77 (ctest: skipped) when `nvidia-smi -L` lists no GPU. CUDA is
  * touched only inside the tests (Check forks each), never before a fork.
@@ -96,7 +99,10 @@ START_TEST(test_gpu_ipc_bits_equal_cpu)
 END_TEST
 
 /* feedd's next copy into b0's device slot waits, on the device, for the
- * work the consumer enqueued before releasing b0. */
+ * work the consumer enqueued before releasing b0. b1 is held until b2
+ * came, so b2 can only be in b0's slot (released together, the two slots
+ * could come back in either order, and b2 land in b1's, which nothing
+ * gates: one way this test passed s2 early with the old done events). */
 START_TEST(test_gpu_ipc_done_gates_reuse)
 {
 	ipc_start();
@@ -113,13 +119,15 @@ START_TEST(test_gpu_ipc_done_gates_reuse)
 	atomic_store(&gate, 0);
 	struct feed_batch *b0 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv), 0);
+	void *slot0 = dv.data;
 	CK_CUDA(cudaLaunchHostFunc(held, hold_stream, NULL)); /* "the consumer's work" */
-	ck_assert_int_eq(feed_release(b0), 0);                /* done recorded behind it */
-	struct feed_batch *b1 = h_next_batch(st);
-	ck_assert_int_eq(feed_release(b1), 0);
-	struct feed_batch *b2 = h_next_batch(st);               /* b0's slot again */
+	ck_assert_int_eq(feed_release(b0), 0);                /* done written behind it */
+	struct feed_batch *b1 = h_next_batch(st);               /* held: its slot is busy */
+	struct feed_batch *b2 = h_next_batch(st);               /* so: b0's slot again */
 	ck_assert_int_eq(feed_batch_device(b2, 0, s2, &dv), 0);
+	ck_assert_ptr_eq(dv.data, slot0);
 	CK_CUDA(cudaMemcpyAsync(back, dv.data, dv.bytes, cudaMemcpyDeviceToHost, s2));
+	ck_assert_int_eq(feed_release(b1), 0);
 	/* s2 waits for feedd's copy, which waits for the held stream: give a
 	 * copy that did not wait ample time to land, then see none did */
 	usleep(200 * 1000);
@@ -176,10 +184,87 @@ START_TEST(test_gpu_ipc_consumer_killed)
 }
 END_TEST
 
-/* A consumer killed after releasing a batch whose done event sits behind
- * work that never runs (its stream held by a host function when it dies):
- * feedd's wait for that event must not hang the stream's slot for ever,
- * nor the daemon; the next consumer is served on the device. */
+/* A batch released without being tied, in a slot whose last batch's done
+ * write still waits behind the consumer's work: its own write must land
+ * after that one (the client's stream waits for it), or feedd's wait for
+ * the earlier generation would pass at once and the slot be rewritten
+ * under the work still reading it. b2 (b0's slot: b1 is held) is released
+ * untied while b0's work is held; the slot, read with a copy that waits
+ * for nothing, still holds b0's batch. */
+START_TEST(test_gpu_ipc_untied_release_keeps_order)
+{
+	ipc_start();
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t held, s3;
+	CK_CUDA(cudaStreamCreate(&held));
+	CK_CUDA(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
+	struct feed_view dv;
+	uint8_t *saved, *now, want2[2 * 16 * 16 * 4];
+	CK_CUDA(cudaMallocHost((void **)&saved, sizeof(want2)));
+	CK_CUDA(cudaMallocHost((void **)&now, sizeof(want2)));
+
+	atomic_store(&gate, 0);
+	struct feed_batch *b0 = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv), 0);
+	ck_assert_uint_le(dv.bytes, sizeof(want2));
+	void *slot0 = dv.data;
+	size_t bytes = dv.bytes;
+	CK_CUDA(cudaMemcpyAsync(saved, slot0, bytes, cudaMemcpyDeviceToHost, held));
+	CK_CUDA(cudaStreamSynchronize(held));
+	CK_CUDA(cudaLaunchHostFunc(held, hold_stream, NULL)); /* "the consumer's work" */
+	ck_assert_int_eq(feed_release(b0), 0);
+	struct feed_batch *b1 = h_next_batch(st);               /* held: its slot is busy */
+	struct feed_batch *b2 = h_next_batch(st);               /* so: b0's slot again */
+	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
+				    .layout = FEED_TO_NCHW, .mean = &mean, .std = &sd,
+				    .dst_bytes = sizeof(want2)};
+	ck_assert_int_eq(feed_batch_to_device(b2, 0, want2, &to, NULL), 0);
+	ck_assert_msg(memcmp(want2, saved, bytes), "b0 and b2 hold the same images: the "
+		      "test could not see the slot rewritten");
+	ck_assert_int_eq(feed_release(b2), 0);                /* never tied */
+	/* give a rewrite that did not wait ample time to land, then see none did */
+	usleep(200 * 1000);
+	CK_CUDA(cudaMemcpyAsync(now, slot0, bytes, cudaMemcpyDeviceToHost, s3));
+	CK_CUDA(cudaStreamSynchronize(s3));
+	ck_assert_msg(!memcmp(now, saved, bytes), "b0's device slot rewritten while the "
+		      "consumer's work on it was held");
+	atomic_store(&gate, 1);
+	CK_CUDA(cudaStreamSynchronize(held));
+	ck_assert_int_eq(feed_release(b1), 0);
+	for (int i = 0; i < 4; i++) { /* and it goes on */
+		struct feed_batch *b = h_next_batch(st);
+		expect_bits(c, b, FEED_TO_F32, s3);
+		feed_release(b);
+	}
+	feed_stream_close(st);
+	feed_disconnect(c);
+	cudaFreeHost(saved);
+	cudaFreeHost(now);
+	cudaStreamDestroy(held);
+	cudaStreamDestroy(s3);
+}
+END_TEST
+
+/* Status lists no stream: feedd has dropped the killed consumer's. */
+static bool no_streams(void *arg)
+{
+	struct feed_status *full;
+	if (feed_status(arg, &full) < 0)
+		return false;
+	bool none = full->count == 0;
+	feed_status_free(full);
+	return none;
+}
+
+/* A consumer killed after releasing a batch whose done write sits behind
+ * work that never runs (its stream held by a host function when it dies),
+ * feedd's stream waiting for it: when the connection goes, feedd writes
+ * the word itself, so its stream drains, the dead stream's device memory
+ * is freed (on the loop thread: had anything there waited for the stuck
+ * stream, the daemon would stop answering) and the next consumer is
+ * served on the device. */
 START_TEST(test_gpu_ipc_consumer_killed_done_pending)
 {
 	ipc_start();
@@ -206,10 +291,13 @@ START_TEST(test_gpu_ipc_consumer_killed_done_pending)
 	ck_assert(ok);
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_ne(h_wait(pid, H_DEADLINE_MS), -1);
+	struct feed_conn *c = h_conn_new();
+	ck_assert_msg(h_wait_until(no_streams, c, H_DEADLINE_MS),
+		      "feedd never dropped the killed consumer's stream");
+	h_assert_healthy(); /* the loop freed it and goes on */
 	CK_CUDA(cudaSetDevice(0));
 	cudaStream_t s;
 	CK_CUDA(cudaStreamCreate(&s));
-	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
 	for (int i = 0; i < 6; i++) {
 		struct feed_batch *b = h_next_batch(st);
@@ -235,6 +323,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_gpu_ipc_bits_equal_cpu);
 	tcase_add_test(tc, test_gpu_ipc_done_gates_reuse);
+	tcase_add_test(tc, test_gpu_ipc_untied_release_keeps_order);
 	tcase_add_test(tc, test_gpu_ipc_consumer_killed);
 	tcase_add_test(tc, test_gpu_ipc_consumer_killed_done_pending);
 	suite_add_tcase(s, tc);

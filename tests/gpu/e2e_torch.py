@@ -11,6 +11,10 @@ JPEG set cut from real photographs), then for each:
   converted by feedd into its device slots (Loader(device_slots=N)), and
   checks both GPU results against torchvision's to_dtype + normalize of
   the u8 batch on the GPU: every element within 1 bf16 ulp, same indices;
+- mixes Fashion-MNIST batches (Loader(mixup_alpha=..., cutmix_alpha=...,
+  num_classes=10, label_smoothing=...)) on the GPU and on the CPU: the
+  embedded mix kernels' images and soft labels equal their CPU twins',
+  bit for bit;
 - trains a small CNN for a few hundred steps through
   Loader(device="cuda"), timing how long the loop waited for data (stall
   %) while NVML samples the GPU's utilisation.
@@ -128,6 +132,27 @@ def compare(feedclient, sock, name, batches):
     return out
 
 
+def mix_check(feedclient, sock, batches):
+    """Mixed batches on DEV equal the CPU twins' bit for bit (images, soft labels)."""
+    kw = dict(socket=sock, pipeline=PIPE["fmnist"], seed=3, shuffle=True, credits=4,
+              dtype=torch.bfloat16, mean=MEAN["fmnist"], std=STD["fmnist"], mixup_alpha=0.2,
+              cutmix_alpha=1.0, num_classes=10, label_smoothing=0.1)
+    out = {"batches": 0, "images_equal": True, "labels_equal": True}
+    dev = feedclient.Loader("fmnist", BATCH["fmnist"], device=DEV, **kw)
+    cpu = feedclient.Loader("fmnist", BATCH["fmnist"], device="cpu", **kw)
+    with dev, cpu:
+        for i, (d, c) in enumerate(zip(dev, cpu)):
+            if i == batches:
+                break
+            out["images_equal"] &= torch.equal(image_of(d).cpu().view(torch.int16),
+                                               image_of(c).view(torch.int16))
+            out["labels_equal"] &= torch.equal(d["label"].cpu().view(torch.int32),
+                                               c["label"].view(torch.int32))
+            out["batches"] += 1
+    out["ok"] = out["batches"] >= 1 and out["images_equal"] and out["labels_equal"]
+    return out
+
+
 class GpuSampler:
     """NVML utilisation of device 0, sampled every 50 ms in a thread."""
 
@@ -228,6 +253,10 @@ def main():
             except Exception as e:
                 report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         try:
+            report["mix"] = mix_check(feedclient, sock, args.batches)
+        except Exception as e:
+            report["mix"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        try:
             report["train"] = train(feedclient, sock, args.steps)
         except Exception as e:
             report["train"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -235,7 +264,7 @@ def main():
         proc.terminate()
         report["feedd_exit"] = proc.wait(timeout=30)
         report["feedd_log_tail"] = open(sock + ".log").read()[-3000:]
-    report["ok"] = all(report[k].get("ok") for k in ("fmnist", "jpeg", "train")) and \
+    report["ok"] = all(report[k].get("ok") for k in ("fmnist", "jpeg", "mix", "train")) and \
         report["feedd_exit"] == 0
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)

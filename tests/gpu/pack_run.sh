@@ -13,7 +13,8 @@
 #      memory bandwidth;
 #   3. tests/gpu/e2e_torch.py: Fashion-MNIST and a JPEG set through
 #      Loader(device="cuda") and device slots against torchvision on the
-#      GPU (within 1 bf16 ulp), and a small model's training step (stall %,
+#      GPU (within 1 bf16 ulp), mixup/cutmix on the GPU against the CPU
+#      twins (bit for bit), and a small model's training step (stall %,
 #      NVML utilisation);
 # and writes REPORT_DIR/report.md and report.json (and one log per step).
 # Exit: 0 all passed, 1 something failed, 77 no GPU seen (nothing run).

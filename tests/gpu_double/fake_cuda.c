@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include <time.h>
 
 #include "convert.h"
+#include "mix.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define ADD(field, n) __atomic_add_fetch(&st->field, (n), __ATOMIC_RELAXED)
@@ -108,7 +108,7 @@ static int fake_uuid_seed;
 static long long fake_mem_limit = -1, fake_mem_used; /* (mu) */
 static int fake_ctx_obj;
 static __thread void *current_ctx;
-static struct fake_func funcs[8];            /* (mu) */
+static struct fake_func funcs[16];           /* (mu) */
 static int nfuncs;
 
 static int env_int(const char *name, int def)
@@ -138,20 +138,52 @@ static void ev_complete(struct ev_word *w)
 	}
 }
 
-/* Waits until another process completes w, or is gone. */
+/* Waits until another process completes w: for ever if it died first
+ * (the real driver never completes a record a dead process left queued;
+ * this is what made feedd's old done events hang). */
 static void ev_wait_foreign(struct ev_word *w)
 {
 	const struct timespec tick = {0, 50 * 1000 * 1000};
-	while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) == EV_PENDING) {
-		int32_t pid = __atomic_load_n(&w->recorder, __ATOMIC_RELAXED);
-		if (kill(pid, 0) < 0 && errno == ESRCH)
-			return; /* its work was torn down with it */
+	while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) == EV_PENDING)
 		futex(&w->state, FUTEX_WAIT, EV_PENDING, &tick);
+}
+
+/* ---- values written by stream memory operations ---- */
+
+/* A write kept behind a caller's stream's work, stored when it runs. */
+struct held_write {
+	uint32_t *addr;
+	uint32_t value;
+	struct held_write *next;
+};
+static struct held_write *held, **held_tail = &held; /* (mu), in order */
+
+static void value_store(uint32_t *addr, uint32_t value)
+{
+	__atomic_store_n(addr, value, __ATOMIC_RELEASE);
+	futex(addr, FUTEX_WAKE, INT32_MAX, NULL); /* shared memory: not private */
+	ADD(value_writes, 1);
+}
+
+/* This process's held work has run: its kept writes land, in order. */
+static void held_run(void)
+{
+	pthread_mutex_lock(&mu);
+	struct held_write *h = held;
+	held = NULL;
+	held_tail = &held;
+	pthread_mutex_unlock(&mu);
+	while (h) {
+		struct held_write *n = h->next;
+		value_store(h->addr, h->value);
+		free(h);
+		h = n;
 	}
 }
 
 EXPORT void fake_cuda_complete_events(void)
 {
+	held_run();
 	pthread_mutex_lock(&mu);
 	for (struct fake_event *e = events; e; e = e->next)
 		if (__atomic_load_n(&e->w->recorder, __ATOMIC_RELAXED) == getpid())
@@ -446,20 +478,81 @@ EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
 
 /* ---- streams: work is done at enqueue ---- */
 
-static int stream_obj;
+#define MAX_STREAMS 4096
+static char stream_objs[MAX_STREAMS]; /* cuStreamCreate's: one byte each */
+static int nstreams;                   /* (mu); never reused: tests make few */
+
+/* s was made by cuStreamCreate here (runs at once), not a caller's. */
+static bool stream_made(const void *s)
+{
+	return (const char *)s >= stream_objs && (const char *)s < stream_objs + MAX_STREAMS;
+}
 
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
 {
 	(void)flags;
+	pthread_mutex_lock(&mu);
+	int i = nstreams < MAX_STREAMS ? nstreams++ : -1;
+	pthread_mutex_unlock(&mu);
+	if (i < 0)
+		return E_OUT_OF_MEMORY;
 	ADD(streams_created, 1);
-	*s = &stream_obj;
+	*s = &stream_objs[i];
 	return 0;
 }
 
 EXPORT CUresult cuStreamDestroy_v2(void *s)
 {
-	(void)s;
+	if (!stream_made(s))
+		return E_INVALID_HANDLE;
 	ADD(streams_destroyed, 1);
+	return 0;
+}
+
+EXPORT CUresult cuStreamWriteValue32_v2(void *s, CUdeviceptr addr, uint32_t value,
+					unsigned flags)
+{
+	if (flags || !addr || addr % 4)
+		return E_INVALID_VALUE;
+	if (!s && !current_ctx)
+		return E_INVALID_CONTEXT;
+	uint32_t *w = (uint32_t *)(uintptr_t)addr;
+	if (fake_auto || stream_made(s)) {
+		value_store(w, value);
+		return 0;
+	}
+	struct held_write *h = malloc(sizeof(*h));
+	if (!h)
+		return E_OUT_OF_MEMORY;
+	*h = (struct held_write){w, value, NULL};
+	pthread_mutex_lock(&mu);
+	*held_tail = h;
+	held_tail = &h->next;
+	pthread_mutex_unlock(&mu);
+	ADD(value_writes_held, 1);
+	return 0;
+}
+
+static bool value_ok(const uint32_t *w, uint32_t value, unsigned flags)
+{
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	return flags == 1 ? v == value : (int32_t)(v - value) >= 0;
+}
+
+EXPORT CUresult cuStreamWaitValue32_v2(void *s, CUdeviceptr addr, uint32_t value,
+				       unsigned flags)
+{
+	const struct timespec tick = {0, 50 * 1000 * 1000};
+	if (flags > 1 || !addr || addr % 4) /* GEQ (0) and EQ (1) only */
+		return E_INVALID_VALUE;
+	if (!s && !current_ctx)
+		return E_INVALID_CONTEXT;
+	uint32_t *w = (uint32_t *)(uintptr_t)addr;
+	if (value_ok(w, value, flags))
+		return 0;
+	ADD(value_waits_blocked, 1);
+	while (!value_ok(w, value, flags))
+		futex(w, FUTEX_WAIT, __atomic_load_n(w, __ATOMIC_ACQUIRE), &tick);
 	return 0;
 }
 
@@ -569,7 +662,7 @@ EXPORT CUresult cuEventRecord(struct fake_event *e, void *stream)
 	__atomic_store_n(&w->recorder, getpid(), __ATOMIC_RELEASE);
 	if (!(was == EV_PENDING && ours))
 		ADD(events_pending, 1);
-	if (fake_auto)
+	if (fake_auto || stream_made(stream)) /* nothing held before it */
 		ev_complete(w);
 	return 0;
 }
@@ -587,6 +680,7 @@ static bool event_wait(struct fake_event *e)
 	if (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != EV_PENDING)
 		return false;
 	if (__atomic_load_n(&w->recorder, __ATOMIC_ACQUIRE) == getpid()) {
+		held_run(); /* the work before it runs too */
 		ev_complete(w);
 		return false;
 	}
@@ -669,7 +763,7 @@ EXPORT CUresult cuModuleGetFunction(struct fake_func **f, void *m, const char *n
 	while (i < nfuncs && strcmp(funcs[i].name, name))
 		i++;
 	if (i == nfuncs) {
-		if (nfuncs == 8 || strlen(name) >= sizeof(funcs[0].name))
+		if (nfuncs == 16 || strlen(name) >= sizeof(funcs[0].name))
 			r = E_NOT_FOUND;
 		else
 			snprintf(funcs[nfuncs++].name, sizeof(funcs[0].name), "%s", name);
@@ -698,6 +792,24 @@ EXPORT CUresult cuLaunchKernel(struct fake_func *f, unsigned gx, unsigned gy, un
 		if ((unsigned)cv->dtype > 2 || strcmp(f->name + 14, dt[cv->dtype]))
 			return 1; /* the kernel does not match the conversion */
 		return feed_convert_images_cpu(cv, src, n, flip, dst) ? 1 : 0;
+	}
+	if (!strncmp(f->name, "feed_k_mix_", 11) && strcmp(f->name, "feed_k_mix_labels")) {
+		const struct feed_convert *cv = params[0];
+		const struct feed_mix_args *a = params[1];
+		size_t n = *(size_t *)params[2];
+		void *data = (void *)(uintptr_t) * (CUdeviceptr *)params[3];
+		static const char *const dt[] = {"f32", "f16", "bf16"};
+		if ((unsigned)cv->dtype > 2 || strcmp(f->name + 11, dt[cv->dtype]))
+			return 1;
+		return feed_mix_images_cpu(cv, a, n, data) ? 1 : 0;
+	}
+	if (!strcmp(f->name, "feed_k_mix_labels")) {
+		const struct feed_mix_args *a = params[0];
+		const void *labels = (const void *)(uintptr_t) * (CUdeviceptr *)params[1];
+		uint32_t t = *(uint32_t *)params[2];
+		size_t n = *(size_t *)params[3];
+		float *dst = (float *)(uintptr_t) * (CUdeviceptr *)params[4];
+		return feed_mix_labels_cpu(a, labels, t, n, dst) ? 1 : 0;
 	}
 	const void *src = (const void *)(uintptr_t) * (CUdeviceptr *)params[0];
 	size_t n = *(size_t *)params[1];

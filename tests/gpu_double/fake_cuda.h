@@ -17,10 +17,25 @@
  *   - Waiting (cuEventSynchronize, cuStreamWaitEvent) for an event this
  *     process recorded completes it (the wait lets our own work run);
  *     waiting for one another process recorded blocks (a futex on the
- *     shared word) until that process completes it, or until it is gone
- *     (the driver's teardown of a dead process's work). cuStreamWaitEvent
- *     counts stream_waits_blocked before it blocks: how a test sees feedd
- *     wait for the client's done event.
+ *     shared word) until that process completes it, for ever if it died
+ *     first: as with the real driver, an interprocess event recorded by a
+ *     process that dies before the record runs never completes.
+ *     cuStreamWaitEvent counts stream_waits_blocked before it blocks.
+ *   - Stream memory operations on device memory (shared, so across
+ *     processes): cuStreamWriteValue32_v2 stores the word and wakes its
+ *     waiters; cuStreamWaitValue32_v2 (GEQ, cyclic, or EQ) blocks the
+ *     calling thread until the word matches (work is done at enqueue, so
+ *     the wait holds back whatever that thread enqueues next), counting
+ *     value_waits_blocked before it blocks: how a test sees feedd wait
+ *     for a client's done word.
+ *   - A caller's stream (any CUstream the process did not make with
+ *     cuStreamCreate, NULL included) holds its work until the test says
+ *     it ran, unless FAKE_CUDA_EVENTS=auto: a write of a value there is
+ *     kept (value_writes_held) and stored when this process completes its
+ *     events (fake_cuda_complete_events) or waits for one of its own
+ *     pending events (the wait lets its work run); a process that dies
+ *     first never stores it. Streams made with cuStreamCreate run at
+ *     once: an event recorded there completes as recorded.
  *
  * Like the driver, cuEventRecord and cuStreamWaitEvent on the legacy
  * default stream (NULL) fail with CUDA_ERROR_INVALID_CONTEXT on a thread
@@ -73,10 +88,14 @@ struct fake_cuda_stats {
 	int stream_waits_blocked;     /* cuStreamWaitEvent on another process's pending event */
 	int streams_created, streams_destroyed;
 	int dtod_copies;              /* cuMemcpyDtoDAsync */
+	int value_writes;             /* cuStreamWriteValue32_v2 stored */
+	int value_writes_held;        /* ... kept behind a caller's stream's work */
+	int value_waits_blocked;      /* cuStreamWaitValue32_v2 that had to block */
 };
 
 const struct fake_cuda_stats *fake_cuda_stats(void);
-/* Completes every event this process recorded that is still pending. */
+/* Completes every event this process recorded that is still pending, and
+ * stores the values its callers' streams held. */
 void fake_cuda_complete_events(void);
 
 /* Another process's counters (its FAKE_CUDA_STATS file), mapped read-only,

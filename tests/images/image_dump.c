@@ -8,7 +8,8 @@
  * for img_scale_for() of the output size) into CHANNELS (1 or 3), then, with
  * -o, resamples the box to W x H (mirrored with -f). Writes one text line
  * "w h c box_x box_y box_w box_h scale" (the decoded view and the box in
- * it; with -o the output's w h c) and then the pixels, packed rows. On
+ * it; with -o the output's w h c) and then the pixels, packed rows. A
+ * damaged JPEG that decodes adds "warnings N FIRST" on stderr. On
  * failure writes "error CODE MESSAGE" on stderr and exits 2.
  */
 #include <errno.h>
@@ -103,6 +104,8 @@ int main(int argc, char **argv)
 		free(data);
 		return 2;
 	}
+	if (d.warnings)
+		fprintf(stderr, "warnings %u %s\n", d.warnings, d.warning);
 	if (ow) {
 		size_t sb = img_resample_scratch_bytes(d.view.w, d.view.h, ow, oh, d.view.c);
 		void *scratch = malloc(sb);

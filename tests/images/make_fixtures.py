@@ -6,7 +6,9 @@ Hand-made images of every variant the decoder must take (JPEG baseline
 4:2:0 / 4:4:4 / 4:2:2, grayscale, Adobe CMYK, progressive, odd sizes; PNG
 8- and 16-bit RGB, gray, palette, RGBA, gray+alpha, Adam7 interlaced), bad
 ones (truncated, garbage in the entropy data, bad CRC, decompression bombs,
-GIF and BMP), and small real photographs cut from Debian's
+GIF and BMP), damaged JPEGs PIL decodes through libjpeg's warnings
+(damaged_*.jpg: scrambled entropy data, cut with an EOI, junk between
+markers) and damaged ones PIL refuses (bad_*.jpg), and small real photographs cut from Debian's
 plasma-workspace-wallpapers (photo_*.jpg, shorter side 375..500, quality 90,
 as ImageNet's). Deterministic: the same bytes on every run with the same PIL.
 Run by CTest as a fixture (FIXTURES_SETUP image_fixtures).
@@ -86,6 +88,59 @@ def jpeg_bomb():
     return bytes(data)
 
 
+def scans(jpg):
+    """Offsets of every SOS marker of a JPEG PIL wrote (no FF DA elsewhere)."""
+    out, i = [], jpg.find(b"\xff\xda")
+    while i >= 0:
+        out.append(i)
+        i = jpg.find(b"\xff\xda", i + 2)
+    return out
+
+
+def scramble(data, at, n, seed):
+    """n bytes of entropy data from at replaced by random ones, none 0xFF
+    (a marker there would be another kind of damage), the byte after an FF
+    left alone (FF 00 stuffing)."""
+    g, rng = bytearray(data), random.Random(seed)
+    for i in range(at, at + n):
+        if g[i - 1] != 0xFF and g[i] != 0xFF:
+            g[i] = rng.randrange(255)
+    return bytes(g)
+
+
+def damaged(d, jpg, prog):
+    """JPEGs with damage PIL (and torchvision's default loader, which is
+    PIL) decodes through (libjpeg warnings), damaged_*.jpg, and damage it
+    refuses, bad_*.jpg. jpg is a baseline 4:2:0 file, prog a progressive
+    one (10 scans), both written by PIL."""
+    sos, psos = scans(jpg)[0], scans(prog)
+    mid = sos + (len(jpg) - sos) // 3
+    eoi = b"\xff\xd9"
+    # readable: libjpeg warns, fills in, goes on; PIL returns what it made
+    write(d, "damaged_scrambled.jpg", scramble(jpg, mid, 400, 7))
+    g = bytearray(scramble(jpg, mid, 64, 8))
+    g[mid + 10:mid + 12] = b"\xff\xd3"  # a restart marker where none belongs
+    write(d, "damaged_marker.jpg", bytes(g))  # "premature end of data segment"
+    write(d, "damaged_cut_scan.jpg", jpg[:mid] + eoi)  # cut mid-scan, then an EOI
+    write(d, "damaged_progressive_first_scan.jpg", prog[:psos[1]] + eoi)
+    write(d, "damaged_progressive_mid_scan.jpg", prog[:(psos[2] + psos[3]) // 2] + eoi)
+    dqt = jpg.find(b"\xff\xdb")
+    write(d, "damaged_junk.jpg",  # "extraneous bytes before marker", three times
+          jpg[:dqt] + b"junk" + jpg[dqt:sos] + b"\x00\x01\x02" + jpg[sos:-2] + b"\x12\x34" + eoi)
+    write(d, "damaged_trailing.jpg", jpg + b"trailing bytes past the end")
+    # refused: PIL says "image file is truncated" (libjpeg wants more bytes)
+    # or "broken data stream" (a libjpeg error)
+    write(d, "bad_truncated.jpg", jpg[:len(jpg) * 6 // 10])  # mid-scan, no EOI
+    write(d, "bad_no_eoi.jpg", jpg[:-2])
+    write(d, "bad_progressive_cut.jpg", prog[:psos[1]])  # after the first scan
+    at = (psos[2] + psos[3]) // 2  # a bogus DHT inside a scan: an error in every path
+    write(d, "bad_garbage.jpg", scramble(prog, at, 64, 9)[:at + 64] + b"\xff\xc4\x00\x03\x10" +
+          prog[at + 69:])
+    # a bogus DHT after a baseline file's only scan: an error once its rows
+    # are read (boxes above it cannot see it)
+    write(d, "bad_marker_after_scan.jpg", jpg[:mid] + b"\xff\xc4\x00\x03\x10" + jpg[mid + 5:])
+
+
 def photos(d, n):
     """Small real photographs: random crops of the wallpapers, shorter side
     375..500, quality 90, 4:2:0 (what PIL writes by default)."""
@@ -147,13 +202,9 @@ def main():
     write(d, "bad_truncated.jpg", jpg[:len(jpg) * 6 // 10])
     write(d, "bad_truncated_header.jpg", jpg[:100])
     sos = jpg.find(b"\xff\xda")
-    g = bytearray(jpg)
-    rng = random.Random(7)
-    mid = sos + (len(jpg) - sos) // 3
-    for i in range(mid, mid + 64):
-        g[i] = rng.randrange(256)
-    g[mid + 10:mid + 12] = b"\xff\xd3"  # a restart marker where none belongs
-    write(d, "bad_garbage.jpg", bytes(g))
+    with open(os.path.join(d, "progressive.jpg"), "rb") as f:
+        prog = f.read()
+    damaged(d, jpg, prog)
     with open(os.path.join(d, "rgb8.png"), "rb") as f:
         png = f.read()
     write(d, "bad_truncated.png", png[:len(png) * 6 // 10])

@@ -77,18 +77,28 @@ fm=/usr/share/datasets/fashion-mnist
 "$p/bin/feedpack" idx "$fm/t10k-images-idx3-ubyte.gz" "$fm/t10k-labels-idx1-ubyte.gz" \
   -o "$t/fmnist" >/dev/null || fail "staged feedpack"
 sock=$t/feedd.sock
-# How the staged feedd starts. With socket activation this one line becomes
-#   start=(systemd-socket-activate -l "$sock" "$p/bin/feedd" --dataset ...)
-start=("$p/bin/feedd" --socket "$sock" --dataset "fmnist=$t/fmnist" --workers 2)
+# The staged feedd as a node runs it: socket activation (systemd makes the
+# socket, feedd serves it: the first client waits in the backlog), a config
+# file, metrics on a free loopback port.
+cat >"$t/feedd.yaml" <<YAML
+workers: 2
+datasets:
+  - name: fmnist
+    path: $t/fmnist
+YAML
+start=(systemd-socket-activate --seqpacket -l "$sock" "$p/bin/feedd" --config "$t/feedd.yaml"
+       --metrics 127.0.0.1:0)
 "${start[@]}" 2>"$t/feedd.log" &
 feedd_pid=$!
 # Ready when the staged feedctl lists the dataset (or feedd has exited).
 for _ in $(seq 300); do
-  "$p/bin/feedctl" --socket "$sock" --timeout 1000 datasets 2>/dev/null | grep -q fmnist && break
+  [ -S "$sock" ] && "$p/bin/feedctl" --socket "$sock" --timeout 1000 datasets 2>/dev/null |
+    grep -q fmnist && break
   kill -0 "$feedd_pid" 2>/dev/null || { cat "$t/feedd.log"; fail "feedd exited"; }
   sleep 0.1
 done
 "$p/bin/feedctl" --socket "$sock" datasets | grep -q fmnist || { cat "$t/feedd.log"; fail "feedd not ready"; }
+grep -q "socket activation" "$t/feedd.log" || { cat "$t/feedd.log"; fail "feedd did not say it serves systemd's socket"; }
 
 want=$(/usr/bin/python3 -c "import gzip,sys; d=gzip.open(sys.argv[1]).read(); print(' '.join(map(str, d[8:40])))" \
        "$fm/t10k-labels-idx1-ubyte.gz")
@@ -99,6 +109,31 @@ for c in "$t/consumer_pc" "$t/cm/consumer"; do
   [ "$(sed -n 3p "$t/out")" = 32 ] || fail "$c: batch of $(sed -n 3p "$t/out")"
   [ "$(sed -n 4p "$t/out")" = "$want" ] || fail "$c: labels $(sed -n 4p "$t/out"), want $want"
 done
+
+# ---- metrics count what the consumers read; SIGHUP adds a dataset ------------
+base=$(sed -n 's|.*metrics: serving \(http://127\.0\.0\.1:[0-9]*\)/metrics.*|\1|p' "$t/feedd.log")
+[ -n "$base" ] || { cat "$t/feedd.log"; fail "no metrics address in the log"; }
+/usr/bin/python3 - "$base" <<'PY' || fail "metrics"
+import sys, time, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+for _ in range(100):  # the consumers' closed streams are counted by the loop
+    text = urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=10).read().decode()
+    got = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+              if s.name == "feedd_batches_total" and s.labels.get("dataset") == "fmnist")
+    if got >= 2:
+        break
+    time.sleep(0.1)
+assert got >= 2, text
+PY
+"$p/bin/feedpack" idx "$fm/t10k-images-idx3-ubyte.gz" "$fm/t10k-labels-idx1-ubyte.gz" \
+  -o "$t/second" >/dev/null || fail "staged feedpack (second)"
+printf '  - name: second\n    path: %s\n' "$t/second" >>"$t/feedd.yaml"
+kill -HUP "$feedd_pid"
+for _ in $(seq 100); do
+  "$p/bin/feedctl" --socket "$sock" datasets 2>/dev/null | grep -q second && break
+  sleep 0.1
+done
+"$p/bin/feedctl" --socket "$sock" datasets | grep -q second || { cat "$t/feedd.log"; fail "SIGHUP did not add 'second'"; }
 
 # ---- the staged Python package finds the staged library --------------------------
 got=$(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages" \

@@ -480,6 +480,96 @@ START_TEST(test_client_gpu_same)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Mixup and cutmix                                                    */
+
+/* A batch's mix on the (double's) device gives the CPU path's bits, for
+ * images in every dtype and layout and for the soft labels, and changes
+ * the images; feed_batch_mix_draw is feed_mix_draw of the stream's seed,
+ * epoch and batch number; labels out of range, a box that does not fit
+ * and a mix on a field that is neither images nor labels are refused. */
+START_TEST(test_client_gpu_mix)
+{
+	use_fake("13000", "0");
+	if (!kernels_built())
+		return;
+	struct feed_conn *c;
+	struct feed_stream *st = kinds_open(&c, 3);
+	struct feed_batch *b = h_next_batch(st);
+	const uint32_t C = 11 * H_SAMPLES; /* labels are 11 i */
+	const struct fake_cuda_stats *fs = fake_stats();
+	for (int op = FEED_MIX_MIXUP; op <= FEED_MIX_CUTMIX; op++) {
+		struct feed_mix_spec spec = {.switch_prob = 0.5, .num_classes = C,
+					     .label_smoothing = 0.1};
+		struct feed_mix m, want;
+		*(op == FEED_MIX_MIXUP ? &spec.mixup_alpha : &spec.cutmix_alpha) = 0.7;
+		ck_assert_int_eq(feed_batch_mix_draw(b, &spec, 4, 4, &m), 0);
+		ck_assert_int_eq(feed_mix_draw(&spec, 0, feed_batch_epoch(b), feed_batch_index(b), 4,
+					       4, &want), 0);
+		ck_assert(m.op == op && m.lam == want.lam && m.x1 == want.x1 && m.y2 == want.y2);
+		if (op == FEED_MIX_CUTMIX) { /* a box that surely changes something */
+			m.x1 = 1, m.y1 = 0, m.x2 = 3, m.y2 = 2;
+			m.lam = 1.0 - 4.0 / 16;
+		}
+		for (int dtype = FEED_TO_F32; dtype <= FEED_TO_BF16; dtype++)
+			for (int layout = FEED_TO_NCHW; layout <= FEED_TO_NHWC; layout++) {
+				uint8_t cpu[3 * 48 * 4], dev[3 * 48 * 4], plain[3 * 48 * 4];
+				size_t bytes = 3 * 48 * (dtype == FEED_TO_F32 ? 4 : 2);
+				struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = dtype,
+							    .layout = layout, .dst_bytes = sizeof(cpu)};
+				ck_assert_int_eq(feed_batch_to_device(b, 0, plain, &to, NULL), 0);
+				to.mix = &m;
+				ck_assert_msg(feed_batch_to_device(b, 0, cpu, &to, NULL) == 0, "%s",
+					      feed_errmsg(c));
+				int launches = fs->launches;
+				to.device = 0;
+				memset(dev, 0xee, sizeof(dev));
+				ck_assert_msg(feed_batch_to_device(b, 0, dev, &to, NULL) == 0, "%s",
+					      feed_errmsg(c));
+				ck_assert_int_eq(fs->launches, launches + 2); /* conversion, mix */
+				ck_assert_msg(!memcmp(cpu, dev, bytes), "op %d dtype %d layout %d", op,
+					      dtype, layout);
+				ck_assert_msg(memcmp(cpu, plain, bytes), "op %d: nothing mixed", op);
+			}
+		float lc[3 * C], ld[3 * C];
+		struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
+					    .dst_bytes = sizeof(lc), .mix = &m};
+		ck_assert_msg(feed_batch_to_device(b, 2, lc, &to, NULL) == 0, "%s", feed_errmsg(c));
+		to.device = 0;
+		ck_assert_msg(feed_batch_to_device(b, 2, ld, &to, NULL) == 0, "%s", feed_errmsg(c));
+		ck_assert(!memcmp(lc, ld, sizeof(lc)));
+		for (int i = 0; i < 3; i++) {
+			double sum = 0;
+			for (uint32_t k = 0; k < C; k++)
+				sum += lc[i * C + k];
+			ck_assert_msg(fabs(sum - 1.0) < 1e-5, "row %d sums to %g", i, sum);
+		}
+		/* refusals */
+		struct feed_mix bad = m;
+		bad.num_classes = 5;
+		to.device = FEED_DEVICE_CPU;
+		to.mix = &bad;
+		ck_assert_int_eq(feed_batch_to_device(b, 2, lc, &to, NULL), -ERANGE);
+		ck_assert_msg(strstr(feed_errmsg(c), "not in [0, num_classes 5)"), "%s", feed_errmsg(c));
+		bad = m;
+		bad.op = FEED_MIX_CUTMIX, bad.x2 = 5;
+		to = (struct feed_to_device){.device = 0, .dtype = FEED_TO_F32, .dst_bytes = 3 * 48 * 4,
+					     .mix = &bad};
+		ck_assert_int_eq(feed_batch_to_device(b, 0, lc, &to, NULL), -EINVAL);
+		ck_assert_msg(strstr(feed_errmsg(c), "does not fit images of 4x4"), "%s", feed_errmsg(c));
+		to.mix = &m;
+		to.dst_bytes = sizeof(lc);
+		ck_assert_int_eq(feed_batch_to_device(b, 1, lc, &to, NULL), -EINVAL);
+		ck_assert_msg(strstr(feed_errmsg(c), "field 1: mix makes soft labels"), "%s",
+			      feed_errmsg(c));
+	}
+	ck_assert_int_eq(feed_release(b), 0);
+	fake_complete();
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
 /* The same field of one batch converted on two streams: the second waits
  * for the first's copy, which read the same staging buffer; on one stream
  * the stream orders them and nothing waits. */
@@ -534,6 +624,7 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_flip);
 	tcase_add_test(tc, test_client_gpu_same);
 	tcase_add_test(tc, test_client_gpu_two_streams);
+	tcase_add_test(tc, test_client_gpu_mix);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

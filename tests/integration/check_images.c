@@ -299,6 +299,57 @@ START_TEST(test_images_bad_image_stops_its_stream)
 }
 END_TEST
 
+/* on_error skip, through the C client: in sequential order sample 5 (the
+ * bad one) is replaced by sample 6, built with its own draws (so the two
+ * positions hold the same bytes), the batch keeps its size and says which
+ * position; the epoch holds every other sample once. */
+START_TEST(test_images_skip_replaces_bad_sample)
+{
+	struct feed_batch *b;
+	uint64_t seen[NFILES] = {0}, got = 0, replaced = 0;
+	int r;
+
+	start("2", true);
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "bad", .batch = 4, .epochs = 1, .credits = 2,
+				     .pipeline = PIPE, .on_error = FEED_ON_ERROR_SKIP,
+				     .max_bad = 1};
+	struct feed_stream *st = h_stream_open(c, &o);
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) != FEED_END_OF_STREAM) {
+		if (r == FEED_END_OF_EPOCH)
+			continue;
+		ck_assert_msg(r == 0, "%s: %s", feed_strerror(r), feed_errmsg(c));
+		const uint64_t *idx = feed_batch_samples(b), *bits;
+		uint32_t n = feed_batch_replaced(b, &bits);
+		for (uint32_t i = 0; i < feed_batch_size(b); i++)
+			seen[idx[i]]++;
+		if (feed_batch_index(b) == BAD_SAMPLE / 4) {
+			struct feed_view v;
+			ck_assert_int_eq(n, 1);
+			ck_assert_uint_eq(bits[0], 1u << (BAD_SAMPLE % 4));
+			ck_assert_uint_eq(idx[BAD_SAMPLE % 4], BAD_SAMPLE + 1);
+			ck_assert_int_eq(feed_batch_field(b, 0, &v), 0);
+			const uint8_t *px = v.data;
+			ck_assert(!memcmp(px + (BAD_SAMPLE % 4) * OUT_BYTES,
+					  px + (BAD_SAMPLE % 4 + 1) * OUT_BYTES, OUT_BYTES));
+		} else {
+			ck_assert_int_eq(n, 0);
+			ck_assert_ptr_null(bits);
+		}
+		got += feed_batch_size(b);
+		replaced += n;
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	ck_assert_uint_eq(got, NFILES);
+	ck_assert_uint_eq(replaced, 1);
+	for (uint64_t i = 0; i < NFILES; i++)
+		ck_assert_uint_eq(seen[i], i == BAD_SAMPLE ? 0 : i == BAD_SAMPLE + 1 ? 2 : 1);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+	ck_assert(h_log_line_has("on_error skip", "dataset 'bad': sample 5: field 'image'"));
+}
+END_TEST
+
 /* limits.max_pixels caps the decoders: an image past it (the photographs
  * here, but not the 64x48 one) fails with -E2BIG naming the limit. */
 START_TEST(test_images_max_pixels_from_config)
@@ -341,6 +392,7 @@ static Suite *images_suite(void)
 	tcase_add_test(tc, test_images_batches_equal_core);
 	tcase_add_test(tc, test_images_same_spec_same_bytes);
 	tcase_add_test(tc, test_images_bad_image_stops_its_stream);
+	tcase_add_test(tc, test_images_skip_replaces_bad_sample);
 	tcase_add_test(tc, test_images_max_pixels_from_config);
 	suite_add_tcase(s, tc);
 	return s;

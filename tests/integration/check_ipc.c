@@ -5,7 +5,11 @@
  * its device memory is shared memory and its interprocess events live in
  * shared memory, so handles really cross from feedd to the client, the
  * client's stream really waits for feedd's ready event and feedd's stream
- * really waits for the client's done event. feedd records with
+ * really waits for the client's done word (cuStreamWaitValue32 on the
+ * word the client writes with cuStreamWriteValue32). A test process
+ * without FAKE_CUDA_EVENTS=auto holds what it enqueues on its own CUDA
+ * streams (events pending, done writes kept) until it calls
+ * fake_complete(), as a consumer whose stream is still busy. feedd records with
  * FAKE_CUDA_EVENTS=auto (its copies and kernels are done when enqueued);
  * its double's counters are in a file (FAKE_CUDA_STATS) this test maps.
  * Each Check test is a fresh process: the driver is loaded anew, with the
@@ -236,11 +240,20 @@ END_TEST
 
 static bool daemon_blocked(void *arg)
 {
-	return __atomic_load_n(&daemon_stats->stream_waits_blocked, __ATOMIC_ACQUIRE) >= *(int *)arg;
+	return __atomic_load_n(&daemon_stats->value_waits_blocked, __ATOMIC_ACQUIRE) >= *(int *)arg;
+}
+
+/* feedd has freed every device allocation it made (no stream holds any). */
+static bool daemon_freed_all(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&daemon_stats->frees, __ATOMIC_ACQUIRE) ==
+	       __atomic_load_n(&daemon_stats->allocs, __ATOMIC_ACQUIRE);
 }
 
 /* feedd writes a device slot again only after the consumer's work on its
- * last batch has run: the done event the client records at release. */
+ * last batch has run: the done word the client writes, on the device,
+ * behind that work at release. */
 START_TEST(test_ipc_done_gates_reuse)
 {
 	ipc_start(NULL); /* this process: events complete when the test says */
@@ -262,28 +275,34 @@ START_TEST(test_ipc_done_gates_reuse)
 	uint8_t *saved = malloc(bytes);
 	ck_assert_ptr_nonnull(saved);
 	memcpy(saved, dv0.data, bytes);
-	/* released with the consumer's work still pending on stream */
+	/* released with the consumer's work still pending on stream: the
+	 * done write waits behind it */
 	ck_assert_int_eq(feed_release(b0), 0);
-	ck_assert_int_eq(fake_stats()->events_pending, 1);
+	ck_assert_int_eq(fake_stats()->value_writes_held, 1);
+	ck_assert_int_eq(fake_stats()->value_writes, 0);
 
 	/* feedd builds batch 2 into b0's host slot, then its stream must wait */
 	int one = 1;
 	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
-		      "feedd never waited for the consumer's done event");
+		      "feedd never waited for the consumer's done word");
 	ck_assert_msg(!memcmp(dv0.data, saved, bytes), "device slot overwritten before the "
 		      "consumer's work ran");
 	struct feed_batch *b1 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b1), 1);
-	ck_assert_int_eq(feed_release(b1), 0); /* never tied: nothing to wait for */
+	ck_assert_int_eq(feed_release(b1), 0); /* never tied: written at once */
+	ck_assert_int_eq(fake_stats()->value_writes, 1);
+	ck_assert_int_eq(fake_stats()->value_writes_held, 1);
+	ck_assert_msg(!memcmp(dv0.data, saved, bytes), "device slot overwritten before the "
+		      "consumer's work ran");
 
-	fake_complete(); /* the consumer's work on b0 has run */
+	fake_complete(); /* the consumer's work on b0 has run, then its write */
 	struct feed_batch *b2 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b2), 2);
 	struct feed_view dv2;
 	ck_assert_int_eq(feed_batch_device(b2, 0, stream, &dv2), 0);
 	ck_assert_ptr_eq(dv2.data, dv0.data); /* the same device slot, rewritten */
 	expect_image(b2, &dv2, FEED_TO_F32, FEED_TO_NCHW);
-	ck_assert_int_eq(daemon_stats->stream_waits_blocked, 1);
+	ck_assert_int_eq(daemon_stats->value_waits_blocked, 1); /* b1's slot: not waited */
 	ck_assert_int_eq(feed_release(b2), 0);
 	fake_complete();
 	ck_assert_int_eq(feed_stream_close(st), 0);
@@ -421,6 +440,102 @@ START_TEST(test_ipc_consumer_killed)
 	feed_stream_close(st);
 	feed_disconnect(c);
 	/* and everything the dead one had is gone */
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+}
+END_TEST
+
+/* A batch released without ever being used on the device (never tied to
+ * a stream): its done word is written at once, on the client's own
+ * stream, so feedd reuses its slot without waiting, however busy the
+ * consumer's streams are. */
+START_TEST(test_ipc_untied_release_not_waited)
+{
+	ipc_start(NULL); /* this process: its callers' streams hold their work */
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.epochs = 0;
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	for (int i = 0; i < 8; i++) { /* each of the 2 slots 4 times */
+		struct feed_batch *b = h_next_batch(st);
+		ck_assert_int_eq(feed_release(b), 0);
+	}
+	ck_assert_int_eq(fake_stats()->value_writes, 8);
+	ck_assert_int_eq(fake_stats()->value_writes_held, 0);
+	ck_assert_int_eq(daemon_stats->value_waits_blocked, 0);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* A consumer killed after releasing a batch whose done write sits behind
+ * work that never runs (its stream held when it dies), with feedd's
+ * stream waiting for that write: feedd writes the word itself when the
+ * consumer's connection goes, so the stream's device memory is freed and
+ * the next consumer is served on the device at once. (With the old done
+ * events, the dead process's record never completed: the conversion, and
+ * whatever waited for it, hung for ever.) */
+START_TEST(test_ipc_consumer_killed_done_pending)
+{
+	ipc_start(NULL); /* this process and its child: callers' streams hold work */
+	if (!kernels_built())
+		return;
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = NULL;
+		struct feed_stream *st = NULL;
+		struct feed_batch *b;
+		struct feed_view dv;
+		struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+		o.epochs = 0;
+		if (feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0 ||
+		    feed_stream_device(st, NULL) != 1 || feed_next(st, H_DEADLINE_MS, &b) < 0 ||
+		    feed_batch_device(b, 0, (void *)0x77, &dv) < 0 || feed_release(b) < 0 ||
+		    fake_stats()->value_writes_held != 1)
+			_exit(1);
+		(void)!write(ready[1], "x", 1);
+		pause(); /* killed here, its done write never run */
+		_exit(2);
+	}
+	char x;
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	int one = 1;
+	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
+		      "feedd never waited for the consumer's done word");
+	ck_assert_int_gt(daemon_stats->allocs, daemon_stats->frees);
+	kill(pid, SIGKILL);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status));
+
+	/* everything the dead one had on the device is freed, with feedd running */
+	ck_assert_msg(h_wait_until(daemon_freed_all, NULL, H_DEADLINE_MS),
+		      "feedd still holds %d device allocations of the dead consumer",
+		      daemon_stats->allocs - daemon_stats->frees);
+	/* and the next consumer is served, on the device */
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.epochs = 0;
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	for (int i = 0; i < 5; i++) {
+		struct feed_batch *b = h_next_batch(st);
+		struct feed_view dv;
+		ck_assert_int_eq(feed_batch_device(b, 0, (void *)0x78, &dv), 0);
+		expect_image(b, &dv, FEED_TO_F32, FEED_TO_NCHW);
+		ck_assert_int_eq(feed_release(b), 0);
+		fake_complete(); /* its work on the batch has run */
+	}
+	feed_stream_close(st);
+	feed_disconnect(c);
+	h_assert_healthy();
 	ck_assert_int_eq(h_stop(), 0);
 	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
 }
@@ -632,6 +747,8 @@ int main(void)
 	tcase_add_test(tc, test_ipc_one_stream_per_batch);
 	tcase_add_test(tc, test_ipc_daemon_restart);
 	tcase_add_test(tc, test_ipc_consumer_killed);
+	tcase_add_test(tc, test_ipc_untied_release_not_waited);
+	tcase_add_test(tc, test_ipc_consumer_killed_done_pending);
 	tcase_add_test(tc, test_ipc_daemon_without_gpu);
 	tcase_add_test(tc, test_ipc_another_gpu);
 	tcase_add_test(tc, test_ipc_group_gets_host_slots);

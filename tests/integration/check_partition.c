@@ -285,6 +285,92 @@ START_TEST(test_partition_ranks_like_distributed_sampler)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Node order through feedd                                            */
+
+/* Node order, 2 nodes of 2 ranks (and 3 of 1), over PART_N samples: the
+ * counts are the other modes' (part_total()), every sample is read by one
+ * node only, and padding repeats samples of the node's own share (in
+ * batches flagged padded). */
+static void node_world(struct feed_conn *c, enum part_mode m, uint32_t nodes, uint32_t per)
+{
+	uint32_t world = nodes * per;
+	uint64_t total = part_total(m, world), mine = total / world;
+	int node_of[PART_N];
+	uint32_t count[PART_N] = {0}, in_padded[PART_N] = {0};
+	uint64_t reads = 0;
+
+	for (int s = 0; s < PART_N; s++)
+		node_of[s] = -1;
+	for (uint32_t r = 0; r < world; r++) {
+		struct feed_stream_opts o = {.dataset = "part", .batch = PART_B, .epochs = 1,
+					     .seed = 9, .order = FEED_ORDER_NODE, .rank = r,
+					     .world = world, .nodes = nodes, .node = r / per,
+					     .drop_last = m == PART_DROP_LAST,
+					     .pad_last = m == PART_PAD_LAST};
+		struct feed_stream *st = h_stream_open(c, &o);
+		struct feed_batch *b;
+		uint64_t got = 0;
+		int rc;
+
+		ck_assert_uint_eq(feed_stream_info(st)->batches_per_epoch,
+				  (mine + PART_B - 1) / PART_B);
+		while ((rc = feed_next(st, H_DEADLINE_MS, &b)) != FEED_END_OF_STREAM) {
+			if (rc == FEED_END_OF_EPOCH)
+				continue;
+			ck_assert_msg(rc == 0, "%s: %s", feed_strerror(rc), feed_errmsg(c));
+			const uint64_t *idx = feed_batch_samples(b);
+			for (uint32_t i = 0; i < feed_batch_size(b); i++) {
+				ck_assert_uint_lt(idx[i], PART_N);
+				ck_assert_msg(node_of[idx[i]] < 0 || node_of[idx[i]] == (int)(r / per),
+					      "%s: sample %llu read on nodes %d and %u",
+					      part_mode_name[m], (unsigned long long)idx[i],
+					      node_of[idx[i]], r / per);
+				node_of[idx[i]] = (int)(r / per);
+				count[idx[i]]++;
+				in_padded[idx[i]] += feed_batch_padded(b);
+			}
+			got += feed_batch_size(b);
+			ck_assert_int_eq(feed_release(b), 0);
+		}
+		ck_assert_uint_eq(got, mine);
+		reads += got;
+		ck_assert_int_eq(feed_stream_close(st), 0);
+	}
+	uint64_t distinct = 0;
+	for (int s = 0; s < PART_N; s++) {
+		distinct += count[s] > 0;
+		/* every repeat is read in a batch flagged padded */
+		ck_assert_uint_le(count[s], 1 + in_padded[s]);
+	}
+	ck_assert_uint_eq(reads, total);
+	ck_assert_uint_eq(distinct, total < PART_N ? total : PART_N);
+}
+
+START_TEST(test_partition_node_order)
+{
+	static char arg[160];
+	char dir[128];
+
+	snprintf(dir, sizeof(dir), "%s/part", h.dir);
+	h_make_dataset(dir, PART_N);
+	snprintf(arg, sizeof(arg), "part=%s", dir);
+	h_start((const char *[]){"--dataset", arg, "--workers", "2", NULL});
+	struct feed_conn *c = h_conn_new();
+	for (int m = PART_DROP_LAST; m <= PART_PAD_LAST; m++) {
+		node_world(c, (enum part_mode)m, 2, 2);
+		node_world(c, (enum part_mode)m, 3, 1);
+	}
+	/* a node that is not rank / (world / nodes) is refused, naming both */
+	struct feed_stream_opts o = {.dataset = "part", .batch = PART_B, .order = FEED_ORDER_NODE,
+				     .rank = 3, .world = 4, .nodes = 2, .node = 0};
+	struct feed_stream *st;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(feed_errmsg(c), "sits on node 1, not node 0"));
+	feed_disconnect(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 /* Block-window order over epochs                                      */
 
 #define BW_N 1003     /* 41 blocks: 40 of 25 records and one of 3 */
@@ -436,6 +522,7 @@ static Suite *partition_suite(void)
 	tcase_add_test(tc, test_partition_same_spec_same_bytes);
 	tcase_add_test(tc, test_partition_ranks_like_distributed_sampler);
 	tcase_add_test(tc, test_partition_block_window_epochs);
+	tcase_add_test(tc, test_partition_node_order);
 	suite_add_tcase(s, tc);
 	return s;
 }

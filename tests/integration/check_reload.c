@@ -320,7 +320,9 @@ START_TEST(test_reload_broken_config_refused_with_every_error)
 	ck_assert_int_eq(feed_list_datasets(c, &list), 0);
 	ck_assert_uint_eq(list->count, 1);
 	feed_dataset_list_free(list);
-	h_tiny_read(h_tiny_open(c, 2, 2), 7);
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	h_tiny_read(st, 7);
+	feed_stream_close(st);
 
 	/* a file that loads but names a dataset that does not open: refused too */
 	write_config("datasets:\n  - name: tiny\n    path: fm\n  - name: new\n    path: nowhere\n");

@@ -437,6 +437,18 @@ START_TEST(test_systemd_check_config_reports_every_error)
 				      "'group-z'"));
 	ck_assert_ptr_nonnull(strstr(got, ": 3 errors; start-up would refuse it"));
 
+	/* errors of other keys too, each once, not just the first */
+	cfg = h_write_file("keys.yaml", "workers: 0\ncache_bytes: 12Q\n"
+			   "datasets:\n  - name: a\n    path: fm\n    allow_users: [nobody-x]\n");
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, NULL}, out,
+				   sizeof(out)), 1);
+	got = h_file_text(out);
+	ck_assert_msg(strstr(got, ":1: workers: 0 out of range 1..256"), "%s", got);
+	ck_assert_msg(strstr(got, ":2: cache_bytes: '12Q' is not a byte count"), "%s", got);
+	const char *user = strstr(got, "allow_users[0]: no user named 'nobody-x'");
+	ck_assert_msg(user && !strstr(user + 1, "allow_users[0]"), "%s", got);
+	ck_assert_msg(strstr(got, ": 3 errors; start-up would refuse it"), "%s", got);
+
 	snprintf(text, sizeof(text), "socket: %s/none/sub/feedd.sock\nsocket_group: users\n"
 		 "datasets:\n  - name: gone\n    path: nonexistent\n", h.dir);
 	cfg = h_write_file("sock.yaml", text);

@@ -141,6 +141,28 @@ def test_ranks_split_the_epoch(feed_bin, daemon):
     assert [r["samples"] for r in rows] == [N // 2, N // 2]
 
 
+@pytest.mark.parametrize("extra", [[], ["--pad-last"]])
+def test_node_order_ranks_split_the_epoch(feed_bin, daemon, extra):
+    # one node of 3 ranks: node order's partition verified like the others
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 3, "--world",
+                "--order", "node", "--node-deal", "fixed", "--epochs", 2, "--verify", "--json",
+                *extra)
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted((r["rank"], r["world"], r["verified"]) for r in rows) == \
+        [(0, 3, True), (1, 3, True), (2, 3, True)]
+
+
+def test_node_order_one_node_of_several(feed_bin, daemon):
+    # node 1 of 2 with 2 ranks: ranks 2 and 3 of 4, half the dataset
+    res = bench(feed_bin, daemon, "--dataset", "small", "--batch", 50, "--jobs", 2, "--world",
+                "--order", "node", "--nodes", 2, "--node", 1, "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted((r["rank"], r["world"], r["samples"]) for r in rows) == \
+        [(2, 4, N // 4), (3, 4, N // 4)]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--dataset", "small", "--bogus"], ["unknown option", "--bogus"]),
     (["--batch", "4"], ["--dataset NAME is required"]),
@@ -150,6 +172,10 @@ def test_ranks_split_the_epoch(feed_bin, daemon):
     (["--dataset", "small", "--step-ms", "-1"], ["--step-ms '-1'"]),
     (["--dataset", "small", "--group", ""], ["--group ''", "1 to 63 bytes"]),
     (["--dataset", "small", "--group", "g", "--jobs", "2", "--world"], ["--group", "--world"]),
+    (["--dataset", "small", "--order", "node", "--nodes", "2", "--node", "2"], ["--nodes 2 --node 2", "K < M"]),
+    (["--dataset", "small", "--order", "node", "--nodes", "2", "--verify"],
+     ["--verify", "--nodes 2"]),
+    (["--dataset", "small", "--order", "node", "--node-deal", "x"], ["--node-deal 'x'"]),
 ])
 def test_bad_command_line(feed_bin, daemon, args, words):
     res = bench(feed_bin, daemon, *args)

@@ -27,6 +27,8 @@ MIRRORS = {
     L.GpuDevice: ("feed_gpu_device", "feed/gpu.h"),
     L.GpuInfo: ("feed_gpu_info", "feed/gpu.h"),
     L.ToDevice: ("feed_to_device", "feed/gpu.h"),
+    L.MixSpec: ("feed_mix_spec", "feed/gpu.h"),
+    L.Mix: ("feed_mix", "feed/gpu.h"),
     L.Stats: ("feed_stats", "feed/client.h"),
     L.StreamStatus: ("feed_stream_status", "feed/client.h"),
     L.CacheStatus: ("feed_cache_status", "feed/client.h"),

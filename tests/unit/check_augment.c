@@ -6,7 +6,17 @@
  * crop/flip runs equal to the ops run one at a time, bilinear resize
  * against hand-computed values, pass-through and errors.
  *
- * Also a probe for tests/python/test_augment_torchvision.py:
+ * Also a probe for tests/python/test_augment_ops_torchvision.py:
+ *   check_augment --pixel PIPELINE H W C SEED EPOCH SAMPLE
+ * runs a pipeline of pixel ops on an H x W x C u8 image from stdin and
+ * writes "out_h out_w out_c nops", one line per basic op the sample's
+ * draws chose (augment_pixel.h: "op kind f bits ksize out_c angle tx ty
+ * scale shx shy cx cy interp fill i j h w value random"), then the bytes;
+ *   check_augment --pixel-params PIPELINE H W C SEED N
+ * writes those lines for samples 0..N-1 of epoch 0, each prefixed with
+ * "sample ", without running the ops (for the parameter distributions).
+ *
+ * And a probe for tests/python/test_augment_torchvision.py:
  *   check_augment --probe PIPELINE H W C SEED EPOCH SAMPLE
  * reads an H x W x C u8 image on stdin and writes one text line
  * "top left flip out_h out_w" (the first random_crop's offsets in padded
@@ -17,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +35,7 @@
 
 #include "../images/fixture_file.h"
 #include "augment.h"
+#include "augment_pixel.h"
 #include "convert.h"
 #include "philox.h"
 
@@ -612,6 +624,232 @@ START_TEST(test_augment_deterministic)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* Pixel ops (augment_pixel.c and friends)                             */
+
+/* pipe_parse refuses text, naming op and key in its message. */
+static void px_refused(const char *text, const char *n1, const char *n2)
+{
+	struct pipe_spec spec;
+	struct feed_err err = {0};
+
+	ck_assert_msg(pipe_parse(text, &spec, &err) == -EINVAL, "'%s' accepted", text);
+	ck_assert_msg(strstr(err.msg, n1) && (!n2 || strstr(err.msg, n2)),
+		      "'%s': message '%s' lacks '%s' or '%s'", text, err.msg, n1, n2 ? n2 : "");
+}
+
+START_TEST(test_augment_pixel_keys_refused_by_name)
+{
+	px_refused("adjust_brightness", "op 1 'adjust_brightness'", "missing key 'factor'");
+	px_refused("adjust_brightness(factor=-1)", "key 'factor'", "not in [0, 100]");
+	px_refused("adjust_hue(factor=0.6)", "key 'factor'", "not in [-0.5, 0.5]");
+	px_refused("invert | rotate(angle=10, interpolation=bicubic)", "op 2 'rotate'",
+		   "key 'interpolation': 'bicubic' is not one of nearest, bilinear");
+	px_refused("rotate(angle=10, fill=256)", "key 'fill'", "out of range [0, 255]");
+	px_refused("affine(angle=0, shear_x=90)", "op 1 'affine'", "key 'shear_x'");
+	px_refused("affine(angle=0, scale=0)", "key 'scale'", NULL);
+	px_refused("affine(translate_x=3)", "missing key 'angle'", NULL);
+	px_refused("posterize(bits=9)", "key 'bits'", "out of range [0, 8]");
+	px_refused("solarize(threshold=300)", "key 'threshold'", NULL);
+	px_refused("equalize(p=0.5)", "op 1 'equalize'", "unknown key 'p'");
+	px_refused("gaussian_blur(kernel_size=4, sigma=1)", "key 'kernel_size'", "not odd");
+	px_refused("gaussian_blur(kernel_size=3, sigma=1, sigma_max=2)", "key 'sigma'",
+		   "either sigma or sigma_min");
+	px_refused("gaussian_blur(kernel_size=3, sigma_min=2, sigma_max=1)", "key 'sigma_min'",
+		   "above sigma_max");
+	px_refused("gaussian_blur(kernel_size=3, sigma=0)", "key 'sigma'", NULL);
+	px_refused("rgb_to_grayscale(num_output_channels=2)", "key 'num_output_channels'", NULL);
+	px_refused("erase(i=1, j=1, h=2)", "op 1 'erase'", "missing key 'w'");
+	px_refused("erase(i=1, j=1, h=2, w=2, value=random)", "key 'value'", "random_erasing");
+	px_refused("color_jitter(hue=0.7)", "key 'hue'", NULL);
+	px_refused("color_jitter(brightness=1, gamma=2)", "unknown key 'gamma'",
+		   "brightness, contrast, saturation, hue");
+	px_refused("random_grayscale(p=2)", "key 'p'", NULL);
+	px_refused("random_rotation", "missing key 'degrees'", NULL);
+	px_refused("random_rotation(degrees=-5)", "key 'degrees'", NULL);
+	px_refused("random_affine(degrees=5, translate=1.5)", "key 'translate'", NULL);
+	px_refused("random_affine(degrees=5, scale_min=1.2, scale_max=1.1)", "key 'scale_min'",
+		   "above scale_max");
+	px_refused("random_solarize(p=0.5)", "missing key 'threshold'", NULL);
+	px_refused("random_posterize", "missing key 'bits'", NULL);
+	px_refused("random_adjust_sharpness", "missing key 'factor'", NULL);
+	px_refused("trivial_augment_wide(num_magnitude_bins=1)", "key 'num_magnitude_bins'", NULL);
+	px_refused("rand_augment(magnitude=31)", "key 'magnitude'", "not below num_magnitude_bins");
+	px_refused("auto_augment(policy=reduced_imagenet)", "key 'policy'",
+		   "imagenet, cifar10, svhn");
+	px_refused("random_erasing(ratio_min=4, ratio_max=3)", "key 'ratio_min'", NULL);
+	px_refused("random_erasing(scale_min=0.5, scale_max=1.5)", "key 'scale_max'", NULL);
+	px_refused("random_erasing(value=-1)", "key 'value'", NULL);
+	px_refused("gamma(x=1)", "op 1 'gamma'", "unknown op");
+}
+END_TEST
+
+/* Canonical text: torchvision's defaults filled in, keys in order. */
+START_TEST(test_augment_pixel_canonical_defaults)
+{
+	static const char *const pairs[][2] = {
+		{"trivial_augment_wide", "trivial_augment_wide(num_magnitude_bins=31)"},
+		{"rand_augment", "rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31)"},
+		{"auto_augment", "auto_augment(policy=imagenet)"},
+		{"random_erasing", "random_erasing(p=0.5, scale_min=0.02, scale_max=0.33, "
+				   "ratio_min=0.3, ratio_max=3.3, value=0)"},
+		{"random_erasing(value=random)", "random_erasing(p=0.5, scale_min=0.02, "
+		 "scale_max=0.33, ratio_min=0.3, ratio_max=3.3, value=random)"},
+		{"rotate(angle=-7.50)", "rotate(angle=-7.5, interpolation=nearest, fill=0)"},
+		{"gaussian_blur(kernel_size=3)", "gaussian_blur(kernel_size=3, sigma_min=0.1, "
+		 "sigma_max=2)"},
+		{"gaussian_blur(sigma=1.5, kernel_size=5)", "gaussian_blur(kernel_size=5, sigma=1.5)"},
+		{"random_grayscale", "random_grayscale(p=0.1)"},
+		{"color_jitter(hue=0.1)", "color_jitter(brightness=0, contrast=0, saturation=0, "
+		 "hue=0.1)"},
+	};
+	char buf[PIPE_CANON_MAX];
+
+	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
+		struct pipe_spec spec;
+		struct feed_err err = {0};
+		ck_assert_msg(pipe_parse(pairs[k][0], &spec, &err) == 0, "%s: %s", pairs[k][0],
+			      err.msg);
+		ck_assert_int_gt(pipe_spec_canonical(&spec, buf, sizeof(buf)), 0);
+		ck_assert_str_eq(buf, pairs[k][1]);
+	}
+	/* every op has a usage line naming its keys */
+	ck_assert_int_gt(pipe_op_usage(PIPE_AFFINE, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "affine(angle, translate_x=0, translate_y=0, scale=1, shear_x=0, "
+			      "shear_y=0, interpolation=nearest, fill=0, field)");
+	ck_assert_int_eq(pipe_op_usage(PIPE_KIND_COUNT_, buf, sizeof(buf)), -EINVAL);
+}
+END_TEST
+
+/* Planning: pixel ops need fixed images of 1 or 3 channels, and a blur
+ * kernel that reflect padding can serve. */
+START_TEST(test_augment_pixel_plan_refusals)
+{
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+
+	image_schema(&s, 6, 6, 4);
+	ck_assert_int_eq(pipe_plan_text("invert", &s, p, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "op 1 'invert': key 'field': 'image' has 4 channels"));
+	image_schema(&s, 6, 6, 3);
+	ck_assert_int_eq(pipe_plan_text("gaussian_blur(kernel_size=13, sigma=1)", &s, p, &err),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "key 'kernel_size': 13 too large for the 6x6"));
+	ck_assert_int_eq(pipe_plan_text("rgb_to_grayscale | equalize", &s, p, &err), 0);
+	ck_assert_uint_eq(p->out.fields[0].shape[2], 1);
+	ck_assert_uint_eq(p->nstages, 1); /* one fused stage */
+	/* a rank-2 image (Fashion-MNIST) stays rank 2 */
+	image_schema(&s, 28, 28, 0);
+	ck_assert_int_eq(pipe_plan_text("trivial_augment_wide | rgb_to_grayscale", &s, p, &err), 0);
+	ck_assert_uint_eq(p->out.fields[0].rank, 2);
+	uint8_t img[28 * 28], out[28 * 28];
+	fill_image(img, sizeof(img), 3);
+	struct aug_ctx ctx = {.seed = 2};
+	ck_assert_uint_eq(apply1(p, &ctx, img, sizeof(img), out, sizeof(out)), sizeof(out));
+	free(p);
+}
+END_TEST
+
+/* Hand-computed pixels: invert, posterize, solarize, erase, grayscale,
+ * brightness, and the table ops fused in one stage equal to the same ops
+ * run one plan at a time. */
+START_TEST(test_augment_pixel_hand)
+{
+	struct fmt_schema s;
+	const uint8_t img[2 * 3 * 3] = {0, 10, 20, 100, 128, 200, 255, 1, 2,
+					3, 4, 5, 90, 91, 92, 250, 251, 252};
+	uint8_t out[sizeof(img)], a[sizeof(img)], b[sizeof(img)];
+	struct aug_ctx ctx = {.seed = 1};
+
+	image_schema(&s, 2, 3, 3);
+	struct pipe_plan *p = plan_for("invert", &s);
+	apply1(p, &ctx, img, sizeof(img), out, sizeof(out));
+	for (size_t k = 0; k < sizeof(img); k++)
+		ck_assert_uint_eq(out[k], 255 - img[k]);
+	free(p);
+	p = plan_for("posterize(bits=2) | solarize(threshold=128)", &s);
+	apply1(p, &ctx, img, sizeof(img), out, sizeof(out));
+	for (size_t k = 0; k < sizeof(img); k++) {
+		uint8_t v = img[k] & 0xc0;
+		ck_assert_uint_eq(out[k], v >= 128 ? 255 - v : v);
+	}
+	free(p);
+	p = plan_for("adjust_brightness(factor=2)", &s);
+	apply1(p, &ctx, img, sizeof(img), out, sizeof(out));
+	for (size_t k = 0; k < sizeof(img); k++)
+		ck_assert_uint_eq(out[k], img[k] * 2 > 255 ? 255 : img[k] * 2);
+	free(p);
+	p = plan_for("erase(i=1, j=1, h=5, w=1, value=7)", &s);
+	apply1(p, &ctx, img, sizeof(img), out, sizeof(out));
+	for (size_t k = 0; k < sizeof(img); k++)
+		ck_assert_uint_eq(out[k], k >= 12 && k < 15 ? 7 : img[k]); /* clipped at the edge */
+	free(p);
+	p = plan_for("rgb_to_grayscale", &s);
+	ck_assert_uint_eq(apply1(p, &ctx, img, sizeof(img), out, sizeof(out)), 6);
+	ck_assert_uint_eq(out[1], (uint8_t)(0.2989f * 100 + 0.587f * 128 + 0.114f * 200));
+	free(p);
+	/* fused: one stage of table ops and saturation == one op at a time */
+	const char *ops[] = {"adjust_contrast(factor=0.6)", "equalize", "autocontrast",
+			     "adjust_saturation(factor=1.7)", "invert"};
+	p = plan_for("adjust_contrast(factor=0.6) | equalize | autocontrast | "
+		     "adjust_saturation(factor=1.7) | invert", &s);
+	apply1(p, &ctx, img, sizeof(img), a, sizeof(a));
+	free(p);
+	memcpy(b, img, sizeof(img));
+	for (size_t k = 0; k < 5; k++) {
+		p = plan_for(ops[k], &s);
+		apply1(p, &ctx, b, sizeof(b), out, sizeof(out));
+		memcpy(b, out, sizeof(out));
+		free(p);
+	}
+	ck_assert_mem_eq(a, b, sizeof(a));
+}
+END_TEST
+
+/* px_round_even is nearbyintf (ties to even) without the call. */
+START_TEST(test_augment_pixel_round_even)
+{
+	const float v[] = {0.0f, -0.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 254.5f, 255.49999f,
+			   0.49999997f, 1e-30f, 8388607.5f, 8388608.0f, 4194304.5f, -3.75f,
+			   1e30f, -1e30f};
+
+	for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++)
+		ck_assert_msg(px_round_even(v[k]) == nearbyintf(v[k]), "%.9g: %.9g vs %.9g",
+			      (double)v[k], (double)px_round_even(v[k]), (double)nearbyintf(v[k]));
+	for (uint32_t k = 0; k < 100000; k++) {
+		float x = (float)((int32_t)feed_rand_u32(5, 0, k, 0, 0)) * 0x1p-20f;
+		ck_assert(px_round_even(x) == nearbyintf(x));
+	}
+}
+END_TEST
+
+/* The random pixel ops are pure functions of (seed, epoch, sample). */
+START_TEST(test_augment_pixel_random_deterministic)
+{
+	struct fmt_schema s;
+	uint8_t img[16 * 16 * 3], a[sizeof(img)], b[sizeof(img)];
+	uint32_t differ = 0;
+
+	for (size_t k = 0; k < sizeof(img); k++)
+		img[k] = (uint8_t)(k * 37 + k / 48 * 11);
+	image_schema(&s, 16, 16, 3);
+	struct pipe_plan *p = plan_for("trivial_augment_wide | random_erasing(value=random) | "
+				       "color_jitter(brightness=0.5, hue=0.2)", &s);
+	for (uint64_t smp = 0; smp < 40; smp++) {
+		struct aug_ctx c1 = {.seed = 4, .epoch = 1, .sample = smp}, c2 = c1;
+		apply1(p, &c1, img, sizeof(img), a, sizeof(a));
+		apply1(p, &c2, img, sizeof(img), b, sizeof(b));
+		ck_assert_mem_eq(a, b, sizeof(a));
+		c2.epoch = 2;
+		apply1(p, &c2, img, sizeof(img), b, sizeof(b));
+		differ += memcmp(a, b, sizeof(a)) != 0;
+	}
+	ck_assert_uint_gt(differ, 35);
+	free(p);
+}
+END_TEST
 /* ------------------------------------------------------------------ */
 
 static int probe(int argc, char **argv)
@@ -659,6 +897,103 @@ static int probe(int argc, char **argv)
 	}
 	printf("%ld %ld %ld %u %u\n", top, left, flip, p->out.fields[0].shape[0],
 	       p->out.fields[0].shape[1]);
+	fwrite(out, 1, got, stdout);
+	free(out);
+	free(scratch);
+	free(img);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
+/* The basic ops every pixel op of the plan chose for this sample, one
+ * line each (see the file's opening comment). */
+static uint32_t pixel_lines(const struct pipe_plan *p, const struct aug_ctx *ctx, char *out,
+			    size_t cap)
+{
+	struct aug_px_op ops[AUG_PX_MAX];
+	uint32_t total = 0;
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (uint32_t i = 0; i < p->spec.nops; i++) {
+		const struct pipe_dims *dm = &p->dims[i];
+		if (p->spec.ops[i].kind < PIPE_ADJUST_BRIGHTNESS)
+			continue;
+		uint32_t k = aug_px_expand(p, i, ctx, dm->in_h, dm->in_w, dm->in_c, ops);
+		for (uint32_t j = 0; j < k && n < cap; j++, total++) {
+			const struct aug_px_op *o = &ops[j];
+			n += (size_t)snprintf(out + n, cap - n,
+					      "%u %d %.17g %u %u %u %.17g %.17g %.17g %.17g %.17g "
+					      "%.17g %.17g %.17g %u %u %u %u %u %u %u %d\n",
+					      i, (int)o->kind, o->f, o->bits, o->ksize, o->out_c,
+					      o->af.angle, o->af.tx, o->af.ty, o->af.scale, o->af.shx,
+					      o->af.shy, o->af.cx, o->af.cy, o->af.interp, o->af.fill,
+					      o->ei, o->ej, o->eh, o->ew, o->value, (int)o->value_random);
+		}
+	}
+	return total;
+}
+
+static int pixel_params(int argc, char **argv)
+{
+	if (argc != 8) {
+		fprintf(stderr, "usage: %s --pixel-params PIPELINE H W C SEED N\n", argv[0]);
+		return 2;
+	}
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	static char lines[1 << 16];
+
+	image_schema(&s, (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]), (uint32_t)atoi(argv[5]));
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	uint64_t n = strtoull(argv[7], NULL, 0);
+	for (uint64_t smp = 0; smp < n; smp++) {
+		struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), 0, smp};
+		pixel_lines(p, &ctx, lines, sizeof(lines));
+		for (char *l = strtok(lines, "\n"); l; l = strtok(NULL, "\n"))
+			printf("%" PRIu64 " %s\n", smp, l);
+	}
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
+static int pixel_probe(int argc, char **argv)
+{
+	if (argc != 9) {
+		fprintf(stderr, "usage: %s --pixel PIPELINE H W C SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[3]), w = (uint32_t)atoi(argv[4]), c = (uint32_t)atoi(argv[5]);
+	struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), strtoull(argv[7], NULL, 0),
+			      strtoull(argv[8], NULL, 0)};
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	size_t len = (size_t)h * w * c;
+	uint8_t *img = malloc(len + 1);
+	static char lines[1 << 16];
+
+	image_schema(&s, h, w, c);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 || fread(img, 1, len, stdin) != len) {
+		fprintf(stderr, "probe: %s\n", err.msg[0] ? err.msg : "short input");
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = aligned_alloc(64, (pipe_scratch_bytes(p) + 64) & ~63ul);
+	struct aug_in in = {img, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply(p, &ctx, &in, &o, scratch, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	uint32_t nops = pixel_lines(p, &ctx, lines, sizeof(lines));
+	const struct fmt_field *fo = &p->out.fields[0];
+	printf("%u %u %u %u\n%s", fo->shape[0], fo->shape[1], fo->rank == 3 ? fo->shape[2] : 1,
+	       nops, lines);
 	fwrite(out, 1, got, stdout);
 	free(out);
 	free(scratch);
@@ -1156,6 +1491,12 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_decode_rrc_equals_parts);
 	tcase_add_test(tc, test_augment_decode_bad_images);
 	tcase_add_test(tc, test_augment_decode_no_memory_growth);
+	tcase_add_test(tc, test_augment_pixel_keys_refused_by_name);
+	tcase_add_test(tc, test_augment_pixel_canonical_defaults);
+	tcase_add_test(tc, test_augment_pixel_plan_refusals);
+	tcase_add_test(tc, test_augment_pixel_hand);
+	tcase_add_test(tc, test_augment_pixel_random_deterministic);
+	tcase_add_test(tc, test_augment_pixel_round_even);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -1164,6 +1505,10 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--pixel"))
+		return pixel_probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--pixel-params"))
+		return pixel_params(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--decode"))
 		return decode_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--rrc"))

@@ -361,6 +361,48 @@ static void decode_bad(struct img_decoder *dec, const char *name, int code, cons
 	free(data);
 }
 
+/* libjpeg's warnings are not refusals (PIL decodes through them): the
+ * damaged files decode, the warnings counted with the first one's words,
+ * and the next clean image reports none; the probe reads junk between
+ * markers too. Pixels against PIL: tests/python/test_image_damaged.py. */
+START_TEST(test_image_decode_damaged_warns)
+{
+	static const struct {
+		const char *name;
+		const char *words; /* the first warning, or NULL for none */
+	} cases[] = {
+		{"damaged_cut_scan.jpg", "Corrupt JPEG data: premature end of data segment"},
+		{"damaged_junk.jpg", "Corrupt JPEG data: 4 extraneous bytes before marker 0xdb"},
+		{"damaged_progressive_first_scan.jpg", NULL},
+		{"rgb420.jpg", NULL},
+	};
+	struct img_decoder *dec = decoder(IMG_DIM_MAX, IMG_DIM_MAX, 3);
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t len;
+		uint8_t *data = fixture_file(cases[i].name, &len);
+		struct img_info info;
+		struct img_decoded d;
+		struct feed_err err = {0};
+		ck_assert_msg(img_probe(data, len, &info, &err) == 0, "%s: %s", cases[i].name, err.msg);
+		int rc = img_decode(dec, data, len, NULL, 1, &d, &err);
+		ck_assert_msg(rc == 0, "%s: %d %s", cases[i].name, rc, err.msg);
+		ck_assert_int_eq(d.view.w, 301);
+		if (cases[i].words) {
+			ck_assert_msg(d.warnings >= 1 && d.warning &&
+					      strcmp(d.warning, cases[i].words) == 0,
+				      "%s: %u '%s'", cases[i].name, d.warnings,
+				      d.warning ? d.warning : "(none)");
+		} else {
+			ck_assert_msg(d.warnings == 0 && !d.warning, "%s: %u", cases[i].name,
+				      d.warnings);
+		}
+		free(data);
+	}
+	img_decoder_free(dec);
+}
+END_TEST
+
 /* Every bad image: its code and the decoder's words; the decoder keeps
  * working after each. */
 START_TEST(test_image_decode_refusals)
@@ -379,7 +421,7 @@ START_TEST(test_image_decode_refusals)
 		ck_assert_msg(strstr(err.msg, "no end-of-image marker"), "%s", err.msg);
 		free(data);
 	}
-	decode_bad(dec, "bad_garbage.jpg", -EBADMSG, "JPEG: Corrupt JPEG data");
+	decode_bad(dec, "bad_garbage.jpg", -EBADMSG, "JPEG: Bogus marker length");
 	decode_bad(dec, "bad_truncated_header.jpg", -EBADMSG, "JPEG: Premature end of JPEG file");
 	decode_bad(dec, "bad_truncated.png", -EBADMSG, "PNG: end of stream");
 	decode_bad(dec, "bad_crc.png", -EBADMSG, "PNG: invalid chunk checksum");
@@ -618,6 +660,7 @@ static Suite *image_suite(void)
 	tcase_add_test(tc, test_image_decode_png_variants);
 	tcase_add_test(tc, test_image_decode_gray_output);
 	tcase_add_test(tc, test_image_decode_refusals);
+	tcase_add_test(tc, test_image_decode_damaged_warns);
 	tcase_add_test(tc, test_image_scale_for);
 	tcase_add_test(tc, test_image_decode_no_growth);
 	tcase_add_test(tc, test_image_decode_damaged_never_crashes);

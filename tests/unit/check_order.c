@@ -494,6 +494,330 @@ START_TEST(test_order_bad_spec)
 }
 END_TEST
 
+/* ---- node order ---- */
+
+static struct ord_spec node_spec(uint64_t n, uint32_t nodes, uint32_t local, uint64_t unit)
+{
+	struct ord_spec s = spec_of(n, ORD_NODE);
+	s.nodes = nodes;
+	s.world = nodes * local;
+	s.unit = unit;
+	s.batch = 3;
+	return s;
+}
+
+START_TEST(test_order_node_bijection)
+{
+	static const uint32_t nodes[] = {1, 2, 3, 4};
+	static const uint64_t units[] = {1, 7, 100};
+
+	for (size_t i = 0; i < NSIZES; i++)
+		for (size_t m = 0; m < 4; m++)
+			for (size_t u = 0; u < 3; u++)
+				for (int fixed = 0; fixed < 2; fixed++) {
+					struct ord_spec s = node_spec(sizes[i], nodes[m], 1, units[u]);
+					struct ord_epoch e;
+					s.deal_fixed = fixed;
+					ck_assert_int_eq(ord_epoch_init(&e, &s, 3, NULL), 0);
+					check_bijection(&e, sizes[i]);
+					ord_epoch_fini(&e);
+				}
+}
+END_TEST
+
+/* Reads every rank's batches from batch `from` on (levels as given) into
+ * count[sample]; node_of[sample] = the reading node (last one). Returns the
+ * batches per rank, asserted equal across ranks. */
+static uint64_t node_read(struct ord_spec s, uint64_t epoch, const struct ord_level *lv,
+			  uint32_t nlv, uint64_t from, uint32_t *count, int *node_of,
+			  uint32_t *pad_count)
+{
+	uint64_t nb = UINT64_MAX;
+	uint32_t lw = s.world / s.nodes;
+
+	for (uint32_t r = 0; r < s.world; r++) {
+		struct ord_epoch e;
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init_levels(&e, &s, epoch, lv, nlv, NULL), 0);
+		if (nb == UINT64_MAX)
+			nb = ord_batches_per_epoch(&e);
+		ck_assert_uint_eq(ord_batches_per_epoch(&e), nb);
+		for (uint64_t b = from; b < nb; b++)
+			for (uint32_t i = 0; i < ord_batch_size(&e, b); i++) {
+				uint64_t x = ord_sample(&e, b, i);
+				ck_assert_uint_lt(x, s.n);
+				if (ord_padding(&e, b, i)) {
+					(*pad_count)++;
+					continue;
+				}
+				count[x]++;
+				if (node_of)
+					node_of[x] = (int)(r / lw);
+			}
+		ord_epoch_fini(&e);
+	}
+	return nb;
+}
+
+static const uint32_t node_cases[][4] = {
+	/* n, nodes, ranks per node, unit */
+	{1000, 4, 2, 10}, {1003, 4, 2, 10}, {997, 3, 3, 64}, {60000, 4, 8, 83},
+	{10, 4, 1, 3},    {5, 4, 2, 1},     {1000, 1, 4, 50}, {999, 2, 1, 1000},
+};
+#define NNODE_CASES (sizeof(node_cases) / sizeof(node_cases[0]))
+
+START_TEST(test_order_node_partition_once)
+{
+	for (size_t c = 0; c < NNODE_CASES; c++)
+		for (int mode = 0; mode < 3; mode++) { /* padding, drop_last, pad_last */
+			const uint32_t *k = node_cases[c];
+			struct ord_spec s = node_spec(k[0], k[1], k[2], k[3]);
+			uint32_t *count = calloc(s.n, sizeof(*count)), pads = 0;
+			uint64_t rb = (uint64_t)s.world * s.batch;
+			s.drop_last = mode == 1;
+			s.pad_last = mode == 2;
+			uint64_t nb = node_read(s, 1, NULL, 0, 0, count, NULL, &pads);
+			/* the counts of the other modes (order.h "Partition") */
+			uint64_t want = mode == 1 ? s.n / rb : mode == 2 ? (s.n + rb - 1) / rb :
+				       ((s.n + s.world - 1) / s.world + s.batch - 1) / s.batch;
+			ck_assert_msg(nb == want, "case %zu mode %d: %llu batches, want %llu", c,
+				      mode, (unsigned long long)nb, (unsigned long long)want);
+			uint64_t seen = 0;
+			for (uint64_t x = 0; x < s.n; x++) {
+				ck_assert_uint_le(count[x], 1);
+				seen += count[x];
+			}
+			if (mode != 1)
+				ck_assert_msg(seen == s.n, "case %zu mode %d: %llu of %llu samples read",
+					      c, mode, (unsigned long long)seen,
+					      (unsigned long long)s.n);
+			else
+				ck_assert_uint_eq(seen + pads, nb * rb);
+			free(count);
+		}
+}
+END_TEST
+
+/* The samples each node reads, as a bitmap per node. */
+static uint8_t *node_sets(struct ord_spec s, uint64_t epoch)
+{
+	uint8_t *set = calloc((size_t)s.n * s.nodes, 1);
+	uint32_t lw = s.world / s.nodes;
+
+	for (uint32_t r = 0; r < s.world; r++) {
+		struct ord_epoch e;
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, epoch, NULL), 0);
+		for (uint64_t b = 0; b < ord_batches_per_epoch(&e); b++)
+			for (uint32_t i = 0; i < ord_batch_size(&e, b); i++)
+				set[(r / lw) * s.n + ord_sample(&e, b, i)] = 1;
+		ord_epoch_fini(&e);
+	}
+	return set;
+}
+
+START_TEST(test_order_node_share_is_local)
+{
+	/* 4 nodes, units of 50 samples: a node's share is whole units but for
+	 * the two it may split with its neighbours, and 1/4 of the dataset */
+	struct ord_spec s = node_spec(10000, 4, 2, 50);
+	uint8_t *set = node_sets(s, 2);
+
+	for (uint32_t k = 0; k < 4; k++) {
+		uint64_t samples = 0, units = 0;
+		for (uint64_t u = 0; u < s.n / s.unit; u++) {
+			uint64_t in = 0;
+			for (uint64_t x = u * s.unit; x < (u + 1) * s.unit; x++)
+				in += set[k * s.n + x];
+			samples += in;
+			units += in > 0;
+		}
+		ck_assert_uint_eq(samples, s.n / 4);
+		ck_assert_uint_le(units, s.n / 4 / s.unit + 2);
+	}
+	/* and its samples are shuffled: rank 0's first batch is not one unit */
+	struct ord_epoch e;
+	s.rank = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 2, NULL), 0);
+	uint64_t u0 = ord_sample(&e, 0, 0) / s.unit, same = 0;
+	for (uint32_t i = 1; i < s.batch; i++)
+		same += ord_sample(&e, 0, i) / s.unit == u0;
+	ck_assert_uint_lt(same, s.batch - 1);
+	ord_epoch_fini(&e);
+	free(set);
+}
+END_TEST
+
+START_TEST(test_order_node_deal_fixed_or_rotating)
+{
+	struct ord_spec s = node_spec(4000, 4, 1, 20);
+
+	for (int fixed = 0; fixed < 2; fixed++) {
+		s.deal_fixed = fixed;
+		uint8_t *a = node_sets(s, 0), *b = node_sets(s, 1);
+		uint64_t moved = 0;
+		for (uint64_t x = 0; x < s.n * s.nodes; x++)
+			moved += a[x] != b[x];
+		if (fixed)
+			ck_assert_uint_eq(moved, 0);
+		else
+			ck_assert_uint_gt(moved, s.n); /* most samples change node */
+		free(a);
+		free(b);
+		/* the order inside a node changes with the epoch either way */
+		struct ord_epoch e0, e1;
+		ck_assert_int_eq(ord_epoch_init(&e0, &s, 0, NULL), 0);
+		ck_assert_int_eq(ord_epoch_init(&e1, &s, 1, NULL), 0);
+		uint64_t same = 0;
+		for (uint64_t bt = 0; bt < 50; bt++)
+			same += ord_sample(&e0, bt, 0) == ord_sample(&e1, bt, 0);
+		ck_assert_uint_lt(same, 10);
+		ord_epoch_fini(&e0);
+		ord_epoch_fini(&e1);
+	}
+}
+END_TEST
+
+/* Reads batches [0, at) of layout `a`, then the rest under layout `b`
+ * (levels lv + {a's nodes, P}); every sample must come exactly once (not
+ * counting padding). */
+static void node_resume(struct ord_spec a, uint64_t at, struct ord_spec b, bool fixed)
+{
+	uint32_t *count = calloc(a.n, sizeof(*count)), pads = 0;
+	struct ord_epoch e;
+
+	a.deal_fixed = b.deal_fixed = fixed;
+	/* the first part: batches < at of every rank of a */
+	for (uint32_t r = 0; r < a.world; r++) {
+		a.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &a, 5, NULL), 0);
+		for (uint64_t bb = 0; bb < at; bb++)
+			for (uint32_t i = 0; i < ord_batch_size(&e, bb); i++)
+				if (!ord_padding(&e, bb, i))
+					count[ord_sample(&e, bb, i)]++;
+		ord_epoch_fini(&e);
+	}
+	a.rank = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &a, 5, NULL), 0);
+	struct ord_level lv = {.nodes = a.nodes, .pos = ord_position_of(&e, at)};
+	ord_epoch_fini(&e);
+	node_read(b, 5, &lv, 1, 0, count, NULL, &pads);
+	for (uint64_t x = 0; x < a.n; x++)
+		ck_assert_msg(count[x] == 1, "%u nodes -> %u nodes at batch %llu: sample %llu read "
+			      "%u times", a.nodes, b.nodes, (unsigned long long)at,
+			      (unsigned long long)x, count[x]);
+	free(count);
+}
+
+START_TEST(test_order_node_resume_other_nodes)
+{
+	struct ord_spec four = node_spec(1003, 4, 2, 10);
+	struct ord_spec two = node_spec(1003, 2, 2, 10), three = node_spec(1003, 3, 1, 10);
+	struct ord_spec four_wide = node_spec(1003, 4, 3, 10);
+
+	for (int fixed = 0; fixed < 2; fixed++)
+		for (uint64_t at = 0; at <= 42; at += 7) {
+			node_resume(four, at, two, fixed);
+			node_resume(four, at, three, fixed);
+			node_resume(four, at, four_wide, fixed); /* same nodes, more ranks */
+			node_resume(two, at, four, fixed);
+		}
+}
+END_TEST
+
+START_TEST(test_order_node_resume_twice)
+{
+	/* 4 nodes to 3 at batch 10, then 3 to 2 at batch 5 of that layout */
+	struct ord_spec a = node_spec(2000, 4, 2, 16), b = node_spec(2000, 3, 2, 16);
+	struct ord_spec c = node_spec(2000, 2, 1, 16);
+	uint32_t *count = calloc(a.n, sizeof(*count)), pads = 0;
+	struct ord_level lv[2] = {{4, 10 * 3 * 8}, {3, 5 * 3 * 6}};
+	struct ord_epoch e;
+
+	for (uint32_t r = 0; r < a.world; r++) {
+		a.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &a, 0, NULL), 0);
+		for (uint64_t bb = 0; bb < 10; bb++)
+			for (uint32_t i = 0; i < a.batch; i++)
+				count[ord_sample(&e, bb, i)]++;
+		ord_epoch_fini(&e);
+	}
+	for (uint32_t r = 0; r < b.world; r++) {
+		b.rank = r;
+		ck_assert_int_eq(ord_epoch_init_levels(&e, &b, 0, lv, 1, NULL), 0);
+		ck_assert_uint_eq(ord_level_samples(&e), a.n - lv[0].pos);
+		ck_assert_uint_eq(ord_position_of(&e, 5), lv[1].pos);
+		for (uint64_t bb = 0; bb < 5; bb++)
+			for (uint32_t i = 0; i < b.batch; i++)
+				count[ord_sample(&e, bb, i)]++;
+		ord_epoch_fini(&e);
+	}
+	node_read(c, 0, lv, 2, 0, count, NULL, &pads);
+	for (uint64_t x = 0; x < a.n; x++)
+		ck_assert_uint_eq(count[x], 1);
+	free(count);
+}
+END_TEST
+
+START_TEST(test_order_node_bad_spec)
+{
+	struct ord_spec s = node_spec(100, 3, 2, 10);
+	struct ord_epoch e;
+	struct feed_err err = {0};
+	struct ord_level lv = {.nodes = 4, .pos = 6};
+
+	s.world = 5;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "3 nodes do not divide a world of 5"));
+	s.world = 6;
+	s.unit = 0;
+	ck_assert_int_eq(ord_epoch_init(&e, &s, 0, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "unit"));
+	s.unit = 10;
+	ck_assert_int_eq(ord_epoch_init_levels(&e, &s, 0, &lv, 1, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not a multiple of its 4 nodes"));
+	/* a level past every share leaves nothing: no batches */
+	lv.pos = 200;
+	ck_assert_int_eq(ord_epoch_init_levels(&e, &s, 0, &lv, 1, &err), 0);
+	ck_assert_uint_eq(ord_batches_per_epoch(&e), 0);
+	ord_epoch_fini(&e);
+}
+END_TEST
+
+START_TEST(test_order_node_sample_after_stays_on_node)
+{
+	/* on_error skip's replacement: node order's stays in the node's share,
+	 * the other modes' is the next global position's sample */
+	struct ord_spec s = node_spec(1000, 4, 2, 10);
+	uint8_t *set = node_sets(s, 3);
+	struct ord_epoch e;
+
+	for (uint32_t r = 0; r < s.world; r++) {
+		s.rank = r;
+		ck_assert_int_eq(ord_epoch_init(&e, &s, 3, NULL), 0);
+		uint64_t g = ord_global_position(&e, 2, 1);
+		ck_assert_uint_eq(ord_sample_after(&e, g, 0), ord_sample(&e, 2, 1));
+		for (uint64_t k = 1; k < 600; k++)
+			ck_assert(set[(r / 2) * s.n + ord_sample_after(&e, g, k)]);
+		/* the next local position is the next local rank's sample */
+		if (r % 2 == 0) {
+			struct ord_epoch e1;
+			s.rank = r + 1;
+			ck_assert_int_eq(ord_epoch_init(&e1, &s, 3, NULL), 0);
+			ck_assert_uint_eq(ord_sample_after(&e, g, 1), ord_sample(&e1, 2, 1));
+			ord_epoch_fini(&e1);
+		}
+		ord_epoch_fini(&e);
+	}
+	free(set);
+	struct ord_spec f = spec_of(1000, ORD_FULL);
+	f.world = 3;
+	ck_assert_int_eq(ord_epoch_init(&e, &f, 3, NULL), 0);
+	ck_assert_uint_eq(ord_sample_after(&e, 998, 5), ord_permute(&e, 3));
+	ord_epoch_fini(&e);
+}
+END_TEST
+
 static Suite *order_suite(void)
 {
 	Suite *s = suite_create("order");
@@ -513,6 +837,14 @@ static Suite *order_suite(void)
 	tcase_add_test(tc, test_order_resume_positions);
 	tcase_add_test(tc, test_order_batch_at_position_errors);
 	tcase_add_test(tc, test_order_bad_spec);
+	tcase_add_test(tc, test_order_node_bijection);
+	tcase_add_test(tc, test_order_node_partition_once);
+	tcase_add_test(tc, test_order_node_share_is_local);
+	tcase_add_test(tc, test_order_node_deal_fixed_or_rotating);
+	tcase_add_test(tc, test_order_node_resume_other_nodes);
+	tcase_add_test(tc, test_order_node_resume_twice);
+	tcase_add_test(tc, test_order_node_bad_spec);
+	tcase_add_test(tc, test_order_node_sample_after_stays_on_node);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -307,6 +307,72 @@ START_TEST(test_wire_open_job)
 }
 END_TEST
 
+START_TEST(test_wire_open_node_order)
+{
+	struct feed_err err;
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+
+	o.dataset = "fmnist";
+	o.batch = 4;
+	o.order = FEED__ORDER__ORDER_NODE;
+	o.rank = 5;
+	o.world = 8;
+	o.nodes = 4;
+	o.node = 2; /* 2 ranks a node: rank 5 is on node 2 */
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	o.node = 1;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "rank 5 of world 8 on 4 nodes"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "not node 1"));
+	o.node = 1;
+	o.nodes = 3; /* 3 nodes do not divide 8 ranks */
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	o.nodes = 4;
+	o.node = 2;
+	o.node_deal = 7;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.node_deal"));
+	o.node_deal = FEED__NODE_DEAL__NODE_DEAL_FIXED;
+	ck_assert_int_eq(wire_request_check(&req, &err), 0);
+	o.order = 4;
+	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
+}
+END_TEST
+
+static int check_on_error(uint32_t on_error, uint64_t max_bad, struct feed_err *err)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
+	uint8_t buf[512];
+
+	o.dataset = "ds";
+	o.batch = 4;
+	o.on_error = on_error;
+	o.max_bad = max_bad;
+	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
+	req.open_stream = &o;
+	size_t len = feed__request__pack(&req, buf);
+	return decode_check(buf, len, err);
+}
+
+/* on_error is fail (0) or skip (1); max_bad only with skip. */
+START_TEST(test_wire_on_error)
+{
+	struct feed_err err;
+
+	ck_assert_int_eq(check_on_error(0, 0, &err), 0);
+	ck_assert_int_eq(check_on_error(1, 0, &err), 0);
+	ck_assert_int_eq(check_on_error(1, 5, &err), 0);
+	ck_assert_int_eq(check_on_error(2, 0, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.on_error: 2, allowed 0 (fail) or 1 (skip)");
+	ck_assert_int_eq(check_on_error(0, 5, &err), -EINVAL);
+	ck_assert_str_eq(err.msg, "open_stream.max_bad: only with on_error skip");
+}
+END_TEST
+
 START_TEST(test_wire_string_nul_refused)
 {
 	struct feed_err err;
@@ -536,8 +602,10 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_hello_ranges);
 	tcase_add_test(tc, test_wire_dataset_name);
 	tcase_add_test(tc, test_wire_device_request);
+	tcase_add_test(tc, test_wire_on_error);
 	tcase_add_test(tc, test_wire_string_nul_refused);
 	tcase_add_test(tc, test_wire_open_job);
+	tcase_add_test(tc, test_wire_open_node_order);
 	tcase_add_test(tc, test_wire_string_walk_bounds);
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);

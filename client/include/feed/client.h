@@ -176,6 +176,15 @@ FEED_API int feed_list_datasets(struct feed_conn *conn, struct feed_dataset_list
 FEED_API int feed_dataset_info(struct feed_conn *conn, const char *name,
 			       struct feed_dataset_list **ret);
 
+/* The path of sample `sample` of `dataset` as feedpack imagefolder
+ * recorded it (relative to the tree it packed), copied NUL-terminated
+ * into ret_path[cap] (caller's; written only on success). Blocks up to the
+ * timeout. Returns 0, or as feed_dataset_info(), plus -ERANGE (no such
+ * sample), -ENOENT also when the dataset recorded no paths, -ENOSPC when
+ * cap is too small (the size needed is in feed_errmsg()). */
+FEED_API int feed_sample_path(struct feed_conn *conn, const char *dataset, uint64_t sample,
+			     char *ret_path, size_t cap);
+
 /* Accepts NULL. */
 FEED_API void feed_dataset_list_free(struct feed_dataset_list *list);
 
@@ -234,6 +243,7 @@ struct feed_stream_status {
 #define FEED_JOB_MAX 128
 	char job[FEED_JOB_MAX + 1]; /* the job its client named (feed_stream_open());
 				     * "" none; a group's: its creator's */
+	uint64_t replaced;        /* samples replaced (on_error skip) so far */
 };
 
 /* The block cache shared by every stream. */

@@ -73,6 +73,72 @@ FEED_API int feed_gpu_query(struct feed_gpu_info *ret);
 #define FEED_TO_NCHW 0            /* feed_to_device.layout */
 #define FEED_TO_NHWC 1
 
+#define FEED_MIX_NONE 0           /* feed_mix.op: images as they are */
+#define FEED_MIX_MIXUP 1          /* blended with the partner */
+#define FEED_MIX_CUTMIX 2         /* the partner's box pasted in */
+
+/*
+ * Mixup / cutmix for a stream's batches, as torchvision's classification
+ * references and timm's Mixup do them. Zero-initialise, then set; read by
+ * feed_mix_draw() and feed_batch_mix_draw().
+ */
+struct feed_mix_spec {
+	double mixup_alpha;       /* > 0: mixup, lambda ~ Beta(alpha, alpha); 0: off */
+	double cutmix_alpha;      /* > 0: cutmix, lambda ~ Beta(alpha, alpha); 0: off */
+	double switch_prob;       /* with both on: the probability that a batch
+				   * gets cutmix (timm's switch_prob; 0.5 is
+				   * torchvision's RandomChoice of the two) */
+	uint32_t num_classes;     /* soft labels: [n, num_classes]; 0: no labels */
+	double label_smoothing;   /* in [0, 1]: timm's, off = s / num_classes,
+				   * on = 1 - s + off */
+};
+
+/*
+ * One batch's mix, as feed_batch_mix_draw() draws it (or as a caller sets
+ * it), for feed_to_device.mix. Sample i is mixed with its partner, sample
+ * i - 1 (sample n - 1 for sample 0): the batch rolled by one, as
+ * torchvision's x.roll(1, 0).
+ */
+struct feed_mix {
+	int op;                   /* FEED_MIX_NONE / MIXUP / CUTMIX */
+	double lam;               /* the sample's own weight, in [0, 1]; the
+				   * partner's is 1 - lam. Cutmix: 1 - box area /
+				   * image area */
+	uint32_t x1, y1, x2, y2;  /* cutmix: the partner's columns [x1, x2) and
+				   * rows [y1, y2) replace the sample's */
+	uint32_t num_classes;     /* soft labels' columns */
+	double label_smoothing;   /* as in feed_mix_spec */
+};
+
+/*
+ * The mix of batch number `batch` of epoch `epoch` of a stream seeded
+ * `seed`, for images of h x w: a pure function of these (the same on every
+ * machine, after a resume, for any worker count), through the Philox
+ * generator of the stream's augmentations keyed apart from them. Draw
+ * numbers (kernels/mix.h, feed_mix_draw_batch): word 0 picks the op (cutmix
+ * when word * 2^-32 < switch_prob, with both on), words 1 and 2 cutmix's
+ * centre, streams 1 and 2 the two Gamma(alpha) draws of lambda = X / (X +
+ * Y) (Marsaglia-Tsang). Cutmix's box is torchvision's: half sizes
+ * (int)(0.5 sqrt(1 - lambda) w) and (... h) around the centre, clamped to
+ * the image; lambda is then 1 - box area / image area. With both alphas 0
+ * the op is FEED_MIX_NONE and lam 1 (labels only smoothed).
+ *
+ * Returns 0, or -EINVAL for NULL, h or w 0, an alpha < 0 or not finite,
+ * switch_prob or label_smoothing outside [0, 1]. *ret written only on
+ * success. Pure; any thread.
+ */
+FEED_API int feed_mix_draw(const struct feed_mix_spec *spec, uint64_t seed, uint64_t epoch,
+			   uint64_t batch, uint32_t h, uint32_t w, struct feed_mix *ret);
+
+/*
+ * feed_mix_draw() for batch b: its stream's seed, its epoch, and batch
+ * number feed_batch_index(b) * world + rank (each rank of a job mixes
+ * differently; a resume with the same world size mixes the same). Returns
+ * as feed_mix_draw(). Any thread while b is held.
+ */
+FEED_API int feed_batch_mix_draw(const struct feed_batch *b, const struct feed_mix_spec *spec,
+				 uint32_t h, uint32_t w, struct feed_mix *ret);
+
 /* A conversion for feed_batch_to_device(). Zero-initialise, then set. */
 struct feed_to_device {
 	int device;               /* CUDA device ordinal (the caller's stream's),
@@ -94,6 +160,17 @@ struct feed_to_device {
 				   * for the call (copied before it returns).
 				   * Refused for anything but an image
 				   * conversion */
+	/* Added after the above (a caller built against an older feed/gpu.h
+	 * must be rebuilt before it sets it). */
+	const struct feed_mix *mix; /* NULL: none. An image conversion: after it,
+				   * the images in dst are mixed in place as
+				   * *mix says (its box must fit them). An
+				   * integer field of shape [n] or [n, 1] (u8 to
+				   * i64) with dtype FEED_TO_F32: its labels, each
+				   * in [0, mix->num_classes), become soft labels
+				   * in dst, [n, num_classes] fp32, one-hot
+				   * smoothed and mixed with the same lambda and
+				   * partner. Borrowed for the call */
 };
 
 /*
@@ -129,9 +206,18 @@ struct feed_to_device {
  * to->device == FEED_DEVICE_CPU: converts on the calling thread into host
  * memory dst and returns when done; stream is ignored.
  *
+ * to->mix: mixup or cutmix (kernels/mix.h) after the conversion, on the
+ * device (kernels launched on stream after the conversion's) or on the CPU
+ * (their twins: the same bits), in every dtype and layout; each product and
+ * sum is rounded as torch rounds torchvision's reference
+ * (x.mul_(lam).add_(x.roll(1, 0).mul_(1 - lam))), so the result equals
+ * it bit for bit. Labels are checked on the host before anything is
+ * enqueued: one outside [0, num_classes) is -ERANGE naming it.
+ *
  * Returns 0, or: -EINVAL naming what was wrong in feed_errmsg() of the
  * stream's connection (field, dtype, shape, mean/std, dst_bytes too
- * small); -ENODEV when the GPU path is not usable (the reason is
+ * small, a mix that does not fit); -ERANGE for a label outside
+ * [0, mix->num_classes) (named); -ENODEV when the GPU path is not usable (the reason is
  * feed_gpu_query()'s, also in feed_errmsg()); -EIO when the driver fails
  * a call (named in feed_errmsg()); -ENOMEM. Call it from the thread that
  * calls feed_next() on b's stream.
@@ -160,13 +246,20 @@ FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_r
  * Enqueues on `stream` (a CUstream / cudaStream_t of that context; NULL:
  * the legacy default stream) a wait for feedd's conversion of this batch:
  * work enqueued on stream afterwards sees it; the CPU does not wait. The
- * batch is then tied to stream: feed_release(b) records on stream the
- * event after which feedd may overwrite the device slot, so release b
+ * batch is then tied to stream: feed_release(b) enqueues on stream the
+ * write of the slot's done word (cuStreamWriteValue32, in feedd's
+ * memory), after which feedd may overwrite the device slot, so release b
  * after enqueueing the last work that reads ret->data (on stream, or on
- * streams stream waits for), not after it runs. Each call may name the
- * same stream again; another stream for the same batch is -EINVAL.
- * feed_stream_close() waits (on the CPU) for the work recorded that way
- * before it closes the handles: feedd frees the memory after.
+ * streams stream waits for), not after it runs; neither waits on the CPU.
+ * A batch never tied is released with the word written on the stream's
+ * own internal stream (behind its previous write of that word): feedd
+ * reuses its slot without waiting for any work of the caller's. Each call
+ * may name the same stream again; another stream for the same batch is
+ * -EINVAL. feed_stream_close() waits (on the CPU) for the writes enqueued
+ * that way (so for the work before them) before it closes the handles:
+ * feedd frees the memory after. A process that dies with writes queued
+ * behind work that never runs holds nothing: feedd writes the words
+ * itself when the connection goes.
  *
  * Returns 0, or: -ENODEV when st has no device slots (feed_stream_device
  * says why), or when b came from before a daemon restart (its device slot

@@ -42,6 +42,29 @@ extern "C" {
 #define FEED_ORDER_SEQUENTIAL 0
 #define FEED_ORDER_FULL 1
 #define FEED_ORDER_BLOCK_WINDOW 2
+/* Node-aware (DESIGN.md "Node-aware order"): each epoch, units of `window`
+ * blocks (default 1) are dealt to the `nodes` nodes by a seeded
+ * permutation, samples are shuffled inside a node's share, and the node's
+ * ranks split the share as DistributedSampler splits an epoch; so a node's
+ * feedd reads 1/nodes of the dataset. Ranks sit node after node: rank =
+ * node * (world / nodes) + local rank, as torchrun and Slurm's block
+ * distribution number them. A resume token taken with N nodes resumes
+ * with M nodes from the same global position, every remaining sample
+ * once. The counts (drop_last, padding, pad_last) are the other modes';
+ * padding repeats samples of the node's own share; eval is sequential. */
+#define FEED_ORDER_NODE 3
+
+/* FEED_ORDER_NODE: whether a node's share changes every epoch */
+#define FEED_NODE_DEAL_ROTATE 0 /* a new deal every epoch: more random; every
+				 * node reads 1/nodes of the dataset anew
+				 * each epoch unless its cache holds it all */
+#define FEED_NODE_DEAL_FIXED 1  /* the same deal every epoch (same nodes): a
+				 * cache that holds 1/nodes of the dataset
+				 * serves every epoch after the first */
+
+/* opts.on_error: what a sample the pipeline cannot take does */
+#define FEED_ON_ERROR_FAIL 0  /* the stream stops naming it (DataLoader's way) */
+#define FEED_ON_ERROR_SKIP 1  /* replaced by the next good sample of the epoch */
 
 /* feed_next() results besides 0 (a batch) */
 #define FEED_END_OF_EPOCH 1   /* every batch of the epoch was returned */
@@ -83,7 +106,9 @@ struct feed_stream_opts {
 				   * does, its last batch partial */
 	uint64_t seed;            /* order and augmentation randomness */
 	int order;                /* FEED_ORDER_* */
-	uint32_t window;          /* FEED_ORDER_BLOCK_WINDOW: blocks per window */
+	uint32_t window;          /* FEED_ORDER_BLOCK_WINDOW: blocks per window
+				   * (0 = 8); FEED_ORDER_NODE: blocks per dealt
+				   * unit (0 = 1) */
 	uint32_t rank, world;     /* this process's share; world 0 = 1 */
 	bool eval;                /* sequential, each sample once across ranks */
 	const char *pipeline;     /* "random_crop(size=28, pad=2) | hflip(p=0.5)",
@@ -105,7 +130,8 @@ struct feed_stream_opts {
 				   * 0-9 _ . -): streams of one user opened
 				   * with the same group and the same dataset,
 				   * pipeline, seed, batch, order, window, rank,
-				   * world, drop_last, pad_last and eval receive
+				   * world, drop_last, pad_last, eval, on_error
+				   * and max_bad receive
 				   * the same batches, built once. A mismatch is
 				   * refused naming the option (-EINVAL); another
 				   * user's group, -EACCES. A stream joining a
@@ -135,6 +161,27 @@ struct feed_stream_opts {
 				   * GPU, another PID namespace, a group, ...)
 				   * the stream opens with host slots alone and
 				   * feed_stream_device() says why */
+	int on_error;             /* FEED_ON_ERROR_*. With SKIP, a sample that
+				   * fails (an image that does not decode) is
+				   * replaced by the sample at the next position
+				   * of the epoch's global order that builds (the
+				   * same on every run, for any worker count and
+				   * after a resume); the batch keeps its size and
+				   * says where (feed_batch_replaced()); feedctl
+				   * status counts them. With FAIL, feed_next()
+				   * returns the error (-EBADMSG, ...), naming the
+				   * sample, once the batches before it are read */
+	uint64_t max_bad;         /* SKIP: past this many replaced samples in an
+				   * epoch the stream stops (-EBADMSG naming
+				   * them); 0 = 0.1% of the epoch, at least 1 */
+	uint32_t nodes;           /* FEED_ORDER_NODE: nodes of the job, dividing
+				   * world; 0 = 1. The client reads no
+				   * environment: the Python Loader derives
+				   * nodes and node from torchrun or Slurm */
+	uint32_t node;            /* FEED_ORDER_NODE: this rank's node, which
+				   * must be rank / (world / nodes) (-EINVAL
+				   * naming both otherwise) */
+	int node_deal;            /* FEED_ORDER_NODE: FEED_NODE_DEAL_* */
 };
 
 /* feed_next() on a group member the daemon detached (it released nothing
@@ -232,6 +279,11 @@ FEED_API uint64_t feed_batch_index(const struct feed_batch *b);
 FEED_API uint32_t feed_batch_size(const struct feed_batch *b);    /* samples */
 FEED_API const uint64_t *feed_batch_samples(const struct feed_batch *b); /* dataset indices */
 FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-around repeats */
+/* How many positions of b hold a replacement for a sample that failed
+ * (opts.on_error FEED_ON_ERROR_SKIP); feed_batch_samples() names what is
+ * there. With ret_bits, *ret_bits is set to the bitmap (bit i % 64 of
+ * word i / 64: position i), owned by the batch, or NULL when none. */
+FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t **ret_bits);
 /* The daemon's CLOCK_MONOTONIC (ns) when it published the batch. */
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 

@@ -24,14 +24,15 @@ from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted,
                      LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
                      UnknownDataset)
 from .device import DeviceArray, gpu_info
-from .loader import Batch, DatasetInfo, FieldInfo, Loader, datasets, status
+from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
 
 __version__ = "0.1.0"
 library_version = _lib_handle.feed_version().decode()
 """The version of the libfeedclient loaded (feed_version())."""
 
 __all__ = [
-    "Loader", "Batch", "datasets", "DatasetInfo", "FieldInfo", "FeedError", "LibraryNotFound",
+    "Loader", "Batch", "datasets", "DatasetInfo", "DatasetName", "FieldInfo", "FeedError",
+    "LibraryNotFound",
     "DaemonNotRunning", "UnknownDataset", "AccessDenied", "InvalidArgument", "BadPipeline",
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",

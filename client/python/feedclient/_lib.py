@@ -29,6 +29,11 @@ FEED_RESUME_MAX = 256
 FEED_ORDER_SEQUENTIAL = 0
 FEED_ORDER_FULL = 1
 FEED_ORDER_BLOCK_WINDOW = 2
+FEED_ON_ERROR_FAIL = 0
+FEED_ON_ERROR_SKIP = 1
+FEED_ORDER_NODE = 3
+FEED_NODE_DEAL_ROTATE = 0
+FEED_NODE_DEAL_FIXED = 1
 
 FEED_END_OF_EPOCH = 1
 FEED_END_OF_STREAM = 2
@@ -118,6 +123,11 @@ class StreamOpts(ctypes.Structure):
         ("group", ctypes.c_char_p),
         ("group_depth", ctypes.c_uint32),
         ("device", StreamDevice),
+        ("on_error", ctypes.c_int),
+        ("max_bad", ctypes.c_uint64),
+        ("nodes", ctypes.c_uint32),
+        ("node", ctypes.c_uint32),
+        ("node_deal", ctypes.c_int),
     ]
 
 
@@ -185,6 +195,34 @@ class GpuInfo(ctypes.Structure):
     ]
 
 
+FEED_MIX_NONE, FEED_MIX_MIXUP, FEED_MIX_CUTMIX = 0, 1, 2
+
+
+class MixSpec(ctypes.Structure):
+    """struct feed_mix_spec (feed/gpu.h)"""
+    _fields_ = [
+        ("mixup_alpha", ctypes.c_double),
+        ("cutmix_alpha", ctypes.c_double),
+        ("switch_prob", ctypes.c_double),
+        ("num_classes", ctypes.c_uint32),
+        ("label_smoothing", ctypes.c_double),
+    ]
+
+
+class Mix(ctypes.Structure):
+    """struct feed_mix (feed/gpu.h)"""
+    _fields_ = [
+        ("op", ctypes.c_int),
+        ("lam", ctypes.c_double),
+        ("x1", ctypes.c_uint32),
+        ("y1", ctypes.c_uint32),
+        ("x2", ctypes.c_uint32),
+        ("y2", ctypes.c_uint32),
+        ("num_classes", ctypes.c_uint32),
+        ("label_smoothing", ctypes.c_double),
+    ]
+
+
 class ToDevice(ctypes.Structure):
     """struct feed_to_device (feed/gpu.h)"""
     _fields_ = [
@@ -195,6 +233,7 @@ class ToDevice(ctypes.Structure):
         ("std", ctypes.POINTER(ctypes.c_float)),
         ("dst_bytes", ctypes.c_size_t),
         ("flip", ctypes.POINTER(ctypes.c_uint8)),
+        ("mix", ctypes.POINTER(Mix)),
     ]
 
 
@@ -251,6 +290,7 @@ class StreamStatus(ctypes.Structure):
         ("mb_per_s_10s", ctypes.c_double),
         ("reader_wait_share_10s", ctypes.c_double),
         ("job", ctypes.c_char * 129),
+        ("replaced", ctypes.c_uint64),
     ]
 
 
@@ -285,6 +325,8 @@ _API = {
     "feed_dataset_info": (ctypes.c_int, [_P, ctypes.c_char_p,
                                          ctypes.POINTER(ctypes.POINTER(DatasetList))]),
     "feed_dataset_list_free": (None, [ctypes.POINTER(DatasetList)]),
+    "feed_sample_path": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
     "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
     "feed_stream_info": (ctypes.POINTER(StreamInfo), [_P]),
     "feed_next": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
@@ -293,6 +335,7 @@ _API = {
     "feed_batch_size": (ctypes.c_uint32, [_P]),
     "feed_batch_samples": (ctypes.c_void_p, [_P]),
     "feed_batch_padded": (ctypes.c_bool, [_P]),
+    "feed_batch_replaced": (ctypes.c_uint32, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64))]),
     "feed_batch_field": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(View)]),
     "feed_release": (ctypes.c_int, [_P]),
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,
@@ -306,6 +349,11 @@ _API = {
     "feed_status_free": (None, [ctypes.POINTER(Status)]),
     "feed_batch_to_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
                                             ctypes.POINTER(ToDevice), ctypes.c_void_p]),
+    "feed_mix_draw": (ctypes.c_int, [ctypes.POINTER(MixSpec), ctypes.c_uint64, ctypes.c_uint64,
+                                     ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                                     ctypes.POINTER(Mix)]),
+    "feed_batch_mix_draw": (ctypes.c_int, [_P, ctypes.POINTER(MixSpec), ctypes.c_uint32,
+                                           ctypes.c_uint32, ctypes.POINTER(Mix)]),
 }
 
 

@@ -17,8 +17,21 @@ multiply-add per pixel; fp32 results are within a few ulp of torchvision's
 (tests/python/test_feedclient_device.py checks it), and
 fp16 / bf16 results are the round-to-nearest-even of the fp32 value.
 
-Owns: the capability query (gpu_info) and the per-Loader conversion plan.
-Runs on the Loader's thread; never prints.
+Mixup and cutmix (Loader(mixup_alpha=..., cutmix_alpha=...,
+mix_switch_prob=..., num_classes=..., label_smoothing=...)): after the
+conversion each batch's images are mixed in place with the batch rolled by
+one (torchvision's x.roll(1, 0)) and its integer "label" field becomes
+soft labels, an (n, num_classes) float32 tensor, one-hot with label
+smoothing and mixed with the same lambda (kernels/mix.h). Which op, lambda
+and cutmix's box come from feed_batch_mix_draw(): the stream's seed, the
+epoch and the batch's number (index * world_size + rank), so a resume and
+any worker count give the same mix; mix_draw() computes them for any
+(seed, epoch, batch). Each product and sum is rounded as torch rounds
+torchvision's reference, so the images equal it bit for bit, in every
+dtype.
+
+Owns: the capability query (gpu_info), the per-Loader conversion plan and
+its mix (MixPlan). Runs on the Loader's thread; never prints.
 """
 
 import ctypes
@@ -65,10 +78,84 @@ def _floats(name, v):
     return out
 
 
-class Conversion:
-    """How a Loader's batches are converted (its device, dtype, mean/std)."""
+def _number(name, v, lo, hi, hi_open=False):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < lo or \
+            v > hi or (hi_open and v == hi):
+        bound = f"[{lo}, {hi})" if hi_open else f"[{lo}, {hi}]"
+        raise InvalidArgument(f"{name}: a number in {bound} is required, not {v!r}")
+    return float(v)
 
-    def __init__(self, device, dtype, mean, std, layout):
+
+LABEL_FIELD = "label"
+_LABEL_DTYPES = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64")
+
+
+class MixPlan:
+    """A Loader's mixup / cutmix and soft labels: the C struct
+    feed_mix_spec, checked. mixup_alpha, cutmix_alpha: > 0 turns each op
+    on (None or 0: off); switch_prob: with both on, the probability of
+    cutmix for a batch; num_classes: the soft labels' width (required);
+    label_smoothing: timm's, in [0, 1)."""
+
+    def __init__(self, mixup_alpha, cutmix_alpha, switch_prob, num_classes, label_smoothing):
+        spec = _lib.MixSpec()
+        spec.mixup_alpha = _number("mixup_alpha", mixup_alpha or 0.0, 0.0, float("inf"), True)
+        spec.cutmix_alpha = _number("cutmix_alpha", cutmix_alpha or 0.0, 0.0, float("inf"),
+                                    True)
+        spec.switch_prob = _number("mix_switch_prob", switch_prob, 0.0, 1.0)
+        spec.label_smoothing = _number("label_smoothing", label_smoothing or 0.0, 0.0, 1.0,
+                                       True)
+        if num_classes is None:
+            raise InvalidArgument("num_classes: required with mixup_alpha, cutmix_alpha or "
+                                  "label_smoothing (the soft labels' width)")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or \
+                not 1 <= num_classes <= 2**31 - 1:
+            raise InvalidArgument(f"num_classes: an int >= 1 is required, not {num_classes!r}")
+        spec.num_classes = num_classes
+        self.spec = spec
+        self.mixing = spec.mixup_alpha > 0 or spec.cutmix_alpha > 0
+
+    def check_fields(self, fields):
+        """Refuses a stream whose batches have no integer 'label' field of
+        one value per sample (fields: its FieldInfo tuple)."""
+        for f in fields:
+            if f.name == LABEL_FIELD:
+                if f.variable or f.dtype not in _LABEL_DTYPES or f.shape not in ((), (1,)):
+                    raise InvalidArgument(f"num_classes: soft labels are made from the field "
+                                          f"'{LABEL_FIELD}', which is {f.dtype}{list(f.shape)}"
+                                          f"{' (variable)' if f.variable else ''}, not one "
+                                          f"integer per sample")
+                return
+        names = ", ".join(repr(f.name) for f in fields) or "none"
+        raise InvalidArgument(f"num_classes: soft labels are made from the field "
+                              f"'{LABEL_FIELD}', which these batches lack (fields: {names})")
+
+
+def mix_draw(seed, epoch, batch, h, w, *, mixup_alpha=0.0, cutmix_alpha=0.0,
+             switch_prob=0.5):
+    """The mix feedd's Loader gives batch number `batch` (index * world_size
+    + rank) of `epoch` with `seed`, for images of h x w (feed_mix_draw): a
+    namespace op ("none", "mixup" or "cutmix"), lam (float: a sample's own
+    weight, its partner's is 1 - lam; cutmix's corrected by the box area)
+    and box (x1, y1, x2, y2: cutmix's columns [x1, x2) and rows [y1, y2)
+    taken from the partner, else None)."""
+    spec = _lib.MixSpec(mixup_alpha, cutmix_alpha, switch_prob, 0, 0.0)
+    m = _lib.Mix()
+    r = lib.feed_mix_draw(ctypes.byref(spec), seed, epoch, batch, h, w, ctypes.byref(m))
+    if r < 0:
+        raise InvalidArgument(f"mix_draw: alphas >= 0, switch_prob in [0, 1] and a size of "
+                              f"at least 1x1 are required ({_lib.strerror(r)})")
+    ops = {_lib.FEED_MIX_NONE: "none", _lib.FEED_MIX_MIXUP: "mixup", _lib.FEED_MIX_CUTMIX: "cutmix"}
+    box = (m.x1, m.y1, m.x2, m.y2) if m.op == _lib.FEED_MIX_CUTMIX else None
+    return SimpleNamespace(op=ops[m.op], lam=m.lam, box=box)
+
+
+class Conversion:
+    """How a Loader's batches are converted (its device, dtype, mean/std,
+    and mix: a MixPlan or None)."""
+
+    def __init__(self, device, dtype, mean, std, layout, mix=None):
+        self.mix = mix
         import torch
         self.torch = torch
         try:
@@ -135,6 +222,39 @@ class Conversion:
             return p.trail
         return None
 
+    def _mix_draw(self, s, b):
+        """This batch's mix (a ctypes Mix), drawn for its image fields' size."""
+        sizes = {self._image(p)[:2] for p in s.plan if self._image(p) is not None}
+        if len(sizes) != 1:
+            what = "none" if not sizes else f"images of {len(sizes)} sizes"
+            raise InvalidArgument(f"mixup_alpha / cutmix_alpha: the batches' u8 images are "
+                                  f"mixed, all of one size; these have {what}")
+        (h, w), = sizes
+        m = _lib.Mix()
+        r = lib.feed_batch_mix_draw(b, ctypes.byref(self.mix.spec), h, w, ctypes.byref(m))
+        if r < 0:
+            raise InvalidArgument(f"mix: {_lib.errmsg(s.conn) or _lib.strerror(r)}", r,
+                                  _lib.strerror(r))
+        return m
+
+    def _labels(self, s, b, p, n, dev, stream, mix):
+        """The soft labels of field p: (n, num_classes) float32 on dev."""
+        t = self.torch.empty((n, mix.num_classes), dtype=self.torch.float32, device=dev)
+        to = _lib.ToDevice()
+        to.device, to.dtype = self.to.device, _lib.FEED_TO_F32
+        to.dst_bytes = t.numel() * t.element_size()
+        to.mix = ctypes.pointer(mix)
+        r = lib.feed_batch_to_device(b, p.i, t.data_ptr() if t.numel() else 1,
+                                     ctypes.byref(to), stream)
+        if r < 0:
+            detail = _lib.errmsg(s.conn)
+            if r == -errno.ERANGE:
+                raise InvalidArgument(f"num_classes={mix.num_classes}: field '{p.name}': "
+                                      f"{detail}", r, _lib.strerror(r))
+            cls = GpuUnavailable if r == -errno.ENODEV else class_for(r, detail)
+            raise cls(f"field '{p.name}': {detail}", r, _lib.strerror(r))
+        return t
+
     def convert(self, s, b, batch):
         """A new Batch of tensors on self.device from batch (numpy views of
         the delivered slot b of stream s), which the caller then drops."""
@@ -142,12 +262,24 @@ class Conversion:
         dev = self.device if self.device.type == "cpu" else torch.device("cuda", self.index)
         stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
         out = type(batch)()
-        out.epoch, out.index, out.indices, out.padded = \
-            batch.epoch, batch.index, batch.indices, batch.padded
+        out.epoch, out.index, out.indices, out.padded, out.replaced = \
+            batch.epoch, batch.index, batch.indices, batch.padded, batch.replaced
         n = len(batch.indices)
+        mix = None
+        if self.mix is not None:
+            if self.mix.mixing:
+                mix = self._mix_draw(s, b)
+            else:  # soft labels only: one-hot, smoothed
+                mix = _lib.Mix(op=_lib.FEED_MIX_NONE, lam=1.0)
+            mix.num_classes = self.mix.spec.num_classes
+            mix.label_smoothing = self.mix.spec.label_smoothing
+        mix_ptr = ctypes.pointer(mix) if mix is not None and self.mix.mixing else None
         for p in s.plan:
             v = batch[p.name]
             img = self._image(p)
+            if mix is not None and p.name == LABEL_FIELD:
+                out[p.name] = self._labels(s, b, p, n, dev, stream, mix)
+                continue
             if img is not None or (not p.variable and p.dtype in (np.uint16, np.uint32)):
                 if img is not None:
                     h, w, c = img
@@ -162,6 +294,7 @@ class Conversion:
                     shape, dtype = (n,) + p.trail, torch.int64
                 t = torch.empty(shape, dtype=dtype, device=dev)
                 self.to.dst_bytes = t.numel() * t.element_size()
+                self.to.mix = mix_ptr if img is not None else None
                 r = lib.feed_batch_to_device(b, p.i, t.data_ptr() if t.numel() else 1,
                                              ctypes.byref(self.to), stream)
                 if r < 0:
@@ -270,4 +403,4 @@ class DeviceArray:
         return f"<feedclient.DeviceArray cuda:{self.device} {self.dtype}{list(self.shape)}>"
 
 
-__all__ = ["gpu_info", "Conversion", "FeedError", "DeviceArray"]
+__all__ = ["gpu_info", "Conversion", "FeedError", "DeviceArray", "MixPlan", "mix_draw"]

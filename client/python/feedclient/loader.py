@@ -135,13 +135,47 @@ def datasets(socket=None):
         lib.feed_disconnect(conn)
 
 
+class DatasetName(str):
+    """A Loader's dataset: its name (a str, as before), plus path(i).
+
+    path(i): the path of sample i as feedpack imagefolder recorded it,
+    relative to the tree it packed (the name every error and skip of that
+    sample uses). Asks the daemon on a connection of its own; blocks until
+    it answers. Raises IndexError for a sample past the end, UnknownDataset
+    (a FeedError) when the dataset recorded no paths or is not served,
+    DaemonNotRunning, AccessDenied."""
+
+    __slots__ = ("_socket",)
+
+    def __new__(cls, name, socket):
+        self = super().__new__(cls, name)
+        self._socket = socket
+        return self
+
+    def path(self, i):
+        _check_int("i", i, 0, 2**64 - 1)
+        conn = _connect(self._socket)
+        try:
+            buf = ctypes.create_string_buffer(4096)
+            r = lib.feed_sample_path(conn, str(self).encode(), i, buf, len(buf))
+            if r == -errno.ERANGE:
+                raise IndexError(_lib.errmsg(conn))
+            if r < 0:
+                raise _error(conn, r)
+            return buf.value.decode("utf-8", "surrogateescape")
+        finally:
+            lib.feed_disconnect(conn)
+
+
 class Batch(dict):
     """One batch: field name -> numpy array (or torch tensor) viewing the slot.
 
     Attributes: epoch (int), index (int: the batch's number within its
     epoch, from 0, also after a resume), indices (numpy int64 array,
     read-only: the dataset index of every sample, in order), padded (bool:
-    holds wrap-around repeats of samples).
+    holds wrap-around repeats of samples), replaced (tuple of int: the
+    positions whose sample failed and hold the next good sample of the
+    epoch instead, Loader(on_error="skip"); indices names what is there).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
@@ -150,7 +184,7 @@ class Batch(dict):
     closed. Arrays are writable: in-place ops touch only this batch.
     """
 
-    __slots__ = ("epoch", "index", "indices", "padded", "_slot")
+    __slots__ = ("epoch", "index", "indices", "padded", "replaced", "_slot")
 
     def __repr__(self):
         epoch = getattr(self, "epoch", "?")
@@ -400,7 +434,8 @@ class Loader:
     keep reconnecting before DaemonGone; 0: fail at once. group: a name
     (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
     and the same dataset, pipeline, seed, batch_size, order, window, rank,
-    world_size, drop_last, pad_last and eval share one stream of batches,
+    world_size, drop_last, pad_last, eval, on_error and max_bad share one
+    stream of batches,
     each built once by feedd (a sweep, or train jobs side by side); another
     value of any of them is refused naming it (InvalidArgument). The
     batches are copy-on-write: writing into one changes it for this process
@@ -455,6 +490,17 @@ class Loader:
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
 
+    on_error: what a sample the pipeline cannot take (an image that does
+    not decode) does: "fail" (default, as DataLoader) stops the stream,
+    StreamStopped naming it, once the batches before it are read; "skip"
+    replaces it by the sample at the next position of the epoch's global
+    order that builds (the same on every run, for any worker count and
+    after load_state_dict()), the batch keeps its size and lists the
+    positions in batch.replaced, and status() counts them ("replaced").
+    max_bad (with "skip"): past this many replaced samples in one epoch
+    the stream stops (StreamStopped naming them); None: 0.1% of the
+    epoch, at least 1.
+
     device_slots: a CUDA device ordinal (int): feedd converts each batch on
     that GPU itself, into device memory it owns, and hands it over by CUDA
     IPC (C: feed_stream_opts.device), with dtype, mean, std and layout as
@@ -471,6 +517,39 @@ class Loader:
     batches: loader.device_slots is then False and loader.device_reason says
     why. Not with device=.
 
+    mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
+    label_smoothing (with device=): batch mixes after the conversion, as
+    torchvision's classification references and timm do them
+    (feedclient.device): mixup_alpha > 0 blends each image with the
+    previous one of the batch (the batch rolled by one) by lambda ~
+    Beta(alpha, alpha); cutmix_alpha > 0 pastes the previous image's box
+    (lambda corrected by its area); with both, a batch gets cutmix with
+    probability mix_switch_prob (0.5: torchvision's RandomChoice). The
+    integer field "label" becomes soft labels, an (n, num_classes) float32
+    tensor: one-hot with label_smoothing (timm's), mixed by the same lambda;
+    num_classes is required (alone, with no alpha: smoothed one-hot labels).
+    The draws are the stream's (seed, epoch, batch index and rank): a resume
+    and any worker count give the same mix. Refused (InvalidArgument naming
+    the argument) without device=, when the batches have no integer
+    "label" field, and, at the batch, for a label outside [0, num_classes).
+    order="node", nodes, node, node_deal: node-aware order for multi-node
+    jobs (one feedd per node): each epoch, units of window blocks (None:
+    1) are dealt to the nodes by a seeded permutation, samples are shuffled
+    inside a node's share and its ranks split the share as
+    DistributedSampler splits an epoch, so each node's feedd reads and
+    caches 1/nodes of the dataset. The counts (drop_last, pad_last,
+    padding) are the other orders'; padding repeats samples of the node's
+    own share. Ranks, nodes and node come from torchrun ($RANK,
+    $WORLD_SIZE, $LOCAL_RANK, $LOCAL_WORLD_SIZE, $GROUP_RANK or $NODE_RANK)
+    or Slurm ($SLURM_PROCID, $SLURM_NTASKS, $SLURM_NODEID, $SLURM_NNODES,
+    $SLURM_LOCALID), else the arguments (nodes default 1, node rank //
+    (world_size // nodes)); variables that disagree with each other or with
+    an argument raise InvalidArgument naming them (feedclient.nodes).
+    node_deal "rotate" (default) deals anew each epoch; "fixed" keeps each
+    node's share, so a cache holding 1/nodes of the dataset serves every
+    epoch after the first. A state_dict taken on N nodes loads on M nodes:
+    the rest of the epoch, every remaining sample once, then whole epochs.
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
@@ -479,7 +558,10 @@ class Loader:
                  drop_last=False, pad_last=False, eval=False, window=None, rank=None,
                  world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
                  group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None):
+                 device_slots=None, on_error="fail", max_bad=None, mixup_alpha=None,
+                 cutmix_alpha=None, mix_switch_prob=0.5, num_classes=None,
+                 label_smoothing=None, order=None, nodes=None, node=None,
+                 node_deal="rotate"):
         self._closed = True  # until the first stream is open
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
@@ -487,9 +569,18 @@ class Loader:
         if device is not None and device_slots is not None:
             raise InvalidArgument("device and device_slots: choose one (device= converts in "
                                   "this process, device_slots= has feedd convert on the GPU)")
+        mix_args = {"mixup_alpha": mixup_alpha, "cutmix_alpha": cutmix_alpha,
+                    "num_classes": num_classes, "label_smoothing": label_smoothing}
+        given = [k for k, v in mix_args.items() if v is not None] + \
+            (["mix_switch_prob"] if mix_switch_prob != 0.5 else [])
+        if given and device is None:
+            raise InvalidArgument(f"{given[0]}: mixup, cutmix and soft labels work on converted "
+                                  f"batches: give device='cuda' or device='cpu' too")
         if device is not None:
-            from .device import Conversion
-            self._conv = Conversion(device, dtype, mean, std, layout)
+            from .device import Conversion, MixPlan
+            mix = MixPlan(mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
+                          label_smoothing) if given else None
+            self._conv = Conversion(device, dtype, mean, std, layout, mix)
         elif device_slots is not None:
             from .device import slots_request
             self._slots_req = slots_request(device_slots, dtype, mean, std, layout)
@@ -513,6 +604,23 @@ class Loader:
         if drop_last and pad_last:
             raise InvalidArgument("drop_last and pad_last: choose one (pad_last fills the "
                                   "last batch that drop_last drops)")
+        if on_error not in ("fail", "skip"):
+            raise InvalidArgument(f"on_error: {on_error!r} is not 'fail' or 'skip'")
+        if max_bad is not None:
+            _check_int("max_bad", max_bad, 1, 2**64 - 1)
+            if on_error != "skip":
+                raise InvalidArgument("max_bad: only with on_error='skip'")
+        if order not in (None, "node") or node_deal not in ("rotate", "fixed") or \
+                (order is None and (nodes, node) != (None, None)):
+            raise InvalidArgument(f"order={order!r}, node_deal={node_deal!r}: order is None "
+                                  f"(see shuffle, window) or 'node' (with nodes, node), "
+                                  f"node_deal 'rotate' or 'fixed'")
+        if order == "node":
+            if eval or not shuffle:
+                raise InvalidArgument("order='node' shuffles: it needs shuffle=True and "
+                                      "eval=False")
+            from .nodes import placement
+            rank, world_size, nodes, node = placement(rank, world_size, nodes, node)
         if rank is None:
             rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
         if world_size is None:
@@ -548,6 +656,12 @@ class Loader:
         o.seed = seed
         if eval or not shuffle:
             o.order = _lib.FEED_ORDER_SEQUENTIAL
+        elif order == "node":
+            o.order = _lib.FEED_ORDER_NODE
+            o.window = window or 0
+            o.nodes, o.node = nodes, node
+            o.node_deal = (_lib.FEED_NODE_DEAL_FIXED if node_deal == "fixed" else
+                           _lib.FEED_NODE_DEAL_ROTATE)
         elif window is not None:
             o.order = _lib.FEED_ORDER_BLOCK_WINDOW
             o.window = window
@@ -557,6 +671,8 @@ class Loader:
         o.world = world_size
         o.eval = bool(eval)
         o.pipeline = self._pipeline_b
+        o.on_error = _lib.FEED_ON_ERROR_SKIP if on_error == "skip" else _lib.FEED_ON_ERROR_FAIL
+        o.max_bad = max_bad or 0
         self._group = group
         self._group_b = group.encode() if group is not None else None
         o.group = self._group_b
@@ -577,6 +693,8 @@ class Loader:
         self._cur_start = None     # the stream's next batch is this epoch's first
         self._resume = None        # (epoch, token) loaded and not yet iterated
         stream = self._open(0, None)
+        if self._conv is not None and self._conv.mix is not None:
+            self._conv.mix.check_fields(stream.fields)
         self._len = stream.batches_per_epoch
         # where this member came in: a late joiner's first epoch is partial
         self.first_epoch, self.first_batch = stream.start_epoch, stream.start_batch
@@ -805,7 +923,8 @@ class Loader:
 
     @property
     def dataset(self):
-        return self._dataset
+        """The dataset's name (a str) with path(i): sample i's recorded path."""
+        return DatasetName(self._dataset, self._socket)
 
     @property
     def batch_size(self):
@@ -954,6 +1073,15 @@ class _EpochIter:
         return err
 
 
+def _replaced(lib_, b, n):
+    """The positions of batch b (n samples) that hold replacements."""
+    bits = ctypes.POINTER(ctypes.c_uint64)()
+    if not lib_.feed_batch_replaced(b, ctypes.byref(bits)):
+        return ()
+    words = [bits[k] for k in range((n + 63) // 64)]
+    return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
+
+
 def _make_batch(s, slot, as_torch):
     """A Batch over the batch slot owns, of stream s (just delivered)."""
     lib_ = lib
@@ -964,6 +1092,7 @@ def _make_batch(s, slot, as_torch):
     batch.epoch = lib_.feed_batch_epoch(b)
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
+    batch.replaced = _replaced(lib_, b, n)
     idx = np.frombuffer(ctypes.string_at(lib_.feed_batch_samples(b), 8 * n), "<i8")
     batch.indices = idx
     view = s.view

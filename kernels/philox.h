@@ -1,6 +1,10 @@
 /*
  * philox.h: the counter-based generator behind every augmentation draw.
  *
+ * In kernels/ because both core/ (per-sample ops) and the batch mixes of
+ * mix.h (the client's, keyed by batch: feed_mix_draw) take it from here:
+ * one generator, one place.
+ *
  * Owns: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
  * 1, 2, 3", SC'11; the Random123 reference) and the mapping of
  * (seed, epoch, sample, op, draw) onto its counter and key. A draw is a pure
