@@ -689,8 +689,22 @@ START_TEST(test_format_store_reads_and_checks_like_a_directory)
 	ck_assert_ptr_nonnull(strstr(err.msg, "http://h/st/"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "block 1: checksum mismatch"));
 	fmt_dataset_prefetch(local, ids, 2);  /* a directory: nothing to do */
+	ck_assert_ptr_null(fmt_dataset_sample_path(ds, 0));  /* no paths.txt: none */
 	fmt_dataset_close(ds);
 	ck_assert(t.closed);
+
+	/* paths.txt comes through the store too */
+	char pp[400];
+	snprintf(pp, sizeof(pp), "%s/%s", t.dir, FMT_PATHS_FILE);
+	FILE *f = fopen(pp, "w");
+	for (int i = 0; i < 20; i++)
+		fprintf(f, "img/%d.png\n", i);
+	fclose(f);
+	t = (struct test_store){.reads = 0};
+	path_in(t.dir, sizeof(t.dir), "st");
+	ck_assert_msg(fmt_dataset_open_store("http://h/st", &ops, &t, &ds, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(fmt_dataset_sample_path(ds, 7), "img/7.png");
+	fmt_dataset_close(ds);
 	fmt_dataset_close(local);
 	fmt_decoder_free(dec);
 	free(comp);
