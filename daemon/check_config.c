@@ -224,6 +224,43 @@ static void chk_socket(struct chk *c)
 		chk_error(c, "socket %s: exists and is not a socket", path);
 }
 
+/* cache_dir: start-up creates it (mode 0700) if missing and refuses to
+ * start when it cannot (disktier.c). Checked as the caller, without
+ * creating or evicting anything. */
+static void chk_cache_dir(struct chk *c)
+{
+	const char *dir = c->cfg->cache_dir;
+	struct stat st;
+
+	if (!dir)
+		return;
+	if (stat(dir, &st) == 0) {
+		if (!S_ISDIR(st.st_mode))
+			chk_error(c, "cache_dir %s: not a directory", dir);
+		else if (access(dir, W_OK | X_OK) < 0)
+			chk_error(c, "cache_dir %s: %s", dir, strerror(errno));
+		return;
+	}
+	char parent[4096];
+	snprintf(parent, sizeof(parent), "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		snprintf(parent, sizeof(parent), ".");
+	const char *why = NULL;
+	if (stat(parent, &st) < 0)
+		why = strerror(errno);
+	else if (!S_ISDIR(st.st_mode))
+		why = "not a directory";
+	else if (access(parent, W_OK | X_OK) < 0)
+		why = strerror(errno);
+	if (why)
+		chk_error(c, "cache_dir %s: cannot be created (%s: %s)", dir, parent, why);
+}
+
 /* The config did not load: every error cfg_load_all() found, then every
  * name that does not resolve that it did not already say. */
 static int chk_load_failed(const struct cli *cli, const struct cfg_errs *errs)
@@ -262,6 +299,7 @@ int chk_run(const struct cli *cli)
 	free(errs);
 	c.cfg = cfg;
 	chk_socket(&c);
+	chk_cache_dir(&c);
 	int w = cat_check(cfg, stderr);  /* every dataset opens, every pipeline fits one */
 	if (w < 0) {
 		fprintf(stderr, "feedd: %s: %s\n", c.file, strerror(-w));

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "log.h"
 #include "quota.h"
+#include "remote.h"
 #include "stats.h"
 
 #ifndef FEEDD_VERSION
@@ -49,6 +50,9 @@ struct feedd {
 	struct cat *cat;           /* datasets served; replaced by a reload */
 	struct pool *pool;         /* worker threads */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
+	struct dtier *tier;        /* remote datasets' blocks on local disk (cache_dir),
+				    * or NULL */
+	struct remote_counters remote; /* what remote datasets fetched (metrics) */
 	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
 				    * made before the workers, freed after them */
 	struct srv *srv;           /* listening socket and connections */

@@ -27,6 +27,8 @@
 #include "cache.h"
 #include "catalog.h"
 #include "devslots.h"
+#include "disktier.h"
+#include "remote.h"
 #include "check_config.h"
 #include "cmdline.h"
 #include "feedd.h"
@@ -184,7 +186,18 @@ static int main_serve(struct feedd *d, int sd_fd)
 			  (unsigned long long)d->cfg->cache_bytes);
 		goto out;
 	}
-	if (cat_open(d->cfg, d->cache, &d->log, &d->cat, &err) < 0 ||
+	if (d->cfg->cache_dir &&
+	    dtier_open(d->cfg->cache_dir, d->cfg->cache_dir_bytes, &d->tier, &err) < 0)
+		goto fail;
+	if (d->tier) {
+		struct dtier_stats ts;
+		dtier_stats(d->tier, &ts);
+		log_info(&d->log, "cache_dir %s: %llu blocks, %llu of %llu bytes kept from before",
+			 d->cfg->cache_dir, (unsigned long long)ts.files,
+			 (unsigned long long)ts.bytes, (unsigned long long)ts.budget);
+	}
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
+	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
 		goto fail;
 	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
@@ -229,6 +242,7 @@ out:
 	pool_free(d->pool);
 	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
+	dtier_close(d->tier); /* after the datasets that put blocks in it */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	quota_free(&d->quota);
 	stats_free(&d->stats);
@@ -263,6 +277,10 @@ int main(int argc, char **argv)
 	if (cli.help || cli.version) {
 		fputs(cli.help ? cli_usage : "feedd " FEEDD_VERSION "\n", stdout);
 		return 0;
+	}
+	if (remote_global_init() < 0) {  /* libcurl, before any thread */
+		fprintf(stderr, "feedd: libcurl: out of memory\n");
+		return 1;
 	}
 	if (cli.check_config)
 		return chk_run(&cli);

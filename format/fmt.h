@@ -5,7 +5,10 @@
  *
  * Owns: reading and writing datasets. Never maps shard files (a file
  * truncated underneath a reader must be an error, not SIGBUS): blocks are
- * read with pread into buffers the caller owns. Nothing here allocates per
+ * read with pread into buffers the caller owns, or through a store the
+ * caller gives (fmt_store_ops: the daemon's HTTP and S3 reader), whose
+ * bytes are checked exactly as a file's. Never links a network library
+ * (feedpack, the benches and feed_core link this). Nothing here allocates per
  * sample or per block once a dataset is open.
  *
  * Threads: a struct fmt_dataset is immutable after fmt_dataset_open() and may
@@ -118,6 +121,60 @@ struct fmt_loc {
  * manifest and its own footer. Allocates the block table once. On success
  * *ret_ds owns the open shard descriptors; free with fmt_dataset_close(). */
 int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err);
+
+/* A dataset's storage other than a local directory (the daemon's HTTP and
+ * S3 reader, daemon/data/remote.c): fmt_dataset_open_store() reads every
+ * byte through it, and checks what it reads exactly as it checks a local
+ * file. format/ itself never talks to a network.
+ *
+ * A range of one file of the dataset: the manifest (shard -1) or shard
+ * `shard` (file is its name in the manifest). For a block, `block` is its
+ * shard-local number and has_hash says `hash` is the xxh64 the bytes must
+ * have (a store may check it to retry, and must never keep bytes that fail
+ * it); header, trailer and index reads have no hash of their own here (the
+ * reader checks them). */
+struct fmt_range {
+	int32_t shard;            /* -1: the manifest */
+	const char *file;         /* name inside the dataset */
+	uint64_t off;             /* first byte */
+	uint32_t len;             /* bytes */
+	bool has_hash;            /* a block: hash and block are set */
+	uint64_t hash;            /* xxh64 of the len bytes */
+	uint64_t block;           /* shard-local block number, for messages */
+};
+
+struct fmt_store_ops {
+	/* Size of a file in *ret_size. 0 or -errno with err naming it.
+	 * Blocking. */
+	int (*size)(void *ctx, int32_t shard, const char *file, uint64_t *ret_size,
+		    struct feed_err *err);
+	/* Exactly r->len bytes at r->off into buf. 0, or -errno (-EBADMSG:
+	 * short or wrong bytes) with err naming the file and block. Blocking;
+	 * called from any number of threads at once. */
+	int (*read)(void *ctx, const struct fmt_range *r, void *buf, struct feed_err *err);
+	/* Optional: the caller is about to read these n block ranges (one
+	 * after another); a store may fetch them now, together. Never fails
+	 * (a read later reports what went wrong). Blocking. */
+	void (*prefetch)(void *ctx, const struct fmt_range *r, size_t n);
+	/* Frees ctx (fmt_dataset_close(), or a failed open). */
+	void (*close)(void *ctx);
+};
+
+/* Opens a dataset whose files are read through ops (label names it in
+ * every message: its URL). The dataset owns ctx from this call on, even
+ * when it fails: ops->close(ctx) runs at fmt_dataset_close(), or before a
+ * failed open returns. Otherwise as fmt_dataset_open(). */
+int fmt_dataset_open_store(const char *label, const struct fmt_store_ops *ops, void *ctx,
+			   struct fmt_dataset **ret_ds, struct feed_err *err);
+
+/* Tells the store that blocks[0..n) of ds (global ids) are about to be
+ * read: a remote store fetches them together (several requests in
+ * flight). Does nothing for a local directory. Blocking. */
+void fmt_dataset_prefetch(const struct fmt_dataset *ds, const uint64_t *blocks, size_t n);
+
+/* xxh64 (seed 0) of len bytes, the hash of every block (FORMAT.md), for a
+ * store that checks what it fetched or keeps. */
+uint64_t fmt_hash(const void *data, size_t len);
 
 /* Closes the shard files and frees. Accepts NULL. */
 void fmt_dataset_close(struct fmt_dataset *ds);

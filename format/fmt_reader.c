@@ -4,7 +4,9 @@
  * Owns the shard descriptors and one flat table of every block, built once
  * at open. fmt_block_read() runs on any thread with the caller's buffers and
  * decoder; it never allocates and never maps a file: pread only, so a shard
- * truncated underneath us is -EBADMSG, not SIGBUS.
+ * truncated underneath us is -EBADMSG, not SIGBUS. A dataset opened with
+ * fmt_dataset_open_store() reads the same bytes through the caller's store
+ * (fmt.h) instead of pread, and checks them the same way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +42,9 @@ struct rd_block {
 };
 
 struct fmt_dataset {
-	char *dir;
+	char *dir;                 /* the directory, or the store's label (a URL) */
+	const struct fmt_store_ops *ops; /* NULL: a local directory, pread */
+	void *store;               /* ops' context, owned */
 	Feed__Manifest *manifest;  /* unpacked manifest.pb, owns the strings */
 	struct fmt_schema schema;
 	struct fmt_info info;
@@ -78,6 +82,46 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Reads range r through ds's store; without one, with pread on fd. The
+ * local path's errors are -errno, or -EBADMSG for a short file; a store's
+ * carry its own message in err. */
+static int rd_read(const struct fmt_dataset *ds, int fd, const struct fmt_range *r, void *buf,
+		   struct feed_err *err)
+{
+	if (ds->ops)
+		return ds->ops->read(ds->store, r, buf, err);
+	int rc = pread_full(fd, buf, r->len, r->off);
+	if (rc < 0)
+		feed_err_set(err, rc, "%s", rc == -EBADMSG ? "shard truncated" : strerror(-rc));
+	return rc;
+}
+
+/* manifest.pb through the store: its size, then its bytes. */
+static int manifest_fetch(struct fmt_dataset *ds, uint8_t **ret_buf, size_t *ret_len,
+			  struct feed_err *err)
+{
+	uint64_t size;
+	int rc = ds->ops->size(ds->store, -1, FMT_MANIFEST_FILE, &size, err);
+
+	if (rc < 0)
+		return rc;
+	if (size == 0 || size > RD_MANIFEST_MAX)
+		return feed_err_set(err, -EBADMSG, "%s/%s: size %llu is not a manifest", ds->dir,
+				    FMT_MANIFEST_FILE, (unsigned long long)size);
+	uint8_t *buf = malloc(size);
+	if (!buf)
+		return feed_err_set(err, -ENOMEM, "%s/%s: out of memory", ds->dir, FMT_MANIFEST_FILE);
+	struct fmt_range r = {.shard = -1, .file = FMT_MANIFEST_FILE, .len = (uint32_t)size};
+	rc = ds->ops->read(ds->store, &r, buf, err);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	*ret_buf = buf;
+	*ret_len = size;
+	return 0;
+}
+
 static int manifest_load(struct fmt_dataset *ds, struct feed_err *err)
 {
 	char path[4096];
@@ -85,6 +129,18 @@ static int manifest_load(struct fmt_dataset *ds, struct feed_err *err)
 	uint8_t *buf = NULL;
 	int rc, fd;
 
+	if (ds->ops) {
+		size_t len = 0;
+		rc = manifest_fetch(ds, &buf, &len, err);
+		if (rc < 0)
+			return rc;
+		ds->manifest = feed__manifest__unpack(NULL, len, buf);
+		free(buf);
+		if (!ds->manifest)
+			return feed_err_set(err, -EBADMSG, "%s/%s: not a valid manifest (protobuf "
+					    "decode failed)", ds->dir, FMT_MANIFEST_FILE);
+		return 0;
+	}
 	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_MANIFEST_FILE);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -183,7 +239,15 @@ static int shard_index_load(struct fmt_dataset *ds, uint32_t si, const struct fm
 
 	if (!idx)
 		return feed_err_set(err, -ENOMEM, "%s/%s: out of memory for index", ds->dir, s->file);
-	rc = pread_full(sh->fd, idx, len, t->index_offset);
+	struct fmt_range r = {.shard = (int32_t)si, .file = s->file, .off = t->index_offset,
+			      .len = (uint32_t)len};
+	if (len > UINT32_MAX) {
+		rc = feed_err_set(err, -EBADMSG, "%s/%s: index of %zu bytes", ds->dir, s->file, len);
+		goto out;
+	}
+	rc = rd_read(ds, sh->fd, &r, idx, err);
+	if (rc < 0 && ds->ops)
+		goto out;  /* the store named what failed */
 	if (rc < 0 || XXH64(idx, len, 0) != t->index_hash) {
 		rc = feed_err_set(err, -EBADMSG, "%s/%s: block index checksum mismatch", ds->dir, s->file);
 		goto out;
@@ -210,6 +274,45 @@ out:
 	return rc;
 }
 
+static int shard_check(struct fmt_dataset *ds, uint32_t si, const struct fmt_header *hp,
+		       const struct fmt_trailer *tp, struct feed_err *err);
+
+/* Shard si through the store: its size, header and trailer (two range
+ * reads), then the checks and the index as for a local file. */
+static int shard_open_store(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
+{
+	const Feed__ShardInfo *s = ds->manifest->shards[si];
+	uint8_t hb[FMT_HEADER_SIZE], tb[FMT_TRAILER_SIZE];
+	struct fmt_header h;
+	struct fmt_trailer t;
+	uint64_t size;
+	int rc = ds->ops->size(ds->store, (int32_t)si, s->file, &size, err);
+
+	if (rc < 0)
+		return rc;
+	if (size != s->size)
+		return feed_err_set(err, -EBADMSG, "%s/%s: size %llu, manifest says %llu (truncated "
+				    "or replaced)", ds->dir, s->file, (unsigned long long)size,
+				    (unsigned long long)s->size);
+	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
+				    ds->dir, s->file);
+	struct fmt_range r = {.shard = (int32_t)si, .file = s->file, .len = FMT_HEADER_SIZE};
+	if ((rc = ds->ops->read(ds->store, &r, hb, err)) < 0)
+		return rc;
+	if (fmt_header_decode(hb, &h) < 0)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
+				    ds->dir, s->file);
+	r.off = s->size - FMT_TRAILER_SIZE;
+	r.len = FMT_TRAILER_SIZE;
+	if ((rc = ds->ops->read(ds->store, &r, tb, err)) < 0)
+		return rc;
+	if (fmt_trailer_decode(tb, &t) < 0)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard trailer (magic or checksum)",
+				    ds->dir, s->file);
+	return shard_check(ds, si, &h, &t, err);
+}
+
 static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 {
 	const Feed__ShardInfo *s = ds->manifest->shards[si];
@@ -222,6 +325,8 @@ static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 
 	snprintf(path, sizeof(path), "%s/%s", ds->dir, s->file);
 	sh->file = s->file;
+	if (ds->ops)
+		return shard_open_store(ds, si, err);
 	sh->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (sh->fd < 0)
 		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
@@ -236,6 +341,19 @@ static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 	if (pread_full(sh->fd, tb, sizeof(tb), s->size - FMT_TRAILER_SIZE) < 0 ||
 	    fmt_trailer_decode(tb, &t) < 0)
 		return feed_err_set(err, -EBADMSG, "%s: bad shard trailer (magic or checksum)", path);
+	return shard_check(ds, si, &h, &t, err);
+}
+
+/* The header and trailer of shard si against the manifest and its size. */
+static int shard_check(struct fmt_dataset *ds, uint32_t si, const struct fmt_header *hp,
+		       const struct fmt_trailer *tp, struct feed_err *err)
+{
+	const Feed__ShardInfo *s = ds->manifest->shards[si];
+	struct fmt_header h = *hp;
+	struct fmt_trailer t = *tp;
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, s->file);
 	if (h.version != FMT_FORMAT_VERSION || h.nfields != ds->schema.nfields ||
 	    h.first_sample != s->first_sample || h.num_records != s->num_samples ||
 	    h.num_blocks != s->num_blocks || t.num_blocks != h.num_blocks ||
@@ -287,29 +405,15 @@ static uint64_t uniform_stride(const struct fmt_dataset *ds)
 	return r;
 }
 
-/* FMT_PATHS_FILE, when there is one: one line per sample, or an error. */
-static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
+/* The text of FMT_PATHS_FILE (len bytes in ds->paths): one line per
+ * sample, each newline made a NUL, or an error naming path. */
+static int paths_parse(struct fmt_dataset *ds, size_t len, const char *path, struct feed_err *err)
 {
-	char path[4096];
-	struct stat st;
 	uint64_t n = ds->info.num_samples, k = 0;
-	int rc = 0;
 
-	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_PATHS_FILE);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || st.st_size <= 0 ||
-	    !(ds->paths = malloc((size_t)st.st_size)) ||
-	    !(ds->path_off = malloc(n * sizeof(uint64_t)))) {
-		rc = feed_err_set(err, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	if ((rc = pread_full(fd, ds->paths, (size_t)st.st_size, 0)) < 0) {
-		feed_err_set(err, rc, "%s: read failed", path);
-		goto out;
-	}
-	for (uint64_t i = 0, start = 0; i < (uint64_t)st.st_size; i++) {
+	if (!(ds->path_off = malloc(n * sizeof(uint64_t))))
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+	for (uint64_t i = 0, start = 0; i < (uint64_t)len; i++) {
 		if (ds->paths[i] != '\n')
 			continue;
 		if (k < n)
@@ -318,9 +422,56 @@ static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
 		ds->paths[i] = '\0';
 		start = i + 1;
 	}
-	if (k != n || ds->paths[st.st_size - 1] != '\0')
-		rc = feed_err_set(err, -EBADMSG, "%s: %llu whole lines for %llu samples", path,
-				  (unsigned long long)k, (unsigned long long)n);
+	if (k != n || ds->paths[len - 1] != '\0')
+		return feed_err_set(err, -EBADMSG, "%s: %llu whole lines for %llu samples", path,
+				    (unsigned long long)k, (unsigned long long)n);
+	return 0;
+}
+
+/* FMT_PATHS_FILE through the store, when there is one (404: none). */
+static int paths_fetch(struct fmt_dataset *ds, const char *path, struct feed_err *err)
+{
+	struct feed_err e2 = {0};
+	uint64_t size;
+	int rc = ds->ops->size(ds->store, -1, FMT_PATHS_FILE, &size, &e2);
+
+	/* S3 answers 403 for a missing key to a reader without ListBucket:
+	 * the manifest and shards read, so it is the optional file's absence */
+	if (rc == -ENOENT || rc == -EACCES)
+		return 0;
+	if (rc < 0)
+		return feed_err_set(err, rc, "%s", e2.msg);
+	if (size == 0 || size > UINT32_MAX || !(ds->paths = malloc(size)))
+		return feed_err_set(err, size ? -ENOMEM : -EBADMSG, "%s: %llu bytes", path,
+				    (unsigned long long)size);
+	struct fmt_range r = {.shard = -1, .file = FMT_PATHS_FILE, .len = (uint32_t)size};
+	if ((rc = ds->ops->read(ds->store, &r, ds->paths, err)) < 0)
+		return rc;
+	return paths_parse(ds, size, path, err);
+}
+
+/* FMT_PATHS_FILE, when there is one: one line per sample, or an error. */
+static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
+{
+	char path[4096];
+	struct stat st;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_PATHS_FILE);
+	if (ds->ops)
+		return paths_fetch(ds, path, err);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || !(ds->paths = malloc((size_t)st.st_size))) {
+		rc = feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if ((rc = pread_full(fd, ds->paths, (size_t)st.st_size, 0)) < 0) {
+		feed_err_set(err, rc, "%s: read failed", path);
+		goto out;
+	}
+	rc = paths_parse(ds, (size_t)st.st_size, path, err);
 out:
 	close(fd);
 	return rc;
@@ -333,16 +484,10 @@ const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sampl
 	return ds->paths + ds->path_off[sample];
 }
 
-int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err)
+static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, struct feed_err *err)
 {
-	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
-	int rc;
-
-	if (!ds || !(ds->dir = strdup(dir))) {
-		free(ds);
-		return feed_err_set(err, -ENOMEM, "%s: out of memory", dir);
-	}
-	rc = manifest_load(ds, err);
+	const char *dir = ds->dir;
+	int rc = manifest_load(ds, err);
 	if (rc == 0)
 		rc = manifest_check(ds, err);
 	if (rc < 0)
@@ -374,6 +519,63 @@ fail:
 	return rc;
 }
 
+int fmt_dataset_open(const char *dir, struct fmt_dataset **ret_ds, struct feed_err *err)
+{
+	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
+
+	if (!ds || !(ds->dir = strdup(dir))) {
+		free(ds);
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", dir);
+	}
+	return dataset_open(ds, ret_ds, err);
+}
+
+int fmt_dataset_open_store(const char *label, const struct fmt_store_ops *ops, void *ctx,
+			   struct fmt_dataset **ret_ds, struct feed_err *err)
+{
+	struct fmt_dataset *ds = calloc(1, sizeof(*ds));
+
+	if (!ds || !(ds->dir = strdup(label))) {
+		free(ds);
+		if (ops->close)
+			ops->close(ctx);
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", label);
+	}
+	ds->ops = ops;
+	ds->store = ctx;
+	return dataset_open(ds, ret_ds, err);
+}
+
+void fmt_dataset_prefetch(const struct fmt_dataset *ds, const uint64_t *blocks, size_t n)
+{
+	struct fmt_range r[64];
+	size_t k = 0;
+
+	if (!ds->ops || !ds->ops->prefetch)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (blocks[i] >= ds->nblocks)
+			continue;
+		const struct rd_block *b = &ds->blocks[blocks[i]];
+		const struct rd_shard *sh = &ds->shards[b->shard];
+		r[k++] = (struct fmt_range){.shard = (int32_t)b->shard, .file = sh->file,
+					    .off = b->offset, .len = b->comp_size,
+					    .has_hash = true, .hash = b->hash,
+					    .block = blocks[i] - sh->first_block};
+		if (k == sizeof(r) / sizeof(r[0]) || i + 1 == n) {
+			ds->ops->prefetch(ds->store, r, k);
+			k = 0;
+		}
+	}
+	if (k)
+		ds->ops->prefetch(ds->store, r, k);
+}
+
+uint64_t fmt_hash(const void *data, size_t len)
+{
+	return XXH64(data, len, 0);
+}
+
 void fmt_dataset_close(struct fmt_dataset *ds)
 {
 	if (!ds)
@@ -387,6 +589,8 @@ void fmt_dataset_close(struct fmt_dataset *ds)
 	free(ds->path_off);
 	if (ds->manifest)
 		feed__manifest__free_unpacked(ds->manifest, NULL);
+	if (ds->ops && ds->ops->close)
+		ds->ops->close(ds->store);
 	free(ds->dir);
 	free(ds);
 }
@@ -506,11 +710,15 @@ int fmt_block_read(const struct fmt_dataset *ds, uint64_t block, struct fmt_deco
 	if (comp_cap < b->comp_size || raw_cap < b->raw_size)
 		return feed_err_set(err, -EINVAL, "%s/%s: block %llu: buffers too small", ds->dir,
 				    sh->file, (unsigned long long)local);
-	int rc = pread_full(sh->fd, comp_buf, b->comp_size, b->offset);
+	struct fmt_range r = {.shard = (int32_t)b->shard, .file = sh->file, .off = b->offset,
+			      .len = b->comp_size, .has_hash = true, .hash = b->hash,
+			      .block = local};
+	int rc = rd_read(ds, sh->fd, &r, comp_buf, err);
+	if (rc < 0 && ds->ops)
+		return rc;  /* the store's message names URL, file and block */
 	if (rc < 0)
-		return feed_err_set(err, rc, "%s/%s: block %llu: %s", ds->dir,
-				    sh->file, (unsigned long long)local,
-				    rc == -EBADMSG ? "shard truncated" : strerror(-rc));
+		return feed_err_prefix(err, "%s/%s: block %llu", ds->dir, sh->file,
+				       (unsigned long long)local);
 	if (XXH64(comp_buf, b->comp_size, 0) != b->hash)
 		return feed_err_set(err, -EBADMSG, "%s/%s: block %llu: checksum mismatch", ds->dir,
 				    sh->file, (unsigned long long)local);

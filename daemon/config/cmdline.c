@@ -10,7 +10,7 @@
 #include <string.h>
 
 const char cli_usage[] =
-	"usage: feedd [--config FILE] [--socket PATH] [--dataset NAME=DIR]...\n"
+	"usage: feedd [--config FILE] [--socket PATH] [--dataset NAME=DIR|URL]...\n"
 	"             [--workers N] [--cache-bytes N] [--log-level error|warn|info|debug]\n"
 	"             [--group-timeout-ms N] [--metrics ADDR:PORT]\n"
 	"       feedd --check-config FILE [--strict] [--user NAME] [flags]\n"
@@ -46,7 +46,7 @@ static int cli_dataset(struct cli *c, const char *arg, struct feed_err *err)
 	struct cfg_overrides *ov = &c->ov;
 
 	if (!eq || eq == arg)
-		return feed_err_set(err, -EINVAL, "--dataset %s: expected NAME=DIR", arg);
+		return feed_err_set(err, -EINVAL, "--dataset %s: expected NAME=DIR or NAME=URL", arg);
 	if ((size_t)(eq - arg) >= CFG_NAME_MAX)
 		return feed_err_set(err, -EINVAL, "--dataset %s: name longer than %d bytes", arg,
 				    CFG_NAME_MAX - 1);

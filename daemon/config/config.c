@@ -65,6 +65,14 @@ static const struct cfg_num {
 	 1, 256, 0},
 	{"cache_bytes", "--cache-bytes", RAW_AT(cache_bytes), CFG_AT(cache_bytes),
 	 OV_AT(cache_bytes), true, 0, 1ull << 50, 1ull << 30},
+	{"cache_dir_bytes", NULL, RAW_AT(cache_dir_bytes), CFG_AT(cache_dir_bytes), NO_FLAG,
+	 true, 1ull << 20, 1ull << 50, 16ull << 30},
+	{"remote_timeout_ms", NULL, RAW_AT(remote_timeout_ms), CFG_AT(remote_timeout_ms),
+	 NO_FLAG, false, 100, 600000, 30000},
+	{"remote_retries", NULL, RAW_AT(remote_retries), CFG_AT(remote_retries), NO_FLAG,
+	 false, 0, 20, 4},
+	{"remote_inflight", NULL, RAW_AT(remote_inflight), CFG_AT(remote_inflight), NO_FLAG,
+	 false, 1, 64, 16},
 	{"group_timeout_ms", "--group-timeout-ms", RAW_AT(group_timeout_ms),
 	 CFG_AT(group_timeout_ms), OV_AT(group_timeout_ms), false, 1, 86400000, 30000},
 	{"limits.max_connections", NULL, RAW_AT(limits.max_connections),
@@ -133,6 +141,21 @@ static int cfg_num_set(struct cfg *c, const struct cfg_num *n, const char *text,
 		return cfg_key_err(src, err, n->key, "%s out of range %llu..%llu", text,
 				   (unsigned long long)n->min, (unsigned long long)n->max);
 	*(uint64_t *)((char *)c + n->cfg_off) = v;
+	return 0;
+}
+
+/* cache_dir and s3_credentials: paths, relative ones joined to the
+ * config file's directory as dataset paths are. */
+static int cfg_remote(struct cfg *c, const struct cfg_raw *raw, const char *file,
+		      const struct cfg_src *src, struct feed_err *err)
+{
+	if (raw->cache_dir && !(c->cache_dir = cfg_path_join(file, raw->cache_dir)))
+		return feed_err_set(err, -ENOMEM, "cache_dir: out of memory");
+	if (raw->cache_dir && strstr(raw->cache_dir, "://"))
+		return cfg_key_err(src, err, "cache_dir", "'%s' is not a local directory",
+				   raw->cache_dir);
+	if (raw->s3_credentials && !(c->s3_credentials = cfg_path_join(file, raw->s3_credentials)))
+		return feed_err_set(err, -ENOMEM, "s3_credentials: out of memory");
 	return 0;
 }
 
@@ -423,6 +446,7 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	/* each stage runs even after another's error when errs collects them */
 	if (!cfg_stage(r = cfg_numbers(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_socket(c, rw, ov, env_socket, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_remote(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_log_level(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_metrics(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
@@ -476,6 +500,8 @@ void cfg_free(struct cfg *c)
 	free(c->pipelines);
 	free(c->socket_path);
 	free(c->metrics);
+	free(c->cache_dir);
+	free(c->s3_credentials);
 	free(c->file);
 	free(c);
 }

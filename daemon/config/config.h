@@ -56,8 +56,9 @@ struct cfg_limits {
 
 struct cfg_dataset {
 	char name[CFG_NAME_MAX];   /* [A-Za-z0-9_.-]+, unique */
-	char *path;                /* dataset directory; config-relative paths made
-				    * relative to the config file's directory */
+	char *path;                /* dataset directory (config-relative paths made
+				    * relative to the config file's directory), or
+				    * an http://, https:// or s3:// URL, as given */
 	struct acl_list acl;       /* allow_users and allow_groups, resolved */
 };
 
@@ -75,6 +76,14 @@ struct cfg {
 	gid_t socket_gid;          /* group owning the socket and its directory */
 	uint64_t workers;          /* worker threads, 1..256 */
 	uint64_t cache_bytes;      /* block cache budget */
+	char *cache_dir;           /* the disk tier of remote datasets' blocks, or NULL:
+				    * none (config-relative made absolute as paths) */
+	uint64_t cache_dir_bytes;  /* its budget */
+	uint64_t remote_timeout_ms; /* one HTTP request of a remote dataset */
+	uint64_t remote_retries;   /* tries after the first, with backoff */
+	uint64_t remote_inflight;  /* block requests one worker keeps in flight */
+	char *s3_credentials;      /* KEY=VALUE file for s3:// datasets, or NULL:
+				    * the environment */
 	uint64_t group_timeout_ms; /* a group member releasing nothing this long is detached */
 	enum log_level log_level;
 	struct cfg_limits limits;
@@ -97,7 +106,7 @@ struct cfg_overrides {
 	const char *group_timeout_ms; /* --group-timeout-ms */
 	const char *log_level;     /* --log-level */
 	const char *metrics;       /* --metrics ADDR:PORT (loopback, or the config's) */
-	size_t ndatasets;          /* --dataset NAME=DIR, in order */
+	size_t ndatasets;          /* --dataset NAME=DIR|URL, in order */
 	struct cfg_flag_dataset {
 		const char *name;
 		const char *path;

@@ -12,13 +12,12 @@
 #include "config_raw.h"
 #include "pipeline.h"
 
-/* path as given, or joined to the config file's directory if relative. */
-static char *cfg_path_join(const char *file, const char *path)
+char *cfg_path_join(const char *file, const char *path)
 {
 	const char *slash = file ? strrchr(file, '/') : NULL;
 	char *out;
 
-	if (path[0] == '/' || !slash)
+	if (path[0] == '/' || !slash || strstr(path, "://"))
 		return strdup(path);
 	int dirlen = (int)(slash - file);
 	if (asprintf(&out, "%.*s/%s", dirlen, file, path) < 0)

@@ -37,6 +37,12 @@ struct cfg_raw {
 	char *socket_group;
 	char *workers;
 	char *cache_bytes;
+	char *cache_dir;
+	char *cache_dir_bytes;
+	char *remote_timeout_ms;
+	char *remote_retries;
+	char *remote_inflight;
+	char *s3_credentials;
 	char *group_timeout_ms;
 	char *log_level;
 	char *metrics;
@@ -70,6 +76,10 @@ int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key
 int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
 		 struct feed_err *err);
 void cfg_raw_free(struct cfg_raw *raw);  /* accepts NULL */
+
+/* path as given when absolute or a URL, else joined to the config file's
+ * directory. NULL: out of memory. */
+char *cfg_path_join(const char *file, const char *path);
 
 /* config_datasets.c: the datasets and pipelines sections, and --dataset. */
 int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,

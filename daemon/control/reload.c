@@ -16,7 +16,8 @@
 #include "feedd.h"
 #include "pool.h"
 
-#define RLD_NOTES 8  /* restart-only keys: socket, its group, workers, cache, log level */
+#define RLD_NOTES 8  /* restart-only keys: socket, its group, workers, cache, cache_dir
+		      * and its bytes, log level */
 
 /* The report's lists: pointers into the reload, errs then plan order. */
 struct rld_lists {
@@ -82,10 +83,19 @@ static int rld_keep_running(struct rld *r, struct cfg *c, const struct cfg *old)
 	}
 	rld_note_num(r, "workers", c->workers, old->workers);
 	rld_note_num(r, "cache_bytes", c->cache_bytes, old->cache_bytes);
+	rld_note_num(r, "cache_dir_bytes", c->cache_dir_bytes, old->cache_dir_bytes);
+	if (strcmp(c->cache_dir ? c->cache_dir : "none", old->cache_dir ? old->cache_dir : "none"))
+		rld_note(r, "cache_dir", c->cache_dir ? c->cache_dir : "none",
+			 old->cache_dir ? old->cache_dir : "none");
 	if (c->log_level != old->log_level)
 		rld_note(r, "log_level", log_level_name(c->log_level), log_level_name(old->log_level));
 	c->workers = old->workers;
 	c->cache_bytes = old->cache_bytes;
+	c->cache_dir_bytes = old->cache_dir_bytes;
+	free(c->cache_dir);
+	c->cache_dir = NULL;
+	if (old->cache_dir && !(c->cache_dir = strdup(old->cache_dir)))
+		return -ENOMEM;
 	c->log_level = old->log_level;
 	return 0;
 }
@@ -100,8 +110,10 @@ static void rld_run(struct pool_job *job, struct pool_worker *w)
 	(void)w;
 	if (cfg_load_all(old->file, r->d->ov, r->d->env_socket, &r->cfg, &r->err, &r->errs) < 0)
 		return;
-	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0)
-		r->rc = cat_reload_plan(r->d->cat, old, r->cfg, r->d->cache, &r->plan);
+	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0) {
+		struct cat_remote rem = {.tier = r->d->tier, .counters = &r->d->remote};
+		r->rc = cat_reload_plan(r->d->cat, old, r->cfg, r->d->cache, &rem, &r->plan);
+	}
 	if (r->rc < 0)
 		feed_err_set(&r->err, r->rc, "reload: out of memory");
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "remote.h"
 #include "pipeline.h"
 
 /* Fills e->pb* from e->info: pointers into the dataset's own strings and
@@ -95,7 +96,7 @@ void cat_entry_unref(const struct cat_entry *e)
  * caller's); on failure err says which dataset, where and why ("dataset
  * 'x' (DIR): ..."). */
 static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struct cache *cache,
-			 struct cat_entry **ret, struct feed_err *err)
+			 const struct cat_remote *rem, struct cat_entry **ret, struct feed_err *err)
 {
 	struct cat_entry *e = calloc(1, sizeof(*e));
 	struct feed_err e2 = {0};
@@ -104,7 +105,18 @@ static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struc
 		free(e);
 		return feed_err_set(err, -ENOMEM, "dataset '%s': out of memory", d->name);
 	}
-	int r = fmt_dataset_open(d->path, &e->ds, &e2);
+	int r;
+	if (remote_is_url(d->path)) {  /* http(s):// or s3://: data/remote.c */
+		struct remote_opts ro = {.timeout_ms = c->remote_timeout_ms,
+					 .retries = (uint32_t)c->remote_retries, .backoff_ms = 100,
+					 .inflight = (uint32_t)c->remote_inflight,
+					 .s3_credentials = c->s3_credentials,
+					 .tier = rem ? rem->tier : NULL,
+					 .counters = rem ? rem->counters : NULL};
+		r = remote_open(d->path, &ro, &e->ds, &e2);
+	} else {
+		r = fmt_dataset_open(d->path, &e->ds, &e2);
+	}
 	if (r < 0) {
 		free(e->path);
 		free(e);
@@ -200,8 +212,8 @@ static void cat_say_log(void *ctx, const char *msg)
 	log_warn((const struct log *)ctx, "%s", msg);
 }
 
-int cat_open(const struct cfg *c, struct cache *cache, const struct log *lg, struct cat **ret,
-	     struct feed_err *err)
+int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *rem, const struct log *lg,
+	     struct cat **ret, struct feed_err *err)
 {
 	struct cat *cat = cat_alloc(c->ndatasets, err);
 
@@ -212,7 +224,7 @@ int cat_open(const struct cfg *c, struct cache *cache, const struct log *lg, str
 		struct feed_err e2 = {0};
 		struct cat_entry *e;
 
-		int r = cat_entry_new(d, c, cache, &e, &e2);
+		int r = cat_entry_new(d, c, cache, rem, &e, &e2);
 		if (r == -ENOMEM) {
 			cat_free(cat);
 			return feed_err_set(err, r, "%s", e2.msg);
@@ -256,7 +268,7 @@ int cat_check(const struct cfg *c, FILE *out)
 	if (!cat)
 		return err.code;
 	for (size_t i = 0; i < c->ndatasets; i++) {
-		int r = cat_entry_new(&c->datasets[i], c, NULL, &cat->e[cat->n], &err);
+		int r = cat_entry_new(&c->datasets[i], c, NULL, NULL, &cat->e[cat->n], &err);
 		if (r == -ENOMEM) {
 			cat_free(cat);
 			return r;
@@ -325,7 +337,8 @@ static void cat_say_reload(void *ctx, const char *msg)
 
 /* Dataset d of the new config into r->next: kept, opened, or refused. */
 static int cat_plan_one(const struct cat *cur, const struct cfg *old, const struct cfg *c,
-			const struct cfg_dataset *d, struct cache *cache, struct cat_reload *r)
+			const struct cfg_dataset *d, struct cache *cache, const struct cat_remote *rem,
+			struct cat_reload *r)
 {
 	struct cat_entry *k = cat_lookup(cur, d->name), *e;
 	struct feed_err err = {0};
@@ -335,7 +348,7 @@ static int cat_plan_one(const struct cat *cur, const struct cfg *old, const stru
 		r->next->e[r->next->n++] = (struct cat_entry *)cat_entry_ref(k);
 		return 0;
 	}
-	int rc = cat_entry_new(d, c, cache, &e, &err);
+	int rc = cat_entry_new(d, c, cache, rem, &e, &err);
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc == 0) {
@@ -357,7 +370,7 @@ static int cat_plan_one(const struct cat *cur, const struct cfg *old, const stru
 }
 
 int cat_reload_plan(const struct cat *cur, const struct cfg *old, const struct cfg *c,
-		    struct cache *cache, struct cat_reload *r)
+		    struct cache *cache, const struct cat_remote *rem, struct cat_reload *r)
 {
 	struct feed_err err = {0};
 
@@ -366,7 +379,7 @@ int cat_reload_plan(const struct cat *cur, const struct cfg *old, const struct c
 	if (!(r->next = cat_alloc(c->ndatasets, &err)))
 		return -ENOMEM;
 	for (size_t i = 0; i < c->ndatasets; i++)
-		if (cat_plan_one(cur, old, c, &c->datasets[i], cache, r) < 0)
+		if (cat_plan_one(cur, old, c, &c->datasets[i], cache, rem, r) < 0)
 			goto nomem;
 	for (size_t i = 0; i < cur->n; i++)
 		if (!cfg_dataset_find(c, cur->e[i]->name))

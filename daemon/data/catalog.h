@@ -38,6 +38,15 @@
 #include "log.h"
 
 struct cache;
+struct dtier;
+struct remote_counters;
+
+/* Where remote datasets (data/remote.h) keep their blocks and counts:
+ * the daemon's, outliving every catalog. */
+struct cat_remote {
+	struct dtier *tier;              /* the disk tier, or NULL: none */
+	struct remote_counters *counters; /* for the metrics, or NULL */
+};
 
 struct cat_entry {
 	_Atomic unsigned refs;           /* see "Lifetimes" above */
@@ -64,15 +73,18 @@ struct cat {
 	struct cat_entry **e;            /* in config order, a reference each */
 };
 
-/* Opens every dataset of c. Failures to open one are logged (one warning
+/* Opens every dataset of c: a directory, or a URL (http://, https://,
+ * s3://) read through data/remote.c with the blocks it fetches kept in
+ * rem's disk tier and counted in its counters (rem may be NULL: neither). Failures to open one are logged (one warning
  * each, naming dataset and directory) and skip it; only -ENOMEM fails the
  * whole catalog. Then warns of each configured pipeline that plans against
  * none of the datasets opened. Blocking (reads manifests and shard
  * indexes). */
-int cat_open(const struct cfg *c, struct cache *cache, const struct log *lg, struct cat **ret,
-	     struct feed_err *err);
+int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *rem, const struct log *lg,
+	     struct cat **ret, struct feed_err *err);
 
-/* For --check-config: opens every dataset of c as cat_open() would and
+/* For --check-config: opens every dataset of c as cat_open() would (a
+ * remote one is fetched: one that cannot be reached is a warning) and
  * plans every configured pipeline against those that opened, keeping
  * nothing. Writes one line per problem to out: "feedd: FILE: warning:
  * dataset 'x' (DIR): why; left out" for a dataset that does not open
@@ -134,7 +146,7 @@ struct cat_reload {
  * cur and its entries' cfg must not change meanwhile (one reload at a
  * time; commits are on the loop). */
 int cat_reload_plan(const struct cat *cur, const struct cfg *old, const struct cfg *c,
-		    struct cache *cache, struct cat_reload *r);
+		    struct cache *cache, const struct cat_remote *rem, struct cat_reload *r);
 
 /* Puts r->next in force: kept entries point into r->cfg, those cur served
  * and next does not are retired, and cur is freed (an entry no stream

@@ -11,12 +11,14 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cache.h"
+#include "disktier.h"
 #include "feedd.h"
 #include "pool.h"
 
@@ -200,6 +202,56 @@ static void met_cache(struct met_buf *b, struct cache *c)
 	}
 }
 
+/* Remote datasets' requests (every dataset together) and the disk tier
+ * (only with cache_dir). */
+static void met_remote(struct met_buf *b, struct feedd *d)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} rf[] = {
+		{"feedd_remote_requests_total", "HTTP requests of remote datasets, every try.",
+		 offsetof(struct remote_counters, requests)},
+		{"feedd_remote_retries_total", "Requests tried again after a failure.",
+		 offsetof(struct remote_counters, retries)},
+		{"feedd_remote_failures_total", "Block reads that failed after every try.",
+		 offsetof(struct remote_counters, failures)},
+		{"feedd_remote_bytes_total", "Body bytes received from remote datasets.",
+		 offsetof(struct remote_counters, bytes)},
+	};
+
+	for (size_t i = 0; i < sizeof(rf) / sizeof(rf[0]); i++) {
+		/* relaxed: counts; the workers bump them without a lock */
+		uint64_t v = atomic_load_explicit((_Atomic uint64_t *)((char *)&d->remote + rf[i].off),
+						  memory_order_relaxed);
+		met_family(b, rf[i].name, "counter", rf[i].help);
+		met_printf(b, "%s %llu\n", rf[i].name, (unsigned long long)v);
+	}
+	if (!d->tier)
+		return;
+	struct dtier_stats t;
+	dtier_stats(d->tier, &t);  /* a copy under its lock: short, on the loop */
+	const struct {
+		const char *name, *type, *help;
+		uint64_t v;
+	} tf[] = {
+		{"feedd_disk_tier_hits_total", "counter", "Blocks read back from cache_dir, verified.",
+		 t.hits},
+		{"feedd_disk_tier_misses_total", "counter", "Blocks not in cache_dir (or bad).", t.misses},
+		{"feedd_disk_tier_corrupt_total", "counter", "Files of cache_dir that failed their "
+		 "checksum, deleted.", t.corrupt},
+		{"feedd_disk_tier_stored_total", "counter", "Blocks written to cache_dir.", t.stored},
+		{"feedd_disk_tier_evictions_total", "counter", "Files evicted from cache_dir.",
+		 t.evicted},
+		{"feedd_disk_tier_bytes", "gauge", "Bytes cache_dir holds.", t.bytes},
+		{"feedd_disk_tier_files", "gauge", "Blocks cache_dir holds.", t.files},
+	};
+	for (size_t i = 0; i < sizeof(tf) / sizeof(tf[0]); i++) {
+		met_family(b, tf[i].name, tf[i].type, tf[i].help);
+		met_printf(b, "%s %llu\n", tf[i].name, (unsigned long long)tf[i].v);
+	}
+}
+
 static void met_daemon(struct met_buf *b, struct feedd *d)
 {
 	met_family(b, "feedd_build_info", "gauge", "feedd's version; always 1.");
@@ -235,6 +287,7 @@ int met_render(struct feedd *d, char **ret, size_t *ret_len)
 		met_streams(&b, &all);
 		if (d->cache)
 			met_cache(&b, d->cache);
+		met_remote(&b, d);
 		met_printf(&b, "%s", "");  /* a buffer, even when empty */
 	}
 	free(all.s);

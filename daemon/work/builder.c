@@ -256,6 +256,13 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		rec[k] = loc.record;
 	}
 	if (cache_pin_many(b->cache, b->ds, block, n, blk, ent) < n) {
+		uint64_t miss[CACHE_PIN_MAX];
+		size_t nmiss = 0;
+		for (uint32_t k = 0; k < n; k++)
+			if (!ent[k])
+				miss[nmiss++] = block[k];
+		/* a remote dataset fetches them together; a directory: nothing */
+		fmt_dataset_prefetch(b->ds, miss, nmiss);
 		for (uint32_t k = 0; k < n; k++) {
 			if (ent[k])
 				continue;

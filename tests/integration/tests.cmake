@@ -35,6 +35,7 @@ if(FEED_TEST_SEAMS)  # the watchdog test stalls a worker through a seam
   target_compile_definitions(check_systemd PRIVATE FEEDD_TEST_SEAMS)
 endif()
 feed_integration_test(reload)
+feed_integration_test(remote_http)  # nginx and tests/remote/fault_proxy.py on loopback
 target_compile_definitions(check_client_api PRIVATE API_PROJECT_VERSION="${PROJECT_VERSION}")
 
 add_executable(check_client_elf ${FEED_IT_DIR}/check_client_elf.c)

@@ -524,6 +524,41 @@ START_TEST(test_config_load_all_every_error)
 END_TEST
 
 /* A config is reference-counted: the last cfg_free() frees it. */
+START_TEST(test_config_remote_keys)
+{
+	struct feed_err err = {0};
+	struct cfg *c = NULL;
+	char want[160];
+
+	ck_assert_int_eq(load_text("datasets:\n  - name: a\n    path: /x\n", &c, &err), 0);
+	ck_assert_ptr_null(c->cache_dir);  /* no disk tier unless asked */
+	ck_assert_uint_eq(c->cache_dir_bytes, 16ull << 30);
+	ck_assert_uint_eq(c->remote_timeout_ms, 30000);
+	ck_assert_uint_eq(c->remote_retries, 4);
+	ck_assert_uint_eq(c->remote_inflight, 16);
+	ck_assert_ptr_null(c->s3_credentials);
+	cfg_free(c);
+	ck_assert_msg(load_text("cache_dir: tier\ncache_dir_bytes: 2G\nremote_timeout_ms: 500\n"
+				"remote_retries: 0\nremote_inflight: 1\ns3_credentials: /etc/feedd/s3\ndatasets:\n"
+				"  - name: web\n    path: https://data.example/fm\n"
+				"  - name: bucket\n    path: s3://bkt/fm\n", &c, &err) == 0, "%s", err.msg);
+	snprintf(want, sizeof(want), "%s/tier", tmpdir);  /* config-relative, as dataset paths */
+	ck_assert_str_eq(c->cache_dir, want);
+	ck_assert_uint_eq(c->cache_dir_bytes, 2ull << 30);
+	ck_assert_uint_eq(c->remote_timeout_ms, 500);
+	ck_assert_uint_eq(c->remote_retries, 0);
+	ck_assert_uint_eq(c->remote_inflight, 1);
+	ck_assert_str_eq(c->s3_credentials, "/etc/feedd/s3");
+	ck_assert_str_eq(c->datasets[0].path, "https://data.example/fm");  /* a URL, as given */
+	ck_assert_str_eq(c->datasets[1].path, "s3://bkt/fm");
+	cfg_free(c);
+	refused("remote_retries: 21\n", 1, "remote_retries: 21 out of range 0..20");
+	refused("remote_timeout_ms: 10\n", 1, "remote_timeout_ms: 10 out of range");
+	refused("remote_inflight: 0\n", 1, "remote_inflight: 0 out of range 1..64");
+	refused("cache_dir: s3://b/x\n", 1, "cache_dir: 's3://b/x' is not a local directory");
+}
+END_TEST
+
 START_TEST(test_config_ref_last_free_frees)
 {
 	struct feed_err err = {0};
@@ -564,6 +599,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_yaml_line);
 	tcase_add_test(tc, test_config_load_all_every_error);
 	tcase_add_test(tc, test_config_ref_last_free_frees);
+	tcase_add_test(tc, test_config_remote_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }

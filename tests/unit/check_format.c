@@ -597,6 +597,121 @@ static uint8_t *gz_read_all(const char *path, size_t *ret_len)
 	return buf;
 }
 
+/* A store over a local directory (the seam remote datasets use): reads
+ * with pread, counts them and the blocks among them, and flips a byte
+ * of every block read while `flip` is set. */
+struct test_store {
+	char dir[300];
+	unsigned reads, blocks, prefetched;
+	bool flip, closed;
+};
+
+static int ts_size(void *ctx, int32_t shard, const char *file, uint64_t *ret,
+		   struct feed_err *err)
+{
+	struct test_store *t = ctx;
+	char p[600];
+	struct stat st;
+
+	(void)shard;
+	snprintf(p, sizeof(p), "%s/%s", t->dir, file);
+	if (stat(p, &st) < 0)
+		return feed_err_set(err, -errno, "%s: %s", p, strerror(errno));
+	*ret = (uint64_t)st.st_size;
+	return 0;
+}
+
+static int ts_read(void *ctx, const struct fmt_range *r, void *buf, struct feed_err *err)
+{
+	struct test_store *t = ctx;
+	char p[600];
+
+	snprintf(p, sizeof(p), "%s/%s", t->dir, r->file);
+	int fd = open(p, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ssize_t n = pread(fd, buf, r->len, (off_t)r->off);
+	close(fd);
+	t->reads++;
+	if (n != (ssize_t)r->len)
+		return feed_err_set(err, -EBADMSG, "%s: short", p);
+	if (r->has_hash) {
+		t->blocks++;
+		ck_assert_uint_eq(fmt_hash(buf, r->len), r->hash);  /* the hash it must have */
+		if (t->flip)
+			((uint8_t *)buf)[r->len / 2] ^= 1;
+	}
+	return 0;
+}
+
+static void ts_prefetch(void *ctx, const struct fmt_range *r, size_t n)
+{
+	(void)r;
+	((struct test_store *)ctx)->prefetched += (unsigned)n;
+}
+
+static void ts_close(void *ctx)
+{
+	((struct test_store *)ctx)->closed = true;
+}
+
+START_TEST(test_format_store_reads_and_checks_like_a_directory)
+{
+	static const struct fmt_store_ops ops = {.size = ts_size, .read = ts_read,
+						 .prefetch = ts_prefetch, .close = ts_close};
+	struct fmt_schema s;
+	struct fmt_writer_opts o = {.name = "st", .block_records = 3};
+	struct test_store t = {0};
+	struct fmt_dataset *ds, *local;
+	struct fmt_decoder *dec;
+	struct feed_err err = {0};
+	struct fmt_block blk;
+
+	schema_all(&s);
+	path_in(t.dir, sizeof(t.dir), "st");
+	write_dataset(t.dir, &s, 20, &o);
+	ck_assert_msg(fmt_dataset_open_store("http://h/st", &ops, &t, &ds, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(fmt_dataset_open(t.dir, &local, &err), 0);
+	ck_assert_str_eq(fmt_dataset_info(ds)->version, fmt_dataset_info(local)->version);
+	ck_assert_uint_eq(t.blocks, 0);  /* open reads manifest, headers, trailers, indexes */
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	uint64_t ids[3] = {0, 2, 99};
+	fmt_dataset_prefetch(ds, ids, 3);
+	ck_assert_uint_eq(t.prefetched, 2);  /* block 99 does not exist */
+	ck_assert_int_eq(fmt_decoder_new(&dec), 0);
+	void *comp = malloc(in->max_block_comp), *raw = aligned_alloc(64, round64(in->max_block_raw));
+	for (uint64_t b = 0; b < in->num_blocks; b++)
+		ck_assert_msg(fmt_block_read(ds, b, dec, comp, in->max_block_comp, raw,
+					     in->max_block_raw, &blk, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(t.blocks, in->num_blocks);
+	t.flip = true;  /* the store's bytes are wrong: never served */
+	ck_assert_int_eq(fmt_block_read(ds, 1, dec, comp, in->max_block_comp, raw,
+					in->max_block_raw, &blk, &err), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "http://h/st/"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "block 1: checksum mismatch"));
+	fmt_dataset_prefetch(local, ids, 2);  /* a directory: nothing to do */
+	ck_assert_ptr_null(fmt_dataset_sample_path(ds, 0));  /* no paths.txt: none */
+	fmt_dataset_close(ds);
+	ck_assert(t.closed);
+
+	/* paths.txt comes through the store too */
+	char pp[400];
+	snprintf(pp, sizeof(pp), "%s/%s", t.dir, FMT_PATHS_FILE);
+	FILE *f = fopen(pp, "w");
+	for (int i = 0; i < 20; i++)
+		fprintf(f, "img/%d.png\n", i);
+	fclose(f);
+	t = (struct test_store){.reads = 0};
+	path_in(t.dir, sizeof(t.dir), "st");
+	ck_assert_msg(fmt_dataset_open_store("http://h/st", &ops, &t, &ds, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(fmt_dataset_sample_path(ds, 7), "img/7.png");
+	fmt_dataset_close(ds);
+	fmt_dataset_close(local);
+	fmt_decoder_free(dec);
+	free(comp);
+	free(raw);
+}
+END_TEST
+
 START_TEST(test_format_fashion_mnist_equals_source)
 {
 	char imgs[300], lbls[300];
@@ -674,6 +789,7 @@ static Suite *format_suite(void)
 	tcase_add_test(tc, test_format_fashion_mnist_equals_source);
 	tcase_add_test(tc, test_format_image_facts_and_classes);
 	tcase_add_test(tc, test_format_image_writer_refusals);
+	tcase_add_test(tc, test_format_store_reads_and_checks_like_a_directory);
 	tcase_add_loop_test(tc, test_format_bad_image_manifest_refused, 0, 9);
 	suite_add_tcase(s, tc);
 	return s;

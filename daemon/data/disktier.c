@@ -1,0 +1,439 @@
+/*
+ * disktier.c: the disk tier (see disktier.h): one file per block,
+ * "<key>-<xxh64>.blk", a chained hash table and an LRU list under one
+ * mutex. Worker threads (and main() at start); never the loop thread.
+ */
+#include "disktier.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fmt.h"
+
+#define DT_NAME_MAX 64     /* "<16 hex>-<16 hex>.blk" and temporaries */
+#define DT_EVICT_MAX 64    /* files unlinked per put, at most */
+
+struct dt_file {
+	uint64_t key, hash;           /* the file's name */
+	uint64_t size;                /* bytes */
+	struct dt_file *chain;        /* next in the bucket */
+	struct dt_file *prev, *next;  /* LRU: sentinel's next is the oldest */
+};
+
+struct dtier {
+	pthread_mutex_t mu;           /* guards everything below */
+	char *dir;
+	int dfd;                      /* the directory, for openat/unlinkat */
+	struct dt_file **buckets;
+	size_t nbuckets;              /* a power of two */
+	struct dt_file lru;           /* sentinel */
+	struct dtier_stats st;
+	uint64_t tmp_seq;             /* temporary names */
+};
+
+static void dt_name(char *buf, uint64_t key, uint64_t hash)
+{
+	snprintf(buf, DT_NAME_MAX, "%016" PRIx64 "-%016" PRIx64 ".blk", key, hash);
+}
+
+static struct dt_file **dt_bucket(struct dtier *t, uint64_t key)
+{
+	return &t->buckets[(key ^ key >> 31) & (t->nbuckets - 1)];
+}
+
+static struct dt_file *dt_lookup(struct dtier *t, uint64_t key, uint64_t hash)
+{
+	for (struct dt_file *f = *dt_bucket(t, key); f; f = f->chain)
+		if (f->key == key && f->hash == hash)
+			return f;
+	return NULL;
+}
+
+static void dt_unlink_lru(struct dt_file *f)
+{
+	f->prev->next = f->next;
+	f->next->prev = f->prev;
+}
+
+static void dt_push_lru(struct dtier *t, struct dt_file *f)
+{
+	f->prev = t->lru.prev;
+	f->next = &t->lru;
+	t->lru.prev->next = f;
+	t->lru.prev = f;
+}
+
+static void dt_grow(struct dtier *t)
+{
+	size_t n = t->nbuckets * 2;
+	struct dt_file **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return;  /* longer chains, still correct */
+	for (size_t i = 0; i < t->nbuckets; i++)
+		for (struct dt_file *f = t->buckets[i], *next; f; f = next) {
+			next = f->chain;
+			size_t k = (f->key ^ f->key >> 31) & (n - 1);
+			f->chain = b[k];
+			b[k] = f;
+		}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = n;
+}
+
+/* Adds f (a new file) as the most recently used. Under mu. */
+static void dt_insert(struct dtier *t, struct dt_file *f)
+{
+	struct dt_file **b = dt_bucket(t, f->key);
+
+	f->chain = *b;
+	*b = f;
+	dt_push_lru(t, f);
+	t->st.bytes += f->size;
+	t->st.files++;
+	if (t->st.files > t->nbuckets)
+		dt_grow(t);
+}
+
+/* Takes f out of the index (the caller frees it). Under mu. */
+static void dt_remove(struct dtier *t, struct dt_file *f)
+{
+	struct dt_file **p = dt_bucket(t, f->key);
+
+	while (*p != f)
+		p = &(*p)->chain;
+	*p = f->chain;
+	dt_unlink_lru(f);
+	t->st.bytes -= f->size;
+	t->st.files--;
+}
+
+/* Takes the oldest files out until within budget, at most max of them,
+ * into out[] (the caller unlinks and frees them outside mu). Under mu. */
+static size_t dt_evict(struct dtier *t, struct dt_file **out, size_t max)
+{
+	size_t n = 0;
+
+	while (t->st.bytes > t->st.budget && t->lru.next != &t->lru && n < max) {
+		struct dt_file *f = t->lru.next;
+		dt_remove(t, f);
+		t->st.evicted++;
+		out[n++] = f;
+	}
+	return n;
+}
+
+static void dt_unlink_files(struct dtier *t, struct dt_file **f, size_t n)
+{
+	char name[DT_NAME_MAX];
+
+	for (size_t i = 0; i < n; i++) {
+		dt_name(name, f[i]->key, f[i]->hash);
+		unlinkat(t->dfd, name, 0);
+		free(f[i]);
+	}
+}
+
+/* One directory entry found at start, with its time for the LRU order. */
+struct dt_found {
+	struct dt_file *f;
+	struct timespec mtime;
+};
+
+static int dt_found_cmp(const void *a, const void *b)
+{
+	const struct timespec *x = &((const struct dt_found *)a)->mtime;
+	const struct timespec *y = &((const struct dt_found *)b)->mtime;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? -1 : 1;
+	return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* Whether name is "<16 hex>-<16 hex>.blk"; fills key and hash. */
+static bool dt_parse(const char *name, uint64_t *key, uint64_t *hash)
+{
+	char tail[8];
+
+	if (strlen(name) != 37 || sscanf(name, "%16" SCNx64 "-%16" SCNx64 "%7s", key, hash, tail) != 3)
+		return false;
+	return !strcmp(tail, ".blk") && name[16] == '-';
+}
+
+/* Indexes the directory's files, oldest first; removes temporaries. */
+static int dt_scan(struct dtier *t, struct feed_err *err)
+{
+	int fd = dup(t->dfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dt_found *found = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return feed_err_set(err, -errno, "cache_dir %s: %s", t->dir, strerror(errno));
+	}
+	while ((de = readdir(d))) {
+		uint64_t key, hash;
+		struct stat st;
+		if (!strncmp(de->d_name, ".tmp-", 5)) {  /* a write cut short */
+			unlinkat(t->dfd, de->d_name, 0);
+			continue;
+		}
+		if (!dt_parse(de->d_name, &key, &hash) ||
+		    fstatat(t->dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue;  /* not ours: left alone */
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 256;
+			struct dt_found *g = realloc(found, nc * sizeof(*g));
+			if (!g)
+				goto nomem;
+			found = g;
+			cap = nc;
+		}
+		struct dt_file *f = calloc(1, sizeof(*f));
+		if (!f)
+			goto nomem;
+		*f = (struct dt_file){.key = key, .hash = hash, .size = (uint64_t)st.st_size};
+		found[n++] = (struct dt_found){.f = f, .mtime = st.st_mtim};
+	}
+	closedir(d);
+	qsort(found, n, sizeof(*found), dt_found_cmp);
+	for (size_t i = 0; i < n; i++)
+		dt_insert(t, found[i].f);
+	free(found);
+	return 0;
+nomem:
+	closedir(d);
+	for (size_t i = 0; i < n; i++)
+		free(found[i].f);
+	free(found);
+	return feed_err_set(err, -ENOMEM, "cache_dir %s: out of memory for its index", t->dir);
+}
+
+int dtier_open(const char *dir, uint64_t budget, struct dtier **ret, struct feed_err *err)
+{
+	struct dtier *t = calloc(1, sizeof(*t));
+	int rc;
+
+	if (!t || !(t->dir = strdup(dir)) || !(t->buckets = calloc(1024, sizeof(*t->buckets)))) {
+		if (t)
+			free(t->dir);
+		free(t);
+		return feed_err_set(err, -ENOMEM, "cache_dir %s: out of memory", dir);
+	}
+	t->nbuckets = 1024;
+	t->lru.next = t->lru.prev = &t->lru;
+	t->st.budget = budget;
+	t->dfd = -1;
+	pthread_mutex_init(&t->mu, NULL);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		rc = feed_err_set(err, -errno, "cache_dir %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	t->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (t->dfd < 0) {
+		rc = feed_err_set(err, -errno, "cache_dir %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	if ((rc = dt_scan(t, err)) < 0)
+		goto fail;
+	for (;;) {  /* a smaller budget than last time */
+		struct dt_file *gone[DT_EVICT_MAX];
+		size_t k = dt_evict(t, gone, DT_EVICT_MAX);
+		if (!k)
+			break;
+		dt_unlink_files(t, gone, k);
+	}
+	*ret = t;
+	return 0;
+fail:
+	dtier_close(t);
+	return rc;
+}
+
+void dtier_close(struct dtier *t)
+{
+	if (!t)
+		return;
+	for (struct dt_file *f = t->lru.next, *next; f != &t->lru; f = next) {
+		next = f->next;
+		free(f);
+	}
+	if (t->dfd >= 0)
+		close(t->dfd);
+	pthread_mutex_destroy(&t->mu);
+	free(t->buckets);
+	free(t->dir);
+	free(t);
+}
+
+uint64_t dtier_key(const char *url, const char *file, uint64_t off, uint32_t len)
+{
+	char buf[4096 + 128];
+	int n = snprintf(buf, sizeof(buf), "%s/%s@%" PRIu64 "+%" PRIu32, url, file, off, len);
+
+	return fmt_hash(buf, n < (int)sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/* Reads exactly len bytes of the file name; false on any shortfall. */
+static bool dt_read_file(struct dtier *t, const char *name, void *buf, size_t len)
+{
+	int fd = openat(t->dfd, name, O_RDONLY | O_CLOEXEC);
+	uint8_t *p = buf;
+	size_t got = 0;
+	struct stat st;
+
+	if (fd < 0)
+		return false;
+	bool ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == len;
+	while (ok && got < len) {
+		ssize_t n = pread(fd, p + got, len - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			ok = false;
+		else
+			got += (size_t)n;
+	}
+	if (ok)
+		futimens(fd, NULL);  /* recently used, across a restart too */
+	close(fd);
+	return ok;
+}
+
+int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t len)
+{
+	char name[DT_NAME_MAX];
+	struct dt_file *f;
+
+	pthread_mutex_lock(&t->mu);
+	f = dt_lookup(t, key, hash);
+	if (f) {  /* most recently used from now on */
+		dt_unlink_lru(f);
+		dt_push_lru(t, f);
+	} else {
+		t->st.misses++;
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (!f)
+		return -ENOENT;
+	dt_name(name, key, hash);
+	bool ok = dt_read_file(t, name, buf, len) && fmt_hash(buf, len) == hash;
+	pthread_mutex_lock(&t->mu);
+	if (ok) {
+		t->st.hits++;
+	} else {
+		t->st.misses++;
+		f = dt_lookup(t, key, hash);  /* may have been evicted meanwhile */
+		if (f) {
+			t->st.corrupt++;
+			dt_remove(t, f);
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (ok)
+		return 0;
+	if (f) {  /* bad bytes on disk: gone, fetched again */
+		unlinkat(t->dfd, name, 0);
+		free(f);
+	}
+	return -ENOENT;
+}
+
+bool dtier_has(struct dtier *t, uint64_t key, uint64_t hash)
+{
+	pthread_mutex_lock(&t->mu);
+	bool have = dt_lookup(t, key, hash) != NULL;
+	pthread_mutex_unlock(&t->mu);
+	return have;
+}
+
+/* Writes buf to a temporary file and renames it to name. */
+static int dt_write_file(struct dtier *t, const char *name, const void *buf, size_t len)
+{
+	char tmp[DT_NAME_MAX];
+	const uint8_t *p = buf;
+	size_t done = 0;
+
+	pthread_mutex_lock(&t->mu);
+	snprintf(tmp, sizeof(tmp), ".tmp-%d-%" PRIu64, (int)getpid(), t->tmp_seq++);
+	pthread_mutex_unlock(&t->mu);
+	int fd = openat(t->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	while (done < len) {
+		ssize_t n = write(fd, p + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int rc = n < 0 ? -errno : -EIO;
+			close(fd);
+			unlinkat(t->dfd, tmp, 0);
+			return rc;
+		}
+		done += (size_t)n;
+	}
+	/* no fsync: a cache; a file torn by a crash fails its hash and goes */
+	if (close(fd) < 0 || renameat(t->dfd, tmp, t->dfd, name) < 0) {
+		int rc = -errno;
+		unlinkat(t->dfd, tmp, 0);
+		return rc;
+	}
+	return 0;
+}
+
+int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, size_t len)
+{
+	char name[DT_NAME_MAX];
+	struct dt_file *gone[DT_EVICT_MAX];
+	struct dt_file *f;
+	bool have;
+
+	if (len > t->st.budget)
+		return 0;  /* budget is fixed at open: read without the lock */
+	pthread_mutex_lock(&t->mu);
+	have = dt_lookup(t, key, hash) != NULL;
+	pthread_mutex_unlock(&t->mu);
+	if (have)
+		return 0;  /* another worker kept it first */
+	if (!(f = calloc(1, sizeof(*f))))
+		return -ENOMEM;
+	*f = (struct dt_file){.key = key, .hash = hash, .size = len};
+	dt_name(name, key, hash);
+	int rc = dt_write_file(t, name, buf, len);
+	if (rc < 0) {
+		free(f);
+		return rc;
+	}
+	pthread_mutex_lock(&t->mu);
+	if (dt_lookup(t, key, hash)) {  /* a race: same bytes, same name */
+		pthread_mutex_unlock(&t->mu);
+		free(f);
+		return 0;
+	}
+	dt_insert(t, f);
+	t->st.stored++;
+	size_t k = dt_evict(t, gone, DT_EVICT_MAX);
+	pthread_mutex_unlock(&t->mu);
+	dt_unlink_files(t, gone, k);
+	return 0;
+}
+
+void dtier_stats(struct dtier *t, struct dtier_stats *ret)
+{
+	pthread_mutex_lock(&t->mu);
+	*ret = t->st;
+	pthread_mutex_unlock(&t->mu);
+}
