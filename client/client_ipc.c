@@ -48,6 +48,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,9 @@ struct cl_ipc {
 	/* released by the caller, its conversion (ready[i]) not yet run:
 	 * host slot i goes back to feedd once it has (NULL: none) */
 	struct feed_batch *deferred[IPC_MAX_SLOTS];
-	uint32_t ndeferred;
+	/* how many are (written under mu; read without it by cl_ipc_poll's
+	 * fast path, relaxed: a stale 0 only delays a look to the next call) */
+	_Atomic uint32_t ndeferred;
 };
 
 static void ipc_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -341,7 +344,7 @@ int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint
 	bool pending = api->EventQuery(ipc->ready[slot]) == CUDA_ERROR_NOT_READY;
 	if (pending) {
 		ipc->deferred[slot] = b;
-		ipc->ndeferred++;
+		atomic_fetch_add_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&ipc->mu);
 	return pending;
@@ -353,17 +356,23 @@ int cl_ipc_poll(struct cl_ipc *ipc, bool all, uint32_t *ret_left)
 	struct feed_batch *done[IPC_MAX_SLOTS];
 	uint32_t n = 0;
 
+	/* feed_next()'s fast path: no lock, no driver call when none is */
+	if (!atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
+		if (ret_left)
+			*ret_left = 0;
+		return 0;
+	}
 	ipc_ctx(ipc);
 	pthread_mutex_lock(&ipc->mu);
-	for (uint32_t i = 0; i < ipc->nslots && ipc->ndeferred; i++) {
+	for (uint32_t i = 0; i < ipc->nslots; i++) {
 		if (!ipc->deferred[i] ||
 		    (!all && api->EventQuery(ipc->ready[i]) == CUDA_ERROR_NOT_READY))
 			continue;
 		done[n++] = ipc->deferred[i];
 		ipc->deferred[i] = NULL;
-		ipc->ndeferred--;
+		atomic_fetch_sub_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
 	}
-	uint32_t left = ipc->ndeferred;
+	uint32_t left = atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed);
 	pthread_mutex_unlock(&ipc->mu);
 	/* unlocked: a release takes the stream's lock, and the last release
 	 * of a retired incarnation closes ipc (not touched after this) */

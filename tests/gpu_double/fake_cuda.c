@@ -580,10 +580,16 @@ static void *q_thread(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&mu);
 		q_drain_locked();
+		bool busy = false;
+		for (int i = 0; i < nstreams && !busy; i++)
+			busy = qhead[i] != NULL;
+		if (!busy)
+			q_runner = false; /* the next queued op starts another */
 		pthread_mutex_unlock(&mu);
+		if (!busy)
+			return NULL;
 		nanosleep(&tick, NULL);
 	}
-	return NULL;
 }
 
 /* Appends op to queue i (mu held): E_OUT_OF_MEMORY or 0. */
