@@ -448,6 +448,10 @@ FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *strea
 			       field, feed_stream_info(st)->fields[field].name);
 	ipc_ctx(ipc);
 	pthread_mutex_lock(&ipc->mu);
+	if (ipc->deferred[slot] == b) { /* released, its host slot not back yet */
+		pthread_mutex_unlock(&ipc->mu);
+		return cl_fail(conn, -EINVAL, "batch already released");
+	}
 	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
 		pthread_mutex_unlock(&ipc->mu);
 		return cl_fail(conn, -EINVAL, "batch already tied to another CUDA stream (one "

@@ -380,6 +380,8 @@ START_TEST(test_ipc_release_before_conversion)
 	ck_assert_msg(strstr(feed_errmsg(c), "conversion on the device has not run"), "%s",
 		      feed_errmsg(c));
 	ck_assert_int_eq(feed_release(b2), -EINVAL); /* released already */
+	ck_assert_int_eq(feed_batch_device(b2, 0, held, &dv2), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "already released"), "%s", feed_errmsg(c));
 	ck_assert_int_eq(__atomic_load_n(&daemon_stats->copies, __ATOMIC_ACQUIRE), copies);
 
 	fake_complete(); /* the consumer's work ran: b0's word lands, feedd converts b2 */
