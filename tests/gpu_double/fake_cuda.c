@@ -752,9 +752,10 @@ EXPORT CUresult cuStreamWaitValue32_v2(void *s, CUdeviceptr addr, uint32_t value
 	uint32_t *w = (uint32_t *)(uintptr_t)addr;
 	if (q_index(s) >= 0) { /* queued behind what waits there, or this wait */
 		struct q_op op = {.kind = Q_WAIT_VALUE, .addr = w, .value = value, .flags = flags};
+		bool ok = value_ok(w, value, flags);
 		int queued;
-		CUresult r = q_maybe_push(s, &op, !value_ok(w, value, flags), &queued);
-		if (queued)
+		CUresult r = q_maybe_push(s, &op, !ok, &queued);
+		if (queued && !ok) /* not a wait that passes, queued behind others */
 			ADD(value_waits_blocked, 1);
 		return r;
 	}
