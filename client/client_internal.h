@@ -85,6 +85,10 @@ void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *
 		      uint64_t *ret_batch);
 /* Gives b's slot back now (feed_release without the GPU's deferral). */
 int cl_release_now(struct feed_batch *b);
+/* Gives b's slot back once the copies from it (feed_batch_to_device) are
+ * done: feed_release() after the device slots' part (cl_ipc_release). 0,
+ * or -EINVAL when b is not held. Any thread; no lock held. */
+int cl_release_host(struct feed_batch *b);
 
 /* feed_release(b) while copies from b are in flight: 1 when the release is
  * deferred until they are done, 0 when b has none, -EINVAL when b's
@@ -128,12 +132,25 @@ int cl_ipc_request(struct feed_conn *conn, const struct feed_stream_device *o,
 int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		const struct Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields,
 		uint32_t batch, struct cl_ipc **ret, char *why, size_t cap);
-/* feed_release() of the batch in slot, of generation gen: enqueues the
+/* feed_release() of b, the batch in slot, of generation gen: enqueues the
  * write of gen into the slot's done word on the stream it was tied to
  * (feed_batch_device), or, never tied, on the device slots' own stream
- * behind the slot's last write. Never waits. Any thread. */
-void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen);
-/* Waits for the work tied to the slots, closes every handle. Accepts NULL. */
+ * behind the slot's last write. Then returns 0 when feedd's conversion of
+ * b has run (its ready event completed): give the host slot back now;
+ * 1 when it has not: b is deferred, its host slot goes back later
+ * (cl_ipc_poll), since feedd's rebuild of it would overwrite the staging
+ * area the conversion still reads; -EINVAL when b is deferred already
+ * (released twice). Never waits. Any thread. */
+int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint32_t gen);
+/* Gives back (cl_release_host) the deferred batches whose conversion has
+ * run, or every deferred one when all (feedd is gone, or the stream
+ * closes: nothing will rebuild their slots); how many it gave back, and
+ * in *ret_left (when not NULL) how many are still deferred. Never waits;
+ * takes the stream's lock only after dropping ipc's. A retired ipc may be
+ * closed by the time it returns. feed_next()'s thread. */
+int cl_ipc_poll(struct cl_ipc *ipc, bool all, uint32_t *ret_left);
+/* Waits for the work tied to the slots, closes every handle. No batch may
+ * be deferred (cl_ipc_poll with all first). Accepts NULL. */
 void cl_ipc_close(struct cl_ipc *ipc);
 
 #endif

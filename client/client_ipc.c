@@ -21,15 +21,34 @@
  * slot under work still reading it). feedd waits on the device until the
  * word reaches g (cyclic >=) before it rewrites slot i.
  *
+ * The host slot goes back later than the word is written: feedd's
+ * conversion of a batch reads the slot's staging area on the device, and
+ * feedd rebuilds the host slot as soon as it comes back (its copy stream
+ * then overwrites that staging area, never waiting for the convert
+ * stream). That conversion may not have run when the caller releases the
+ * batch (it waits on the device for the done word of the slot's previous
+ * batch, behind the caller's own work), so feed_release() gives the host
+ * slot back only once ready[i] of that batch has completed; until then
+ * the batch is deferred here. cl_ipc_poll() checks (cuEventQuery, no
+ * wait) at each feed_next(), and a feed_next() with every credit held
+ * waits for the oldest, in slices, within its timeout: feedd never waits
+ * on the CPU for what a client's work gates, so this wait is the
+ * client's, gated by its own streams' work.
+ *
  * Threads: cl_ipc_request / cl_ipc_open / cl_ipc_close on the thread
- * opening or closing the stream; feed_batch_device on the thread calling
- * feed_next(); cl_ipc_release from feed_release() on any thread. ipc->mu
- * guards the ties (a leaf lock). Never prints.
+ * opening or closing the stream; feed_batch_device and cl_ipc_poll on the
+ * thread calling feed_next(); cl_ipc_release from feed_release() on any
+ * thread. ipc->mu guards the ties and the deferred batches: a leaf lock,
+ * held across driver calls that only enqueue or query, never across one
+ * that waits nor a release to feedd (collected, then released unlocked).
+ * Never prints.
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,10 +86,16 @@ struct cl_ipc {
 	CUevent wrote[IPC_MAX_SLOTS]; /* ours: after our last write of word i */
 	CUstream own;              /* ours, non-blocking: the writes of batches never tied */
 
-	pthread_mutex_t mu;        /* the ties and writes below */
+	pthread_mutex_t mu;        /* the ties, writes and deferred releases below */
 	CUstream tie[IPC_MAX_SLOTS];
 	bool tied[IPC_MAX_SLOTS];
 	bool recorded[IPC_MAX_SLOTS]; /* wrote[i] recorded by us */
+	/* released by the caller, its conversion (ready[i]) not yet run:
+	 * host slot i goes back to feedd once it has (NULL: none) */
+	struct feed_batch *deferred[IPC_MAX_SLOTS];
+	/* how many are (written under mu; read without it by cl_ipc_poll's
+	 * fast path, relaxed: a stale 0 only delays a look to the next call) */
+	_Atomic uint32_t ndeferred;
 };
 
 static void ipc_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -284,14 +309,21 @@ static void ipc_ctx(const struct cl_ipc *ipc)
 		ipc->cu->api.CtxSetCurrent(ipc->ctx);
 }
 
-void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen)
+int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint32_t gen)
 {
 	const struct cudrv_api *api = &ipc->cu->api;
 	CUdeviceptr word = ipc->words + sizeof(uint32_t) * slot;
 	CUstream on = NULL;
 	ipc_ctx(ipc);
-	/* enqueues only (never waits), so a leaf lock may hold across them */
+	/* enqueues and queries only (never waits), so a leaf lock may hold
+	 * across them */
 	pthread_mutex_lock(&ipc->mu);
+	if (ipc->deferred[slot] == b) { /* released twice: its word is written */
+		pthread_mutex_unlock(&ipc->mu);
+		return -EINVAL;
+	}
+	/* the slot is not given back while a batch of it is deferred */
+	assert(!ipc->deferred[slot]);
 	if (ipc->tied[slot] && api->StreamWriteValue32(ipc->tie[slot], word, gen,
 						       CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
 		on = ipc->tie[slot];
@@ -305,7 +337,50 @@ void cl_ipc_release(struct cl_ipc *ipc, uint32_t slot, uint32_t gen)
 	if (on && api->EventRecord(ipc->wrote[slot], on) == CUDA_SUCCESS)
 		ipc->recorded[slot] = true;
 	ipc->tied[slot] = false;
+	/* feedd recorded ready[slot] for this batch before publishing it, and
+	 * records it again only after the slot is back: the query is this
+	 * batch's conversion (any other answer than "not yet": it ran, or the
+	 * context failed and nothing runs any more) */
+	bool pending = api->EventQuery(ipc->ready[slot]) == CUDA_ERROR_NOT_READY;
+	if (pending) {
+		ipc->deferred[slot] = b;
+		atomic_fetch_add_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&ipc->mu);
+	return pending;
+}
+
+int cl_ipc_poll(struct cl_ipc *ipc, bool all, uint32_t *ret_left)
+{
+	const struct cudrv_api *api = &ipc->cu->api;
+	struct feed_batch *done[IPC_MAX_SLOTS];
+	uint32_t n = 0;
+
+	/* feed_next()'s fast path: no lock, no driver call when none is */
+	if (!atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
+		if (ret_left)
+			*ret_left = 0;
+		return 0;
+	}
+	ipc_ctx(ipc);
+	pthread_mutex_lock(&ipc->mu);
+	for (uint32_t i = 0; i < ipc->nslots; i++) {
+		if (!ipc->deferred[i] ||
+		    (!all && api->EventQuery(ipc->ready[i]) == CUDA_ERROR_NOT_READY))
+			continue;
+		done[n++] = ipc->deferred[i];
+		ipc->deferred[i] = NULL;
+		atomic_fetch_sub_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
+	}
+	uint32_t left = atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed);
+	pthread_mutex_unlock(&ipc->mu);
+	/* unlocked: a release takes the stream's lock, and the last release
+	 * of a retired incarnation closes ipc (not touched after this) */
+	for (uint32_t i = 0; i < n; i++)
+		cl_release_host(done[i]);
+	if (ret_left)
+		*ret_left = left;
+	return (int)n;
 }
 
 /* The device view of a host view v of field f. */
@@ -373,6 +448,10 @@ FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *strea
 			       field, feed_stream_info(st)->fields[field].name);
 	ipc_ctx(ipc);
 	pthread_mutex_lock(&ipc->mu);
+	if (ipc->deferred[slot] == b) { /* released, its host slot not back yet */
+		pthread_mutex_unlock(&ipc->mu);
+		return cl_fail(conn, -EINVAL, "batch already released");
+	}
 	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
 		pthread_mutex_unlock(&ipc->mu);
 		return cl_fail(conn, -EINVAL, "batch already tied to another CUDA stream (one "

@@ -12,7 +12,11 @@
  * state's lock (client_gpu.c: cl_gpu_forget, before a retired region is
  * unmapped). A stream with GPU delivery checks its copies' events
  * (cuEventQuery, no system call) at each feed_next(), and feed_release()
- * of a batch with copies in flight is deferred until they are done.
+ * of a batch with copies in flight is deferred until they are done. A
+ * stream with device slots likewise gives a released batch's host slot
+ * back only once feedd's conversion of it has run (client_ipc.c says
+ * why); feed_next() with every credit held by such batches waits for one
+ * in slices, within its timeout, and a hang-up of feedd ends that wait.
  *
  * Must never: allocate or enter the kernel when a batch is ready (the
  * fast path of feed_next), print, or crash the host on a daemon bug: the
@@ -44,6 +48,8 @@
 #define ST_DEFAULT_CREDITS 4
 #define ST_MAX_GROUP_SLOTS 64    /* a group's depth: the daemon's most credits */
 #define ST_MAX_LEVELS 8          /* node order: core/order.h ORD_MAX_LEVELS */
+#define ST_SLICE_MIN_NS 20000    /* st_wait_converted's first look, then doubling */
+#define ST_SLICE_MAX_NS 2000000  /* to this: a conversion takes well under a ms */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
 
@@ -959,6 +965,9 @@ static int st_reopen(struct feed_stream *st)
 	size_t len;
 	int r, delay = 20;
 
+	/* feedd is gone: nothing will convert (or rebuild) a deferred slot */
+	if (st->ipc)
+		cl_ipc_poll(st->ipc, true, NULL);
 	if (st->opts.epochs && st->pos_epoch >= st->opts.epochs) {
 		st->stop = FEED_END_OF_STREAM;
 		return FEED_END_OF_STREAM;
@@ -1237,7 +1246,62 @@ static bool st_arm(struct feed_stream *st)
 	return atomic_load_explicit(&st->ctl->ready_head, memory_order_acquire) != st->tail;
 }
 
-/* Nothing was ready. -ENOBUFS if every credit is held. With timeout_ms 0:
+/* Every credit is held, maybe some by released batches whose conversion
+ * has not run (client_ipc.c): waits for one of them to go back, looking
+ * in slices that grow to ST_SLICE_MAX_NS (the conversion waits on the
+ * device for this process's own work: no event to sleep on that a
+ * timeout bounds), until *deadline (set here at the call's first wait)
+ * when timeout_ms > 0. feedd hanging up ends the wait: nothing will
+ * convert them, so every one goes back. 0: look again; -ENOBUFS when none
+ * is deferred; -ETIMEDOUT. */
+static int st_wait_converted(struct feed_stream *st, int timeout_ms, int64_t *deadline)
+{
+	struct feed_conn *conn = st->conn;
+	int64_t slice = ST_SLICE_MIN_NS, t0 = st_now_ns();
+	uint32_t left;
+	int r = 0;
+
+	if (timeout_ms > 0 && *deadline < 0)
+		*deadline = st_now_ms() + timeout_ms;
+	while (cl_ipc_poll(st->ipc, false, &left) == 0) {
+		if (left == 0) {
+			r = cl_fail(conn, -ENOBUFS, "stream %u: all %u credits are held by "
+				    "unreleased batches; release one first", st->info.id,
+				    st->take_max);
+			break;
+		}
+		int64_t ns = slice;
+		if (timeout_ms > 0) {
+			int64_t ms = *deadline - st_now_ms();
+			if (ms <= 0) {
+				r = cl_fail(conn, -ETIMEDOUT, "stream %u: no batch within %d ms: "
+					    "every credit is held, %u by released batches whose "
+					    "conversion on the device has not run (feedd's conversion "
+					    "waits for the done word of the slot's last batch, behind "
+					    "the work of yours it was tied to)", st->info.id, timeout_ms,
+					    left);
+				break;
+			}
+			ns = ns < ms * 1000000 ? ns : ms * 1000000;
+		}
+		struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+		struct pollfd p = {.fd = conn->sock, .events = 0}; /* 0: hang-up only */
+		int n = conn->sock >= 0 && conn->opens == st->conn_opens ? ppoll(&p, 1, &ts, NULL) : 1;
+		if (n > 0 && (conn->sock < 0 || conn->opens != st->conn_opens ||
+			      (p.revents & (POLLHUP | POLLERR | POLLNVAL)))) {
+			cl_ipc_poll(st->ipc, true, NULL); /* feedd is gone */
+			break;
+		}
+		slice = slice * 2 < ST_SLICE_MAX_NS ? slice * 2 : ST_SLICE_MAX_NS;
+	}
+	/* relaxed: a count the daemon only displays (see st_wait) */
+	atomic_fetch_add_explicit(&st->rel->reader_wait_ns, (uint64_t)(st_now_ns() - t0),
+				  memory_order_relaxed);
+	return r;
+}
+
+/* Nothing was ready. -ENOBUFS if every credit is held (with device slots
+ * and timeout_ms != 0, first st_wait_converted). With timeout_ms 0:
  * arms the doorbell (st_arm, so feed_stream_fd() wakes a poller) and
  * returns -ETIMEDOUT unless a batch came meanwhile. Otherwise -ECONNRESET
  * if the connection is gone, -ETIMEDOUT past *deadline (set at the call's
@@ -1250,6 +1314,8 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 	uint32_t held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
 	int left = -1;
 
+	if (held >= st->take_max && st->ipc && timeout_ms != 0)
+		return st_wait_converted(st, timeout_ms, deadline);
 	if (held >= st->take_max)
 		return cl_fail(conn, -ENOBUFS, "stream %u: all %u credits are held by unreleased "
 			       "batches; release one first", st->info.id, st->take_max);
@@ -1301,6 +1367,8 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 
 	if (!st || !ret)
 		return -EINVAL;
+	if (st->ipc) /* slots released before feedd converted them go back now */
+		cl_ipc_poll(st->ipc, false, NULL);
 	if (st->gpu) /* slots released while their copies ran go back now */
 		cl_gpu_poll(st, timeout_ms != 0 && atomic_load_explicit(&st->nheld, memory_order_relaxed) ==
 						       st->nslots);
@@ -1389,10 +1457,21 @@ FEED_API int feed_release(struct feed_batch *b)
 	if (!b)
 		return -EINVAL;
 	/* its device slot's reader is done once the tied stream gets here
-	 * (the done word then says so to feedd); a batch of an earlier
-	 * incarnation has no feedd to tell */
-	if (b->st->ipc && b->inc == b->st->inc && cl_batch_held(b))
-		cl_ipc_release(b->st->ipc, b->slot, b->gen);
+	 * (the done word then says so to feedd); the host slot goes back once
+	 * feedd's conversion of b has run (client_ipc.c: it still reads the
+	 * slot's staging area, which a rebuild overwrites); a batch of an
+	 * earlier incarnation has no feedd to tell */
+	struct cl_ipc *ipc = b->st->ipc;
+	if (ipc && b->inc == b->st->inc && cl_batch_held(b)) {
+		int d = cl_ipc_release(ipc, b, b->slot, b->gen);
+		if (d)
+			return d > 0 ? 0 : d;
+	}
+	return cl_release_host(b);
+}
+
+int cl_release_host(struct feed_batch *b)
+{
 	/* copies from b in flight: the slot goes back when they are done */
 	/* acquire: set by the first feed_batch_to_device(), maybe on another thread */
 	struct cl_gpu_stream *g = __atomic_load_n(&b->st->gpu, __ATOMIC_ACQUIRE);
@@ -1446,6 +1525,10 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 {
 	if (!st)
 		return 0;
+	/* released batches whose conversion has not run: nothing rebuilds
+	 * their slots now (their copies, if any, are waited for next) */
+	if (st->ipc)
+		cl_ipc_poll(st->ipc, true, NULL);
 	cl_gpu_close(st); /* copies done, deferred releases made, unregistered */
 	for (uint32_t i = 0; i < st->nslots; i++)
 		feed_release(&st->batches[i]); /* -EINVAL for those not held */

@@ -12,7 +12,10 @@
  *   - copy stream: only the copies of host slot i into staging i, then
  *     copied[i] (feedd's own). It never waits for anything a client does,
  *     so a worker about to rebuild host slot i may wait for copied[i] on
- *     the CPU: that wait is bounded by a DMA.
+ *     the CPU: that wait is bounded by a DMA. It does not wait for the
+ *     convert stream either, so the next copy into staging i must not
+ *     start before the last conversion read it: the client returns host
+ *     slot i only after ready[i] of its batch completed (client_ipc.c).
  *   - convert stream: waits for copied[i] and until done word i reaches
  *     the generation of the slot's last batch (cuStreamWaitValue32, cyclic
  *     >=; the client writes it on the device when it releases that batch),

@@ -15,7 +15,11 @@
  * (StreamOpened.device: done_offset says where the words are) and makes
  * its stream wait on ready[i]. The CPU never waits for anything a
  * client's work gates: a worker about to rebuild host slot i waits at
- * most for its previous copy to the device (a DMA). When the client
+ * most for its previous copy to the device (a DMA). That copy overwrites
+ * staging i, which the slot's last conversion may still have to read
+ * (queued behind the done word): the client gives host slot i back only
+ * once ready[i] of its batch has completed (client/client_ipc.c), so a
+ * slot feedd rebuilds has been converted. When the client
  * leaves, dsl_abandon() writes the words itself (a client that died with
  * its writes queued behind work that never runs never writes them), so
  * the convert stream drains and dsl_free() frees; a stream whose device

@@ -7,9 +7,10 @@
  * on the device for the consumer's work on the slot's last batch (the
  * consumer's stream held by a host function; the done word the client
  * writes behind it, cuStreamWriteValue32, gates feedd's stream,
- * cuStreamWaitValue32); a consumer killed while it holds handles, or with
- * its done write behind work that never runs, leaves feedd serving the
- * next one on the device.
+ * cuStreamWaitValue32); a batch released before that conversion ran
+ * keeps its host slot until it has; a consumer killed while it holds
+ * handles, or with its done write behind work that never runs, leaves
+ * feedd serving the next one on the device.
  *
  * Exits 77 (ctest: skipped) when `nvidia-smi -L` lists no GPU. CUDA is
  * touched only inside the tests (Check forks each), never before a fork.
@@ -141,6 +142,80 @@ START_TEST(test_gpu_ipc_done_gates_reuse)
 	cudaFreeHost(back);
 	cudaStreamDestroy(held);
 	cudaStreamDestroy(s2);
+}
+END_TEST
+
+/* A batch released before feedd's conversion of it has run keeps its host
+ * slot until it has: b2 (in b0's slot, b1 held) is converted only after
+ * b0's done word, held behind a host function; released then (no wait),
+ * its slot must not be rebuilt (feedd's copy would overwrite the staging
+ * area the pending conversion reads, and b2's device slot get b3's
+ * images) until the hold is lifted. Then b2's device bits, and every later
+ * batch's, equal the CPU conversion of their host bits. */
+START_TEST(test_gpu_ipc_release_before_conversion)
+{
+	ipc_start();
+	CK_CUDA(cudaSetDevice(0));
+	cudaStream_t held, s2, s3;
+	CK_CUDA(cudaStreamCreate(&held));
+	CK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+	CK_CUDA(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = ipc_open(c, 2, 2, FEED_TO_F32);
+	struct feed_batch *x;
+	struct feed_view dv;
+	uint8_t *back, want2[2 * 16 * 16 * 4];
+	CK_CUDA(cudaMallocHost((void **)&back, sizeof(want2)));
+
+	atomic_store(&gate, 0);
+	struct feed_batch *b0 = h_next_batch(st);
+	expect_bits(c, b0, FEED_TO_F32, held);
+	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv), 0);
+	void *slot0 = dv.data;
+	CK_CUDA(cudaLaunchHostFunc(held, hold_stream, NULL)); /* "the consumer's work" */
+	ck_assert_int_eq(feed_release(b0), 0);                /* done written behind it */
+	struct feed_batch *b1 = h_next_batch(st);               /* held: its slot is busy */
+	struct feed_batch *b2 = h_next_batch(st);               /* so: b0's slot again */
+	struct feed_to_device to = {.device = FEED_DEVICE_CPU, .dtype = FEED_TO_F32,
+				    .layout = FEED_TO_NCHW, .mean = &mean, .std = &sd,
+				    .dst_bytes = sizeof(want2)};
+	ck_assert_int_eq(feed_batch_to_device(b2, 0, want2, &to, NULL), 0);
+	ck_assert_int_eq(feed_batch_device(b2, 0, s2, &dv), 0);
+	ck_assert_ptr_eq(dv.data, slot0);
+	ck_assert_uint_le(dv.bytes, sizeof(want2));
+	size_t bytes = dv.bytes;
+	/* read back once converted (s2 waits for that), behind it the done word */
+	CK_CUDA(cudaMemcpyAsync(back, dv.data, bytes, cudaMemcpyDeviceToHost, s2));
+	ck_assert_int_eq(feed_release(b2), 0); /* does not wait */
+	/* its conversion waits for the held stream: give a slot that went
+	 * back ample time to be rebuilt, then see it was not */
+	ck_assert_int_eq(feed_next(st, 200, &x), -ETIMEDOUT);
+	ck_assert_msg(strstr(feed_errmsg(c), "conversion on the device has not run"), "%s",
+		      feed_errmsg(c));
+	ck_assert_int_eq(feed_next(st, 0, &x), -ENOBUFS);
+	ck_assert_int_eq(cudaStreamQuery(s2), cudaErrorNotReady);
+	atomic_store(&gate, 1);
+	CK_CUDA(cudaStreamSynchronize(s2));
+	ck_assert_msg(!memcmp(back, want2, bytes), "batch %llu's device slot holds other images",
+		      (unsigned long long)feed_batch_index(b2));
+	struct feed_batch *b3 = h_next_batch(st); /* b2's slot went back: rebuilt */
+	ck_assert_int_eq(feed_batch_device(b3, 0, s3, &dv), 0);
+	ck_assert_ptr_eq(dv.data, slot0);
+	expect_bits(c, b3, FEED_TO_F32, s3);
+	ck_assert_int_eq(feed_release(b3), 0);
+	ck_assert_int_eq(feed_release(b1), 0);
+	for (int i = 0; i < 4; i++) { /* and it goes on */
+		struct feed_batch *b = h_next_batch(st);
+		expect_bits(c, b, FEED_TO_F32, s3);
+		feed_release(b);
+	}
+	CK_CUDA(cudaStreamSynchronize(held));
+	feed_stream_close(st);
+	feed_disconnect(c);
+	cudaFreeHost(back);
+	cudaStreamDestroy(held);
+	cudaStreamDestroy(s2);
+	cudaStreamDestroy(s3);
 }
 END_TEST
 
@@ -324,6 +399,7 @@ int main(void)
 	tcase_add_test(tc, test_gpu_ipc_bits_equal_cpu);
 	tcase_add_test(tc, test_gpu_ipc_done_gates_reuse);
 	tcase_add_test(tc, test_gpu_ipc_untied_release_keeps_order);
+	tcase_add_test(tc, test_gpu_ipc_release_before_conversion);
 	tcase_add_test(tc, test_gpu_ipc_consumer_killed);
 	tcase_add_test(tc, test_gpu_ipc_consumer_killed_done_pending);
 	suite_add_tcase(s, tc);

@@ -35,7 +35,21 @@
  *     events (fake_cuda_complete_events) or waits for one of its own
  *     pending events (the wait lets its work run); a process that dies
  *     first never stores it. Streams made with cuStreamCreate run at
- *     once: an event recorded there completes as recorded.
+ *     once: an event recorded there completes as recorded. A caller's
+ *     stream (without FAKE_CUDA_EVENTS=auto) waiting for another process's
+ *     pending event does not block the caller: the wait joins the work
+ *     held there, and the writes after it land only once that event has
+ *     completed.
+ *   - With FAKE_CUDA_QUEUE=1, a made stream behind a wait it cannot pass
+ *     (cuStreamWaitValue32 on a word not there yet, cuStreamWaitEvent on
+ *     a pending event) does not block the thread either: it queues the
+ *     work enqueued after it (copies, kernels, writes, records) in order,
+ *     as a device would, and a thread of the double runs it once the
+ *     wait passes (counting value_waits_blocked when a value wait
+ *     queues). Kernels and copies read their sources when they run, so a
+ *     copy on another stream that overwrites a source meanwhile shows, as
+ *     on a GPU. An event recorded behind such a wait completes when the
+ *     record runs (waiting for it waits for that).
  *
  * Like the driver, cuEventRecord and cuStreamWaitEvent on the legacy
  * default stream (NULL) fail with CUDA_ERROR_INVALID_CONTEXT on a thread
@@ -53,6 +67,8 @@
  *                       with another seed sees "another GPU" than feedd
  *   FAKE_CUDA_MEM_LIMIT bytes of device memory cuMemAlloc gives in all, then
  *                       CUDA_ERROR_OUT_OF_MEMORY (default: no limit)
+ *   FAKE_CUDA_QUEUE     1: made streams queue work behind a wait (above);
+ *                       default 0: the enqueuing thread blocks in the wait
  *   FAKE_CUDA_STATS     a file: this process's counters live there (created
  *                       and zeroed at cuInit), for another process to read
  *                       with fake_cuda_stats_map()
@@ -90,7 +106,7 @@ struct fake_cuda_stats {
 	int dtod_copies;              /* cuMemcpyDtoDAsync */
 	int value_writes;             /* cuStreamWriteValue32_v2 stored */
 	int value_writes_held;        /* ... kept behind a caller's stream's work */
-	int value_waits_blocked;      /* cuStreamWaitValue32_v2 that had to block */
+	int value_waits_blocked;      /* cuStreamWaitValue32_v2 that had to block (or queue) */
 };
 
 const struct fake_cuda_stats *fake_cuda_stats(void);

@@ -40,6 +40,7 @@ static const struct fake_cuda_stats *(*fake_stats)(void);
 static void (*fake_complete)(void);
 static const struct fake_cuda_stats *daemon_stats; /* feedd's double's counters */
 static char stats_path[300];
+static bool daemon_queue; /* feedd's double queues a stream's work behind a wait */
 
 static bool kernels_built(void)
 {
@@ -75,6 +76,8 @@ static void ipc_start_cfg(const char *daemon_driver, const char *limits)
 	setenv("FEED_CUDA_DRIVER", daemon_driver ? daemon_driver : lib, 1);
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
 	setenv("FAKE_CUDA_STATS", stats_path, 1);
+	if (daemon_queue)
+		setenv("FAKE_CUDA_QUEUE", "1", 1);
 	if (limits) {
 		char text[600];
 		snprintf(text, sizeof(text), "limits:\n%sdatasets:\n  - name: kinds\n"
@@ -87,6 +90,7 @@ static void ipc_start_cfg(const char *daemon_driver, const char *limits)
 	if (!ours_auto)
 		unsetenv("FAKE_CUDA_EVENTS");
 	unsetenv("FAKE_CUDA_STATS");
+	unsetenv("FAKE_CUDA_QUEUE");
 	setenv("FEED_CUDA_DRIVER", lib, 1);
 	if (!daemon_driver) {
 		ck_assert_msg(h_log_has("CUDA IPC on"), "%s", h_file_text(h.log));
@@ -135,7 +139,9 @@ static struct feed_stream_opts ipc_opts(uint32_t batch, uint32_t credits, int dt
  * its host copy, bit for bit (the double's kernels are the twins: what is
  * checked is that the right bytes went to the right slot, converted with
  * the stream's parameters). */
-static void expect_image(struct feed_batch *b, const struct feed_view *dv, int dtype, int layout)
+/* The CPU twin's conversion of b's image field (malloc'd), its size in
+ * *ret_bytes. */
+static uint8_t *want_image(struct feed_batch *b, int dtype, int layout, size_t *ret_bytes)
 {
 	struct feed_view hv;
 	struct feed_convert cv;
@@ -146,6 +152,14 @@ static void expect_image(struct feed_batch *b, const struct feed_view *dv, int d
 	uint8_t *want = malloc(bytes);
 	ck_assert_ptr_nonnull(want);
 	ck_assert_int_eq(feed_convert_images_cpu(&cv, hv.data, n, NULL, want), 0);
+	*ret_bytes = bytes;
+	return want;
+}
+
+static void expect_image(struct feed_batch *b, const struct feed_view *dv, int dtype, int layout)
+{
+	size_t n = feed_batch_size(b), bytes;
+	uint8_t *want = want_image(b, dtype, layout, &bytes);
 	ck_assert_uint_eq(dv->bytes, bytes);
 	ck_assert_int_eq(dv->dtype, dtype == FEED_TO_F32 ? FEED_DTYPE_FLOAT32 :
 				    dtype == FEED_TO_F16 ? FEED_DTYPE_FLOAT16 : FEED_DTYPE_BFLOAT16);
@@ -308,6 +322,119 @@ START_TEST(test_ipc_done_gates_reuse)
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 	free(saved);
+}
+END_TEST
+
+/* A batch released before feedd's conversion of it has run (on the
+ * device, that conversion waits for the done word of the slot's last
+ * batch, written behind the consumer's work) keeps its host slot until it
+ * has run. Given back at once, the slot would be rebuilt with the next
+ * batch, whose copy overwrites the staging area the pending conversion
+ * still reads: the device slot would hold the next batch's images under
+ * this one's name. feedd's double queues its convert stream's work behind
+ * the wait (FAKE_CUDA_QUEUE), as a device does, instead of blocking the
+ * worker, so feedd publishes batches whose conversion has not run. */
+START_TEST(test_ipc_release_before_conversion)
+{
+	daemon_queue = true;
+	ipc_start(NULL); /* this process: its callers' streams hold their work */
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.epochs = 0;
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	void *held = (void *)0x5157; /* a caller's CUstream: runs at fake_complete() */
+	struct feed_batch *x;
+	struct feed_view dv0, dv2, dv3;
+
+	struct feed_batch *b0 = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv0), 0);
+	expect_image(b0, &dv0, FEED_TO_F32, FEED_TO_NCHW);
+	size_t bytes = dv0.bytes, bytes2;
+	uint8_t *saved = malloc(bytes);
+	ck_assert_ptr_nonnull(saved);
+	memcpy(saved, dv0.data, bytes);
+	ck_assert_int_eq(feed_release(b0), 0); /* converted: back now; its word held */
+	int one = 1;
+	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
+		      "feedd's conversion of batch 2 never waited for b0's done word");
+	struct feed_batch *b1 = h_next_batch(st); /* held: b2 can only be in b0's slot */
+	struct feed_batch *b2 = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_index(b2), 2);
+	int copies = __atomic_load_n(&daemon_stats->copies, __ATOMIC_ACQUIRE);
+	ck_assert_int_eq(feed_batch_device(b2, 0, held, &dv2), 0); /* the wait is held's */
+	ck_assert_ptr_eq(dv2.data, dv0.data);
+	ck_assert_msg(!memcmp(dv2.data, saved, bytes), "batch 2 converted before b0's done word");
+	uint8_t *want2 = want_image(b2, FEED_TO_F32, FEED_TO_NCHW, &bytes2);
+	ck_assert_msg(memcmp(want2, saved, bytes), "b0 and b2 hold the same images: the test "
+		      "could not see the slot rewritten");
+
+	ck_assert_int_eq(feed_release(b2), 0); /* does not wait */
+	ck_assert_int_eq(fake_stats()->value_writes_held, 2);
+	/* its host slot is not back: every credit is still held and feedd
+	 * has not rebuilt the slot (no copy into its staging area) */
+	ck_assert_int_eq(feed_next(st, 0, &x), -ENOBUFS);
+	ck_assert_int_eq(feed_next(st, 50, &x), -ETIMEDOUT);
+	ck_assert_msg(strstr(feed_errmsg(c), "conversion on the device has not run"), "%s",
+		      feed_errmsg(c));
+	ck_assert_int_eq(feed_release(b2), -EINVAL); /* released already */
+	ck_assert_int_eq(feed_batch_device(b2, 0, held, &dv2), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "already released"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(__atomic_load_n(&daemon_stats->copies, __ATOMIC_ACQUIRE), copies);
+
+	fake_complete(); /* the consumer's work ran: b0's word lands, feedd converts b2 */
+	ck_assert_msg(!memcmp(dv2.data, want2, bytes2), "batch 2's device slot holds other images");
+	struct feed_batch *b3 = h_next_batch(st); /* b2's slot went back: rebuilt */
+	ck_assert_int_eq(feed_batch_index(b3), 3);
+	ck_assert_int_eq(feed_batch_device(b3, 0, NULL, &dv3), 0);
+	ck_assert_ptr_eq(dv3.data, dv0.data);
+	expect_image(b3, &dv3, FEED_TO_F32, FEED_TO_NCHW);
+	ck_assert_int_gt(daemon_stats->copies, copies);
+	ck_assert_int_eq(feed_release(b3), 0);
+	ck_assert_int_eq(feed_release(b1), 0);
+	fake_complete();
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+	free(saved);
+	free(want2);
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+}
+END_TEST
+
+/* A stream closed with a released batch still waiting for its conversion:
+ * the close does not hang, and feedd serves on and frees the slots. */
+START_TEST(test_ipc_close_with_conversion_pending)
+{
+	daemon_queue = true;
+	ipc_start(NULL);
+	if (!kernels_built())
+		return;
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.epochs = 0;
+	struct feed_stream *st = h_stream_open(c, &o);
+	struct feed_view dv;
+	struct feed_batch *b0 = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b0, 0, (void *)0x5157, &dv), 0);
+	ck_assert_int_eq(feed_release(b0), 0);
+	int one = 1;
+	ck_assert(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS));
+	struct feed_batch *b1 = h_next_batch(st);
+	struct feed_batch *b2 = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_index(b2), 2);
+	ck_assert_int_eq(feed_release(b2), 0); /* deferred: its conversion waits */
+	ck_assert_int_eq(feed_next(st, 0, &b2), -ENOBUFS);
+	(void)b1;
+	/* close waits for our done writes (letting the held work run), gives
+	 * the deferred slot up with the rest, and closes */
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
 }
 END_TEST
 
@@ -744,6 +871,8 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_ipc_batches_on_device);
 	tcase_add_test(tc, test_ipc_done_gates_reuse);
+	tcase_add_test(tc, test_ipc_release_before_conversion);
+	tcase_add_test(tc, test_ipc_close_with_conversion_pending);
 	tcase_add_test(tc, test_ipc_one_stream_per_batch);
 	tcase_add_test(tc, test_ipc_daemon_restart);
 	tcase_add_test(tc, test_ipc_consumer_killed);

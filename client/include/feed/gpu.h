@@ -255,7 +255,16 @@ FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_r
  * own internal stream (behind its previous write of that word): feedd
  * reuses its slot without waiting for any work of the caller's. Each call
  * may name the same stream again; another stream for the same batch is
- * -EINVAL. feed_stream_close() waits (on the CPU) for the writes enqueued
+ * -EINVAL. The host slot (b's host views, its credit) goes back to feedd
+ * later than the word: only once feedd's conversion of b into its device
+ * slot has run (the batch's ready event completed; feedd's conversion
+ * reads a staging area that rebuilding the host slot overwrites), which
+ * can be after the release when the conversion still waits for the done
+ * word of the slot's previous batch, behind your work. Until then the
+ * batch holds its credit: each feed_next() checks without waiting, and
+ * one that finds every credit held so waits for the oldest conversion
+ * within its timeout (feed/stream.h). feed_stream_close() gives them up
+ * without waiting. feed_stream_close() waits (on the CPU) for the writes enqueued
  * that way (so for the work before them) before it closes the handles:
  * feedd frees the memory after. A process that dies with writes queued
  * behind work that never runs holds nothing: feedd writes the words

@@ -254,7 +254,11 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
  * says) and returns -ECONNRESET only if the daemon did not come back, or
  * -ENOMEM if memory ran out while reopening: then the stream and every
- * batch held stay as they were, and the next call tries again. */
+ * batch held stay as they were, and the next call tries again. With device
+ * slots (feed/gpu.h), a released batch keeps its credit until feedd's
+ * conversion of it has run; when every credit is held so and timeout_ms
+ * is not 0, it waits for that conversion (polling, within timeout_ms:
+ * -ETIMEDOUT, naming them, past it); with timeout_ms 0 it is -ENOBUFS. */
 FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch **ret);
 /* When the END_* values come: FEED_END_OF_EPOCH right after the last batch
  * of every epoch this stream delivered, FEED_END_OF_STREAM right after the
@@ -299,7 +303,10 @@ FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name
 
 /* Gives the batch's slot back to the daemon; b is invalid afterwards, and
  * so is every view of it (in a group, the pages this process wrote are
- * dropped: madvise, so a release may enter the kernel). Any thread. Returns 0, or -EINVAL for a batch
+ * dropped: madvise, so a release may enter the kernel). Does not wait: a
+ * slot whose copies (feed_batch_to_device) or whose conversion into a
+ * device slot (feed_batch_device) have not run yet goes back once they
+ * have (feed/gpu.h). Any thread. Returns 0, or -EINVAL for a batch
  * already released. */
 FEED_API int feed_release(struct feed_batch *b);
 
