@@ -37,16 +37,16 @@ def test_plain_for_loop_as_torch_with_one_credit(fc):
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_prefetcher_holding_k_works_with_k_credits(fc, k):
-    """A look-ahead of k batches (as a CUDA prefetcher keeps) holds k while
-    it fetches the next."""
+    """A look-ahead of k batches (as a CUDA prefetcher keeps them) holds k
+    while it fetches the next."""
     got = []
     with feedclient.Loader("small", 25, socket=fc.sock, shuffle=False, credits=k) as loader:
-        ahead = collections.deque()
-        for batch in loader:
-            ahead.append(batch)
-            del batch
-            if len(ahead) == k:
-                got.append(ahead.popleft().index)
+        it = iter(loader)
+        ahead = collections.deque(next(it) for _ in range(k))
+        for nxt in it:                  # fetched while k batches are held
+            got.append(ahead.popleft().index)
+            ahead.append(nxt)
+            del nxt
         got.extend(b.index for b in ahead)
     assert got == list(range(N_SMALL // 25))
 
