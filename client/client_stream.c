@@ -893,9 +893,13 @@ static int st_reopen(struct feed_stream *st)
 		st->stop = FEED_END_OF_STREAM;
 		return FEED_END_OF_STREAM;
 	}
-	snprintf(last, sizeof(last), "%s", conn->errmsg);
+	/* the detail without its "stream N: ", which st_stop puts back once */
+	char pre[32];
+	int npre = snprintf(pre, sizeof(pre), "stream %u: ", st->info.id);
+	snprintf(last, sizeof(last), "%s",
+		 strncmp(conn->errmsg, pre, (size_t)npre) ? conn->errmsg : conn->errmsg + npre);
 	if (st->opts.reconnect_ms < 0)
-		return st_stop(st, -ECONNRESET, "feedd went away (%s); reconnecting is off", last);
+		return st_stop(st, -ECONNRESET, "%s; reconnecting is off (reconnect_ms < 0)", last);
 	if (!conn->path[0])
 		return st_stop(st, -ECONNRESET, "feedd went away (%s)", last);
 	if ((r = st_token(st, token, sizeof(token), &len)) < 0)
@@ -941,7 +945,7 @@ static int st_reopen(struct feed_stream *st)
 		int64_t left = deadline - st_now_ms();
 		if (left <= 0)
 			return st_stop(st, -ECONNRESET, "feedd at %s went away and was not back "
-				       "within reconnect_ms %d (%s)", conn->path, limit, last);
+				       "within %d ms (reconnect_ms) (%s)", conn->path, limit, last);
 		/* the last attempt is made at the deadline, not a delay before it */
 		st_sleep_ms(left < delay ? (int)left : delay);
 		delay = delay < 500 ? delay * 2 : 1000;

@@ -1387,11 +1387,10 @@ class _EpochIter:
             return err
         if r == -errno.ECONNRESET:
             if loader._reconnect_s == 0:
-                return _error(s.conn, r, "reconnect_s=0: the Loader does not reconnect when "
-                                         "feedd goes away; pass reconnect_s=S to ride through "
-                                         "a restart of up to S seconds")
-            return _error(s.conn, r, f"feedd did not come back within "
-                                     f"reconnect_s={loader._reconnect_s}")
+                return _error(s.conn, r, "reconnect_s=0 turned it off; pass reconnect_s=S to "
+                                         "ride through a restart of up to S seconds")
+            return _error(s.conn, r, f"that is reconnect_s={loader._reconnect_s} of this "
+                                     f"Loader; raise it to ride through longer restarts")
         if r == _lib.FEED_END_OF_STREAM:
             return StreamStopped("feedd ended an endless stream", -errno.EPROTO,
                                  _lib.strerror(-errno.EPROTO))
