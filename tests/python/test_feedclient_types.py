@@ -72,3 +72,41 @@ def test_fields_describe_what_batches_hold(fc):
         f = {x.name: x for x in loader.fields}
     assert (f["img"].dtype, f["img"].shape) == ("u8", (5, 4, 3))   # as stored
     assert f["i8"].dtype == "i64" and f["u16"].dtype == "u16"
+
+
+FIELDS_READER = r"""
+import json, sys
+import torch, feedclient
+with feedclient.Loader("small", 8, socket=sys.argv[1], shuffle=False, device_slots=0,
+                       dtype=torch.bfloat16, layout="NHWC") as loader:
+    b = next(iter(loader))
+    print(json.dumps({"granted": loader.device_slots, "reason": loader.device_reason,
+                      "fields": [[f.name, f.dtype, list(f.shape)] for f in loader.fields],
+                      "shape": list(b["image"].shape) if loader.device_slots else None}))
+"""
+
+
+def test_fields_describe_device_slots(fc, feedd_factory, tmp_path, monkeypatch):
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import LIB, PYPKG
+    fake = LIB / "libfake_cuda.so"
+    if not fake.exists():
+        pytest.skip("the driver's test double is not built")
+    env = {"FEED_CUDA_DRIVER": str(fake), "FAKE_CUDA_EVENTS": "auto"}
+    with monkeypatch.context() as m:
+        for k, v in env.items():
+            m.setenv(k, v)
+        d = feedd_factory(tmp_path, "--dataset", f"small={fc.dir / 'small'}")
+    res = subprocess.run([sys.executable, "-c", FIELDS_READER, d.sock], capture_output=True,
+                         text=True, timeout=120,
+                         env={**os.environ, **env, "PYTHONPATH": str(PYPKG)})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.splitlines()[-1])
+    if not out["granted"]:
+        pytest.skip(f"no device slots here: {out['reason']}")
+    assert out["fields"] == [["image", "bf16", [8, 8, 1]], ["label", "i64", []]]
+    assert out["shape"] == [8, 8, 8, 1]
+    d.stop()

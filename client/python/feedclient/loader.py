@@ -472,6 +472,21 @@ _SIZES = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "u32": 4, "i32": 4, "u64": 8, "i
           "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "bool": 1}
 
 
+def _slots_describe(req, p, dtype, shape):
+    """(dtype, shape) of field p in feedd's device slots (Loader(device_slots=))."""
+    if p.variable or p.string:
+        return dtype, shape
+    if p.dtype == np.uint8 and (len(p.trail) == 2 or
+                                (len(p.trail) == 3 and 1 <= p.trail[2] <= 4)):
+        h, w, c = p.trail if len(p.trail) == 3 else p.trail + (1,)
+        name = {_lib.FEED_TO_F32: "f32", _lib.FEED_TO_F16: "f16",
+                _lib.FEED_TO_BF16: "bf16"}.get(req.dtype, dtype)
+        return name, (c, h, w) if req.layout == _lib.FEED_TO_NCHW else (h, w, c)
+    if p.dtype in (np.uint16, np.uint32):
+        return "i64", shape
+    return dtype, shape
+
+
 def _label_dtype(v, torch):
     """label_dtype= as a numpy dtype (None: labels keep the stored type)."""
     if v is None:
@@ -1147,6 +1162,8 @@ class Loader:
             dtype, shape = f.dtype, f.shape
             if self._conv is not None:
                 dtype, shape = self._conv.describe(p, dtype, shape)
+            elif s.device_slots:
+                dtype, shape = _slots_describe(self._slots_req, p, dtype, shape)
             if p.label is not None:
                 dtype = _SHORT.get(np.dtype(p.label).str.lstrip("<|"), dtype)
             if (dtype, shape) != (f.dtype, f.shape):
