@@ -11,7 +11,10 @@ a stream outlives its Loader when batches outlive it.
 
 Threads: one thread at a time uses a Loader (its lock is taken without
 waiting; a second thread gets ConcurrentUse). Batches may be dropped on
-any thread: feed_release() may run concurrently with feed_next().
+any thread: feed_release() may run concurrently with feed_next(). With
+transform=, the Loader's own pool runs the user's function on batches
+already taken; those threads never call into the stream, only drop
+batches.
 
 Must never: release a slot that an array still views, close a stream with
 batches alive, or touch C objects in a process forked from the one that
