@@ -74,7 +74,7 @@ def test_rank_from_the_environment_without_world_size(fc, monkeypatch):
 def two_streams(fc, feedd_factory, tmp_path_factory):
     d = tmp_path_factory.mktemp("two_streams")
     cfg = d / "feedd.yaml"
-    cfg.write_text(f"limits:\n  max_streams: 2\n"
+    cfg.write_text(f"limits:\n  max_streams: 2\n  max_credits: 8\n"
                    f"datasets:\n  - name: small\n    path: {fc.dir / 'small'}\n")
     return feedd_factory(d, "--config", cfg).sock
 
@@ -90,6 +90,16 @@ def test_one_loader_too_many(two_streams):
     assert "2 streams open, limit max_streams is 2" in msg
     assert "each Loader holds one stream until close()" in msg
     assert "raise limits.max_streams" in msg
+
+
+def test_credits_above_a_configured_limit(two_streams):
+    """limits.max_credits: 8 in feedd's config: credits=8 asks for 9 slots."""
+    with pytest.raises(feedclient.InvalidArgument) as e:
+        feedclient.Loader("small", 4, socket=two_streams, credits=8)
+    msg = str(e.value)
+    assert msg.startswith("credits=8 is out of range: this feedd allows 1..7 (its "
+                          "limits.max_credits is 8"), msg
+    feedclient.Loader("small", 4, socket=two_streams, credits=7).close()
 
 
 def test_pipeline_refusal_says_pipeline_once(fc):
