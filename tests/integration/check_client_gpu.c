@@ -244,6 +244,35 @@ START_TEST(test_client_gpu_pin_registers_the_data_region)
 }
 END_TEST
 
+/* After feedd restarts, the new data region is pinned too; the old one is
+ * unregistered when its last batch goes (before it is unmapped). */
+START_TEST(test_client_gpu_pin_follows_a_reconnection)
+{
+	use_fake("13000", "0");
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
+	struct feed_batch *old = h_next_batch(st);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	gpu_start();
+	for (int i = 0; i < 4; i++) /* what was published before, then the new incarnation's */
+		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->registers, 2);
+	ck_assert_int_eq(fs->unregisters, 0);   /* the old region is mapped: a batch holds it */
+	ck_assert_int_eq(feed_release(old), 0); /* its last batch: unregistered, unmapped */
+	ck_assert_int_eq(fs->unregisters, 1);
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 2);
+	feed_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_client_gpu_pin_without_driver)
 {
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
@@ -586,6 +615,7 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_same);
 	tcase_add_test(tc, test_client_gpu_two_streams);
 	tcase_add_test(tc, test_client_gpu_pin_registers_the_data_region);
+	tcase_add_test(tc, test_client_gpu_pin_follows_a_reconnection);
 	tcase_add_test(tc, test_client_gpu_pin_without_driver);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
