@@ -651,7 +651,8 @@ FEED_API int feed_stream_pin(struct feed_stream *st, int device)
 			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
 		}
 		pthread_mutex_init(&p->lock, NULL);
-		*pp = p;
+		/* release: pin_forget() on a releasing thread reads it */
+		__atomic_store_n(pp, p, __ATOMIC_RELEASE);
 	}
 	cl_stream_region(st, &base, &len);
 	return cl_pin_region(st, base, len);
@@ -660,7 +661,9 @@ FEED_API int feed_stream_pin(struct feed_stream *st, int device)
 /* Unregisters the region at base if it was pinned (before it is unmapped). */
 static void pin_forget(struct feed_stream *st, void *base)
 {
-	struct cl_pin *p = *cl_stream_pin(st);
+	/* acquire: set by feed_stream_pin() on the feed_next() thread; this
+	 * runs where a batch is released, maybe another thread */
+	struct cl_pin *p = __atomic_load_n(cl_stream_pin(st), __ATOMIC_ACQUIRE);
 	bool found = false;
 
 	if (!p)
@@ -689,5 +692,5 @@ void cl_pin_close(struct feed_stream *st)
 	pthread_mutex_destroy(&p->lock);
 	free(p->base);
 	free(p);
-	*pp = NULL;
+	__atomic_store_n(pp, NULL, __ATOMIC_RELEASE);
 }
