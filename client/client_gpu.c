@@ -183,9 +183,13 @@ void cl_gpu_poll(struct feed_stream *st, bool wait_one)
 		gpu_poll(st, g, wait_one, false);
 }
 
+static void pin_forget(struct feed_stream *st, void *base);
+
 void cl_gpu_forget(struct feed_stream *st, void *base)
 {
 	struct cl_gpu_stream *g = *cl_stream_gpu(st);
+	if (base)
+		pin_forget(st, base);
 	if (!g || !base)
 		return;
 	pthread_mutex_lock(&g->lock);
@@ -648,4 +652,135 @@ FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *ds
 		return r;
 	cl_gpu_poll(st, false);
 	return gpu_enqueue(g, conn, b, field, &v, &j, dst, (CUstream)stream);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pinning for the caller's own copies (feed_stream_pin)               */
+
+struct cl_pin {
+	pthread_mutex_t lock;      /* base, n, cap */
+	const struct cudrv *cu;
+	CUcontext ctx;             /* the device's primary context, retained until
+				    * close: registrations live in a context */
+	CUdevice dev;
+	void **base;               /* registered data regions, each still mapped */
+	size_t n, cap;
+};
+
+/* Runs cuMemHostRegister / Unregister with p's context current on this
+ * thread, then puts back whatever was current. No lock held. */
+static CUresult pin_call(struct cl_pin *p, void *base, size_t len, bool reg)
+{
+	const struct cudrv_api *api = &p->cu->api;
+	CUcontext prev = NULL;
+	CUresult e;
+
+	api->CtxGetCurrent(&prev);
+	if (prev != p->ctx && (e = api->CtxSetCurrent(p->ctx)) != CUDA_SUCCESS)
+		return e;
+	/* PORTABLE: pinned for every context, torch's included */
+	e = reg ? api->MemHostRegister(base, len, CU_MEMHOSTREGISTER_PORTABLE)
+		: api->MemHostUnregister(base);
+	if (prev != p->ctx)
+		api->CtxSetCurrent(prev);
+	return e;
+}
+
+int cl_pin_region(struct feed_stream *st, void *base, size_t len)
+{
+	struct cl_pin *p = *cl_stream_pin(st);
+	struct feed_conn *conn = cl_stream_conn(st);
+	int r;
+
+	if (!p || !base)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n; i++)
+		if (p->base[i] == base) {
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+	r = gpu_grow(&p->base, &p->cap, p->n, sizeof(*p->base));
+	pthread_mutex_unlock(&p->lock);
+	if (r < 0)
+		return cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
+	CUresult e = pin_call(p, base, len, true);
+	if (e != CUDA_SUCCESS)
+		return gpu_fail_cu(conn, p->cu, e, "cuMemHostRegister of the stream's data region");
+	pthread_mutex_lock(&p->lock);
+	p->base[p->n++] = base;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+FEED_API int feed_stream_pin(struct feed_stream *st, int device)
+{
+	if (!st)
+		return -EINVAL;
+	struct feed_conn *conn = cl_stream_conn(st);
+	struct cl_pin **pp = cl_stream_pin(st), *p = *pp;
+	const struct cudrv *cu = cudrv_get();
+	void *base;
+	size_t len;
+	CUresult e;
+
+	if (!p) {
+		/* the driver's entry points, not the kernels: a build without them pins too */
+		if (!cu->api.MemHostRegister || !cu->info.num_devices)
+			return cl_fail(conn, -ENODEV, "no CUDA driver to pin with: %s",
+				       cu->info.reason[0] ? cu->info.reason : "no CUDA device");
+		if (device < 0 || (uint32_t)device >= cu->info.num_devices)
+			return cl_fail(conn, -EINVAL, "no CUDA device %d (%u found)", device,
+				       cu->info.num_devices);
+		if (!(p = calloc(1, sizeof(*p))))
+			return cl_fail(conn, -ENOMEM, "out of memory for pinning");
+		p->cu = cu;
+		if ((e = cu->api.DeviceGet(&p->dev, device)) != CUDA_SUCCESS ||
+		    (e = cu->api.DevicePrimaryCtxRetain(&p->ctx, p->dev)) != CUDA_SUCCESS) {
+			free(p);
+			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
+		}
+		pthread_mutex_init(&p->lock, NULL);
+		/* release: pin_forget() on a releasing thread reads it */
+		__atomic_store_n(pp, p, __ATOMIC_RELEASE);
+	}
+	cl_stream_region(st, &base, &len);
+	return cl_pin_region(st, base, len);
+}
+
+/* Unregisters the region at base if it was pinned (before it is unmapped). */
+static void pin_forget(struct feed_stream *st, void *base)
+{
+	/* acquire: set by feed_stream_pin() on the feed_next() thread; this
+	 * runs where a batch is released, maybe another thread */
+	struct cl_pin *p = __atomic_load_n(cl_stream_pin(st), __ATOMIC_ACQUIRE);
+	bool found = false;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n; i++)
+		if (p->base[i] == base) {
+			p->base[i] = p->base[--p->n];
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	if (found)
+		pin_call(p, base, 0, false);
+}
+
+void cl_pin_close(struct feed_stream *st)
+{
+	struct cl_pin **pp = cl_stream_pin(st), *p = *pp;
+
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++)
+		pin_call(p, p->base[i], 0, false);
+	p->cu->api.DevicePrimaryCtxRelease(p->dev);
+	pthread_mutex_destroy(&p->lock);
+	free(p->base);
+	free(p);
+	__atomic_store_n(pp, NULL, __ATOMIC_RELEASE);
 }

@@ -103,6 +103,18 @@ void cl_gpu_forget(struct feed_stream *st, void *base);
  * the GPU state. Before the stream's regions are unmapped. */
 void cl_gpu_close(struct feed_stream *st);
 
+struct cl_pin;
+/* The stream's pinning state (feed_stream_pin), NULL until pinned; owned by
+ * the stream, freed by cl_pin_close(). */
+struct cl_pin **cl_stream_pin(struct feed_stream *st);
+/* The current incarnation's data region. */
+void cl_stream_region(const struct feed_stream *st, void **ret_base, size_t *ret_len);
+/* Registers the region at base of a pinned stream (no-op for others):
+ * after a reconnection maps a new one. feed_next()'s thread. */
+int cl_pin_region(struct feed_stream *st, void *base, size_t len);
+/* Unregisters every pinned region, frees the state. Before unmapping. */
+void cl_pin_close(struct feed_stream *st);
+
 /* ------------------------------------------------------------------ */
 /* Between streams (client_stream.c) and device slots (client_ipc.c)   */
 

@@ -121,6 +121,7 @@ struct feed_stream {
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 	struct cl_gpu_stream *gpu; /* GPU delivery (client_gpu.c), NULL until asked */
+	struct cl_pin *pin;        /* feed_stream_pin (client_gpu.c), NULL until asked */
 	struct cl_ipc *ipc;        /* device slots (client_ipc.c) of this
 				    * incarnation, or NULL: dev_reason says why */
 	char dev_reason[512];
@@ -972,9 +973,13 @@ static int st_reopen(struct feed_stream *st)
 		st->stop = FEED_END_OF_STREAM;
 		return FEED_END_OF_STREAM;
 	}
-	snprintf(last, sizeof(last), "%s", conn->errmsg);
+	/* the detail without its "stream N: ", which st_stop puts back once */
+	char pre[32];
+	int npre = snprintf(pre, sizeof(pre), "stream %u: ", st->info.id);
+	snprintf(last, sizeof(last), "%s",
+		 strncmp(conn->errmsg, pre, (size_t)npre) ? conn->errmsg : conn->errmsg + npre);
 	if (st->opts.reconnect_ms < 0)
-		return st_stop(st, -ECONNRESET, "feedd went away (%s); reconnecting is off", last);
+		return st_stop(st, -ECONNRESET, "%s; reconnecting is off (reconnect_ms < 0)", last);
 	if (!conn->path[0])
 		return st_stop(st, -ECONNRESET, "feedd went away (%s)", last);
 	if ((r = st_token(st, token, sizeof(token), &len)) < 0)
@@ -993,8 +998,11 @@ static int st_reopen(struct feed_stream *st)
 			r = st_open(conn, &o, &n);
 			if (r == 0) {
 				r = st_adopt(st, n);
-				if (r == 0)
+				if (r == 0) {
+					/* pinned: the new data region too (else pageable, still correct) */
+					(void)cl_pin_region(st, st->data, st->len[1]);
 					return 0;
+				}
 				feed_stream_close(n);
 				if (r == -ENOMEM)
 					return cl_fail(conn, r, "stream %u: out of memory to keep the "
@@ -1014,10 +1022,12 @@ static int st_reopen(struct feed_stream *st)
 				       st->info.id, last);
 		}
 		snprintf(last, sizeof(last), "%s", conn->errmsg);
-		if (st_now_ms() + delay > deadline)
+		int64_t left = deadline - st_now_ms();
+		if (left <= 0)
 			return st_stop(st, -ECONNRESET, "feedd at %s went away and was not back "
-				       "within %d ms (%s)", conn->path, limit, last);
-		st_sleep_ms(delay);
+				       "within %d ms (reconnect_ms) (%s)", conn->path, limit, last);
+		/* the last attempt is made at the deadline, not a delay before it */
+		st_sleep_ms(left < delay ? (int)left : delay);
 		delay = delay < 500 ? delay * 2 : 1000;
 	}
 }
@@ -1334,8 +1344,10 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 			*deadline = st_now_ms() + timeout_ms;
 		int64_t ms = *deadline - st_now_ms();
 		if (ms <= 0)
-			return cl_fail(conn, -ETIMEDOUT, "stream %u: no batch within %d ms",
-				       st->info.id, timeout_ms);
+			return cl_fail(conn, -ETIMEDOUT, "stream %u of dataset '%s': no batch within "
+				       "%d ms (%u of %u credits held here); feedctl status shows the "
+				       "stream", st->info.id, st->opts.dataset, timeout_ms, held,
+				       st->take_max);
 		left = (int)ms;
 	}
 	if (st_arm(st))
@@ -1530,6 +1542,7 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 	if (st->ipc)
 		cl_ipc_poll(st->ipc, true, NULL);
 	cl_gpu_close(st); /* copies done, deferred releases made, unregistered */
+	cl_pin_close(st);
 	for (uint32_t i = 0; i < st->nslots; i++)
 		feed_release(&st->batches[i]); /* -EINVAL for those not held */
 	cl_ipc_close(st->ipc); /* before feedd frees what the handles map */
@@ -1545,6 +1558,17 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 struct cl_gpu_stream **cl_stream_gpu(struct feed_stream *st)
 {
 	return &st->gpu;
+}
+
+struct cl_pin **cl_stream_pin(struct feed_stream *st)
+{
+	return &st->pin;
+}
+
+void cl_stream_region(const struct feed_stream *st, void **ret_base, size_t *ret_len)
+{
+	*ret_base = st->data;
+	*ret_len = st->len[1];
 }
 
 struct cl_ipc *cl_stream_ipc(struct feed_stream *st)

@@ -91,4 +91,5 @@ file(WRITE "${FEED_I_WORK}/_installed.py"
 file(GLOB pyfiles "${FEED_I_SRC}/client/python/feedclient/*.py")
 file(INSTALL DESTINATION "${pkgdir}" TYPE FILE
      PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
-     FILES ${pyfiles} "${FEED_I_WORK}/_installed.py")
+     FILES ${pyfiles} "${FEED_I_SRC}/client/python/feedclient/py.typed"
+           "${FEED_I_WORK}/_installed.py")

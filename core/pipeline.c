@@ -1345,6 +1345,15 @@ static int plan_var_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uin
 	return set_image_out(spec, i, fd, dm, op->size, op->size, c, true, err);
 }
 
+/* normalize's mean and std for c channels: one value given serves all. */
+static void norm_values(const struct pipe_op *op, uint32_t c, float *mean, float *sd)
+{
+	for (uint32_t k = 0; k < c; k++) {
+		mean[k] = (float)((double)op->mean_ppb[op->nmean == 1 ? 0 : k] / PIPE_P_ONE);
+		sd[k] = (float)((double)op->std_ppb[op->nstd == 1 ? 0 : k] / PIPE_P_ONE);
+	}
+}
+
 /* normalize on a fixed u8 image: float output, CHW or HWC. */
 static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
 			  struct feed_err *err)
@@ -1359,18 +1368,14 @@ static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, 
 	if (c > PIPE_MAX_C)
 		return plan_fail(&p->spec, i, err, "key 'field': '%s' has %u channels (at most %d)",
 				 fd->name, c, PIPE_MAX_C);
-	if (op->nmean != c)
-		return plan_fail(&p->spec, i, err, "key 'mean': %u value%s for the %u channel%s of "
-				 "'%s'", op->nmean, op->nmean == 1 ? "" : "s", c, c == 1 ? "" : "s",
-				 fd->name);
-	if (op->nstd != c)
-		return plan_fail(&p->spec, i, err, "key 'std': %u value%s for the %u channel%s of "
-				 "'%s'", op->nstd, op->nstd == 1 ? "" : "s", c, c == 1 ? "" : "s",
-				 fd->name);
-	for (uint32_t k = 0; k < c; k++) {
-		mean[k] = (float)((double)op->mean_ppb[k] / PIPE_P_ONE);
-		sd[k] = (float)((double)op->std_ppb[k] / PIPE_P_ONE);
-	}
+	/* one value serves every channel, as torchvision's Normalize broadcasts it */
+	if (op->nmean != c && op->nmean != 1)
+		return plan_fail(&p->spec, i, err, "key 'mean': %u values for the %u channel%s of "
+				 "'%s' (give 1 or %u)", op->nmean, c, c == 1 ? "" : "s", fd->name, c);
+	if (op->nstd != c && op->nstd != 1)
+		return plan_fail(&p->spec, i, err, "key 'std': %u values for the %u channel%s of "
+				 "'%s' (give 1 or %u)", op->nstd, c, c == 1 ? "" : "s", fd->name, c);
+	norm_values(op, c, mean, sd);
 	enum feed_convert_dtype dt = op->dtype == FEED_DTYPE_F16    ? FEED_CONVERT_F16
 				     : op->dtype == FEED_DTYPE_BF16 ? FEED_CONVERT_BF16
 								    : FEED_CONVERT_F32;
@@ -1563,10 +1568,7 @@ static void plan_convert(struct pipe_plan *p, struct pipe_stage *st)
 	const struct pipe_op *op = &p->spec.ops[p->stage_ops[st->first]];
 	float mean[PIPE_MAX_C], sd[PIPE_MAX_C];
 
-	for (uint32_t k = 0; k < st->c; k++) {
-		mean[k] = (float)((double)op->mean_ppb[k] / PIPE_P_ONE);
-		sd[k] = (float)((double)op->std_ppb[k] / PIPE_P_ONE);
-	}
+	norm_values(op, st->c, mean, sd);
 	enum feed_convert_dtype dt = op->dtype == FEED_DTYPE_F16    ? FEED_CONVERT_F16
 				     : op->dtype == FEED_DTYPE_BF16 ? FEED_CONVERT_BF16
 								    : FEED_CONVERT_F32;

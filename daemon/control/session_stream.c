@@ -602,7 +602,9 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	if ((rc = ses_pipeline_text(se->d, o->pipeline, &text, err)) < 0)
 		return rc;
 	if ((rc = pipe_plan_text(text, ss->e->info->schema, ss->plan, err)) < 0) {
-		feed_err_prefix(err, "pipeline");
+		/* the planner's own "pipeline: ..." messages say so already */
+		if (strncmp(err->msg, "pipeline", 8))
+			feed_err_prefix(err, "pipeline");
 		return rc;
 	}
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)

@@ -56,7 +56,8 @@ soname=$(readelf -d "$lib/libfeedclient.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]
 # GNU ld adds an absolute symbol named after each version node: not an export.
 nm -D --defined-only "$lib/libfeedclient.so.0" | awk '$2 != "A" {print $3}' >"$t/exports"
 [ "$(grep -c '^feed_.*@@FEEDCLIENT_0$' "$t/exports")" -ge 10 ] || fail "no feed_*@@FEEDCLIENT_0 exports"
-if grep -v '^feed_.*@@FEEDCLIENT_0$' "$t/exports"; then
+# later calls sit in later nodes (feedclient.map: FEEDCLIENT_0.2, ...)
+if grep -Ev '^feed_.*@@FEEDCLIENT_0(\.[0-9]+)?$' "$t/exports"; then
   fail "libfeedclient.so.0 exports the symbols above"
 fi
 

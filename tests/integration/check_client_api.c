@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,35 @@ START_TEST(test_client_batch_field_index_by_name)
 	ck_assert_int_eq(feed_batch_field(b, (uint32_t)i, &v), 0);
 	ck_assert_uint_eq(v.bytes, 8ull * feed_batch_size(b));
 	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* A daemon that hangs (SIGSTOP): feed_next(st, timeout_ms) returns
+ * -ETIMEDOUT after the wait, naming the dataset, the wait and the credits
+ * held, and leaves the stream usable once the daemon runs again. */
+START_TEST(test_client_next_timeout_names_the_wait)
+{
+	struct feed_batch *b, *held;
+	int r;
+
+	api_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &held), 0);
+	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
+	/* what was published before the stop still comes */
+	while ((r = feed_next(st, 200, &b)) == 0 || r == FEED_END_OF_EPOCH)
+		if (r == 0)
+			feed_release(b);
+	ck_assert_int_eq(r, -ETIMEDOUT);
+	ck_assert_msg(strstr(feed_errmsg(c), "of dataset 'tiny': no batch within 200 ms "
+				  "(1 of 2 credits held here)"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b), 0);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_release(held), 0);
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
@@ -373,6 +403,7 @@ int main(void)
 	tcase_add_test(tc, test_client_resume_token_enospc_writes_nothing);
 	tcase_add_test(tc, test_client_dtype_constants_match_fields);
 	tcase_add_test(tc, test_client_batch_field_index_by_name);
+	tcase_add_test(tc, test_client_next_timeout_names_the_wait);
 	tcase_add_test(tc, test_client_version_is_the_projects);
 	tcase_add_test(tc, test_client_strerror_speaks_feedd);
 	tcase_add_test(tc, test_client_release_from_another_thread_during_next);

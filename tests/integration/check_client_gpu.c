@@ -210,6 +210,86 @@ START_TEST(test_client_gpu_device_refused_without_driver)
 }
 END_TEST
 
+/* feed_stream_pin: the stream's data region registered once (PORTABLE),
+ * the batch's memory inside it, the primary context retained until close,
+ * which undoes both; a build without kernels pins too (only the driver's
+ * entry points are needed). */
+START_TEST(test_client_gpu_pin_registers_the_data_region)
+{
+	use_fake("13000", "0");
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	ck_assert_int_eq(feed_stream_pin(NULL, 0), -EINVAL);
+	ck_assert_int_eq(feed_stream_pin(st, 7), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "no CUDA device 7"), "%s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0); /* again: nothing more */
+	ck_assert_int_eq(fs->registers, 1);
+	ck_assert_uint_eq(fs->last_register_flags & 0x01, 0x01); /* PORTABLE */
+	ck_assert_int_eq(fs->primary_retains, 1);
+	struct feed_batch *b = h_next_batch(st);
+	struct feed_view v;
+	ck_assert_int_eq(feed_batch_field(b, 0, &v), 0);
+	uintptr_t lo = (uintptr_t)fs->last_register_ptr, p = (uintptr_t)v.data;
+	ck_assert(lo <= p && p + v.bytes <= lo + fs->last_register_bytes);
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(fs->unregisters, 0);
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 1);
+	ck_assert_int_eq(fs->primary_releases, 1);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* After feedd restarts, the new data region is pinned too; the old one is
+ * unregistered when its last batch goes (before it is unmapped). */
+START_TEST(test_client_gpu_pin_follows_a_reconnection)
+{
+	use_fake("13000", "0");
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
+	struct feed_batch *old = h_next_batch(st);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	gpu_start();
+	for (int i = 0; i < 4; i++) /* what was published before, then the new incarnation's */
+		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->registers, 2);
+	ck_assert_int_eq(fs->unregisters, 0);   /* the old region is mapped: a batch holds it */
+	ck_assert_int_eq(feed_release(old), 0); /* its last batch: unregistered, unmapped */
+	ck_assert_int_eq(fs->unregisters, 1);
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 2);
+	feed_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_client_gpu_pin_without_driver)
+{
+	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+
+	ck_assert_int_eq(feed_stream_pin(st, 0), -ENODEV);
+	ck_assert_msg(strstr(feed_errmsg(c), "no CUDA driver to pin with: "
+				  "/nonexistent/libcuda.so.1 not found"), "%s", feed_errmsg(c));
+	struct feed_batch *b = h_next_batch(st); /* the stream is as it was */
+	ck_assert_int_eq(feed_release(b), 0);
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
 /* Through the double: one registration per region (flags as the device
  * takes them), a copy and a launch per call, the kernel's output the
  * twin's, and everything undone at close. */
@@ -625,6 +705,9 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_same);
 	tcase_add_test(tc, test_client_gpu_two_streams);
 	tcase_add_test(tc, test_client_gpu_mix);
+	tcase_add_test(tc, test_client_gpu_pin_registers_the_data_region);
+	tcase_add_test(tc, test_client_gpu_pin_follows_a_reconnection);
+	tcase_add_test(tc, test_client_gpu_pin_without_driver);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -236,7 +236,7 @@ def test_job_id_shows_in_status_and_metrics(served, monkeypatch, env, job):
         (s,) = mine(daemon.sock, 6)
         assert s["job"] == job
         live = samples(scrape(base))
-        assert live[("feedd_credits", labels(job))] == 2
+        assert live[("feedd_credits", labels(job))] == 3   # credits + the one being fetched
         del it
 
 
@@ -286,7 +286,7 @@ def test_top_json_shows_the_clients_gpu_from_nvml(served, feed_bin, monkeypatch)
         (row,) = [r for r in view["streams"] if r["pid"] == pid]
         assert row["job"] == "top-job" and row["dataset"] == "m"
         assert row["gpu_util_pct"] == 77 and row["gpu_index"] == 1
-        assert row["credits"] == 2 and 0 <= row["worker_share"] <= 1
+        assert row["credits"] == 3 and 0 <= row["worker_share"] <= 1  # credits=2, + 1
         # NVML there, but the client runs on no GPU it lists: null
         view = top_json(feed_bin, daemon.sock, {"FEED_NVML_LIBRARY": str(fake),
                                                 "FAKE_NVML_PROCS": f"{pid + 1}@0"})

@@ -130,5 +130,5 @@ def test_rank_defaults(fc, monkeypatch):
     with pytest.raises(feedclient.InvalidArgument, match=r"\$RANK='x'"):
         share()
     monkeypatch.setenv("RANK", "3")
-    with pytest.raises(feedclient.InvalidArgument, match="rank 3 must be below world_size 3"):
+    with pytest.raises(feedclient.InvalidArgument, match=r"\$RANK=3 must be below \$WORLD_SIZE=3"):
         share()

@@ -429,6 +429,15 @@ START_TEST(test_pipeline_image_plan)
 	ck_assert_uint_eq(p->stages[1].cv.dtype, FEED_CONVERT_F16);
 	ck_assert_uint_eq(p->inter_bytes, 100 * 100 * 3);
 
+	/* one mean and one std serve every channel, as torchvision broadcasts them */
+	struct feed_convert one;
+	ck_assert_msg(pipe_plan_text("decode | center_crop(size=8) | normalize(mean=0.5, std=0.25)",
+				     &s, p, &err) == 0, "%s", err.msg);
+	one = p->stages[p->nstages - 1].cv;
+	ck_assert_msg(pipe_plan_text("decode | center_crop(size=8) | normalize(mean=(0.5, 0.5, 0.5), "
+				     "std=(0.25, 0.25, 0.25))", &s, p, &err) == 0, "%s", err.msg);
+	ck_assert(!memcmp(&one, &p->stages[p->nstages - 1].cv, sizeof(one)));
+
 	/* fixed by resize(h, w), then today's ops on a fixed image */
 	ck_assert_msg(pipe_plan_text("decode | resize(h=32, w=48) | random_crop(size=30) | hflip",
 				     &s, p, &err) == 0, "%s", err.msg);
@@ -491,8 +500,8 @@ START_TEST(test_pipeline_image_plan_errors)
 		     "'label' is not a field of encoded images");
 	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0.5, 0.5), std=(1, 1, 1))",
 		     "op 3 'normalize'", "key 'mean'", "2 values for the 3 channels");
-	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0.5, 0.5, 0.5), std=1)",
-		     "op 3 'normalize'", "key 'std'", "1 value for the 3 channels");
+	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0.5, 0.5, 0.5), "
+		     "std=(1, 1))", "op 3 'normalize'", "key 'std'", "2 values for the 3 channels");
 	plan_refused(&s, "decode | center_crop(size=8) | normalize(mean=(0, 0, 0), std=(1, 1, 1)) "
 		     "| hflip", "op 4 'hflip'", "normalized already", NULL);
 	plan_refused(&s, "decode | center_crop(size=8) | random_window(len=2, field=image)",

@@ -124,7 +124,9 @@ struct feed_stream_opts {
 	int reconnect_ms;         /* when feedd goes away (a restart),
 				   * feed_next() reconnects to the same socket
 				   * and resumes at the stream's position,
-				   * retrying for up to this long; 0 = 30000,
+				   * retrying for this long, to the
+				   * millisecond (the last attempt is made at
+				   * the deadline); 0 = 30000,
 				   * negative = never (fail with -ECONNRESET) */
 	const char *group;        /* NULL, or a group name (1 to 63 of A-Z a-z
 				   * 0-9 _ . -): streams of one user opened
@@ -246,7 +248,11 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
 
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next batch.
  * Returns 0 with *ret set, FEED_END_OF_EPOCH or FEED_END_OF_STREAM (once
- * each, *ret untouched), or: -ETIMEDOUT; -ENOBUFS when every credit is held
+ * each, *ret untouched), or: -ETIMEDOUT when no batch came within
+ * timeout_ms, counted from the call (feed_errmsg() names the stream, its
+ * dataset, the wait and the credits held here; the stream is unchanged and
+ * the next call waits again: a caller that wants a deadline for a daemon
+ * that hangs passes it here, as feedclient.Loader(timeout=) does); -ENOBUFS when every credit is held
  * by batches not yet released (release one first); -ECONNRESET when the
  * daemon went away; the daemon's code when it stopped the stream (e.g.
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
@@ -340,6 +346,21 @@ FEED_API int feed_stream_group_start(const struct feed_stream *st, uint64_t *ret
  * feed_next() with timeout 0 neither reconnects nor notices a daemon that
  * went away: call it with a timeout now and then to find out. */
 FEED_API int feed_stream_fd(const struct feed_stream *st);
+
+/* Pins the stream's data region for the caller's own copies: registers
+ * it with the CUDA driver loaded at run time (cuMemHostRegister, PORTABLE,
+ * in device's primary context, which the stream retains until closed), so
+ * that a copy from a batch's memory to the GPU (torch's
+ * .to("cuda", non_blocking=True), cudaMemcpyAsync) is a real asynchronous
+ * DMA. The region after a reconnection is registered in turn; each is
+ * unregistered before it is unmapped. Calling it again does nothing more.
+ * Not needed for feed_batch_to_device(), which registers what it reads.
+ * Returns 0; -ENODEV when no CUDA driver is found (feed_errmsg() says why:
+ * the driver library, cuInit, no device); -EINVAL for a device the driver
+ * does not have; -EIO when the driver refuses (named); -ENOMEM. Blocks
+ * while the driver registers (milliseconds per GiB). The thread that calls
+ * feed_next(). */
+FEED_API int feed_stream_pin(struct feed_stream *st, int device);
 
 /* Tells the daemon, unmaps and frees. Batches not released are released.
  * Accepts NULL. Blocks up to the connection's timeout while telling the

@@ -22,12 +22,12 @@ from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
                      DaemonNotRunning, Detached, FeedError, GpuUnavailable, InvalidArgument,
                      LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
-                     UnknownDataset)
+                     Timeout, TransformError, UnknownDataset)
 from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
 
 __version__ = "0.1.0"
-library_version = _lib_handle.feed_version().decode()
+library_version: str = _lib_handle.feed_version().decode()
 """The version of the libfeedclient loaded (feed_version())."""
 
 __all__ = [
@@ -36,5 +36,5 @@ __all__ = [
     "DaemonNotRunning", "UnknownDataset", "AccessDenied", "InvalidArgument", "BadPipeline",
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
-    "GpuUnavailable", "gpu_info", "status", "DeviceArray",
+    "GpuUnavailable", "gpu_info", "status", "DeviceArray", "Timeout", "TransformError",
 ]

@@ -347,6 +347,7 @@ _API = {
     "feed_batch_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
                                          ctypes.POINTER(View)]),
     "feed_status_free": (None, [ctypes.POINTER(Status)]),
+    "feed_stream_pin": (ctypes.c_int, [_P, ctypes.c_int]),
     "feed_batch_to_device": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_void_p,
                                             ctypes.POINTER(ToDevice), ctypes.c_void_p]),
     "feed_mix_draw": (ctypes.c_int, [ctypes.POINTER(MixSpec), ctypes.c_uint64, ctypes.c_uint64,

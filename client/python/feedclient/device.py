@@ -37,6 +37,7 @@ its mix (MixPlan). Runs on the Loader's thread; never prints.
 import ctypes
 import errno
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from ._lib import lib
 from .errors import FeedError, GpuUnavailable, InvalidArgument, class_for
 
 
-def gpu_info():
+def gpu_info() -> SimpleNamespace:
     """feed_gpu_query(): what the GPU path can do on this machine, as a
     namespace: usable (bool), kernels (bool: the build embeds them),
     driver_version and driver_needed (int, 1000*major + 10*minor; 0: no
@@ -182,9 +183,12 @@ class Conversion:
         if self.device.type == "cuda":
             info = gpu_info()
             if not info.usable:
+                # the driver loader's words may add "converting on the CPU",
+                # which this Loader does not do: it raises
+                reason = info.reason.replace("; converting on the CPU", "")
                 raise GpuUnavailable(f"device={device!r}: libfeedclient's GPU path is not "
-                                     f"usable: {info.reason}; device='cpu' converts the same "
-                                     f"way on the CPU", -errno.ENODEV, "no usable GPU")
+                                     f"usable: {reason}; pass device='cpu' to convert the "
+                                     f"same way on the CPU", -errno.ENODEV, "no usable GPU")
             if not torch.cuda.is_available():
                 raise GpuUnavailable(f"device={device!r}: libfeedclient can reach the GPU but "
                                      f"this torch cannot (built without CUDA, or "
@@ -195,6 +199,33 @@ class Conversion:
             self.to.device = self.index
         else:
             self.to.device = _lib.FEED_DEVICE_CPU
+
+    def check_channels(self, plan):
+        """Refuses mean= or std= whose count fits no image field of the
+        stream (1 value, or one per channel), naming the field."""
+        for p in plan:
+            img = self._image(p)
+            if img is None:
+                continue
+            c = img[2]
+            for what, v in (("mean", self.mean), ("std", self.std)):
+                if v is not None and len(v) not in (1, c):
+                    raise InvalidArgument(
+                        f"{what}={v!r}: {len(v)} values, but field '{p.name}' has {c} "
+                        f"channel{'s' if c != 1 else ''} (shape {p.trail}); give one value "
+                        f"for all channels or {c}", -errno.EINVAL, "invalid argument")
+
+    def describe(self, p, dtype, shape):
+        """(dtype, shape) of field p's tensors after the conversion."""
+        img = self._image(p)
+        if img is not None:
+            h, w, c = img
+            names = {self.torch.float32: "f32", self.torch.float16: "f16",
+                     self.torch.bfloat16: "bf16"}
+            return names[self.dtype], (c, h, w) if self.layout == "NCHW" else (h, w, c)
+        if not p.variable and p.dtype in (np.uint16, np.uint32):
+            return "i64", shape
+        return dtype, shape
 
     def _norm(self, name, c):
         """(mean, std) as C float arrays for images of c channels."""
@@ -262,9 +293,10 @@ class Conversion:
         dev = self.device if self.device.type == "cpu" else torch.device("cuda", self.index)
         stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
         out = type(batch)()
-        out.epoch, out.index, out.indices, out.padded, out.replaced = \
-            batch.epoch, batch.index, batch.indices, batch.padded, batch.replaced
-        n = len(batch.indices)
+        out.epoch, out.index, out.padded, out.replaced = \
+            batch.epoch, batch.index, batch.padded, batch.replaced
+        out._indices = batch.indices   # made (a copy) before the slot goes
+        n = len(out._indices)
         mix = None
         if self.mix is not None:
             if self.mix.mixing:
@@ -306,7 +338,10 @@ class Conversion:
                 out[p.name] = [x if isinstance(x, str) else
                                torch.from_numpy(np.array(x)).to(dev) for x in v]
             else:
-                out[p.name] = self._same(s, b, p, v, dev, stream)
+                t = self._same(s, b, p, v, dev, stream)
+                if p.label is not None and not isinstance(t, np.ndarray):
+                    t = t.to(torch.from_numpy(np.empty(0, p.label)).dtype)
+                out[p.name] = t
         return out
 
     def _same(self, s, b, p, v, dev, stream):
@@ -381,7 +416,7 @@ class DeviceArray:
     _NAMES = {1: "u8", 2: "i8", 3: "u16", 4: "i16", 5: "u32", 6: "i32", 7: "u64", 8: "i64",
               9: "f16", 10: "bf16", 11: "f32", 12: "f64", 13: "bool"}
 
-    def __init__(self, slot, view, device):
+    def __init__(self, slot: Any, view: Any, device: int) -> None:
         self._slot = slot
         self.device = device
         self.dtype = self._NAMES.get(view.dtype, "u8")
@@ -393,13 +428,13 @@ class DeviceArray:
                                          "data": (view.data or 0, False), "strides": None,
                                          "version": 3, "stream": None}
 
-    def to_torch(self):
+    def to_torch(self) -> Any:
         """A torch tensor on this device viewing the same memory (no copy)."""
         import torch
         t = torch.as_tensor(self, device=torch.device("cuda", self.device))
         return t.view(torch.bfloat16) if self.dtype == "bf16" else t
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<feedclient.DeviceArray cuda:{self.device} {self.dtype}{list(self.shape)}>"
 
 

@@ -13,6 +13,7 @@ LibraryNotFound before anything else exists.
 """
 
 import errno as _errno
+from typing import Optional
 
 
 class FeedError(Exception):
@@ -24,7 +25,7 @@ class FeedError(Exception):
     failed).
     """
 
-    def __init__(self, detail, code=0, reason=""):
+    def __init__(self, detail: str, code: int = 0, reason: str = "") -> None:
         super().__init__(detail)
         self.detail = detail
         self.code = code
@@ -44,7 +45,8 @@ class DaemonNotRunning(FeedError):
     .socket is the path tried (None when the C library chose it from
     $FEEDD_SOCKET or its default; the message names it then)."""
 
-    def __init__(self, detail, code=0, reason="", socket=None):
+    def __init__(self, detail: str, code: int = 0, reason: str = "",
+                 socket: Optional[str] = None) -> None:
         super().__init__(detail, code, reason)
         self.socket = socket
 
@@ -80,11 +82,13 @@ class LimitReached(FeedError):
 
 
 class CreditsExhausted(FeedError):
-    """Every credit is held by batches still alive (a batch, or an array or
-    tensor viewing one); .held says how many. Drop some, or open the
-    Loader with more credits."""
+    """More batches are alive than the Loader's credits allow (a batch, or
+    an array or tensor viewing one, holds its slot; a list of them or an
+    autograd graph over them keeps them alive); .held says how many. A
+    plain loop needs credits >= 1, a loop that keeps k batches credits >=
+    k. Drop them (torch.no_grad() for evaluation), or raise credits."""
 
-    def __init__(self, detail, code=0, reason="", held=0):
+    def __init__(self, detail: str, code: int = 0, reason: str = "", held: int = 0) -> None:
         super().__init__(detail, code, reason)
         self.held = held
 
@@ -105,6 +109,27 @@ class Detached(StreamStopped):
     """The Loader's group detached it: it released no batch for feedd's
     group timeout (the message names the group and the timeout). The
     batches it holds stay valid; the other members went on without it."""
+
+
+class Timeout(FeedError, TimeoutError):
+    """No batch came within the Loader's timeout= (the message names the
+    dataset, the wait and what `feedctl status` shows about the stream).
+    The Loader stays usable: the next call waits again."""
+
+
+class TransformError(FeedError):
+    """The Loader's transform= raised on a batch; .epoch and .index say
+    which (the original exception is the __cause__). The iteration goes on
+    with the next batch if the loop continues."""
+
+    def __init__(self, detail: str, code: int = 0, reason: str = "", epoch: int = 0,
+                 index: int = 0) -> None:
+        super().__init__(detail, code, reason)
+        self.epoch = epoch
+        self.index = index
+
+    def __reduce__(self):
+        return (type(self), (self.detail, self.code, self.reason, self.epoch, self.index))
 
 
 class LoaderClosed(FeedError):
@@ -131,7 +156,7 @@ _BY_CODE = {
 }
 
 
-def class_for(code, detail):
+def class_for(code: int, detail: str) -> type:
     """The exception class for a C error code and its detail."""
     if code in (-_errno.EINVAL, -_errno.ESTALE) and "resume token" in detail:
         return ResumeRefused

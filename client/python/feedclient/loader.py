@@ -11,7 +11,10 @@ a stream outlives its Loader when batches outlive it.
 
 Threads: one thread at a time uses a Loader (its lock is taken without
 waiting; a second thread gets ConcurrentUse). Batches may be dropped on
-any thread: feed_release() may run concurrently with feed_next().
+any thread: feed_release() may run concurrently with feed_next(). With
+transform=, the Loader's own pool runs the user's function on batches
+already taken; those threads never call into the stream, only drop
+batches.
 
 Must never: release a slot that an array still views, close a stream with
 batches alive, or touch C objects in a process forked from the one that
@@ -19,20 +22,26 @@ opened them (a forked child shares the parent's release ring).
 """
 
 import collections
+import concurrent.futures
 import ctypes
 import errno
 import gc
 import os
+import re
 import sys
 import threading
+import time
 import weakref
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
 from . import _lib
 from ._lib import lib
-from .errors import (ConcurrentUse, DaemonNotRunning, FeedError, InvalidArgument, LoaderClosed,
-                     StreamStopped, UnknownDataset, class_for)
+from .errors import (ConcurrentUse, CreditsExhausted, DaemonNotRunning, FeedError,
+                     InvalidArgument, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
+                     Timeout, TransformError, UnknownDataset, class_for)
 
 _NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
 
@@ -48,20 +57,32 @@ def _after_fork_in_child():
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-FieldInfo = collections.namedtuple("FieldInfo", "name dtype shape variable max_bytes")
-FieldInfo.__doc__ = """One field of a dataset or of a stream's batches.
+class FieldInfo(NamedTuple):
+    """One field of a dataset or of a stream's batches.
 
-name: str; dtype: the short name feedd gives it ("u8", "i64", "f32",
-"bf16", "bool", "str", ...); shape: tuple, a record's shape (fixed fields,
-batches add the sample axis in front), or for variable fields one
-element's shape along the varying first axis; variable: bool; max_bytes:
-the largest record of the field."""
+    name: str; dtype: the short name feedd gives it ("u8", "i64", "f32",
+    "bf16", "bool", "str", ...); shape: tuple, a record's shape (fixed
+    fields, batches add the sample axis in front), or for variable fields
+    one element's shape along the varying first axis; variable: bool;
+    max_bytes: the largest record of the field."""
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    variable: bool
+    max_bytes: int
 
-DatasetInfo = collections.namedtuple("DatasetInfo", "name samples version fields classes")
-DatasetInfo.__doc__ = """A dataset feedd serves: name, samples (count), version (content
-hash: same version, same records), fields (tuple of FieldInfo), classes (tuple
-of str: label i is classes[i], as torchvision's ImageFolder.classes, for
-datasets packed by feedpack imagefolder; () for others)."""
+
+class DatasetInfo(NamedTuple):
+    """A dataset feedd serves: name, samples (count), version (content
+    hash: same version, same records), fields (tuple of FieldInfo), classes
+    (tuple of str: label i is classes[i], as torchvision's
+    ImageFolder.classes, for datasets packed by feedpack imagefolder; ()
+    for others)."""
+    name: str
+    samples: int
+    version: str
+    fields: Tuple[FieldInfo, ...]
+    classes: Tuple[str, ...]
 
 
 def _fields(ptr, count):
@@ -82,7 +103,7 @@ def _error(conn, code, hint=""):
     return cls(detail, code, _lib.strerror(code))
 
 
-def _connect(socket):
+def _connect(socket, timeout_ms=None):
     """A new connection (ctypes pointer) to feedd at socket (None: $FEEDD_SOCKET,
     else /run/feedd/feedd.sock). Raises DaemonNotRunning, AccessDenied or
     FeedError with the library's words, which name the socket."""
@@ -90,6 +111,8 @@ def _connect(socket):
     r = lib.feed_conn_new(ctypes.byref(conn))
     if r < 0:
         raise MemoryError("feedclient: out of memory for a connection")
+    if timeout_ms is not None:
+        lib.feed_conn_set_timeout(conn, timeout_ms)
     r = lib.feed_conn_open(conn, os.fsencode(socket) if socket is not None else None)
     if r >= 0:
         return conn
@@ -107,7 +130,7 @@ def _connect(socket):
     raise class_for(r, detail)(detail, r, reason)
 
 
-def datasets(socket=None):
+def datasets(socket: Optional[str] = None) -> List[DatasetInfo]:
     """The datasets feedd serves to this user, in the daemon's config order.
 
     Returns a list of DatasetInfo(name, samples, version, fields, classes). socket:
@@ -171,27 +194,107 @@ class Batch(dict):
     """One batch: field name -> numpy array (or torch tensor) viewing the slot.
 
     Attributes: epoch (int), index (int: the batch's number within its
-    epoch, from 0, also after a resume), indices (numpy int64 array,
-    read-only: the dataset index of every sample, in order), padded (bool:
-    holds wrap-around repeats of samples), replaced (tuple of int: the
-    positions whose sample failed and hold the next good sample of the
-    epoch instead, Loader(on_error="skip"); indices names what is there).
+    epoch, from 0, also after a resume), indices (the dataset index of every
+    sample, in order: a read-only numpy int64 array, a torch int64 tensor
+    under as_torch; made at first use), padded (bool: holds wrap-around
+    repeats of samples), replaced (tuple of int: the positions whose sample
+    failed and hold the next good sample of the epoch instead,
+    Loader(on_error="skip"); indices names what is there).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
     tensor viewing it (views of views included) are gone, whichever goes
     last; until then the memory stays valid, also after the Loader is
     closed. Arrays are writable: in-place ops touch only this batch.
+
+    Leaving the slot: copy() (and copy.copy, copy.deepcopy) gives a Batch
+    whose arrays and tensors own their memory, with epoch, index, indices
+    and padded kept; pickle and torch.save store such a copy, so the
+    loaded batch holds no slot either.
     """
 
-    __slots__ = ("epoch", "index", "indices", "padded", "replaced", "_slot")
+    __slots__ = ("epoch", "index", "padded", "replaced", "_slot", "_indices", "_torch")
 
-    def __repr__(self):
+    @property
+    def indices(self) -> Any:
+        """The dataset index of each sample (see the class's docstring)."""
+        idx = getattr(self, "_indices", None)
+        if idx is None:
+            slot = getattr(self, "_slot", None)
+            if slot is None:
+                return None
+            idx = _indices(slot.b, getattr(self, "_torch", None))
+            self._indices = idx
+        return idx
+
+    @indices.setter
+    def indices(self, v: Any) -> None:
+        self._indices = v
+
+    def copy(self) -> "Batch":
+        """A Batch whose arrays and tensors own their memory (copies), with
+        epoch, index, indices, padded and replaced kept; it holds no slot."""
+        out = Batch()
+        for k, v in self.items():
+            out[k] = _own(v)
+        out.epoch = getattr(self, "epoch", None)
+        out.index = getattr(self, "index", None)
+        out.padded = getattr(self, "padded", False)
+        out.replaced = getattr(self, "replaced", ())
+        out._indices = _own(self.indices)
+        return out
+
+    def __copy__(self) -> "Batch":
+        return self.copy()
+
+    def __deepcopy__(self, memo: Any) -> "Batch":
+        return self.copy()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        c = self.copy()
+        return (_rebuild_batch, (dict(c), c.epoch, c.index, c._indices, c.padded, c.replaced))
+
+    def __repr__(self) -> str:
         epoch = getattr(self, "epoch", "?")
         index = getattr(self, "index", "?")
-        n = len(getattr(self, "indices", ()))
+        idx = self.indices
+        n = len(idx) if idx is not None else 0
         fields = ", ".join(f"{k}: {_describe(v)}" for k, v in self.items())
         return f"<feedclient.Batch epoch {epoch} index {index}, {n} samples, {{{fields}}}>"
+
+
+def _rebuild_batch(fields, epoch, index, indices, padded, replaced=()):
+    """Unpickles a Batch (Batch.__reduce__)."""
+    out = Batch(fields)
+    out.epoch, out.index, out._indices, out.padded = epoch, index, indices, padded
+    out.replaced = replaced
+    return out
+
+
+def _own(v):
+    """v, or what it holds, copied into memory of its own."""
+    if isinstance(v, np.ndarray):
+        return np.array(v)
+    if isinstance(v, list):
+        return [_own(x) for x in v]
+    if hasattr(v, "__cuda_array_interface__") and hasattr(v, "to_torch"):  # DeviceArray
+        return v.to_torch().clone()
+    clone = getattr(v, "clone", None)
+    if clone is not None and type(v).__module__.startswith("torch"):
+        return clone()
+    return v
+
+
+def _indices(b, torch):
+    """The dataset indices of batch b, copied: numpy (read-only) or torch."""
+    n = lib.feed_batch_size(b)
+    idx = np.empty(n, np.int64)
+    if n:
+        ctypes.memmove(idx.ctypes.data, lib.feed_batch_samples(b), 8 * n)
+    if torch is not None:
+        return torch.from_numpy(idx)
+    idx.flags.writeable = False
+    return idx
 
 
 def _record(s):
@@ -207,7 +310,7 @@ def _record(s):
     return out
 
 
-def status(socket=None):
+def status(socket: Optional[str] = None) -> Dict[str, Any]:
     """What `feedctl status` shows, as a dict: the daemon's counters
     ("server_version", "uptime_ms", "connections", "workers", "requests",
     ...), "cache" (hits, misses, evictions, bytes, entries, budget) and
@@ -218,9 +321,13 @@ def status(socket=None):
     "ipc", or why the stream has host slots only — device_bytes,
     member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
     TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
-    reader_wait_share_10s over the last 10 s, ...). Blocks until the daemon answers. Raises as
-    datasets()."""
-    conn = _connect(socket)
+    reader_wait_share_10s over the last 10 s, ...). Blocks until the daemon
+    answers (at most 10 s). Any thread. Raises as datasets()."""
+    return _status(socket, None)
+
+
+def _status(socket, timeout_ms):
+    conn = _connect(socket, timeout_ms)
     try:
         st = ctypes.POINTER(_lib.Status)()
         r = lib.feed_status(conn, ctypes.byref(st))
@@ -274,9 +381,9 @@ class _FieldPlan:
     """How to turn field i of a batch into arrays; fixed per stream."""
 
     __slots__ = ("name", "i", "dtype", "trail", "row_bytes", "variable", "string", "bf16",
-                 "torch_ok")
+                 "torch_ok", "label")
 
-    def __init__(self, i, f, torch):
+    def __init__(self, i, f, torch, label_dtype=None):
         self.name = f.name.decode()
         self.i = i
         self.variable = bool(f.variable)
@@ -298,6 +405,12 @@ class _FieldPlan:
                 self.torch_ok = True
             except TypeError:  # e.g. uint16 before torch 2.3: stays numpy
                 pass
+        # a label (one integer per sample) under as_torch: the numpy dtype
+        # it is copied into (int64 unless label_dtype= says otherwise)
+        self.label = None
+        if torch is not None and label_dtype is not None and not self.variable and \
+                not self.trail and self.dtype.kind in "iu" and self.dtype != label_dtype:
+            self.label = label_dtype
 
 
 class _Stream:
@@ -307,7 +420,7 @@ class _Stream:
     its own thread. Never in a reference cycle (it points to no Python
     object that points back), so it is freed as soon as its count says."""
 
-    def __init__(self, conn, st, torch):
+    def __init__(self, conn, st, torch, spare=1, label_dtype=None):
         self.conn = conn
         self.st = st
         self.fork_gen = _fork_gen
@@ -318,13 +431,17 @@ class _Stream:
         self.batches_per_epoch = info.batches_per_epoch
         self.start_epoch = info.start_epoch
         self.start_batch = info.start_batch
-        self.credits = info.credits
+        # what the user may hold: the granted slots less those the Loader
+        # keeps for itself (the batch being fetched, transform= in flight)
+        self.spare = spare
+        self.credits = info.credits - spare
         self.batch = info.batch
         self.pipeline = (info.pipeline or b"").decode()
         self.dataset_version = (info.dataset_version or b"").decode()
         self.note = (info.note or b"").decode()
         self.fields = _fields(info.fields, info.num_fields)
-        self.plan = [_FieldPlan(i, info.fields[i], torch) for i in range(info.num_fields)]
+        self.plan = [_FieldPlan(i, info.fields[i], torch, label_dtype)
+                     for i in range(info.num_fields)]
         self.view = _lib.View()
         self.view_ref = ctypes.byref(self.view)
         self.bp = ctypes.c_void_p()
@@ -333,6 +450,19 @@ class _Stream:
         why = ctypes.c_char_p()
         self.device_slots = lib.feed_stream_device(st, ctypes.byref(why)) == 1
         self.device_reason = (why.value or b"").decode("utf-8", "replace")
+        self.pinned = False
+
+    def pin(self):
+        """Registers the data region with the CUDA driver (feed_stream_pin)."""
+        r = lib.feed_stream_pin(self.st, _cuda_device())
+        if r < 0:
+            detail = _lib.errmsg(self.conn)
+            from .errors import GpuUnavailable
+            cls = GpuUnavailable if r == -errno.ENODEV else class_for(r, detail)
+            raise cls(f"pin_memory=True: {detail}; pass pin_memory=False (copies to the GPU "
+                      f"are then pageable: .to('cuda', non_blocking=True) does not overlap)",
+                      r, _lib.strerror(r))
+        self.pinned = True
 
     def delivered(self):
         with self.lock:
@@ -375,6 +505,48 @@ def _drop_stream(box):
         stream.unref()
 
 
+_SHORT = {"u1": "u8", "i1": "i8", "u2": "u16", "i2": "i16", "u4": "u32", "i4": "i32",
+          "u8": "u64", "i8": "i64", "f2": "f16", "f4": "f32", "f8": "f64", "b1": "bool"}
+_SIZES = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "u32": 4, "i32": 4, "u64": 8, "i64": 8,
+          "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "bool": 1}
+
+
+def _slots_describe(req, p, dtype, shape):
+    """(dtype, shape) of field p in feedd's device slots (Loader(device_slots=))."""
+    if p.variable or p.string:
+        return dtype, shape
+    if p.dtype == np.uint8 and (len(p.trail) == 2 or
+                                (len(p.trail) == 3 and 1 <= p.trail[2] <= 4)):
+        h, w, c = p.trail if len(p.trail) == 3 else p.trail + (1,)
+        name = {_lib.FEED_TO_F32: "f32", _lib.FEED_TO_F16: "f16",
+                _lib.FEED_TO_BF16: "bf16"}.get(req.dtype, dtype)
+        return name, (c, h, w) if req.layout == _lib.FEED_TO_NCHW else (h, w, c)
+    if p.dtype in (np.uint16, np.uint32):
+        return "i64", shape
+    return dtype, shape
+
+
+def _label_dtype(v, torch):
+    """label_dtype= as a numpy dtype (None: labels keep the stored type)."""
+    if v is None:
+        return None
+    if torch is not None and isinstance(v, torch.dtype):
+        try:
+            return torch.empty(0, dtype=v).numpy().dtype
+        except TypeError:
+            pass
+    else:
+        try:
+            d = np.dtype(v)
+            if d.kind in "iuf":
+                return d
+        except TypeError:
+            pass
+    raise InvalidArgument(f"label_dtype={v!r}: a torch or numpy dtype for integer labels under "
+                          f"as_torch or device= (default 'int64', as torch's losses take), or "
+                          f"None to keep the stored type")
+
+
 def _env_int(names, default):
     for name in names:
         v = os.environ.get(name)
@@ -382,7 +554,8 @@ def _env_int(names, default):
             try:
                 return int(v), name
             except ValueError:
-                raise InvalidArgument(f"${name}={v!r} is not an integer") from None
+                raise InvalidArgument(f"${name}={v!r} is not an integer (unset it, or pass "
+                                      f"rank= and world_size=)") from None
     return default, None
 
 
@@ -391,7 +564,8 @@ def _check_int(name, v, lo, hi=None):
         raise InvalidArgument(f"{name}: an int is required, not {type(v).__name__}")
     if v < lo or (hi is not None and v > hi):
         bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise InvalidArgument(f"{name}: {v} is out of range ({bound})")
+        raise InvalidArgument(f"{name}: {v} is out of range ({bound})" if not name.startswith("$")
+                              else f"{name}={v} is out of range ({bound})")
     return v
 
 
@@ -410,7 +584,10 @@ class Loader:
     Loader(dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
            drop_last=False, pad_last=False, eval=False, window=None,
            rank=None, world_size=None, credits=4, socket=None,
-           as_torch=False, reconnect_s=30, group=None)
+           as_torch=False, reconnect_s=30, group=None, device=None,
+           dtype=None, mean=None, std=None, layout="NCHW",
+           device_slots=None, timeout=None, label_dtype="int64",
+           pin_memory=False, transform=None, transform_threads=1)
 
     dataset: a name feedd serves (see datasets()). batch_size: samples per
     batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
@@ -426,12 +603,35 @@ class Loader:
     DistributedSampler pads it. eval: sequential, every sample exactly once
     across all ranks (ranks may get uneven counts). rank, world_size: this
     process's share; by default torchrun's $RANK/$WORLD_SIZE, else Slurm's
-    $SLURM_PROCID/$SLURM_NTASKS, else 0 and 1. credits: batches built ahead
-    and held (a batch kept alive holds one). socket: the daemon's socket
-    (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch: batches
-    hold torch tensors over the same memory (torch.from_numpy) instead of
-    numpy arrays. reconnect_s: when feedd goes away (a restart), how long to
-    keep reconnecting before DaemonGone; 0: fail at once. group: a name
+    $SLURM_PROCID/$SLURM_NTASKS, else 0 and 1. credits (default 4, 1 up
+    to feedd's limits.max_credits less one, 63 by default): how many
+    batches the loop may hold while it fetches the next, and how many feedd
+    builds ahead. The rule: a plain `for batch in loader` needs credits >=
+    1 (the loop variable holds the previous batch while the next is
+    fetched); a loop that keeps k batches (a look-ahead prefetcher, a list)
+    needs credits >= k. A batch is held while it, or any array or tensor
+    viewing it, is alive: an autograd graph over its tensors (an evaluation
+    loop without torch.no_grad() that keeps its outputs) holds it too. More
+    raises CreditsExhausted, with the count held. socket: the daemon's
+    socket (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch:
+    batches hold torch tensors over the same memory (torch.from_numpy)
+    instead of numpy arrays; integer labels (one integer per sample) become
+    int64 copies, as torch's losses take them (label_dtype=), and
+    Batch.indices a tensor. reconnect_s (seconds, default 30, 0 to 2147):
+    when feedd goes away (a restart), how long to keep reconnecting before
+    DaemonGone, to the millisecond; 0: fail at once (the message says
+    reconnecting is off). timeout (seconds, None: no limit): the longest
+    one next() waits for a batch while feedd is there; past it, Timeout
+    names the dataset, the wait and what `feedctl status` shows about the
+    stream (or that feedd does not answer); the Loader stays usable.
+    label_dtype (default "int64"): the type integer labels take under
+    as_torch or device= (a torch or numpy dtype); None keeps the stored
+    one (e.g. uint8 of IDX files). pin_memory (default False): the
+    stream's shared memory is registered with the CUDA driver
+    (feed_stream_pin), so .to("cuda", non_blocking=True) of a batch's
+    tensors is an asynchronous copy; without a driver the Loader raises
+    GpuUnavailable saying why. transform, transform_threads (default None,
+    1): see Transforms below. group: a name
     (1 to 63 of A-Z a-z 0-9 _ . -): Loaders of one user with the same group
     and the same dataset, pipeline, seed, batch_size, order, window, rank,
     world_size, drop_last, pad_last, eval, on_error and max_bad share one
@@ -470,7 +670,8 @@ class Loader:
     Opening blocks until feedd has created the stream (up to 10 s) and
     raises DaemonNotRunning, UnknownDataset, AccessDenied, BadPipeline,
     InvalidArgument, LimitReached or FeedError, each with the daemon's
-    words. Iterating may raise CreditsExhausted, DaemonGone, StreamStopped.
+    words. Iterating may raise CreditsExhausted, DaemonGone, StreamStopped,
+    Timeout, TransformError.
 
     Threads: one thread at a time; use from a second thread meanwhile
     raises ConcurrentUse. Batches may be dropped on any thread. Not for
@@ -483,9 +684,11 @@ class Loader:
     default, torch.float16 or torch.bfloat16) in layout "NCHW" (default) or
     "NHWC", normalized as torchvision's Normalize after ToTensor with mean
     and std (one value per channel, or one for all; units of x/255; None:
-    x/255); u16 / u32 fields become int64; other fields become tensors on
-    the device (copies). On "cuda" the u8 bytes are copied and converted on
-    the GPU into tensors torch allocates, on its current stream; where the
+    x/255; mean and std are checked against the channels when the Loader
+    is made); u16 / u32 fields become int64, integer labels label_dtype;
+    other fields become tensors on the device (copies). On "cuda" the u8
+    bytes are copied and converted on the GPU into tensors torch
+    allocates, on its current stream; where the
     GPU path is not usable Loader raises GpuUnavailable with the reason
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
@@ -550,19 +753,55 @@ class Loader:
     epoch after the first. A state_dict taken on N nodes loads on M nodes:
     the rest of the epoch, every remaining sample once, then whole epochs.
 
+    Transforms: transform=fn runs fn(batch) for each batch on
+    transform_threads threads of this process, up to that many batches
+    ahead of the loop; the loop gets fn's results in the batches' order.
+    A batch's slot goes back once fn's result no longer refers to it (a
+    result of new tensors lets it go at once; credits need not count
+    batches in flight). An exception in fn reaches the loop as
+    TransformError naming the batch's epoch and index (the original is its
+    __cause__); the loop may go on. state_dict() and resume are unchanged:
+    the position is that of the first batch the loop has not received.
+    This is the place for the Python a DataLoader's collate_fn would run;
+    per-sample work (crops, flips, decoding, normalization) belongs in
+    feedd's pipeline, where it runs on the daemon's workers with no GIL.
+
+    Errors when opening, with the argument or variable named, its value
+    and the allowed range or the fix: InvalidArgument (a bad argument; a
+    path given as dataset; rank >= world_size, from $RANK/$WORLD_SIZE too;
+    credits above feedd's limit; mean/std whose count fits no image
+    field's channels), UnknownDataset, BadPipeline, LimitReached (e.g.
+    max_streams: each Loader holds a stream until close()), AccessDenied,
+    DaemonNotRunning, GpuUnavailable (device="cuda", pin_memory=True);
+    load_state_dict() raises ResumeRefused naming the argument that
+    differs (shuffle=, seed=, batch_size=, ...).
+
     Lifetime: close() (or `with`, or garbage collection) lets go of the
     stream; feedd frees it once every batch still alive is gone too.
     """
 
-    def __init__(self, dataset, batch_size, *, pipeline=None, shuffle=True, seed=0,
-                 drop_last=False, pad_last=False, eval=False, window=None, rank=None,
-                 world_size=None, credits=4, socket=None, as_torch=False, reconnect_s=30,
-                 group=None, device=None, dtype=None, mean=None, std=None, layout="NCHW",
-                 device_slots=None, on_error="fail", max_bad=None, mixup_alpha=None,
-                 cutmix_alpha=None, mix_switch_prob=0.5, num_classes=None,
-                 label_smoothing=None, order=None, nodes=None, node=None,
-                 node_deal="rotate"):
+    def __init__(self, dataset: str, batch_size: int, *, pipeline: Optional[str] = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 pad_last: bool = False, eval: bool = False, window: Optional[int] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 credits: int = 4, socket: Optional[str] = None, as_torch: bool = False,
+                 reconnect_s: float = 30, group: Optional[str] = None,
+                 device: Optional[str] = None, dtype: Any = None,
+                 mean: Union[None, float, Sequence[float]] = None,
+                 std: Union[None, float, Sequence[float]] = None, layout: str = "NCHW",
+                 device_slots: Optional[int] = None, on_error: str = "fail",
+                 max_bad: Optional[int] = None, mixup_alpha: Optional[float] = None,
+                 cutmix_alpha: Optional[float] = None, mix_switch_prob: float = 0.5,
+                 num_classes: Optional[int] = None, label_smoothing: Optional[float] = None,
+                 order: Optional[str] = None, nodes: Optional[int] = None,
+                 node: Optional[int] = None, node_deal: str = "rotate",
+                 timeout: Optional[float] = None, label_dtype: Any = "int64",
+                 pin_memory: bool = False,
+                 transform: Optional[Callable[[Batch], Any]] = None,
+                 transform_threads: int = 1) -> None:
         self._closed = True  # until the first stream is open
+        self._dataset = dataset
+        self._pool = None    # transform='s threads, made at the first iteration
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
         self._conv = None
         self._slots_req = None
@@ -589,9 +828,24 @@ class Loader:
                                   "device='cuda' or device='cpu' too")
         if not isinstance(dataset, str) or not dataset:
             raise InvalidArgument("dataset: a non-empty name (str) is required")
+        if "/" in dataset:
+            raise InvalidArgument(f"dataset={dataset!r}: a name feedd serves, not a path; have "
+                                  f"feedd serve the packed directory (feedd --dataset "
+                                  f"NAME={dataset}, or a datasets: entry in its config) and "
+                                  f"pass NAME (feedclient.datasets() lists the names served)")
         _check_int("batch_size", batch_size, 1, 2**32 - 1)
         _check_int("seed", seed, 0, 2**64 - 1)
-        _check_int("credits", credits, 1, 65536)
+        _check_int("credits", credits, 1, 65535)
+        _check_int("transform_threads", transform_threads, 1, 256)
+        if transform is not None and not callable(transform):
+            raise InvalidArgument(f"transform={transform!r}: a callable fn(batch) -> batch, "
+                                  f"or None")
+        if timeout is not None and (isinstance(timeout, bool) or
+                                    not isinstance(timeout, (int, float)) or
+                                    not 0 < timeout <= 2**31 // 1000):
+            raise InvalidArgument(f"timeout={timeout!r}: seconds (a number above 0, at most "
+                                  f"{2**31 // 1000}) that one batch may take, or None to wait "
+                                  f"as long as it takes")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InvalidArgument("pipeline: a str or None is required")
         if window is not None:
@@ -621,22 +875,42 @@ class Loader:
                                       "eval=False")
             from .nodes import placement
             rank, world_size, nodes, node = placement(rank, world_size, nodes, node)
+        rank_from = world_from = None
         if rank is None:
-            rank, _ = _env_int(("RANK", "SLURM_PROCID"), 0)
+            rank, rank_from = _env_int(("RANK", "SLURM_PROCID"), 0)
         if world_size is None:
-            world_size, _ = _env_int(("WORLD_SIZE", "SLURM_NTASKS"), 1)
-        _check_int("world_size", world_size, 1, 2**32 - 1)
-        _check_int("rank", rank, 0, 2**32 - 1)
+            world_size, world_from = _env_int(("WORLD_SIZE", "SLURM_NTASKS"), 1)
+        _check_int(f"${world_from}" if world_from else "world_size", world_size, 1, 2**32 - 1)
+        _check_int(f"${rank_from}" if rank_from else "rank", rank, 0, 2**32 - 1)
         if rank >= world_size:
-            raise InvalidArgument(f"rank {rank} must be below world_size {world_size}")
+            r_txt = f"${rank_from}={rank}" if rank_from else f"rank={rank}"
+            if world_from:
+                w_txt = f"${world_from}={world_size}"
+            elif world_size == 1 and rank_from:
+                w_txt = ("world_size=1 (the default: neither $WORLD_SIZE nor $SLURM_NTASKS "
+                         "is set)")
+            else:
+                w_txt = f"world_size={world_size}"
+            fix = ("set $WORLD_SIZE too (torchrun sets both), or pass rank= and world_size="
+                   if rank_from else "pass a rank in 0..world_size-1")
+            raise InvalidArgument(f"{r_txt} must be below {w_txt}: ranks count from 0 to "
+                                  f"world_size-1; {fix}")
         if not isinstance(reconnect_s, (int, float)) or reconnect_s < 0 \
                 or reconnect_s * 1000 > 2**31 - 1:
             raise InvalidArgument(f"reconnect_s: {reconnect_s!r} is not a number of seconds "
                                   f"in 0..{(2**31 - 1) // 1000}")
         self._torch = None
-        if as_torch:
+        if as_torch or self._conv is not None:
             import torch
             self._torch = torch
+        self._label_dtype = _label_dtype(label_dtype, self._torch)
+        self._timeout = timeout
+        self._reconnect_s = reconnect_s
+        self._transform = transform
+        self._transform_threads = transform_threads
+        self._pending = None       # the iteration's transform= queue (_EpochIter)
+        self._credits = credits
+        self._pin = bool(pin_memory)
         self._dataset = dataset
         self._socket = socket
         self._batch_size = batch_size
@@ -649,7 +923,10 @@ class Loader:
         self._pipeline_b = pipeline.encode() if pipeline is not None else None
         o.dataset = self._dataset_b
         o.batch = batch_size
-        o.credits = credits
+        # one slot more than credits: the batch being fetched while the loop
+        # still holds the previous one (and transform='s batches in flight)
+        self._spare = 1 + (transform_threads if transform is not None else 0)
+        o.credits = credits + self._spare
         o.epochs = 0   # endless: epochs are cut at FEED_END_OF_EPOCH
         o.drop_last = bool(drop_last)
         o.pad_last = bool(pad_last)
@@ -693,8 +970,16 @@ class Loader:
         self._cur_start = None     # the stream's next batch is this epoch's first
         self._resume = None        # (epoch, token) loaded and not yet iterated
         stream = self._open(0, None)
-        if self._conv is not None and self._conv.mix is not None:
-            self._conv.mix.check_fields(stream.fields)
+        try:
+            if self._conv is not None:
+                self._conv.check_channels(stream.plan)
+                if self._conv.mix is not None:
+                    self._conv.mix.check_fields(stream.fields)
+            if self._pin:
+                stream.pin()
+        except BaseException:
+            self._finalizer()
+            raise
         self._len = stream.batches_per_epoch
         # where this member came in: a late joiner's first epoch is partial
         self.first_epoch, self.first_batch = stream.start_epoch, stream.start_batch
@@ -727,13 +1012,50 @@ class Loader:
             lib.feed_disconnect(conn)
             if isinstance(err, UnknownDataset):
                 err = self._unknown(err)
-            raise err
-        stream = _Stream(conn, st, self._torch)
+            raise self._explain(err)
+        stream = _Stream(conn, st, self._torch, self._spare, self._label_dtype)
         old, self._box[0] = self._box[0], stream
         if old is not None:
             old.unref()
         self._cur_start = stream.start_epoch if stream.start_batch == 0 else None
         return stream
+
+    def _explain(self, err):
+        """err in the words of the Python arguments the user set."""
+        d = err.detail
+        m = re.search(r"credits:? (\d+),? (?:allowed \d+\.\.|exceeds? the limit max_credits "
+                      r")(\d+)", d)
+        if isinstance(err, InvalidArgument) and m:
+            most = int(m.group(2)) - self._spare
+            return InvalidArgument(
+                f"credits={self._credits} is out of range: this feedd allows 1..{most} "
+                f"(its limits.max_credits is {m.group(2)}, and the Loader asks for "
+                f"{self._spare} more than credits, for the batch being fetched while the loop "
+                f"holds the previous one{' and transform= in flight' if self._spare > 1 else ''})"
+                f"; pass credits <= {most}, or raise limits.max_credits in feedd's config "
+                f"[{d}]", err.code, err.reason)
+        if isinstance(err, LimitReached) and "max_streams" in d:
+            return LimitReached(
+                f"{d}; each Loader holds one stream until close() (or the end of its `with`, "
+                f"or garbage collection): close the Loaders no longer used, or raise "
+                f"limits.max_streams in feedd's config", err.code, err.reason)
+        m = re.search(r"resume token: (\w+) is (\d+) in the token, (\d+) in the request", d)
+        if isinstance(err, InvalidArgument) and m:
+            what, then, now = m.group(1), int(m.group(2)), int(m.group(3))
+            names = {"order": ("shuffle", {0: "shuffle=False (or eval=True)", 1: "shuffle=True",
+                                           2: "shuffle=True with window="}),
+                     "batch": ("batch_size", {}), "seed": ("seed", {}),
+                     "drop_last": ("drop_last", {0: "drop_last=False", 1: "drop_last=True"}),
+                     "pad_last": ("pad_last", {0: "pad_last=False", 1: "pad_last=True"}),
+                     "eval": ("eval", {0: "eval=False", 1: "eval=True"}),
+                     "window": ("window", {})}
+            arg, vals = names.get(what, (what, {}))
+            a = vals.get(then, f"{arg}={then}")
+            b = vals.get(now, f"{arg}={now}")
+            return ResumeRefused(
+                f"load_state_dict: the state was taken with {a}, this Loader has {b}; open "
+                f"the Loader with {a} to resume from it [{d}]", err.code, err.reason)
+        return err
 
     def _unknown(self, err):
         """err with the names feedd serves added, when they can be had."""
@@ -765,12 +1087,12 @@ class Loader:
 
     # ---- public ----------------------------------------------------------
 
-    def __len__(self):
+    def __len__(self) -> int:
         """This rank's batches per epoch (with a resumed stream: a whole epoch's)."""
         self._check_usable()
         return self._len
 
-    def __iter__(self):
+    def __iter__(self) -> "_EpochIter":
         """An iterator over the batches of one epoch (see the class's docstring).
 
         Starting it makes older iterators of this Loader stop with an error.
@@ -800,7 +1122,7 @@ class Loader:
         finally:
             self._lock.release()
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration gives (as
         DistributedSampler.set_epoch does); it changes the order and the
         augmentation draws. Without it each iteration gives the epoch after
@@ -817,7 +1139,7 @@ class Loader:
         finally:
             self._lock.release()
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """The position: the next batch not yet returned, and its epoch.
 
         A dict {"feedclient": 1, "dataset": str, "epoch": int, "token": bytes
@@ -833,7 +1155,11 @@ class Loader:
             if self._resume is not None:
                 epoch, token = self._resume
             elif self._iter_epoch is not None:
-                epoch, token = self._iter_epoch, self._token()
+                # transform= ran ahead: the position is that of the first
+                # batch not yet given to the loop
+                pend = self._pending
+                epoch = self._iter_epoch
+                token = pend[0][3] if pend else self._token()
             else:
                 epoch = self._epoch_next
                 token = self._token() if self._cur_start == epoch else None
@@ -849,7 +1175,7 @@ class Loader:
             raise FeedError(f"resume token: {_lib.strerror(r)}", r, _lib.strerror(r))
         return buf.raw[:n.value]
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues where state_dict() was taken: the next iteration gives
         the rest of that epoch (from the batch not yet returned then, none
         if it was the last), the ones after it whole epochs. Works in a new
@@ -881,7 +1207,7 @@ class Loader:
         finally:
             self._lock.release()
 
-    def close(self):
+    def close(self) -> None:
         """Lets go of the stream: feedd frees it, now if no batch is alive,
         else when the last one goes (their memory stays valid until then).
         Later use raises LoaderClosed; closing again does nothing. Blocks
@@ -893,6 +1219,12 @@ class Loader:
                 return
             self._closed = True
             self._gen += 1
+            if self._pool is not None:
+                for fut, *_ in self._pending or ():
+                    if fut is not _END:
+                        fut.cancel()
+                self._pool.shutdown(wait=False)
+                self._pool = None
             if self._fork_gen == _fork_gen:
                 self._finalizer()
             else:
@@ -900,11 +1232,11 @@ class Loader:
         finally:
             self._lock.release()
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         self._check_usable()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __getitem__(self, index):
@@ -922,52 +1254,88 @@ class Loader:
     # ---- read-only facts -------------------------------------------------
 
     @property
-    def dataset(self):
-        """The dataset's name (a str) with path(i): sample i's recorded path."""
+    def dataset(self) -> "DatasetName":
+        """The dataset's name (a str, as given) with path(i): sample i's
+        recorded path (DatasetName)."""
         return DatasetName(self._dataset, self._socket)
 
     @property
-    def batch_size(self):
+    def batch_size(self) -> int:
+        """Samples per batch (the last of an epoch may hold fewer)."""
         return self._batch_size
 
     @property
-    def rank(self):
+    def rank(self) -> int:
+        """This process's rank (rank=, else $RANK / $SLURM_PROCID, else 0)."""
         return self._rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
+        """Ranks sharing the dataset (world_size=, else $WORLD_SIZE /
+        $SLURM_NTASKS, else 1)."""
         return self._world_size
 
     @property
-    def fields(self):
-        """Tuple of FieldInfo: each batch's fields, after the pipeline (shape
-        without the sample axis)."""
-        return self._current().fields
+    def fields(self) -> Tuple[FieldInfo, ...]:
+        """Tuple of FieldInfo: what each batch's fields hold, after the
+        pipeline and after this Loader's device=, dtype=, layout= and
+        label_dtype= (shape without the sample axis): e.g. a u8 (28, 28)
+        image under device="cpu" is f32 (1, 28, 28), a u8 label under
+        as_torch i64. Fields feedd delivers as they are keep their stored
+        dtype; transform='s output is not described."""
+        s = self._current()
+        out = []
+        for f, p in zip(s.fields, s.plan):
+            dtype, shape = f.dtype, f.shape
+            if self._conv is not None:
+                dtype, shape = self._conv.describe(p, dtype, shape)
+            elif s.device_slots:
+                dtype, shape = _slots_describe(self._slots_req, p, dtype, shape)
+            if p.label is not None:
+                dtype = _SHORT.get(np.dtype(p.label).str.lstrip("<|"), dtype)
+            if (dtype, shape) != (f.dtype, f.shape):
+                size = _SIZES.get(dtype, 1)
+                for d in shape:
+                    size *= d
+                f = FieldInfo(f.name, dtype, shape, f.variable, size)
+            out.append(f)
+        return tuple(out)
 
     @property
-    def dataset_version(self):
+    def credits(self) -> int:
+        """Batches the loop may hold while it fetches the next (credits=)."""
+        return self._credits
+
+    @property
+    def pinned(self) -> bool:
+        """pin_memory=True: the data region is registered with the CUDA driver."""
+        return self._current().pinned
+
+    @property
+    def dataset_version(self) -> str:
+        """The dataset's content hash (same version, same records)."""
         return self._current().dataset_version
 
     @property
-    def pipeline(self):
+    def pipeline(self) -> str:
         """The pipeline in canonical text, as the daemon runs it."""
         return self._current().pipeline
 
     @property
-    def device_slots(self):
+    def device_slots(self) -> bool:
         """Loader(device_slots=N): whether feedd serves device slots (False:
         host batches, device_reason says why); False without device_slots."""
         return self._current().device_slots
 
     @property
-    def device_reason(self):
+    def device_reason(self) -> str:
         """Why the stream has no device slots ("" when it has them or none
         were asked for), e.g. "feedd: the client is in another PID
         namespace ..." or "this process: libcuda.so.1 not found ..."."""
         return self._current().device_reason
 
     @property
-    def note(self):
+    def note(self) -> str:
         """Advice from the daemon about this stream (e.g. on full shuffle
         over a dataset larger than its cache); may be ""."""
         return self._current().note
@@ -988,7 +1356,7 @@ def _in_worker_check():
 class _EpochIter:
     """The batches of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done")
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending")
 
     def __init__(self, loader, gen, epoch, stream, done=False):
         self._loader = loader
@@ -996,17 +1364,21 @@ class _EpochIter:
         self._epoch = epoch
         self._stream = stream
         self._done = done
+        # transform=: (future or _END, epoch, index, token before it), in order
+        self._pending = collections.deque() if loader._transform is not None else None
+        loader._pending = self._pending
 
-    def __iter__(self):
+    def __iter__(self) -> "_EpochIter":
         return self
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._loader._len
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         """The next batch: blocks until feedd has it ready (or reconnects
-        after a daemon restart, up to reconnect_s). Raises StopIteration at
-        the epoch's end, CreditsExhausted, DaemonGone, StreamStopped."""
+        after a daemon restart, up to reconnect_s; or timeout= passes).
+        Raises StopIteration at the epoch's end, CreditsExhausted,
+        DaemonGone, StreamStopped, Timeout, TransformError."""
         loader = self._loader
         loader._enter()
         try:
@@ -1015,53 +1387,154 @@ class _EpochIter:
                                 "iter(loader), load_state_dict() or close()")
             if self._done:
                 raise StopIteration
-            s = self._stream
-            retried = False
-            while True:
-                r = lib.feed_next(s.st, _NEXT_SLICE_MS, s.bp_ref)
-                if r == 0:
-                    slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
-                    break
-                if r == -errno.ETIMEDOUT:
-                    continue
-                if r == _lib.FEED_END_OF_EPOCH:
-                    self._done = True
-                    loader._iter_epoch = None
-                    loader._cur_start = self._epoch + 1
-                    if loader._group is not None:
-                        loader._epoch_next = self._epoch + 1
-                    raise StopIteration
-                if r == -errno.ENOBUFS and not retried:
-                    retried = True
-                    gc.collect()  # dead batches in reference cycles hold credits too
-                    continue
-                raise self._error(r)
-            batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
-            if s.device_slots:
-                _device_fields(s, slot, batch, loader._slots_req.device)
-            if loader._conv is not None:  # tensors of their own: the slot goes now
-                batch = loader._conv.convert(s, slot.b, batch)
-                del slot
-            if batch.epoch != self._epoch:
-                raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
-                                    f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))
+            if self._pending is not None:
+                return self._next_transformed()
+            batch = self._take(True)
+            if batch is None:
+                self._end()
+                raise StopIteration
             return batch
         finally:
             loader._lock.release()
 
+    def _end(self):
+        """The epoch's end reached the loop: the Loader's position moves on."""
+        loader = self._loader
+        self._done = True
+        loader._iter_epoch = None
+        loader._cur_start = self._epoch + 1
+        if loader._group is not None:
+            loader._epoch_next = self._epoch + 1
+
+    def _take(self, block):
+        """The stream's next batch; None at the epoch's end; _NOTHING when
+        not block and none is ready (or no credit is free). Lock held."""
+        loader = self._loader
+        s = self._stream
+        retried = False
+        wait = _NEXT_SLICE_MS if block else 0
+        end = time.monotonic() + loader._timeout if block and loader._timeout else None
+        while True:
+            r = lib.feed_next(s.st, wait, s.bp_ref)
+            if r == 0:
+                slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
+                break
+            if r == -errno.ETIMEDOUT:
+                if not block:
+                    return _NOTHING
+                if end is not None:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise self._timeout_error()
+                    wait = max(1, min(_NEXT_SLICE_MS, int(left * 1000 + 0.999)))
+                continue
+            if r == _lib.FEED_END_OF_EPOCH:
+                return None
+            if r == -errno.ENOBUFS and not block:
+                return _NOTHING
+            if r == -errno.ENOBUFS and not retried:
+                retried = True
+                gc.collect()  # dead batches in reference cycles hold credits too
+                continue
+            raise self._error(r)
+        batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+        if s.device_slots:
+            _device_fields(s, slot, batch, loader._slots_req.device)
+        if loader._conv is not None:  # tensors of their own: the slot goes now
+            batch = loader._conv.convert(s, slot.b, batch)
+            del slot
+        if batch.epoch != self._epoch:
+            raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
+                                f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))
+        return batch
+
+    def _next_transformed(self):
+        """transform=: the next batch fn made, fn running ahead on the pool."""
+        loader = self._loader
+        q = self._pending
+        if not q:
+            self._fill(True)
+        self._fill(False)
+        fut, epoch, index, _ = q.popleft()
+        if fut is _END:
+            self._end()
+            raise StopIteration
+        try:
+            return fut.result()
+        except Exception as e:
+            raise TransformError(f"transform={getattr(loader._transform, '__name__', 'fn')} "
+                                 f"raised {type(e).__name__}: {e}, on batch {index} of epoch "
+                                 f"{epoch} of dataset '{loader._dataset}'", epoch=epoch,
+                                 index=index) from e
+
+    def _fill(self, block):
+        """Tops the queue up to transform_threads batches: the first waits
+        when block, the rest only if ready."""
+        loader = self._loader
+        q = self._pending
+        if loader._pool is None:
+            loader._pool = concurrent.futures.ThreadPoolExecutor(
+                loader._transform_threads, thread_name_prefix="feedclient-transform")
+        while len(q) < loader._transform_threads and not (q and q[-1][0] is _END):
+            token = loader._token()
+            b = self._take(block and not q)
+            if b is _NOTHING:
+                return
+            if b is None:
+                q.append((_END, self._epoch, None, token))
+                return
+            q.append((loader._pool.submit(loader._transform, b), b.epoch, b.index, token))
+            del b   # the worker's reference is the only one: fn's output decides
+
+    def _timeout_error(self):
+        loader = self._loader
+        s = self._stream
+        try:
+            st = _status(loader._socket, 1000)
+            pid = os.getpid()
+            mine = [d for d in st["streams"] if d["dataset"] == loader._dataset and
+                    (d["pid"] == pid or pid in d["member_pids"])]
+            if mine:
+                d = mine[0]
+                kind = "this stream" if d["kind"] == "stream" else \
+                    f"its group '{d['group']}' ({d['members']} members)"
+                shown = (f"feedctl status shows {kind}: {d['credits_in_use']} of "
+                         f"{d['credits']} credits in use, {d['batches']} batches built, "
+                         f"{d['samples_per_s']:.0f} samples/s, reader_wait_share "
+                         f"{d['reader_wait_share']:.2f}; feedd has {st['workers']} workers")
+            else:
+                shown = (f"feedctl status lists no stream of this process over "
+                         f"'{loader._dataset}' (feedd restarted or dropped it)")
+        except FeedError as e:
+            shown = (f"feedctl status got no answer within 1 s ({e.detail}): feedd is hung "
+                     f"or stopped (SIGSTOP, a debugger, swapping)")
+        return Timeout(f"no batch of dataset '{loader._dataset}' within timeout="
+                       f"{loader._timeout} s ({s.held} batches held by this process); {shown}",
+                       -errno.ETIMEDOUT, _lib.strerror(-errno.ETIMEDOUT))
+
     def _error(self, r):
         s = self._stream
+        loader = self._loader
         if r == -errno.ENOBUFS:
             held = s.held
             alive = "1 batch of this stream is" if held == 1 else \
                 f"{held} batches of this stream are"
-            err = _error(s.conn, r, f"{alive} still alive (a batch, or an array or tensor "
-                                    f"viewing one, holds its slot): drop some, or open the "
-                                    f"Loader with more than credits={s.credits}")
-            err.held = held
+            err = CreditsExhausted(
+                         f"credits={s.credits}: {alive} still alive while the next is fetched "
+                         f"(a batch, or an array or tensor viewing one, holds its slot; a "
+                         f"plain `for batch in loader` holds 1). Likely cause: batches or "
+                         f"tensors kept past the loop body, in a list or in an autograd graph "
+                         f"(outputs of a model kept without torch.no_grad() keep their inputs "
+                         f"alive). Fix: drop them (batch.copy() gives arrays of their own to "
+                         f"keep; wrap evaluation in torch.no_grad()), or open the Loader with "
+                         f"credits={held} or more", r, _lib.strerror(r), held)
             return err
         if r == -errno.ECONNRESET:
-            return _error(s.conn, r, "feedd did not come back within reconnect_s")
+            if loader._reconnect_s == 0:
+                return _error(s.conn, r, "reconnect_s=0 turned it off; pass reconnect_s=S to "
+                                         "ride through a restart of up to S seconds")
+            return _error(s.conn, r, f"that is reconnect_s={loader._reconnect_s} of this "
+                                     f"Loader; raise it to ride through longer restarts")
         if r == _lib.FEED_END_OF_STREAM:
             return StreamStopped("feedd ended an endless stream", -errno.EPROTO,
                                  _lib.strerror(-errno.EPROTO))
@@ -1082,6 +1555,10 @@ def _replaced(lib_, b, n):
     return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
 
 
+_NOTHING = object()   # _take: no batch ready without waiting
+_END = object()       # transform= queue: the epoch's end
+
+
 def _make_batch(s, slot, as_torch):
     """A Batch over the batch slot owns, of stream s (just delivered)."""
     lib_ = lib
@@ -1093,8 +1570,9 @@ def _make_batch(s, slot, as_torch):
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
     batch.replaced = _replaced(lib_, b, n)
-    idx = np.frombuffer(ctypes.string_at(lib_.feed_batch_samples(b), 8 * n), "<i8")
-    batch.indices = idx
+    batch._indices = None   # made at first use (Batch.indices)
+    torch = sys.modules["torch"] if as_torch else None
+    batch._torch = torch
     view = s.view
     views = []
     lo = hi = None
@@ -1112,15 +1590,16 @@ def _make_batch(s, slot, as_torch):
     slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,), "typestr": "|u1",
                                 "version": 3}
     span = np.asarray(slot)
-    torch = None
-    if as_torch:
-        torch = sys.modules["torch"]
     for p, data, nbytes, ends in views:
         off = data - lo
         if not p.variable:
             arr = np.ndarray((n,) + p.trail, p.dtype, span, off) if nbytes else \
                 np.empty((n,) + p.trail, p.dtype)
-            batch[p.name] = _to_torch(torch, p, arr) if torch is not None else arr
+            if torch is not None:
+                batch[p.name] = torch.from_numpy(arr.astype(p.label)) if p.label is not None \
+                    else _to_torch(torch, p, arr)
+            else:
+                batch[p.name] = arr
             continue
         e = np.frombuffer(ends, "<u8").tolist()
         if p.string:
@@ -1136,6 +1615,14 @@ def _make_batch(s, slot, as_torch):
             out.append(_to_torch(torch, p, a) if torch is not None else a)
         batch[p.name] = out
     return batch
+
+
+def _cuda_device():
+    """The CUDA device torch uses now (0 without a CUDA torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.current_device()
+    return 0
 
 
 def _cuda_stream(device):
