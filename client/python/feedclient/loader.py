@@ -170,12 +170,14 @@ class DatasetName(str):
 
     __slots__ = ("_socket",)
 
-    def __new__(cls, name, socket):
+    def __new__(cls, name: str, socket: Optional[str]) -> "DatasetName":
         self = super().__new__(cls, name)
         self._socket = socket
         return self
 
-    def path(self, i):
+    def path(self, i: int) -> str:
+        """Sample i's path as feedpack recorded it (see the class). Blocks
+        until the daemon answers; any thread."""
         _check_int("i", i, 0, 2**64 - 1)
         conn = _connect(self._socket)
         try:
@@ -586,7 +588,10 @@ class Loader:
            rank=None, world_size=None, credits=4, socket=None,
            as_torch=False, reconnect_s=30, group=None, device=None,
            dtype=None, mean=None, std=None, layout="NCHW",
-           device_slots=None, timeout=None, label_dtype="int64",
+           device_slots=None, on_error="fail", max_bad=None,
+           mixup_alpha=None, cutmix_alpha=None, mix_switch_prob=0.5,
+           num_classes=None, label_smoothing=None, order=None, nodes=None,
+           node=None, node_deal="rotate", timeout=None, label_dtype="int64",
            pin_memory=False, transform=None, transform_threads=1)
 
     dataset: a name feedd serves (see datasets()). batch_size: samples per
