@@ -38,14 +38,49 @@ export FEED_BIN="$DIR/bin" FEED_LIB="$DIR/lib" CK_DEFAULT_TIMEOUT=120 CK_VERBOSI
 export TMPDIR=${TMPDIR:-/tmp}
 
 steps=()   # name|rc|seconds
-# step NAME TIMEOUT CMD...: runs one check, its output in REPORT/NAME.log.
+
+# The pids of pid's process tree, pid first.
+tree() {
+  local p=$1 c
+  echo "$p"
+  for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
+}
+
+# Where a step outlives its limit: every thread's stack of every process
+# of its tree (cuda-gdb, where the image has it), into the step's log.
+stacks() {
+  local root=$1 log=$2 p
+  command -v cuda-gdb >/dev/null || { echo "(no cuda-gdb: no stacks)" >>"$log"; return; }
+  for p in $(tree "$root"); do
+    echo "=== stacks of pid $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)" >>"$log"
+    timeout 25 cuda-gdb -p "$p" -batch -ex "info threads" -ex "thread apply all bt 30" \
+      2>&1 | grep -vE '^\[(New|Thread .* exited)|^warning|^Reading|^$' | head -400 >>"$log"
+  done
+}
+
+# step NAME LIMIT CMD...: runs one check, its output in REPORT/NAME.log;
+# past LIMIT seconds its stacks are taken and it is killed (exit 124).
 step() {
-  local name=$1 limit=$2 t0 rc
+  local name=$1 limit=$2 t0 rc pid waited=0
   shift 2
   t0=$(date +%s.%N)
   echo "== $name"
-  timeout --kill-after=10 "$limit" "$@" >"$REPORT/$name.log" 2>&1
-  rc=$?
+  setsid "$@" >"$REPORT/$name.log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt $((limit * 10)) ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "=== $name: still running after ${limit}s: stacks, then killed" >>"$REPORT/$name.log"
+    stacks "$pid" "$REPORT/$name.log"
+    kill -KILL -- -"$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rc=124
+  else
+    wait "$pid"
+    rc=$?
+  fi
   local secs
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   tail -n 15 "$REPORT/$name.log"
