@@ -255,6 +255,8 @@ int main(void)
 					 * pairs that wrap to the next row (NCHW) */
 					check_images(13, 17, c, d, l, mean[p], std[p]);
 					check_images(12, 17, c, d, l, mean[p], std[p]);
+					/* width a multiple of 4: quads */
+					check_images(5, 16, c, d, l, mean[p], std[p]);
 				}
 	check_images(224, 224, 3, FEED_CONVERT_BF16, FEED_CONVERT_NCHW, mean[0], std[0]);
 	check_tokens();
