@@ -67,10 +67,13 @@ extern "C" int feed_convert_images_cuda(const struct feed_convert *cv, const uin
 {
 	if (!cv || (n && (!src || !dst)))
 		return -EINVAL;
-	size_t pixels = (size_t)cv->h * cv->w * n; /* a thread each (convert_kernels.cuh) */
+	size_t pixels = (size_t)cv->h * cv->w * n;
 	if (!pixels)
 		return 0;
-	unsigned b = blocks_for(pixels);
+	/* a thread a group of pixels (convert_kernels.cuh) */
+	uint32_t out = cv->dtype == FEED_CONVERT_F32 ? 4 : 2;
+	unsigned b = blocks_for(pixels / feed_convert_images_step(cv, (uintptr_t)src,
+								  (uintptr_t)dst, out));
 	cudaStream_t st = stream;
 	switch (cv->dtype) {
 	case FEED_CONVERT_F32:

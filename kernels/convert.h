@@ -152,6 +152,24 @@ static inline FEED_HD int64_t feed_convert_tok_u32(uint32_t t)
 	return (int64_t)t;
 }
 
+/* How many neighbouring pixels one thread of the image kernels converts
+ * (convert_kernels.cuh): 4 with NCHW, a width that is a multiple of 4, src
+ * 4-byte aligned and dst aligned for four outputs; else 2 with NCHW, an
+ * even h*w and dst aligned for two; else 1. out_size: bytes of one output
+ * element. The launchers size their grid by it: a thread per group. */
+static inline FEED_HD uint32_t feed_convert_images_step(const struct feed_convert *cv,
+							uintptr_t src, uintptr_t dst,
+							uint32_t out_size)
+{
+	if (cv->layout != FEED_CONVERT_NCHW)
+		return 1;
+	if (cv->w % 4 == 0 && src % 4 == 0 && dst % (4u * out_size) == 0)
+		return 4;
+	if ((cv->h * cv->w) % 2 == 0 && dst % (2u * out_size) == 0)
+		return 2;
+	return 1;
+}
+
 /* Output element i of one sample (0 <= i < h*w*c, in cv's layout): sets
  * *ret_ch to its channel and returns the index of its source byte in the
  * sample's HWC bytes, mirrored left-right when flip. */

@@ -96,11 +96,9 @@ __device__ inline void feed_k_images(const struct feed_convert &cv, const uint8_
 	const uint32_t w = cv.w, hw = cv.h * cv.w, c = cv.c;
 	const size_t per = (size_t)hw * c, pixels = (size_t)hw * n;
 	const bool nchw = cv.layout == FEED_CONVERT_NCHW;
-	const bool quads = nchw && w % 4 == 0 && (uintptr_t)src % 4 == 0 &&
-			   (uintptr_t)dst % sizeof(typename feed_k_quad<T>::type) == 0;
-	const bool pairs = !quads && nchw && hw % 2 == 0 &&
-			   (uintptr_t)dst % sizeof(typename feed_k_pair<T>::type) == 0;
-	const uint32_t step = quads ? 4 : pairs ? 2 : 1;
+	const uint32_t step = feed_convert_images_step(&cv, (uintptr_t)src, (uintptr_t)dst,
+						       sizeof(T));
+	const bool quads = step == 4, pairs = step == 2;
 	const size_t units = pixels / step;
 	const bool small = pixels <= 0xffffffffu;
 	float sc[FEED_CONVERT_MAX_C], bi[FEED_CONVERT_MAX_C];

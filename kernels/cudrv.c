@@ -290,8 +290,10 @@ CUresult cudrv_launch_images(const struct cudrv *cu, const struct cudrv_kernels 
 	void *params[] = {&c, &src, &n, &flip, &dst};
 	if ((unsigned)cv->dtype > FEED_CONVERT_BF16)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* a thread a pixel (convert_kernels.cuh) */
-	return cu_launch(cu, k->fn[CUDRV_K_F32 + cv->dtype], n * cv->h * cv->w, s, params);
+	/* a thread a group of pixels (convert_kernels.cuh) */
+	uint32_t step = feed_convert_images_step(cv, (uintptr_t)src, (uintptr_t)dst,
+						 cv->dtype == FEED_CONVERT_F32 ? 4 : 2);
+	return cu_launch(cu, k->fn[CUDRV_K_F32 + cv->dtype], n * cv->h * cv->w / step, s, params);
 }
 
 CUresult cudrv_launch_tokens(const struct cudrv *cu, const struct cudrv_kernels *k,
