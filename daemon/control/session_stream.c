@@ -660,8 +660,10 @@ static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_s
 		memcpy(r.uuid, q->uuid.data, sizeof(r.uuid)); /* 16 bytes: wire.c */
 		r.nmean = (uint32_t)q->n_mean;
 		r.nstd = (uint32_t)q->n_std;
-		memcpy(r.mean, q->mean, q->n_mean * sizeof(float));
-		memcpy(r.std, q->std, q->n_std * sizeof(float));
+		if (q->n_mean) /* protobuf-c leaves an empty array NULL */
+			memcpy(r.mean, q->mean, q->n_mean * sizeof(float));
+		if (q->n_std)
+			memcpy(r.std, q->std, q->n_std * sizeof(float));
 		uint64_t lim = se->d->cfg->limits.max_device_bytes;
 		uint64_t held = quota_of(&se->d->quota, ss->uid).device_bytes;
 		r.max_bytes = held < lim ? lim - held : 0;

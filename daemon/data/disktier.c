@@ -209,7 +209,8 @@ static int dt_scan(struct dtier *t, struct feed_err *err)
 		found[n++] = (struct dt_found){.f = f, .mtime = st.st_mtim};
 	}
 	closedir(d);
-	qsort(found, n, sizeof(*found), dt_found_cmp);
+	if (n)  /* found is NULL when the directory held no block */
+		qsort(found, n, sizeof(*found), dt_found_cmp);
 	for (size_t i = 0; i < n; i++)
 		dt_insert(t, found[i].f);
 	free(found);
