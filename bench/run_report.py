@@ -1,0 +1,251 @@
+"""bench/run_report.py: bench/run's tables, JSON and plots.
+
+progress(row, i, total) is the one line a finished row prints; write(doc,
+out) writes out/latest.json (doc as is), out/latest.md (the summary, one
+table per workload with each row's command, the limits and the stall
+runs) and, with matplotlib (Debian's python3-matplotlib), out/throughput.png,
+out/cpu.png and out/stall.png. Medians over the runs; min–max beside them.
+"""
+import json
+import os
+import statistics
+
+WORKLOADS = {
+    "fmnist": "Fashion-MNIST (60,000 28×28), crop 28 pad 2 + flip, batch 256",
+    "jpeg": "JPEG set, decode + RandomResizedCrop(224) + flip, batch 256",
+    "recipe": "JPEG set, ResNet-50 recipe (RRC 176, flip, TrivialAugmentWide, "
+              "RandomErasing 0.1), batch 256",
+    "tokens": "token sequences (u16), random window of 1024 of 2048, batch 256",
+    "jobs4": "4 concurrent jobs on Fashion-MNIST (per job; the solo row is one job alone)",
+}
+FEEDD = ("feedbench", "feedd-py", "feedbench-solo", "4x-feedd-streams", "feedd-group-of-4")
+
+
+def med(row, key):
+    vals = [r[key] for r in row["runs"] if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def spread(row, key="samples_per_s"):
+    vals = [r[key] for r in row["runs"]]
+    return min(vals), max(vals)
+
+
+def fmt(x, nd=0):
+    if x is None:
+        return "–"
+    if nd == 0:
+        return "{:,.0f}".format(x)
+    return "{:,.{}f}".format(x, nd)
+
+
+def progress(row, i, total):
+    head = "[%2d/%d] %-7s %-22s" % (i, total, row["workload"], row["name"])
+    if not row["runs"]:
+        return head + " " + (row["error"] or "no runs")
+    lo, hi = spread(row)
+    s = "%s %12s samples/s (%s–%s, %d runs)" % (head, fmt(med(row, "samples_per_s")), fmt(lo),
+                                                 fmt(hi), len(row["runs"]))
+    c = med(row, "cpu_s_per_epoch")
+    if c is not None:
+        s += ", %.2f CPU s/epoch" % c
+    return s
+
+
+def dl_ref(rows, wl):
+    """The fastest DataLoader row of a workload (the ratio's reference)."""
+    dls = [r for r in rows if r["workload"] == wl and r["runs"]
+           and r["name"].startswith(("dataloader", "4xdataloader"))]
+    return max(dls, key=lambda r: med(r, "samples_per_s"), default=None)
+
+
+def stall_of(doc, wl, name, basis):
+    for s in doc.get("stalls", []):
+        if s["workload"] == wl and s["name"] == name and s["basis"] == basis:
+            return s.get("stall_pct")
+    return None
+
+
+def table(doc, wl):
+    rows = [r for r in doc["rows"] if r["workload"] == wl]
+    if not rows:
+        return []
+    ref = dl_ref(doc["rows"], wl)
+    ref_rate = med(ref, "samples_per_s") if ref else None
+    lim = doc["limits"].get(wl, {}).get("samples_per_s")
+    out = ["### %s" % WORKLOADS[wl], "",
+           "Ratio: to %s; limit: %s." % (
+               "`%s` (the fastest DataLoader here)" % ref["name"] if ref else "no DataLoader",
+               "the single-threaded C loop × %d cores = %s samples/s" % (
+                   doc["workers"], fmt(lim)) if lim else "not measured"), "",
+           "| contender | samples/s (min–max) | MB/s | CPU s/epoch | RssAnon+RssShmem MiB "
+           "| stall % at 80% own / DL's | first batch ms | × DataLoader | share of limit "
+           "| command |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = "**%s**" % r["name"] if r["name"] in FEEDD else r["name"]
+        if not r["runs"]:
+            out.append("| %s | %s | | | | | | | | `%s` |" % (
+                name, (r["error"] or "no runs").replace("|", "/")[:200],
+                r.get("command", "")))
+            continue
+        rate = med(r, "samples_per_s")
+        lo, hi = spread(r)
+        st = "%s / %s" % (fmt(stall_of(doc, wl, r["name"], "own"), 1),
+                          fmt(stall_of(doc, wl, r["name"], "dataloader"), 1))
+        out.append("| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | `%s` |" % (
+            name, fmt(rate), fmt(lo), fmt(hi), fmt(med(r, "mb_per_s"), 1),
+            fmt(med(r, "cpu_s_per_epoch"), 2), fmt((med(r, "rss_kib") or 0) / 1024),
+            st, fmt(med(r, "first_batch_ms"), 1),
+            "%.1f×" % (rate / ref_rate) if ref_rate else "–",
+            "%.0f%%" % (100 * rate / lim) if lim else "–", r["command"]))
+    return out + [""]
+
+
+def summary(doc):
+    out = ["| workload | feedd, feedbench (C) | feedd, Python | best DataLoader | best other "
+           "peer | feedd ÷ best DataLoader | feedd ÷ best peer | feedd CPU s/epoch (lowest "
+           "other) | share of limit |", "|---|---|---|---|---|---|---|---|---|"]
+    for wl in ("fmnist", "jpeg", "recipe", "tokens"):
+        rows = {r["name"]: r for r in doc["rows"] if r["workload"] == wl and r["runs"]}
+        if not rows:
+            continue
+        fb, fp = rows.get("feedbench"), rows.get("feedd-py")
+        ref = dl_ref(doc["rows"], wl)
+        peers = [r for n, r in rows.items() if n not in FEEDD and not n.startswith("dataloader")]
+        peer = max(peers, key=lambda r: med(r, "samples_per_s"), default=None)
+        best_f = fb or fp
+        rate = lambda r: med(r, "samples_per_s") if r else None  # noqa: E731
+        others = [med(r, "cpu_s_per_epoch") for n, r in rows.items() if n not in FEEDD]
+        fcpu = min([med(r, "cpu_s_per_epoch") for r in (fb, fp) if r] or [None])
+        lim = doc["limits"].get(wl, {}).get("samples_per_s")
+        out.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s (%s) | %s |" % (
+            wl, fmt(rate(fb)), fmt(rate(fp)), fmt(rate(ref)), ref["name"] if ref else "–",
+            "%s (%s)" % (fmt(rate(peer)), peer["name"]) if peer else "–",
+            "%.1f× / %.1f× (C / Python)" % (rate(fb) / rate(ref) if fb and ref else 0,
+                                             rate(fp) / rate(ref) if fp and ref else 0),
+            "%.1f×" % (rate(best_f) / rate(peer)) if best_f and peer else "–",
+            fmt(fcpu, 2), fmt(min(others) if others else None, 2),
+            "%.0f%%" % (100 * rate(best_f) / lim) if lim and best_f else "–"))
+    return out
+
+
+def write(doc, out):
+    with open(os.path.join(out, "latest.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = ["# bench/run, %s" % doc["when"], "",
+          "`bench/run %s` on %d CPUs (load average at the end %.1f), feedd and every loader "
+          "with %d workers, median of %d run(s) each; took %.0f s. feedd: `%s`. Peers: %s." % (
+              " ".join(doc["argv"]), doc["cpus"], doc["loadavg_end"][0], doc["workers"],
+              doc["runs"], doc["took_s"], doc["feedd"],
+              ", ".join("%s %s" % kv for kv in doc["peers"].items()) or "none"), "",
+          "Every consumer reads every byte of every batch once, a uint64 view summed in "
+          "numpy (bench/contenders.py; feedbench its own checksum). CPU s/epoch: every "
+          "process of the contender (and feedd's own for feedd rows) over the timed window; "
+          "memory: peak RssAnon + RssShmem summed over those processes (a page shared by "
+          "two processes counts twice). Stall: the share of the time a loop with a sleep "
+          "per batch (a GPU step) waits for data, at 80% of the loader's own rate and at "
+          "80% of the DataLoader's.", "", "## Summary", ""] + summary(doc) + [""]
+    for wl in WORKLOADS:
+        md += table(doc, wl)
+    lim = doc["limits"]
+    md += ["## Limits", "", "| what | figure | command |", "|---|---|---|"]
+    for wl in ("fmnist", "jpeg", "recipe", "tokens"):
+        if wl in lim:
+            l = lim[wl]
+            md.append("| %s, single-threaded C loop, 1 core | %s | `%s` |" % (
+                wl, "%s samples/s" % fmt(l["per_core"]) if "per_core" in l else l["error"],
+                l["command"]))
+    for z in lim.get("zstd", []):
+        md.append("| zstd -b3 on %s | compress %s MB/s, decompress %s MB/s | `%s` |" % (
+            z["file"], fmt(z["compress_mb_s"], 1), fmt(z["decompress_mb_s"], 1), z["command"]))
+    if "memcpy" in lim:
+        md.append("| memcpy, 1 core | %.1f GB/s | %s |" % (lim["memcpy"]["gb_s"],
+                                                          lim["memcpy"]["command"]))
+    md += ["", "The workers had %d cores (feedd --workers %d; num_workers / num_threads %d for "
+           "the others), shared with the consumer; consumer CPU (the reading process's own "
+           "threads, %% of the window):" % (doc["cpus"], doc["workers"], doc["workers"]), ""]
+    md.append(", ".join("%s/%s %.0f%%" % (r["workload"], r["name"], med(r, "consumer_cpu_pct"))
+                        for r in doc["rows"] if r["runs"] and med(r, "consumer_cpu_pct")))
+    md += ["", "## Stall at 80% load", "",
+           "| workload | loader | step at 80% of | step ms | stall % | samples/s | command |",
+           "|---|---|---|---|---|---|---|"]
+    for s in doc.get("stalls", []):
+        md.append("| %s | %s | %s | %.2f | %s | %s | `%s` |" % (
+            s["workload"], s["name"], "its own rate" if s["basis"] == "own" else "DataLoader's",
+            s["step_ms"], fmt(s.get("stall_pct"), 1) if "stall_pct" in s else s.get("error"),
+            fmt(s.get("samples_per_s")), s["command"]))
+    with open(os.path.join(out, "latest.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    plots(doc, out)
+
+
+def plots(doc, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    wls = [w for w in WORKLOADS if any(r["workload"] == w and r["runs"] for r in doc["rows"])]
+    for key, fname, label, scale in (
+            ("samples_per_s", "throughput.png", "samples/s (median, min–max)", "log"),
+            ("cpu_s_per_epoch", "cpu.png", "CPU seconds per epoch (all processes)", "log")):
+        if not wls:
+            break
+        fig, axes = plt.subplots(len(wls), 1, figsize=(9, 1.2 + 0.42 * sum(
+            1 for r in doc["rows"] if r["workload"] in wls and r["runs"]) + 0.6 * len(wls)),
+            squeeze=False)
+        for ax, wl in zip(axes[:, 0], wls):
+            rows = [r for r in doc["rows"] if r["workload"] == wl and r["runs"]]
+            vals = [med(r, key) or 0 for r in rows]
+            colors = ["tab:green" if r["name"] in FEEDD else "tab:gray" for r in rows]
+            y = range(len(rows))
+            ax.barh(y, vals, color=colors)
+            if key == "samples_per_s":
+                lo = [v - spread(r)[0] for v, r in zip(vals, rows)]
+                hi = [spread(r)[1] - v for v, r in zip(vals, rows)]
+                ax.errorbar(vals, list(y), xerr=[lo, hi], fmt="none", ecolor="black", lw=1)
+                lim = doc["limits"].get(wl, {}).get("samples_per_s")
+                if lim:
+                    ax.axvline(lim, color="tab:red", ls="--", lw=1)
+                    ax.text(lim, len(rows) - 0.5, " limit", color="tab:red", va="top",
+                            fontsize=8)
+            ax.set_yticks(list(y))
+            ax.set_yticklabels([r["name"] for r in rows], fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xscale(scale)
+            ax.set_title(WORKLOADS[wl], fontsize=9)
+        axes[-1, 0].set_xlabel(label + "; %d CPUs, %d workers each" % (doc["cpus"],
+                                                                        doc["workers"]))
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, fname), dpi=90)
+        plt.close(fig)
+    stall_plot(doc, out, plt)
+
+
+def stall_plot(doc, out, plt):
+    """Busy (the step) and waiting, per loader, over its first batches."""
+    recs = [s for s in doc.get("stalls", []) if s.get("events")]
+    wl = "jpeg" if any(s["workload"] == "jpeg" for s in recs) else "fmnist"
+    recs = [s for s in recs if s["workload"] == wl]
+    if not recs:
+        return
+    fig, axes = plt.subplots(len(recs), 1, figsize=(9, 0.9 * len(recs) + 1.0), squeeze=False)
+    for ax, s in zip(axes[:, 0], recs):
+        ev = s["events"][:30]
+        t0 = ev[0][0]
+        for i, (asked, got, done) in enumerate(ev):
+            ax.axvspan(asked - t0, got - t0, color="tab:red", lw=0)       # waiting
+            nxt = ev[i + 1][0] if i + 1 < len(ev) else done + s["step_ms"] / 1e3
+            ax.axvspan(got - t0, nxt - t0, color="tab:green", lw=0, alpha=0.8)  # busy
+        ax.set_yticks([])
+        ax.set_xlim(0, (ev[-1][2] - t0) + s["step_ms"] / 1e3)
+        ax.set_ylabel(s["name"], rotation=0, ha="right", va="center", fontsize=8)
+        ax.set_title("step %.1f ms = 80%% of %s: stall %.1f%%" % (
+            s["step_ms"], "its own rate" if s["basis"] == "own" else "the DataLoader's rate",
+            s["stall_pct"]), fontsize=8, loc="left")
+    axes[-1, 0].set_xlabel("seconds (first 30 batches); green: the training step runs, "
+                           "red: waiting for data")
+    fig.suptitle("%s: a training loop at 80%% load" % WORKLOADS[wl], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "stall.png"), dpi=90)
+    plt.close(fig)
