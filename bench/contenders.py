@@ -8,8 +8,8 @@ uint64 view of its bytes summed in numpy (about one memory pass, as a
 trainer's copy to the GPU would be; PEERS.md), then dropped.
 
     python3 bench/contenders.py NAME --workload W --data DIR [--socket S]
-        [--workers N] [--batch B] [--epochs E] [--max-s S] [--step-ms X]
-        [--timeline FILE] [--daemon-pid PID]
+        [--workers N] [--batch B] [--epochs E] [--max-s S] [--max-batches N]
+        [--step-ms X] [--timeline FILE] [--daemon-pid PID]
     python3 bench/contenders.py --prepare mosaic|litdata --workload W
         --data DIR --out DIR
 
@@ -31,7 +31,8 @@ a missing package exits 4 with the import error.
 The timed window opens when the first batch is done (start-up excluded,
 reported as first_batch_ms: from building the loader to the first batch in
 hand) and closes at the last batch or once --max-s have passed, whichever
-comes first (a partial epoch is fine: per-epoch figures scale by samples).
+comes first (or after --max-batches timed batches; a partial epoch is
+fine: per-epoch figures scale by samples).
 cpu_s is the CPU time of this process and all its descendants over the
 window (plus feedd's, --daemon-pid, reported apart as daemon_cpu_s);
 consumer_cpu_s this process's own threads. With --step-ms X each batch is
@@ -42,7 +43,6 @@ and got, for bench/run's stall plot.
 import argparse
 import gzip
 import json
-import math
 import os
 import random
 import sys
@@ -130,9 +130,11 @@ def tree_cpu_s():
     return total
 
 
-def consume(make_loader, epochs, max_s, step_ms=0.0, daemon_pid=None, timeline=False):
-    """Reads make_loader()'s batches for up to `epochs` epochs or `max_s`
-    seconds of timed window; returns the figures (see the module doc)."""
+def consume(make_loader, epochs, max_s, step_ms=0.0, daemon_pid=None, timeline=False,
+            max_batches=None):
+    """Reads make_loader()'s batches for up to `epochs` epochs, `max_s`
+    seconds of timed window or `max_batches` timed batches; returns the
+    figures (see the module doc)."""
     t_open = time.perf_counter()
     loader = make_loader()
     first_ms = None
@@ -174,7 +176,7 @@ def consume(make_loader, epochs, max_s, step_ms=0.0, daemon_pid=None, timeline=F
             if step_s:
                 time.sleep(max(0.0, step_s - (time.perf_counter() - end)))
                 end = time.perf_counter()
-            if end - start >= max_s and batches > 0:
+            if batches > 0 and (end - start >= max_s or batches == max_batches):
                 done = True
                 break
         if done:
@@ -319,7 +321,7 @@ def dataloader(a, per_batch=False):
 
 
 def dali_fmnist(a):
-    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import fn, pipeline_def
     images, labels = load_fmnist(a.data)
     n = len(images)
     hwc = images.reshape(n, 28, 28, 1)
@@ -346,7 +348,8 @@ def dali_fmnist(a):
         img, lab = fn.external_source(source=Source(), num_outputs=2, layout=["HWC", ""],
                                       batch=True, cycle="raise")
         anchor = fn.random.uniform(values=[-2.0, -1.0, 0.0, 1.0, 2.0], shape=[2])
-        img = fn.slice(img, anchor, [28, 28], axis_names="HW", out_of_bounds_policy="pad",
+        img = fn.slice(img, anchor, [28.0, 28.0], axis_names="HW", normalized_anchor=False,
+                       normalized_shape=False, out_of_bounds_policy="pad",
                        fill_values=0)
         img = fn.flip(img, horizontal=fn.random.coin_flip(probability=0.5))
         return img, lab
@@ -447,14 +450,30 @@ def prepare(a):
             for img, lab in items:
                 w.write({"image": img, "label": lab})
     else:
-        import litdata
-        recs = list(items)
+        litdata = import_litdata()
+        litdata.optimize(fn=litdata_record, inputs=list(items), output_dir=out,
+                         # small chunks: LitData gives each worker whole chunks,
+                         # so one 64 MB chunk leaves one of two workers idle
+                         chunk_bytes="4MB", num_workers=1, mode="overwrite",
+                         start_method="fork")  # a spawned worker lacks the shim
 
-        def fn(i):
-            img, lab = recs[i]
-            return {"image": img, "label": lab}
-        litdata.optimize(fn=fn, inputs=list(range(len(recs))), output_dir=out,
-                         chunk_bytes="64MB", num_workers=1, mode="overwrite")
+
+def litdata_record(item):
+    """One record as litdata.optimize() stores it (module level: pickled)."""
+    return {"image": item[0], "label": item[1]}
+
+
+def import_litdata():
+    """litdata, whose import builds a table of torch >= 2.3's unsigned
+    dtypes: on Debian's torch 1.13 they are aliased to the signed ones of
+    the same width first (our records are uint8 arrays, bytes and ints,
+    which never reach that table's unsigned entries)."""
+    import torch
+    for bits in (16, 32, 64):
+        if not hasattr(torch, "uint%d" % bits):
+            setattr(torch, "uint%d" % bits, getattr(torch, "int%d" % bits))
+    import litdata
+    return litdata
 
 
 def streaming_loader(a, kind):
@@ -484,7 +503,7 @@ def streaming_loader(a, kind):
         mk = lambda: tud.DataLoader(ds, batch_size=a.batch, num_workers=a.workers,  # noqa: E731
                                     persistent_workers=a.workers > 0)
     else:
-        import litdata
+        litdata = import_litdata()
 
         class DS(litdata.StreamingDataset):
             def __getitem__(self, i):
@@ -547,6 +566,7 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-s", type=float, default=1e9)
+    p.add_argument("--max-batches", type=int)
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--timeline")
     p.add_argument("--daemon-pid", type=int)
@@ -561,7 +581,8 @@ def main():
         if not a.name:
             p.error("a contender NAME is required")
         mk, n = make(a)
-        r = consume(mk, a.epochs, a.max_s, a.step_ms, a.daemon_pid, bool(a.timeline))
+        r = consume(mk, a.epochs, a.max_s, a.step_ms, a.daemon_pid, bool(a.timeline),
+                    a.max_batches)
     except Unsupported as e:
         print("unsupported: %s" % e, file=sys.stderr)
         return 3

@@ -130,12 +130,82 @@ def summary(doc):
     return out
 
 
+def rate_of(doc, wl, name, key="samples_per_s"):
+    for r in doc["rows"]:
+        if r["workload"] == wl and r["name"] == name and r["runs"]:
+            return med(r, key)
+    return None
+
+
+def targets(doc):
+    """Issue 23's targets, each met or missed on this run's figures."""
+    out = ["| target | this run | |", "|---|---|---|"]
+
+    def line(what, ok, figure):
+        out.append("| %s | %s | %s |" % (what, figure, "–" if ok is None else
+                                         "met" if ok else "**missed**"))
+    dlw = "dataloader-%dw" % doc["workers"]
+    for wl, want_c, want_py in (("fmnist", 20, 10), ("jpeg", 4, None)):
+        ref = dl_ref(doc["rows"], wl)
+        dl = rate_of(doc, wl, dlw)
+        for name, want in (("feedbench", want_c), ("feedd-py", want_py)):
+            f = rate_of(doc, wl, name)
+            if want is None and name == "feedd-py":
+                want = want_c
+            if f and ref:
+                best = med(ref, "samples_per_s")
+                line("%s: %s ≥ %d× DataLoader" % (wl, name, want), f / best >= want,
+                     "%.1f× the fastest (%s), %.1f× %s" % (
+                         f / best, ref["name"], f / dl if dl else 0, dlw))
+        f = max(filter(None, [rate_of(doc, wl, "feedbench"), rate_of(doc, wl, "feedd-py")]),
+                default=None)
+        peers = [(med(r, "samples_per_s"), r["name"]) for r in doc["rows"]
+                 if r["workload"] == wl and r["runs"] and r["name"] not in FEEDD]
+        if wl == "jpeg" and f and peers:
+            top = max(peers)
+            line("jpeg: ahead of every peer", f > top[0], "feedd %s, best other %s (%s)" % (
+                fmt(f), fmt(top[0]), top[1]))
+    for wl in ("fmnist", "jpeg", "recipe", "tokens"):
+        fc = [med(r, "cpu_s_per_epoch") for r in doc["rows"]
+              if r["workload"] == wl and r["runs"] and r["name"] in FEEDD]
+        oc = [(med(r, "cpu_s_per_epoch"), r["name"]) for r in doc["rows"]
+              if r["workload"] == wl and r["runs"] and r["name"] not in FEEDD]
+        if fc and oc:
+            line("%s: feedd's CPU s/epoch the lowest" % wl, min(fc) < min(oc)[0],
+                 "feedd %.3f, lowest other %.3f (%s)" % (min(fc), *min(oc)))
+    for wl in ("fmnist", "jpeg"):
+        dls = stall_of(doc, wl, dlw, "own")
+        fs = stall_of(doc, wl, "feedd-py", "dataloader")
+        fo = stall_of(doc, wl, "feedd-py", "own")
+        if dls is not None and fs is not None:
+            line("%s: stall ≤ 1%% at 80%% load where DataLoader's > 20%%" % wl,
+                 fs <= 1.0 and dls > 20.0 if dls > 20.0 else None,
+                 "feedd %.1f%% at 80%% of the DataLoader's rate (%s%% at 80%% of its own); "
+                 "DataLoader %.1f%% at 80%% of its own" % (fs, fmt(fo, 1), dls))
+    fb = [rate_of(doc, wl, "feedd-py", "first_batch_ms") for wl in ("fmnist", "jpeg", "tokens")]
+    fb = [x for x in fb if x is not None]
+    if fb:
+        line("first batch ≤ 100 ms on a running daemon", max(fb) <= 100,
+             "feedd-py %s ms (fmnist, jpeg, tokens)" % ", ".join("%.1f" % x for x in fb))
+    solo, grp = rate_of(doc, "jobs4", "feedbench-solo"), None
+    for r in doc["rows"]:
+        if r["workload"] == "jobs4" and r["name"] == "feedd-group-of-4" and r["runs"]:
+            grp = [min(x["jobs_samples_per_s"]) for x in r["runs"]]
+    if solo and grp:
+        g = statistics.median(grp)
+        line("group of 4: each job ≥ 90% of one alone", g >= 0.9 * solo,
+             "slowest member %s samples/s = %.0f%% of solo %s (same feedbench reader)" % (
+                 fmt(g), 100 * g / solo, fmt(solo)))
+    return out
+
+
 def write(doc, out):
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = ["# bench/run, %s" % doc["when"], "",
           "`bench/run %s` on %d CPUs (load average at the end %.1f), feedd and every loader "
-          "with %d workers, median of %d run(s) each; took %.0f s. feedd: `%s`. Peers: %s." % (
+          "with %d workers, median of %d run(s) each; took %.0f s. feedd: `%s` ($SOCK a temporary "
+          "path, $FEEDD_PID its pid, in the commands below). Peers: %s." % (
               " ".join(doc["argv"]), doc["cpus"], doc["loadavg_end"][0], doc["workers"],
               doc["runs"], doc["took_s"], doc["feedd"],
               ", ".join("%s %s" % kv for kv in doc["peers"].items()) or "none"), "",
@@ -145,7 +215,8 @@ def write(doc, out):
           "memory: peak RssAnon + RssShmem summed over those processes (a page shared by "
           "two processes counts twice). Stall: the share of the time a loop with a sleep "
           "per batch (a GPU step) waits for data, at 80% of the loader's own rate and at "
-          "80% of the DataLoader's.", "", "## Summary", ""] + summary(doc) + [""]
+          "80% of the DataLoader's.", "", "## Summary", ""] + summary(doc) + [
+              "", "## Targets (issue 23)", ""] + targets(doc) + [""]
     for wl in WORKLOADS:
         md += table(doc, wl)
     lim = doc["limits"]
@@ -168,12 +239,12 @@ def write(doc, out):
     md.append(", ".join("%s/%s %.0f%%" % (r["workload"], r["name"], med(r, "consumer_cpu_pct"))
                         for r in doc["rows"] if r["runs"] and med(r, "consumer_cpu_pct")))
     md += ["", "## Stall at 80% load", "",
-           "| workload | loader | step at 80% of | step ms | stall % | samples/s | command |",
-           "|---|---|---|---|---|---|---|"]
+           "| workload | loader | step at 80% of | batch | step ms | stall % | samples/s "
+           "| command |", "|---|---|---|---|---|---|---|---|"]
     for s in doc.get("stalls", []):
-        md.append("| %s | %s | %s | %.2f | %s | %s | `%s` |" % (
+        md.append("| %s | %s | %s | %d | %.2f | %s | %s | `%s` |" % (
             s["workload"], s["name"], "its own rate" if s["basis"] == "own" else "DataLoader's",
-            s["step_ms"], fmt(s.get("stall_pct"), 1) if "stall_pct" in s else s.get("error"),
+            s["batch"], s["step_ms"], fmt(s.get("stall_pct"), 1) if "stall_pct" in s else s.get("error"),
             fmt(s.get("samples_per_s")), s["command"]))
     with open(os.path.join(out, "latest.md"), "w") as f:
         f.write("\n".join(md) + "\n")
@@ -229,22 +300,26 @@ def stall_plot(doc, out, plt):
     recs = [s for s in recs if s["workload"] == wl]
     if not recs:
         return
-    fig, axes = plt.subplots(len(recs), 1, figsize=(9, 0.9 * len(recs) + 1.0), squeeze=False)
+    # one time window for all: the shortest of the records (each a few
+    # batches at least), so a loader's rhythm compares with the others'
+    span = min(s["events"][-1][2] - s["events"][0][0] for s in recs)
+    fig, axes = plt.subplots(len(recs), 1, figsize=(9, 0.9 * len(recs) + 1.0), squeeze=False,
+                             sharex=True)
     for ax, s in zip(axes[:, 0], recs):
-        ev = s["events"][:30]
-        t0 = ev[0][0]
+        t0 = s["events"][0][0]
+        ev = [e for e in s["events"] if e[0] - t0 <= span]
         for i, (asked, got, done) in enumerate(ev):
             ax.axvspan(asked - t0, got - t0, color="tab:red", lw=0)       # waiting
             nxt = ev[i + 1][0] if i + 1 < len(ev) else done + s["step_ms"] / 1e3
             ax.axvspan(got - t0, nxt - t0, color="tab:green", lw=0, alpha=0.8)  # busy
         ax.set_yticks([])
-        ax.set_xlim(0, (ev[-1][2] - t0) + s["step_ms"] / 1e3)
+        ax.set_xlim(0, span)
         ax.set_ylabel(s["name"], rotation=0, ha="right", va="center", fontsize=8)
-        ax.set_title("step %.1f ms = 80%% of %s: stall %.1f%%" % (
-            s["step_ms"], "its own rate" if s["basis"] == "own" else "the DataLoader's rate",
+        ax.set_title("batch %d, step %.1f ms = 80%% of %s: stall %.1f%%" % (
+            s["batch"], s["step_ms"], "its own rate" if s["basis"] == "own" else "the DataLoader's rate",
             s["stall_pct"]), fontsize=8, loc="left")
-    axes[-1, 0].set_xlabel("seconds (first 30 batches); green: the training step runs, "
-                           "red: waiting for data")
+    axes[-1, 0].set_xlabel("seconds from the first timed batch; green: the training step "
+                           "runs, red: the loop waits for data")
     fig.suptitle("%s: a training loop at 80%% load" % WORKLOADS[wl], fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "stall.png"), dpi=90)

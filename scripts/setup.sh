@@ -15,6 +15,7 @@ FEED_PACKAGES=(
   plasma-workspace-wallpapers
   binutils dpkg-dev python3-venv python3-pip python3-setuptools python3-wheel systemd
   libmicrohttpd-dev python3-prometheus-client
+  python3-matplotlib python3-psutil python3-doc zstd
 )
 
 feed_install() {
