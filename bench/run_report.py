@@ -21,6 +21,11 @@ WORKLOADS = {
 FEEDD = ("feedbench", "feedd-py", "feedbench-solo", "4x-feedd-streams", "feedd-group-of-4")
 
 
+def code(cmd):
+    """cmd as a code span in a table cell (GitHub reads \\| there as |)."""
+    return "`%s`" % (cmd or "").replace("|", "\\|")
+
+
 def med(row, key):
     vals = [r[key] for r in row["runs"] if r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -37,6 +42,13 @@ def fmt(x, nd=0):
     if nd == 0:
         return "{:,.0f}".format(x)
     return "{:,.{}f}".format(x, nd)
+
+
+def short(x):
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return "%.3g%s" % (x / div, unit)
+    return "%.3g" % x
 
 
 def progress(row, i, total):
@@ -85,20 +97,20 @@ def table(doc, wl):
     for r in rows:
         name = "**%s**" % r["name"] if r["name"] in FEEDD else r["name"]
         if not r["runs"]:
-            out.append("| %s | %s | | | | | | | | `%s` |" % (
+            out.append("| %s | %s | | | | | | | | %s |" % (
                 name, (r["error"] or "no runs").replace("|", "/")[:200],
-                r.get("command", "")))
+                code(r.get("command"))))
             continue
         rate = med(r, "samples_per_s")
         lo, hi = spread(r)
         st = "%s / %s" % (fmt(stall_of(doc, wl, r["name"], "own"), 1),
                           fmt(stall_of(doc, wl, r["name"], "dataloader"), 1))
-        out.append("| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | `%s` |" % (
+        out.append("| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, fmt(rate), fmt(lo), fmt(hi), fmt(med(r, "mb_per_s"), 1),
             fmt(med(r, "cpu_s_per_epoch"), 2), fmt((med(r, "rss_kib") or 0) / 1024),
             st, fmt(med(r, "first_batch_ms"), 1),
             "%.1f×" % (rate / ref_rate) if ref_rate else "–",
-            "%.0f%%" % (100 * rate / lim) if lim else "–", r["command"]))
+            "%.0f%%" % (100 * rate / lim) if lim else "–", code(r["command"])))
     return out + [""]
 
 
@@ -182,11 +194,14 @@ def targets(doc):
                  fs <= 1.0 and dls > 20.0 if dls > 20.0 else None,
                  "feedd %.1f%% at 80%% of the DataLoader's rate (%s%% at 80%% of its own); "
                  "DataLoader %.1f%% at 80%% of its own" % (fs, fmt(fo, 1), dls))
-    fb = [rate_of(doc, wl, "feedd-py", "first_batch_ms") for wl in ("fmnist", "jpeg", "tokens")]
-    fb = [x for x in fb if x is not None]
-    if fb:
-        line("first batch ≤ 100 ms on a running daemon", max(fb) <= 100,
-             "feedd-py %s ms (fmnist, jpeg, tokens)" % ", ".join("%.1f" % x for x in fb))
+    fb = {wl: rate_of(doc, wl, "feedd-py", "first_batch_ms") for wl in ("fmnist", "tokens",
+                                                                         "jpeg")}
+    got = [x for wl, x in fb.items() if x is not None and wl != "jpeg"]
+    if got:
+        line("first batch ≤ 100 ms on a running daemon", max(got) <= 100,
+             "feedd-py: fmnist %s ms, tokens %s ms (JPEG: %s ms, 256 decodes on %d cores, "
+             "not judged)" % (fmt(fb["fmnist"], 1), fmt(fb["tokens"], 1), fmt(fb["jpeg"], 1),
+                              doc["workers"]))
     solo, grp = rate_of(doc, "jobs4", "feedbench-solo"), None
     for r in doc["rows"]:
         if r["workload"] == "jobs4" and r["name"] == "feedd-group-of-4" and r["runs"]:
@@ -224,12 +239,13 @@ def write(doc, out):
     for wl in ("fmnist", "jpeg", "recipe", "tokens"):
         if wl in lim:
             l = lim[wl]
-            md.append("| %s, single-threaded C loop, 1 core | %s | `%s` |" % (
+            md.append("| %s, single-threaded C loop, 1 core | %s | %s |" % (
                 wl, "%s samples/s" % fmt(l["per_core"]) if "per_core" in l else l["error"],
-                l["command"]))
+                code(l["command"])))
     for z in lim.get("zstd", []):
-        md.append("| zstd -b3 on %s | compress %s MB/s, decompress %s MB/s | `%s` |" % (
-            z["file"], fmt(z["compress_mb_s"], 1), fmt(z["decompress_mb_s"], 1), z["command"]))
+        md.append("| zstd -b3 on %s | compress %s MB/s, decompress %s MB/s | %s |" % (
+            z["file"], fmt(z["compress_mb_s"], 1), fmt(z["decompress_mb_s"], 1),
+            code(z["command"])))
     if "memcpy" in lim:
         md.append("| memcpy, 1 core | %.1f GB/s | %s |" % (lim["memcpy"]["gb_s"],
                                                           lim["memcpy"]["command"]))
@@ -242,10 +258,10 @@ def write(doc, out):
            "| workload | loader | step at 80% of | batch | step ms | stall % | samples/s "
            "| command |", "|---|---|---|---|---|---|---|---|"]
     for s in doc.get("stalls", []):
-        md.append("| %s | %s | %s | %d | %.2f | %s | %s | `%s` |" % (
+        md.append("| %s | %s | %s | %d | %.2f | %s | %s | %s |" % (
             s["workload"], s["name"], "its own rate" if s["basis"] == "own" else "DataLoader's",
             s["batch"], s["step_ms"], fmt(s.get("stall_pct"), 1) if "stall_pct" in s else s.get("error"),
-            fmt(s.get("samples_per_s")), s["command"]))
+            fmt(s.get("samples_per_s")), code(s["command"])))
     with open(os.path.join(out, "latest.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     plots(doc, out)
@@ -280,6 +296,11 @@ def plots(doc, out):
                     ax.axvline(lim, color="tab:red", ls="--", lw=1)
                     ax.text(lim, len(rows) - 0.5, " limit", color="tab:red", va="top",
                             fontsize=8)
+            pos = [v for v in vals if v > 0]
+            if pos and scale == "log":
+                ax.set_xlim(left=min(pos) / 4)
+            for yi, v in zip(y, vals):
+                ax.text(v, yi, " " + short(v), va="center", fontsize=7)
             ax.set_yticks(list(y))
             ax.set_yticklabels([r["name"] for r in rows], fontsize=8)
             ax.invert_yaxis()
@@ -294,8 +315,12 @@ def plots(doc, out):
 
 
 def stall_plot(doc, out, plt):
-    """Busy (the step) and waiting, per loader, over its first batches."""
-    recs = [s for s in doc.get("stalls", []) if s.get("events")]
+    """Busy (the step) and waiting over the first batches: the DataLoader
+    with a step at 80% of its rate, and every other loader with the same
+    step (so one time axis fits all)."""
+    dl = "dataloader-%dw" % doc["workers"]
+    recs = [s for s in doc.get("stalls", []) if s.get("events") and (
+        s["basis"] == "dataloader" or s["name"] == dl)]
     wl = "jpeg" if any(s["workload"] == "jpeg" for s in recs) else "fmnist"
     recs = [s for s in recs if s["workload"] == wl]
     if not recs:
@@ -320,7 +345,8 @@ def stall_plot(doc, out, plt):
             s["stall_pct"]), fontsize=8, loc="left")
     axes[-1, 0].set_xlabel("seconds from the first timed batch; green: the training step "
                            "runs, red: the loop waits for data")
-    fig.suptitle("%s: a training loop at 80%% load" % WORKLOADS[wl], fontsize=9)
+    fig.suptitle("%s: one training step per batch, 80%% of the DataLoader's rate, with each "
+                 "loader" % WORKLOADS[wl].split(", batch")[0], fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "stall.png"), dpi=90)
     plt.close(fig)
