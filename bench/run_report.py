@@ -51,6 +51,11 @@ def short(x):
     return "%.3g" % x
 
 
+def sig(x):
+    """CPU seconds: three significant digits (token epochs take ms)."""
+    return "–" if x is None else "%.3g" % x
+
+
 def progress(row, i, total):
     head = "[%2d/%d] %-7s %-22s" % (i, total, row["workload"], row["name"])
     if not row["runs"]:
@@ -60,7 +65,7 @@ def progress(row, i, total):
                                                  fmt(hi), len(row["runs"]))
     c = med(row, "cpu_s_per_epoch")
     if c is not None:
-        s += ", %.2f CPU s/epoch" % c
+        s += ", %s CPU s/epoch" % sig(c)
     return s
 
 
@@ -107,7 +112,7 @@ def table(doc, wl):
                           fmt(stall_of(doc, wl, r["name"], "dataloader"), 1))
         out.append("| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, fmt(rate), fmt(lo), fmt(hi), fmt(med(r, "mb_per_s"), 1),
-            fmt(med(r, "cpu_s_per_epoch"), 2), fmt((med(r, "rss_kib") or 0) / 1024),
+            sig(med(r, "cpu_s_per_epoch")), fmt((med(r, "rss_kib") or 0) / 1024),
             st, fmt(med(r, "first_batch_ms"), 1),
             "%.1f×" % (rate / ref_rate) if ref_rate else "–",
             "%.0f%%" % (100 * rate / lim) if lim else "–", code(r["command"])))
@@ -137,7 +142,7 @@ def summary(doc):
             "%.1f× / %.1f× (C / Python)" % (rate(fb) / rate(ref) if fb and ref else 0,
                                              rate(fp) / rate(ref) if fp and ref else 0),
             "%.1f×" % (rate(best_f) / rate(peer)) if best_f and peer else "–",
-            fmt(fcpu, 2), fmt(min(others) if others else None, 2),
+            sig(fcpu), sig(min(others) if others else None),
             "%.0f%%" % (100 * rate(best_f) / lim) if lim and best_f else "–"))
     return out
 
@@ -184,7 +189,8 @@ def targets(doc):
               if r["workload"] == wl and r["runs"] and r["name"] not in FEEDD]
         if fc and oc:
             line("%s: feedd's CPU s/epoch the lowest" % wl, min(fc) < min(oc)[0],
-                 "feedd %.3f, lowest other %.3f (%s)" % (min(fc), *min(oc)))
+                 "feedd %s, lowest other %s (%s)" % (sig(min(fc)), sig(min(oc)[0]),
+                                                     min(oc)[1]))
     for wl in ("fmnist", "jpeg"):
         dls = stall_of(doc, wl, dlw, "own")
         fs = stall_of(doc, wl, "feedd-py", "dataloader")
@@ -315,38 +321,45 @@ def plots(doc, out):
 
 
 def stall_plot(doc, out, plt):
-    """Busy (the step) and waiting over the first batches: the DataLoader
-    with a step at 80% of its rate, and every other loader with the same
-    step (so one time axis fits all)."""
+    """Busy (the step) and waiting over the first batches, per workload:
+    the DataLoader with a step at 80% of its rate, and every other loader
+    with the same step (so one time axis fits a workload's rows)."""
     dl = "dataloader-%dw" % doc["workers"]
     recs = [s for s in doc.get("stalls", []) if s.get("events") and (
         s["basis"] == "dataloader" or s["name"] == dl)]
-    wl = "jpeg" if any(s["workload"] == "jpeg" for s in recs) else "fmnist"
-    recs = [s for s in recs if s["workload"] == wl]
-    if not recs:
+    groups = [(wl, [s for s in recs if s["workload"] == wl]) for wl in ("fmnist", "jpeg")]
+    groups = [(wl, g) for wl, g in groups if g]
+    if not groups:
         return
-    # one time window for all: the shortest of the records (each a few
-    # batches at least), so a loader's rhythm compares with the others'
-    span = min(s["events"][-1][2] - s["events"][0][0] for s in recs)
-    fig, axes = plt.subplots(len(recs), 1, figsize=(9, 0.9 * len(recs) + 1.0), squeeze=False,
-                             sharex=True)
-    for ax, s in zip(axes[:, 0], recs):
-        t0 = s["events"][0][0]
-        ev = [e for e in s["events"] if e[0] - t0 <= span]
-        for i, (asked, got, done) in enumerate(ev):
-            ax.axvspan(asked - t0, got - t0, color="tab:red", lw=0)       # waiting
-            nxt = ev[i + 1][0] if i + 1 < len(ev) else done + s["step_ms"] / 1e3
-            ax.axvspan(got - t0, nxt - t0, color="tab:green", lw=0, alpha=0.8)  # busy
-        ax.set_yticks([])
-        ax.set_xlim(0, span)
-        ax.set_ylabel(s["name"], rotation=0, ha="right", va="center", fontsize=8)
-        ax.set_title("batch %d, step %.1f ms = 80%% of %s: stall %.1f%%" % (
-            s["batch"], s["step_ms"], "its own rate" if s["basis"] == "own" else "the DataLoader's rate",
-            s["stall_pct"]), fontsize=8, loc="left")
+    n = sum(len(g) for _, g in groups)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 0.85 * n + 0.6 * len(groups) + 0.6),
+                             squeeze=False)
+    k = 0
+    for wl, g in groups:
+        # the shortest record's span: each shows a few batches at least
+        span = min(s["events"][-1][2] - s["events"][0][0] for s in g)
+        for j, s in enumerate(g):
+            ax = axes[k, 0]
+            k += 1
+            t0 = s["events"][0][0]
+            ev = [e for e in s["events"] if e[0] - t0 <= span]
+            for i, (asked, got, done) in enumerate(ev):
+                ax.axvspan(asked - t0, got - t0, color="tab:red", lw=0)       # waiting
+                nxt = ev[i + 1][0] if i + 1 < len(ev) else done + s["step_ms"] / 1e3
+                ax.axvspan(got - t0, nxt - t0, color="tab:green", lw=0, alpha=0.8)  # busy
+            ax.set_yticks([])
+            ax.set_xlim(0, span)
+            ax.tick_params(labelsize=7)
+            ax.set_ylabel(s["name"], rotation=0, ha="right", va="center", fontsize=8)
+            head = "%s — " % WORKLOADS[wl].split(", batch")[0] if j == 0 else ""
+            ax.set_title("%sbatch %d, step %.2f ms = 80%% of %s: stall %.1f%%" % (
+                head, s["batch"], s["step_ms"],
+                "its own rate" if s["basis"] == "own" else "the DataLoader's rate",
+                s["stall_pct"]), fontsize=8, loc="left")
     axes[-1, 0].set_xlabel("seconds from the first timed batch; green: the training step "
                            "runs, red: the loop waits for data")
-    fig.suptitle("%s: one training step per batch, 80%% of the DataLoader's rate, with each "
-                 "loader" % WORKLOADS[wl].split(", batch")[0], fontsize=9)
+    fig.suptitle("A training step per batch at 80%% of the DataLoader's rate (%d CPUs, %d "
+                 "workers each)" % (doc["cpus"], doc["workers"]), fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "stall.png"), dpi=90)
     plt.close(fig)
