@@ -208,29 +208,37 @@ def targets(doc):
              "feedd-py: fmnist %s ms, tokens %s ms (JPEG: %s ms, 256 decodes on %d cores, "
              "not judged)" % (fmt(fb["fmnist"], 1), fmt(fb["tokens"], 1), fmt(fb["jpeg"], 1),
                               doc["workers"]))
-    solo, grp = rate_of(doc, "jobs4", "feedbench-solo"), None
-    for r in doc["rows"]:
-        if r["workload"] == "jobs4" and r["name"] == "feedd-group-of-4" and r["runs"]:
-            grp = [min(x["jobs_samples_per_s"]) for x in r["runs"]]
-    if solo and grp:
-        g = statistics.median(grp)
+    solo, g = rate_of(doc, "jobs4", "feedbench-solo"), rate_of(doc, "jobs4", "feedd-group-of-4")
+    if solo and g:
         line("group of 4: each job ≥ 90% of one alone", g >= 0.9 * solo,
-             "slowest member %s samples/s = %.0f%% of solo %s (same feedbench reader)" % (
-                 fmt(g), 100 * g / solo, fmt(solo)))
+             "%s samples/s per member (all read over the run's time, / 4) = %.0f%% of one "
+             "job alone, %s (same feedbench reader)" % (fmt(g), 100 * g / solo, fmt(solo)))
     return out
+
+
+def merged_note(doc):
+    m = doc.get("merged")
+    if not m:
+        return ""
+    o = m["others_from"]
+    return ("Rows redone in this run: %s; every other row, limit and stall run comes from "
+            "`%s` of %s (load average at its end %.1f).\n" % (
+                ", ".join(m["rows_redone"]), " ".join(["bench/run"] + o["argv"]), o["when"],
+                o["loadavg_end"][0]))
 
 
 def write(doc, out):
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = ["# bench/run, %s" % doc["when"], "",
-          "`bench/run %s` on %d CPUs (load average at the end %.1f), feedd and every loader "
+          "`%s` on %d CPUs (load average at the end %.1f), feedd and every loader "
           "with %d workers, median of %d run(s) each; took %.0f s. feedd: `%s` ($SOCK a temporary "
           "path, $FEEDD_PID its pid, in the commands below). Peers: %s." % (
-              " ".join(doc["argv"]), doc["cpus"], doc["loadavg_end"][0], doc["workers"],
+              " ".join(["bench/run"] + doc["argv"]), doc["cpus"], doc["loadavg_end"][0],
+              doc["workers"],
               doc["runs"], doc["took_s"], doc["feedd"],
               ", ".join("%s %s" % kv for kv in doc["peers"].items()) or "none"), "",
-          "Every consumer reads every byte of every batch once, a uint64 view summed in "
+          merged_note(doc), "Every consumer reads every byte of every batch once, a uint64 view summed in "
           "numpy (bench/contenders.py; feedbench its own checksum). CPU s/epoch: every "
           "process of the contender (and feedd's own for feedd rows) over the timed window; "
           "memory: peak RssAnon + RssShmem summed over those processes (a page shared by "
