@@ -238,7 +238,7 @@ def jpeg_files(data):
     return out
 
 
-def crop_flip(img, rng=random):
+def crop_flip(img):
     """RandomCrop(28, padding=2) + RandomHorizontalFlip on one HW image."""
     from dataloader_baseline import np_crop_flip
     return np_crop_flip(img, 28, 2)
@@ -262,8 +262,8 @@ def decode_transform(workload, jpeg_bytes_or_path):
         return tv_transform(workload)(im.convert("RGB"))
 
 
-def window(seq, rng=random):
-    off = rng.randint(0, SEQ_STORED - SEQ_LEN)
+def window(seq):
+    off = random.randint(0, SEQ_STORED - SEQ_LEN)
     return np.ascontiguousarray(seq[off:off + SEQ_LEN])
 
 
