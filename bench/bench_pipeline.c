@@ -8,7 +8,9 @@
  *                      [--cache-bytes N]
  *
  * Prints one JSON object: samples_per_s over all epochs after the first
- * (the first warms the cache, as in a long-running daemon).
+ * (the first warms the cache, as in a long-running daemon). Plans that
+ * decode images get one decoder per channel count, made once, as a feedd
+ * worker's are (so bench/run's limit for the JPEG workloads is this loop).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include "augment.h"
 #include "cache.h"
 #include "fmt.h"
+#include "image.h"
 #include "order.h"
 #include "pipeline.h"
 
@@ -66,7 +69,8 @@ static int parse(int argc, char **argv, struct opts *o)
 /* One epoch: every batch built into out; returns samples. */
 static uint64_t run_epoch(struct fmt_dataset *ds, struct cache *c, struct cache_worker *w,
 			  const struct pipe_plan *plan, const struct ord_epoch *ep, uint8_t *out,
-			  size_t rec_out, void *scratch, uint64_t epoch, uint64_t seed)
+			  size_t rec_out, void *scratch, const struct aug_img *img, uint64_t epoch,
+			  uint64_t seed)
 {
 	uint64_t n = 0;
 	struct aug_in in[FMT_MAX_FIELDS];
@@ -95,8 +99,11 @@ static uint64_t run_epoch(struct fmt_dataset *ds, struct cache *c, struct cache_
 				dst += plan->out.fields[f].max_bytes;
 			}
 			struct aug_ctx ctx = {.seed = seed, .epoch = epoch, .sample = idx};
-			if (aug_apply(plan, &ctx, in, ao, scratch, NULL) < 0)
+			struct feed_err err = {0};
+			if (aug_apply_img(plan, &ctx, in, ao, scratch, img, &err) < 0) {
+				fprintf(stderr, "bench_pipeline: %s\n", err.msg);
 				exit(1);
+			}
 		}
 		cache_put(c, e);
 	}
@@ -130,6 +137,14 @@ int main(int argc, char **argv)
 	struct cache_worker w = {.comp_cap = in->max_block_comp, .comp = malloc(in->max_block_comp)};
 	fmt_decoder_new(&w.dec);
 	cache_new(o.cache_bytes, &c);
+	struct aug_img img = {0};
+	if (((plan->dec_channels_mask & (1u << 1)) &&
+	     img_decoder_new(&plan->dec_lim, 1, &img.dec1, &err) < 0) ||
+	    ((plan->dec_channels_mask & (1u << 3)) &&
+	     img_decoder_new(&plan->dec_lim, 3, &img.dec3, &err) < 0)) {
+		fprintf(stderr, "bench_pipeline: %s\n", err.msg);
+		return 1;
+	}
 	struct ord_spec spec = {.n = in->num_samples, .seed = 1, .world = 1, .batch = o.batch,
 				.mode = !strcmp(o.order, "seq") ? ORD_SEQUENTIAL : ORD_FULL};
 	snprintf(spec.version, sizeof(spec.version), "%s", in->version);
@@ -143,7 +158,7 @@ int main(int argc, char **argv)
 		}
 		if (e == 1)
 			t0 = now_s();
-		uint64_t n = run_epoch(ds, c, &w, plan, &ep, out, rec_out, scratch, e, 1);
+		uint64_t n = run_epoch(ds, c, &w, plan, &ep, out, rec_out, scratch, &img, e, 1);
 		if (e >= 1)
 			samples += n;
 		ord_epoch_fini(&ep);

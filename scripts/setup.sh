@@ -16,6 +16,7 @@ FEED_PACKAGES=(
   binutils dpkg-dev python3-venv python3-pip python3-setuptools python3-wheel systemd
   libmicrohttpd-dev python3-prometheus-client
   libcurl4-openssl-dev nginx
+  python3-matplotlib python3-psutil python3-doc zstd
 )
 
 feed_install() {
