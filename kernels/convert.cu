@@ -17,16 +17,13 @@
 
 #include <cuda_runtime.h>
 
+#include "launch.cuh"
+
+using feed_launch::blocks_for;
+using feed_launch::kThreads;
+using feed_launch::launch_result;
+
 namespace {
-
-const unsigned kThreads = 256;  /* per block */
-const unsigned kMaxBlocks = 65535; /* grid-stride beyond: any n fits */
-
-unsigned blocks_for(size_t total)
-{
-	size_t b = (total + kThreads - 1) / kThreads;
-	return b > kMaxBlocks ? kMaxBlocks : (unsigned)b;
-}
 
 template <typename T, T (*PX)(uint8_t, float, float)>
 __global__ void convert_images(struct feed_convert cv, const uint8_t *__restrict__ src, size_t n,
@@ -43,22 +40,6 @@ __global__ void convert_tokens(const T *__restrict__ src, size_t n, int64_t *__r
 
 /* The launch's outcome as convert.h's codes. cudaGetLastError also clears
  * a launch error so the next call on this thread starts clean. */
-int launch_result(void)
-{
-	cudaError_t e = cudaGetLastError();
-	switch (e) {
-	case cudaSuccess:
-		return 0;
-	case cudaErrorNoDevice:
-	case cudaErrorInsufficientDriver:
-	case cudaErrorInvalidDevice:
-	case cudaErrorNoKernelImageForDevice:
-		return -ENODEV;
-	default:
-		return -EIO;
-	}
-}
-
 } // namespace
 
 extern "C" int feed_convert_images_cuda(const struct feed_convert *cv, const uint8_t *src,

@@ -14,16 +14,13 @@
 
 #include <cuda_runtime.h>
 
+#include "launch.cuh"
+
+using feed_launch::blocks_for;
+using feed_launch::kThreads;
+using feed_launch::launch_result;
+
 namespace {
-
-const unsigned kThreads = 256;
-const unsigned kMaxBlocks = 65535;
-
-unsigned blocks_for(size_t total)
-{
-	size_t b = (total + kThreads - 1) / kThreads;
-	return b > kMaxBlocks ? kMaxBlocks : (unsigned)b;
-}
 
 template <typename T, T (*MIX)(T, T, float, float)>
 __global__ void mix_images(struct feed_convert cv, struct feed_mix_args a, size_t n, T *data)
@@ -35,22 +32,6 @@ __global__ void mix_labels(struct feed_mix_args a, const void *labels, uint32_t 
 			   float *dst)
 {
 	feed_k_mix_labels_loop(a, labels, t, n, dst);
-}
-
-int launch_result(void)
-{
-	cudaError_t e = cudaGetLastError();
-	switch (e) {
-	case cudaSuccess:
-		return 0;
-	case cudaErrorNoDevice:
-	case cudaErrorInsufficientDriver:
-	case cudaErrorInvalidDevice:
-	case cudaErrorNoKernelImageForDevice:
-		return -ENODEV;
-	default:
-		return -EIO;
-	}
 }
 
 } // namespace
