@@ -840,20 +840,26 @@ static void st_retired_free(struct st_retired *r)
 }
 
 /* The release of a batch of an earlier incarnation: nothing to tell the
- * daemon that built it (it is gone); the last one unmaps its regions. The
- * batches stay allocated until close, so releasing one twice is -EINVAL,
- * as for any batch. Under rel_lock. */
-static void st_retired_put(struct feed_stream *st, uint32_t inc)
+ * daemon that built it (it is gone). Returns the incarnation when this was
+ * its last batch held: the caller unmaps its regions (st_retired_drop)
+ * after dropping rel_lock, since forgetting them unregisters pinned memory
+ * in the CUDA driver. The batches stay allocated until close, so releasing
+ * one twice is -EINVAL, as for any batch. Under rel_lock. */
+static struct st_retired *st_retired_put(struct feed_stream *st, uint32_t inc)
 {
-	for (struct st_retired *r = st->retired; r; r = r->next) {
-		if (r->inc != inc)
-			continue;
-		if (--r->held == 0) {
-			cl_gpu_forget(st, r->map[1]);
-			st_retired_unmap(r);
-		}
-		return;
-	}
+	for (struct st_retired *r = st->retired; r; r = r->next)
+		if (r->inc == inc)
+			return --r->held == 0 ? r : NULL;
+	return NULL;
+}
+
+/* Unregisters and unmaps what st_retired_put() said is no longer held.
+ * Not under rel_lock: nothing else touches r any more (held is 0 and no
+ * batch of it is left to release); close frees it later. */
+static void st_retired_drop(struct feed_stream *st, struct st_retired *r)
+{
+	cl_gpu_forget(st, r->map[1]);
+	st_retired_unmap(r);
 }
 
 /* Makes n, a fresh stream on the same connection, st's next incarnation:
@@ -1507,8 +1513,10 @@ int cl_release_now(struct feed_batch *b)
 		return -EINVAL;
 	}
 	if (b->inc != st->inc) {
-		st_retired_put(st, b->inc);
+		struct st_retired *dead = st_retired_put(st, b->inc);
 		pthread_mutex_unlock(&st->rel_lock);
+		if (dead)
+			st_retired_drop(st, dead);
 		return 0;
 	}
 	if (st->group)  /* our written pages go; the shared ones come back */
