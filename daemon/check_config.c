@@ -140,6 +140,19 @@ static const char *chk_group_name(gid_t gid)
 	return buf;
 }
 
+/* The directory dir would be made in: dir's parent, "/" or ".". */
+static void chk_parent(const char *dir, char *parent, size_t cap)
+{
+	snprintf(parent, cap, "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	else
+		snprintf(parent, cap, ".");
+}
+
 /* The socket's directory: there and writable, or makeable (start-up
  * makes only its last component). *ret_made: it would be made (and
  * chowned to socket_group). */
@@ -163,14 +176,7 @@ static void chk_socket_dir(struct chk *c, const char *dir, bool *ret_made)
 		chk_error(c, "socket directory %s: %s", dir, strerror(errno));
 		return;
 	}
-	snprintf(parent, sizeof(parent), "%s", dir);
-	char *slash = strrchr(parent, '/');
-	if (slash == parent)
-		slash[1] = '\0';
-	else if (slash)
-		*slash = '\0';
-	else
-		snprintf(parent, sizeof(parent), ".");
+	chk_parent(dir, parent, sizeof(parent));
 	if (stat(parent, &st) < 0)
 		chk_error(c, "socket directory %s: cannot be made: %s: %s (only the last "
 			  "component is made)", dir, parent, strerror(errno));
@@ -242,14 +248,7 @@ static void chk_cache_dir(struct chk *c)
 		return;
 	}
 	char parent[4096];
-	snprintf(parent, sizeof(parent), "%s", dir);
-	char *slash = strrchr(parent, '/');
-	if (slash == parent)
-		slash[1] = '\0';
-	else if (slash)
-		*slash = '\0';
-	else
-		snprintf(parent, sizeof(parent), ".");
+	chk_parent(dir, parent, sizeof(parent));
 	const char *why = NULL;
 	if (stat(parent, &st) < 0)
 		why = strerror(errno);
