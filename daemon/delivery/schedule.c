@@ -23,6 +23,25 @@ static int epoch_make(struct sched *s, uint64_t epoch, struct feed_err *err)
 	return 0;
 }
 
+/* Whether the layout e holds starts a batch at global position pos: then
+ * s->next_batch is that batch (1), or *ret_end when pos is at or past the
+ * epoch's end (1 too); else 0, and e's layout is dropped for a new one. */
+static int epoch_seek(struct sched *s, struct sched_epoch *e, uint64_t pos, bool *ret_end)
+{
+	uint64_t b;
+
+	*ret_end = pos >= ord_position_of(&e->ord, ord_batches_per_epoch(&e->ord));
+	if (*ret_end)
+		return 1;
+	if (ord_batch_at_position(&e->ord, pos, &b) == 0) {
+		s->next_batch = b;
+		return 1;
+	}
+	ord_epoch_fini(&e->ord);
+	e->valid = false;
+	return 0;
+}
+
 /* The start epoch of a resume at global position P: the whole epoch's
  * layout when P starts one of its batches (true indices), else the rest of
  * the epoch laid out from P. *ret_end is set when P is at or past the
@@ -31,21 +50,13 @@ static int epoch_make_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *re
 			 struct feed_err *err)
 {
 	struct sched_epoch *e = &s->ep[epoch & 1];
-	uint64_t b, stride = (uint64_t)s->spec.ord.batch * s->spec.ord.world;
+	uint64_t stride = (uint64_t)s->spec.ord.batch * s->spec.ord.world;
 	int rc = epoch_make(s, epoch, err);
 
 	if (rc < 0)
 		return rc;
-	uint64_t nb = ord_batches_per_epoch(&e->ord);
-	*ret_end = pos >= ord_position_of(&e->ord, nb);
-	if (*ret_end)
+	if (epoch_seek(s, e, pos, ret_end))
 		return 0;
-	if (ord_batch_at_position(&e->ord, pos, &b) == 0) {
-		s->next_batch = b;
-		return 0;
-	}
-	ord_epoch_fini(&e->ord);
-	e->valid = false;
 	if ((rc = ord_epoch_init_at(&e->ord, &s->spec.ord, epoch, pos, err)) < 0)
 		return rc;
 	e->valid = true;
@@ -68,7 +79,7 @@ static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, boo
 	const struct sched_spec *sp = &s->spec;
 	struct sched_epoch *e = &s->ep[epoch & 1];
 	struct ord_level lv[ORD_MAX_LEVELS + 1];
-	uint64_t b, stride = (uint64_t)sp->ord.batch * sp->ord.world;
+	uint64_t stride = (uint64_t)sp->ord.batch * sp->ord.world;
 	int rc;
 
 	if (e->valid)
@@ -80,15 +91,8 @@ static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, boo
 			return rc;
 		e->valid = true;
 		e->epoch = epoch;
-		*ret_end = pos >= ord_position_of(&e->ord, ord_batches_per_epoch(&e->ord));
-		if (*ret_end)
+		if (epoch_seek(s, e, pos, ret_end))
 			return 0;
-		if (ord_batch_at_position(&e->ord, pos, &b) == 0) {
-			s->next_batch = b;
-			return 0;
-		}
-		ord_epoch_fini(&e->ord);
-		e->valid = false;
 	}
 	lv[sp->nlevels] = (struct ord_level){.nodes = sp->start_nodes, .pos = pos};
 	if ((rc = ord_epoch_init_levels(&e->ord, &sp->ord, epoch, lv, sp->nlevels + 1, err)) < 0)
