@@ -100,7 +100,7 @@ START_TEST(test_status_shows_stream)
 	h_tiny_read(s, 5);
 	/* The reader waits 300 ms for a batch that cannot come: the daemon is
 	 * stopped. libfeedclient counts the wait in the release region. */
-	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
+	h_stop_process(h.pid);
 	drain_ready(s);
 	ck_assert_int_eq(feed_next(s, 300, &held), -ETIMEDOUT);
 	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);
@@ -181,7 +181,7 @@ START_TEST(test_status_group_listed_once)
 		for (int m = 0; m < MEMBERS; m++)
 			h_tiny_read(s[m], 1);
 	/* member 0's reader waits 300 ms for a batch that cannot come */
-	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
+	h_stop_process(h.pid);
 	drain_ready(s[0]);
 	ck_assert_int_eq(feed_next(s[0], 300, &held), -ETIMEDOUT);
 	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);

@@ -605,6 +605,40 @@ int h_run_suite(Suite *s)
 	return failed;
 }
 
+/* Every thread of the pid in *arg is stopped (state T or t in its stat). */
+static bool h_all_stopped(void *arg)
+{
+	pid_t pid = *(pid_t *)arg;
+	char path[64], line[512];
+	struct dirent *e;
+	bool all = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	while (all && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that just ended */
+		const char *st = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		all = st && (st[2] == 'T' || st[2] == 't');
+		fclose(f);
+	}
+	closedir(d);
+	return all;
+}
+
+void h_stop_process(pid_t pid)
+{
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	ck_assert_msg(h_wait_until(h_all_stopped, &pid, H_DEADLINE_MS),
+		      "pid %d did not stop within %d ms of SIGSTOP", (int)pid, H_DEADLINE_MS);
+}
+
 int h_proc_fds(pid_t pid)
 {
 	char path[64];

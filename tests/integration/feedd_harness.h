@@ -148,6 +148,11 @@ void h_nap_ms(int ms);
 /* Runs every test of s (its suite is freed); returns how many failed. */
 int h_run_suite(Suite *s);
 
+/* Sends pid SIGSTOP and returns once every thread of it is stopped (kill()
+ * returns before a thread running on another CPU has stopped: it could
+ * still publish a batch). Fails the test past H_DEADLINE_MS. */
+void h_stop_process(pid_t pid);
+
 /* What /proc says about a process: its open descriptors, the lines of its
  * maps that contain needle, and its CPU time (user + system, in clock
  * ticks). -1 if it cannot be read. */

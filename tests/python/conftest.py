@@ -105,6 +105,26 @@ class FeedDaemon:
         return self.log.read_text() if self.log.exists() else ""
 
 
+def sigstop(proc):
+    """Stops proc (SIGSTOP) and returns once every thread of it is stopped:
+    kill() returns before a thread on another CPU has stopped, which could
+    still publish a batch. Raises after 20 s."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 20
+    task = pathlib.Path(f"/proc/{proc.pid}/task")
+    while time.monotonic() < deadline:
+        states = []
+        for t in task.iterdir():
+            try:
+                states.append((t / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                pass  # a thread that just ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"pid {proc.pid} did not stop within 20 s of SIGSTOP")
+
+
 @pytest.fixture(scope="session")
 def feedd_factory(feed_bin):
     """start(directory, *args): a running FeedDaemon (stopped, cleanly, at the

@@ -23,7 +23,7 @@ import time
 import pytest
 
 import feedclient
-from conftest import CORRUPT_BLOCK, LIB, PYPKG
+from conftest import sigstop, CORRUPT_BLOCK, LIB, PYPKG
 
 NOBODY = 65534
 
@@ -227,7 +227,7 @@ def test_two_threads_at_once_raise(own_daemon):
     stopped with SIGSTOP); meanwhile the main thread's calls raise."""
     loader = feedclient.Loader("small", 10, socket=own_daemon.sock, shuffle=False, credits=2)
     it = iter(loader)
-    own_daemon.proc.send_signal(signal.SIGSTOP)
+    sigstop(own_daemon.proc)
     stop = threading.Event()
     taken = []
     failures = []

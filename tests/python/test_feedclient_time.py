@@ -12,6 +12,7 @@ import time
 import pytest
 
 import feedclient
+from conftest import sigstop
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_timeout_names_dataset_wait_and_status(own_daemon):
                            timeout=0.5) as loader:
         it = iter(loader)
         next(it)
-        own_daemon.proc.send_signal(signal.SIGSTOP)    # alive but hung
+        sigstop(own_daemon.proc)    # alive but hung
         err, took = drain_until_gone(it)
         assert isinstance(err, feedclient.Timeout), err
         assert isinstance(err, TimeoutError)
