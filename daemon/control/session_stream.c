@@ -327,13 +327,11 @@ static int ses_resume_node(const Feed__ResumeToken *t, struct dlv_spec *sp, stru
 static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 		      const struct pipe_plan *plan, struct dlv_spec *sp, struct feed_err *err)
 {
-	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, o->resume.len, o->resume.data);
-	int rc = 0;
+	Feed__ResumeToken *t = NULL;
+	int rc = wire_resume_decode(o->resume.data, o->resume.len, &t, err);
 
-	if (!t || t->magic != FEED_RESUME_MAGIC) {
-		rc = feed_err_set(err, -EINVAL, "resume token: not a feedd resume token");
-		goto out;
-	}
+	if (rc < 0)
+		return rc;
 	if (strcmp(t->dataset_version, e->info->version)) {
 		rc = feed_err_set(err, -ESTALE, "resume token: taken on dataset version %.16s, the "
 				  "dataset is now version %s", t->dataset_version, e->info->version);
@@ -365,8 +363,7 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 	sp->sched.at_position = true;
 	sp->sched.start_position = t->position;
 out:
-	if (t)
-		feed__resume_token__free_unpacked(t, NULL);
+	wire_resume_free(t);
 	return rc;
 }
 

@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "feed_shm.h"
+
 static void wire_close_fds(struct msghdr *mh, struct wire_in *in)
 {
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
@@ -120,6 +122,25 @@ void wire_request_free(Feed__Request *req)
 {
 	if (req)
 		feed__request__free_unpacked(req, NULL);
+}
+
+int wire_resume_decode(const void *buf, size_t len, Feed__ResumeToken **ret,
+		       struct feed_err *err)
+{
+	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, len, buf);
+
+	if (!t || t->magic != FEED_RESUME_MAGIC) {
+		wire_resume_free(t);
+		return feed_err_set(err, -EINVAL, "resume token: not a feedd resume token");
+	}
+	*ret = t;
+	return 0;
+}
+
+void wire_resume_free(Feed__ResumeToken *t)
+{
+	if (t)
+		feed__resume_token__free_unpacked(t, NULL);
 }
 
 static bool wire_printable(const char *s)

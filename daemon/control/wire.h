@@ -67,6 +67,15 @@ int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
 			struct feed_err *err);
 void wire_request_free(Feed__Request *req);  /* accepts NULL */
 
+/* Decodes a resume token (OpenStream.resume: feed.proto ResumeToken as
+ * libfeedclient writes it). *ret is freed with wire_resume_free(). -EINVAL
+ * "resume token: not a feedd resume token" when it does not unpack or
+ * lacks FEED_RESUME_MAGIC; whether its fields fit the request is the
+ * session's to say (session_stream.c). */
+int wire_resume_decode(const void *buf, size_t len, Feed__ResumeToken **ret,
+		       struct feed_err *err);
+void wire_resume_free(Feed__ResumeToken *t);  /* accepts NULL */
+
 /* Checks a decoded request: its kind is known and every field is in range.
  * -EOPNOTSUPP for an unknown or missing kind, -EINVAL naming the field. */
 int wire_request_check(const Feed__Request *req, struct feed_err *err);
