@@ -630,7 +630,9 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 		     const struct aug_img *img, struct feed_err *err)
 {
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
-	uint8_t *iscratch = scratch + 2 * inter + ((p->table_bytes + 63) & ~(size_t)63);
+	/* no arithmetic on a NULL scratch (allowed when the plan needs none) */
+	uint8_t *iscratch = scratch ? scratch + 2 * inter + ((p->table_bytes + 63) & ~(size_t)63)
+				    : NULL;
 	const uint8_t *src = in->data;
 	size_t src_len = in->len;
 	uint32_t s0 = p->field_stage[f], n = p->field_nstages[f];
