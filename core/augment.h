@@ -84,8 +84,9 @@ struct aug_img {
 /*
  * Builds one sample: in[f] and out[f] for every field f of the plan's input
  * schema (plan->in.nfields entries each). scratch holds
- * pipe_scratch_bytes(plan) bytes (may be NULL when that is 0); its content
- * is garbage afterwards. Outputs may not overlap inputs or scratch.
+ * pipe_scratch_bytes(plan) bytes, aligned as that says (may be NULL when
+ * it is 0); its content is garbage afterwards. Outputs may not overlap
+ * inputs or scratch.
  * Returns 0, or
  *   -EINVAL  a fixed field's record has the wrong size, a variable field is
  *            not a whole number of elements, or a sequence is shorter than

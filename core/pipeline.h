@@ -316,7 +316,8 @@ int pipe_plan_text(const char *text, const struct fmt_schema *in, struct pipe_pl
 		   struct feed_err *err);
 
 /* Scratch a worker passes to aug_apply() for this plan, in bytes (0 when
- * no op needs it); 64-byte aligned memory is best. */
+ * no op needs it), in memory aligned to at least 16 bytes (malloc's: the
+ * stages keep tables of floats and integers in it); 64 is best. */
 size_t pipe_scratch_bytes(const struct pipe_plan *plan);
 
 /* The 64-bit hash resume tokens and groups compare: xxh64 of the
