@@ -140,6 +140,11 @@ int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *
 
 	memset(s, 0, sizeof(*s));
 	s->spec = *spec;
+	/* epoch numbers count up without end (epochs 0): a start this near
+	 * 2^64 (a request's start_epoch, a token's epoch) would wrap to 0 */
+	if (spec->start_epoch >= SCHED_EPOCH_MAX)
+		return feed_err_set(err, -EINVAL, "start epoch %llu: epochs are numbered below 2^63",
+				    (unsigned long long)spec->start_epoch);
 	if ((rc = sched_start(s, &empty, err)) < 0)
 		return rc;
 	s->first_epoch = s->next_epoch;

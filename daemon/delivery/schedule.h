@@ -23,6 +23,10 @@
 #include "feed_err.h"
 #include "order.h"
 
+/* Epochs are numbered below this: a stream starts before it (and never
+ * runs the 2^63 epochs it would take to wrap its count). */
+#define SCHED_EPOCH_MAX ((uint64_t)1 << 63)
+
 /* What a stream asks for. */
 struct sched_spec {
 	struct ord_spec ord;       /* order and partition; block_first borrowed from
@@ -68,10 +72,10 @@ struct sched {
 	struct sched_epoch ep[2];  /* by epoch & 1 */
 };
 
-/* Builds the start epoch's order and checks the start position. A resume
- * position at an epoch's end starts the next epoch (no END_OF_EPOCH first:
- * the token was taken once that epoch was done); past the last epoch asked
- * for, the stream is empty. Returns 0 or -EINVAL naming the parameter
+/* Builds the start epoch's order and checks the start position (its epoch
+ * below SCHED_EPOCH_MAX). A resume position at an epoch's end starts the
+ * next epoch (no END_OF_EPOCH first: the token was taken once that epoch
+ * was done); past the last epoch asked for, the stream is empty. Returns 0 or -EINVAL naming the parameter
  * (e.g. an epoch with no batch for this rank), -ENOMEM. On failure
  * sched_fini() is still safe. */
 int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *err);
