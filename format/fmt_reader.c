@@ -277,70 +277,75 @@ out:
 static int shard_check(struct fmt_dataset *ds, uint32_t si, const struct fmt_header *hp,
 		       const struct fmt_trailer *tp, struct feed_err *err);
 
-/* Shard si through the store: its size, header and trailer (two range
- * reads), then the checks and the index as for a local file. */
-static int shard_open_store(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
+/* Shard si's file: opened (a local one) and its size checked against the
+ * manifest's, before dataset_open() sizes the block table from the
+ * manifest's counts, so that table is never larger than the files can
+ * index (manifest_check(): a shard's blocks fit in its size). */
+static int shard_find(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 {
 	const Feed__ShardInfo *s = ds->manifest->shards[si];
-	uint8_t hb[FMT_HEADER_SIZE], tb[FMT_TRAILER_SIZE];
-	struct fmt_header h;
-	struct fmt_trailer t;
+	struct rd_shard *sh = &ds->shards[si];
 	uint64_t size;
-	int rc = ds->ops->size(ds->store, (int32_t)si, s->file, &size, err);
+	struct stat st;
+	int rc;
 
-	if (rc < 0)
-		return rc;
+	sh->file = s->file;
+	if (ds->ops) {
+		if ((rc = ds->ops->size(ds->store, (int32_t)si, s->file, &size, err)) < 0)
+			return rc;
+	} else {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/%s", ds->dir, s->file);
+		sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (sh->fd < 0 || fstat(sh->fd, &st) < 0)
+			return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+		size = (uint64_t)st.st_size;
+	}
 	if (size != s->size)
 		return feed_err_set(err, -EBADMSG, "%s/%s: size %llu, manifest says %llu (truncated "
 				    "or replaced)", ds->dir, s->file, (unsigned long long)size,
 				    (unsigned long long)s->size);
-	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE)
-		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
-				    ds->dir, s->file);
-	struct fmt_range r = {.shard = (int32_t)si, .file = s->file, .len = FMT_HEADER_SIZE};
-	if ((rc = ds->ops->read(ds->store, &r, hb, err)) < 0)
-		return rc;
-	if (fmt_header_decode(hb, &h) < 0)
-		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
-				    ds->dir, s->file);
-	r.off = s->size - FMT_TRAILER_SIZE;
-	r.len = FMT_TRAILER_SIZE;
-	if ((rc = ds->ops->read(ds->store, &r, tb, err)) < 0)
-		return rc;
-	if (fmt_trailer_decode(tb, &t) < 0)
-		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard trailer (magic or checksum)",
-				    ds->dir, s->file);
-	return shard_check(ds, si, &h, &t, err);
+	return 0;
 }
 
+/* len bytes at off of shard si, from its file or through the store: 0,
+ * or < 0 with err set by the store only (the caller names a local
+ * file's short read). */
+static int shard_read(struct fmt_dataset *ds, uint32_t si, uint64_t off, uint32_t len, void *buf,
+		      struct feed_err *err)
+{
+	struct fmt_range r = {.shard = (int32_t)si, .file = ds->shards[si].file, .off = off,
+			      .len = len};
+
+	if (ds->ops)
+		return ds->ops->read(ds->store, &r, buf, err);
+	return pread_full(ds->shards[si].fd, buf, len, off);
+}
+
+/* Shard si, found (its size checked): header and trailer, then the checks
+ * and the block index. */
 static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 {
 	const Feed__ShardInfo *s = ds->manifest->shards[si];
-	struct rd_shard *sh = &ds->shards[si];
 	uint8_t hb[FMT_HEADER_SIZE], tb[FMT_TRAILER_SIZE];
 	struct fmt_header h;
 	struct fmt_trailer t;
-	struct stat st;
-	char path[4096];
+	int rc;
 
-	snprintf(path, sizeof(path), "%s/%s", ds->dir, s->file);
-	sh->file = s->file;
-	if (ds->ops)
-		return shard_open_store(ds, si, err);
-	sh->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (sh->fd < 0)
-		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(sh->fd, &st) < 0)
-		return feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
-	if ((uint64_t)st.st_size != s->size)
-		return feed_err_set(err, -EBADMSG, "%s: size %lld, manifest says %llu (truncated or replaced)",
-				    path, (long long)st.st_size, (unsigned long long)s->size);
-	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE || pread_full(sh->fd, hb, sizeof(hb), 0) < 0 ||
-	    fmt_header_decode(hb, &h) < 0)
-		return feed_err_set(err, -EBADMSG, "%s: bad shard header (magic or checksum)", path);
-	if (pread_full(sh->fd, tb, sizeof(tb), s->size - FMT_TRAILER_SIZE) < 0 ||
-	    fmt_trailer_decode(tb, &t) < 0)
-		return feed_err_set(err, -EBADMSG, "%s: bad shard trailer (magic or checksum)", path);
+	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
+				    ds->dir, s->file);
+	if ((rc = shard_read(ds, si, 0, FMT_HEADER_SIZE, hb, err)) < 0 && ds->ops)
+		return rc;  /* the store named what failed */
+	if (rc < 0 || fmt_header_decode(hb, &h) < 0)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard header (magic or checksum)",
+				    ds->dir, s->file);
+	rc = shard_read(ds, si, s->size - FMT_TRAILER_SIZE, FMT_TRAILER_SIZE, tb, err);
+	if (rc < 0 && ds->ops)
+		return rc;
+	if (rc < 0 || fmt_trailer_decode(tb, &t) < 0)
+		return feed_err_set(err, -EBADMSG, "%s/%s: bad shard trailer (magic or checksum)",
+				    ds->dir, s->file);
 	return shard_check(ds, si, &h, &t, err);
 }
 
@@ -484,6 +489,23 @@ const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sampl
 	return ds->paths + ds->path_off[sample];
 }
 
+/* The shard table, every fd -1 until opened (fmt_dataset_close() closes
+ * those >= 0), and every shard found (shard_find()). */
+static int shards_find(struct fmt_dataset *ds, struct feed_err *err)
+{
+	int rc;
+
+	if (!(ds->shards = calloc(ds->nshards, sizeof(*ds->shards))))
+		return feed_err_set(err, -ENOMEM, "%s: out of memory for %u shards", ds->dir,
+				    ds->nshards);
+	for (uint32_t i = 0; i < ds->nshards; i++)
+		ds->shards[i].fd = -1;
+	for (uint32_t i = 0; i < ds->nshards; i++)
+		if ((rc = shard_find(ds, i, err)) < 0)
+			return rc;
+	return 0;
+}
+
 static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, struct feed_err *err)
 {
 	const char *dir = ds->dir;
@@ -492,20 +514,17 @@ static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, str
 		rc = manifest_check(ds, err);
 	if (rc < 0)
 		goto fail;
-	ds->shards = calloc(ds->nshards, sizeof(*ds->shards));
-	ds->blocks = calloc(ds->nblocks, sizeof(*ds->blocks));
-	if (!ds->shards || !ds->blocks) {
+	if ((rc = shards_find(ds, err)) < 0)
+		goto fail;
+	if (!(ds->blocks = calloc(ds->nblocks, sizeof(*ds->blocks)))) {
 		rc = feed_err_set(err, -ENOMEM, "%s: out of memory for %llu blocks", dir,
 				  (unsigned long long)ds->nblocks);
 		goto fail;
 	}
-	for (uint32_t i = 0; i < ds->nshards; i++)
-		ds->shards[i].fd = -1;
-	for (uint32_t i = 0, first = 0; i < ds->nshards; i++) {
+	for (uint64_t i = 0, first = 0; i < ds->nshards; i++) {
 		ds->shards[i].first_block = first;
 		first += ds->manifest->shards[i]->num_blocks;
-		rc = shard_open(ds, i, err);
-		if (rc < 0)
+		if ((rc = shard_open(ds, (uint32_t)i, err)) < 0)
 			goto fail;
 	}
 	info_fill(ds);

@@ -300,6 +300,53 @@ START_TEST(test_format_truncated_shard_refused_at_open)
 }
 END_TEST
 
+/* A manifest whose one shard claims 4 TiB and 2^36 blocks (2^36 samples)
+ * over a small file: the reader must find the file's size wrong before it
+ * sizes its block table from the claim (3 TiB, which fails, and whose
+ * failure once closed descriptors 0..nshards-1 that were never opened). */
+static void manifest_claim_huge(const char *dir)
+{
+	char path[400];
+	static uint8_t buf[1 << 16];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, FMT_MANIFEST_FILE);
+	ck_assert_ptr_nonnull(f = fopen(path, "rb"));
+	size_t len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	Feed__Manifest *m = feed__manifest__unpack(NULL, len, buf);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_uint_eq(m->n_shards, 1);
+	m->shards[0]->size = 1ull << 42;
+	m->shards[0]->num_blocks = m->shards[0]->num_samples = m->num_samples = 1ull << 36;
+	len = feed__manifest__pack(m, buf);
+	feed__manifest__free_unpacked(m, NULL);
+	ck_assert_ptr_nonnull(f = fopen(path, "wb"));
+	ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+	fclose(f);
+}
+
+START_TEST(test_format_shard_size_checked_before_block_table)
+{
+	struct fmt_schema s;
+	struct fmt_dataset *ds = NULL;
+	struct feed_err err = {0};
+	char dir[300];
+
+	if (fcntl(0, F_GETFD) < 0)  /* descriptor 0 open, to see it stay open */
+		ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	write_dataset(dir, &s, 300, &(struct fmt_writer_opts){.name = "x"});
+	manifest_claim_huge(dir);
+	ck_assert_int_eq(fmt_dataset_open(dir, &ds, &err), -EBADMSG);
+	ck_assert_ptr_null(ds);
+	ck_assert_msg(strstr(err.msg, "shard-00000.fsh") && strstr(err.msg, "manifest says 4398046511104"),
+		      "%s", err.msg);
+	ck_assert_int_ge(fcntl(0, F_GETFD), 0);
+}
+END_TEST
+
 START_TEST(test_format_truncated_after_open_is_error)
 {
 	struct fmt_schema s;
@@ -784,6 +831,7 @@ static Suite *format_suite(void)
 	tcase_add_test(tc, test_format_checksum_mismatch_names_block);
 	tcase_add_test(tc, test_format_truncated_shard_refused_at_open);
 	tcase_add_test(tc, test_format_truncated_after_open_is_error);
+	tcase_add_test(tc, test_format_shard_size_checked_before_block_table);
 	tcase_add_loop_test(tc, test_format_header_and_footer_corruption, 0, 4);
 	tcase_add_test(tc, test_format_writer_refusals);
 	tcase_add_test(tc, test_format_fashion_mnist_equals_source);
