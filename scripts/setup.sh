@@ -17,6 +17,7 @@ FEED_PACKAGES=(
   libmicrohttpd-dev python3-prometheus-client
   libcurl4-openssl-dev nginx
   python3-matplotlib python3-psutil python3-doc zstd
+  clang libclang-rt-14-dev
 )
 
 feed_install() {
