@@ -18,7 +18,7 @@
 #include "fuzz.h"
 #include "fuzz_dataset.h"
 
-#define FUZZ_RAW_MAX (1u << 20)  /* max_block_raw the manifest gives */
+#define FUZZ_RAW_MAX (64u << 10) /* max_block_raw the manifest gives (blocks: 4 KiB) */
 
 static Feed__Manifest *fuzz_man;  /* the dataset's manifest, unpacked once */
 
