@@ -149,6 +149,9 @@ struct dlv {
 	uint64_t bad_count;
 	char bad_what[FEED_ERR_MSG_MAX];  /* what failed in it, cut */
 	struct dlv_stats st;
+#ifdef FEEDD_TEST_SEAMS
+	uint64_t *seam_blocks;     /* FEEDD_TEST_ORDER_BLOCKS's block table, or NULL */
+#endif
 };
 
 /* ---- lifetime ---- */
@@ -178,6 +181,9 @@ static void dlv_destroy(struct dlv *d)
 	dsl_free(d->dev_own); /* before the region it registered goes */
 	region_free(&d->data);
 	sched_fini(&d->sched);
+#ifdef FEEDD_TEST_SEAMS
+	free(d->seam_blocks);  /* after the schedule, which borrowed it */
+#endif
 	free(d->hdrs);
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
@@ -193,6 +199,33 @@ static void dlv_unref(struct dlv *d)
 	if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1)
 		dlv_destroy(d);
 }
+
+#ifdef FEEDD_TEST_SEAMS
+/* Test builds only (FEED_TEST_SEAMS): with FEEDD_TEST_ORDER_BLOCKS=N, a
+ * block-window stream's order counts N blocks: the dataset's own, then
+ * empty ones up to N. Its samples are the dataset's, in an order that is
+ * a true block-window order over N blocks, so laying an epoch out costs
+ * what it costs a dataset of N blocks (the loop-latency test's 2^24
+ * blocks, without packing 2^24 of them). The padded table is made here,
+ * on the loop, once per stream: the seam's own cost, at open. */
+static int seam_order_blocks(struct dlv *d, struct sched_spec *sp, struct feed_err *err)
+{
+	const char *v = getenv("FEEDD_TEST_ORDER_BLOCKS");
+	uint64_t n = v ? strtoull(v, NULL, 10) : 0;
+
+	if (!n || sp->ord.mode != ORD_BLOCK_WINDOW || sp->ord.eval || n <= sp->ord.nblocks ||
+	    n > ORD_MAX_BLOCKS)
+		return 0;
+	if (!(d->seam_blocks = malloc((n + 1) * sizeof(uint64_t))))
+		return feed_err_set(err, -ENOMEM, "FEEDD_TEST_ORDER_BLOCKS: out of memory");
+	memcpy(d->seam_blocks, sp->ord.block_first, (sp->ord.nblocks + 1) * sizeof(uint64_t));
+	for (uint64_t b = sp->ord.nblocks + 1; b <= n; b++)
+		d->seam_blocks[b] = sp->ord.n;
+	sp->ord.block_first = d->seam_blocks;
+	sp->ord.nblocks = n;
+	return 0;
+}
+#endif
 
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
@@ -223,7 +256,14 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	atomic_init(&d->refs, 1);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->data_mu, NULL);
-	if ((rc = sched_init(&d->sched, &spec->sched, err)) < 0) {
+	struct sched_spec sp = spec->sched;
+#ifdef FEEDD_TEST_SEAMS
+	if ((rc = seam_order_blocks(d, &sp, err)) < 0) {
+		dlv_destroy(d);
+		return rc;
+	}
+#endif
+	if ((rc = sched_init(&d->sched, &sp, err)) < 0) {
 		dlv_destroy(d);
 		return rc;
 	}
