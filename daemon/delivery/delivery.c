@@ -23,6 +23,7 @@
 #include "devslots.h"
 #include "feed_shm.h"
 #include "layout.h"
+#include "order.h"
 #include "pipeline.h"
 #include "pool.h"
 #include "region.h"
@@ -98,7 +99,7 @@ struct dlv {
 	uint32_t on_error;         /* enum bld_on_error */
 	uint64_t max_bad;          /* skip: replaced samples an epoch, at most */
 	struct cache *cache;
-	struct pool *pool;
+	struct dlv_runner run;     /* where its jobs go (delivery.h) */
 	struct pool_source *src;   /* our fair share of the workers: one for
 				    * every member (a group counts once) */
 	struct stats_flow flow;    /* published counters, lock-free (stats.h) */
@@ -149,6 +150,10 @@ struct dlv {
 	uint64_t bad_count;
 	char bad_what[FEED_ERR_MSG_MAX];  /* what failed in it, cut */
 	struct dlv_stats st;
+	/* an order table being built (sched_table_want): one at a time */
+	struct pool_job table_job;
+	uint64_t table_epoch;             /* (lock) set before it is submitted */
+	struct pool_job free_job;         /* the last teardown, on a worker */
 #ifdef FEEDD_TEST_SEAMS
 	uint64_t *seam_blocks;     /* FEEDD_TEST_ORDER_BLOCKS's block table, or NULL */
 #endif
@@ -193,11 +198,43 @@ static void dlv_destroy(struct dlv *d)
 		on_free(on_free_arg);
 }
 
-static void dlv_unref(struct dlv *d)
+/* Queues job through the delivery's runner; once no worker runs jobs
+ * (the pool stopped) runs it here instead. */
+static void dlv_submit(struct dlv *d, struct pool_job *job)
+{
+	if (d->run.submit(d->run.arg, job) == -ESHUTDOWN) {
+		job->run(job, NULL);
+		if (job->done)
+			job->done(job);
+	}
+}
+
+static void free_run(struct pool_job *j, struct pool_worker *w)
+{
+	(void)w;
+	dlv_destroy((struct dlv *)((char *)j - offsetof(struct dlv, free_job)));
+}
+
+/* Drops a reference. The last one frees d: at once on a worker, else
+ * (the loop thread) in a job of the pool's own, since freeing unmaps the
+ * data region, frees the device slots (which may wait for the device) and
+ * the order's tables (nblocks * 8 bytes each). */
+static void dlv_unref(struct dlv *d, bool on_worker)
 {
 	/* acq_rel: the last owner sees every write the others made */
-	if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1)
+	if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (on_worker) {
 		dlv_destroy(d);
+		return;
+	}
+	d->free_job = (struct pool_job){.run = free_run};  /* src NULL: first in line */
+	dlv_submit(d, &d->free_job);
+}
+
+static int dlv_pool_submit(void *arg, struct pool_job *job)
+{
+	return pool_try_submit(arg, job);
 }
 
 #ifdef FEEDD_TEST_SEAMS
@@ -251,7 +288,8 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->on_error = spec->on_error;
 	d->max_bad = spec->max_bad ? spec->max_bad : 1;
 	d->cache = cache;
-	d->pool = pool;
+	d->run = spec->runner ? *spec->runner :
+				(struct dlv_runner){.submit = dlv_pool_submit, .arg = pool};
 	d->data.fd = -1;
 	atomic_init(&d->refs, 1);
 	pthread_mutex_init(&d->lock, NULL);
@@ -358,12 +396,37 @@ static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *er
 	return 0;
 }
 
+/* Builds the order table sched_table_want() asks for, if any, outside
+ * the lock, and hands it over; frees what the schedule gave back. A
+ * worker. Returns 0, or the build's error (also kept by the schedule). */
+static int table_make(struct dlv *d, struct feed_err *err)
+{
+	uint64_t epoch, *t = NULL, *dead[SCHED_TABLES_FREED];
+
+	pthread_mutex_lock(&d->lock);
+	bool want = sched_table_want(&d->sched, &epoch);
+	pthread_mutex_unlock(&d->lock);
+	if (!want)
+		return 0;
+	/* spec is immutable after sched_init(): read without the lock */
+	int rc = ord_table_build(&d->sched.spec.ord, epoch, &t, err);
+	pthread_mutex_lock(&d->lock);
+	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err->msg, dead);
+	pthread_mutex_unlock(&d->lock);
+	while (n)
+		free(dead[--n]);
+	return rc;
+}
+
 static void prep_run(struct pool_job *j, struct pool_worker *w)
 {
 	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
 
 	(void)w;
 	m->prep_rc = regions_make(m->d, m, &m->prep_err);  /* watched once added */
+	/* the start epoch's table (the first join's): the reply waits for it */
+	if (m->prep_rc == 0)
+		m->prep_rc = table_make(m->d, &m->prep_err);
 }
 
 static void prep_done(struct pool_job *j)
@@ -373,7 +436,7 @@ static void prep_done(struct pool_job *j)
 
 	/* ready() may leave m, and close d: touch neither afterwards */
 	m->ready_fn(m->ready_arg, m->prep_rc, m->prep_err.msg);
-	dlv_unref(d);
+	dlv_unref(d, false);
 }
 
 int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
@@ -398,7 +461,7 @@ int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *rea
 		d->solo = m;
 	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
 	*ret = m;
-	pool_submit(d->pool, &m->prep_job);
+	dlv_submit(d, &m->prep_job);
 	return 0;
 }
 
@@ -719,6 +782,18 @@ static void reclaim_locked(struct dlv *d)
 /* ---- scheduling ---- */
 
 static void job_run(struct pool_job *pj, struct pool_worker *w);
+static void table_run(struct pool_job *pj, struct pool_worker *w);
+
+/* The order table the schedule wants next, as a job of the delivery's
+ * source (its user's worker time), or NULL. */
+static struct pool_job *table_job_locked(struct dlv *d)
+{
+	if (!sched_table_want(&d->sched, &d->table_epoch))
+		return NULL;
+	d->table_job = (struct pool_job){.run = table_run, .src = d->src};
+	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
+	return &d->table_job;
+}
 
 /* True while some member receives what is built: a group with none
  * (all done, detached or gone) builds nothing until one joins. */
@@ -797,6 +872,11 @@ static struct pool_job *pump_locked(struct dlv *d)
 	}
 	if (go && d->nfree == 0 && d->pub_seq == d->sched_seq && !d->sched.done)
 		want_release_locked(d);
+	struct pool_job *t = go ? table_job_locked(d) : NULL;
+	if (t) {  /* after the batches: the next epoch's, built ahead */
+		t->next = list;
+		list = t;
+	}
 	return list;
 }
 
@@ -804,7 +884,7 @@ static void submit_all(struct dlv *d, struct pool_job *list)
 {
 	while (list) {
 		struct pool_job *next = list->next;
-		pool_submit(d->pool, list);
+		dlv_submit(d, list);
 		list = next;
 	}
 }
@@ -890,8 +970,9 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	bool wake = false;
 	int rc = -ECANCELED;
 
-	/* relaxed: a stale false only builds one batch nobody will read */
-	if (!atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+	/* relaxed: a stale false only builds one batch nobody will read; no
+	 * worker (w NULL: run after the pool stopped) builds nothing either */
+	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
 		job_batch(d, j, &b);
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
@@ -919,7 +1000,31 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	 * stream defers it (its member lives as long as d, which we hold). */
 	if (wake)
 		ring_wake(d->solo);
-	dlv_unref(d);
+	dlv_unref(d, true);
+}
+
+/* Builds the order table asked for (table_job_locked) off the lock, puts
+ * it and schedules what waited for it. */
+static void table_run(struct pool_job *pj, struct pool_worker *w)
+{
+	struct dlv *d = (struct dlv *)((char *)pj - offsetof(struct dlv, table_job));
+	uint64_t *t = NULL, *dead[SCHED_TABLES_FREED];
+	uint64_t epoch = d->table_epoch;  /* written before the submit; ours till the put */
+	struct feed_err err = {0};
+	int rc = 0;
+
+	(void)w;
+	/* relaxed: a stale false builds one table nobody reads */
+	if (!atomic_load_explicit(&d->closed_flag, memory_order_relaxed))
+		rc = ord_table_build(&d->sched.spec.ord, epoch, &t, &err);
+	pthread_mutex_lock(&d->lock);
+	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err.msg, dead);
+	struct pool_job *list = advance_locked(d);
+	pthread_mutex_unlock(&d->lock);
+	while (n)
+		free(dead[--n]);
+	submit_all(d, list);
+	dlv_unref(d, true);
 }
 
 /* ---- loop thread ---- */
@@ -1091,7 +1196,7 @@ void dlv_close(struct dlv *d)
 	/* its client is gone: feedd writes the done words it would have, so
 	 * no conversion waits for it any longer (a dead client's never come) */
 	dsl_abandon(d->dev_own);
-	dlv_unref(d);
+	dlv_unref(d, false);
 }
 
 void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)

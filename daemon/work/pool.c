@@ -84,6 +84,7 @@ struct pool {
 	_Atomic int yield_wanted;
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
+	bool joined;                  /* every worker exited: nothing runs a job (mu) */
 	bool closed;                  /* the async handle's close completed */
 	unsigned n;                   /* threads running */
 	unsigned size;                /* threads asked for */
@@ -439,6 +440,9 @@ static void pool_join(struct pool *p)
 		free(p->threads[i].w2.scratch);
 	}
 	p->n = 0;
+	pthread_mutex_lock(&p->mu);
+	p->joined = true;
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* Starts thread i with every signal blocked, so signals reach the loop. */
@@ -542,8 +546,17 @@ static void source_queue_locked(struct pool *p, struct pool_source *s, struct po
 
 void pool_submit(struct pool *p, struct pool_job *job)
 {
+	(void)pool_try_submit(p, job);
+}
+
+int pool_try_submit(struct pool *p, struct pool_job *job)
+{
 	job->next = NULL;
 	pthread_mutex_lock(&p->mu);
+	if (p->joined) {
+		pthread_mutex_unlock(&p->mu);
+		return -ESHUTDOWN;
+	}
 	assert(!job->src || job->src->pool == p);
 	if (job->src) {
 		source_queue_locked(p, job->src, job);
@@ -560,6 +573,7 @@ void pool_submit(struct pool *p, struct pool_job *job)
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+	return 0;
 }
 
 int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)

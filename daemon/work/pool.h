@@ -96,6 +96,11 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 /* Queues job. Any thread (workers queue follow-up batches). */
 void pool_submit(struct pool *p, struct pool_job *job);
 
+/* As pool_submit(), or -ESHUTDOWN, queueing nothing, once pool_stop() has
+ * joined the workers: the caller runs what must run itself (a delivery's
+ * last teardown, after the stop). Any thread. */
+int pool_try_submit(struct pool *p, struct pool_job *job);
+
 /* Loop thread: lets the workers finish every queued job, joins them, calls
  * the remaining done() callbacks, and starts closing the async handle.
  * Jobs that a worker submits from run() before the join completes run too
