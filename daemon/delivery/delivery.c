@@ -21,6 +21,7 @@
 
 #include "builder.h"
 #include "devslots.h"
+#include "feed_lock.h"
 #include "feed_shm.h"
 #include "layout.h"
 #include "order.h"
@@ -106,10 +107,13 @@ struct dlv {
 	uint8_t *hdrs;             /* the slot headers as built, copied to each
 				    * member at publish (nslots * slot_hdr_bytes) */
 
-	/* the data region, made by the first join's job under data_mu (a leaf
-	 * lock, never held with d->lock), immutable afterwards */
+	/* the data region, made once by the first join's job with no lock
+	 * held (a region of gigabytes, a device's allocations); data_mu (a
+	 * leaf, never held with d->lock) guards data_state, and a later join
+	 * waits on data_cv until it is 2; immutable afterwards */
 	pthread_mutex_t data_mu;
-	bool data_made;
+	pthread_cond_t data_cv;
+	int data_state;            /* 0 not begun, 1 being made, 2 made (or failed) */
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
@@ -193,6 +197,7 @@ static void dlv_destroy(struct dlv *d)
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->data_mu);
+	pthread_cond_destroy(&d->data_cv);
 	free(d);
 	if (on_free)  /* last: nothing of ours reads the dataset any more */
 		on_free(on_free_arg);
@@ -268,6 +273,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv *d = calloc(1, sizeof(*d));
 	int rc;
 
@@ -294,6 +300,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	atomic_init(&d->refs, 1);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->data_mu, NULL);
+	pthread_cond_init(&d->data_cv, NULL);
 	struct sched_spec sp = spec->sched;
 #ifdef FEEDD_TEST_SEAMS
 	if ((rc = seam_order_blocks(d, &sp, err)) < 0) {
@@ -355,26 +362,40 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 	m->rel_ring = (_Atomic uint64_t *)((uint8_t *)m->rel.map + d->lay.rel_off);
 }
 
-/* The data region, once per delivery (the first join makes it, the
- * others wait on data_mu and share its outcome). */
+/* Makes the data region (and the device slots on the device), no lock
+ * held: the first join's job. */
+static void data_create(struct dlv *d)
+{
+	d->data_rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, &d->data_err);
+	if (d->data_rc == 0)
+		d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
+					 REGION_SEALS_SHARED, &d->data_err);
+	/* a failure here is not the stream's: it goes on with host slots */
+	if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0)
+		d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
+}
+
+/* The data region, once per delivery: the first join makes it, the
+ * others wait for it (data_cv) and share its outcome. */
 static int data_make(struct dlv *d, struct feed_err *err)
 {
-	pthread_mutex_lock(&d->data_mu);
-	if (!d->data_made) {
-		d->data_made = true;
-		d->data_rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, &d->data_err);
-		if (d->data_rc == 0)
-			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
-						 REGION_SEALS_SHARED, &d->data_err);
-		/* a failure here is not the stream's: it goes on with host slots */
-		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0)
-			d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
+	feed_mutex_lock(&d->data_mu);
+	bool mine = d->data_state == 0;
+	if (mine)
+		d->data_state = 1;
+	while (!mine && d->data_state != 2)
+		pthread_cond_wait(&d->data_cv, &d->data_mu);
+	feed_mutex_unlock(&d->data_mu);
+	if (mine) {
+		data_create(d);
+		feed_mutex_lock(&d->data_mu);
+		d->data_state = 2;  /* data_rc, data_err, data, dev: final */
+		pthread_cond_broadcast(&d->data_cv);
+		feed_mutex_unlock(&d->data_mu);
 	}
-	int rc = d->data_rc;
-	if (rc < 0)
-		feed_err_set(err, rc, "%s", d->data_err.msg);
-	pthread_mutex_unlock(&d->data_mu);
-	return rc;
+	if (d->data_rc < 0)
+		return feed_err_set(err, d->data_rc, "%s", d->data_err.msg);
+	return 0;
 }
 
 static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *err)
@@ -403,16 +424,16 @@ static int table_make(struct dlv *d, struct feed_err *err)
 {
 	uint64_t epoch, *t = NULL, *dead[SCHED_TABLES_FREED];
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	bool want = sched_table_want(&d->sched, &epoch);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	if (!want)
 		return 0;
 	/* spec is immutable after sched_init(): read without the lock */
 	int rc = ord_table_build(&d->sched.spec.ord, epoch, &t, err);
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err->msg, dead);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	while (n)
 		free(dead[--n]);
 	return rc;
@@ -422,7 +443,8 @@ static void prep_run(struct pool_job *j, struct pool_worker *w)
 {
 	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
 
-	(void)w;
+	if (w)  /* NULL: run after the pool stopped (dlv_submit) */
+		assert_worker();
 	m->prep_rc = regions_make(m->d, m, &m->prep_err);  /* watched once added */
 	/* the start epoch's table (the first join's): the reply waits for it */
 	if (m->prep_rc == 0)
@@ -442,6 +464,7 @@ static void prep_done(struct pool_job *j)
 int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
 	     struct dlv_member **ret, struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv_member *m = calloc(1, sizeof(*m));
 
 	if (!m)
@@ -935,9 +958,9 @@ static struct pool_job *advance_locked(struct dlv *d)
 
 static void advance(struct dlv *d)
 {
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	struct pool_job *list = advance_locked(d);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	submit_all(d, list);
 }
 
@@ -973,6 +996,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	/* relaxed: a stale false only builds one batch nobody will read; no
 	 * worker (w NULL: run after the pool stopped) builds nothing either */
 	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+		assert_worker();
 		job_batch(d, j, &b);
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
@@ -981,7 +1005,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 		if (rc == 0 && d->dev)
 			rc = dsl_after_build(d->dev, j->slot, b.hdr, d->data.map, d->data.size, &err);
 	}
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	sched_done(&d->sched, &j->pos);
 	if (rc == 0) {
 		j->built = true;
@@ -992,7 +1016,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	}
 	if (!d->error && !d->closing)
 		publish_ready_locked(d, &wake);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	if (rc == 0)
 		advance(d);
 	/* The reader's wake-up comes last: a reader on this CPU then runs as
@@ -1013,14 +1037,15 @@ static void table_run(struct pool_job *pj, struct pool_worker *w)
 	struct feed_err err = {0};
 	int rc = 0;
 
-	(void)w;
 	/* relaxed: a stale false builds one table nobody reads */
-	if (!atomic_load_explicit(&d->closed_flag, memory_order_relaxed))
+	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+		assert_worker();
 		rc = ord_table_build(&d->sched.spec.ord, epoch, &t, &err);
-	pthread_mutex_lock(&d->lock);
+	}
+	feed_mutex_lock(&d->lock);
 	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err.msg, dead);
 	struct pool_job *list = advance_locked(d);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	while (n)
 		free(dead[--n]);
 	submit_all(d, list);
@@ -1032,12 +1057,13 @@ static void table_run(struct pool_job *pj, struct pool_worker *w)
 int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
 		   struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv *d = m->d;
 	uint64_t epoch = 0, index = 0;
 	uint32_t idx;
 	int rc = 0;
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	for (idx = 0; idx < DLV_MAX_MEMBERS && d->members[idx]; idx++)
 		;
 	if (idx == DLV_MAX_MEMBERS) {
@@ -1076,7 +1102,7 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 	*ret_index = index;
 out:;
 	struct pool_job *list = rc == 0 && d->started ? advance_locked(d) : NULL;
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	if (rc == 0)  /* its reader's wait counts for the delivery (loop thread, like leave) */
 		pool_source_watch(d->src, idx, &((struct feed_shm_rel *)m->rel.map)->client_waiting);
 	submit_all(d, list);
@@ -1085,7 +1111,8 @@ out:;
 
 void dlv_start(struct dlv *d)
 {
-	pthread_mutex_lock(&d->lock);
+	assert_loop_thread();
+	feed_mutex_lock(&d->lock);
 	d->started = true;
 	if (sched_empty(&d->sched)) {
 		/* a token taken after the last epoch: nothing but the end */
@@ -1094,15 +1121,16 @@ void dlv_start(struct dlv *d)
 				ring_push(d->members[i], feed_ring_entry(FEED_READY_STREAM_END, 0));
 				ring_publish(d->members[i], NULL);
 			}
-		pthread_mutex_unlock(&d->lock);
+		feed_mutex_unlock(&d->lock);
 		return;
 	}
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	advance(d);
 }
 
 void dlv_member_on_release(struct dlv_member *m)
 {
+	assert_loop_thread();
 	uint64_t count;
 
 	(void)!read(m->release_efd, &count, sizeof(count)); /* clear; we re-check anyway */
@@ -1111,6 +1139,7 @@ void dlv_member_on_release(struct dlv_member *m)
 
 void dlv_member_leave(struct dlv_member *m)
 {
+	assert_loop_thread();
 	if (!m)
 		return;
 	struct dlv *d = m->d;
@@ -1118,7 +1147,7 @@ void dlv_member_leave(struct dlv_member *m)
 
 	if (m->added)  /* before its region goes (loop thread, like add) */
 		pool_source_watch(d->src, m->idx, NULL);
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	if (m->added) {
 		member_drop_all_locked(d, m);
 		d->members[m->idx] = NULL;
@@ -1128,7 +1157,7 @@ void dlv_member_leave(struct dlv_member *m)
 		if (d->group)
 			list = advance_locked(d);  /* the others go on */
 	}
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	submit_all(d, list);
 	if (d->group)  /* nobody rings it after the lock: it is no member any more */
 		member_free(m);
@@ -1155,12 +1184,13 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
 {
+	assert_loop_thread();
 	struct pool_job *list = NULL;
 	uint64_t detached = 0;
 	unsigned n = 0;
 	char msg[200];
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
@@ -1178,7 +1208,7 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	}
 	if (n)
 		list = advance_locked(d);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	for (uint64_t b = detached; b; b &= b - 1)  /* no longer waited for */
 		pool_source_watch(d->src, (unsigned)__builtin_ctzll(b), NULL);
 	submit_all(d, list);
@@ -1187,11 +1217,12 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 
 void dlv_close(struct dlv *d)
 {
+	assert_loop_thread();
 	if (!d)
 		return;
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	d->closing = true;
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	atomic_store_explicit(&d->closed_flag, true, memory_order_relaxed);
 	/* its client is gone: feedd writes the done words it would have, so
 	 * no conversion waits for it any longer (a dead client's never come) */
@@ -1201,7 +1232,7 @@ void dlv_close(struct dlv *d)
 
 void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 {
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	*ret_stats = d->st;
 	dlv_counters(d, ret_stats);
 	ret_stats->credits_in_use = d->lay.nslots - d->nfree;
@@ -1209,14 +1240,14 @@ void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 	ret_stats->error = d->error;
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s",
 		 d->error ? d->error_msg : "");
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 }
 
 void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 {
 	struct dlv *d = m->d;
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	*ret_stats = (struct dlv_member_stats){
 		.state = m->state, .batches = m->batches, .samples = m->samples,
 		.bytes = m->bytes, .bad_releases = m->bad_releases,
@@ -1229,7 +1260,7 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 			&((struct feed_shm_rel *)m->rel.map)->reader_wait_ns, memory_order_relaxed) : 0,
 	};
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 }
 
 void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats)
