@@ -178,11 +178,6 @@ void dsl_gpu_free(struct dsl_gpu *g)
 	free(g);
 }
 
-const char *dsl_gpu_unusable(const struct dsl_gpu *g)
-{
-	return g->why[0] ? g->why : NULL;
-}
-
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
 {
 	const struct cudrv_info *in = &g->cu->info;

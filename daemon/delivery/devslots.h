@@ -68,13 +68,13 @@ struct dsl_request {
 };
 
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
- * cannot serve CUDA IPC is still made: dsl_gpu_unusable() says why.
- * Returns 0 or -ENOMEM. Main thread, before the workers. */
+ * cannot serve CUDA IPC is still made: dsl_gpu_describe() says why, and
+ * dsl_plan() refuses each stream with it. Returns 0 or -ENOMEM. Main
+ * thread, after the workers start and before the loop runs, so before
+ * any stream exists (main.c main_serve()). */
 int dsl_gpu_new(struct dsl_gpu **ret);
 /* After every dsl_free(). Accepts NULL. */
 void dsl_gpu_free(struct dsl_gpu *g);
-/* NULL when CUDA IPC can be served, else why not, in words. */
-const char *dsl_gpu_unusable(const struct dsl_gpu *g);
 /* One line for the log: devices and driver, or why there is no GPU. */
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 
