@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "config_raw.h"
 
 #define OPT (CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL)

@@ -139,4 +139,8 @@ void dsl_abandon(struct dsl *s);
  * region is unmapped. Accepts NULL. */
 void dsl_free(struct dsl *s);
 
+/* The table a delivery drives device slots through (delivery.h): the
+ * functions above. */
+extern const struct dlv_dev_ops dsl_dlv_ops;
+
 #endif
