@@ -25,7 +25,7 @@ static struct sched_spec spec_of(uint64_t n, enum ord_mode mode, uint32_t batch,
 				 uint32_t world)
 {
 	struct sched_spec s = {
-		.ord = {.n = n, .seed = 7, .mode = mode, .window = 2, .rank = rank, .world = world,
+		.ord = {.n = n, .seed = 7, .mode = mode, .rank = rank, .world = world,
 			.batch = batch, .nodes = 1, .unit = 8},
 	};
 	memcpy(s.ord.version, "00112233aabbccdd", 17);
@@ -100,13 +100,10 @@ static void check_once(struct run *const *runs, size_t nruns, uint64_t n)
  * position reads the samples its epoch's order puts there. */
 START_TEST(test_schedule_positions_in_order_with_their_epochs_order)
 {
-	static const uint64_t block_first[] = {0, 10, 30, 35, 60, 100};
-	static const enum ord_mode modes[] = {ORD_SEQUENTIAL, ORD_FULL, ORD_BLOCK_WINDOW, ORD_NODE};
+	static const enum ord_mode modes[] = {ORD_SEQUENTIAL, ORD_FULL, ORD_NODE};
 
-	for (size_t m = 0; m < 4; m++) {
+	for (size_t m = 0; m < 3; m++) {
 		struct sched_spec sp = spec_of(100, modes[m], 8, 0, 1);
-		sp.ord.block_first = block_first;
-		sp.ord.nblocks = 5;
 		sp.epochs = 3;
 		struct run *r = run_all(&sp);
 		ck_assert_uint_eq(r->npos, 3 * 13); /* 12 batches of 8 and one of 4 */
