@@ -32,11 +32,11 @@ struct srv;
 struct ses_group;
 struct svc;
 struct rld;
+struct met;
 
 /* Signals with no meaning to feedd that would otherwise end it: each is
  * logged and ignored (main.c), the realtime ones included. */
 #define FEEDD_IGNORED_SIGNALS_MAX 48
-struct met;
 
 struct feedd {
 	struct log log;            /* read-only once threads start */

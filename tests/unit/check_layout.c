@@ -298,7 +298,7 @@ START_TEST(test_layout_overflowing_sizes_refused)
 END_TEST
 
 /* Whole pages can push a group past LAYOUT_MAX_BYTES where 64-byte slots
- * fitted: refused too. */
+ * fitted: refused too, and the refused layout is left as it was. */
 START_TEST(test_layout_group_pages_past_max_bytes_refused)
 {
 	struct fmt_schema s = {0};
@@ -310,8 +310,11 @@ START_TEST(test_layout_group_pages_past_max_bytes_refused)
 	ck_assert_uint_gt(3 * page_up(slot), LAYOUT_MAX_BYTES);
 	add_field(&s, "big", 0, false, slot);
 	ck_assert_int_eq(layout_compute(&s, 1, 3, &l, NULL), 0);
+	struct slot_layout before = l;
 	ck_assert_int_eq(layout_page_slots(&l, &err), -EFBIG);
 	ck_assert_msg(strstr(err.msg, "3 slots"), "message names the slots: %s", err.msg);
+	ck_assert_uint_eq(l.slot_bytes, before.slot_bytes);
+	ck_assert_uint_eq(l.data_bytes, before.data_bytes);
 }
 END_TEST
 
