@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "cache.h"
+#include "check_util.h"
 #include "delivery.h"
 #include "feed_shm.h"
 #include "fmt.h"
@@ -497,12 +498,4 @@ static Suite *delivery_unit_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(delivery_unit_suite());
-
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(delivery_unit_suite)

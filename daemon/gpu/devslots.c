@@ -48,6 +48,7 @@
  * claimed with an atomic, and made by the worker that claimed it.
  */
 #include "devslots.h"
+#include "delivery.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -224,11 +225,6 @@ void dsl_gpu_free(struct dsl_gpu *g)
 	}
 	pthread_mutex_destroy(&g->grave_mu);
 	free(g);
-}
-
-const char *dsl_gpu_unusable(const struct dsl_gpu *g)
-{
-	return g->why[0] ? g->why : NULL;
 }
 
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
@@ -762,3 +758,11 @@ void dsl_abandon(struct dsl *s)
 		(void)FEED_CU(api, StreamWriteValue32, s->rescue, dsl_word(s, i), atomic_load(&s->last[i]),
 					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }
+
+const struct dlv_dev_ops dsl_dlv_ops = {
+	.make = dsl_make,
+	.before_build = dsl_before_build,
+	.after_build = dsl_after_build,
+	.abandon = dsl_abandon,
+	.free = dsl_free,
+};

@@ -30,18 +30,19 @@
  * serves host slots, saying why) with, per device that can serve CUDA
  * IPC, its primary context and the embedded kernels, made once at start.
  *
- * Threads: dsl_gpu_new on the main thread before the loop serves anyone
- * (it makes every device's context: seconds, outside every lock) and
- * dsl_gpu_free after the workers stop; dsl_plan and dsl_reply on the loop
- * thread, dsl_make on a worker (the delivery's first join);
+ * Threads: dsl_gpu_new on the main thread before the workers start and
+ * the loop runs (no stream exists yet; it makes every device's context:
+ * seconds, outside every lock); dsl_gpu_free on the main thread after the
+ * workers have been joined (main.c main_serve()); dsl_plan and dsl_reply
+ * on the loop thread, dsl_make on a worker (the delivery's first join);
  * dsl_before_build / dsl_after_build on workers, for different slots at
  * once (a slot is one worker's while it builds it); dsl_free on a worker
  * (the delivery's last teardown; a plan never made may be freed on the
  * loop: no driver call then); dsl_abandon on the loop thread, at any time
  * (atomics: devslots.c). Slots have their own staging areas and events,
  * so workers enqueue without a lock; the one registration of the host
- * region is claimed with an atomic; the graveyard has a mutex for its
- * list, never held across a driver call.
+ * region is claimed with an atomic; the graveyard's mutex (the only one)
+ * guards its list and is never held across a driver call.
  */
 #ifndef FEEDD_DEVSLOTS_H
 #define FEEDD_DEVSLOTS_H
@@ -73,13 +74,13 @@ struct dsl_request {
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1) and makes each
  * IPC-capable device's primary context and kernels (one that fails is
  * named to the streams that ask for it). A daemon that cannot serve CUDA
- * IPC is still made: dsl_gpu_unusable() says why. Returns 0 or -ENOMEM.
- * Main thread, before the loop serves; holds no lock. */
+ * IPC is still made: dsl_gpu_describe() says why, and dsl_plan() refuses
+ * each stream with it. Returns 0 or -ENOMEM. Main thread, before the
+ * workers start and the loop runs, so before any stream exists (main.c
+ * main_serve()); holds no lock. */
 int dsl_gpu_new(struct dsl_gpu **ret);
 /* After every dsl_free(). Accepts NULL. */
 void dsl_gpu_free(struct dsl_gpu *g);
-/* NULL when CUDA IPC can be served, else why not, in words. */
-const char *dsl_gpu_unusable(const struct dsl_gpu *g);
 /* One line for the log: devices and driver, or why there is no GPU. */
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 
@@ -129,9 +130,16 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
  * converts into s. Accepts NULL. Loop thread. */
 void dsl_abandon(struct dsl *s);
 
-/* Waits for the device to finish with s, unregisters the host region and
- * frees the device memory, events and stream. Call before the data region
- * is unmapped. Accepts NULL. */
+/* Waits for s's copies out of the host region (cuStreamSynchronize: they
+ * wait for nothing a client does) and unregisters the region; frees the
+ * device memory, events and streams at once when the conversions have
+ * run, else puts s on the graveyard, which a later dsl_make, dsl_free or
+ * dsl_gpu_free reaps (never waiting for the device). Call before the data
+ * region is unmapped. Accepts NULL. */
 void dsl_free(struct dsl *s);
+
+/* The table a delivery drives device slots through (delivery.h): the
+ * functions above. */
+extern const struct dlv_dev_ops dsl_dlv_ops;
 
 #endif
