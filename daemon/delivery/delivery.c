@@ -210,9 +210,10 @@ static void dlv_destroy(struct dlv *d)
 static void dlv_submit(struct dlv *d, struct pool_job *job)
 {
 	if (d->run.submit(d->run.arg, job) == -ESHUTDOWN) {
+		void (*done)(struct pool_job *) = job->done;  /* run() may free job */
 		job->run(job, NULL);
-		if (job->done)
-			job->done(job);
+		if (done)
+			done(job);
 	}
 }
 

@@ -77,14 +77,16 @@ static int q_submit(void *arg, struct pool_job *job)
 /* Runs queued job i (taken off first: it may queue more). */
 static void q_run(unsigned i)
 {
+	ck_assert_uint_lt(i, t.nq);
 	struct pool_job *j = t.q[i];
 
-	ck_assert_uint_lt(i, t.nq);
+	void (*done)(struct pool_job *) = j->done;  /* read first: run() may free j */
+
 	memmove(&t.q[i], &t.q[i + 1], (t.nq - i - 1) * sizeof(t.q[0]));
 	t.nq--;
 	j->run(j, &t.w);
-	if (j->done)
-		j->done(j);
+	if (done)
+		done(j);
 }
 
 static void q_drain(void)
