@@ -421,6 +421,9 @@ static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *er
 	return 0;
 }
 
+static struct pool_job *advance_locked(struct dlv *d);
+static void submit_all(struct dlv *d, struct pool_job *list);
+
 /* Builds the order table sched_table_want() asks for, if any, outside
  * the lock, and hands it over; frees what the schedule gave back. A
  * worker. Returns 0, or the build's error (also kept by the schedule). */
@@ -437,9 +440,12 @@ static int table_make(struct dlv *d, struct feed_err *err)
 	int rc = ord_table_build(&d->sched.spec.ord, epoch, &t, err);
 	feed_mutex_lock(&d->lock);
 	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err->msg, dead);
+	/* a group started by another member meanwhile waited for this table */
+	struct pool_job *list = advance_locked(d);
 	feed_mutex_unlock(&d->lock);
 	while (n)
 		free(dead[--n]);
+	submit_all(d, list);
 	return rc;
 }
 

@@ -7,6 +7,8 @@
  * the control region read-only, the release region writable.
  *
  * Covered: batches are published in batch order however they are built;
+ * a block-window epoch waits for its order table, built by a job of its
+ * own one epoch ahead;
  * of two batches that fail, the one earlier in batch order is reported,
  * after every batch before it; a group's slot is reused only once every
  * member it went to has released it; a detached member keeps what it had
@@ -54,6 +56,7 @@ static struct {
 	unsigned nq;
 	struct dlv_runner run;
 	struct slot_layout lay;
+	uint64_t block_first[NSAMPLES + 1]; /* one sample a block */
 } t;
 
 /* A member as a client sees it. */
@@ -138,6 +141,8 @@ static void setup(void)
 	ck_assert_int_eq(fmt_decoder_new(&t.w.dec), 0);
 	t.w.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
 	t.run = (struct dlv_runner){.submit = q_submit};
+	for (uint64_t b = 0; b <= NSAMPLES; b++)
+		t.block_first[b] = b;
 }
 
 static void teardown(void)
@@ -160,7 +165,8 @@ static void teardown(void)
 
 /* A delivery of `credits` slots of BATCH samples, sequential order,
  * epochs (0: no end). */
-static struct dlv *open_dlv(uint32_t credits, bool group, uint64_t epochs)
+static struct dlv *open_dlv_order(uint32_t credits, bool group, uint64_t epochs,
+				  enum ord_mode mode)
 {
 	const struct fmt_info *in = fmt_dataset_info(t.ds);
 	struct feed_err err = {0};
@@ -172,8 +178,9 @@ static struct dlv *open_dlv(uint32_t credits, bool group, uint64_t epochs)
 		ck_assert_int_eq(layout_page_slots(&t.lay, &err), 0);
 	struct dlv_spec sp = {
 		.credits = credits, .seed = 1, .group = group, .uid = getuid(), .max_bad = 1,
-		.sched = {.ord = {.n = in->num_samples, .seed = 1, .mode = ORD_SEQUENTIAL,
-				  .rank = 0, .world = 1, .batch = BATCH},
+		.sched = {.ord = {.n = in->num_samples, .seed = 1, .mode = mode,
+				  .rank = 0, .world = 1, .batch = BATCH, .window = 2,
+				  .block_first = t.block_first, .nblocks = NSAMPLES},
 			  .epochs = epochs},
 		.runner = &t.run,
 	};
@@ -181,6 +188,11 @@ static struct dlv *open_dlv(uint32_t credits, bool group, uint64_t epochs)
 	ck_assert_msg(dlv_new(t.ds, &t.plan, &t.lay, &sp, t.cache, t.pool, &d, &err) == 0, "%s",
 		      err.msg);
 	return d;
+}
+
+static struct dlv *open_dlv(uint32_t credits, bool group, uint64_t epochs)
+{
+	return open_dlv_order(credits, group, epochs, ORD_SEQUENTIAL);
 }
 
 static void on_ready(void *arg, int rc, const char *msg)
@@ -294,6 +306,58 @@ START_TEST(test_delivery_unit_publish_order)
 		ck_assert_uint_eq(header(&m, feed_ring_slot(entry(&m, i)))->index, i);
 	ck_assert_uint_eq(feed_ring_slot(entry(&m, 8)), FEED_READY_EPOCH_END);
 	ck_assert_uint_eq(feed_ring_slot(entry(&m, 9)), FEED_READY_STREAM_END);
+	close_dlv(d, &m, 1);
+}
+END_TEST
+
+/* Block-window: the open's job lays the first epoch out (the member is
+ * ready with it); the next epoch's table is a job of its own, queued with
+ * the first batches, and the epoch turn waits for it: with it held back,
+ * epoch 0 is delivered whole and nothing more is built; once it runs,
+ * epoch 1 follows. Each epoch reads every sample once. */
+START_TEST(test_delivery_unit_block_window_table_ahead)
+{
+	struct dlv *d = open_dlv_order(4, false, 2, ORD_BLOCK_WINDOW);
+	bool seen[2][NSAMPLES] = {{false}};
+	struct mem m;
+	uint64_t next = 0;
+
+	join(d, &m, 2, 4);
+	dlv_start(d);
+	ck_assert_uint_eq(t.nq, 5);  /* 4 batches and epoch 1's table */
+	void (*batch_run)(struct pool_job *, struct pool_worker *) = t.q[0]->run;
+	unsigned table = 0;
+	while (table < t.nq && t.q[table]->run == batch_run)
+		table++;
+	ck_assert_uint_lt(table, t.nq);
+	struct pool_job *tj = t.q[table];
+	memmove(&t.q[table], &t.q[table + 1], (t.nq - table - 1) * sizeof(t.q[0]));
+	t.nq--;
+	for (int round = 0; round < 2; round++) {
+		while (t.nq) {
+			q_run(0);
+			for (; next < head(&m); next++) {
+				uint64_t e = entry(&m, next);
+				if (feed_ring_slot(e) >= FEED_READY_EPOCH_END)
+					continue;
+				const struct feed_shm_slot *h = header(&m, feed_ring_slot(e));
+				for (uint32_t i = 0; i < h->nsamples; i++) {
+					ck_assert(!seen[h->epoch][h->sample[i]]);
+					seen[h->epoch][h->sample[i]] = true;
+				}
+				release(&m, next);
+			}
+		}
+		if (round == 0) {  /* epoch 0 whole, then the wait */
+			ck_assert_uint_eq(head(&m), 9);
+			ck_assert_uint_eq(feed_ring_slot(entry(&m, 8)), FEED_READY_EPOCH_END);
+			t.q[t.nq++] = tj;
+		}
+	}
+	ck_assert_uint_eq(head(&m), 19);  /* 16 batches, two epoch ends, the stream end */
+	for (int e = 0; e < 2; e++)
+		for (int i = 0; i < NSAMPLES; i++)
+			ck_assert_msg(seen[e][i], "epoch %d: sample %d never read", e, i);
 	close_dlv(d, &m, 1);
 }
 END_TEST
@@ -492,6 +556,7 @@ static Suite *delivery_unit_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_delivery_unit_publish_order);
 	tcase_add_test(tc, test_delivery_unit_first_failure_in_batch_order);
+	tcase_add_test(tc, test_delivery_unit_block_window_table_ahead);
 	tcase_add_test(tc, test_delivery_unit_group_masks);
 	tcase_add_test(tc, test_delivery_unit_detach);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads);
