@@ -30,8 +30,10 @@
  *                    Cost: the epoch keeps the start position of every
  *                    permuted block, 8 * (nblocks + 1) bytes (60 000
  *                    one-record blocks: 469 KiB; 720 Fashion-MNIST 64 KiB
- *                    blocks: 5.6 KiB), built in O(nblocks) at init; a
- *                    lookup is two binary searches, O(log nblocks).
+ *                    blocks: 5.6 KiB; 2^24 blocks: 128 MiB, 1.7 s to
+ *                    build here), built in O(nblocks) at init or apart
+ *                    (see "Position table"); a lookup is two binary
+ *                    searches, O(log nblocks).
  *   ORD_NODE         node-aware (DESIGN.md "Node-aware order"); see "Node
  *                    order" below. O(1) memory, no table; a lookup is one
  *                    or two networks plus O(levels * log nodes) arithmetic.
