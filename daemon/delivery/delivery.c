@@ -247,12 +247,13 @@ static int dlv_pool_submit(void *arg, struct pool_job *job)
 
 #ifdef FEEDD_TEST_SEAMS
 /* Test builds only (FEED_TEST_SEAMS): with FEEDD_TEST_ORDER_BLOCKS=N, a
- * block-window stream's order counts N blocks: the dataset's own, then
- * empty ones up to N. Its samples are the dataset's, in an order that is
- * a true block-window order over N blocks, so laying an epoch out costs
+ * block-window stream's order counts N blocks: empty ones, then the
+ * dataset's own. Its samples are the dataset's, in an order that is a
+ * true block-window order over N blocks, so laying an epoch out costs
  * what it costs a dataset of N blocks (the loop-latency test's 2^24
- * blocks, without packing 2^24 of them). The padded table is made here,
- * on the loop, once per stream: the seam's own cost, at open. */
+ * blocks, without packing 2^24 of them). The empty blocks lead so that
+ * their entries are calloc's zero pages: making the padded table here,
+ * on the loop, costs nothing until an epoch is laid out over it. */
 static int seam_order_blocks(struct dlv *d, struct sched_spec *sp, struct feed_err *err)
 {
 	const char *v = getenv("FEEDD_TEST_ORDER_BLOCKS");
@@ -261,11 +262,10 @@ static int seam_order_blocks(struct dlv *d, struct sched_spec *sp, struct feed_e
 	if (!n || sp->ord.mode != ORD_BLOCK_WINDOW || sp->ord.eval || n <= sp->ord.nblocks ||
 	    n > ORD_MAX_BLOCKS)
 		return 0;
-	if (!(d->seam_blocks = malloc((n + 1) * sizeof(uint64_t))))
+	if (!(d->seam_blocks = calloc(n + 1, sizeof(uint64_t))))
 		return feed_err_set(err, -ENOMEM, "FEEDD_TEST_ORDER_BLOCKS: out of memory");
-	memcpy(d->seam_blocks, sp->ord.block_first, (sp->ord.nblocks + 1) * sizeof(uint64_t));
-	for (uint64_t b = sp->ord.nblocks + 1; b <= n; b++)
-		d->seam_blocks[b] = sp->ord.n;
+	uint64_t pad = n - sp->ord.nblocks;  /* block_first[0..pad] = 0: empty blocks */
+	memcpy(d->seam_blocks + pad, sp->ord.block_first, (sp->ord.nblocks + 1) * sizeof(uint64_t));
 	sp->ord.block_first = d->seam_blocks;
 	sp->ord.nblocks = n;
 	return 0;
