@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "reload.h"
 #include "server.h"
+#include "session.h"
 #include "service.h"
 
 static void main_on_closed_signal(uv_handle_t *h)
@@ -179,7 +180,7 @@ static int main_serve(struct feedd *d, int sd_fd)
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
 	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, sd_fd, &d->srv, &err) < 0)
+	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0)
 		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
@@ -196,6 +197,16 @@ static int main_serve(struct feedd *d, int sd_fd)
 			 d->cfg->cache_dir, (unsigned long long)ts.files,
 			 (unsigned long long)ts.bytes, (unsigned long long)ts.budget);
 	}
+	/* Each GPU's context and kernels, once, here: before the workers and
+	 * any stream, outside every lock (making a context takes seconds;
+	 * daemon/README.md "Locks"). */
+	if (dsl_gpu_new(&d->gpu) < 0) {
+		log_error(&d->log, "CUDA driver state: out of memory");
+		goto out;
+	}
+	char gpu_line[1024];
+	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
+	log_info(&d->log, "%s", gpu_line);
 	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
 	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
@@ -211,13 +222,6 @@ static int main_serve(struct feedd *d, int sd_fd)
 		log_error(&d->log, "%s", err.msg);
 		goto out;
 	}
-	if (dsl_gpu_new(&d->gpu) < 0) {
-		log_error(&d->log, "CUDA driver state: out of memory");
-		goto out;
-	}
-	char gpu_line[1024];
-	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
-	log_info(&d->log, "%s", gpu_line);
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
 		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),

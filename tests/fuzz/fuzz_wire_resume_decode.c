@@ -94,6 +94,21 @@ static void fuzz_check_pos(const struct sched_spec *sp, const struct sched_pos *
 	}
 }
 
+/* What the delivery does off its lock: builds the block-window table the
+ * schedule asks for, puts it, and frees the tables it gives back. */
+static void fuzz_tables(struct sched *s)
+{
+	uint64_t epoch, *t = NULL, *dead[SCHED_TABLES_FREED];
+	struct feed_err err = {0};
+
+	while (sched_table_want(s, &epoch)) {
+		int rc = ord_table_build(&s->spec.ord, epoch, &t, &err);
+		uint32_t n = sched_table_put(s, epoch, rc < 0 ? NULL : t, rc, err.msg, dead);
+		for (uint32_t i = 0; i < n; i++)
+			free(dead[i]);
+	}
+}
+
 static void fuzz_schedule(const struct sched_spec *sp)
 {
 	struct feed_err err = {0};
@@ -104,6 +119,7 @@ static void fuzz_schedule(const struct sched_spec *sp)
 	uint64_t epoch = rc == 0 ? sched_start_epoch(&s) : 0;
 	for (int i = 0; rc == 0 && i < 8; i++) {
 		struct sched_pos p;
+		fuzz_tables(&s);
 		if ((rc = sched_next(&s, &p, &err)) < 0)
 			break;
 		fuzz_check_pos(sp, &p, &epoch);
