@@ -507,6 +507,35 @@ START_TEST(test_schedule_impossible_starts_refused)
 }
 END_TEST
 
+/* A stream with no end resumed at epoch 2^64 - 2 (a token's epoch, which
+ * a client writes) would count 2^64 - 1 and then 0: its epoch went
+ * backwards. Starts at or past SCHED_EPOCH_MAX are refused; the last one
+ * below goes on counting up. */
+START_TEST(test_schedule_start_epoch_near_wrap_refused)
+{
+	struct sched_spec sp = spec_of(16, ORD_SEQUENTIAL, 8, 0, 1);
+	struct feed_err err = {0};
+	struct run r = {0};
+	struct sched s;
+
+	sp.at_position = true;
+	sp.start_position = 8;
+	sp.start_epoch = UINT64_MAX - 1;
+	ck_assert_int_eq(sched_init(&s, &sp, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "start epoch 18446744073709551614") && strstr(err.msg, "2^63"),
+		      "names the epoch and the limit: %s", err.msg);
+	sched_fini(&s);
+
+	sp.start_epoch = SCHED_EPOCH_MAX - 1;
+	ck_assert_int_eq(sched_init(&s, &sp, &err), 0);
+	ck_assert_int_eq(take(&s, &r, 3), 0);
+	ck_assert_uint_eq(r.epoch[0], SCHED_EPOCH_MAX - 1);
+	ck_assert_uint_eq(r.epoch[1], SCHED_EPOCH_MAX);
+	ck_assert_uint_eq(r.epoch[2], SCHED_EPOCH_MAX);
+	sched_fini(&s);
+}
+END_TEST
+
 static Suite *schedule_suite(void)
 {
 	Suite *s = suite_create("schedule");
@@ -525,6 +554,7 @@ static Suite *schedule_suite(void)
 	tcase_add_test(tc, test_schedule_node_order_resumes_on_other_node_counts);
 	tcase_add_test(tc, test_schedule_resume_at_an_epoch_end);
 	tcase_add_test(tc, test_schedule_impossible_starts_refused);
+	tcase_add_test(tc, test_schedule_start_epoch_near_wrap_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
