@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fault_seam.h"
 #include "log_limit.h"
 #include "quota.h"
 #include "session.h"
@@ -202,7 +203,9 @@ static void srv_read(struct srv_conn *c)
 			return;
 		}
 		srv_conn_hold(c);
+		fault_mark("packet");  /* test builds: fault_seam.h */
 		ses_packet(c->ses, s->rbuf, &in);
+		fault_mark(NULL);
 		srv_conn_unhold(c);
 	}
 }
@@ -321,7 +324,9 @@ static void srv_on_listen(uv_poll_t *h, int status, int events)
 	for (int i = 0; i < SRV_ACCEPT_BURST && !s->stopped; i++) {
 		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
+			fault_mark("accept");  /* test builds: fault_seam.h */
 			srv_accept_one(s, fd);
+			fault_mark(NULL);
 			continue;
 		}
 		if (errno == EINTR || errno == ECONNABORTED)

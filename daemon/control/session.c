@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "catalog.h"
+#include "fault_seam.h"
 #include "pool.h"
 #include "quota.h"
 #include "stats.h"
@@ -304,7 +305,9 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 		   wire_request_check(req, &err) < 0) {
 		ses_error(se, id, err.code, err.msg, SES_MALFORMED);
 	} else {
+		fault_mark_request(req);  /* test builds: fault_seam.h */
 		ses_dispatch(se, req);
+		fault_mark(NULL);
 	}
 	wire_request_free(req);
 }
