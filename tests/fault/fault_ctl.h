@@ -1,0 +1,45 @@
+/*
+ * fault_ctl.h: the control page shared by a fault-injection test and
+ * fault_shim.c preloaded into the feedd it starts. The test creates the
+ * file (FEED_FAULT_CTL names it) before it starts feedd; both map it
+ * MAP_SHARED. The test writes the request fields only while fail_at is 0
+ * and the read fields only while read_mode is FAULT_READ_NONE, then arms
+ * with a release store; the shim reads them after an acquire load of the
+ * arming field. The counters are written by the shim only.
+ */
+#ifndef FEED_FAULT_CTL_H
+#define FEED_FAULT_CTL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define FAULT_CTL_MAGIC 0x4c544346u  /* "FCTL" */
+#define FAULT_KIND_MAX 32            /* a request kind's name, with its NUL */
+#define FAULT_PATH_MAX 200           /* a path substring, with its NUL */
+
+/* What fault_shim.c does to pread() on a file whose path contains
+ * read_path (resolved through /proc/self/fd at each call). */
+enum fault_read_mode {
+	FAULT_READ_NONE,   /* nothing */
+	FAULT_READ_SHORT,  /* returns half of what was asked (at least 1 byte) */
+	FAULT_READ_EIO,    /* fails with EIO */
+};
+
+struct fault_ctl {
+	uint32_t magic;                /* FAULT_CTL_MAGIC: the test made this file */
+	/* Allocations: one shot. The next request of kind `kind` handled on
+	 * feedd's loop takes fail_at (setting it back to 0), and its
+	 * fail_at-th allocation (1-based) returns NULL with ENOMEM. */
+	char kind[FAULT_KIND_MAX];     /* e.g. "open_stream" (fault_shim.c lists them) */
+	_Atomic int64_t fail_at;       /* 0: nothing armed */
+	_Atomic int64_t armed_done;    /* armed requests that have ended */
+	_Atomic int64_t last_allocs;   /* allocations the last armed request made (tried) */
+	_Atomic int64_t fired;         /* allocations failed, in all */
+	/* Shard reads: from the moment read_mode is stored, until it is
+	 * stored back to FAULT_READ_NONE. */
+	char read_path[FAULT_PATH_MAX];
+	_Atomic int32_t read_mode;     /* enum fault_read_mode */
+	_Atomic int64_t read_faults;   /* preads cut short or failed, in all */
+};
+
+#endif
