@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fault_ctl.h"
@@ -68,6 +69,7 @@ static void ft_start(void)
 	static char asan[512];
 	const char *shim = getenv("FEED_FAULT_SHIM"), *old = getenv("ASAN_OPTIONS");
 	const char *conf = h_write_file("feedd.yaml", "workers: 2\n"
+					"limits:\n  max_connections: 1000\n"  /* FT_HELD */
 					"datasets:\n"
 					"  - name: tiny\n    path: fm\n"
 					"  - name: other\n    path: other\n");
@@ -113,6 +115,7 @@ struct ft_case {
 	int (*request)(struct ft_case *k);
 	struct feed_conn *conn;                 /* prepare's, closed after request */
 	struct feed_stream *st;                 /* prepare's or request's stream */
+	bool keep;                              /* a request served keeps its connection */
 };
 
 static void ft_connect(struct ft_case *k)
@@ -271,6 +274,22 @@ static enum ft_outcome ft_refusal(struct ft_case *k, int r, unsigned logged)
 	return FT_CLOSED;
 }
 
+/* The armed request never ended: feedd died of it (the usual reason), or
+ * it never came. Fails the test, saying which. */
+static void ft_died(const struct ft_case *k, int64_t n)
+{
+	int status = h_wait(h.pid, 0);
+
+	if (status == -1)
+		ck_abort_msg("%s (allocation %lld failing): the request never ended", k->kind,
+			     (long long)n);
+	h.pid = 0;
+	fputs(h_file_text(h.log), stderr);  /* a sanitizer's report is long */
+	ck_abort_msg("%s: feedd died (wait status %#x, %s) when allocation %lld failed; its log "
+		     "is on stderr", k->kind, status, WIFSIGNALED(status) ?
+		     strsignal(WTERMSIG(status)) : "exited", (long long)n);
+}
+
 /* One request of k with its n-th allocation failed. */
 static enum ft_outcome ft_one(struct ft_case *k, int64_t n)
 {
@@ -283,8 +302,8 @@ static enum ft_outcome ft_one(struct ft_case *k, int64_t n)
 	snprintf(fc->kind, sizeof(fc->kind), "%s", k->kind);
 	atomic_store_explicit(&fc->fail_at, n, memory_order_release);  /* kind first */
 	int r = k->request(k);
-	ck_assert_msg(h_wait_until(ft_armed_done, &done, H_DEADLINE_MS),
-		      "no %s request came to the daemon (n=%lld)", k->kind, (long long)n);
+	if (!h_wait_until(ft_armed_done, &done, H_DEADLINE_MS))
+		ft_died(k, n);
 	bool hit = atomic_load(&fc->fired) != fired;
 	ck_assert_msg(hit || r == 0, "%s refused with no fault injected: %s", k->kind,
 		      k->conn ? feed_errmsg(k->conn) : feed_strerror(r));
@@ -292,7 +311,8 @@ static enum ft_outcome ft_one(struct ft_case *k, int64_t n)
 		o = FT_UNTOUCHED;
 	else if (r < 0)
 		o = ft_refusal(k, r, logged);
-	ft_case_end(k);
+	if (!k->keep || o != FT_UNTOUCHED)
+		ft_case_end(k);
 	return o;
 }
 
@@ -335,6 +355,37 @@ static void ft_run_cases(struct ft_case *cases, size_t n)
 	feed_disconnect(c);
 	h_assert_healthy();
 }
+
+#define FT_HELD 150  /* connections held: feedd's descriptors pass 30, 62 and 126 */
+
+/* Each of FT_HELD connections, held open, is first refused at each of its
+ * accept's allocations in turn: so the one that first takes a descriptor
+ * above those feedd polled before meets each failure, libuv's growth of
+ * its table of polled descriptors included (which aborts the process when
+ * it fails, unless feedd grew the table at start). */
+START_TEST(test_fault_alloc_accept_held)
+{
+	static struct ft_case held[FT_HELD];
+
+	ft_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *bystander = h_tiny_open(c, 2, 2);
+	for (int i = 0; i < FT_HELD; i++) {
+		struct ft_case *k = &held[i];
+		int64_t n = 1;
+		*k = (struct ft_case){.kind = "accept", .request = ft_req_connect, .keep = true};
+		while (ft_one(k, n) != FT_UNTOUCHED)
+			ck_assert_int_le(++n, FT_MAX_N);
+		ck_assert_ptr_nonnull(k->conn);
+	}
+	h_tiny_read(bystander, 2);
+	for (int i = 0; i < FT_HELD; i++)
+		feed_disconnect(held[i].conn);
+	ck_assert_int_eq(feed_stream_close(bystander), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+}
+END_TEST
 
 START_TEST(test_fault_alloc_connect)
 {
@@ -537,6 +588,7 @@ static Suite *fault_suite(void)
 	tcase_add_checked_fixture(tc, ft_setup, ft_teardown);
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, test_fault_alloc_connect);
+	tcase_add_test(tc, test_fault_alloc_accept_held);
 	tcase_add_test(tc, test_fault_alloc_queries);
 	tcase_add_test(tc, test_fault_alloc_open_close);
 	tcase_add_test(tc, test_fault_alloc_group_open);
