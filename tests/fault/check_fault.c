@@ -517,11 +517,17 @@ END_TEST
 /* ------------------------------------------------------------------ */
 /* Shard reads                                                         */
 
-static void ft_read_arm(const char *path_part, enum fault_read_mode mode)
+static void ft_read_arm_after(const char *path_part, enum fault_read_mode mode, int64_t skip)
 {
 	atomic_store(&fc->read_mode, FAULT_READ_NONE);
 	snprintf(fc->read_path, sizeof(fc->read_path), "%s", path_part);
+	atomic_store(&fc->read_skip, skip);
 	atomic_store_explicit(&fc->read_mode, mode, memory_order_release);  /* path first */
+}
+
+static void ft_read_arm(const char *path_part, enum fault_read_mode mode)
+{
+	ft_read_arm_after(path_part, mode, 0);
 }
 
 /* Every read of both datasets comes back half done, from the start
@@ -580,6 +586,51 @@ START_TEST(test_fault_read_eio)
 }
 END_TEST
 
+/* EIO on "other"'s shard from the start, after letting skip reads
+ * through: it is left out with the shard, what was read and the error
+ * named; "tiny" is served; once the disk reads again a reload adds it. */
+static void ft_eio_at_open(int64_t skip, const char *what)
+{
+	char part[200], why[300];
+	struct feed_dataset_list *l;
+	struct feed_reload_result *res;
+
+	snprintf(part, sizeof(part), "%s/shard-", other);
+	ft_read_arm_after(part, FAULT_READ_EIO, skip);
+	ft_start();
+	snprintf(why, sizeof(why), "%s/shard-00000.fsh: %s%s", other, what, strerror(EIO));
+	ck_assert_msg(h_log_line_has("dataset 'other'", why), "no line says '%s':\n%s", why,
+		      h_file_text(h.log));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *a = h_tiny_open(c, 2, 2);
+	ck_assert_int_eq(feed_dataset_info(c, "other", &l), -ENOENT);
+	ft_read_arm("", FAULT_READ_NONE);
+	ck_assert_msg(feed_reload(c, &res) == 0, "reload: %s", feed_errmsg(c));
+	ck_assert_uint_eq(res->nadded, 1);
+	ck_assert_str_eq(res->added[0], "other");
+	feed_reload_result_free(res);
+	struct feed_stream_opts o = {.dataset = "other", .batch = 3, .credits = 2};
+	struct feed_stream *b = h_stream_open(c, &o);
+	h_tiny_read(b, 4);
+	h_tiny_read(a, 4);
+	ck_assert_int_eq(feed_stream_close(b), 0);
+	ck_assert_int_eq(feed_stream_close(a), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+}
+
+START_TEST(test_fault_read_eio_header)
+{
+	ft_eio_at_open(0, "");
+}
+END_TEST
+
+START_TEST(test_fault_read_eio_index)
+{
+	ft_eio_at_open(2, "block index: ");  /* header and trailer read */
+}
+END_TEST
+
 static Suite *fault_suite(void)
 {
 	Suite *s = suite_create("fault");
@@ -594,6 +645,8 @@ static Suite *fault_suite(void)
 	tcase_add_test(tc, test_fault_alloc_group_open);
 	tcase_add_test(tc, test_fault_read_short);
 	tcase_add_test(tc, test_fault_read_eio);
+	tcase_add_test(tc, test_fault_read_eio_header);
+	tcase_add_test(tc, test_fault_read_eio_index);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -39,6 +39,7 @@ struct fault_ctl {
 	 * stored back to FAULT_READ_NONE. */
 	char read_path[FAULT_PATH_MAX];
 	_Atomic int32_t read_mode;     /* enum fault_read_mode */
+	_Atomic int64_t read_skip;     /* matching preads let through first (counts down) */
 	_Atomic int64_t read_faults;   /* preads cut short or failed, in all */
 };
 

@@ -12,7 +12,8 @@
  *   with ENOMEM. Workers' allocations, and the loop's outside an armed
  *   request, are never touched;
  * - cuts pread() short, or fails it with EIO, on every file whose path
- *   contains read_path, while read_mode says so.
+ *   contains read_path, while read_mode says so, after letting the first
+ *   read_skip of them through.
  * Kinds: "accept" (a new connection), "packet" (one request from its
  * bytes: decode, checks, handling, reply), the request's own kind inside
  * it ("hello", "list_datasets", "dataset_info", "stats", "open_stream",
@@ -292,6 +293,11 @@ static ssize_t fault_pread(ssize_t (*real)(int, void *, size_t, off_t), int fd, 
 			 FAULT_READ_NONE;
 
 	if (mode == FAULT_READ_NONE || !fault_fd_matches(fd))
+		return real(fd, buf, len, off);
+	int64_t skip = atomic_load(&ctl->read_skip);
+	while (skip > 0 && !atomic_compare_exchange_weak(&ctl->read_skip, &skip, skip - 1))
+		;
+	if (skip > 0)
 		return real(fd, buf, len, off);
 	atomic_fetch_add(&ctl->read_faults, 1);
 	if (mode == FAULT_READ_EIO) {
