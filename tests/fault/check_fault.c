@@ -324,8 +324,14 @@ static int64_t ft_each_alloc(struct ft_case *k, struct feed_stream *bystander)
 	enum ft_outcome o;
 	int64_t n = 1;
 
+	char served[80] = "";
+	size_t at = 0;
+
 	while ((o = ft_one(k, n)) != FT_UNTOUCHED) {
 		seen[o]++;
+		if (o == FT_SERVED && at < sizeof(served))  /* which: worth a look */
+			at += (size_t)snprintf(served + at, sizeof(served) - at, " #%lld",
+					       (long long)n);
 		h_tiny_read(bystander, 1);
 		ft_assert_status();
 		ck_assert_msg(++n <= FT_MAX_N, "%s: still failing after %d allocations", k->kind,
@@ -335,9 +341,9 @@ static int64_t ft_each_alloc(struct ft_case *k, struct feed_stream *bystander)
 	int64_t allocs = atomic_load(&fc->last_allocs);
 	ck_assert_int_eq(allocs, n - 1);
 	fprintf(stderr, "check_fault: %s%s%s: %lld allocations, each failed once: "
-		"%u refused, %u closed, %u served all the same\n", k->kind,
+		"%u refused, %u closed, %u served all the same%s\n", k->kind,
 		k->open_group ? " in group " : "", k->open_group ? k->open_group : "",
-		(long long)allocs, seen[FT_REFUSED], seen[FT_CLOSED], seen[FT_SERVED]);
+		(long long)allocs, seen[FT_REFUSED], seen[FT_CLOSED], seen[FT_SERVED], served);
 	return allocs;
 }
 
