@@ -19,7 +19,12 @@
  * must loop); pread failing with EIO on one dataset's shard while another
  * dataset is streamed: the stream reading it stops with an error naming
  * the shard and block, the other goes on, and once the fault is gone a
- * new stream on that dataset is served.
+ * new stream on that dataset is served; EIO on a shard's header or index
+ * while feedd opens it: the dataset is left out, named, until a reload.
+ *
+ * Shared memory: fallocate failing with ENOSPC on a stream's data or
+ * control region (/dev/shm full): its open is refused naming the region,
+ * everyone else is served.
  *
  * Needs feedd built with FEED_TEST_SEAMS (skipped, 77, without).
  */
@@ -637,6 +642,55 @@ START_TEST(test_fault_read_eio_index)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Shared memory                                                       */
+
+static void ft_shm_arm(const char *name, bool fail)
+{
+	atomic_store(&fc->shm_fail, 0);
+	snprintf(fc->shm_name, sizeof(fc->shm_name), "%s", name);
+	atomic_store_explicit(&fc->shm_fail, fail, memory_order_release);  /* name first */
+}
+
+/* An open whose region (data, or the member's control region) finds no
+ * shared memory is refused, naming the region and the shortage. */
+static void ft_shm_refused(struct feed_conn *c, const char *region, const char *group)
+{
+	struct feed_stream_opts o = {.dataset = "tiny", .batch = 3, .credits = 2, .group = group};
+	struct feed_stream *st;
+	char why[160];
+
+	ft_shm_arm(region, true);
+	int r = feed_stream_open(c, &o, &st);
+	ft_shm_arm("", false);
+	ck_assert_msg(r == -ENOSPC, "%s: got %d: %s", region, r, feed_errmsg(c));
+	snprintf(why, sizeof(why), "region %s: cannot allocate", region);
+	ck_assert_msg(strstr(feed_errmsg(c), why) && strstr(feed_errmsg(c), strerror(ENOSPC)),
+		      "'%s' does not say '%s ...: %s'", feed_errmsg(c), why, strerror(ENOSPC));
+}
+
+/* /dev/shm full while streams open: the opens are refused, the stream
+ * served before goes on, and once there is room again opens succeed. */
+START_TEST(test_fault_shm_full)
+{
+	ft_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *a = h_tiny_open(c, 2, 2);
+	int64_t before = atomic_load(&fc->shm_faults);
+	ft_shm_refused(c, "feedd-data", NULL);
+	ft_shm_refused(c, "feedd-control", NULL);
+	ft_shm_refused(c, "feedd-data", "gshm");
+	ck_assert_int_ge(atomic_load(&fc->shm_faults), before + 3);
+	h_tiny_read(a, 4);
+	struct feed_stream *b = h_tiny_open(c, 3, 2);
+	h_tiny_read(b, 4);
+	ck_assert_int_eq(feed_stream_close(b), 0);
+	ck_assert_int_eq(feed_stream_close(a), 0);
+	feed_disconnect(c);
+	h_assert_healthy();
+}
+END_TEST
+
 static Suite *fault_suite(void)
 {
 	Suite *s = suite_create("fault");
@@ -653,6 +707,7 @@ static Suite *fault_suite(void)
 	tcase_add_test(tc, test_fault_read_eio);
 	tcase_add_test(tc, test_fault_read_eio_header);
 	tcase_add_test(tc, test_fault_read_eio_index);
+	tcase_add_test(tc, test_fault_shm_full);
 	suite_add_tcase(s, tc);
 	return s;
 }

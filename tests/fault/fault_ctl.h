@@ -2,9 +2,9 @@
  * fault_ctl.h: the control page shared by a fault-injection test and
  * fault_shim.c preloaded into the feedd it starts. The test creates the
  * file (FEED_FAULT_CTL names it) before it starts feedd; both map it
- * MAP_SHARED. The test writes the request fields only while fail_at is 0
- * and the read fields only while read_mode is FAULT_READ_NONE, then arms
- * with a release store; the shim reads them after an acquire load of the
+ * MAP_SHARED. The test writes the request fields only while fail_at is 0,
+ * the read fields only while read_mode is FAULT_READ_NONE and shm_name
+ * only while shm_fail is 0, then arms with a release store; the shim reads them after an acquire load of the
  * arming field. The counters are written by the shim only.
  */
 #ifndef FEED_FAULT_CTL_H
@@ -41,6 +41,11 @@ struct fault_ctl {
 	_Atomic int32_t read_mode;     /* enum fault_read_mode */
 	_Atomic int64_t read_skip;     /* matching preads let through first (counts down) */
 	_Atomic int64_t read_faults;   /* preads cut short or failed, in all */
+	/* Shared memory: while shm_fail is 1, fallocate() on a memfd whose
+	 * name contains shm_name fails with ENOSPC (/dev/shm full). */
+	char shm_name[FAULT_KIND_MAX];
+	_Atomic int32_t shm_fail;
+	_Atomic int64_t shm_faults;    /* fallocates failed, in all */
 };
 
 #endif

@@ -13,7 +13,9 @@
  *   request, are never touched;
  * - cuts pread() short, or fails it with EIO, on every file whose path
  *   contains read_path, while read_mode says so, after letting the first
- *   read_skip of them through.
+ *   read_skip of them through;
+ * - fails fallocate() with ENOSPC on a memfd whose name contains shm_name,
+ *   while shm_fail says so: shared memory running out.
  * Kinds: "accept" (a new connection), "packet" (one request from its
  * bytes: decode, checks, handling, reply), the request's own kind inside
  * it ("hello", "list_datasets", "dataset_info", "stats", "open_stream",
@@ -61,6 +63,8 @@ static struct {
 	void *(*memalign)(size_t, size_t);
 	ssize_t (*pread)(int, void *, size_t, off_t);
 	ssize_t (*pread64)(int, void *, size_t, off_t);
+	int (*fallocate)(int, int, off_t, off_t);
+	int (*fallocate64)(int, int, off_t, off_t);
 } next;
 
 static struct fault_ctl *ctl;  /* NULL: FEED_FAULT_CTL unset or unusable */
@@ -118,6 +122,8 @@ static void fault_resolve(void)
 	next.memalign = fault_sym("memalign");
 	next.pread = fault_sym("pread");
 	next.pread64 = fault_sym("pread64");
+	next.fallocate = fault_sym("fallocate");
+	next.fallocate64 = fault_sym("fallocate64");
 	next.malloc = fault_sym("malloc");
 	next.free = fault_sym("free");  /* last: its presence says all are there */
 	t_resolving = false;
@@ -272,8 +278,9 @@ FAULT_API char *strndup(const char *s, size_t max)
 	return p;
 }
 
-/* True when fd is open on a path containing the armed substring. */
-static bool fault_fd_matches(int fd)
+/* True when fd is open on a path (a memfd: "/memfd:NAME (deleted)")
+ * containing part. */
+static bool fault_fd_matches(int fd, const char *part)
 {
 	char link[64], path[4096];
 
@@ -282,7 +289,7 @@ static bool fault_fd_matches(int fd)
 	if (n < 0)
 		return false;
 	path[n] = 0;
-	return strstr(path, ctl->read_path) != NULL;
+	return strstr(path, part) != NULL;
 }
 
 static ssize_t fault_pread(ssize_t (*real)(int, void *, size_t, off_t), int fd, void *buf,
@@ -292,7 +299,7 @@ static ssize_t fault_pread(ssize_t (*real)(int, void *, size_t, off_t), int fd, 
 	int mode = ctl ? atomic_load_explicit(&ctl->read_mode, memory_order_acquire) :
 			 FAULT_READ_NONE;
 
-	if (mode == FAULT_READ_NONE || !fault_fd_matches(fd))
+	if (mode == FAULT_READ_NONE || !fault_fd_matches(fd, ctl->read_path))
 		return real(fd, buf, len, off);
 	int64_t skip = atomic_load(&ctl->read_skip);
 	while (skip > 0 && !atomic_compare_exchange_weak(&ctl->read_skip, &skip, skip - 1))
@@ -319,4 +326,30 @@ FAULT_API ssize_t pread64(int fd, void *buf, size_t len, off_t off)
 	if (!next.pread64)
 		fault_resolve();
 	return fault_pread(next.pread64, fd, buf, len, off);
+}
+
+static int fault_fallocate(int (*real)(int, int, off_t, off_t), int fd, int mode, off_t off,
+			   off_t len)
+{
+	/* acquire: the test wrote shm_name before it stored shm_fail */
+	if (!ctl || !atomic_load_explicit(&ctl->shm_fail, memory_order_acquire) ||
+	    !fault_fd_matches(fd, "/memfd:") || !fault_fd_matches(fd, ctl->shm_name))
+		return real(fd, mode, off, len);
+	atomic_fetch_add(&ctl->shm_faults, 1);
+	errno = ENOSPC;
+	return -1;
+}
+
+FAULT_API int fallocate(int fd, int mode, off_t off, off_t len)
+{
+	if (!next.fallocate)
+		fault_resolve();
+	return fault_fallocate(next.fallocate, fd, mode, off, len);
+}
+
+FAULT_API int fallocate64(int fd, int mode, off_t off, off_t len)
+{
+	if (!next.fallocate64)
+		fault_resolve();
+	return fault_fallocate(next.fallocate64, fd, mode, off, len);
 }
