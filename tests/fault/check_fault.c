@@ -528,10 +528,15 @@ END_TEST
 /* ------------------------------------------------------------------ */
 /* Shard reads                                                         */
 
+/* Arms the shard read faults on files whose path contains path_part,
+ * after skip such reads. The path is written once per test (fault_ctl.h:
+ * a pread in flight may be reading it). */
 static void ft_read_arm_after(const char *path_part, enum fault_read_mode mode, int64_t skip)
 {
-	atomic_store(&fc->read_mode, FAULT_READ_NONE);
-	snprintf(fc->read_path, sizeof(fc->read_path), "%s", path_part);
+	ck_assert_int_eq(atomic_load(&fc->read_mode), FAULT_READ_NONE);
+	if (!fc->read_path[0])
+		snprintf(fc->read_path, sizeof(fc->read_path), "%s", path_part);
+	ck_assert_str_eq(fc->read_path, path_part);
 	atomic_store(&fc->read_skip, skip);
 	atomic_store_explicit(&fc->read_mode, mode, memory_order_release);  /* path first */
 }
@@ -539,6 +544,11 @@ static void ft_read_arm_after(const char *path_part, enum fault_read_mode mode, 
 static void ft_read_arm(const char *path_part, enum fault_read_mode mode)
 {
 	ft_read_arm_after(path_part, mode, 0);
+}
+
+static void ft_read_disarm(void)
+{
+	atomic_store(&fc->read_mode, FAULT_READ_NONE);
 }
 
 /* Every read of both datasets comes back half done, from the start
@@ -558,7 +568,7 @@ START_TEST(test_fault_read_short)
 	ck_assert_int_eq(feed_stream_close(a), 0);
 	ck_assert_int_eq(feed_stream_close(b), 0);
 	feed_disconnect(c);
-	ft_read_arm("", FAULT_READ_NONE);
+	ft_read_disarm();
 	h_assert_healthy();
 }
 END_TEST
@@ -587,7 +597,7 @@ START_TEST(test_fault_read_eio)
 	h_tiny_read(a, 4);                                /* the other goes on */
 	ck_assert_int_eq(feed_stream_close(b), 0);
 	/* the error was the disk's at the time: a later stream reads again */
-	ft_read_arm("", FAULT_READ_NONE);
+	ft_read_disarm();
 	b = h_stream_open(c, &o);
 	h_tiny_read(b, 4);
 	ck_assert_int_eq(feed_stream_close(b), 0);
@@ -615,7 +625,7 @@ static void ft_eio_at_open(int64_t skip, const char *what)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *a = h_tiny_open(c, 2, 2);
 	ck_assert_int_eq(feed_dataset_info(c, "other", &l), -ENOENT);
-	ft_read_arm("", FAULT_READ_NONE);
+	ft_read_disarm();
 	ck_assert_msg(feed_reload(c, &res) == 0, "reload: %s", feed_errmsg(c));
 	ck_assert_uint_eq(res->nadded, 1);
 	ck_assert_str_eq(res->added[0], "other");
@@ -645,42 +655,51 @@ END_TEST
 /* ------------------------------------------------------------------ */
 /* Shared memory                                                       */
 
-static void ft_shm_arm(const char *name, bool fail)
+/* Makes feedd's next regions fail for want of shared memory, or not. The
+ * name is written once (fault_ctl.h); "feedd-" is each region's: the
+ * first one an open makes fails (a stream's data region, or a group
+ * joiner's control region, its group's data region being made). */
+static void ft_shm_arm(bool fail)
 {
-	atomic_store(&fc->shm_fail, 0);
-	snprintf(fc->shm_name, sizeof(fc->shm_name), "%s", name);
+	if (!fc->shm_name[0])
+		snprintf(fc->shm_name, sizeof(fc->shm_name), "feedd-");
 	atomic_store_explicit(&fc->shm_fail, fail, memory_order_release);  /* name first */
 }
 
-/* An open whose region (data, or the member's control region) finds no
- * shared memory is refused, naming the region and the shortage. */
+/* An open that finds no shared memory for its first region is refused,
+ * naming the region and the shortage. */
 static void ft_shm_refused(struct feed_conn *c, const char *region, const char *group)
 {
 	struct feed_stream_opts o = {.dataset = "tiny", .batch = 3, .credits = 2, .group = group};
 	struct feed_stream *st;
 	char why[160];
 
-	ft_shm_arm(region, true);
+	ft_shm_arm(true);
 	int r = feed_stream_open(c, &o, &st);
-	ft_shm_arm("", false);
+	ft_shm_arm(false);
 	ck_assert_msg(r == -ENOSPC, "%s: got %d: %s", region, r, feed_errmsg(c));
 	snprintf(why, sizeof(why), "region %s: cannot allocate", region);
 	ck_assert_msg(strstr(feed_errmsg(c), why) && strstr(feed_errmsg(c), strerror(ENOSPC)),
 		      "'%s' does not say '%s ...: %s'", feed_errmsg(c), why, strerror(ENOSPC));
 }
 
-/* /dev/shm full while streams open: the opens are refused, the stream
- * served before goes on, and once there is room again opens succeed. */
+/* /dev/shm full while streams open: the opens are refused, the streams
+ * served before (a plain one, a group's) go on, and once there is room
+ * again opens succeed. */
 START_TEST(test_fault_shm_full)
 {
 	ft_start();
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *a = h_tiny_open(c, 2, 2);
+	struct feed_stream_opts g = {.dataset = "tiny", .batch = 3, .credits = 2, .group = "gshm"};
+	struct feed_stream *first = h_stream_open(c, &g);  /* the group a joiner finds */
 	int64_t before = atomic_load(&fc->shm_faults);
 	ft_shm_refused(c, "feedd-data", NULL);
-	ft_shm_refused(c, "feedd-control", NULL);
-	ft_shm_refused(c, "feedd-data", "gshm");
-	ck_assert_int_ge(atomic_load(&fc->shm_faults), before + 3);
+	ft_shm_refused(c, "feedd-data", "gnew");
+	ft_shm_refused(c, "feedd-control", "gshm");
+	ck_assert_int_eq(atomic_load(&fc->shm_faults), before + 3);
+	h_tiny_read(first, 2);
+	ck_assert_int_eq(feed_stream_close(first), 0);
 	h_tiny_read(a, 4);
 	struct feed_stream *b = h_tiny_open(c, 3, 2);
 	h_tiny_read(b, 4);

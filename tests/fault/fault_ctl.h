@@ -2,10 +2,12 @@
  * fault_ctl.h: the control page shared by a fault-injection test and
  * fault_shim.c preloaded into the feedd it starts. The test creates the
  * file (FEED_FAULT_CTL names it) before it starts feedd; both map it
- * MAP_SHARED. The test writes the request fields only while fail_at is 0,
- * the read fields only while read_mode is FAULT_READ_NONE and shm_name
- * only while shm_fail is 0, then arms with a release store; the shim reads them after an acquire load of the
- * arming field. The counters are written by the shim only.
+ * MAP_SHARED. The test writes kind only while fail_at is 0, then arms
+ * with a release store; the shim reads kind after an acquire load of
+ * fail_at. read_path and shm_name are written once, before their first
+ * arming, and never again: a pread or fallocate in flight may read them
+ * at any time after (disarming stores only the mode). The counters are
+ * written by the shim only.
  */
 #ifndef FEED_FAULT_CTL_H
 #define FEED_FAULT_CTL_H
