@@ -515,9 +515,9 @@ uint64_t dlv_batches_per_epoch(struct dlv *d)
 {
 	/* under the lock: a group's workers move the schedule to its next
 	 * epoch while a joiner's open is answered */
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	uint64_t n = sched_batches_per_epoch(&d->sched);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	return n;
 }
 
