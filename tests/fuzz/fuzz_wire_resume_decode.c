@@ -3,12 +3,13 @@
  * hands back, through wire_resume_decode() and then, as session_stream.c
  * ses_spec()/ses_resume() do for a request asking what the token says
  * (the fields the daemon requires equal), into the schedule: sched_init()
- * at the token's epoch and position, and a few sched_next() after it.
- * The request's own numbers (world, rank, nodes) and the dataset's size
- * come from the token's bytes too, within what wire_request_check() lets
- * through. Invariants: a refusal names its reason; every position handed
- * out has 1..batch samples, each sample and global position inside the
- * dataset and the epoch, and the epoch never goes backwards.
+ * at the token's epoch and position, and a few sched_next() after it
+ * (with the block-window tables it asks for built and put, as the
+ * delivery does off its lock). The request's own numbers (world, rank,
+ * nodes) and the dataset's size come from the token's bytes too, within
+ * what wire_request_check() lets through. Invariants: a refusal names its
+ * reason; every position handed out has 1..batch samples, each inside the
+ * dataset, and the epoch never goes backwards.
  */
 #include <string.h>
 
