@@ -51,6 +51,14 @@
 #define FEED_SHM_MAX_FIELDS 16
 #define FEED_SHM_MAX_RANK 6  /* batch axis + 5 */
 #define FEED_SHM_ALIGN 64
+/* Slots of one stream's (or group's) regions, hence the most credits a
+ * stream and the deepest depth a group may have: a member's held slots
+ * are one bit each of a uint64_t (daemon), and the client's and feedd's
+ * per-slot tables (device slots, events) are this long. */
+#define FEED_SHM_MAX_SLOTS 64
+/* Members of one group, each with its own control and release region: a
+ * slot's holders are one bit each of a uint64_t. */
+#define FEED_SHM_MAX_MEMBERS 64
 
 /* Ready ring entries that are not slots. */
 #define FEED_READY_EPOCH_END 0xfffffff0u  /* gen = the epoch that ended */
