@@ -273,6 +273,37 @@ START_TEST(test_client_gpu_pin_follows_a_reconnection)
 }
 END_TEST
 
+/* A reconnection while no batch of the old incarnation is held unmaps it
+ * at once, on feed_next()'s thread: its pinned region is unregistered
+ * after the stream's lock is dropped (the lock checks of this build abort
+ * on a driver call under a lock), and the new region is pinned. */
+START_TEST(test_client_gpu_pin_reconnection_nothing_held)
+{
+	use_fake("13000", "0");
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
+	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	gpu_start();
+	/* what was published before, then the first of the new incarnation */
+	for (int i = 0; i < 8 && fs->registers < 2; i++)
+		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->registers, 2);
+	ck_assert_int_eq(fs->unregisters, 1); /* the old one, nothing held in it */
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 2);
+	ck_assert_int_eq(fs->primary_releases, 1);
+	feed_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_client_gpu_pin_without_driver)
 {
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
@@ -707,6 +738,7 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_mix);
 	tcase_add_test(tc, test_client_gpu_pin_registers_the_data_region);
 	tcase_add_test(tc, test_client_gpu_pin_follows_a_reconnection);
+	tcase_add_test(tc, test_client_gpu_pin_reconnection_nothing_held);
 	tcase_add_test(tc, test_client_gpu_pin_without_driver);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
