@@ -96,6 +96,10 @@ struct cl_ipc {
 	bool tied[FEED_SHM_MAX_SLOTS];
 	bool recorded[FEED_SHM_MAX_SLOTS]; /* wrote[i] recorded by us */
 	bool releasing[FEED_SHM_MAX_SLOTS]; /* cl_ipc_release of slot i under way */
+	/* cl_ipc_poll(all) ran: feedd is gone or the stream closes, so nothing
+	 * will convert or rebuild a slot, and a release keeps nothing more
+	 * (one racing that poll from another thread would stay kept for good) */
+	bool draining;
 	/* released by the caller, its conversion (ready[i]) not yet run:
 	 * host slot i goes back to feedd once it has (NULL: none) */
 	struct feed_batch *deferred[FEED_SHM_MAX_SLOTS];
@@ -366,6 +370,7 @@ int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint
 	if (wrote)
 		ipc->recorded[slot] = true;
 	ipc->releasing[slot] = false;
+	pending = pending && !ipc->draining;
 	if (pending) {
 		ipc->deferred[slot] = b;
 		atomic_fetch_add_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
@@ -380,8 +385,9 @@ uint32_t cl_ipc_poll(struct cl_ipc *ipc, bool all, struct feed_batch **out, uint
 	uint64_t kept = 0, ran = 0;
 	uint32_t n = 0;
 
-	/* feed_next()'s fast path: no lock, no driver call when none is */
-	if (!atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
+	/* feed_next()'s fast path: no lock, no driver call when none is
+	 * (all always locks: it sets draining) */
+	if (!all && !atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
 		if (ret_left)
 			*ret_left = 0;
 		return 0;
@@ -390,6 +396,7 @@ uint32_t cl_ipc_poll(struct cl_ipc *ipc, bool all, struct feed_batch **out, uint
 	for (uint32_t i = 0; i < ipc->nslots; i++)
 		if (ipc->deferred[i])
 			kept |= 1ull << i;
+	ipc->draining |= all;
 	feed_mutex_unlock(&ipc->mu);
 	/* the ready events are fixed at open: queried unlocked */
 	ipc_ctx(ipc);

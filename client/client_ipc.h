@@ -46,8 +46,9 @@ int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint
 /* The kept batches whose conversion has run, or every kept one when all
  * (feedd is gone, or the stream closes: nothing will rebuild their
  * slots), into out (FEED_SHM_MAX_SLOTS of them); how many, and in
- * *ret_left (when not NULL) how many are still kept. Never waits.
- * feed_next()'s thread. */
+ * *ret_left (when not NULL) how many are still kept. After a call with
+ * all, cl_ipc_release keeps nothing more. Never waits. feed_next()'s
+ * thread. */
 uint32_t cl_ipc_poll(struct cl_ipc *ipc, bool all, struct feed_batch **out, uint32_t *ret_left);
 /* feed_batch_device() of field of b (held, in slot, of the current
  * incarnation), whose host view is v, on the caller's CUDA stream: ties
