@@ -256,10 +256,10 @@ static struct feed_stream *st_new(struct feed_conn *conn, const int fds[ST_NFDS]
 	return st;
 }
 
-/* The open reply's answer to a device request: the incarnation's ipc when granted and
- * the handles open here (0); else why (feedd's or this process's words)
- * and 0, or 1 when feedd granted slots this process cannot open (the
- * caller reopens without them); -EPROTO / -ENOMEM. */
+/* The open reply's answer to a device request: the incarnation's ipc
+ * when granted and the handles open here (0); else why (feedd's or this
+ * process's words) and 0, or 1 when feedd granted slots this process
+ * cannot open (the caller reopens without them); -EPROTO / -ENOMEM. */
 static int st_device(struct feed_stream *st, const struct feed_stream_opts *opts,
 		     const Feed__OpenStream *os, const Feed__StreamOpened *so, char *why,
 		     size_t cap)
@@ -278,16 +278,43 @@ static int st_device(struct feed_stream *st, const struct feed_stream_opts *opts
 	return r < 0 ? r : inc->ipc ? 0 : 1;
 }
 
+/* The stream of the open reply rep with its descriptors fds (owned from
+ * here): schema, regions, batches, device slots. st_device's 0 or 1 with
+ * *ret set, or a negative code with nothing left. */
+static int st_from_reply(struct feed_conn *conn, const struct feed_stream_opts *opts,
+			 const Feed__OpenStream *os, const Feed__StreamOpened *so,
+			 const int fds[ST_NFDS], char *why, size_t cap, struct feed_stream **ret)
+{
+	struct feed_stream *st = st_new(conn, fds, so->stream);
+	int r;
+
+	if (!st)
+		return cl_fail(conn, -ENOMEM, "out of memory for a stream");
+	if ((r = st_info(st, so)) < 0 || (r = st_map(st, os->batch, os->credits)) < 0 ||
+	    (r = st_batches_new(st)) < 0)
+		goto fail;
+	st->conn_opens = conn->opens;
+	st->world = opts->world ? opts->world : 1;
+	st->pos_epoch = st->info.start_epoch;
+	st->pos_position = st->info.start_batch * st->batch * st->world;
+	if ((r = st_device(st, opts, os, so, why, cap)) < 0)
+		goto fail;
+	*ret = st;
+	return r;
+fail:
+	st_free(st);
+	return r;
+}
+
 /* Opens a stream on conn: the request, the reply, the regions; no copy of
  * opts is kept (feed_stream_open keeps one, which a reopening reuses). */
-int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
-		   struct feed_stream **ret)
+int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct feed_stream **ret)
 {
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
 	Feed__DeviceRequest dr = FEED__DEVICE_REQUEST__INIT;
 	Feed__Reply *rep = NULL;
-	struct feed_stream *st;
+	struct feed_stream *st = NULL;
 	uint8_t uuid[16];
 	char why[512] = "", job[FEED_JOB_MAX + 1];
 	int fds[ST_NFDS], r;
@@ -318,24 +345,8 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 		feed__reply__free_unpacked(rep, NULL);
 		return cl_bad_reply(conn, "expected stream_opened");
 	}
-	st = st_new(conn, fds, rep->stream_opened->stream);
-	if (!st) {
-		r = cl_fail(conn, -ENOMEM, "out of memory for a stream");
+	if ((r = st_from_reply(conn, opts, &os, rep->stream_opened, fds, why, sizeof(why), &st)) < 0)
 		goto refuse;
-	}
-	if ((r = st_info(st, rep->stream_opened)) < 0 || (r = st_map(st, os.batch, os.credits)) < 0 ||
-	    (r = st_batches_new(st)) < 0) {
-		st_free(st);
-		goto refuse;
-	}
-	st->conn_opens = conn->opens;
-	st->world = opts->world ? opts->world : 1;
-	st->pos_epoch = st->info.start_epoch;
-	st->pos_position = st->info.start_batch * st->batch * st->world;
-	if ((r = st_device(st, opts, &os, rep->stream_opened, why, sizeof(why))) < 0) {
-		st_free(st);
-		goto refuse;
-	}
 	feed__reply__free_unpacked(rep, NULL);
 	if (r == 1) {
 		/* granted, but the handles would not open here: feedd must not
