@@ -46,16 +46,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment_ctx.h"
 #include "feed_err.h"
 #include "image.h"
 #include "pipeline.h"
 
-/* Which sample is being built: the draws' key. */
-struct aug_ctx {
-	uint64_t seed;    /* the stream's seed */
-	uint64_t epoch;   /* epoch number */
-	uint64_t sample;  /* dataset sample index (not the position) */
-};
 
 /* One input field of the record: len bytes at data (a fixed field's
  * record size; a variable field's bytes). Borrowed for the call. */

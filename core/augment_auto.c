@@ -21,6 +21,7 @@
  */
 #include <math.h>
 
+#include "augment.h"
 #include "augment_pixel.h"
 #include "philox.h"
 

@@ -25,7 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "augment.h"
+#include "augment_ctx.h"
+#include "pipeline.h"
 
 #define AUG_PX_MAX 16 /* most basic ops one pipeline op expands to */
 

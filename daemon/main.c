@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "reload.h"
 #include "server.h"
+#include "session.h"
 #include "service.h"
 
 static void main_on_closed_signal(uv_handle_t *h)
@@ -179,7 +180,7 @@ static int main_serve(struct feedd *d, int sd_fd)
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
 	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, sd_fd, &d->srv, &err) < 0)
+	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0)
 		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",

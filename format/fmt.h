@@ -291,9 +291,8 @@ int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint
  * none does (finish refuses a partial list). They go to FMT_PATHS_FILE. */
 int fmt_writer_note_path(struct fmt_writer *w, const char *path, struct feed_err *err);
 
-/* Records added so far, and compressed bytes written so far. */
+/* Records added so far. */
 uint64_t fmt_writer_count(const struct fmt_writer *w);
-uint64_t fmt_writer_bytes_out(const struct fmt_writer *w);
 
 /* Flushes the last block and shard, writes the manifest, fsyncs and renames
  * the temporary directory to out_dir. A dataset with no records is

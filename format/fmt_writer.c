@@ -57,7 +57,7 @@ struct fmt_writer {
 	/* Everything so far. */
 	struct wr_shard *shards;
 	uint32_t nshards, shards_cap;
-	uint64_t total, bytes_out, max_raw, max_comp;
+	uint64_t total, max_raw, max_comp;
 	int finished;
 };
 
@@ -231,7 +231,6 @@ static int block_flush(struct fmt_writer *w, struct feed_err *err)
 		return feed_err_set(err, -ENOMEM, "out of memory");
 	w->shard_pos += comp;
 	w->shard_records += w->blk_n;
-	w->bytes_out += comp;
 	w->max_raw = raw_size > w->max_raw ? raw_size : w->max_raw;
 	w->max_comp = comp > w->max_comp ? comp : w->max_comp;
 	for (uint32_t f = 0; f < w->schema.nfields; f++)
@@ -417,11 +416,6 @@ int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint
 uint64_t fmt_writer_count(const struct fmt_writer *w)
 {
 	return w->total;
-}
-
-uint64_t fmt_writer_bytes_out(const struct fmt_writer *w)
-{
-	return w->bytes_out;
 }
 
 /* Fills a Schema message whose fields point into w (no allocation beyond

@@ -1,8 +1,9 @@
 /*
- * config.c: the feedd.yaml schema and its loading into struct cfg (see
- * config.h). Runs in main() before any thread starts. Never logs, never
- * exits; every refusal names the file, the line (when the document has
- * it) and the key path.
+ * config.c: loading feedd.yaml into struct cfg (see config.h; the schema
+ * is config_schema.c's). Runs in main() before any thread starts, and on a
+ * worker at each reload (control/reload.c). Never logs, never exits; every
+ * refusal names the file, the line (when the document has it) and the key
+ * path.
  *
  * The libcyaml schema reads every scalar as a string: libcyaml 1.3 takes
  * "4x" for 4 and "010" for 8, so numbers are parsed here, strictly, with

@@ -1,7 +1,7 @@
 /*
  * config.h: feedd's configuration, parsed once into an immutable struct cfg.
  *
- * Owns: the YAML schema (libcyaml tables in config.c, one row per key),
+ * Owns: the YAML schema (libcyaml tables in config_schema.c, one row per key),
  * defaults, range checks, command-line overrides, and the file:line: key
  * messages for every refusal. Runs in main() before the loop and the
  * workers start, and on a worker at each reload (control/reload.c); the

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "config_raw.h"
 
 /* The file's text, NUL-terminated, or NULL (cfg_load() says why). */

@@ -1,14 +1,16 @@
 /*
  * config_datasets.c: the datasets and pipelines sections of the config and
- * the --dataset flags (see config.h). Main thread, before the loop starts.
- * Resolves user and group names and parses pipeline texts once, here, so a
- * typo is refused at start and never becomes a silent refusal later.
+ * the --dataset flags (see config.h). Runs where the config loads: main()
+ * before the loop starts, a worker at each reload. Resolves user and group
+ * names and parses pipeline texts once, here, so a typo is refused when
+ * the file loads and never becomes a silent refusal later.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "config_raw.h"
 #include "pipeline.h"
 

@@ -7,7 +7,14 @@
 #ifndef FEEDD_CONFIG_RAW_H
 #define FEEDD_CONFIG_RAW_H
 
-#include "config.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "feed_err.h"
+
+struct cfg;                /* config.h */
+struct cfg_overrides;      /* config.h */
+struct cfg_errs;           /* config.h */
 
 struct cfg_raw_limits {
 	char *max_connections;

@@ -1,8 +1,9 @@
 /*
  * config_schema.c: the libcyaml schema of feedd.yaml, one row per key, and
  * the translation of libcyaml's log into one message naming file, line and
- * key path. Main thread, before the loop starts. Never prints: libcyaml's
- * log goes into a buffer, not to stderr.
+ * key path. Runs where the config loads: main() before the loop starts, a
+ * worker at each reload. Never prints: libcyaml's log goes into a buffer,
+ * not to stderr.
  *
  * Every scalar is read as a string and checked by config.c and
  * config_datasets.c; the schema fixes shape (which keys exist, scalar or
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "config_raw.h"
 
 #define OPT (CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL)

@@ -2,8 +2,9 @@
  * config_yaml.c: libyaml passes over a config file that only serve its
  * error messages: a syntax check with libyaml's own line and column, and
  * the line of a key path (libcyaml's backtrace lines point at the last
- * event read, not at the offending key). Runs in main() before the loop;
- * never allocates beyond libyaml's parser.
+ * event read, not at the offending key). Runs where the config loads:
+ * main() before the loop, a worker at each reload; never allocates beyond
+ * libyaml's parser.
  */
 #include "config.h"
 

@@ -19,7 +19,6 @@
 
 #include "log_limit.h"
 #include "quota.h"
-#include "session.h"
 
 #define SRV_BACKLOG 128
 #define SRV_READ_BURST 16          /* packets per readable event, for fairness */
@@ -28,6 +27,7 @@
 
 struct srv {
 	struct feedd *d;
+	const struct srv_handlers *h;  /* the protocol (session.c), static */
 	int lock_fd;                   /* holds flock(LOCK_EX) while we run */
 	char lock_path[CFG_SOCKET_PATH_MAX + 8]; /* <socket>.lock, removed at stop */
 	int listen_fd;
@@ -68,7 +68,7 @@ static void srv_conn_close_now(struct srv_conn *c, const char *why)
 
 	c->closing = true;
 	log_info(&c->d->log, SRV_CONN_FMT ": closed: %s", SRV_CONN_ARGS(c), why);
-	ses_free(c->ses); /* its streams stop; their slots and regions are freed */
+	s->h->close(c->ses); /* its streams stop; their slots and regions are freed */
 	c->ses = NULL;
 	quota_conn_give(&c->d->quota, c->peer.uid);
 	if (c->prev)
@@ -202,7 +202,7 @@ static void srv_read(struct srv_conn *c)
 			return;
 		}
 		srv_conn_hold(c);
-		ses_packet(c->ses, s->rbuf, &in);
+		s->h->packet(c->ses, s->rbuf, &in);
 		srv_conn_unhold(c);
 	}
 }
@@ -251,7 +251,7 @@ static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_pee
 		c->d = d;
 		c->sock = fd;
 		c->peer = *peer;
-		c->ses = ses_new(c);
+		c->ses = s->h->open(c);
 	}
 	if (c && c->ses && (r = uv_poll_init(&d->loop, &c->poll, fd)) == 0) {
 		c->id = ++s->next_id;
@@ -267,7 +267,7 @@ static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_pee
 	log_error(&d->log, "connection dropped (uid %u pid %d): %s", (unsigned)peer->uid,
 		  (int)peer->pid, uv_strerror(r));
 	if (c)
-		ses_free(c->ses);
+		s->h->close(c->ses);
 	free(c);
 	return NULL;
 }
@@ -577,7 +577,8 @@ static int srv_own_socket(struct srv *s, struct feed_err *err)
 	return 0;
 }
 
-int srv_start(struct feedd *d, int sd_fd, struct srv **ret, struct feed_err *err)
+int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
+	      struct feed_err *err)
 {
 	struct srv *s = calloc(1, sizeof(*s));
 	int r;
@@ -585,6 +586,7 @@ int srv_start(struct feedd *d, int sd_fd, struct srv **ret, struct feed_err *err
 	if (!s)
 		return feed_err_set(err, -ENOMEM, "server: out of memory");
 	s->d = d;
+	s->h = h;
 	s->lock_fd = s->listen_fd = -1;
 	r = sd_fd >= 0 ? srv_adopt(s, sd_fd, err) : srv_own_socket(s, err);
 	if (r < 0)

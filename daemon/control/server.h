@@ -21,6 +21,19 @@
 #include "wire.h"
 
 struct ses;
+struct srv_conn;
+
+/* What the server calls for each connection: the protocol above it
+ * (session.c's ses_handlers), so the transport never names the session
+ * module. Loop thread. */
+struct srv_handlers {
+	/* a session for a new connection; NULL when out of memory */
+	struct ses *(*open)(struct srv_conn *conn);
+	/* one packet arrived: buf holds in->len bytes unless in->truncated */
+	void (*packet)(struct ses *se, const uint8_t *buf, const struct wire_in *in);
+	/* the connection is closing; accepts NULL */
+	void (*close)(struct ses *se);
+};
 
 /* One connection. The server is its transport: it reads packets, sends
  * replies and closes; what a packet means is the session's (c->ses). */
@@ -58,8 +71,9 @@ struct srv;
  * (main.c checks it): takes the lock if the directory allows, and serves
  * sd_fd as it is (its path, mode and group are feedd.socket's). -EBUSY
  * "another feedd ..." if the lock is held; -errno naming the path
- * otherwise. */
-int srv_start(struct feedd *d, int sd_fd, struct srv **ret, struct feed_err *err);
+ * otherwise. h (static) handles each connection's packets. */
+int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
+	      struct feed_err *err);
 
 /* Stops accepting, removes the socket (never one systemd passed: its
  * backlog keeps clients for the next feedd) and the lock file, closes

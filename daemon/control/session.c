@@ -211,9 +211,11 @@ static void ses_stats(struct ses *se, uint32_t id)
 	struct feedd *d = se->d;
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__Stats st = FEED__STATS__INIT;
+	struct stats_sources src = {.reg = &d->stats, .cat = d->cat, .cache = d->cache,
+				    .self_uid = d->self_uid, .now_ms = uv_now(&d->loop)};
 	void *mem;
 
-	if (stats_reply(d, &se->conn->peer, &st, &mem) < 0) {
+	if (stats_reply(&src, &se->conn->peer, &st, &mem) < 0) {
 		ses_error(se, id, -ENOMEM, "stats: out of memory", SES_REFUSAL);
 		return;
 	}
@@ -308,3 +310,9 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 	}
 	wire_request_free(req);
 }
+
+const struct srv_handlers ses_handlers = {
+	.open = ses_new,
+	.packet = ses_packet,
+	.close = ses_free,
+};

@@ -58,6 +58,9 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in);
  * opened finish and close themselves, and frees the session. Accepts NULL. */
 void ses_free(struct ses *se);
 
+/* The three above, as srv_start() takes them. */
+extern const struct srv_handlers ses_handlers;
+
 /* --- shared by session.c and session_stream.c --- */
 
 /* How a refusal weighs on the connection. */

@@ -288,17 +288,3 @@ void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss)
 			return;
 		}
 }
-
-void ses_group_each(struct feedd *d, void (*fn)(void *arg, const struct ses_group_info *gi),
-		    void (*fm)(void *arg, const struct ses_stream *ss), void *arg)
-{
-	for (const struct ses_group *g = d->groups; g; g = g->next) {
-		struct ses_group_info gi = {.name = g->name, .uid = g->uid,
-					    .dataset = g->key.e->cfg->name, .depth = g->depth,
-					    .members = g->nmembers, .dlv = g->dlv};
-		if (fn)
-			fn(arg, &gi);
-		for (uint32_t i = 0; fm && i < g->nmembers; i++)
-			fm(arg, g->members[i]);
-	}
-}

@@ -9,7 +9,7 @@
  * first open creates it (and counts its data region against its creator's
  * limits, quota.h), the last member to leave closes its delivery. Loop
  * thread only; a leaf of the session (session_stream.c opens and closes
- * members; status code reads groups through ses_group_each()).
+ * members).
  */
 #ifndef FEEDD_SESSION_GROUP_H
 #define FEEDD_SESSION_GROUP_H
@@ -74,20 +74,5 @@ void ses_group_set_job(struct ses_group *g, const char *job);
  * Returns the members now listed. */
 uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss);
 void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss);
-
-/* For status: one group and its listed members. */
-struct ses_group_info {
-	const char *name;
-	uid_t uid;                   /* its creator: the only user who may join */
-	const char *dataset;
-	uint32_t depth;              /* slots ahead of the slowest member */
-	uint32_t members;            /* listed (open) members */
-	struct dlv *dlv;             /* dlv_stats() for the batches built once */
-};
-/* Calls fn for every group, in creation order, then fm for each of its
- * open members (ses_stream: its user and pid are its connection's; its
- * delivery figures dlv_member_stats()). */
-void ses_group_each(struct feedd *d, void (*fn)(void *arg, const struct ses_group_info *gi),
-		    void (*fm)(void *arg, const struct ses_stream *ss), void *arg);
 
 #endif

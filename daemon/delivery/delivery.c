@@ -20,14 +20,12 @@
 #include <unistd.h>
 
 #include "builder.h"
-#include "devslots.h"
 #include "feed_ring.h"
 #include "feed_shm.h"
 #include "layout.h"
 #include "pipeline.h"
 #include "pool.h"
 #include "region.h"
-#include "stats.h"
 
 enum slot_state {
 	SLOT_FREE = 0,   /* in free_slots */
@@ -102,7 +100,9 @@ struct dlv {
 	struct pool *pool;
 	struct pool_source *src;   /* our fair share of the workers: one for
 				    * every member (a group counts once) */
-	struct stats_flow flow;    /* published counters, lock-free (stats.h) */
+	/* published, for status and metrics (dlv_counters): relaxed atomics,
+	 * counts for people and tests that order no other memory */
+	_Atomic uint64_t pub_batches, pub_samples, pub_bytes;
 	uint8_t *hdrs;             /* the slot headers as built, copied to each
 				    * member at publish (nslots * slot_hdr_bytes) */
 
@@ -116,6 +116,7 @@ struct dlv {
 	struct dsl *dev;           /* device slots (CUDA IPC), or NULL: made on
 				    * the device with the data region, NULL from
 				    * there (dev_err says why) if that fails */
+	const struct dlv_dev_ops *dev_ops; /* drives dev_own (delivery.h) */
 	struct dsl *dev_own;       /* the planned device slots, or NULL: ours,
 				    * immutable, freed with us (dlv_close may
 				    * abandon them while a join makes them) */
@@ -176,7 +177,8 @@ static void dlv_destroy(struct dlv *d)
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
 	member_free(d->solo);
-	dsl_free(d->dev_own); /* before the region it registered goes */
+	if (d->dev_own)        /* before the region it registered goes */
+		d->dev_ops->free(d->dev_own);
 	region_free(&d->data);
 	sched_fini(&d->sched);
 	free(d->hdrs);
@@ -238,6 +240,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].slot = i;
 	}
 	d->dev = d->dev_own = spec->dev; /* ours from here: nothing fails after */
+	d->dev_ops = spec->dev_ops;
 	d->on_free = spec->on_free;
 	d->on_free_arg = spec->on_free_arg;
 	*ret_dlv = d;
@@ -294,7 +297,7 @@ static int data_make(struct dlv *d, struct feed_err *err)
 			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
 						 REGION_SEALS_SHARED, &d->data_err);
 		/* a failure here is not the stream's: it goes on with host slots */
-		if (d->data_rc == 0 && d->dev && dsl_make(d->dev, &d->dev_err) < 0)
+		if (d->data_rc == 0 && d->dev && d->dev_ops->make(d->dev, &d->dev_err) < 0)
 			d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
 	}
 	int rc = d->data_rc;
@@ -527,7 +530,9 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 			m->state = DLV_MEMBER_DONE;
 		}
 	}
-	stats_flow_add(&d->flow, j->pos.nsamples, j->bytes);
+	atomic_fetch_add_explicit(&d->pub_batches, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&d->pub_samples, j->pos.nsamples, memory_order_relaxed);
+	atomic_fetch_add_explicit(&d->pub_bytes, j->bytes, memory_order_relaxed);
 	d->slots[s].members = mask;
 	if (mask) {
 		d->slots[s].state = SLOT_CLIENT;
@@ -850,10 +855,11 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 		job_batch(d, j, &b);
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
-		if (!d->dev || (rc = dsl_before_build(d->dev, j->slot, &err)) == 0)
+		if (!d->dev || (rc = d->dev_ops->before_build(d->dev, j->slot, &err)) == 0)
 			rc = bld_build(&b, w, &j->bytes, &err);
 		if (rc == 0 && d->dev)
-			rc = dsl_after_build(d->dev, j->slot, b.hdr, d->data.map, d->data.size, &err);
+			rc = d->dev_ops->after_build(d->dev, j->slot, b.hdr, d->data.map,
+						     d->data.size, &err);
 	}
 	pthread_mutex_lock(&d->lock);
 	sched_done(&d->sched, &j->pos);
@@ -1047,7 +1053,8 @@ void dlv_close(struct dlv *d)
 	atomic_store_explicit(&d->closed_flag, true, memory_order_relaxed);
 	/* its client is gone: feedd writes the done words it would have, so
 	 * no conversion waits for it any longer (a dead client's never come) */
-	dsl_abandon(d->dev_own);
+	if (d->dev_own)
+		d->dev_ops->abandon(d->dev_own);
 	dlv_unref(d);
 }
 
@@ -1087,13 +1094,12 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats)
 {
 	struct pool_source_stats ps;
-	struct stats_flow_snap f;
 
-	stats_flow_read(&d->flow, &f);
+	/* each read once: they may disagree by a batch in flight */
 	pool_source_stats(d->src, &ps);
-	ret_stats->batches = f.batches;
-	ret_stats->samples = f.samples;
-	ret_stats->bytes = f.bytes;
+	ret_stats->batches = atomic_load_explicit(&d->pub_batches, memory_order_relaxed);
+	ret_stats->samples = atomic_load_explicit(&d->pub_samples, memory_order_relaxed);
+	ret_stats->bytes = atomic_load_explicit(&d->pub_bytes, memory_order_relaxed);
 	ret_stats->worker_ns = ps.worker_ns;
 	ret_stats->jobs = ps.jobs;
 	ret_stats->credits = d->lay.nslots;

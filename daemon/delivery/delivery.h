@@ -53,6 +53,28 @@ struct slot_layout;
 #define DLV_MAX_BATCH 65536
 
 /* What a client asked for, checked by the session before dlv_new(). */
+struct dsl;                 /* device slots: gpu/devslots.h, a layer above */
+struct feed_shm_slot;
+
+/* What a delivery does with its device slots. The layer that makes them
+ * (gpu/devslots.c, dsl_dlv_ops) supplies the table, so the delivery drives
+ * them without naming that layer. The threads and contracts are those of
+ * the dsl_* function each entry stands for (devslots.h). */
+struct dlv_dev_ops {
+	/* dsl_make: once, on the worker that made the data region; < 0: the
+	 * stream goes on with host slots (it undid itself, free is still due) */
+	int (*make)(struct dsl *s, struct feed_err *err);
+	/* dsl_before_build: the device has read the slot's last batch (worker) */
+	int (*before_build)(struct dsl *s, uint32_t slot, struct feed_err *err);
+	/* dsl_after_build: copy and convert the built slot (worker) */
+	int (*after_build)(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+			   uint8_t *data, uint64_t data_bytes, struct feed_err *err);
+	/* dsl_abandon: the client is gone, release every wait (loop thread) */
+	void (*abandon)(struct dsl *s);
+	/* dsl_free: before the data region is unmapped (the last reference's thread) */
+	void (*free)(struct dsl *s);
+};
+
 struct dlv_spec {
 	uint32_t credits;          /* slots (a group: its depth), 1..DLV_MAX_CREDITS */
 	uint64_t seed;             /* augmentation draws */
@@ -71,6 +93,7 @@ struct dlv_spec {
 				    * once dlv_new() succeeds (made on the device
 				    * with the data region, freed with it), the
 				    * caller's if it fails */
+	const struct dlv_dev_ops *dev_ops; /* how to drive dev (with dev) */
 	/* Called once the delivery is gone, by whichever thread dropped its
 	 * last reference (often a worker), so what it borrowed (its dataset,
 	 * the schedule's block table) can go too: the session passes

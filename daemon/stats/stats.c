@@ -13,7 +13,6 @@
 #include "access.h"
 #include "cache.h"
 #include "catalog.h"
-#include "feedd.h"
 
 const char *const stats_refusal_names[STATS_REFUSED_N] = {
 	"access", "limit", "not_found", "invalid", "malformed", "other",
@@ -335,11 +334,11 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
 }
 
-static void stats_cache(struct feedd *d, struct stats_mem *m, Feed__Stats *st)
+static void stats_cache(struct cache *c, struct stats_mem *m, Feed__Stats *st)
 {
 	struct cache_stats cs;
 
-	cache_stats(d->cache, &cs);
+	cache_stats(c, &cs);
 	feed__cache_stats__init(&m->cache);
 	m->cache.hits = cs.hits;
 	m->cache.misses = cs.misses;
@@ -350,11 +349,12 @@ static void stats_cache(struct feedd *d, struct stats_mem *m, Feed__Stats *st)
 	st->cache = &m->cache;
 }
 
-int stats_reply(struct feedd *d, const struct acl_peer *peer, Feed__Stats *st, void **ret_mem)
+int stats_reply(const struct stats_sources *src, const struct acl_peer *peer, Feed__Stats *st,
+		void **ret_mem)
 {
 	struct stats_mem *m = calloc(1, sizeof(*m));
-	size_t nd = d->cat->n, ns = d->stats.n;
-	uint64_t now = uv_now(&d->loop);
+	size_t nd = src->cat->n, ns = src->reg->n;
+	uint64_t now = src->now_ms;
 
 	if (!m || !(m->ds = calloc(nd + 1, sizeof(*m->ds))) ||
 	    !(m->dp = calloc(nd + 1, sizeof(*m->dp))) ||
@@ -364,20 +364,20 @@ int stats_reply(struct feedd *d, const struct acl_peer *peer, Feed__Stats *st, v
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < nd; i++) {
-		const struct cat_entry *e = d->cat->e[i];
-		if (!acl_allows(&e->cfg->acl, peer, d->self_uid))
+		const struct cat_entry *e = src->cat->e[i];
+		if (!acl_allows(&e->cfg->acl, peer, src->self_uid))
 			continue;
 		Feed__DatasetStats *s = &m->ds[st->n_datasets];
 		feed__dataset_stats__init(s);
 		s->name = (char *)e->cfg->name;
 		s->num_samples = e->info->num_samples;
 		s->bytes_on_disk = e->info->bytes_on_disk;
-		for (struct stats_entry *en = d->stats.first; en; en = en->next)
+		for (struct stats_entry *en = src->reg->first; en; en = en->next)
 			s->streams += en->e == e;
 		m->dp[st->n_datasets++] = s;
 	}
-	for (struct stats_entry *en = d->stats.first; en; en = en->next) {
-		if (!acl_allows(&en->e->cfg->acl, peer, d->self_uid))
+	for (struct stats_entry *en = src->reg->first; en; en = en->next) {
+		if (!acl_allows(&en->e->cfg->acl, peer, src->self_uid))
 			continue;
 		stats_fill(en, now, &m->ss[st->n_streams]);
 		m->sp[st->n_streams] = &m->ss[st->n_streams];
@@ -385,7 +385,7 @@ int stats_reply(struct feedd *d, const struct acl_peer *peer, Feed__Stats *st, v
 	}
 	st->datasets = m->dp;
 	st->streams = m->sp;
-	stats_cache(d, m, st);
+	stats_cache(src->cache, m, st);
 	*ret_mem = m;
 	return 0;
 }

@@ -1,14 +1,15 @@
 /*
- * stats.h: what `feedctl status` and the metrics show. The lock-free
- * counters a stream's hot path bumps (struct stats_flow), the registry of
+ * stats.h: what `feedctl status` and the metrics show: the registry of
  * every stream and group being served (struct stats_reg, one per daemon)
  * with a sample of each every second (the 10 s rates), what closed
  * streams counted (struct stats_series, so no counter of the metrics
  * goes backwards), and the reply to a stats request gathered from these,
  * the catalog, the pool and the cache.
  *
- * Threads: stats_flow_* any thread, without a lock (relaxed atomics: they
- * are counts for people and tests, nothing is ordered by them). The
+ * The counters a stream's hot path bumps are its delivery's own
+ * (delivery.c), read through each entry's read() callback.
+ *
+ * Threads: the
  * registry and stats_reply() belong to the loop thread. stats_reply()
  * never blocks: it reads counters already in memory (a stream's lock is
  * taken for O(1), the cache's for a copy).
@@ -27,33 +28,6 @@
 #include <uv.h>
 
 #include "feed.pb-c.h"
-
-/* ---- counters bumped on the hot path ---- */
-
-struct stats_flow {
-	/* relaxed: counts for display; no reader orders other memory by them */
-	_Atomic uint64_t batches, samples, bytes;
-};
-
-struct stats_flow_snap {
-	uint64_t batches, samples, bytes;
-};
-
-/* One batch of nsamples samples and bytes bytes was published. */
-static inline void stats_flow_add(struct stats_flow *f, uint64_t nsamples, uint64_t bytes)
-{
-	atomic_fetch_add_explicit(&f->batches, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&f->samples, nsamples, memory_order_relaxed);
-	atomic_fetch_add_explicit(&f->bytes, bytes, memory_order_relaxed);
-}
-
-/* Each counter read once; they may disagree by a batch in flight. */
-static inline void stats_flow_read(struct stats_flow *f, struct stats_flow_snap *ret)
-{
-	ret->batches = atomic_load_explicit(&f->batches, memory_order_relaxed);
-	ret->samples = atomic_load_explicit(&f->samples, memory_order_relaxed);
-	ret->bytes = atomic_load_explicit(&f->bytes, memory_order_relaxed);
-}
 
 /* ---- the registry (loop thread) ---- */
 
@@ -204,14 +178,26 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 
 /* ---- the reply ---- */
 
-struct feedd;
 struct acl_peer;
+struct cat;
+struct cache;
+
+/* What a reply is gathered from: the registry, the datasets served, the
+ * block cache, the daemon's euid (may read datasets with no access list)
+ * and the loop's uv_now(). All borrowed for the call. */
+struct stats_sources {
+	struct stats_reg *reg;
+	const struct cat *cat;
+	struct cache *cache;
+	uid_t self_uid;
+	uint64_t now_ms;
+};
 
 /* Fills st (already holding the daemon-wide fields) with the datasets,
  * streams and groups peer may see and the cache's counters. What it
  * allocates hangs on *ret_mem, freed with stats_reply_free() once the
  * reply is encoded. -ENOMEM. Loop thread. */
-int stats_reply(struct feedd *d, const struct acl_peer *peer, Feed__Stats *st,
+int stats_reply(const struct stats_sources *src, const struct acl_peer *peer, Feed__Stats *st,
 		void **ret_mem);
 void stats_reply_free(void *mem);
 

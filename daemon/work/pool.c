@@ -159,7 +159,6 @@ static void source_free_locked(struct pool_source *s)
 
 static bool source_urgent(const struct pool_source *s)
 {
-	/* relaxed: a hint; a stale value only reorders one pick */
 	/* relaxed: a hint; a stale value only reorders one pick. Any reader
 	 * waiting makes the source urgent (a group goes at its fastest
 	 * member's pace, the slowest holds slots instead) */
@@ -169,9 +168,9 @@ static bool source_urgent(const struct pool_source *s)
 	return false;
 }
 
-/* The fair-share choice (pool.h): the user with the least vtime, then
- * its waiting source, else its source with the least vtime. Changes
- * nothing. */
+/* The fair-share choice (pool.h): the user with the least vtime, then of
+ * its sources with queued jobs the one with the least vtime, a source
+ * with a waiting reader counted POOL_URGENT_NS less. Changes nothing. */
 static struct pool_source *pool_choose_locked(struct pool *p)
 {
 	struct pool_user *best = NULL;
@@ -207,7 +206,6 @@ static struct pool_job *pool_dequeue_locked(struct pool *p, struct pool_source *
 	POOL_TO_TAIL(struct pool_user, &p->users, u);
 	POOL_TO_TAIL(struct pool_source, &u->sources, s);
 	p->vclock = u->vtime;
-	s->head = job->next;
 	s->head = job->next;
 	if (!s->head)
 		s->tail = NULL;

@@ -20,13 +20,34 @@ def feed_bin():
     return BIN
 
 
-@pytest.fixture(scope="session")
-def feedpack(feed_bin):
-    """Path (str) of the feedpack binary."""
-    path = feed_bin / "feedpack"
+def built(feed_bin, name):
+    """Path (str) of the build's program `name`; fails the test, naming the
+    path, when it is not there."""
+    path = feed_bin / name
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def feedpack(feed_bin):
+    """Path (str) of the feedpack binary."""
+    return built(feed_bin, "feedpack")
+
+
+@pytest.fixture(scope="session")
+def augment_probe(feed_bin):
+    """Path (str) of check_augment, whose probe modes (--probe, --pixel,
+    --pixel-params, --decode, --rrc: tests/unit/check_augment.c) run core's
+    pipeline ops on what a test hands them, for comparison with torchvision."""
+    return built(feed_bin, "check_augment")
+
+
+@pytest.fixture(scope="session")
+def convert_probe(feed_bin):
+    """Path (str) of check_convert, whose --probe mode runs the conversions'
+    CPU twin (tests/unit/check_convert.c)."""
+    return built(feed_bin, "check_convert")
 
 
 # ---- feedd and the Python client -------------------------------------------

@@ -13,7 +13,6 @@ The C side runs through `check_augment --probe` (tests/unit/check_augment.c).
 Skipped when torch is not importable.
 """
 
-import os
 import random
 import subprocess
 
@@ -24,18 +23,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 
-@pytest.fixture(scope="module")
-def probe_bin(feed_bin):
-    path = feed_bin / "check_augment"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
-    return str(path)
-
-
-def run_probe(probe_bin, pipeline, img, seed=1, epoch=0, sample=0):
+def run_probe(augment_probe, pipeline, img, seed=1, epoch=0, sample=0):
     """Runs the pipeline on an HxWxC uint8 image; returns (params, output)."""
     h, w, c = img.shape
-    cmd = [probe_bin, "--probe", pipeline, str(h), str(w), str(c), str(seed), str(epoch),
+    cmd = [augment_probe, "--probe", pipeline, str(h), str(w), str(c), str(seed), str(epoch),
            str(sample)]
     res = subprocess.run(cmd, input=img.tobytes(), capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
@@ -103,16 +94,16 @@ def random_image(rng, h, w, c):
     return np.frombuffer(rng.randbytes(h * w * c), dtype=np.uint8).reshape(h, w, c)
 
 
-def test_resize_hand_values_match_torch(probe_bin):
+def test_resize_hand_values_match_torch(augment_probe):
     img = np.array([[10, 20], [30, 40]], dtype=np.uint8).reshape(2, 2, 1)
-    _, got = run_probe(probe_bin, "resize(h=4, w=4)", img)
+    _, got = run_probe(augment_probe, "resize(h=4, w=4)", img)
     want, _ = torch_resize(img, 4, 4)
     assert (got == want).all()
     # ties went to even: 12.5 -> 12, 17.5 -> 18
     assert got[0, :, 0].tolist() == [10, 12, 18, 20]
 
 
-def test_resize_matches_torch_bilinear(probe_bin):
+def test_resize_matches_torch_bilinear(augment_probe):
     rng = random.Random(5)
     near = 0
     for case in range(60):
@@ -120,24 +111,24 @@ def test_resize_matches_torch_bilinear(probe_bin):
         oh, ow = rng.randint(1, 80), rng.randint(1, 80)
         c = rng.choice([1, 2, 3, 4])
         img = random_image(rng, h, w, c)
-        _, got = run_probe(probe_bin, f"resize(h={oh}, w={ow})", img)
+        _, got = run_probe(augment_probe, f"resize(h={oh}, w={ow})", img)
         want, fl = torch_resize(img, oh, ow)
         near += assert_resize_equal(got, want, fl, f"case {case}: {h}x{w}x{c} -> {oh}x{ow}")
     assert near <= 40, f"{near} pixels off by one at ties"
 
 
-def test_center_crop_matches_torchvision(probe_bin):
+def test_center_crop_matches_torchvision(augment_probe):
     rng = random.Random(6)
     for h, w in [(4, 5), (5, 4), (7, 7), (6, 9), (3, 3), (28, 28)]:
         for size in {1, 2, 3, 4, 5, 6, 8, min(h, w), max(h, w) + 1}:
             img = random_image(rng, h, w, 3)
-            _, got = run_probe(probe_bin, f"center_crop(size={size})", img)
+            _, got = run_probe(augment_probe, f"center_crop(size={size})", img)
             want = torchvision_center_crop(img, size)
             assert got.shape == want.shape
             assert (got == want).all(), f"{h}x{w} center_crop({size})"
 
 
-def test_random_crop_flip_matches_torch(probe_bin):
+def test_random_crop_flip_matches_torch(augment_probe):
     rng = random.Random(7)
     flips = 0
     for sample in range(60):
@@ -146,7 +137,7 @@ def test_random_crop_flip_matches_torch(probe_bin):
         size = rng.randint(1, min(h, w) + 2 * pad)
         img = random_image(rng, h, w, c)
         (top, left, flip), got = run_probe(
-            probe_bin, f"random_crop(size={size}, pad={pad}) | hflip(p=0.5)", img,
+            augment_probe, f"random_crop(size={size}, pad={pad}) | hflip(p=0.5)", img,
             seed=11, epoch=2, sample=sample)
         assert 0 <= top <= h + 2 * pad - size and 0 <= left <= w + 2 * pad - size
         x = F.pad(to_chw(img), (pad, pad, pad, pad), value=0)  # RandomCrop(padding=pad)
@@ -158,12 +149,12 @@ def test_random_crop_flip_matches_torch(probe_bin):
     assert 15 <= flips <= 45
 
 
-def test_crop_flip_resize_chain_matches_torch(probe_bin):
+def test_crop_flip_resize_chain_matches_torch(augment_probe):
     rng = random.Random(8)
     for sample in range(20):
         img = random_image(rng, 16, 14, 3)
         (top, left, flip), got = run_probe(
-            probe_bin, "random_crop(size=12, pad=2) | hflip | resize(h=9, w=20)", img,
+            augment_probe, "random_crop(size=12, pad=2) | hflip | resize(h=9, w=20)", img,
             seed=3, sample=sample)
         x = F.pad(to_chw(img), (2, 2, 2, 2), value=0)[:, top:top + 12, left:left + 12]
         if flip:

@@ -12,7 +12,6 @@ The C side runs through `check_convert --probe` (tests/unit/check_convert.c).
 Skipped when torch is not importable.
 """
 
-import os
 import subprocess
 
 import numpy as np
@@ -36,19 +35,11 @@ PARAMS = [
 MODERATE = 3  # the first sets: float64 holds x * scale + bias exactly
 
 
-@pytest.fixture(scope="module")
-def probe_bin(feed_bin):
-    path = feed_bin / "check_convert"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
-    return str(path)
-
-
-def run_probe(probe_bin, mean, std):
+def run_probe(convert_probe, mean, std):
     """The twin's NHWC fp32, fp16 and bf16 outputs for a 1 x 256 x C image
     whose pixel x is x in every channel, each as a (256, C) array."""
     c = len(mean)
-    res = subprocess.run([probe_bin, "--probe", str(c), ",".join(map(repr, mean)),
+    res = subprocess.run([convert_probe, "--probe", str(c), ",".join(map(repr, mean)),
                           ",".join(map(repr, std))], capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
     n = 256 * c
@@ -64,8 +55,8 @@ def bits16(t):
 
 
 @pytest.mark.parametrize("mean,std", PARAMS)
-def test_convert_fp16_bf16_bits_match_torch(probe_bin, mean, std):
-    f32, f16, bf16 = run_probe(probe_bin, mean, std)
+def test_convert_fp16_bf16_bits_match_torch(convert_probe, mean, std):
+    f32, f16, bf16 = run_probe(convert_probe, mean, std)
     assert not np.isnan(f32).any()
     t = torch.from_numpy(f32.copy())
     want16 = bits16(t.half())
@@ -79,8 +70,8 @@ def test_convert_fp16_bf16_bits_match_torch(probe_bin, mean, std):
 
 
 @pytest.mark.parametrize("mean,std", PARAMS[:MODERATE])
-def test_convert_fp32_is_one_fma(probe_bin, mean, std):
-    f32, _, _ = run_probe(probe_bin, mean, std)
+def test_convert_fp32_is_one_fma(convert_probe, mean, std):
+    f32, _, _ = run_probe(convert_probe, mean, std)
     m = np.array(mean, dtype=np.float32).astype(np.float64)
     s = np.array(std, dtype=np.float32).astype(np.float64)
     scale = (1.0 / (255.0 * s)).astype(np.float32).astype(np.float64)

@@ -10,21 +10,15 @@ problem; a dataset feedd does not serve exits 1 naming it.
 """
 
 import json
-import os
 import subprocess
 import time
 
 import numpy as np
 import pytest
 
+from conftest import built
+
 N = 1000
-
-
-def tool(feed_bin, name):
-    path = feed_bin / name
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +33,10 @@ def daemon(feed_bin, feedpack, tmp_path_factory):
     assert res.returncode == 0, res.stderr
     sock = str(d / "feedd.sock")
     log = open(d / "feedd.log", "w")
-    proc = subprocess.Popen([tool(feed_bin, "feedd"), "--socket", sock,
+    proc = subprocess.Popen([built(feed_bin, "feedd"), "--socket", sock,
                              "--dataset", f"small={d / 'small'}", "--workers", "2"],
                             stdout=log, stderr=log)
-    feedctl = tool(feed_bin, "feedctl")
+    feedctl = built(feed_bin, "feedctl")
     # Waits until feedd answers, or exits, or 20 s pass; the sleep is the
     # poll interval only.
     deadline = time.monotonic() + 20
@@ -59,7 +53,7 @@ def daemon(feed_bin, feedpack, tmp_path_factory):
 
 
 def bench(feed_bin, sock, *args):
-    return subprocess.run([tool(feed_bin, "feedbench"), "--socket", sock, *map(str, args)],
+    return subprocess.run([built(feed_bin, "feedbench"), "--socket", sock, *map(str, args)],
                           capture_output=True, text=True, timeout=120)
 
 

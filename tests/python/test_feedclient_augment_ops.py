@@ -53,14 +53,6 @@ GEOM_BOUND = (255, 0.001)
 HUE_BOUND = None  # measured max 0 over 1M pixels: plain ±1
 
 
-@pytest.fixture(scope="module")
-def probe_bin(feed_bin):
-    path = feed_bin / "check_augment"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
-    return str(path)
-
-
 def _photos():
     from PIL import Image
     files = sorted(glob.glob(f"{WALLPAPERS}/*/contents/images/*.jpg"))
@@ -87,10 +79,10 @@ def images():
     return _photos() + _fashion()
 
 
-def run_pixel(probe_bin, pipeline, img, sample=0, seed=3):
+def run_pixel(augment_probe, pipeline, img, sample=0, seed=3):
     h, w, c = img.shape
-    res = subprocess.run([probe_bin, "--pixel", pipeline, str(h), str(w), str(c), str(seed), "0",
-                          str(sample)], input=np.ascontiguousarray(img).tobytes(),
+    res = subprocess.run([augment_probe, "--pixel", pipeline, str(h), str(w), str(c), str(seed),
+                          "0", str(sample)], input=np.ascontiguousarray(img).tobytes(),
                          capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
     head, rest = res.stdout.split(b"\n", 1)
@@ -223,20 +215,20 @@ DETERMINISTIC = [
 
 
 @pytest.mark.parametrize("pipeline,ref,bound", DETERMINISTIC, ids=[d[0] for d in DETERMINISTIC])
-def test_augment_ops_deterministic_match_torchvision(probe_bin, images, pipeline, ref, bound):
+def test_augment_ops_deterministic_match_torchvision(augment_probe, images, pipeline, ref, bound):
     for n, img in enumerate(images):
-        _, got = run_pixel(probe_bin, pipeline, img)
+        _, got = run_pixel(augment_probe, pipeline, img)
         want = hwc(ref(chw(img)))
         compare(got, want, f"{pipeline} on image {n} {img.shape}", bound)
 
 
-def test_augment_ops_geometric_bound_measured(probe_bin, images):
+def test_augment_ops_geometric_bound_measured(augment_probe, images):
     """The README's figures for rotate / affine: most pixels equal; the
     measured worst share of pixels more than 1 apart stays small."""
     shares = []
     for pipeline, ref, _ in DETERMINISTIC[10:14]:
         for img in images:
-            _, got = run_pixel(probe_bin, pipeline, img)
+            _, got = run_pixel(augment_probe, pipeline, img)
             diff = np.abs(got.astype(int) - hwc(ref(chw(img))).astype(int))
             shares.append(float((diff > 1).mean()))
     assert max(shares) <= GEOM_BOUND[1], shares
@@ -268,11 +260,11 @@ RANDOM = [
 
 
 @pytest.mark.parametrize("pipeline", RANDOM)
-def test_augment_ops_random_pixels_match_torchvision(probe_bin, images, pipeline):
+def test_augment_ops_random_pixels_match_torchvision(augment_probe, images, pipeline):
     auto = any(a in pipeline for a in ("augment", "auto_"))
     for n, img in enumerate(images):
         for sample in range(4):
-            lines, got = run_pixel(probe_bin, pipeline, img, sample=sample)
+            lines, got = run_pixel(augment_probe, pipeline, img, sample=sample)
             t = chw(img)
             for line in lines:
                 t = apply_line(t, line, auto_fill=auto)
@@ -286,9 +278,9 @@ def test_augment_ops_random_pixels_match_torchvision(probe_bin, images, pipeline
 N = 3000  # samples per distribution test
 
 
-def params(probe_bin, pipeline, h=64, w=48, c=3, n=N, seed=11):
+def params(augment_probe, pipeline, h=64, w=48, c=3, n=N, seed=11):
     """{sample: [line, ...]} for samples 0..n-1 (no pixels)."""
-    res = subprocess.run([probe_bin, "--pixel-params", pipeline, str(h), str(w), str(c),
+    res = subprocess.run([augment_probe, "--pixel-params", pipeline, str(h), str(w), str(c),
                           str(seed), str(n)], capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
     out = {s: [] for s in range(n)}
@@ -422,15 +414,16 @@ def compare_policies(ours, theirs, possible, what):
     ("auto_augment(policy=cifar10)", lambda: T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)),
     ("auto_augment(policy=svhn)", lambda: T.AutoAugment(T.AutoAugmentPolicy.SVHN)),
 ])
-def test_augment_ops_policy_draws_match_torchvision(probe_bin, pipeline, transform):
+def test_augment_ops_policy_draws_match_torchvision(augment_probe, pipeline, transform):
     h, w = 64, 48
-    ours = list(params(probe_bin, pipeline, h, w).values())
+    ours = list(params(augment_probe, pipeline, h, w).values())
     t = transform()
     compare_policies(ours, tv_policy_lines(t, h, w), tv_possible(t, h, w), pipeline)
 
 
-def test_augment_ops_color_jitter_order_and_factors(probe_bin):
-    got = params(probe_bin, "color_jitter(brightness=0.4, contrast=0.3, saturation=0.5, hue=0.1)")
+def test_augment_ops_color_jitter_order_and_factors(augment_probe):
+    got = params(augment_probe,
+                 "color_jitter(brightness=0.4, contrast=0.3, saturation=0.5, hue=0.1)")
     orders = [tuple(int(l["kind"]) for l in ls) for ls in got.values()]
     assert all(sorted(o) == [K_BRIGHT, K_CONTRAST, K_SAT, K_HUE] for o in orders)
     for perm in itertools.permutations([K_BRIGHT, K_CONTRAST, K_SAT, K_HUE]):
@@ -443,13 +436,13 @@ def test_augment_ops_color_jitter_order_and_factors(probe_bin):
         theirs = [float(p[k + 1]) for p in tv]
         assert ks_distance(ours, theirs) < KS_MAX, kind
     # a zero range is no op at all, as torchvision's None
-    got = params(probe_bin, "color_jitter(brightness=0.4)", n=50)
+    got = params(augment_probe, "color_jitter(brightness=0.4)", n=50)
     assert all([int(l["kind"]) for l in ls] == [K_BRIGHT] for ls in got.values())
 
 
-def test_augment_ops_random_affine_and_rotation_draws(probe_bin):
+def test_augment_ops_random_affine_and_rotation_draws(augment_probe):
     h, w = 64, 48
-    got = [ls[0] for ls in params(probe_bin, "random_affine(degrees=20, translate=0.2, "
+    got = [ls[0] for ls in params(augment_probe, "random_affine(degrees=20, translate=0.2, "
                                   "scale_min=0.8, scale_max=1.2, shear=15)", h, w).values()]
     torch.manual_seed(4)
     tv = [T.RandomAffine.get_params([-20.0, 20.0], [0.2, 0.2], [0.8, 1.2], [-15.0, 15.0, 0.0, 0.0],
@@ -462,15 +455,15 @@ def test_augment_ops_random_affine_and_rotation_draws(probe_bin):
         assert ks_distance(ours, theirs) < KS_MAX, key
         if key in ("tx", "ty"):
             assert set(ours) <= set(float(v) for v in theirs) | {0.0}, key
-    got = [ls[0]["angle"] for ls in params(probe_bin, "random_rotation(degrees=30)").values()]
+    got = [ls[0]["angle"] for ls in params(augment_probe, "random_rotation(degrees=30)").values()]
     torch.manual_seed(4)
     tv = [-T.RandomRotation.get_params([-30.0, 30.0]) for _ in range(N)]  # rotate's -angle
     assert ks_distance(got, tv) < KS_MAX
 
 
-def test_augment_ops_random_erasing_draws(probe_bin):
+def test_augment_ops_random_erasing_draws(augment_probe):
     h, w = 64, 48
-    got = params(probe_bin, "random_erasing(p=0.7, scale_min=0.02, scale_max=0.33, "
+    got = params(augment_probe, "random_erasing(p=0.7, scale_min=0.02, scale_max=0.33, "
                  "ratio_min=0.3, ratio_max=3.3)", h, w)
     boxes = [ls[0] for ls in got.values() if ls]
     torch.manual_seed(6)
@@ -489,27 +482,28 @@ def test_augment_ops_random_erasing_draws(probe_bin):
     ("random_equalize(p=0.8)", 0.8), ("random_autocontrast(p=0.25)", 0.25),
     ("random_adjust_sharpness(factor=2, p=0.4)", 0.4), ("random_invert", 0.5),
 ])
-def test_augment_ops_probability_ops_rate(probe_bin, pipeline, p):
-    got = params(probe_bin, pipeline)
+def test_augment_ops_probability_ops_rate(augment_probe, pipeline, p):
+    got = params(augment_probe, pipeline)
     assert_rate(sum(1 for ls in got.values() if ls), N, p, pipeline)
 
 
-def test_augment_ops_gaussian_blur_sigma_draw(probe_bin):
-    got = [ls[0]["f"] for ls in params(probe_bin, "gaussian_blur(kernel_size=3, sigma_min=0.5, "
+def test_augment_ops_gaussian_blur_sigma_draw(augment_probe):
+    got = [ls[0]["f"] for ls in params(augment_probe, "gaussian_blur(kernel_size=3, sigma_min=0.5, "
                                        "sigma_max=3)").values()]
     torch.manual_seed(8)
     tv = [T.GaussianBlur.get_params(0.5, 3.0) for _ in range(N)]
     assert ks_distance(got, tv) < KS_MAX
-    fixed = params(probe_bin, "gaussian_blur(kernel_size=3, sigma=1.25)", n=20)
+    fixed = params(augment_probe, "gaussian_blur(kernel_size=3, sigma=1.25)", n=20)
     assert {ls[0]["f"] for ls in fixed.values()} == {1.25}
 
 
-def test_augment_ops_random_erasing_random_value(probe_bin, images):
+def test_augment_ops_random_erasing_random_value(augment_probe, images):
     """value=random: normal draws cast as torch casts floats to uint8 (so
     only -3..3 around 0, wrapped); nothing outside the box changes."""
     img = images[0]
     for sample in range(8):
-        lines, got = run_pixel(probe_bin, "random_erasing(p=1, value=random)", img, sample=sample)
+        lines, got = run_pixel(augment_probe, "random_erasing(p=1, value=random)", img,
+                               sample=sample)
         if not lines:
             continue
         l = lines[0]

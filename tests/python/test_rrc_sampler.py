@@ -13,7 +13,6 @@ two-sample Kolmogorov-Smirnov distance of area and aspect below 0.03 (the
 Skipped when torchvision is not importable.
 """
 
-import os
 import subprocess
 
 import numpy as np
@@ -34,16 +33,8 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def probe_bin(feed_bin):
-    path = feed_bin / "check_augment"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
-    return str(path)
-
-
-def feedd_boxes(probe_bin, h, w, scale, ratio, seed=7):
-    cmd = [probe_bin, "--rrc", str(h), str(w), str(N), repr(scale[0]), repr(scale[1]),
+def feedd_boxes(augment_probe, h, w, scale, ratio, seed=7):
+    cmd = [augment_probe, "--rrc", str(h), str(w), str(N), repr(scale[0]), repr(scale[1]),
            repr(ratio[0]), repr(ratio[1]), str(seed)]
     res = subprocess.run(cmd, capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
@@ -79,8 +70,8 @@ def fallback_box(h, w, ratio):
 
 
 @pytest.mark.parametrize("h,w,scale,ratio", CASES)
-def test_rrc_box_distribution_matches_torchvision(probe_bin, h, w, scale, ratio):
-    ours = feedd_boxes(probe_bin, h, w, scale, ratio).astype(np.float64)
+def test_rrc_box_distribution_matches_torchvision(augment_probe, h, w, scale, ratio):
+    ours = feedd_boxes(augment_probe, h, w, scale, ratio).astype(np.float64)
     ref = torch_boxes(h, w, scale, ratio).astype(np.float64)
 
     # every box inside the image

@@ -42,14 +42,6 @@ PHOTOS = ["photo_00.jpg", "photo_01.jpg", "photo_02.jpg", "photo_03.jpg", "photo
 
 
 @pytest.fixture(scope="module")
-def probe_bin(feed_bin):
-    path = feed_bin / "check_augment"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path}: not built (set FEED_BIN to the build's bin directory)")
-    return str(path)
-
-
-@pytest.fixture(scope="module")
 def images(feed_bin):
     d = pathlib.Path(os.environ.get("FEED_IMAGES", feed_bin.parent / "images"))
     if not (d / "photo_00.jpg").exists():
@@ -58,8 +50,8 @@ def images(feed_bin):
     return d
 
 
-def run(probe_bin, pipeline, path, sample, seed=3, epoch=1):
-    res = subprocess.run([probe_bin, "--decode", pipeline, str(path), str(seed), str(epoch),
+def run(augment_probe, pipeline, path, sample, seed=3, epoch=1):
+    res = subprocess.run([augment_probe, "--decode", pipeline, str(path), str(seed), str(epoch),
                           str(sample)], capture_output=True, check=False)
     assert res.returncode == 0, res.stderr.decode()
     line, data = res.stdout.split(b"\n", 1)
@@ -90,12 +82,12 @@ def mad(a, b):
 
 
 @pytest.mark.parametrize("name", PHOTOS)
-def test_rrc_matches_torchvision_resized_crop(probe_bin, feed_bin, images, name):
+def test_rrc_matches_torchvision_resized_crop(augment_probe, feed_bin, images, name):
     img = pil_rgb(images / name)
     flips = 0
     for sample in range(6):
         (top, left, h, w), flip, data = run(
-            probe_bin, "decode | random_resized_crop(size=64) | hflip(p=0.5)", images / name,
+            augment_probe, "decode | random_resized_crop(size=64) | hflip(p=0.5)", images / name,
             sample)
         assert 0 <= top and 0 <= left and top + h <= img.height and left + w <= img.width
         ref = TF.resized_crop(img, top, left, h, w, [64, 64],
@@ -114,8 +106,8 @@ def test_rrc_matches_torchvision_resized_crop(probe_bin, feed_bin, images, name)
 
 @pytest.mark.parametrize("name", ["photo_00.jpg", "photo_02.jpg", "rgb420.jpg", "rgb8.png"])
 @pytest.mark.parametrize("short,size", [(256, 224), (150, 100), (96, 96)])
-def test_resize_short_center_crop_matches_torchvision(probe_bin, feed_bin, images, name, short,
-                                                      size):
+def test_resize_short_center_crop_matches_torchvision(augment_probe, feed_bin, images, name,
+                                                      short, size):
     img = pil_rgb(images / name)
     w, h = img.size
     rw, rh = (int(short * w / h), short) if h <= w else (short, int(short * h / w))
@@ -124,7 +116,7 @@ def test_resize_short_center_crop_matches_torchvision(probe_bin, feed_bin, image
     scale = dct_scale(feed_bin, images / name, int(np.floor(left * kx)), int(np.floor(top * ky)),
                       min(w, int(np.ceil((left + size) * kx))),
                       min(h, int(np.ceil((top + size) * ky))), size)
-    _, _, data = run(probe_bin, f"decode | resize(short={short}) | center_crop(size={size})",
+    _, _, data = run(augment_probe, f"decode | resize(short={short}) | center_crop(size={size})",
                      images / name, 0)
     ours = np.frombuffer(data, np.uint8).reshape(size, size, 3)
     ref = TF.center_crop(TF.resize(img, short, antialias=True), [size, size])
@@ -136,11 +128,11 @@ def test_resize_short_center_crop_matches_torchvision(probe_bin, feed_bin, image
 @pytest.mark.parametrize("name,channels", [("rgb420.jpg", 3), ("gray.jpg", 1),
                                            ("progressive.jpg", 3), ("palette.png", 3),
                                            ("tiny.jpg", 3)])
-def test_center_crop_hflip_exact(probe_bin, images, name, channels):
+def test_center_crop_hflip_exact(augment_probe, images, name, channels):
     img = Image.open(images / name)
     img = img.convert("L" if channels == 1 else "RGB")
     for size in (31, 64, 9):
-        _, _, data = run(probe_bin,
+        _, _, data = run(augment_probe,
                          f"decode(channels={channels}) | center_crop(size={size}) | hflip(p=1)",
                          images / name, 0)
         ours = np.frombuffer(data, np.uint8).reshape(size, size, channels)
@@ -153,28 +145,29 @@ def test_center_crop_hflip_exact(probe_bin, images, name, channels):
             assert mad(ours, ref) <= 0.5
 
 
-def test_normalize_matches_to_tensor_normalize(probe_bin, images):
+def test_normalize_matches_to_tensor_normalize(augment_probe, images):
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     img = pil_rgb(images / "photo_01.jpg")
     pipe = ("decode | center_crop(size=64) | normalize(mean=(0.485, 0.456, 0.406), "
             "std=(0.229, 0.224, 0.225))")
-    _, _, data = run(probe_bin, pipe, images / "photo_01.jpg", 0)
+    _, _, data = run(augment_probe, pipe, images / "photo_01.jpg", 0)
     ours = np.frombuffer(data, np.float32).reshape(3, 64, 64)
     ref = TF.normalize(TF.to_tensor(TF.center_crop(img, [64, 64])), mean, std).numpy()
     assert np.abs(ours - ref).max() <= 1e-5
-    _, _, data = run(probe_bin, pipe[:-1] + ", dtype=bf16, layout=hwc)", images / "photo_01.jpg", 0)
+    _, _, data = run(augment_probe, pipe[:-1] + ", dtype=bf16, layout=hwc)",
+                     images / "photo_01.jpg", 0)
     bf = np.frombuffer(data, np.uint16).reshape(64, 64, 3).astype(np.uint32) << 16
     ours16 = bf.view(np.float32).transpose(2, 0, 1)
     assert np.abs(ours16 - ref).max() <= 2 ** -7 * np.abs(ref).max()
 
 
-def test_rrc_gray_matches_torchvision(probe_bin, feed_bin, images):
+def test_rrc_gray_matches_torchvision(augment_probe, feed_bin, images):
     img = Image.open(images / "gray.jpg")
     img.load()
     assert img.mode == "L"
     for sample in range(6):
         (top, left, h, w), flip, data = run(
-            probe_bin, "decode(channels=1) | random_resized_crop(size=40) | hflip",
+            augment_probe, "decode(channels=1) | random_resized_crop(size=40) | hflip",
             images / "gray.jpg", sample)
         ref = TF.resized_crop(img, top, left, h, w, [40, 40],
                               interpolation=transforms.InterpolationMode.BILINEAR,
@@ -187,12 +180,12 @@ def test_rrc_gray_matches_torchvision(probe_bin, feed_bin, images):
 
 
 @pytest.mark.parametrize("name", ["photo_03.jpg", "rgb8.png"])
-def test_resize_hw_on_decoded_matches_torchvision(probe_bin, images, name):
+def test_resize_hw_on_decoded_matches_torchvision(augment_probe, images, name):
     """resize(h, w) on decoded images antialiases, as Resize((h, w)) on PIL
     images does; an upscale on one side and a downscale on the other."""
     img = pil_rgb(images / name)
     h, w = 50, img.width + 30
-    _, _, data = run(probe_bin, f"decode | resize(h={h}, w={w})", images / name, 0)
+    _, _, data = run(augment_probe, f"decode | resize(h={h}, w={w})", images / name, 0)
     ours = np.frombuffer(data, np.uint8).reshape(h, w, 3)
     ref = np.asarray(TF.resize(img, [h, w], antialias=True))
     assert mad(ours, ref) <= MAD

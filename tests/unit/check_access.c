@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "check_util.h"
 
 START_TEST(test_access_parse_names)
 {
@@ -174,11 +175,4 @@ static Suite *access_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(access_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(access_suite)

@@ -36,6 +36,7 @@
 #include "../images/fixture_file.h"
 #include "augment.h"
 #include "augment_pixel.h"
+#include "check_util.h"
 #include "convert.h"
 #include "philox.h"
 
@@ -1513,9 +1514,5 @@ int main(int argc, char **argv)
 		return decode_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--rrc"))
 		return rrc_boxes(argc, argv);
-	SRunner *sr = srunner_create(augment_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return check_run(augment_suite);
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "check_util.h"
 
 static char dir[256];
 static struct fmt_dataset *ds;
@@ -466,7 +467,7 @@ START_TEST(test_cache_waiter_on_failed_decode)
 }
 END_TEST
 
-int main(void)
+static Suite *cache_suite(void)
 {
 	Suite *s = suite_create("cache");
 	TCase *tc = tcase_create("cache");
@@ -480,9 +481,7 @@ int main(void)
 	tcase_add_test(tc, test_cache_failed_decode_not_cached);
 	tcase_add_test(tc, test_cache_waiter_on_failed_decode);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s;
 }
+
+CHECK_MAIN(cache_suite)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "convert.h"
 
 /* Parameter sets: torchvision's ImageNet values, plain x/255, [-1, 1],
@@ -478,9 +479,5 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--probe"))
 		return probe(argc, argv);
-	SRunner *sr = srunner_create(convert_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return check_run(convert_suite);
 }

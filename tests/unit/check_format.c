@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "check_util.h"
 #include "feed.pb-c.h"
 #include "fmt.h"
 
@@ -795,11 +796,4 @@ static Suite *format_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(format_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(format_suite)

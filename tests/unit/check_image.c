@@ -19,6 +19,7 @@
 #include <jpeglib.h>
 
 #include "../images/fixture_file.h"
+#include "check_util.h"
 #include "image.h"
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
@@ -675,11 +676,4 @@ static Suite *image_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(image_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(image_suite)

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "log.h"
 
 /* What lines logged at each level through lg look like: logs one line
@@ -80,7 +81,7 @@ START_TEST(test_log_journal_stream_names_the_fd)
 }
 END_TEST
 
-int main(void)
+static Suite *log_suite(void)
 {
 	Suite *s = suite_create("log");
 	TCase *tc = tcase_create("core");
@@ -89,9 +90,7 @@ int main(void)
 	tcase_add_test(tc, test_log_plain_lines_keep_time_and_level);
 	tcase_add_test(tc, test_log_journal_stream_names_the_fd);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s;
 }
+
+CHECK_MAIN(log_suite)

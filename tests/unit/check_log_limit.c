@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "log_limit.h"
 
 /* Offers n lines at now; returns how many were allowed, and the sum of
@@ -126,11 +127,4 @@ static Suite *log_limit_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(log_limit_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(log_limit_suite)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "convert.h"
 #include "mix.h"
 
@@ -350,11 +351,4 @@ static Suite *mix_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(mix_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(mix_suite)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_util.h"
 #include "order.h"
 
 static const uint64_t sizes[] = {1, 2, 3, 7, 1000, 65537, 60000};
@@ -849,11 +850,4 @@ static Suite *order_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(order_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(order_suite)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "pipeline.h"
 
 /* image u8 28x28, label i64, tokens u16 variable (<= 100), rgb u8
@@ -539,11 +540,4 @@ static Suite *pipeline_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(pipeline_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(pipeline_suite)

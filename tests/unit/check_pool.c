@@ -19,6 +19,7 @@
 #include <time.h>
 #include <uv.h>
 
+#include "check_util.h"
 #include "pool.h"
 
 #define NJOBS 200
@@ -644,11 +645,4 @@ static Suite *pool_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(pool_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(pool_suite)

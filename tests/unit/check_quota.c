@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "config.h"
 #include "quota.h"
 
@@ -125,7 +126,7 @@ START_TEST(test_quota_device)
 }
 END_TEST
 
-int main(void)
+static Suite *quota_suite(void)
 {
 	Suite *s = suite_create("quota");
 	TCase *tc = tcase_create("quota");
@@ -136,9 +137,7 @@ int main(void)
 	tcase_add_test(tc, test_quota_groups);
 	tcase_add_test(tc, test_quota_device);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s;
 }
+
+CHECK_MAIN(quota_suite)

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "disktier.h"
 #include "fmt.h"
 #include "remote.h"
@@ -273,12 +274,10 @@ START_TEST(test_disktier_restart_finds_files_in_lru_order)
 }
 END_TEST
 
-int main(void)
+static Suite *remote_suite(void)
 {
 	Suite *s = suite_create("remote");
 	TCase *tc = tcase_create("remote");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_remote_http_request_is_the_file_under_the_url);
@@ -290,9 +289,7 @@ int main(void)
 	tcase_add_test(tc, test_disktier_evicts_least_recently_used);
 	tcase_add_test(tc, test_disktier_restart_finds_files_in_lru_order);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
 }
+
+CHECK_MAIN(remote_suite)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "catalog.h"
+#include "check_util.h"
 #include "stats.h"
 
 static struct cfg_dataset cfg_m = {.name = "m"};
@@ -194,7 +195,7 @@ START_TEST(test_stats_refusals_by_reason)
 }
 END_TEST
 
-int main(void)
+static Suite *stats_suite(void)
 {
 	Suite *s = suite_create("stats");
 	TCase *tc = tcase_create("core");
@@ -206,9 +207,7 @@ int main(void)
 	tcase_add_test(tc, test_stats_refusals_by_reason);
 	tcase_add_test(tc, test_stats_closed_series_bounded);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
 }
+
+CHECK_MAIN(stats_suite)

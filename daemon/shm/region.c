@@ -1,5 +1,6 @@
 /*
- * region.c: memfd regions (see region.h). Loop thread; never maps files.
+ * region.c: memfd regions (see region.h). Any thread (delivery's workers
+ * create them); never maps files.
  */
 #include <errno.h>
 #include <fcntl.h>

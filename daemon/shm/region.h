@@ -6,7 +6,11 @@
  * the daemon, so a memory shortage is an error here, never a SIGBUS in a
  * trainer; then sealed so no client can shrink, grow or (for the control
  * region) write them. memfd only: nothing is left in /dev/shm after a
- * crash. Loop thread creates and frees; workers may write into the mapping.
+ * crash. No thread of its own and no lock: delivery creates a stream's
+ * regions on a worker (the join job, before any descriptor leaves) and
+ * frees them on the loop thread (a group member leaving) or on whichever
+ * thread drops the delivery's last reference (the loop or a worker);
+ * workers write into the mapping meanwhile.
  */
 #ifndef FEED_REGION_H
 #define FEED_REGION_H

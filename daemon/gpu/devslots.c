@@ -41,6 +41,7 @@
  * the CPU for the convert stream.
  */
 #include "devslots.h"
+#include "delivery.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -176,11 +177,6 @@ void dsl_gpu_free(struct dsl_gpu *g)
 	pthread_mutex_destroy(&g->grave_mu);
 	pthread_mutex_destroy(&g->dev_mu);
 	free(g);
-}
-
-const char *dsl_gpu_unusable(const struct dsl_gpu *g)
-{
-	return g->why[0] ? g->why : NULL;
 }
 
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
@@ -706,3 +702,11 @@ void dsl_abandon(struct dsl *s)
 		(void)api->StreamWriteValue32(s->rescue, dsl_word(s, i), atomic_load(&s->last[i]),
 					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }
+
+const struct dlv_dev_ops dsl_dlv_ops = {
+	.make = dsl_make,
+	.before_build = dsl_before_build,
+	.after_build = dsl_after_build,
+	.abandon = dsl_abandon,
+	.free = dsl_free,
+};

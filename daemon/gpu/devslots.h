@@ -30,15 +30,22 @@
  * serves host slots, saying why) with, per device used, its primary
  * context and the embedded kernels.
  *
- * Threads: dsl_gpu_new / dsl_gpu_free on the main thread before the
- * workers start and after they stop; dsl_plan and dsl_reply on the loop
- * thread, dsl_make on a worker (the delivery's first join); dsl_before_build / dsl_after_build on workers, for different
- * slots at once (a slot is one worker's while it builds it); dsl_free on
- * whichever thread drops the delivery (no build in flight); dsl_abandon on
- * the loop thread, at any time (atomics: devslots.c). Slots have
- * their own staging areas and events, so workers enqueue without a lock;
- * s->mu guards the one registration of the host region, and the
- * graveyard has its own mutex (both leaves).
+ * Threads: dsl_gpu_new on the main thread once the workers have started
+ * and before the loop runs (no stream exists yet); dsl_gpu_free on the
+ * main thread after the workers have been joined (main.c main_serve());
+ * dsl_plan and dsl_reply on the loop thread, dsl_make on a worker (the
+ * delivery's first join); dsl_before_build / dsl_after_build on workers,
+ * for different slots at once (a slot is one worker's while it builds
+ * it); dsl_free on whichever thread drops the delivery (no build in
+ * flight); dsl_abandon on the loop thread, at any time (atomics:
+ * devslots.c). Slots have their own staging areas and events, so workers
+ * enqueue without a lock. Three mutexes, none taken while another of
+ * them is held, each held across driver calls: g->dev_mu guards each
+ * device's context and kernels and is held while the first dsl_make on a
+ * device creates them (long: other makes wait); g->grave_mu guards the
+ * graveyard and is held while dsl_reap queries its streams' events;
+ * s->mu guards the one registration of the host region and is held
+ * across cuMemHostRegister.
  */
 #ifndef FEEDD_DEVSLOTS_H
 #define FEEDD_DEVSLOTS_H
@@ -68,13 +75,13 @@ struct dsl_request {
 };
 
 /* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
- * cannot serve CUDA IPC is still made: dsl_gpu_unusable() says why.
- * Returns 0 or -ENOMEM. Main thread, before the workers. */
+ * cannot serve CUDA IPC is still made: dsl_gpu_describe() says why, and
+ * dsl_plan() refuses each stream with it. Returns 0 or -ENOMEM. Main
+ * thread, after the workers start and before the loop runs, so before
+ * any stream exists (main.c main_serve()). */
 int dsl_gpu_new(struct dsl_gpu **ret);
 /* After every dsl_free(). Accepts NULL. */
 void dsl_gpu_free(struct dsl_gpu *g);
-/* NULL when CUDA IPC can be served, else why not, in words. */
-const char *dsl_gpu_unusable(const struct dsl_gpu *g);
 /* One line for the log: devices and driver, or why there is no GPU. */
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 
@@ -124,9 +131,16 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
  * converts into s. Accepts NULL. Loop thread. */
 void dsl_abandon(struct dsl *s);
 
-/* Waits for the device to finish with s, unregisters the host region and
- * frees the device memory, events and stream. Call before the data region
- * is unmapped. Accepts NULL. */
+/* Waits for s's copies out of the host region (cuStreamSynchronize: they
+ * wait for nothing a client does) and unregisters the region; frees the
+ * device memory, events and streams at once when the conversions have
+ * run, else puts s on the graveyard, which a later dsl_make, dsl_free or
+ * dsl_gpu_free reaps (never waiting for the device). Call before the data
+ * region is unmapped. Accepts NULL. */
 void dsl_free(struct dsl *s);
+
+/* The table a delivery drives device slots through (delivery.h): the
+ * functions above. */
+extern const struct dlv_dev_ops dsl_dlv_ops;
 
 #endif

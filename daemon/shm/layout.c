@@ -110,13 +110,15 @@ uint64_t layout_data_bytes(const struct slot_layout *l)
 int layout_page_slots(struct slot_layout *l, struct feed_err *err)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t sb = l->slot_bytes;
+	uint64_t sb = l->slot_bytes, data;
 
+	/* l is written only on success: a refused layout stays as it was */
 	if (sb > LAYOUT_MAX_BYTES || (sb = (sb + page - 1) / page * page) > LAYOUT_MAX_BYTES ||
-	    (l->data_bytes = mul_add(l->nslots, sb, 0)) > LAYOUT_MAX_BYTES)
+	    (data = mul_add(l->nslots, sb, 0)) > LAYOUT_MAX_BYTES)
 		return feed_err_set(err, -EFBIG, "%u slots of %llu bytes exceed the %llu bytes "
 				    "one stream may hold", l->nslots, (unsigned long long)sb,
 				    (unsigned long long)LAYOUT_MAX_BYTES);
 	l->slot_bytes = sb;
+	l->data_bytes = data;
 	return 0;
 }

@@ -32,11 +32,11 @@ struct srv;
 struct ses_group;
 struct svc;
 struct rld;
+struct met;
 
 /* Signals with no meaning to feedd that would otherwise end it: each is
  * logged and ignored (main.c), the realtime ones included. */
 #define FEEDD_IGNORED_SIGNALS_MAX 48
-struct met;
 
 struct feedd {
 	struct log log;            /* read-only once threads start */
@@ -54,7 +54,8 @@ struct feedd {
 				    * or NULL */
 	struct remote_counters remote; /* what remote datasets fetched (metrics) */
 	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
-				    * made before the workers, freed after them */
+				    * made after the workers start, before the loop
+				    * runs; freed after the workers are joined */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
 	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */

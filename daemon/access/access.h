@@ -2,12 +2,15 @@
  * access.h: who a peer is and what it may read.
  *
  * Owns: the peer's identity (SO_PEERCRED at accept, plus the supplementary
- * groups its process holds, SO_PEERGROUPS), dataset access lists, user and
- * group names from the config resolved to ids, and per-user connection
- * counts. Runs on the loop thread (config loading, and acl_peer_read() on
- * kernels without SO_PEERGROUPS, look up passwd/group, which may block on
- * NSS: done once at start and once per connection, never per request).
- * Never trusts anything the peer says about itself.
+ * groups its process holds, SO_PEERGROUPS), dataset access lists, and user
+ * and group names from the config resolved to ids (what each user holds,
+ * connections included, is quota.h's). Threads: acl_peer_read() at accept
+ * and acl_allows() per request, on the loop thread; acl_parse_user() and
+ * acl_parse_group() wherever the config loads (main() before the loop, a
+ * worker at each reload, feedd --check-config). Passwd/group lookups may
+ * block on NSS: they run at config loading and, on kernels without
+ * SO_PEERGROUPS, once per connection in acl_peer_read(); never per
+ * request. Never trusts anything the peer says about itself.
  */
 #ifndef FEEDD_ACCESS_H
 #define FEEDD_ACCESS_H
