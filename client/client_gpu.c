@@ -28,6 +28,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,9 @@ struct cl_gpu_stream {
 	 * is made with each copy, so keeping a batch never allocates */
 	struct feed_batch **wanted;
 	size_t nwanted, cap_wanted;
+	/* nwanted, for gpu_done's look without the lock (relaxed: a stale 0
+	 * only leaves a batch for the next feed_next) */
+	_Atomic size_t nkept;
 	struct gpu_region *regions;  /* (lock) */
 	size_t nregions, cap_regions;
 	struct gpu_staging *staging; /* caller's thread only */
@@ -132,6 +136,7 @@ static int gpu_keep(void *self, struct feed_batch *b)
 	if (!r && gpu_in_flight(g, b)) {
 		assert(g->nwanted < g->cap_wanted); /* gpu_enqueue made room */
 		g->wanted[g->nwanted++] = b;
+		atomic_store_explicit(&g->nkept, g->nwanted, memory_order_relaxed);
 		r = 1;
 	}
 	feed_mutex_unlock(&g->lock);
@@ -173,6 +178,9 @@ static uint32_t gpu_done(void *self, bool wait_one, bool all, struct feed_batch 
 	struct cl_gpu_stream *g = self;
 	uint32_t n = 0;
 
+	/* feed_next()'s fast path: no lock when nothing is in flight or kept */
+	if (!g->npending && !atomic_load_explicit(&g->nkept, memory_order_relaxed))
+		return 0;
 	if (g->npending)
 		gpu_reap(g, wait_one, all);
 	feed_mutex_lock(&g->lock);
@@ -184,6 +192,7 @@ static uint32_t gpu_done(void *self, bool wait_one, bool all, struct feed_batch 
 		out[n++] = g->wanted[i];
 		g->wanted[i] = g->wanted[--g->nwanted];
 	}
+	atomic_store_explicit(&g->nkept, g->nwanted, memory_order_relaxed);
 	feed_mutex_unlock(&g->lock);
 	return n;
 }
@@ -665,8 +674,6 @@ FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *ds
 			       "FEED_DEVICE_CPU", to->device);
 	if ((r = gpu_stream(st, conn, to->device, &g)) < 0)
 		return r;
-	if (g->npending) /* drop completed events; the stream takes kept batches back */
-		gpu_reap(g, false, false);
 	return gpu_enqueue(g, conn, b, field, &v, &j, dst, (CUstream)stream);
 }
 
