@@ -3,7 +3,7 @@
  * incarnations: after a daemon restart the stream reconnects, reopens at
  * its position and adopts the new regions as its next incarnation, while
  * the earlier one stays mapped until the caller has released every batch
- * from it (client_release.c unmaps it then).
+ * from it (then feed_next()'s thread unmaps it: st_reap).
  *
  * Threads: st_reopen and everything here on feed_next()'s thread, which
  * alone changes the current incarnation; feed_release() on other threads

@@ -376,6 +376,7 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 	/* slots released before feedd converted them, or while copies from
 	 * them ran, go back now (with every credit held, after the oldest copy) */
 	st_poll_ipc(st, false, NULL);
+	st_reap(st); /* incarnations whose last batch another thread released */
 	st_poll_hooks(st, timeout_ms != 0 &&
 			  atomic_load_explicit(&st->nheld, memory_order_relaxed) == st->nslots,
 		      false);

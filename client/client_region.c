@@ -5,9 +5,8 @@
  * open; and unmapping an incarnation's regions when nothing uses them.
  *
  * Threads: st_map and st_batches_new on the thread opening the stream;
- * st_inc_unmap where the last batch of a retired incarnation is released
- * (any thread) or at close, with no lock held (the hooks' unmap calls
- * the CUDA driver). Must never: trust a field before checking it against
+ * st_inc_unmap on feed_next()'s thread (st_reap, st_adopt) or at close,
+ * with no lock held (the hooks' unmap calls the CUDA driver). Must never: trust a field before checking it against
  * what fstat said, or leave a partly mapped stream for the caller to
  * free other than through st_free.
  */

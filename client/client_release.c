@@ -16,8 +16,11 @@
  * incarnation's held count (client_internal.h's table): never across a
  * driver call or another module's lock, so what a release of a retired
  * incarnation's last batch must unmap is unmapped after it is dropped.
- * Must never: wait, or write the ring for a batch of a retired
- * incarnation (its feedd is gone).
+ * Must never: wait or call the CUDA driver in feed_release() beyond the
+ * device slots' enqueue and query (a garbage collector's thread releases
+ * too: a retired incarnation's unmapping, which unregisters memory and
+ * waits for its done words, is left to feed_next()'s thread), or write
+ * the ring for a batch of a retired incarnation (its feedd is gone).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -28,12 +31,11 @@
 #include "feed_lock.h"
 
 /* Gives b's slot back to feedd now (or, from a retired incarnation, to
- * no one: unmapping it when it was the last held). -EINVAL when b is not
- * held. */
+ * no one: when it was the last held, st_reap unmaps the incarnation).
+ * -EINVAL when b is not held. */
 static int st_release_now(struct feed_batch *b)
 {
 	struct feed_stream *st = b->st;
-	struct st_inc *dead = NULL;
 	/* read before held is cleared: once it is, the next delivery of this
 	 * slot may rewrite gen (st_deliver's acquire load of held pairs with
 	 * the exchange below, so that write comes after this read) */
@@ -49,11 +51,9 @@ static int st_release_now(struct feed_batch *b)
 	if (b->inc != atomic_load_explicit(&st->cur, memory_order_relaxed)) {
 		/* kept until close even when nothing is held: a second
 		 * release of an old batch must find it */
-		if (--b->inc->held == 0)
-			dead = b->inc;
+		if (--b->inc->held == 0) /* release: pairs with st_reap's acquire */
+			atomic_store_explicit(&st->reap, true, memory_order_release);
 		feed_mutex_unlock(&st->rel_lock);
-		if (dead) /* unlocked: its unmapping unregisters in the driver */
-			st_inc_unmap(st, dead);
 		return 0;
 	}
 	if (st->group) /* our written pages go; the shared ones come back */
@@ -139,6 +139,32 @@ void st_poll_hooks(struct feed_stream *st, bool wait_one, bool all)
 			wait_one = false;
 		} while (n == FEED_SHM_MAX_SLOTS);
 	}
+}
+
+/* The first retired incarnation still mapped with nothing held, or NULL. */
+static struct st_inc *st_unused(struct feed_stream *st)
+{
+	struct st_inc *found = NULL;
+
+	feed_mutex_lock(&st->rel_lock);
+	for (struct st_inc *inc = st_inc_now(st)->next; inc && !found; inc = inc->next)
+		if (inc->mapped && inc->held == 0)
+			found = inc;
+	feed_mutex_unlock(&st->rel_lock);
+	return found;
+}
+
+void st_reap(struct feed_stream *st)
+{
+	struct st_inc *inc;
+
+	/* relaxed first: feed_next()'s fast path */
+	if (!atomic_load_explicit(&st->reap, memory_order_relaxed) ||
+	    !atomic_exchange_explicit(&st->reap, false, memory_order_acquire))
+		return;
+	/* one at a time, each unmapped with no lock held (st_inc_unmap) */
+	while ((inc = st_unused(st)))
+		st_inc_unmap(st, inc);
 }
 
 void st_release_all(struct feed_stream *st)

@@ -253,6 +253,7 @@ static struct feed_stream *st_new(struct feed_conn *conn, const int fds[ST_NFDS]
 	st->info.id = id;
 	pthread_mutex_init(&st->rel_lock, NULL);
 	atomic_init(&st->cur, inc);
+	atomic_init(&st->reap, false);
 	return st;
 }
 

@@ -102,6 +102,10 @@ struct feed_stream {
 	/* the current incarnation (head of the list of all of them): swapped
 	 * under rel_lock by st_adopt, read by feed_release without it */
 	_Atomic(struct st_inc *) cur;
+	/* a retired incarnation's last batch was released: feed_next()'s
+	 * thread unmaps it (st_reap), so that a release never calls the
+	 * driver nor switches the releasing thread's context */
+	_Atomic bool reap;
 
 	struct feed_conn *conn;
 	char stop_msg[256];        /* the sticky error's detail */
@@ -192,6 +196,9 @@ uint32_t st_poll_ipc(struct feed_stream *st, bool all, uint32_t *ret_left);
  * all when all; else those done, waiting for the oldest first when
  * wait_one. feed_next()'s thread, no lock held. */
 void st_poll_hooks(struct feed_stream *st, bool wait_one, bool all);
+/* Unmaps the retired incarnations nothing is held from any more (their
+ * last release set st->reap). feed_next()'s thread, no lock held. */
+void st_reap(struct feed_stream *st);
 /* Gives every batch the caller still holds back (close). */
 void st_release_all(struct feed_stream *st);
 

@@ -245,7 +245,8 @@ START_TEST(test_client_gpu_pin_registers_the_data_region)
 END_TEST
 
 /* After feedd restarts, the new data region is pinned too; the old one is
- * unregistered when its last batch goes (before it is unmapped). */
+ * unregistered once its last batch went, by the next feed_next() (before
+ * it is unmapped): the thread that released it calls no driver. */
 START_TEST(test_client_gpu_pin_follows_a_reconnection)
 {
 	use_fake("13000", "0");
@@ -265,8 +266,10 @@ START_TEST(test_client_gpu_pin_follows_a_reconnection)
 		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
 	ck_assert_int_eq(fs->registers, 2);
 	ck_assert_int_eq(fs->unregisters, 0);   /* the old region is mapped: a batch holds it */
-	ck_assert_int_eq(feed_release(old), 0); /* its last batch: unregistered, unmapped */
-	ck_assert_int_eq(fs->unregisters, 1);
+	ck_assert_int_eq(feed_release(old), 0); /* its last batch */
+	ck_assert_int_eq(fs->unregisters, 0);   /* not on the releasing thread */
+	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->unregisters, 1);   /* feed_next unregistered and unmapped it */
 	feed_stream_close(st);
 	ck_assert_int_eq(fs->unregisters, 2);
 	feed_disconnect(c);
