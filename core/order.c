@@ -7,8 +7,9 @@
  * arithmetic of drop_last / padding / eval.
  *
  * Threads: init/fini on the caller's thread; queries on any thread (the
- * epoch is immutable). Never blocks, never does I/O, never allocates
- * outside ord_epoch_init_at().
+ * epoch is immutable); ord_table_build() on any thread. Never blocks,
+ * never does I/O, never allocates outside ord_epoch_init_at() and
+ * ord_table_build().
  */
 #include "order.h"
 
@@ -175,6 +176,8 @@ static uint64_t ord_permute_window(const struct ord_epoch *e, uint64_t p)
 {
 	const uint64_t *ss = e->slot_start;
 	uint64_t nb = e->spec.nblocks, win = e->spec.window;
+
+	assert(ss);  /* lazy_table: ord_epoch_set_table() first */
 	uint64_t w = ord_search(ss, 0, nb, p) / win;
 	uint64_t j0 = w * win, j1 = j0 + win < nb ? j0 + win : nb;
 	uint64_t ws = ss[j0], size = ss[j1] - ws;
@@ -313,6 +316,8 @@ uint64_t ord_permute(const struct ord_epoch *e, uint64_t pos)
 	}
 }
 
+/* O(1): the table's ends; its order is checked as the position table is
+ * built (ord_table_fill). */
 static int ord_check_blocks(const struct ord_spec *s, struct feed_err *err)
 {
 	if (!s->block_first || s->nblocks == 0 || s->nblocks > ORD_MAX_BLOCKS)
@@ -327,10 +332,6 @@ static int ord_check_blocks(const struct ord_spec *s, struct feed_err *err)
 				    (unsigned long long)s->block_first[0],
 				    (unsigned long long)s->block_first[s->nblocks],
 				    (unsigned long long)s->n);
-	for (uint64_t b = 0; b < s->nblocks; b++)
-		if (s->block_first[b + 1] < s->block_first[b])
-			return feed_err_set(err, -EINVAL, "order: block %llu starts before block %llu",
-					    (unsigned long long)b + 1, (unsigned long long)b);
 	return 0;
 }
 
@@ -360,23 +361,66 @@ static int ord_check_spec(const struct ord_spec *s, struct feed_err *err)
 	return 0;
 }
 
-/* The permuted blocks' start positions: slot j holds block perm(j). */
-static int ord_build_slots(struct ord_epoch *e, struct feed_err *err)
+/* The permuted blocks' start positions into ss (nblocks + 1 entries):
+ * slot j holds block perm(j), keyed by rk. Every block is visited once
+ * (perm is a permutation), so its order is checked here. */
+static int ord_table_fill(const struct ord_spec *s, uint64_t *ss, const uint64_t rk[ORD_ROUNDS],
+			  struct feed_err *err)
 {
-	uint64_t nb = e->spec.nblocks, pos = 0;
+	uint64_t nb = s->nblocks, pos = 0;
+	uint32_t bits = ord_bits_for(nb);
 
-	e->slot_start = malloc((nb + 1) * sizeof(uint64_t));
-	if (!e->slot_start)
-		return feed_err_set(err, -ENOMEM, "order: no memory for %llu block positions",
-				    (unsigned long long)nb);
 	for (uint64_t j = 0; j < nb; j++) {
-		uint64_t b = ord_block_of_slot(e, j);
-		e->slot_start[j] = pos;
-		pos += e->spec.block_first[b + 1] - e->spec.block_first[b];
+		uint64_t b = ord_perm(j, nb, bits, rk, 0);
+		if (s->block_first[b + 1] < s->block_first[b])
+			return feed_err_set(err, -EINVAL, "order: block %llu starts before block %llu",
+					    (unsigned long long)b + 1, (unsigned long long)b);
+		ss[j] = pos;
+		pos += s->block_first[b + 1] - s->block_first[b];
 	}
-	e->slot_start[nb] = pos;
-	assert(pos == e->spec.n);
+	ss[nb] = pos;
+	assert(pos == s->n);
 	return 0;
+}
+
+int ord_table_build(const struct ord_spec *s, uint64_t epoch, uint64_t **ret,
+		    struct feed_err *err)
+{
+	uint64_t rk[ORD_ROUNDS], *ss;
+	int rc;
+
+	assert(s->mode == ORD_BLOCK_WINDOW && !s->eval);
+	if ((rc = ord_check_blocks(s, err)) < 0)
+		return rc;
+	if (!(ss = malloc((s->nblocks + 1) * sizeof(uint64_t))))
+		return feed_err_set(err, -ENOMEM, "order: no memory for %llu block positions",
+				    (unsigned long long)s->nblocks);
+	ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_BLOCK), rk);
+	if ((rc = ord_table_fill(s, ss, rk, err)) < 0) {
+		free(ss);
+		return rc;
+	}
+	*ret = ss;
+	return 0;
+}
+
+bool ord_epoch_needs_table(const struct ord_epoch *e)
+{
+	return e->spec.mode == ORD_BLOCK_WINDOW && !e->spec.eval && !e->slot_start;
+}
+
+void ord_epoch_set_table(struct ord_epoch *e, uint64_t *t)
+{
+	assert(ord_epoch_needs_table(e));
+	e->slot_start = t;
+}
+
+uint64_t *ord_epoch_take_table(struct ord_epoch *e)
+{
+	uint64_t *t = e->slot_start;
+
+	e->slot_start = NULL;
+	return t;
 }
 
 /* Batches and samples of this rank for layout start S. */
@@ -505,8 +549,7 @@ int ord_epoch_init_at(struct ord_epoch *e, const struct ord_spec *s, uint64_t ep
 		e->bits_blocks = ord_bits_for(s->nblocks);
 		ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_BLOCK), e->rk_block);
 		ord_round_keys(ord_base_key(s, epoch, ORD_DOMAIN_WIN), e->rk_win);
-		rc = ord_build_slots(e, err);
-		if (rc < 0) {
+		if (!s->lazy_table && (rc = ord_table_build(s, epoch, &e->slot_start, err)) < 0) {
 			ord_epoch_fini(e);
 			return rc;
 		}
@@ -604,6 +647,7 @@ void ord_window_of(const struct ord_epoch *e, uint64_t pos, uint64_t *ret_first,
 		return;
 	}
 	uint64_t nb = e->spec.nblocks, win = e->spec.window;
+	assert(e->slot_start);
 	uint64_t j0 = ord_search(e->slot_start, 0, nb, pos) / win * win;
 	uint64_t j1 = j0 + win < nb ? j0 + win : nb;
 	*ret_first = e->slot_start[j0];

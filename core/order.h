@@ -9,7 +9,8 @@
  * Threads: ord_epoch_init*() and ord_epoch_fini() belong to the caller's
  * thread; an initialised struct ord_epoch is immutable, and every query may
  * run on any number of threads at once. Never blocks, never does I/O; only
- * block-window mode allocates, once per ord_epoch_init*().
+ * block-window mode allocates, once per ord_epoch_init*() (or per
+ * ord_table_build() with lazy_table).
  *
  * Global order. Position p of epoch e (0 <= p < N) holds dataset sample
  * perm_e(p):
@@ -29,8 +30,10 @@
  *                    Cost: the epoch keeps the start position of every
  *                    permuted block, 8 * (nblocks + 1) bytes (60 000
  *                    one-record blocks: 469 KiB; 720 Fashion-MNIST 64 KiB
- *                    blocks: 5.6 KiB), built in O(nblocks) at init; a
- *                    lookup is two binary searches, O(log nblocks).
+ *                    blocks: 5.6 KiB; 2^24 blocks: 128 MiB, 1.7 s to
+ *                    build here), built in O(nblocks) at init or apart
+ *                    (see "Position table"); a lookup is two binary
+ *                    searches, O(log nblocks).
  *   ORD_NODE         node-aware (DESIGN.md "Node-aware order"); see "Node
  *                    order" below. O(1) memory, no table; a lookup is one
  *                    or two networks plus O(levels * log nodes) arithmetic.
@@ -172,6 +175,8 @@ struct ord_spec {
 	uint32_t nodes;            /* node: nodes, >= 1, dividing world */
 	uint64_t unit;             /* node: samples per dealt unit, >= 1 */
 	bool deal_fixed;           /* node: the same deal every epoch (else rotates) */
+	bool lazy_table;           /* block-window: ord_epoch_init*() leave the
+				    * position table out (see "Position table") */
 };
 
 /* One epoch's order and this rank's share of it. Fields are private: use
@@ -224,6 +229,39 @@ int ord_epoch_init_levels(struct ord_epoch *e, const struct ord_spec *s, uint64_
 
 /* Node order: samples left in this layout's sequence (N without levels). */
 uint64_t ord_level_samples(const struct ord_epoch *e);
+
+/*
+ * Position table (block-window). Laying an epoch out takes a table of
+ * nblocks + 1 positions, O(nblocks) to build: with spec.lazy_table the
+ * ord_epoch_init*() functions stay O(1) and leave it out; the caller
+ * builds it with ord_table_build() (on any thread: it reads only the spec)
+ * and hands it to the epoch with ord_epoch_set_table() before the first
+ * lookup (ord_sample(), ord_permute(), ord_sample_after(), ord_window_of()
+ * assert it). The table depends on the spec and the epoch alone, not on
+ * the layout's start: one table serves ord_epoch_init() and
+ * ord_epoch_init_at() of the same epoch. Without lazy_table, init builds
+ * it as ever. The block table's order (block_first nondecreasing) is
+ * checked while the table is built.
+ */
+
+/* Builds epoch `epoch`'s position table of block-window spec s into a new
+ * array (*ret, the caller's: free(), or ord_epoch_set_table()). Returns 0,
+ * -EINVAL naming a block that starts before the one before it, -ENOMEM.
+ * Any thread. */
+int ord_table_build(const struct ord_spec *s, uint64_t epoch, uint64_t **ret,
+		    struct feed_err *err);
+
+/* True when e is block-window, made with lazy_table, and has no table yet. */
+bool ord_epoch_needs_table(const struct ord_epoch *e);
+
+/* e takes table t (from ord_table_build() of e's spec and epoch): freed by
+ * ord_epoch_fini(), or given back by ord_epoch_take_table(). */
+void ord_epoch_set_table(struct ord_epoch *e, uint64_t *t);
+
+/* Gives e's table (or NULL) to the caller, who frees it where freeing
+ * nblocks * 8 bytes costs nobody (munmap of a large block); e must not be
+ * looked up afterwards. */
+uint64_t *ord_epoch_take_table(struct ord_epoch *e);
 
 /* Frees what init allocated and zeroes e. Accepts a zeroed or failed e. */
 void ord_epoch_fini(struct ord_epoch *e);

@@ -197,6 +197,16 @@ static int main_serve(struct feedd *d, int sd_fd)
 			 d->cfg->cache_dir, (unsigned long long)ts.files,
 			 (unsigned long long)ts.bytes, (unsigned long long)ts.budget);
 	}
+	/* Each GPU's context and kernels, once, here: before the workers and
+	 * any stream, outside every lock (making a context takes seconds;
+	 * daemon/README.md "Locks"). */
+	if (dsl_gpu_new(&d->gpu) < 0) {
+		log_error(&d->log, "CUDA driver state: out of memory");
+		goto out;
+	}
+	char gpu_line[1024];
+	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
+	log_info(&d->log, "%s", gpu_line);
 	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
 	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
@@ -212,13 +222,6 @@ static int main_serve(struct feedd *d, int sd_fd)
 		log_error(&d->log, "%s", err.msg);
 		goto out;
 	}
-	if (dsl_gpu_new(&d->gpu) < 0) {
-		log_error(&d->log, "CUDA driver state: out of memory");
-		goto out;
-	}
-	char gpu_line[1024];
-	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
-	log_info(&d->log, "%s", gpu_line);
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
 		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),

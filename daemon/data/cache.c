@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "feed_lock.h"
 
 struct cache_entry {
 	const struct fmt_dataset *ds;   /* key */
@@ -184,7 +185,7 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 	struct cache_entry *e;
 	int rc;
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	while ((e = lookup(c, ds, block)) && !e->ready)
 		pthread_cond_wait(&c->loaded, &c->lock); /* another worker decodes it */
 	if (e) {
@@ -193,14 +194,14 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 		c->st.hits++;
 		if (e->t)
 			e->t->hits++;
-		pthread_mutex_unlock(&c->lock);
+		feed_mutex_unlock(&c->lock);
 		*ret_blk = &e->blk;
 		*ret_entry = e;
 		return 0;
 	}
 	e = calloc(1, sizeof(*e));
 	if (!e) {
-		pthread_mutex_unlock(&c->lock);
+		feed_mutex_unlock(&c->lock);
 		return feed_err_set(err, -ENOMEM, "block cache: out of memory");
 	}
 	e->ds = ds;
@@ -213,11 +214,11 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 	c->st.misses++;
 	if ((e->t = tally_of(c, ds)))
 		e->t->misses++;
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 
 	rc = entry_load(e, w, err);
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	if (rc < 0) {
 		e->bytes = 0;
 		table_remove(c, e);
@@ -232,7 +233,7 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 		evict(c);
 	}
 	pthread_cond_broadcast(&c->loaded);
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 	if (rc < 0)
 		return rc;
 	*ret_blk = &e->blk;
@@ -244,12 +245,12 @@ void cache_put(struct cache *c, struct cache_entry *e)
 {
 	if (!e)
 		return;
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	if (--e->pins == 0) {
 		lru_push(c, e);
 		evict(c);
 	}
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 }
 
 size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint64_t *blocks,
@@ -257,7 +258,7 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 {
 	size_t pinned = 0;
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	for (size_t k = 0; k < n; k++) {
 		struct cache_entry *e = lookup(c, ds, blocks[k]);
 		if (!e || !e->ready) {
@@ -273,7 +274,7 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 		ret_entries[k] = e;
 		pinned++;
 	}
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 	return pinned;
 }
 
@@ -281,7 +282,7 @@ void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t 
 {
 	bool any = false;
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	for (size_t k = 0; k < n; k++) {
 		struct cache_entry *e = entries[k];
 		if (e && --e->pins == 0) {
@@ -291,12 +292,12 @@ void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t 
 	}
 	if (any)
 		evict(c);
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 }
 
 void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 {
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	for (struct cache_entry *e = c->lru.lru_next, *next; e != &c->lru; e = next) {
 		next = e->lru_next;
 		if (e->ds != ds)
@@ -311,14 +312,14 @@ void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 			c->named[i] = c->named[--c->nnamed];
 			break;
 		}
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 }
 
 void cache_stats(struct cache *c, struct cache_stats *ret_stats)
 {
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	*ret_stats = c->st;
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 }
 
 int cache_name(struct cache *c, const struct fmt_dataset *ds, const char *name)
@@ -326,7 +327,7 @@ int cache_name(struct cache *c, const struct fmt_dataset *ds, const char *name)
 	struct cache_tally *t = NULL;
 	int rc = 0;
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->ntally && !t; i++)
 		if (!strcmp(c->tally[i].name, name))
 			t = &c->tally[i];
@@ -338,7 +339,7 @@ int cache_name(struct cache *c, const struct fmt_dataset *ds, const char *name)
 		rc = tally_of(c, ds) ? -EEXIST : -ENOSPC;
 	else
 		c->named[c->nnamed++] = (struct cache_named){.ds = ds, .t = t};
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 	return rc;
 }
 
@@ -346,10 +347,10 @@ size_t cache_tallies(struct cache *c, struct cache_tally *ret, size_t max)
 {
 	size_t n;
 
-	pthread_mutex_lock(&c->lock);
+	feed_mutex_lock(&c->lock);
 	n = c->ntally < max ? c->ntally : max;
 	memcpy(ret, c->tally, n * sizeof(*ret));
-	pthread_mutex_unlock(&c->lock);
+	feed_mutex_unlock(&c->lock);
 	return n;
 }
 

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "feed_lock.h"
 #include "fmt.h"
 
 #define DT_NAME_MAX 64     /* "<16 hex>-<16 hex>.blk" and temporaries */
@@ -319,7 +320,7 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 	char name[DT_NAME_MAX];
 	struct dt_file *f;
 
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	f = dt_lookup(t, key, hash);
 	if (f) {  /* most recently used from now on */
 		dt_unlink_lru(f);
@@ -327,12 +328,12 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 	} else {
 		t->st.misses++;
 	}
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	if (!f)
 		return -ENOENT;
 	dt_name(name, key, hash);
 	bool ok = dt_read_file(t, name, buf, len) && fmt_hash(buf, len) == hash;
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	if (ok) {
 		t->st.hits++;
 	} else {
@@ -343,7 +344,7 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 			dt_remove(t, f);
 		}
 	}
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	if (ok)
 		return 0;
 	if (f) {  /* bad bytes on disk: gone, fetched again */
@@ -355,9 +356,9 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 
 bool dtier_has(struct dtier *t, uint64_t key, uint64_t hash)
 {
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	bool have = dt_lookup(t, key, hash) != NULL;
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	return have;
 }
 
@@ -368,9 +369,9 @@ static int dt_write_file(struct dtier *t, const char *name, const void *buf, siz
 	const uint8_t *p = buf;
 	size_t done = 0;
 
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	snprintf(tmp, sizeof(tmp), ".tmp-%d-%" PRIu64, (int)getpid(), t->tmp_seq++);
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	int fd = openat(t->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
@@ -404,9 +405,9 @@ int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, siz
 
 	if (len > t->st.budget)
 		return 0;  /* budget is fixed at open: read without the lock */
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	have = dt_lookup(t, key, hash) != NULL;
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	if (have)
 		return 0;  /* another worker kept it first */
 	if (!(f = calloc(1, sizeof(*f))))
@@ -418,23 +419,23 @@ int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, siz
 		free(f);
 		return rc;
 	}
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	if (dt_lookup(t, key, hash)) {  /* a race: same bytes, same name */
-		pthread_mutex_unlock(&t->mu);
+		feed_mutex_unlock(&t->mu);
 		free(f);
 		return 0;
 	}
 	dt_insert(t, f);
 	t->st.stored++;
 	size_t k = dt_evict(t, gone, DT_EVICT_MAX);
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 	dt_unlink_files(t, gone, k);
 	return 0;
 }
 
 void dtier_stats(struct dtier *t, struct dtier_stats *ret)
 {
-	pthread_mutex_lock(&t->mu);
+	feed_mutex_lock(&t->mu);
 	*ret = t->st;
-	pthread_mutex_unlock(&t->mu);
+	feed_mutex_unlock(&t->mu);
 }

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "disktier.h"
+#include "feed_lock.h"
 
 #define REM_IDLE_MAX 32      /* curl handles kept for reuse (their connections) */
 #define REM_INFLIGHT 64      /* most requests of one prefetch in flight (remote_inflight) */
@@ -223,10 +224,10 @@ static CURL *rem_handle_take(struct rem_store *s)
 {
 	CURL *h = NULL;
 
-	pthread_mutex_lock(&s->mu);
+	feed_mutex_lock(&s->mu);
 	if (s->nidle)
 		h = s->idle[--s->nidle];
-	pthread_mutex_unlock(&s->mu);
+	feed_mutex_unlock(&s->mu);
 	if (h)
 		curl_easy_reset(h);  /* keeps its connection */
 	else
@@ -236,12 +237,12 @@ static CURL *rem_handle_take(struct rem_store *s)
 
 static void rem_handle_give(struct rem_store *s, CURL *h)
 {
-	pthread_mutex_lock(&s->mu);
+	feed_mutex_lock(&s->mu);
 	if (s->nidle < REM_IDLE_MAX) {
 		s->idle[s->nidle++] = h;
 		h = NULL;
 	}
-	pthread_mutex_unlock(&s->mu);
+	feed_mutex_unlock(&s->mu);
 	if (h)
 		curl_easy_cleanup(h);
 }
@@ -482,11 +483,11 @@ static bool rem_find(struct rem_store *s, uint64_t key, const struct fmt_range *
 	for (;;) {
 		if (s->o.tier && dtier_get(s->o.tier, key, r->hash, buf, r->len) == 0)
 			return true;
-		pthread_mutex_lock(&s->mu);
+		feed_mutex_lock(&s->mu);
 		if ((found = rem_unstage_locked(s, key, r)) || waited || !rem_flying_locked(s, key)) {
 			if (!found)
 				*ret_mine = rem_fly_locked(s, key);
-			pthread_mutex_unlock(&s->mu);
+			feed_mutex_unlock(&s->mu);
 			break;
 		}
 		/* another worker's fetch of it: wait for it once, bounded */
@@ -494,7 +495,7 @@ static bool rem_find(struct rem_store *s, uint64_t key, const struct fmt_range *
 		       pthread_cond_timedwait(&s->landed, &s->mu, &until) == 0)
 			;
 		waited = true;
-		pthread_mutex_unlock(&s->mu);
+		feed_mutex_unlock(&s->mu);
 	}
 	if (!found)
 		return false;
@@ -515,9 +516,9 @@ static int rem_read(void *ctx, const struct fmt_range *r, void *buf, struct feed
 	if (rc == 0 && r->has_hash && s->o.tier)
 		dtier_put(s->o.tier, key, r->hash, buf, r->len);  /* verified above */
 	if (mine) {
-		pthread_mutex_lock(&s->mu);
+		feed_mutex_lock(&s->mu);
 		rem_land_locked(s, &key, 1);
-		pthread_mutex_unlock(&s->mu);
+		feed_mutex_unlock(&s->mu);
 	}
 	return rc;
 }
@@ -534,11 +535,11 @@ static void rem_keep(struct rem_store *s, const struct fmt_range *r, uint8_t *bu
 		free(buf);
 		return;
 	}
-	pthread_mutex_lock(&s->mu);
+	feed_mutex_lock(&s->mu);
 	struct rem_staged *st = &s->staged[s->nstaged_next++ % REM_STAGE_MAX];
 	old = st->buf;
 	*st = (struct rem_staged){.key = key, .hash = r->hash, .buf = buf, .len = r->len};
-	pthread_mutex_unlock(&s->mu);
+	feed_mutex_unlock(&s->mu);
 	free(old);
 }
 
@@ -550,11 +551,11 @@ static bool rem_claim(struct rem_store *s, const struct fmt_range *r, uint64_t k
 
 	if (s->o.tier && dtier_has(s->o.tier, key, r->hash))
 		return false;
-	pthread_mutex_lock(&s->mu);
+	feed_mutex_lock(&s->mu);
 	for (size_t i = 0; i < REM_STAGE_MAX && !have; i++)
 		have = s->staged[i].buf && s->staged[i].key == key && s->staged[i].hash == r->hash;
 	have = have || rem_flying_locked(s, key) || !rem_fly_locked(s, key);
-	pthread_mutex_unlock(&s->mu);
+	feed_mutex_unlock(&s->mu);
 	return !have;
 }
 
@@ -647,9 +648,9 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 			rem_handle_give(s, x[j].h);
 			free(x[j].buf);
 		}
-		pthread_mutex_lock(&s->mu);
+		feed_mutex_lock(&s->mu);
 		rem_land_locked(s, keys, nkeys);
-		pthread_mutex_unlock(&s->mu);
+		feed_mutex_unlock(&s->mu);
 	}
 	curl_multi_cleanup(m);
 	free(x);
@@ -660,13 +661,13 @@ static void rem_share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *
 {
 	(void)h;
 	(void)a;
-	pthread_mutex_lock(&((struct rem_store *)ctx)->share_mu[d]);
+	feed_mutex_lock(&((struct rem_store *)ctx)->share_mu[d]);
 }
 
 static void rem_share_unlock(CURL *h, curl_lock_data d, void *ctx)
 {
 	(void)h;
-	pthread_mutex_unlock(&((struct rem_store *)ctx)->share_mu[d]);
+	feed_mutex_unlock(&((struct rem_store *)ctx)->share_mu[d]);
 }
 
 /* The share; without one (out of memory) each handle keeps its own. */

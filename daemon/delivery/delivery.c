@@ -20,9 +20,11 @@
 #include <unistd.h>
 
 #include "builder.h"
+#include "feed_lock.h"
 #include "feed_ring.h"
 #include "feed_shm.h"
 #include "layout.h"
+#include "order.h"
 #include "pipeline.h"
 #include "pool.h"
 #include "region.h"
@@ -97,7 +99,7 @@ struct dlv {
 	uint32_t on_error;         /* enum bld_on_error */
 	uint64_t max_bad;          /* skip: replaced samples an epoch, at most */
 	struct cache *cache;
-	struct pool *pool;
+	struct dlv_runner run;     /* where its jobs go (delivery.h) */
 	struct pool_source *src;   /* our fair share of the workers: one for
 				    * every member (a group counts once) */
 	/* published, for status and metrics (dlv_counters): relaxed atomics,
@@ -106,10 +108,13 @@ struct dlv {
 	uint8_t *hdrs;             /* the slot headers as built, copied to each
 				    * member at publish (nslots * slot_hdr_bytes) */
 
-	/* the data region, made by the first join's job under data_mu (a leaf
-	 * lock, never held with d->lock), immutable afterwards */
+	/* the data region, made once by the first join's job with no lock
+	 * held (a region of gigabytes, a device's allocations); data_mu (a
+	 * leaf, never held with d->lock) guards data_state, and a later join
+	 * waits on data_cv until it is 2; immutable afterwards */
 	pthread_mutex_t data_mu;
-	bool data_made;
+	pthread_cond_t data_cv;
+	int data_state;            /* 0 not begun, 1 being made, 2 made (or failed) */
 	int data_rc;
 	struct feed_err data_err;
 	struct region data;
@@ -151,6 +156,13 @@ struct dlv {
 	uint64_t bad_count;
 	char bad_what[FEED_ERR_MSG_MAX];  /* what failed in it, cut */
 	struct dlv_stats st;
+	/* an order table being built (sched_table_want): one at a time */
+	struct pool_job table_job;
+	uint64_t table_epoch;             /* (lock) set before it is submitted */
+	struct pool_job free_job;         /* the last teardown, on a worker */
+#ifdef FEEDD_TEST_SEAMS
+	uint64_t *seam_blocks;     /* FEEDD_TEST_ORDER_BLOCKS's block table, or NULL */
+#endif
 };
 
 /* ---- lifetime ---- */
@@ -181,26 +193,91 @@ static void dlv_destroy(struct dlv *d)
 		d->dev_ops->free(d->dev_own);
 	region_free(&d->data);
 	sched_fini(&d->sched);
+#ifdef FEEDD_TEST_SEAMS
+	free(d->seam_blocks);  /* after the schedule, which borrowed it */
+#endif
 	free(d->hdrs);
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->data_mu);
+	pthread_cond_destroy(&d->data_cv);
 	free(d);
 	if (on_free)  /* last: nothing of ours reads the dataset any more */
 		on_free(on_free_arg);
 }
 
-static void dlv_unref(struct dlv *d)
+/* Queues job through the delivery's runner; once no worker runs jobs
+ * (the pool stopped) runs it here instead. */
+static void dlv_submit(struct dlv *d, struct pool_job *job)
+{
+	if (d->run.submit(d->run.arg, job) == -ESHUTDOWN) {
+		void (*done)(struct pool_job *) = job->done;  /* run() may free job */
+		job->run(job, NULL);
+		if (done)
+			done(job);
+	}
+}
+
+static void free_run(struct pool_job *j, struct pool_worker *w)
+{
+	(void)w;
+	dlv_destroy((struct dlv *)((char *)j - offsetof(struct dlv, free_job)));
+}
+
+/* Drops a reference. The last one frees d: at once on a worker, else
+ * (the loop thread) in a job of the pool's own, since freeing unmaps the
+ * data region, frees the device slots (which may wait for the device) and
+ * the order's tables (nblocks * 8 bytes each). */
+static void dlv_unref(struct dlv *d, bool on_worker)
 {
 	/* acq_rel: the last owner sees every write the others made */
-	if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1)
+	if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (on_worker) {
 		dlv_destroy(d);
+		return;
+	}
+	d->free_job = (struct pool_job){.run = free_run};  /* src NULL: first in line */
+	dlv_submit(d, &d->free_job);
 }
+
+static int dlv_pool_submit(void *arg, struct pool_job *job)
+{
+	return pool_try_submit(arg, job);
+}
+
+#ifdef FEEDD_TEST_SEAMS
+/* Test builds only (FEED_TEST_SEAMS): with FEEDD_TEST_ORDER_BLOCKS=N, a
+ * block-window stream's order counts N blocks: empty ones, then the
+ * dataset's own. Its samples are the dataset's, in an order that is a
+ * true block-window order over N blocks, so laying an epoch out costs
+ * what it costs a dataset of N blocks (the loop-latency test's 2^24
+ * blocks, without packing 2^24 of them). The empty blocks lead so that
+ * their entries are calloc's zero pages: making the padded table here,
+ * on the loop, costs nothing until an epoch is laid out over it. */
+static int seam_order_blocks(struct dlv *d, struct sched_spec *sp, struct feed_err *err)
+{
+	const char *v = getenv("FEEDD_TEST_ORDER_BLOCKS");
+	uint64_t n = v ? strtoull(v, NULL, 10) : 0;
+
+	if (!n || sp->ord.mode != ORD_BLOCK_WINDOW || sp->ord.eval || n <= sp->ord.nblocks ||
+	    n > ORD_MAX_BLOCKS)
+		return 0;
+	if (!(d->seam_blocks = calloc(n + 1, sizeof(uint64_t))))
+		return feed_err_set(err, -ENOMEM, "FEEDD_TEST_ORDER_BLOCKS: out of memory");
+	uint64_t pad = n - sp->ord.nblocks;  /* block_first[0..pad] = 0: empty blocks */
+	memcpy(d->seam_blocks + pad, sp->ord.block_first, (sp->ord.nblocks + 1) * sizeof(uint64_t));
+	sp->ord.block_first = d->seam_blocks;
+	sp->ord.nblocks = n;
+	return 0;
+}
+#endif
 
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv *d = calloc(1, sizeof(*d));
 	int rc;
 
@@ -221,12 +298,21 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->on_error = spec->on_error;
 	d->max_bad = spec->max_bad ? spec->max_bad : 1;
 	d->cache = cache;
-	d->pool = pool;
+	d->run = spec->runner ? *spec->runner :
+				(struct dlv_runner){.submit = dlv_pool_submit, .arg = pool};
 	d->data.fd = -1;
 	atomic_init(&d->refs, 1);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->data_mu, NULL);
-	if ((rc = sched_init(&d->sched, &spec->sched, err)) < 0) {
+	pthread_cond_init(&d->data_cv, NULL);
+	struct sched_spec sp = spec->sched;
+#ifdef FEEDD_TEST_SEAMS
+	if ((rc = seam_order_blocks(d, &sp, err)) < 0) {
+		dlv_destroy(d);
+		return rc;
+	}
+#endif
+	if ((rc = sched_init(&d->sched, &sp, err)) < 0) {
 		dlv_destroy(d);
 		return rc;
 	}
@@ -285,26 +371,40 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 		.head = &r->rel_head, .waiting = &r->daemon_waiting, .cap = d->lay.rel_cap};
 }
 
-/* The data region, once per delivery (the first join makes it, the
- * others wait on data_mu and share its outcome). */
+/* Makes the data region (and the device slots on the device), no lock
+ * held: the first join's job. */
+static void data_create(struct dlv *d)
+{
+	d->data_rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, &d->data_err);
+	if (d->data_rc == 0)
+		d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
+					 REGION_SEALS_SHARED, &d->data_err);
+	/* a failure here is not the stream's: it goes on with host slots */
+	if (d->data_rc == 0 && d->dev && d->dev_ops->make(d->dev, &d->dev_err) < 0)
+		d->dev = NULL; /* make undid it; dlv_destroy frees it */
+}
+
+/* The data region, once per delivery: the first join makes it, the
+ * others wait for it (data_cv) and share its outcome. */
 static int data_make(struct dlv *d, struct feed_err *err)
 {
-	pthread_mutex_lock(&d->data_mu);
-	if (!d->data_made) {
-		d->data_made = true;
-		d->data_rc = region_create(&d->data, "feedd-data", d->lay.data_bytes, &d->data_err);
-		if (d->data_rc == 0)
-			d->data_rc = region_seal(&d->data, d->group ? REGION_SEALS_CONTROL :
-						 REGION_SEALS_SHARED, &d->data_err);
-		/* a failure here is not the stream's: it goes on with host slots */
-		if (d->data_rc == 0 && d->dev && d->dev_ops->make(d->dev, &d->dev_err) < 0)
-			d->dev = NULL; /* dsl_make undid it; dlv_destroy frees it */
+	feed_mutex_lock(&d->data_mu);
+	bool mine = d->data_state == 0;
+	if (mine)
+		d->data_state = 1;
+	while (!mine && d->data_state != 2)
+		pthread_cond_wait(&d->data_cv, &d->data_mu);
+	feed_mutex_unlock(&d->data_mu);
+	if (mine) {
+		data_create(d);
+		feed_mutex_lock(&d->data_mu);
+		d->data_state = 2;  /* data_rc, data_err, data, dev: final */
+		pthread_cond_broadcast(&d->data_cv);
+		feed_mutex_unlock(&d->data_mu);
 	}
-	int rc = d->data_rc;
-	if (rc < 0)
-		feed_err_set(err, rc, "%s", d->data_err.msg);
-	pthread_mutex_unlock(&d->data_mu);
-	return rc;
+	if (d->data_rc < 0)
+		return feed_err_set(err, d->data_rc, "%s", d->data_err.msg);
+	return 0;
 }
 
 static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *err)
@@ -326,12 +426,44 @@ static int regions_make(struct dlv *d, struct dlv_member *m, struct feed_err *er
 	return 0;
 }
 
+static struct pool_job *advance_locked(struct dlv *d);
+static void submit_all(struct dlv *d, struct pool_job *list);
+
+/* Builds the order table sched_table_want() asks for, if any, outside
+ * the lock, and hands it over; frees what the schedule gave back. A
+ * worker. Returns 0, or the build's error (also kept by the schedule). */
+static int table_make(struct dlv *d, struct feed_err *err)
+{
+	uint64_t epoch, *t = NULL, *dead[SCHED_TABLES_FREED];
+
+	feed_mutex_lock(&d->lock);
+	bool want = sched_table_want(&d->sched, &epoch);
+	feed_mutex_unlock(&d->lock);
+	if (!want)
+		return 0;
+	/* spec is immutable after sched_init(): read without the lock */
+	int rc = ord_table_build(&d->sched.spec.ord, epoch, &t, err);
+	feed_mutex_lock(&d->lock);
+	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err->msg, dead);
+	/* a group started by another member meanwhile waited for this table */
+	struct pool_job *list = advance_locked(d);
+	feed_mutex_unlock(&d->lock);
+	while (n)
+		free(dead[--n]);
+	submit_all(d, list);
+	return rc;
+}
+
 static void prep_run(struct pool_job *j, struct pool_worker *w)
 {
 	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
 
-	(void)w;
+	if (w)  /* NULL: run after the pool stopped (dlv_submit) */
+		assert_worker();
 	m->prep_rc = regions_make(m->d, m, &m->prep_err);  /* watched once added */
+	/* the start epoch's table (the first join's): the reply waits for it */
+	if (m->prep_rc == 0)
+		m->prep_rc = table_make(m->d, &m->prep_err);
 }
 
 static void prep_done(struct pool_job *j)
@@ -341,12 +473,13 @@ static void prep_done(struct pool_job *j)
 
 	/* ready() may leave m, and close d: touch neither afterwards */
 	m->ready_fn(m->ready_arg, m->prep_rc, m->prep_err.msg);
-	dlv_unref(d);
+	dlv_unref(d, false);
 }
 
 int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
 	     struct dlv_member **ret, struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv_member *m = calloc(1, sizeof(*m));
 
 	if (!m)
@@ -366,7 +499,7 @@ int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *rea
 		d->solo = m;
 	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
 	*ret = m;
-	pool_submit(d->pool, &m->prep_job);
+	dlv_submit(d, &m->prep_job);
 	return 0;
 }
 
@@ -680,6 +813,18 @@ static void reclaim_locked(struct dlv *d)
 /* ---- scheduling ---- */
 
 static void job_run(struct pool_job *pj, struct pool_worker *w);
+static void table_run(struct pool_job *pj, struct pool_worker *w);
+
+/* The order table the schedule wants next, as a job of the delivery's
+ * source (its user's worker time), or NULL. */
+static struct pool_job *table_job_locked(struct dlv *d)
+{
+	if (!sched_table_want(&d->sched, &d->table_epoch))
+		return NULL;
+	d->table_job = (struct pool_job){.run = table_run, .src = d->src};
+	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed); /* the job's */
+	return &d->table_job;
+}
 
 /* True while some member receives what is built: a group with none
  * (all done, detached or gone) builds nothing until one joins. */
@@ -758,6 +903,11 @@ static struct pool_job *pump_locked(struct dlv *d)
 	}
 	if (go && d->nfree == 0 && d->pub_seq == d->sched_seq && !d->sched.done)
 		want_release_locked(d);
+	struct pool_job *t = go ? table_job_locked(d) : NULL;
+	if (t) {  /* after the batches: the next epoch's, built ahead */
+		t->next = list;
+		list = t;
+	}
 	return list;
 }
 
@@ -765,7 +915,7 @@ static void submit_all(struct dlv *d, struct pool_job *list)
 {
 	while (list) {
 		struct pool_job *next = list->next;
-		pool_submit(d->pool, list);
+		dlv_submit(d, list);
 		list = next;
 	}
 }
@@ -815,9 +965,9 @@ static struct pool_job *advance_locked(struct dlv *d)
 
 static void advance(struct dlv *d)
 {
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	struct pool_job *list = advance_locked(d);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	submit_all(d, list);
 }
 
@@ -850,8 +1000,10 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	bool wake = false;
 	int rc = -ECANCELED;
 
-	/* relaxed: a stale false only builds one batch nobody will read */
-	if (!atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+	/* relaxed: a stale false only builds one batch nobody will read; no
+	 * worker (w NULL: run after the pool stopped) builds nothing either */
+	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+		assert_worker();
 		job_batch(d, j, &b);
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
@@ -861,7 +1013,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 			rc = d->dev_ops->after_build(d->dev, j->slot, b.hdr, d->data.map,
 						     d->data.size, &err);
 	}
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	sched_done(&d->sched, &j->pos);
 	if (rc == 0) {
 		j->built = true;
@@ -872,7 +1024,7 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	}
 	if (!d->error && !d->closing)
 		publish_ready_locked(d, &wake);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	if (rc == 0)
 		advance(d);
 	/* The reader's wake-up comes last: a reader on this CPU then runs as
@@ -880,7 +1032,32 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	 * stream defers it (its member lives as long as d, which we hold). */
 	if (wake)
 		ring_wake(d->solo);
-	dlv_unref(d);
+	dlv_unref(d, true);
+}
+
+/* Builds the order table asked for (table_job_locked) off the lock, puts
+ * it and schedules what waited for it. */
+static void table_run(struct pool_job *pj, struct pool_worker *w)
+{
+	struct dlv *d = (struct dlv *)((char *)pj - offsetof(struct dlv, table_job));
+	uint64_t *t = NULL, *dead[SCHED_TABLES_FREED];
+	uint64_t epoch = d->table_epoch;  /* written before the submit; ours till the put */
+	struct feed_err err = {0};
+	int rc = 0;
+
+	/* relaxed: a stale false builds one table nobody reads */
+	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
+		assert_worker();
+		rc = ord_table_build(&d->sched.spec.ord, epoch, &t, &err);
+	}
+	feed_mutex_lock(&d->lock);
+	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err.msg, dead);
+	struct pool_job *list = advance_locked(d);
+	feed_mutex_unlock(&d->lock);
+	while (n)
+		free(dead[--n]);
+	submit_all(d, list);
+	dlv_unref(d, true);
 }
 
 /* ---- loop thread ---- */
@@ -888,12 +1065,13 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
 		   struct feed_err *err)
 {
+	assert_loop_thread();
 	struct dlv *d = m->d;
 	uint64_t epoch = 0, index = 0;
 	uint32_t idx;
 	int rc = 0;
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	for (idx = 0; idx < DLV_MAX_MEMBERS && d->members[idx]; idx++)
 		;
 	if (idx == DLV_MAX_MEMBERS) {
@@ -932,7 +1110,7 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 	*ret_index = index;
 out:;
 	struct pool_job *list = rc == 0 && d->started ? advance_locked(d) : NULL;
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	if (rc == 0)  /* its reader's wait counts for the delivery (loop thread, like leave) */
 		pool_source_watch(d->src, idx, &((struct feed_shm_rel *)m->rel.map)->client_waiting);
 	submit_all(d, list);
@@ -941,7 +1119,8 @@ out:;
 
 void dlv_start(struct dlv *d)
 {
-	pthread_mutex_lock(&d->lock);
+	assert_loop_thread();
+	feed_mutex_lock(&d->lock);
 	d->started = true;
 	if (sched_empty(&d->sched)) {
 		/* a token taken after the last epoch: nothing but the end */
@@ -950,15 +1129,16 @@ void dlv_start(struct dlv *d)
 				ring_push(d->members[i], feed_ring_entry(FEED_READY_STREAM_END, 0));
 				ring_publish(d->members[i], NULL);
 			}
-		pthread_mutex_unlock(&d->lock);
+		feed_mutex_unlock(&d->lock);
 		return;
 	}
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	advance(d);
 }
 
 void dlv_member_on_release(struct dlv_member *m)
 {
+	assert_loop_thread();
 	uint64_t count;
 
 	(void)!read(m->release_efd, &count, sizeof(count)); /* clear; we re-check anyway */
@@ -967,6 +1147,7 @@ void dlv_member_on_release(struct dlv_member *m)
 
 void dlv_member_leave(struct dlv_member *m)
 {
+	assert_loop_thread();
 	if (!m)
 		return;
 	struct dlv *d = m->d;
@@ -974,7 +1155,7 @@ void dlv_member_leave(struct dlv_member *m)
 
 	if (m->added)  /* before its region goes (loop thread, like add) */
 		pool_source_watch(d->src, m->idx, NULL);
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	if (m->added) {
 		member_drop_all_locked(d, m);
 		d->members[m->idx] = NULL;
@@ -984,7 +1165,7 @@ void dlv_member_leave(struct dlv_member *m)
 		if (d->group)
 			list = advance_locked(d);  /* the others go on */
 	}
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	submit_all(d, list);
 	if (d->group)  /* nobody rings it after the lock: it is no member any more */
 		member_free(m);
@@ -1013,12 +1194,13 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
 {
+	assert_loop_thread();
 	struct pool_job *list = NULL;
 	uint64_t detached = 0;
 	unsigned n = 0;
 	char msg[200];
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
@@ -1036,7 +1218,7 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	}
 	if (n)
 		list = advance_locked(d);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	for (uint64_t b = detached; b; b &= b - 1)  /* no longer waited for */
 		pool_source_watch(d->src, (unsigned)__builtin_ctzll(b), NULL);
 	submit_all(d, list);
@@ -1045,22 +1227,23 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 
 void dlv_close(struct dlv *d)
 {
+	assert_loop_thread();
 	if (!d)
 		return;
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	d->closing = true;
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 	atomic_store_explicit(&d->closed_flag, true, memory_order_relaxed);
 	/* its client is gone: feedd writes the done words it would have, so
 	 * no conversion waits for it any longer (a dead client's never come) */
 	if (d->dev_own)
 		d->dev_ops->abandon(d->dev_own);
-	dlv_unref(d);
+	dlv_unref(d, false);
 }
 
 void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 {
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	*ret_stats = d->st;
 	dlv_counters(d, ret_stats);
 	ret_stats->credits_in_use = d->lay.nslots - d->nfree;
@@ -1068,14 +1251,14 @@ void dlv_stats(struct dlv *d, struct dlv_stats *ret_stats)
 	ret_stats->error = d->error;
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s",
 		 d->error ? d->error_msg : "");
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 }
 
 void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 {
 	struct dlv *d = m->d;
 
-	pthread_mutex_lock(&d->lock);
+	feed_mutex_lock(&d->lock);
 	*ret_stats = (struct dlv_member_stats){
 		.state = m->state, .batches = m->batches, .samples = m->samples,
 		.bytes = m->bytes, .bad_releases = m->bad_releases,
@@ -1088,7 +1271,7 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 			&((struct feed_shm_rel *)m->rel.map)->reader_wait_ns, memory_order_relaxed) : 0,
 	};
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
-	pthread_mutex_unlock(&d->lock);
+	feed_mutex_unlock(&d->lock);
 }
 
 void dlv_counters(struct dlv *d, struct dlv_stats *ret_stats)

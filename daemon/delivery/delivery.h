@@ -52,6 +52,21 @@ struct slot_layout;
 #define DLV_MAX_MEMBERS FEED_SHM_MAX_MEMBERS    /* members of a group: one bit each in a slot's mask */
 #define DLV_MAX_BATCH 65536
 
+struct pool_job;
+
+/* How a delivery's jobs (pool.h's struct pool_job: its batches, its
+ * members' regions, its order's tables, its last teardown) reach a
+ * worker. The daemon's is the pool (spec->runner NULL); a test's may run
+ * them synchronously, or hold them and run them in the order it chooses. */
+struct dlv_runner {
+	/* Queues job: run() on a worker, then done() (when not NULL) on the
+	 * loop thread. 0, or -ESHUTDOWN when no job runs any more (the pool
+	 * stopped): the delivery then runs it itself. Any thread; called with
+	 * no lock held. */
+	int (*submit)(void *arg, struct pool_job *job);
+	void *arg;
+};
+
 /* What a client asked for, checked by the session before dlv_new(). */
 struct dsl;                 /* device slots: gpu/devslots.h, a layer above */
 struct feed_shm_slot;
@@ -101,6 +116,9 @@ struct dlv_spec {
 	 * called when dlv_new() fails. NULL: nothing to call. */
 	void (*on_free)(void *arg);
 	void *on_free_arg;
+	/* Where its jobs go (copied), or NULL: pool_try_submit() on dlv_new()'s
+	 * pool. */
+	const struct dlv_runner *runner;
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */
@@ -117,7 +135,9 @@ struct dlv_fds {
  * member's reader-waiting flag is watched on it while the member is added
  * (any one waiting makes it urgent). ds and the schedule's block table
  * must live until spec->on_free is called; cache and pool must outlive it. Returns 0, -EINVAL naming the
- * parameter, -ENOMEM. Loop thread; cheap. */
+ * parameter, -ENOMEM. Loop thread; O(1): a block-window order's table
+ * is built by the first dlv_join()'s job, the next epoch's one epoch
+ * ahead by a job of the delivery's source. */
 int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
 	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err);
@@ -182,8 +202,10 @@ void dlv_member_leave(struct dlv_member *m);
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now_ns, uint64_t timeout_ns, const char *name);
 
 /* Stops scheduling and drops the loop's reference; batches being built
- * finish and the last reference (a worker's or ours) frees the regions.
- * Call once every member has left. Loop thread. Accepts NULL. */
+ * finish and the last reference frees the regions, the device slots and
+ * the order's tables on a worker (a job of its own when the last is the
+ * loop's; at once once the pool has stopped). Call once every member has
+ * left. Loop thread. Accepts NULL. */
 void dlv_close(struct dlv *d);
 
 /* Counters for stats. */

@@ -1,25 +1,54 @@
 /*
  * schedule.c: a stream's positions (see schedule.h). Called by delivery
- * under its lock; allocates only when an epoch's order does (block-window).
+ * under its lock; O(1) per call: block-window position tables are built
+ * by the owner off the lock (sched_table_want/put) and freed by it too.
  */
 #include "schedule.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Builds epoch `epoch` from position 0 into its half of s->ep. */
+/* Keeps table t to give back at the next sched_table_put() (freeing it
+ * here would unmap it under the owner's lock). */
+static void table_retire(struct sched *s, uint64_t *t)
+{
+	if (!t)
+		return;
+	if (s->nretired < SCHED_TABLES_FREED)
+		s->retired[s->nretired++] = t;
+	else
+		free(t);  /* never: one epoch is made per table put */
+}
+
+/* Drops e's layout, keeping its table for the owner to free. */
+static void epoch_drop(struct sched *s, struct sched_epoch *e)
+{
+	if (e->valid) {
+		table_retire(s, ord_epoch_take_table(&e->ord));
+		ord_epoch_fini(&e->ord);
+	}
+	e->valid = false;
+}
+
+/* Lays epoch `epoch` out from position 0 into its half of s->ep, with the
+ * table built ahead for it if there is one. */
 static int epoch_make(struct sched *s, uint64_t epoch, struct feed_err *err)
 {
 	struct sched_epoch *e = &s->ep[epoch & 1];
 	int rc;
 
-	if (e->valid)
-		ord_epoch_fini(&e->ord);
+	epoch_drop(s, e);
 	memset(e, 0, sizeof(*e));
 	if ((rc = ord_epoch_init(&e->ord, &s->spec.ord, epoch, err)) < 0)
 		return rc;
 	e->valid = true;
 	e->epoch = epoch;
+	if (s->ahead && s->ahead_epoch == epoch && ord_epoch_needs_table(&e->ord)) {
+		ord_epoch_set_table(&e->ord, s->ahead);
+		s->ahead = NULL;
+	}
 	return 0;
 }
 
@@ -37,8 +66,7 @@ static int epoch_seek(struct sched *s, struct sched_epoch *e, uint64_t pos, bool
 		s->next_batch = b;
 		return 1;
 	}
-	ord_epoch_fini(&e->ord);
-	e->valid = false;
+	epoch_drop(s, e);
 	return 0;
 }
 
@@ -82,8 +110,7 @@ static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, boo
 	uint64_t stride = (uint64_t)sp->ord.batch * sp->ord.world;
 	int rc;
 
-	if (e->valid)
-		ord_epoch_fini(&e->ord);
+	epoch_drop(s, e);
 	memset(e, 0, sizeof(*e));
 	memcpy(lv, sp->levels, sp->nlevels * sizeof(lv[0]));
 	if (sp->start_nodes == sp->ord.nodes) {
@@ -140,6 +167,7 @@ int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *
 
 	memset(s, 0, sizeof(*s));
 	s->spec = *spec;
+	s->spec.ord.lazy_table = true;  /* sched_table_want(): built off the lock */
 	if ((rc = sched_start(s, &empty, err)) < 0)
 		return rc;
 	s->first_epoch = s->next_epoch;
@@ -169,6 +197,63 @@ void sched_fini(struct sched *s)
 		if (s->ep[i].valid)
 			ord_epoch_fini(&s->ep[i].ord);
 	memset(s->ep, 0, sizeof(s->ep));
+	free(s->ahead);
+	s->ahead = NULL;
+	for (uint32_t i = 0; i < s->nretired; i++)
+		free(s->retired[i]);
+	s->nretired = 0;
+}
+
+/* Whether epoch `epoch`'s table is somewhere already: in its layout or
+ * built ahead. */
+static bool table_have(const struct sched *s, uint64_t epoch)
+{
+	const struct sched_epoch *e = &s->ep[epoch & 1];
+
+	if (e->valid && e->epoch == epoch)
+		return !ord_epoch_needs_table(&e->ord);
+	return s->ahead && s->ahead_epoch == epoch;
+}
+
+bool sched_table_want(struct sched *s, uint64_t *ret_epoch)
+{
+	const struct ord_spec *o = &s->spec.ord;
+	uint64_t epoch = s->next_epoch;
+
+	if (o->mode != ORD_BLOCK_WINDOW || o->eval || s->done || s->building || s->table_rc)
+		return false;
+	if (table_have(s, epoch)) {
+		epoch++;  /* ahead: the one after the epoch being handed out */
+		if ((s->spec.epochs && epoch >= s->spec.epochs) || s->ahead || table_have(s, epoch))
+			return false;
+	}
+	s->building = true;
+	*ret_epoch = epoch;
+	return true;
+}
+
+uint32_t sched_table_put(struct sched *s, uint64_t epoch, uint64_t *t, int rc, const char *msg,
+			 uint64_t *ret_free[SCHED_TABLES_FREED])
+{
+	struct sched_epoch *e = &s->ep[epoch & 1];
+	uint32_t n = 0;
+
+	s->building = false;
+	if (rc < 0) {
+		s->table_rc = rc;
+		s->table_err_epoch = epoch;
+		snprintf(s->table_msg, sizeof(s->table_msg), "%s", msg);
+	} else if (t && e->valid && e->epoch == epoch && ord_epoch_needs_table(&e->ord)) {
+		ord_epoch_set_table(&e->ord, t);
+	} else if (t && !s->ahead && epoch >= s->next_epoch) {
+		s->ahead = t;
+		s->ahead_epoch = epoch;
+	} else {
+		table_retire(s, t);  /* not wanted any more */
+	}
+	while (s->nretired)
+		ret_free[n++] = s->retired[--s->nretired];
+	return n;
 }
 
 int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
@@ -183,6 +268,11 @@ int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 			return -EAGAIN; /* epoch - 2 still has batches being built */
 		if ((rc = epoch_make(s, s->next_epoch, err)) < 0)
 			return rc;
+	}
+	if (ord_epoch_needs_table(&e->ord)) {
+		if (s->table_rc && s->table_err_epoch == s->next_epoch)
+			return feed_err_set(err, s->table_rc, "%s", s->table_msg);
+		return -EAGAIN;  /* its table is being built (sched_table_want) */
 	}
 	uint64_t nb = ord_batches_per_epoch(&e->ord);
 	if (s->next_batch >= nb)

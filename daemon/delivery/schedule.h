@@ -7,6 +7,15 @@
  * epochs' orders are alive at once (the one being finished and the next);
  * a third waits (-EAGAIN) until every batch of the oldest is done.
  *
+ * Every call is O(1) (O(levels) for node order): nothing here walks the
+ * dataset. A block-window epoch's position table (core/order.h, O(nblocks)
+ * to build) is built by the owner outside its lock, on a worker, when
+ * sched_table_want() asks for it, one epoch ahead of the positions handed
+ * out, and given back with sched_table_put(); sched_next() waits (-EAGAIN)
+ * for an epoch whose table has not come. Tables the schedule is done with
+ * go back to the owner through sched_table_put() too, to be freed outside
+ * the lock (freeing nblocks * 8 bytes unmaps them).
+ *
  * Batch indices are true: a stream resumed at batch 37 of an epoch
  * delivers index 37 first, and batches_per_epoch counts the whole epoch.
  * When the resume position is not a batch boundary of this stream's layout
@@ -58,17 +67,30 @@ struct sched_epoch {
 	struct ord_epoch ord;
 };
 
+/* Tables a sched_table_put() may give back at most. */
+#define SCHED_TABLES_FREED 4
+
 struct sched {
-	struct sched_spec spec;
+	struct sched_spec spec;    /* immutable after sched_init(): a table job
+				    * reads spec.ord without the owner's lock */
 	uint64_t next_epoch, next_batch; /* next position (batch in its layout) */
 	bool done;                 /* every position handed out */
 	bool empty;                /* nothing to deliver at all: only STREAM_END */
 	uint64_t first_epoch;      /* the first position delivered */
 	uint64_t first_index;
 	struct sched_epoch ep[2];  /* by epoch & 1 */
+	/* block-window position tables (order.h "Position table") */
+	bool building;             /* sched_table_want() asked for one, not put yet */
+	uint64_t *ahead;           /* built for epoch ahead_epoch, not made yet */
+	uint64_t ahead_epoch;
+	int table_rc;              /* a build failed: its error, for table_err_epoch */
+	uint64_t table_err_epoch;
+	char table_msg[FEED_ERR_MSG_MAX];
+	uint64_t *retired[SCHED_TABLES_FREED]; /* epochs' tables done with */
+	uint32_t nretired;
 };
 
-/* Builds the start epoch's order and checks the start position. A resume
+/* Lays out the start epoch (without its table) and checks the start position. A resume
  * position at an epoch's end starts the next epoch (no END_OF_EPOCH first:
  * the token was taken once that epoch was done); past the last epoch asked
  * for, the stream is empty. Returns 0 or -EINVAL naming the parameter
@@ -78,14 +100,32 @@ int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *
 void sched_fini(struct sched *s);
 
 /* The next position. Returns 0; -EAGAIN when the next epoch must wait for
- * the oldest one's positions to be done; -ENODATA when every position was
- * handed out; -ENOMEM or -EINVAL naming what failed to build an epoch. */
+ * the oldest one's positions to be done, or for its position table
+ * (sched_table_want()); -ENODATA when every position was handed out;
+ * -ENOMEM or -EINVAL naming what failed to build an epoch. */
 int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err);
 
 /* The epoch and true index of the position sched_next() would hand out
  * next (where a group's late joiner starts when nothing is in flight).
  * False when every position was handed out. */
 bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index);
+
+/* Whether a block-window position table should be built now, and for
+ * which epoch (*ret_epoch): the next position's epoch when it has none,
+ * else the one after it (ahead), unless past the stream's last epoch, a
+ * build is out already (one at a time) or one failed. True marks it out:
+ * the owner builds it (ord_table_build(&s->spec.ord, epoch), off its lock)
+ * and puts it. */
+bool sched_table_want(struct sched *s, uint64_t *ret_epoch);
+
+/* The table asked for epoch `epoch`: t from ord_table_build(), or NULL
+ * with rc its error and msg (sched_next() returns them when that epoch
+ * comes), or NULL with rc 0 when the owner gave up (closing). The schedule
+ * takes t, and writes the tables it no longer needs into ret_free (at most
+ * SCHED_TABLES_FREED; the count is returned) for the caller to free once
+ * its lock is dropped. */
+uint32_t sched_table_put(struct sched *s, uint64_t epoch, uint64_t *t, int rc, const char *msg,
+			 uint64_t *ret_free[SCHED_TABLES_FREED]);
 
 /* A position from sched_next() was built or abandoned. */
 void sched_done(struct sched *s, const struct sched_pos *p);

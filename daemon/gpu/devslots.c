@@ -2,8 +2,10 @@
  * devslots.c: device slots and CUDA IPC (devslots.h).
  *
  * Owns, per daemon (struct dsl_gpu), the loaded driver's facts and, per
- * device a stream asked for, its retained primary context and the
- * embedded kernels loaded there, and the streams' slots whose device work
+ * device that can serve CUDA IPC, its retained primary context and the
+ * embedded kernels loaded there (made once by dsl_gpu_new(), at start,
+ * before any stream: making a context takes seconds, and nobody may wait
+ * for it under a lock), and the streams' slots whose device work
  * had not finished when they were freed (the graveyard, reaped later);
  * per stream (struct dsl), one device allocation holding every device
  * slot and, after them, one 32-bit done word per slot (one IPC memory
@@ -39,12 +41,18 @@
  * older generation cannot undo a wait that has been satisfied.
  * The graveyard stays as a safety net: dsl_free() still never waits on
  * the CPU for the convert stream.
+ *
+ * Locks: grave_mu alone, for list work; no lock is held across a driver
+ * call (every one goes through FEED_CU, which asserts it in
+ * FEED_LOCK_CHECKS builds). The registration of a data region for DMA is
+ * claimed with an atomic, and made by the worker that claimed it.
  */
 #include "devslots.h"
 #include "delivery.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -52,6 +60,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "feed_lock.h"
 #include "cudrv.h"
 #include "dtype.h"
 #include "fmt.h"
@@ -59,6 +68,9 @@
 
 #define DSL_ALIGN 256u   /* device field offsets: any kernel's vector loads */
 
+/* A device's context and kernels: made once, by dsl_gpu_new() on the main
+ * thread before any stream exists, immutable afterwards (read without a
+ * lock by every thread). */
 struct dsl_dev {
 	bool tried;                /* ctx and kernels were attempted */
 	CUresult err;              /* what failed then, or CUDA_SUCCESS */
@@ -70,9 +82,10 @@ struct dsl_dev {
 struct dsl_gpu {
 	const struct cudrv *cu;
 	char why[320];             /* "" when CUDA IPC can be served */
-	pthread_mutex_t dev_mu;    /* dev[]: made by the first dsl_make on it */
-	struct dsl_dev dev[CUDRV_MAX_DEVICES];
-	pthread_mutex_t grave_mu;  /* graveyard (dsl_free runs on any thread) */
+	struct dsl_dev dev[CUDRV_MAX_DEVICES]; /* immutable once made */
+	/* the graveyard (dsl_free runs on any thread): list work only under
+	 * it, never a driver call (dsl_reap queries outside it) */
+	pthread_mutex_t grave_mu;
 	struct dsl *graveyard;     /* freed, device work not finished */
 };
 
@@ -110,8 +123,11 @@ struct dsl {
 	_Atomic bool abandoned;    /* the client left: no more waits for it */
 	struct dsl *next_grave;
 
-	pthread_mutex_t mu;        /* the registration (a leaf lock) */
-	void *registered;          /* the host region registered for DMA, or NULL */
+	/* the registration of the host region for DMA, once: 0 not tried, 1
+	 * being made (by the worker that claimed it: no lock is held across
+	 * cuMemHostRegister), 2 made or refused (registered says which) */
+	_Atomic int reg_state;
+	void *registered;          /* written before reg_state 2: the region, 1 (refused), NULL */
 
 	/* the reply's storage */
 	CUipcMemHandle mem_h;
@@ -136,6 +152,33 @@ static int dsl_fail_cu(const struct cudrv *cu, struct feed_err *err, CUresult e,
 /* ------------------------------------------------------------------ */
 /* The daemon's GPU                                                    */
 
+/* Device ordinal's primary context and kernels (a driver call that takes
+ * long: main thread, before any stream; no lock held). What failed is
+ * kept for the streams that ask for the device (dsl_dev_get). */
+static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
+{
+	const struct cudrv_api *api = &g->cu->api;
+	struct dsl_dev *d = &g->dev[ordinal];
+	CUdevice dev;
+
+	d->tried = true;
+	d->what = "cuDeviceGet";
+	if ((d->err = FEED_CU(api, DeviceGet, &dev, ordinal)) != CUDA_SUCCESS)
+		return;
+	d->what = "cuDevicePrimaryCtxRetain";
+	if ((d->err = FEED_CU(api, DevicePrimaryCtxRetain, &d->ctx, dev)) != CUDA_SUCCESS) {
+		d->ctx = NULL;
+		return;
+	}
+	d->what = "cuCtxSetCurrent";
+	if ((d->err = FEED_CU(api, CtxSetCurrent, d->ctx)) != CUDA_SUCCESS)
+		return;
+	d->what = "loading the embedded kernels";
+	feed_assert_unlocked("cuModuleLoadData");
+	d->err = cudrv_kernels_load(g->cu, &d->k);
+	(void)FEED_CU(api, CtxSetCurrent, NULL);
+}
+
 int dsl_gpu_new(struct dsl_gpu **ret)
 {
 	struct dsl_gpu *g = calloc(1, sizeof(*g));
@@ -143,12 +186,16 @@ int dsl_gpu_new(struct dsl_gpu **ret)
 		return -ENOMEM;
 	g->cu = cudrv_get();
 	pthread_mutex_init(&g->grave_mu, NULL);
-	pthread_mutex_init(&g->dev_mu, NULL);
 	const struct cudrv_info *in = &g->cu->info;
 	if (!in->usable)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
 	else if (!in->ipc)
 		snprintf(g->why, sizeof(g->why), "feedd cannot use CUDA IPC: %s", in->ipc_reason);
+	/* every device a stream could ask for, now: never under a lock, never
+	 * while a stream waits */
+	for (uint32_t i = 0; !g->why[0] && i < in->num_devices && i < CUDRV_MAX_DEVICES; i++)
+		if (in->devices[i].ipc)
+			dsl_dev_make(g, (int)i);
 	*ret = g;
 	return 0;
 }
@@ -168,14 +215,15 @@ void dsl_gpu_free(struct dsl_gpu *g)
 		if (!d->ctx)
 			continue;
 		CUdevice dev;
-		g->cu->api.CtxSetCurrent(d->ctx);
+		const struct cudrv_api *api = &g->cu->api;
+		(void)FEED_CU(api, CtxSetCurrent, d->ctx);
+		feed_assert_unlocked("cuModuleUnload");
 		cudrv_kernels_unload(g->cu, &d->k);
-		g->cu->api.CtxSetCurrent(NULL);
-		if (g->cu->api.DeviceGet(&dev, i) == CUDA_SUCCESS)
-			g->cu->api.DevicePrimaryCtxRelease(dev);
+		(void)FEED_CU(api, CtxSetCurrent, NULL);
+		if (FEED_CU(api, DeviceGet, &dev, i) == CUDA_SUCCESS)
+			(void)FEED_CU(api, DevicePrimaryCtxRelease, dev);
 	}
 	pthread_mutex_destroy(&g->grave_mu);
-	pthread_mutex_destroy(&g->dev_mu);
 	free(g);
 }
 
@@ -196,37 +244,17 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
 			      in->devices[i].ipc ? "" : " no IPC");
 }
 
-/* Device ordinal's context and kernels, made on first use (a worker: a
- * context takes long to make; others wait on dev_mu meanwhile). */
+/* Device ordinal's context and kernels, made by dsl_gpu_new(): read only. */
 static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, struct feed_err *err)
 {
-	const struct cudrv_api *api = &g->cu->api;
 	struct dsl_dev *d = &g->dev[ordinal];
-	pthread_mutex_lock(&g->dev_mu);
-	if (!d->tried) {
-		CUdevice dev;
-		d->tried = true;
-		d->what = "cuDeviceGet";
-		if ((d->err = api->DeviceGet(&dev, ordinal)) != CUDA_SUCCESS)
-			goto out;
-		d->what = "cuDevicePrimaryCtxRetain";
-		if ((d->err = api->DevicePrimaryCtxRetain(&d->ctx, dev)) != CUDA_SUCCESS) {
-			d->ctx = NULL;
-			goto out;
-		}
-		d->what = "cuCtxSetCurrent";
-		if ((d->err = api->CtxSetCurrent(d->ctx)) != CUDA_SUCCESS)
-			goto out;
-		d->what = "loading the embedded kernels";
-		d->err = cudrv_kernels_load(g->cu, &d->k);
-	}
-out:;
-	CUresult e = d->err;
-	pthread_mutex_unlock(&g->dev_mu);
-	if (e != CUDA_SUCCESS) {
+
+	if (!d->tried || d->err != CUDA_SUCCESS) {
 		char name[96];
-		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal, d->what,
-				    cudrv_errname(g->cu, e, name, sizeof(name)));
+		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal,
+				    d->tried ? d->what : "making its context at start",
+				    cudrv_errname(g->cu, d->tried ? d->err : CUDA_ERROR_NOT_INITIALIZED,
+						  name, sizeof(name)));
 	}
 	*ret = d;
 	return 0;
@@ -314,10 +342,10 @@ static int dsl_words_init(struct dsl *s, struct feed_err *err)
 	const struct cudrv_api *api = &s->cu->api;
 	CUresult e;
 	for (uint32_t i = 0; i < s->nslots; i++)
-		if ((e = api->StreamWriteValue32(s->rescue, dsl_word(s, i), 0,
+		if ((e = FEED_CU(api, StreamWriteValue32, s->rescue, dsl_word(s, i), 0,
 						 CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
 			return dsl_fail_cu(s->cu, err, e, "cuStreamWriteValue32");
-	if ((e = api->StreamSynchronize(s->rescue)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, StreamSynchronize, s->rescue)) != CUDA_SUCCESS)
 		return dsl_fail_cu(s->cu, err, e, "cuStreamSynchronize (done words)");
 	return 0;
 }
@@ -328,15 +356,15 @@ static int dsl_events(struct dsl *s, struct feed_err *err)
 	const unsigned ipc = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
 	CUresult e;
 	for (uint32_t i = 0; i < s->nslots; i++) {
-		if ((e = api->EventCreate(&s->ready[i], ipc)) != CUDA_SUCCESS) {
+		if ((e = FEED_CU(api, EventCreate, &s->ready[i], ipc)) != CUDA_SUCCESS) {
 			s->ready[i] = NULL;
 			return dsl_fail_cu(s->cu, err, e, "cuEventCreate (interprocess)");
 		}
-		if ((e = api->EventCreate(&s->copied[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		if ((e = FEED_CU(api, EventCreate, &s->copied[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 			s->copied[i] = NULL;
 			return dsl_fail_cu(s->cu, err, e, "cuEventCreate");
 		}
-		if ((e = api->IpcGetEventHandle(&s->ready_h[i], s->ready[i])) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, IpcGetEventHandle, &s->ready_h[i], s->ready[i])) != CUDA_SUCCESS)
 			return dsl_fail_cu(s->cu, err, e, "cuIpcGetEventHandle");
 	}
 	return 0;
@@ -360,7 +388,6 @@ int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_
 	s->ord = ord;
 	s->nslots = lay->nslots;
 	s->nfields = out->nfields;
-	pthread_mutex_init(&s->mu, NULL);
 	bool any = false;
 	for (uint32_t f = 0; f < out->nfields; f++) {
 		struct dsl_field *df = &s->field[f];
@@ -403,11 +430,11 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 	dsl_reap(s->g);
 	if ((r = dsl_dev_get(s->g, ord, &s->dev, err)) < 0)
 		return r;
-	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, CtxSetCurrent, s->dev->ctx)) != CUDA_SUCCESS) {
 		r = dsl_fail_cu(s->cu, err, e, "cuCtxSetCurrent");
 		goto fail;
 	}
-	if ((e = api->MemAlloc(&s->slots, dsl_slots_bytes(s))) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, MemAlloc, &s->slots, dsl_slots_bytes(s))) != CUDA_SUCCESS) {
 		s->slots = 0;
 		char name[96];
 		r = feed_err_set(err, -ENODEV, "device %d: cuMemAlloc of %llu bytes of device slots "
@@ -415,31 +442,31 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 				 cudrv_errname(s->cu, e, name, sizeof(name)));
 		goto fail;
 	}
-	if ((e = api->MemAlloc(&s->stage, s->stage_bytes * s->nslots)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, MemAlloc, &s->stage, s->stage_bytes * s->nslots)) != CUDA_SUCCESS) {
 		s->stage = 0;
 		r = dsl_fail_cu(s->cu, err, e, "cuMemAlloc of the staging areas");
 		goto fail;
 	}
-	if ((e = api->IpcGetMemHandle(&s->mem_h, s->slots)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, IpcGetMemHandle, &s->mem_h, s->slots)) != CUDA_SUCCESS) {
 		r = dsl_fail_cu(s->cu, err, e, "cuIpcGetMemHandle");
 		goto fail;
 	}
-	if ((e = api->StreamCreate(&s->copy, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, StreamCreate, &s->copy, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		s->copy = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
 		goto fail;
 	}
-	if ((e = api->StreamCreate(&s->conv, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, StreamCreate, &s->conv, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		s->conv = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
 		goto fail;
 	}
-	if ((e = api->StreamCreate(&s->rescue, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, StreamCreate, &s->rescue, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		s->rescue = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
 		goto fail;
 	}
-	if ((e = api->EventCreate(&s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, EventCreate, &s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 		s->fin = NULL;
 		r = dsl_fail_cu(s->cu, err, e, "cuEventCreate");
 		goto fail;
@@ -494,8 +521,8 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
 	CUresult e;
 	if (!s->recorded[slot])
 		return 0;
-	if ((e = api->CtxSetCurrent(s->dev->ctx)) != CUDA_SUCCESS ||
-	    (e = api->EventSynchronize(s->copied[slot])) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, CtxSetCurrent, s->dev->ctx)) != CUDA_SUCCESS ||
+	    (e = FEED_CU(api, EventSynchronize, s->copied[slot])) != CUDA_SUCCESS)
 		return dsl_fail_cu(s->cu, err, e, "waiting for the slot's last copy to the device");
 	return 0;
 }
@@ -504,11 +531,22 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
  * pageable, slower but right. */
 static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 {
-	pthread_mutex_lock(&s->mu);
-	if (!s->registered)
-		s->registered = s->cu->api.MemHostRegister(data, bytes, 0) == CUDA_SUCCESS ?
-					(void *)data : (void *)1; /* 1: tried, not again */
-	pthread_mutex_unlock(&s->mu);
+	int expect = 0;
+
+	/* acquire: a worker that sees 2 sees registered (and copies from
+	 * registered pages); acq_rel on the claim for the same reason */
+	if (atomic_load_explicit(&s->reg_state, memory_order_acquire) == 2)
+		return;
+	if (atomic_compare_exchange_strong_explicit(&s->reg_state, &expect, 1,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		s->registered = FEED_CU(&s->cu->api, MemHostRegister, data, bytes, 0) ==
+				CUDA_SUCCESS ? (void *)data : (void *)1; /* 1: tried, not again */
+		atomic_store_explicit(&s->reg_state, 2, memory_order_release);
+		return;
+	}
+	/* another worker registers: its one driver call, no lock held by anyone */
+	while (atomic_load_explicit(&s->reg_state, memory_order_acquire) != 2)
+		sched_yield();
 }
 
 /* Slot's copies on the copy stream, then its conversion on the convert
@@ -519,21 +557,22 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 {
 	const struct cudrv_api *api = &s->cu->api;
 	CUdeviceptr base = s->slots + (CUdeviceptr)slot * s->slot_bytes;
+	feed_assert_unlocked("cuLaunchKernel");  /* cudrv_launch_*() below */
 	CUdeviceptr stage = s->stage + (CUdeviceptr)slot * s->stage_bytes;
 	CUresult e;
 
 	*what = "cuMemcpyHtoDAsync";
 	for (uint32_t f = 0; f < s->nfields; f++)
 		if (s->field[f].kind != DSL_ABSENT &&
-		    (e = api->MemcpyHtoDAsync(stage + s->field[f].stage_off, data + hdr->field[f].offset,
+		    (e = FEED_CU(api, MemcpyHtoDAsync, stage + s->field[f].stage_off, data + hdr->field[f].offset,
 					      hdr->field[f].bytes, s->copy)) != CUDA_SUCCESS)
 			return e;
 	*what = "cuEventRecord";
-	if ((e = api->EventRecord(s->copied[slot], s->copy)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, EventRecord, s->copied[slot], s->copy)) != CUDA_SUCCESS)
 		return e;
 	s->recorded[slot] = true;
 	*what = "cuStreamWaitEvent";
-	if ((e = api->StreamWaitEvent(s->conv, s->copied[slot], 0)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, StreamWaitEvent, s->conv, s->copied[slot], 0)) != CUDA_SUCCESS)
 		return e;
 	/* the device slot's last batch: the client's done write for it first.
 	 * seq_cst store, then load: with dsl_abandon's store, then load, one
@@ -545,7 +584,7 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 	s->converted[slot] = true;
 	*what = "cuStreamWaitValue32 on the client's done word";
 	if (had && !atomic_load(&s->abandoned) &&
-	    (e = api->StreamWaitValue32(s->conv, dsl_word(s, slot), prev,
+	    (e = FEED_CU(api, StreamWaitValue32, s->conv, dsl_word(s, slot), prev,
 					CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS)
 		return e;
 	for (uint32_t f = 0; f < s->nfields; f++) {
@@ -557,7 +596,7 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 			continue;
 		case DSL_SAME:
 			*what = "cuMemcpyDtoDAsync";
-			e = api->MemcpyDtoDAsync(out, in, hf->bytes, s->conv);
+			e = FEED_CU(api, MemcpyDtoDAsync, out, in, hf->bytes, s->conv);
 			break;
 		case DSL_IMAGE:
 			*what = "cuLaunchKernel (images)";
@@ -574,14 +613,14 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 			return e;
 	}
 	*what = "cuEventRecord";
-	return api->EventRecord(s->ready[slot], s->conv);
+	return FEED_CU(api, EventRecord, s->ready[slot], s->conv);
 }
 
 int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 		    uint8_t *data, uint64_t data_bytes, struct feed_err *err)
 {
 	const char *what = "cuCtxSetCurrent";
-	CUresult e = s->cu->api.CtxSetCurrent(s->dev->ctx);
+	CUresult e = FEED_CU(&s->cu->api, CtxSetCurrent, s->dev->ctx);
 	if (e != CUDA_SUCCESS)
 		return dsl_fail_cu(s->cu, err, e, what);
 	dsl_register(s, data, data_bytes);
@@ -593,25 +632,25 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
 static void dsl_undo(struct dsl *s)
 {
 	const struct cudrv_api *api = &s->cu->api;
-	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
+	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		if (s->copy)
-			api->StreamDestroy(s->copy);
+			FEED_CU(api, StreamDestroy, s->copy);
 		if (s->conv)
-			api->StreamDestroy(s->conv);
+			FEED_CU(api, StreamDestroy, s->conv);
 		if (s->rescue)
-			api->StreamDestroy(s->rescue);
+			FEED_CU(api, StreamDestroy, s->rescue);
 		for (uint32_t i = 0; i < s->nslots; i++) {
 			if (s->ready[i])
-				api->EventDestroy(s->ready[i]);
+				FEED_CU(api, EventDestroy, s->ready[i]);
 			if (s->copied[i])
-				api->EventDestroy(s->copied[i]);
+				FEED_CU(api, EventDestroy, s->copied[i]);
 		}
 		if (s->fin)
-			api->EventDestroy(s->fin);
+			FEED_CU(api, EventDestroy, s->fin);
 		if (s->stage)
-			api->MemFree(s->stage);
+			FEED_CU(api, MemFree, s->stage);
 		if (s->slots)
-			api->MemFree(s->slots);
+			FEED_CU(api, MemFree, s->slots);
 	}
 	memset(s->ready, 0, sizeof(s->ready));
 	memset(s->copied, 0, sizeof(s->copied));
@@ -627,31 +666,47 @@ static void dsl_undo(struct dsl *s)
 static void dsl_destroy(struct dsl *s)
 {
 	dsl_undo(s);
-	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
 
-/* Frees the graveyard's streams whose device work has finished. Any
+/* Puts the streams of list (linked by next_grave) back in the graveyard. */
+static void dsl_bury(struct dsl_gpu *g, struct dsl *list)
+{
+	while (list) {
+		struct dsl *s = list;
+		list = s->next_grave;
+		feed_mutex_lock(&g->grave_mu);
+		s->next_grave = g->graveyard;
+		g->graveyard = s;
+		feed_mutex_unlock(&g->grave_mu);
+	}
+}
+
+/* Frees the graveyard's streams whose device work has finished: the list
+ * is taken under grave_mu, the device asked after it is dropped. Any
  * thread. */
 static void dsl_reap(struct dsl_gpu *g)
 {
-	struct dsl *keep = NULL, *done = NULL;
-	pthread_mutex_lock(&g->grave_mu);
-	while (g->graveyard) {
-		struct dsl *s = g->graveyard;
-		g->graveyard = s->next_grave;
-		bool finished = g->cu->api.CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS &&
-				g->cu->api.EventQuery(s->fin) != CUDA_ERROR_NOT_READY;
-		s->next_grave = finished ? done : keep;
-		*(finished ? &done : &keep) = s;
+	const struct cudrv_api *api = &g->cu->api;
+	struct dsl *keep = NULL, *list;
+
+	feed_mutex_lock(&g->grave_mu);
+	list = g->graveyard;
+	g->graveyard = NULL;
+	feed_mutex_unlock(&g->grave_mu);
+	while (list) {
+		struct dsl *s = list;
+		list = s->next_grave;
+		bool finished = FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS &&
+				FEED_CU(api, EventQuery, s->fin) != CUDA_ERROR_NOT_READY;
+		if (finished) {
+			dsl_destroy(s);
+		} else {
+			s->next_grave = keep;
+			keep = s;
+		}
 	}
-	g->graveyard = keep;
-	pthread_mutex_unlock(&g->grave_mu);
-	while (done) {
-		struct dsl *s = done;
-		done = s->next_grave;
-		dsl_destroy(s);
-	}
+	dsl_bury(g, keep);
 }
 
 void dsl_free(struct dsl *s)
@@ -660,30 +715,31 @@ void dsl_free(struct dsl *s)
 		return;
 	const struct cudrv_api *api = &s->cu->api;
 	bool pending = false;
-	if (s->dev && api->CtxSetCurrent(s->dev->ctx) == CUDA_SUCCESS) {
+	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		/* the copies read the host region: they end before it is
 		 * unregistered (and unmapped); they wait for nothing else */
 		if (s->copy)
-			api->StreamSynchronize(s->copy);
+			FEED_CU(api, StreamSynchronize, s->copy);
 		if (s->registered && s->registered != (void *)1)
-			api->MemHostUnregister(s->registered);
+			FEED_CU(api, MemHostUnregister, s->registered);
 		s->registered = NULL;
 		/* the conversions wait for done words (dsl_abandon wrote them
 		 * when the client left): never on the CPU; the memory goes once
 		 * they have run */
-		pending = s->conv && s->fin && api->EventRecord(s->fin, s->conv) == CUDA_SUCCESS &&
-			  api->EventQuery(s->fin) == CUDA_ERROR_NOT_READY;
+		pending = s->conv && s->fin && FEED_CU(api, EventRecord, s->fin, s->conv) == CUDA_SUCCESS &&
+			  FEED_CU(api, EventQuery, s->fin) == CUDA_ERROR_NOT_READY;
 	}
 	if (!pending) {
 		struct dsl_gpu *g = s->g;
+		bool made = s->dev != NULL;
 		dsl_destroy(s);
-		dsl_reap(g); /* an earlier one's work may have finished since */
+		if (made)  /* an earlier one's work may have finished since (a plan
+			    * that was never made, freed on the loop, asks nothing) */
+			dsl_reap(g);
 		return;
 	}
-	pthread_mutex_lock(&s->g->grave_mu);
-	s->next_grave = s->g->graveyard;
-	s->g->graveyard = s;
-	pthread_mutex_unlock(&s->g->grave_mu);
+	s->next_grave = NULL;
+	dsl_bury(s->g, s);
 }
 
 void dsl_abandon(struct dsl *s)
@@ -694,12 +750,12 @@ void dsl_abandon(struct dsl *s)
 	/* seq_cst store, then loads: pairs with dsl_make's store of made and
 	 * dsl_enqueue's store of last[i] before its load of abandoned */
 	atomic_store(&s->abandoned, true);
-	if (!atomic_load(&s->made) || api->CtxSetCurrent(s->dev->ctx) != CUDA_SUCCESS)
+	if (!atomic_load(&s->made) || FEED_CU(api, CtxSetCurrent, s->dev->ctx) != CUDA_SUCCESS)
 		return; /* nothing converted: nothing waits */
 	/* enqueued only: the rescue stream waits for nothing, so the words
 	 * land at once and the convert stream drains */
 	for (uint32_t i = 0; i < s->nslots; i++)
-		(void)api->StreamWriteValue32(s->rescue, dsl_word(s, i), atomic_load(&s->last[i]),
+		(void)FEED_CU(api, StreamWriteValue32, s->rescue, dsl_word(s, i), atomic_load(&s->last[i]),
 					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 

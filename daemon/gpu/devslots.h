@@ -27,25 +27,22 @@
  *
  * struct dsl_gpu is the daemon's driver (kernels/cudrv.h, loaded at run
  * time: feedd links no CUDA library, and with no GPU or no driver it
- * serves host slots, saying why) with, per device used, its primary
- * context and the embedded kernels.
+ * serves host slots, saying why) with, per device that can serve CUDA
+ * IPC, its primary context and the embedded kernels, made once at start.
  *
- * Threads: dsl_gpu_new on the main thread once the workers have started
- * and before the loop runs (no stream exists yet); dsl_gpu_free on the
- * main thread after the workers have been joined (main.c main_serve());
- * dsl_plan and dsl_reply on the loop thread, dsl_make on a worker (the
- * delivery's first join); dsl_before_build / dsl_after_build on workers,
- * for different slots at once (a slot is one worker's while it builds
- * it); dsl_free on whichever thread drops the delivery (no build in
- * flight); dsl_abandon on the loop thread, at any time (atomics:
- * devslots.c). Slots have their own staging areas and events, so workers
- * enqueue without a lock. Three mutexes, none taken while another of
- * them is held, each held across driver calls: g->dev_mu guards each
- * device's context and kernels and is held while the first dsl_make on a
- * device creates them (long: other makes wait); g->grave_mu guards the
- * graveyard and is held while dsl_reap queries its streams' events;
- * s->mu guards the one registration of the host region and is held
- * across cuMemHostRegister.
+ * Threads: dsl_gpu_new on the main thread before the workers start and
+ * the loop runs (no stream exists yet; it makes every device's context:
+ * seconds, outside every lock); dsl_gpu_free on the main thread after the
+ * workers have been joined (main.c main_serve()); dsl_plan and dsl_reply
+ * on the loop thread, dsl_make on a worker (the delivery's first join);
+ * dsl_before_build / dsl_after_build on workers, for different slots at
+ * once (a slot is one worker's while it builds it); dsl_free on a worker
+ * (the delivery's last teardown; a plan never made may be freed on the
+ * loop: no driver call then); dsl_abandon on the loop thread, at any time
+ * (atomics: devslots.c). Slots have their own staging areas and events,
+ * so workers enqueue without a lock; the one registration of the host
+ * region is claimed with an atomic; the graveyard's mutex (the only one)
+ * guards its list and is never held across a driver call.
  */
 #ifndef FEEDD_DEVSLOTS_H
 #define FEEDD_DEVSLOTS_H
@@ -74,11 +71,13 @@ struct dsl_request {
 				    * words, staging): more is -ENODEV naming it */
 };
 
-/* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1). A daemon that
- * cannot serve CUDA IPC is still made: dsl_gpu_describe() says why, and
- * dsl_plan() refuses each stream with it. Returns 0 or -ENOMEM. Main
- * thread, after the workers start and before the loop runs, so before
- * any stream exists (main.c main_serve()). */
+/* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1) and makes each
+ * IPC-capable device's primary context and kernels (one that fails is
+ * named to the streams that ask for it). A daemon that cannot serve CUDA
+ * IPC is still made: dsl_gpu_describe() says why, and dsl_plan() refuses
+ * each stream with it. Returns 0 or -ENOMEM. Main thread, before the
+ * workers start and the loop runs, so before any stream exists (main.c
+ * main_serve()); holds no lock. */
 int dsl_gpu_new(struct dsl_gpu **ret);
 /* After every dsl_free(). Accepts NULL. */
 void dsl_gpu_free(struct dsl_gpu *g);
@@ -96,12 +95,12 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
 	     const struct slot_layout *lay, struct dsl **ret, struct feed_err *err);
 
-/* Makes what s planned on the device: the device's context and kernels
- * (the first time on that device), the slots, staging, streams, events
- * and IPC handles. Returns 0, or a negative code with err naming the call
+/* Makes what s planned on the device (whose context and kernels
+ * dsl_gpu_new() made): the slots, staging, streams, events and IPC
+ * handles. Returns 0, or a negative code with err naming the call
  * that failed (the stream then goes on with host slots; s holds nothing
  * on the device and is still to be freed). A worker: making a context can
- * take long. */
+ * take long (allocations, the done words' first write). */
 int dsl_make(struct dsl *s, struct feed_err *err);
 
 /* After dsl_make: fills ret (DeviceSlots with ipc true) with pointers into

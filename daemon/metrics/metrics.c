@@ -19,6 +19,7 @@
 
 #include "cache.h"
 #include "disktier.h"
+#include "feed_lock.h"
 #include "feedd.h"
 #include "pool.h"
 
@@ -310,12 +311,12 @@ static void met_on_wake(uv_async_t *h)
 	size_t len = 0;
 	uint64_t gen;
 
-	pthread_mutex_lock(&m->mu);
+	feed_mutex_lock(&m->mu);
 	gen = m->asked;
-	pthread_mutex_unlock(&m->mu);
+	feed_mutex_unlock(&m->mu);
 	if (met_render(m->d, &text, &len) < 0)
 		log_warn(&m->d->log, "metrics: out of memory rendering; serving the last text");
-	pthread_mutex_lock(&m->mu);
+	feed_mutex_lock(&m->mu);
 	old = text ? m->text : NULL;
 	if (text) {
 		m->text = text;
@@ -323,7 +324,7 @@ static void met_on_wake(uv_async_t *h)
 	}
 	m->done = gen;  /* answered, with the last text if this one failed */
 	pthread_cond_broadcast(&m->rendered);
-	pthread_mutex_unlock(&m->mu);
+	feed_mutex_unlock(&m->mu);
 	free(old);
 }
 
@@ -342,11 +343,11 @@ static char *met_fresh_text(struct met *m, size_t *ret_len)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	pthread_mutex_lock(&m->mu);
+	feed_mutex_lock(&m->mu);
 	want = ++m->asked;
-	pthread_mutex_unlock(&m->mu);
+	feed_mutex_unlock(&m->mu);
 	uv_async_send(&m->wake);
-	pthread_mutex_lock(&m->mu);
+	feed_mutex_lock(&m->mu);
 	while (m->done < want && !m->stopping)
 		if (pthread_cond_timedwait(&m->rendered, &m->mu, &until) == ETIMEDOUT)
 			break;
@@ -354,7 +355,7 @@ static char *met_fresh_text(struct met *m, size_t *ret_len)
 		memcpy(copy, m->text, m->len + 1);
 		*ret_len = m->len;
 	}
-	pthread_mutex_unlock(&m->mu);
+	feed_mutex_unlock(&m->mu);
 	return copy;
 }
 
@@ -489,10 +490,10 @@ void met_stop(struct met *m)
 {
 	if (!m)
 		return;
-	pthread_mutex_lock(&m->mu);
+	feed_mutex_lock(&m->mu);
 	m->stopping = true;
 	pthread_cond_broadcast(&m->rendered);
-	pthread_mutex_unlock(&m->mu);
+	feed_mutex_unlock(&m->mu);
 	MHD_stop_daemon(m->mhd);  /* joins its thread: nothing sends to wake after */
 	m->mhd = NULL;
 	uv_close((uv_handle_t *)&m->wake, met_on_closed);

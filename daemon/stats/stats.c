@@ -13,6 +13,7 @@
 #include "access.h"
 #include "cache.h"
 #include "catalog.h"
+#include "pool.h"
 
 const char *const stats_refusal_names[STATS_REFUSED_N] = {
 	"access", "limit", "not_found", "invalid", "malformed", "other",
@@ -201,6 +202,7 @@ static void stats_retire(struct stats_reg *r, struct stats_entry *en)
 int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 		      int (*fn)(const struct stats_series *s, void *arg), void *arg)
 {
+	assert_loop_thread();
 	size_t n = r->nclosed, cap = r->nclosed + r->n;
 	struct stats_series *all = malloc((cap ? cap : 1) * sizeof(*all));
 	int rc = 0;
@@ -225,6 +227,7 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 
 void stats_add(struct stats_reg *r, struct stats_entry *en)
 {
+	assert_loop_thread();
 	struct stats_sample zero = {0};
 
 	memset(&en->hist, 0, sizeof(en->hist));
@@ -241,6 +244,7 @@ void stats_add(struct stats_reg *r, struct stats_entry *en)
 
 void stats_remove(struct stats_reg *r, struct stats_entry *en)
 {
+	assert_loop_thread();
 	if (!en->prev && r->first != en)
 		return;  /* never added */
 	stats_retire(r, en);
@@ -352,6 +356,7 @@ static void stats_cache(struct cache *c, struct stats_mem *m, Feed__Stats *st)
 int stats_reply(const struct stats_sources *src, const struct acl_peer *peer, Feed__Stats *st,
 		void **ret_mem)
 {
+	assert_loop_thread();
 	struct stats_mem *m = calloc(1, sizeof(*m));
 	size_t nd = src->cat->n, ns = src->reg->n;
 	uint64_t now = src->now_ms;

@@ -296,6 +296,7 @@ out:
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err)
 {
+	assert_worker();
 	const struct fmt_info *in = fmt_dataset_info(b->ds);
 	uint64_t cursor[FMT_MAX_FIELDS] = {0};
 	bool padded = false;

@@ -12,11 +12,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "feed_lock.h"
 #include "fmt.h"
 
 /* Worker time by which a source whose reader waits may be ahead of its
@@ -84,6 +86,7 @@ struct pool {
 	_Atomic int yield_wanted;
 	bool stopping;                /* workers exit once queue is empty (mu) */
 	bool stopped;                 /* pool_stop() ran (loop thread) */
+	bool joined;                  /* every worker exited: nothing runs a job (mu) */
 	bool closed;                  /* the async handle's close completed */
 	unsigned n;                   /* threads running */
 	unsigned size;                /* threads asked for */
@@ -91,6 +94,24 @@ struct pool {
 	char *test_stall;             /* $FEEDD_TEST_STALL read at pool_new (test
 				       * builds), or NULL; read-only afterwards */
 };
+
+/* The calling thread's roles (pool.h): written by itself only. */
+static _Thread_local unsigned pool_roles;
+
+void pool_thread_roles(unsigned roles)
+{
+	pool_roles = roles;
+}
+
+void pool_assert_role(unsigned role, const char *fn)
+{
+	if (!pool_roles || (pool_roles & role))
+		return;
+	fprintf(stderr, "feedd: %s called on %s, not on %s\n", fn,
+		pool_roles & POOL_ROLE_LOOP ? "the loop thread" : "a worker",
+		role == POOL_ROLE_LOOP ? "the loop thread" : "a worker");
+	abort();
+}
 
 static uint64_t pool_now_ms(void)
 {
@@ -273,7 +294,7 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 		src->user->running++;
 		p->running++;
 	}
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 	if (outer)
 		atomic_store_explicit(&t->job_since_ms, pool_now_ms(), memory_order_relaxed);
 #ifdef FEEDD_TEST_SEAMS
@@ -289,7 +310,7 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	uint64_t ns = pool_thread_ns() - t0;
 	if (outer)  /* what ran inside it is charged to its own source */
 		ns = ns > t->nested_ns ? ns - t->nested_ns : 0;
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	if (src) {
 		src->user->running--;
 		p->running--;
@@ -298,9 +319,9 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	if (notify) {
 		job->next = p->done;
 		p->done = job;
-		pthread_mutex_unlock(&p->mu);
+		feed_mutex_unlock(&p->mu);
 		uv_async_send(&p->async);  /* coalesced; the loop drains the list */
-		pthread_mutex_lock(&p->mu);
+		feed_mutex_lock(&p->mu);
 	}
 	return ns;
 }
@@ -310,7 +331,8 @@ static void *pool_main(void *arg)
 	struct pool_thread *t = arg;
 	struct pool *p = t->pool;
 
-	pthread_mutex_lock(&p->mu);
+	pool_thread_roles(POOL_ROLE_WORKER);
+	feed_mutex_lock(&p->mu);
 	for (;;) {
 		p->idle++;
 		while (!p->head && !p->nqueued && !p->stopping)
@@ -322,7 +344,7 @@ static void *pool_main(void *arg)
 		pool_run_locked(p, t, job, &t->w);
 		t->cur_src = NULL;
 	}
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -356,13 +378,14 @@ static struct pool_job *pool_yield_take_locked(struct pool *p, struct pool_threa
 
 void pool_yield_slow(struct pool_worker *w)
 {
+	assert_worker();
 	struct pool_thread *t = w->thread;
 	struct pool *p = t->pool;
 
 	if (t->nesting || ++t->calls < t->next_check)
 		return;
 	uint64_t now = pool_thread_ns();
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	atomic_store_explicit(&p->yield_wanted, 0, memory_order_relaxed);
 	struct pool_job *job;
 	bool later = false;
@@ -381,16 +404,16 @@ void pool_yield_slow(struct pool_worker *w)
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 		t->next_check = t->calls + (t->next_check ? t->next_check : 8);
 	}
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 }
 
 /* Runs done() of every finished job, oldest first (loop thread). */
 static void pool_drain(struct pool *p)
 {
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	struct pool_job *list = p->done;
 	p->done = NULL;
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 
 	struct pool_job *fifo = NULL;
 	while (list) {  /* reverse: done was pushed newest first */
@@ -419,10 +442,10 @@ static void pool_on_close(uv_handle_t *h)
 
 static void pool_join(struct pool *p)
 {
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	p->stopping = true;
 	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 	for (unsigned i = 0; i < p->n; i++) {
 		pthread_join(p->threads[i].tid, NULL);
 		fmt_decoder_free(p->threads[i].w.dec);
@@ -437,6 +460,9 @@ static void pool_join(struct pool *p)
 		free(p->threads[i].w2.scratch);
 	}
 	p->n = 0;
+	feed_mutex_lock(&p->mu);
+	p->joined = true;
+	feed_mutex_unlock(&p->mu);
 }
 
 /* Starts thread i with every signal blocked, so signals reach the loop. */
@@ -473,6 +499,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	struct pool *p = calloc(1, sizeof(*p));
 	int r = 0;
 
+	pool_roles |= POOL_ROLE_LOOP;  /* the caller runs the loop (pool.h) */
 	if (!p || !(p->threads = calloc(n ? n : 1, sizeof(*p->threads)))) {
 		free(p);
 		return feed_err_set(err, -ENOMEM, "worker pool: out of memory");
@@ -540,8 +567,17 @@ static void source_queue_locked(struct pool *p, struct pool_source *s, struct po
 
 void pool_submit(struct pool *p, struct pool_job *job)
 {
+	(void)pool_try_submit(p, job);
+}
+
+int pool_try_submit(struct pool *p, struct pool_job *job)
+{
 	job->next = NULL;
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
+	if (p->joined) {
+		feed_mutex_unlock(&p->mu);
+		return -ESHUTDOWN;
+	}
 	assert(!job->src || job->src->pool == p);
 	if (job->src) {
 		source_queue_locked(p, job->src, job);
@@ -557,7 +593,8 @@ void pool_submit(struct pool *p, struct pool_job *job)
 	if (!p->idle && (!job->src || p->running > job->src->user->running))
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
+	return 0;
 }
 
 int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)
@@ -571,12 +608,12 @@ int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)
 	s->refs = 1;
 	atomic_init(&s->worker_ns, 0);
 	atomic_init(&s->jobs, 0);
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	for (u = p->users; u && u->uid != uid; u = u->next)
 		;
 	if (!u) {
 		if (!(u = calloc(1, sizeof(*u)))) {
-			pthread_mutex_unlock(&p->mu);
+			feed_mutex_unlock(&p->mu);
 			free(s);
 			return -ENOMEM;
 		}
@@ -588,7 +625,7 @@ int pool_source_new(struct pool *p, uid_t uid, struct pool_source **ret)
 	s->user = u;
 	s->next = u->sources;
 	u->sources = s;
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 	*ret = s;
 	return 0;
 }
@@ -598,23 +635,23 @@ void pool_source_put(struct pool_source *s)
 	if (!s)
 		return;
 	struct pool *p = s->pool;
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	s->watched = 0;  /* the owner's flags may go with it */
 	if (--s->refs == 0)
 		source_free_locked(s);
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 }
 
 void pool_source_watch(struct pool_source *s, unsigned i, const _Atomic uint32_t *reader_waiting)
 {
 	assert(i < POOL_SOURCE_READERS);
-	pthread_mutex_lock(&s->pool->mu);
+	feed_mutex_lock(&s->pool->mu);
 	s->waiting[i] = reader_waiting;
 	if (reader_waiting)
 		s->watched |= 1ull << i;
 	else
 		s->watched &= ~(1ull << i);
-	pthread_mutex_unlock(&s->pool->mu);
+	feed_mutex_unlock(&s->pool->mu);
 }
 
 void pool_source_stats(const struct pool_source *s, struct pool_source_stats *ret)
@@ -627,6 +664,7 @@ void pool_source_stats(const struct pool_source *s, struct pool_source_stats *re
 
 void pool_stop(struct pool *p)
 {
+	assert_loop_thread();
 	if (p->stopped)
 		return;
 	p->stopped = true;
@@ -650,14 +688,16 @@ void pool_free(struct pool *p)
 
 void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
 {
-	pthread_mutex_lock(&p->mu);
+	assert_loop_thread();
+	feed_mutex_lock(&p->mu);
 	for (unsigned i = 0; i < p->n; i++)
 		p->threads[i].w.img_max_pixels = p->threads[i].w2.img_max_pixels = max_pixels;
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 }
 
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms)
 {
+	assert_loop_thread();
 	uint64_t now = pool_now_ms(), oldest = 0;
 	unsigned idx = 0;
 
@@ -685,8 +725,8 @@ unsigned pool_busy(struct pool *p)
 {
 	unsigned busy;
 
-	pthread_mutex_lock(&p->mu);
+	feed_mutex_lock(&p->mu);
 	busy = p->n > p->idle ? p->n - p->idle : 0;
-	pthread_mutex_unlock(&p->mu);
+	feed_mutex_unlock(&p->mu);
 	return busy;
 }

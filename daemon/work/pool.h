@@ -53,6 +53,29 @@
 struct fmt_decoder;
 struct pool_thread;
 
+/* ---- which thread is which (cheap asserts) ----
+ *
+ * A thread's roles: pool_new() marks its caller the loop thread, each
+ * worker marks itself when it starts; a test that runs jobs itself marks
+ * its thread both (pool_thread_roles()). assert_loop_thread() and
+ * assert_worker(), at the entry of a function whose header names its
+ * thread, abort naming the function when the calling thread has roles and
+ * not that one (a thread with none, a library's or a test's, is not
+ * checked). On in FEED_LOCK_CHECKS or !NDEBUG builds; else nothing. */
+#define POOL_ROLE_LOOP 1u
+#define POOL_ROLE_WORKER 2u
+/* Sets the calling thread's roles (POOL_ROLE_* or'ed; 0: none). */
+void pool_thread_roles(unsigned roles);
+/* Aborts naming fn when the calling thread has roles and not role. */
+void pool_assert_role(unsigned role, const char *fn);
+#if defined(FEED_LOCK_CHECKS) || !defined(NDEBUG)
+#define assert_loop_thread() pool_assert_role(POOL_ROLE_LOOP, __func__)
+#define assert_worker() pool_assert_role(POOL_ROLE_WORKER, __func__)
+#else
+#define assert_loop_thread() ((void)0)
+#define assert_worker() ((void)0)
+#endif
+
 /* What a job sees of the worker running it. */
 struct pool_worker {
 	unsigned index;               /* 0 .. workers-1 */
@@ -96,6 +119,11 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 
 /* Queues job. Any thread (workers queue follow-up batches). */
 void pool_submit(struct pool *p, struct pool_job *job);
+
+/* As pool_submit(), or -ESHUTDOWN, queueing nothing, once pool_stop() has
+ * joined the workers: the caller runs what must run itself (a delivery's
+ * last teardown, after the stop). Any thread. */
+int pool_try_submit(struct pool *p, struct pool_job *job);
 
 /* Loop thread: lets the workers finish every queued job, joins them, calls
  * the remaining done() callbacks, and starts closing the async handle.

@@ -30,6 +30,7 @@ feed_integration_test(client_api)
 pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
 feed_integration_test(status PkgConfig::JSONC)
 feed_integration_test(fair)
+feed_integration_test(loop)  # the loop answers while an epoch of 2^24 blocks is laid out
 feed_integration_test(systemd)
 if(FEED_TEST_SEAMS)  # the watchdog test stalls a worker through a seam
   target_compile_definitions(check_systemd PRIVATE FEEDD_TEST_SEAMS)

@@ -495,6 +495,54 @@ START_TEST(test_order_bad_spec)
 }
 END_TEST
 
+/* lazy_table: init leaves the position table out (O(1)); the table built
+ * apart, for the spec and epoch alone, gives the eager init's samples to
+ * a layout from 0 and to one resumed mid-epoch alike; a block table out
+ * of order is refused when the table is built. */
+START_TEST(test_order_lazy_table)
+{
+	struct ord_spec s = spec_of(5000, ORD_BLOCK_WINDOW), lazy;
+	struct ord_epoch eager, e, at;
+	struct feed_err err;
+	uint64_t *t, *t2, bad[] = {0, 4, 3, 10};
+
+	s.window = 3;
+	s.batch = 7;
+	s.block_first = blocks_of(s.n, 9, &s.nblocks);
+	lazy = s, lazy.lazy_table = true;
+	ck_assert_int_eq(ord_epoch_init(&eager, &s, 5, &err), 0);
+	ck_assert(!ord_epoch_needs_table(&eager));
+	ck_assert_int_eq(ord_epoch_init(&e, &lazy, 5, &err), 0);
+	ck_assert_int_eq(ord_epoch_init_at(&at, &lazy, 5, 7 * 40, &err), 0);
+	ck_assert(ord_epoch_needs_table(&e) && ord_epoch_needs_table(&at));
+	ck_assert_uint_eq(ord_batches_per_epoch(&e), ord_batches_per_epoch(&eager));
+	ck_assert_int_eq(ord_table_build(&lazy, 5, &t, &err), 0);
+	ck_assert_int_eq(ord_table_build(&lazy, 5, &t2, &err), 0);
+	ord_epoch_set_table(&e, t);
+	ord_epoch_set_table(&at, t2);
+	ck_assert(!ord_epoch_needs_table(&e));
+	for (uint64_t b = 0; b < ord_batches_per_epoch(&e); b++)
+		for (uint32_t i = 0; i < ord_batch_size(&e, b); i++) {
+			ck_assert_uint_eq(ord_sample(&e, b, i), ord_sample(&eager, b, i));
+			if (b >= 40)
+				ck_assert_uint_eq(ord_sample(&at, b - 40, i), ord_sample(&eager, b, i));
+		}
+	ck_assert_ptr_eq(ord_epoch_take_table(&at), t2);
+	ck_assert(ord_epoch_needs_table(&at));
+	free(t2);
+	ord_epoch_fini(&at);
+	ord_epoch_fini(&e);
+	ord_epoch_fini(&eager);
+	free((void *)s.block_first);
+	lazy = spec_of(10, ORD_BLOCK_WINDOW);
+	lazy.window = 2, lazy.block_first = bad, lazy.nblocks = 3, lazy.lazy_table = true;
+	ck_assert_int_eq(ord_epoch_init(&e, &lazy, 0, &err), 0);
+	ck_assert_int_eq(ord_table_build(&lazy, 0, &t, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "block 2 starts before block 1"));
+	ord_epoch_fini(&e);
+}
+END_TEST
+
 /* ---- node order ---- */
 
 static struct ord_spec node_spec(uint64_t n, uint32_t nodes, uint32_t local, uint64_t unit)
@@ -838,6 +886,7 @@ static Suite *order_suite(void)
 	tcase_add_test(tc, test_order_resume_positions);
 	tcase_add_test(tc, test_order_batch_at_position_errors);
 	tcase_add_test(tc, test_order_bad_spec);
+	tcase_add_test(tc, test_order_lazy_table);
 	tcase_add_test(tc, test_order_node_bijection);
 	tcase_add_test(tc, test_order_node_partition_once);
 	tcase_add_test(tc, test_order_node_share_is_local);

@@ -12,7 +12,9 @@
  * has been in one job longest (the watchdog's view), and none once idle.
  */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -624,6 +626,43 @@ START_TEST(test_pool_longest_job_names_busy_worker)
 }
 END_TEST
 
+/* A worker-only call on the loop thread aborts (FEED_LOCK_CHECKS builds,
+ * which the tests are); a thread marked both, or not at all, passes. */
+START_TEST(test_pool_role_checks)
+{
+	pool_thread_roles(0);
+	assert_worker();
+	assert_loop_thread();
+	pool_thread_roles(POOL_ROLE_LOOP | POOL_ROLE_WORKER);
+	assert_worker();
+	assert_loop_thread();
+	pool_thread_roles(POOL_ROLE_LOOP);
+	assert_loop_thread();
+	assert_worker();  /* SIGABRT, naming this function */
+	ck_abort_msg("assert_worker() passed on the loop thread");
+}
+END_TEST
+
+/* pool_try_submit() refuses once the workers are joined: nothing would
+ * run the job. */
+START_TEST(test_pool_try_submit_after_stop)
+{
+	struct log lg = {.level = LOG_LEVEL_ERROR, .fd = 2};
+	struct feed_err err = {0};
+	struct pool_job job = {.run = NULL};
+	struct pool *p;
+	uv_loop_t loop;
+
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	ck_assert_int_eq(pool_new(&loop, &lg, 1, &p, &err), 0);
+	pool_stop(p);
+	ck_assert_int_eq(pool_try_submit(p, &job), -ESHUTDOWN);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	pool_free(p);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -641,6 +680,8 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_source_outlives_owner);
 	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
 	tcase_add_test(tc, test_pool_longest_job_names_busy_worker);
+	tcase_add_test_raise_signal(tc, test_pool_role_checks, SIGABRT);
+	tcase_add_test(tc, test_pool_try_submit_after_stop);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,8 +4,9 @@
  * handed, epoch after epoch, each with the order core/order.c gives that
  * epoch; the end markers; at most two epochs alive (a third waits for the
  * oldest's positions to be done); resume at a batch or at a global
- * position, with the same or another world size and node count; and the
- * starts sched_init() refuses.
+ * position, with the same or another world size and node count; the
+ * block-window order tables handed out to be built and taken back; and
+ * the starts sched_init() refuses.
  */
 #include <check.h>
 #include <errno.h>
@@ -205,6 +206,79 @@ START_TEST(test_schedule_third_epoch_waits_for_the_oldest)
 	ck_assert_uint_eq(p.index, 0);
 	sched_done(&s, &p);
 	sched_done(&s, &held[3]);
+	sched_fini(&s);
+}
+END_TEST
+
+/* Builds the table s asks for, if any, and puts it; returns how many
+ * tables the put gave back (freed here, as the owner would). */
+static uint32_t table_round(struct sched *s, uint64_t want_epoch)
+{
+	uint64_t epoch, *t, *dead[SCHED_TABLES_FREED];
+
+	ck_assert(sched_table_want(s, &epoch));
+	ck_assert_uint_eq(epoch, want_epoch);
+	ck_assert(!sched_table_want(s, &epoch));  /* one at a time */
+	ck_assert_int_eq(ord_table_build(&s->spec.ord, epoch, &t, NULL), 0);
+	uint32_t n = sched_table_put(s, epoch, t, 0, "", dead);
+	for (uint32_t i = 0; i < n; i++)
+		free(dead[i]);
+	return n;
+}
+
+/* Block-window: nothing is handed out before its epoch's table is put
+ * (built by the owner, off its lock); the next epoch's is asked for one
+ * epoch ahead and taken when that epoch starts, so the turn waits for
+ * nothing; the tables of epochs done are given back by a later put, and
+ * the positions are those of the eagerly built order. A failed build is
+ * the error of its epoch's first position. */
+START_TEST(test_schedule_block_window_tables_built_ahead)
+{
+	uint64_t bf[9] = {0, 2, 4, 6, 8, 10, 12, 14, 16}, epoch;
+	struct sched_spec sp = spec_of(16, ORD_BLOCK_WINDOW, 8, 0, 1);
+	struct ord_epoch eager;
+	struct sched_pos p;
+	struct feed_err err;
+	struct sched s;
+
+	sp.ord.block_first = bf, sp.ord.nblocks = 8, sp.ord.window = 2;
+	ck_assert_int_eq(sched_init(&s, &sp, NULL), 0);  /* epochs 0: no end */
+	ck_assert_int_eq(sched_next(&s, &p, NULL), -EAGAIN);
+	ck_assert_uint_eq(table_round(&s, 0), 0);
+	ck_assert_uint_eq(table_round(&s, 1), 0);  /* ahead */
+	ck_assert(!sched_table_want(&s, &epoch));  /* no further */
+	for (uint64_t e = 0; e < 4; e++) {
+		ck_assert_int_eq(ord_epoch_init(&eager, &sp.ord, e, NULL), 0);
+		for (uint64_t b = 0; b < 2; b++) {
+			ck_assert_int_eq(sched_next(&s, &p, NULL), 0);  /* never waits */
+			ck_assert_uint_eq(p.epoch, e);
+			for (uint32_t i = 0; i < p.nsamples; i++)
+				ck_assert_uint_eq(ord_sample(p.ord, p.batch, i),
+						  ord_sample(&eager, b, i));
+			sched_done(&s, &p);
+			/* epoch e began with the table built ahead: e+1's is
+			 * wanted now, and e-2's (dropped for e) comes back */
+			if (b == 0 && e >= 1)
+				ck_assert_uint_eq(table_round(&s, e + 1), e >= 2 ? 1 : 0);
+		}
+		ord_epoch_fini(&eager);
+	}
+	sched_fini(&s);
+
+	sp.epochs = 1;  /* the last epoch: nothing ahead */
+	ck_assert_int_eq(sched_init(&s, &sp, NULL), 0);
+	ck_assert_uint_eq(table_round(&s, 0), 0);
+	ck_assert(!sched_table_want(&s, &epoch));
+	sched_fini(&s);
+
+	sp.epochs = 0;
+	ck_assert_int_eq(sched_init(&s, &sp, NULL), 0);
+	ck_assert(sched_table_want(&s, &epoch));
+	uint64_t *dead[SCHED_TABLES_FREED];
+	ck_assert_uint_eq(sched_table_put(&s, 0, NULL, -ENOMEM, "order: no memory", dead), 0);
+	ck_assert_int_eq(sched_next(&s, &p, &err), -ENOMEM);
+	ck_assert_str_eq(err.msg, "order: no memory");
+	ck_assert(!sched_table_want(&s, &epoch));
 	sched_fini(&s);
 }
 END_TEST
@@ -443,6 +517,7 @@ static Suite *schedule_suite(void)
 	tcase_add_test(tc, test_schedule_epoch_lengths_follow_the_partition);
 	tcase_add_test(tc, test_schedule_ranks_split_the_epoch);
 	tcase_add_test(tc, test_schedule_third_epoch_waits_for_the_oldest);
+	tcase_add_test(tc, test_schedule_block_window_tables_built_ahead);
 	tcase_add_test(tc, test_schedule_peek_names_the_next_position);
 	tcase_add_test(tc, test_schedule_start_at_a_batch);
 	tcase_add_test(tc, test_schedule_resume_at_a_position_on_the_same_layout);
