@@ -157,7 +157,7 @@ static int manifest_load(struct fmt_dataset *ds, struct feed_err *err)
 	}
 	rc = pread_full(fd, buf, (size_t)st.st_size, 0);
 	if (rc < 0) {
-		feed_err_set(err, rc, "%s: read failed", path);
+		feed_err_set(err, rc, "%s: read failed: %s", path, strerror(-rc));
 		goto out;
 	}
 	ds->manifest = feed__manifest__unpack(NULL, (size_t)st.st_size, buf);
@@ -248,7 +248,11 @@ static int shard_index_load(struct fmt_dataset *ds, uint32_t si, const struct fm
 	rc = rd_read(ds, sh->fd, &r, idx, err);
 	if (rc < 0 && ds->ops)
 		goto out;  /* the store named what failed */
-	if (rc < 0 || XXH64(idx, len, 0) != t->index_hash) {
+	if (rc < 0) {  /* rd_read said why; the file is named here */
+		feed_err_prefix(err, "%s/%s: block index", ds->dir, s->file);
+		goto out;
+	}
+	if (XXH64(idx, len, 0) != t->index_hash) {
 		rc = feed_err_set(err, -EBADMSG, "%s/%s: block index checksum mismatch", ds->dir, s->file);
 		goto out;
 	}
@@ -335,11 +339,17 @@ static int shard_open(struct fmt_dataset *ds, uint32_t si, struct feed_err *err)
 	if ((uint64_t)st.st_size != s->size)
 		return feed_err_set(err, -EBADMSG, "%s: size %lld, manifest says %llu (truncated or replaced)",
 				    path, (long long)st.st_size, (unsigned long long)s->size);
-	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE || pread_full(sh->fd, hb, sizeof(hb), 0) < 0 ||
-	    fmt_header_decode(hb, &h) < 0)
+	if (s->size < FMT_HEADER_SIZE + FMT_TRAILER_SIZE)
 		return feed_err_set(err, -EBADMSG, "%s: bad shard header (magic or checksum)", path);
-	if (pread_full(sh->fd, tb, sizeof(tb), s->size - FMT_TRAILER_SIZE) < 0 ||
-	    fmt_trailer_decode(tb, &t) < 0)
+	int rc = pread_full(sh->fd, hb, sizeof(hb), 0);
+	if (rc == 0)
+		rc = pread_full(sh->fd, tb, sizeof(tb), s->size - FMT_TRAILER_SIZE);
+	if (rc < 0)  /* the disk's error, not the bytes' */
+		return feed_err_set(err, rc, "%s: %s", path,
+				    rc == -EBADMSG ? "shard truncated" : strerror(-rc));
+	if (fmt_header_decode(hb, &h) < 0)
+		return feed_err_set(err, -EBADMSG, "%s: bad shard header (magic or checksum)", path);
+	if (fmt_trailer_decode(tb, &t) < 0)
 		return feed_err_set(err, -EBADMSG, "%s: bad shard trailer (magic or checksum)", path);
 	return shard_check(ds, si, &h, &t, err);
 }
@@ -468,7 +478,7 @@ static int paths_load(struct fmt_dataset *ds, struct feed_err *err)
 		goto out;
 	}
 	if ((rc = pread_full(fd, ds->paths, (size_t)st.st_size, 0)) < 0) {
-		feed_err_set(err, rc, "%s: read failed", path);
+		feed_err_set(err, rc, "%s: read failed: %s", path, strerror(-rc));
 		goto out;
 	}
 	rc = paths_parse(ds, (size_t)st.st_size, path, err);

@@ -388,7 +388,10 @@ static int cfg_parse_file(const char *file, struct cfg_src *src, char **ret_text
 		return r;
 	src->file = file;
 	src->text = *ret_text;
-	if (cfg_yaml_check(src->text, src->len, &line, &col, msg, sizeof(msg)) < 0)
+	r = cfg_yaml_check(src->text, src->len, &line, &col, msg, sizeof(msg));
+	if (r == -ENOMEM)
+		return feed_err_set(err, r, "%s: out of memory reading its YAML", file);
+	if (r < 0)
 		return feed_err_set(err, -EINVAL, "%s:%u:%u: YAML syntax: %s", file, line, col,
 				    msg);
 	return cfg_raw_load(src->text, src->len, ret_raw, file, err);

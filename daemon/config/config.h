@@ -170,7 +170,8 @@ int cfg_parse_bytes(const char *s, uint64_t *ret);
 /* config_yaml.c: libyaml helpers for messages. */
 
 /* Checks that text is well-formed YAML. On a syntax error returns -EINVAL
- * and sets the 1-based line and column and msg to libyaml's problem. */
+ * and sets the 1-based line and column and msg to libyaml's problem;
+ * -ENOMEM (nothing set) when libyaml ran out of memory. */
 int cfg_yaml_check(const char *text, size_t len, unsigned *ret_line, unsigned *ret_col,
 		   char *msg, size_t msg_cap);
 

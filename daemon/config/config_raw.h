@@ -79,7 +79,9 @@ int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* config_schema.c: runs libcyaml over text with the schema. *ret is NULL
- * for a document with no keys. Errors name file, line and key path. */
+ * for a document with no keys. Errors name file, line and key path;
+ * -ENOMEM says memory ran out. text must have passed cfg_yaml_check():
+ * libyaml failing on it here is taken for want of memory. */
 int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
 		 struct feed_err *err);
 void cfg_raw_free(struct cfg_raw *raw);  /* accepts NULL */

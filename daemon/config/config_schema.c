@@ -184,7 +184,10 @@ static int cfg_sch_error(const struct cfg_sch_log *lg, cyaml_err_t e, const char
 	int frames = lg->nframes;
 	unsigned line = 0;
 
-	if (e == CYAML_ERR_OOM)
+	/* libyaml fails to start only for want of memory, and text passed
+	 * cfg_yaml_check() (config_raw.h): libyaml failing on it now is memory */
+	if (e == CYAML_ERR_OOM || e == CYAML_ERR_LIBYAML_PARSER_INIT ||
+	    e == CYAML_ERR_LIBYAML_PARSER)
 		return feed_err_set(err, -ENOMEM, "%s: out of memory", file);
 	/* A missing key is reported inside the last key the mapping had:
 	 * drop that frame so the path names the mapping itself. */

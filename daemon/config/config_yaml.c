@@ -28,6 +28,10 @@ int cfg_yaml_check(const char *text, size_t len, unsigned *ret_line, unsigned *r
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
 	for (;;) {
 		if (!yaml_parser_parse(&p, &ev)) {
+			if (p.error == YAML_MEMORY_ERROR) {
+				r = -ENOMEM;  /* not the file's fault: no line to name */
+				break;
+			}
 			*ret_line = (unsigned)p.problem_mark.line + 1;
 			*ret_col = (unsigned)p.problem_mark.column + 1;
 			snprintf(msg, msg_cap, "%s%s%s", p.problem ? p.problem : "syntax error",

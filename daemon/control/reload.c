@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault_seam.h"
 #include "feedd.h"
 #include "pool.h"
 
@@ -100,14 +101,9 @@ static int rld_keep_running(struct rld *r, struct cfg *c, const struct cfg *old)
 	return 0;
 }
 
-/* Worker: loads the file and opens what it adds or repoints. The config
- * and catalog in force do not change until rld_done(). */
-static void rld_run(struct pool_job *job, struct pool_worker *w)
+/* Loads the file and opens what it adds or repoints, into r. */
+static void rld_load(struct rld *r, const struct cfg *old)
 {
-	struct rld *r = (struct rld *)job;
-	const struct cfg *old = r->d->cfg;
-
-	(void)w;
 	if (cfg_load_all(old->file, r->d->ov, r->d->env_socket, &r->cfg, &r->err, &r->errs) < 0)
 		return;
 	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0) {
@@ -116,6 +112,18 @@ static void rld_run(struct pool_job *job, struct pool_worker *w)
 	}
 	if (r->rc < 0)
 		feed_err_set(&r->err, r->rc, "reload: out of memory");
+}
+
+/* Worker: rld_load(). The config and catalog in force do not change until
+ * rld_done(). */
+static void rld_run(struct pool_job *job, struct pool_worker *w)
+{
+	struct rld *r = (struct rld *)job;
+
+	(void)w;
+	fault_mark("reload/run");  /* test builds: fault_seam.h */
+	rld_load(r, r->d->cfg);
+	fault_mark(NULL);
 }
 
 /* "a, b, c" from a list of names. */
@@ -226,6 +234,14 @@ static void rld_done(struct pool_job *job)
 	}
 }
 
+/* rld_done(), marked for the tests (fault_seam.h). */
+static void rld_done_marked(struct pool_job *job)
+{
+	fault_mark("reload/done");
+	rld_done(job);
+	fault_mark(NULL);
+}
+
 static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_err *err)
 {
 	struct rld *r;
@@ -241,7 +257,7 @@ static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_
 	r->done = done;
 	r->arg = arg;
 	r->job.run = rld_run;
-	r->job.done = rld_done;
+	r->job.done = rld_done_marked;
 	d->reload = r;
 	log_info(&d->log, "reload of %s: loading", d->cfg->file ? d->cfg->file
 							  : "built-in defaults and flags");

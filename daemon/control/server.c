@@ -12,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fault_seam.h"
 #include "log_limit.h"
 #include "quota.h"
 
@@ -24,6 +26,8 @@
 #define SRV_READ_BURST 16          /* packets per readable event, for fairness */
 #define SRV_ACCEPT_BURST 64
 #define SRV_ACCEPT_PAUSE_MS 1000   /* after EMFILE: let descriptors free up */
+#define SRV_POLL_TABLE_MAX 65534   /* descriptors libuv's table is grown for at start
+				    * (8 bytes each: 512 KiB at most) */
 
 struct srv {
 	struct feedd *d;
@@ -202,7 +206,9 @@ static void srv_read(struct srv_conn *c)
 			return;
 		}
 		srv_conn_hold(c);
+		fault_mark("packet");  /* test builds: fault_seam.h */
 		s->h->packet(c->ses, s->rbuf, &in);
+		fault_mark(NULL);
 		srv_conn_unhold(c);
 	}
 }
@@ -321,7 +327,9 @@ static void srv_on_listen(uv_poll_t *h, int status, int events)
 	for (int i = 0; i < SRV_ACCEPT_BURST && !s->stopped; i++) {
 		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
+			fault_mark("accept");  /* test builds: fault_seam.h */
 			srv_accept_one(s, fd);
+			fault_mark(NULL);
 			continue;
 		}
 		if (errno == EINTR || errno == ECONNABORTED)
@@ -577,6 +585,27 @@ static int srv_own_socket(struct srv *s, struct feed_err *err)
 	return 0;
 }
 
+/* Moves the listening socket to the highest descriptor feedd may hold (up
+ * to SRV_POLL_TABLE_MAX). libuv keeps its polled descriptors in a table
+ * indexed by number, grows it when a higher one is first polled, and
+ * aborts the process when that allocation fails (uv__io_start): a
+ * connection accepted or a stream opened while memory is short would end
+ * feedd. Polling the listening socket at the top grows the table once, at
+ * start, for every descriptor below it. */
+static void srv_listen_high(struct srv *s)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < 2)
+		return;
+	rlim_t top = rl.rlim_cur < SRV_POLL_TABLE_MAX ? rl.rlim_cur : SRV_POLL_TABLE_MAX;
+	int fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, (int)top - 1);
+	if (fd < 0)
+		return;  /* it stays where it was; only a shortage later may cost more */
+	close(s->listen_fd);
+	s->listen_fd = fd;
+}
+
 int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
 	      struct feed_err *err)
 {
@@ -591,6 +620,7 @@ int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct s
 	r = sd_fd >= 0 ? srv_adopt(s, sd_fd, err) : srv_own_socket(s, err);
 	if (r < 0)
 		goto fail;
+	srv_listen_high(s);
 	if ((r = uv_poll_init(&d->loop, &s->listen_poll, s->listen_fd)) < 0) {
 		feed_err_set(err, r, "listen: uv_poll_init: %s", uv_strerror(r));
 		if (!s->from_systemd) {

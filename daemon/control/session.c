@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "catalog.h"
+#include "fault_seam.h"
 #include "pool.h"
 #include "quota.h"
 #include "stats.h"
@@ -300,13 +301,15 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 		snprintf(msg, sizeof(msg), "unexpected file descriptor%s (%u closed); request ignored",
 			 in->ctrunc ? "s, more than fit" : "", in->nfds);
 		ses_error(se, id, -EPROTO, msg, SES_MALFORMED);
-	} else if (r < 0) {
-		ses_error(se, 0, r, err.msg, SES_FATAL);
+	} else if (r < 0) {  /* out of memory: a refusal, the connection lives on */
+		ses_error(se, 0, r, err.msg, r == -ENOMEM ? SES_REFUSAL : SES_FATAL);
 	} else if (wire_request_check_strings(buf, in->len, &err) < 0 ||
 		   wire_request_check(req, &err) < 0) {
 		ses_error(se, id, err.code, err.msg, SES_MALFORMED);
 	} else {
+		fault_mark_request(req);  /* test builds: fault_seam.h */
 		ses_dispatch(se, req);
+		fault_mark(NULL);
 	}
 	wire_request_free(req);
 }

@@ -246,24 +246,35 @@ void ses_group_set_job(struct ses_group *g, const char *job)
 	snprintf(g->job, sizeof(g->job), "%s", job);
 }
 
+/* Room for one more listed member; -ENOMEM leaves the lists as they were
+ * (each one kept at its old size or grown, cap still the smallest). */
+static int ses_group_grow(struct ses_group *g)
+{
+	uint32_t cap = g->cap ? g->cap * 2 : 4;
+	void *v = realloc(g->members, cap * sizeof(*g->members));
+
+	if (v)
+		g->members = v;
+	void *p = v ? realloc(g->pids, cap * sizeof(*g->pids)) : NULL;
+	if (p)
+		g->pids = p;
+	void *w = p ? realloc(g->waits, cap * sizeof(*g->waits)) : NULL;
+	if (w)
+		g->waits = w;
+	if (!w)
+		return -ENOMEM;
+	g->cap = cap;
+	return 0;
+}
+
 uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 {
-	if (g->nmembers == g->cap) {
-		uint32_t cap = g->cap ? g->cap * 2 : 4;
-		void *v = realloc(g->members, cap * sizeof(*g->members));
-		if (v)
-			g->members = v;
-		void *p = v ? realloc(g->pids, cap * sizeof(*g->pids)) : NULL;
-		if (p)
-			g->pids = p;
-		void *w = p ? realloc(g->waits, cap * sizeof(*g->waits)) : NULL;
-		if (w)
-			g->waits = w;
-		if (!w)  /* it still receives batches; only reports and status miss it */
-			return g->nmembers + 1;
-		g->cap = cap;
-	}
-	g->members[g->nmembers++] = ss;
+	uint32_t n = g->nmembers + 1;
+
+	/* out of memory, it still receives batches (the first member too:
+	 * the group starts all the same); only reports and status miss it */
+	if (g->nmembers < g->cap || ses_group_grow(g) == 0)
+		g->members[g->nmembers++] = ss;
 	if (!g->started) {
 		uint64_t every = g->d->cfg->group_timeout_ms / 4;
 		g->started = true;
@@ -277,7 +288,7 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 		dlv_start(g->dlv);
 		uv_timer_start(&g->timer, ses_group_tick, every ? every : 1, every ? every : 1);
 	}
-	return g->nmembers;
+	return n;
 }
 
 void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss)

@@ -15,6 +15,7 @@
 #include "catalog.h"
 #include "delivery.h"
 #include "devslots.h"
+#include "fault_seam.h"
 #include "feed_shm.h"
 #include "feedd.h"
 #include "fmt_pb.h"
@@ -510,7 +511,7 @@ static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const
 
 /* The stream's regions are made (or could not be): answer the open. Loop
  * thread, from the pool's completion. */
-static void ses_open_ready(void *arg, int rc, const char *msg)
+static void ses_open_answer(void *arg, int rc, const char *msg)
 {
 	struct ses_stream *ss = arg;
 	struct ses *se = ss->se;
@@ -568,6 +569,14 @@ static void ses_open_ready(void *arg, int rc, const char *msg)
 	if (!ss->grp)
 		dlv_start(ss->dlv);
 	srv_conn_unhold(c);
+}
+
+/* dlv_join's completion: ses_open_answer(), marked for the tests. */
+static void ses_open_ready(void *arg, int rc, const char *msg)
+{
+	fault_mark("open_stream/ready");  /* test builds: fault_seam.h */
+	ses_open_answer(arg, rc, msg);
+	fault_mark(NULL);
 }
 
 /* A group open: the canonical spec every member must match. */

@@ -103,13 +103,36 @@ int wire_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigne
 	return (size_t)n == len ? 0 : -EIO;
 }
 
+/* protobuf-c's allocator (malloc), noting in *data when one failed: unpack
+ * returns NULL for bytes that do not decode and for memory it could not
+ * get alike, and only the first is the client's doing. */
+static void *wire_alloc(void *data, size_t size)
+{
+	void *p = malloc(size);
+
+	if (!p)
+		*(bool *)data = true;
+	return p;
+}
+
+static void wire_free(void *data, void *p)
+{
+	free(p);
+}
+
 int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
 			struct feed_err *err)
 {
+	bool nomem = false;
+	ProtobufCAllocator a = {.alloc = wire_alloc, .free = wire_free, .allocator_data = &nomem};
+
 	if (len > WIRE_REQUEST_MAX)
 		return feed_err_set(err, -EMSGSIZE, "request of %zu bytes exceeds the %d byte limit",
 				    len, WIRE_REQUEST_MAX);
-	Feed__Request *req = feed__request__unpack(NULL, len, buf);
+	Feed__Request *req = feed__request__unpack(&a, len, buf);
+	if (!req && nomem)
+		return feed_err_set(err, -ENOMEM, "out of memory decoding a request of %zu bytes",
+				    len);
 	if (!req)
 		return feed_err_set(err, -EBADMSG, "undecodable request (%zu bytes)", len);
 	*ret = req;

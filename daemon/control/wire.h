@@ -63,7 +63,8 @@ int wire_send(int sock, const void *buf, size_t len);
 int wire_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned nfds);
 
 /* Decodes a request. *ret is freed with wire_request_free(). -EMSGSIZE past
- * WIRE_REQUEST_MAX, -EBADMSG if it is not a Request. */
+ * WIRE_REQUEST_MAX, -EBADMSG if it is not a Request, -ENOMEM when memory
+ * for it ran out (not the client's doing). */
 int wire_request_decode(const void *buf, size_t len, Feed__Request **ret,
 			struct feed_err *err);
 void wire_request_free(Feed__Request *req);  /* accepts NULL */

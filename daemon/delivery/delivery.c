@@ -516,9 +516,14 @@ struct dsl *dlv_device(const struct dlv *d, const char **ret_why)
 	return d->dev;
 }
 
-uint64_t dlv_batches_per_epoch(const struct dlv *d)
+uint64_t dlv_batches_per_epoch(struct dlv *d)
 {
-	return sched_batches_per_epoch(&d->sched);
+	/* under the lock: a group's workers move the schedule to its next
+	 * epoch while a joiner's open is answered */
+	feed_mutex_lock(&d->lock);
+	uint64_t n = sched_batches_per_epoch(&d->sched);
+	feed_mutex_unlock(&d->lock);
+	return n;
 }
 
 /* ---- publishing (under d->lock) ---- */

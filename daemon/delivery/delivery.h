@@ -175,8 +175,9 @@ void dlv_member_fds(const struct dlv_member *m, struct dlv_fds *ret_fds);
  * planned; the delivery's, valid while it lives). Loop thread. */
 struct dsl *dlv_device(const struct dlv *d, const char **ret_why);
 
-/* Batches of this rank in the start epoch (true count). */
-uint64_t dlv_batches_per_epoch(const struct dlv *d);
+/* Batches of this rank in the start epoch (true count). Takes d's lock
+ * (a group's schedule moves on while a member joins). */
+uint64_t dlv_batches_per_epoch(struct dlv *d);
 
 /* Schedules the first batches. Loop thread, after the first member was
  * added; once. */
