@@ -9,32 +9,38 @@
  * for DMA (once per region: cuMemHostRegister, undone before the region
  * is unmapped), a device staging buffer per batch and field, and the
  * events of copies in flight with the batches they read from. A batch
- * released while one of its events is pending goes back to the daemon
- * when the events have completed: cl_gpu_poll() checks them (cuEventQuery)
- * at each feed_next(), feed_batch_to_device() and feed_stream_close() on
- * the stream; no driver callback ever calls into the library.
+ * released while one of its events is pending is kept here (gpu_keep)
+ * and handed back to the stream when the events have completed: the
+ * stream asks (gpu_done, cuEventQuery) at each feed_next() and at close;
+ * no driver callback ever calls into the library. Both parts hook into
+ * the stream (client_internal.h: CL_HOOK_GPU, CL_HOOK_PIN) and never call
+ * it back: a kept batch goes back through gpu_done().
  *
- * Threads: feed_batch_to_device(), cl_gpu_poll() and cl_gpu_close() run
- * on the thread that calls feed_next(); cl_gpu_defer_release() on any
- * thread (feed_release()). g->lock guards the pending events, the batches
- * waiting for them and the regions; lock order: the stream's rel_lock,
- * then g->lock (cl_gpu_forget runs under rel_lock); a real release
- * (cl_release_now, which takes rel_lock) is never called under g->lock.
- * Never prints.
+ * Threads: feed_batch_to_device(), gpu_done() and gpu_close() run on the
+ * thread that calls feed_next(), the only one that adds or removes
+ * pending events (so it reads them without the lock, and queries and
+ * waits for them with no lock held); gpu_keep() and gpu_unmap() on any
+ * thread (feed_release()). g->lock guards the pending list's entries,
+ * the batches waiting for them and the regions; p->lock the pinned
+ * regions. Neither is held across a driver call or a call into the
+ * stream (client_internal.h's table). Never prints.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudrv.h"
 #include "client_internal.h"
+#include "cudrv.h"
 #include "convert.h"
 #include "feed/gpu.h"
-#include "mix.h"
 #include "feed/stream.h"
+#include "feed_lock.h"
+#include "mix.h"
 
 /* What a field becomes: converted images or tokens, its bytes as they
  * are (FEED_TO_SAME), or soft labels (to->mix on an integer field). */
@@ -43,6 +49,8 @@ enum gpu_kind { GPU_IMAGES, GPU_TOKENS, GPU_SAME, GPU_LABELS };
 struct gpu_pending {
 	struct feed_batch *b;      /* the batch the copy reads */
 	CUevent ev;                /* recorded after the copy and the kernel */
+	bool done;                 /* ev completed and destroyed; the entry goes at
+				    * the next compaction (feed_next()'s thread) */
 };
 
 struct gpu_region {
@@ -68,10 +76,15 @@ struct cl_gpu_stream {
 				    * by us (none was current): released at close */
 	bool read_only;            /* the device takes CU_MEMHOSTREGISTER_READ_ONLY */
 	struct cudrv_kernels k;
-	struct gpu_pending *pending; /* copies in flight (lock) */
+	struct gpu_pending *pending; /* copies in flight (written under lock) */
 	size_t npending, cap_pending;
-	struct feed_batch **wanted;  /* released by the caller, copies in flight (lock) */
+	/* released by the caller, copies in flight (lock); room for npending + 1
+	 * is made with each copy, so keeping a batch never allocates */
+	struct feed_batch **wanted;
 	size_t nwanted, cap_wanted;
+	/* nwanted, for gpu_done's look without the lock (relaxed: a stale 0
+	 * only leaves a batch for the next feed_next) */
+	_Atomic size_t nkept;
 	struct gpu_region *regions;  /* (lock) */
 	size_t nregions, cap_regions;
 	struct gpu_staging *staging; /* caller's thread only */
@@ -111,123 +124,122 @@ static bool gpu_in_flight(const struct cl_gpu_stream *g, const struct feed_batch
 	return false;
 }
 
-int cl_gpu_defer_release(struct cl_gpu_stream *g, struct feed_batch *b)
+/* CL_HOOK_GPU keep: b released while copies from it are in flight. */
+static int gpu_keep(void *self, struct feed_batch *b)
 {
+	struct cl_gpu_stream *g = self;
 	int r = 0;
-	pthread_mutex_lock(&g->lock);
+	feed_mutex_lock(&g->lock);
 	for (size_t i = 0; i < g->nwanted; i++)
 		if (g->wanted[i] == b)
 			r = -EINVAL; /* released twice */
 	if (!r && gpu_in_flight(g, b)) {
-		r = gpu_grow(&g->wanted, &g->cap_wanted, g->nwanted, sizeof(*g->wanted));
-		if (!r) {
-			g->wanted[g->nwanted++] = b;
-			r = 1;
-		} else {
-			r = 0; /* no memory to defer: wait for its copies instead */
-			for (size_t i = 0; i < g->npending; i++)
-				if (g->pending[i].b == b)
-					g->cu->api.EventSynchronize(g->pending[i].ev);
-		}
+		assert(g->nwanted < g->cap_wanted); /* gpu_enqueue made room */
+		g->wanted[g->nwanted++] = b;
+		atomic_store_explicit(&g->nkept, g->nwanted, memory_order_relaxed);
+		r = 1;
 	}
-	pthread_mutex_unlock(&g->lock);
+	feed_mutex_unlock(&g->lock);
 	return r;
 }
 
-/* Drops completed events (every event when wait; else the oldest is waited
- * for when wait_one and none completed) and releases the batches whose
- * copies are all done and that the caller released. */
-static void gpu_poll(struct feed_stream *st, struct cl_gpu_stream *g, bool wait_one, bool wait)
+/* Queries the pending events (and waits for each when all, or for the
+ * oldest when wait_one), destroying the completed ones; then drops their
+ * entries. feed_next()'s thread, the only one that changes the events:
+ * read without the lock, the driver called with none held. */
+static void gpu_reap(struct cl_gpu_stream *g, bool wait_one, bool all)
 {
-	struct feed_batch *done[64];
-	size_t ndone;
 	const struct cudrv_api *api = &g->cu->api;
+	size_t n = g->npending, kept = 0;
 
-	do {
-		ndone = 0;
-		pthread_mutex_lock(&g->lock);
-		size_t kept = 0;
-		for (size_t i = 0; i < g->npending; i++) {
-			CUevent ev = g->pending[i].ev;
-			CUresult e = api->EventQuery(ev);
-			if (e == CUDA_ERROR_NOT_READY && (wait || (wait_one && i == 0)))
-				e = api->EventSynchronize(ev);
-			if (e == CUDA_ERROR_NOT_READY) {
-				g->pending[kept++] = g->pending[i];
-				continue;
-			}
-			/* complete, or the context failed: no copy runs any more */
-			api->EventDestroy(ev);
-		}
-		g->npending = kept;
-		for (size_t i = 0; i < g->nwanted && ndone < 64;) {
-			if (gpu_in_flight(g, g->wanted[i])) {
-				i++;
-				continue;
-			}
-			done[ndone++] = g->wanted[i];
-			g->wanted[i] = g->wanted[--g->nwanted];
-		}
-		pthread_mutex_unlock(&g->lock);
-		for (size_t i = 0; i < ndone; i++)
-			cl_release_now(done[i]);
-		wait_one = false;
-	} while (ndone == 64);
-	(void)st;
+	for (size_t i = 0; i < n; i++) {
+		CUevent ev = g->pending[i].ev;
+		CUresult e = FEED_CU(api, EventQuery, ev);
+		if (e == CUDA_ERROR_NOT_READY && (all || (wait_one && i == 0)))
+			e = FEED_CU(api, EventSynchronize, ev);
+		if (e == CUDA_ERROR_NOT_READY)
+			continue;
+		/* complete, or the context failed: no copy runs any more */
+		FEED_CU(api, EventDestroy, ev);
+		g->pending[i].done = true;
+	}
+	feed_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->npending; i++)
+		if (!g->pending[i].done)
+			g->pending[kept++] = g->pending[i];
+	g->npending = kept;
+	feed_mutex_unlock(&g->lock);
 }
 
-void cl_gpu_poll(struct feed_stream *st, bool wait_one)
+/* CL_HOOK_GPU done: the kept batches whose copies are all done. */
+static uint32_t gpu_done(void *self, bool wait_one, bool all, struct feed_batch **out,
+			 uint32_t cap)
 {
-	struct cl_gpu_stream *g = *cl_stream_gpu(st);
-	if (g && g->npending)
-		gpu_poll(st, g, wait_one, false);
+	struct cl_gpu_stream *g = self;
+	uint32_t n = 0;
+
+	/* feed_next()'s fast path: no lock when nothing is in flight or kept */
+	if (!g->npending && !atomic_load_explicit(&g->nkept, memory_order_relaxed))
+		return 0;
+	if (g->npending)
+		gpu_reap(g, wait_one, all);
+	feed_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->nwanted && n < cap;) {
+		if (gpu_in_flight(g, g->wanted[i])) {
+			i++;
+			continue;
+		}
+		out[n++] = g->wanted[i];
+		g->wanted[i] = g->wanted[--g->nwanted];
+	}
+	atomic_store_explicit(&g->nkept, g->nwanted, memory_order_relaxed);
+	feed_mutex_unlock(&g->lock);
+	return n;
 }
 
-static void pin_forget(struct feed_stream *st, void *base);
-
-void cl_gpu_forget(struct feed_stream *st, void *base)
+/* CL_HOOK_GPU unmap: unregisters the region at base before it goes. */
+static void gpu_unmap(void *self, void *base)
 {
-	struct cl_gpu_stream *g = *cl_stream_gpu(st);
-	if (base)
-		pin_forget(st, base);
-	if (!g || !base)
-		return;
-	pthread_mutex_lock(&g->lock);
+	struct cl_gpu_stream *g = self;
+	bool registered = false;
+
+	feed_mutex_lock(&g->lock);
 	for (size_t i = 0; i < g->nregions; i++) {
 		if (g->regions[i].base != base)
 			continue;
-		if (g->regions[i].registered)
-			g->cu->api.MemHostUnregister(base);
+		registered = g->regions[i].registered;
 		g->regions[i] = g->regions[--g->nregions];
 		break;
 	}
-	pthread_mutex_unlock(&g->lock);
+	feed_mutex_unlock(&g->lock);
+	if (registered)
+		FEED_CU(&g->cu->api, MemHostUnregister, base);
 }
 
-void cl_gpu_close(struct feed_stream *st)
+/* CL_HOOK_GPU close: every copy is done (gpu_done(all) came first);
+ * unregisters, frees the staging buffers and the state. */
+static void gpu_close(void *self)
 {
-	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
-	if (!g)
-		return;
+	struct cl_gpu_stream *g = self;
 	const struct cudrv_api *api = &g->cu->api;
 	CUcontext prev = NULL;
-	api->CtxGetCurrent(&prev);
+	FEED_CU(api, CtxGetCurrent, &prev);
 	if (g->ctx && prev != g->ctx)
-		api->CtxSetCurrent(g->ctx);
-	gpu_poll(st, g, false, true); /* every copy done before anything goes */
+		FEED_CU(api, CtxSetCurrent, g->ctx);
 	for (size_t i = 0; i < g->nregions; i++)
 		if (g->regions[i].registered)
-			api->MemHostUnregister(g->regions[i].base);
+			FEED_CU(api, MemHostUnregister, g->regions[i].base);
 	for (size_t i = 0; i < g->nstaging; i++)
-		api->MemFree(g->staging[i].p);
+		FEED_CU(api, MemFree, g->staging[i].p);
+	feed_assert_unlocked("cudrv_kernels_unload");
 	cudrv_kernels_unload(g->cu, &g->k);
 	if (g->ctx && prev != g->ctx)
-		api->CtxSetCurrent(prev);
+		FEED_CU(api, CtxSetCurrent, prev);
 	if (g->retained) {
 		/* it was current only because we made it so: not any more */
 		if (prev == g->ctx)
-			api->CtxSetCurrent(NULL);
-		api->DevicePrimaryCtxRelease(g->device);
+			FEED_CU(api, CtxSetCurrent, NULL);
+		FEED_CU(api, DevicePrimaryCtxRelease, g->device);
 	}
 	pthread_mutex_destroy(&g->lock);
 	free(g->pending);
@@ -235,8 +247,10 @@ void cl_gpu_close(struct feed_stream *st)
 	free(g->regions);
 	free(g->staging);
 	free(g);
-	__atomic_store_n(gp, NULL, __ATOMIC_RELEASE);
 }
+
+static const struct cl_hook gpu_hook = {
+	.keep = gpu_keep, .done = gpu_done, .unmap = gpu_unmap, .close = gpu_close};
 
 /* ------------------------------------------------------------------ */
 /* The conversion                                                      */
@@ -402,7 +416,7 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 {
 	const struct cudrv *cu = cudrv_get();
 	const struct cudrv_api *api = &cu->api;
-	struct cl_gpu_stream **gp = cl_stream_gpu(st), *g = *gp;
+	struct cl_gpu_stream *g = cl_stream_hooked(st, CL_HOOK_GPU);
 	CUcontext ctx = NULL;
 	CUdevice dev;
 	CUresult e;
@@ -410,29 +424,29 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 
 	if (!cu->info.usable)
 		return cl_fail(conn, -ENODEV, "GPU path not usable: %s", cu->info.reason);
-	if ((e = api->CtxGetCurrent(&ctx)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, CtxGetCurrent, &ctx)) != CUDA_SUCCESS)
 		return gpu_fail_cu(conn, cu, e, "cuCtxGetCurrent");
 	if (ctx) {
-		if ((e = api->CtxGetDevice(&dev)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, CtxGetDevice, &dev)) != CUDA_SUCCESS)
 			return gpu_fail_cu(conn, cu, e, "cuCtxGetDevice");
 		if (dev != device)
 			return cl_fail(conn, -EINVAL, "device %d asked, but the current context is "
 				       "device %d's", device, dev);
 	} else {
-		if ((e = api->DeviceGet(&dev, device)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, DeviceGet, &dev, device)) != CUDA_SUCCESS)
 			return cl_fail(conn, -EINVAL, "no CUDA device %d (%u found)", device,
 				       cu->info.num_devices);
-		if ((e = api->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, DevicePrimaryCtxRetain, &ctx, dev)) != CUDA_SUCCESS)
 			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
-		if ((e = api->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-			api->DevicePrimaryCtxRelease(dev);
+		if ((e = FEED_CU(api, CtxSetCurrent, ctx)) != CUDA_SUCCESS) {
+			FEED_CU(api, DevicePrimaryCtxRelease, dev);
 			return gpu_fail_cu(conn, cu, e, "cuCtxSetCurrent");
 		}
 		retained = true;
 	}
 	if (g) {
 		if (retained) /* ours holds it already */
-			api->DevicePrimaryCtxRelease(dev);
+			FEED_CU(api, DevicePrimaryCtxRelease, dev);
 		if (g->ctx != ctx)
 			return cl_fail(conn, -EINVAL, "stream %u: its GPU delivery began in another "
 				       "context", feed_stream_info(st)->id);
@@ -447,18 +461,20 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	g->device = device;
 	g->retained = retained;
 	pthread_mutex_init(&g->lock, NULL);
+	feed_assert_unlocked("cudrv_kernels_load");
 	if ((e = cudrv_kernels_load(cu, &g->k)) != CUDA_SUCCESS)
 		goto fail;
 	int ro = 0;
-	g->read_only = api->DeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-					       dev) == CUDA_SUCCESS && ro;
-	/* release: feed_release() on another thread reads it (client_stream.c) */
-	__atomic_store_n(gp, g, __ATOMIC_RELEASE);
+	g->read_only = FEED_CU(api, DeviceGetAttribute, &ro,
+			       CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, dev) ==
+			       CUDA_SUCCESS && ro;
+	/* published by the stream: feed_release() on another thread reaches it */
+	cl_stream_hook(st, CL_HOOK_GPU, &gpu_hook, g);
 	*ret = g;
 	return 0;
 fail:
 	if (retained)
-		api->DevicePrimaryCtxRelease(dev);
+		FEED_CU(api, DevicePrimaryCtxRelease, dev);
 	pthread_mutex_destroy(&g->lock);
 	free(g);
 	return gpu_fail_cu(conn, cu, e, "loading the embedded kernels (cuModuleLoadData)");
@@ -472,32 +488,37 @@ static int gpu_register(struct cl_gpu_stream *g, struct feed_conn *conn, const s
 	int r = 0;
 
 	cl_batch_region(b, &base, &len);
-	pthread_mutex_lock(&g->lock);
+	feed_mutex_lock(&g->lock);
+	bool known = false;
 	for (size_t i = 0; i < g->nregions; i++)
-		if (g->regions[i].base == base)
-			goto out;
-	if ((r = gpu_grow(&g->regions, &g->cap_regions, g->nregions, sizeof(*g->regions))) < 0) {
-		r = cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
-		goto out;
-	}
+		known |= g->regions[i].base == base;
+	if (!known)
+		r = gpu_grow(&g->regions, &g->cap_regions, g->nregions, sizeof(*g->regions));
+	feed_mutex_unlock(&g->lock);
+	if (known)
+		return 0;
+	if (r < 0)
+		return cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
 	/* The device only reads the region. It is mapped read-write here (the
 	 * stream's reader may change its batches in place), so READ_ONLY is
-	 * not required: it is a promise, given where the device takes it. */
+	 * not required: it is a promise, given where the device takes it.
+	 * Unlocked: only this thread adds regions, and b (held) keeps it mapped. */
 	unsigned flags = g->read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
-	CUresult e = g->cu->api.MemHostRegister(base, len, flags);
+	CUresult e = FEED_CU(&g->cu->api, MemHostRegister, base, len, flags);
 	/* refused (or registered by the caller): copies still work, unpinned */
+	feed_mutex_lock(&g->lock);
 	g->regions[g->nregions++] = (struct gpu_region){base, e == CUDA_SUCCESS};
-out:
-	pthread_mutex_unlock(&g->lock);
-	return r;
+	feed_mutex_unlock(&g->lock);
+	return 0;
 }
 
-/* Waits for every copy still in flight from b (g->lock held). */
-static void gpu_wait_batch_locked(struct cl_gpu_stream *g, const struct feed_batch *b)
+/* Waits for every copy still in flight from b. feed_next()'s thread, the
+ * only one that changes the events: read without the lock. */
+static void gpu_wait_batch(struct cl_gpu_stream *g, const struct feed_batch *b)
 {
 	for (size_t i = 0; i < g->npending; i++)
-		if (g->pending[i].b == b)
-			g->cu->api.EventSynchronize(g->pending[i].ev);
+		if (g->pending[i].b == b && !g->pending[i].done)
+			FEED_CU(&g->cu->api, EventSynchronize, g->pending[i].ev);
 }
 
 /* The device staging buffer of (b, field), at least size bytes, for a copy
@@ -519,17 +540,15 @@ static int gpu_staging(struct cl_gpu_stream *g, struct feed_conn *conn, const st
 		*s = (struct gpu_staging){b, field, 0, 0, stream};
 	}
 	if (s->stream != stream || s->size < size) {
-		pthread_mutex_lock(&g->lock);
-		gpu_wait_batch_locked(g, b);
-		pthread_mutex_unlock(&g->lock);
+		gpu_wait_batch(g, b);
 		s->stream = stream;
 	}
 	if (s->size < size) {
 		if (s->p)
-			g->cu->api.MemFree(s->p); /* nothing reads it now: waited for above */
+			FEED_CU(&g->cu->api, MemFree, s->p); /* nothing reads it now: waited for above */
 		s->p = 0;
 		s->size = 0;
-		if ((e = g->cu->api.MemAlloc(&s->p, size)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(&g->cu->api, MemAlloc, &s->p, size)) != CUDA_SUCCESS)
 			return gpu_fail_cu(conn, g->cu, e, "cuMemAlloc of a staging buffer");
 		s->size = size;
 	}
@@ -546,15 +565,17 @@ static CUresult gpu_work(struct cl_gpu_stream *g, const struct gpu_job *j,
 {
 	const struct cudrv_api *api = &g->cu->api;
 	CUresult e;
+	feed_assert_unlocked("cudrv_launch"); /* the launches below call the driver too */
 	*what = "cuMemcpyHtoDAsync of the field";
 	if (j->kind == GPU_SAME)
-		return api->MemcpyHtoDAsync(dst, v->data, v->bytes, stream);
-	if ((e = api->MemcpyHtoDAsync(src, v->data, v->bytes, stream)) != CUDA_SUCCESS)
+		return FEED_CU(api, MemcpyHtoDAsync, dst, v->data, v->bytes, stream);
+	if ((e = FEED_CU(api, MemcpyHtoDAsync, src, v->data, v->bytes, stream)) != CUDA_SUCCESS)
 		return e;
 	CUdeviceptr flip = 0;
 	if (j->flip) {
 		*what = "cuMemcpyHtoDAsync of the flip flags";
-		if ((e = api->MemcpyHtoDAsync(src + flip_off, j->flip, j->n, stream)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, MemcpyHtoDAsync, src + flip_off, j->flip, j->n, stream)) !=
+		    CUDA_SUCCESS)
 			return e;
 		flip = src + flip_off;
 	}
@@ -591,32 +612,35 @@ static int gpu_enqueue(struct cl_gpu_stream *g, struct feed_conn *conn, struct f
 	     (r = gpu_staging(g, conn, b, field, flip_off + (j->flip ? j->n : 0) + !v->bytes,
 			      stream, &src)) < 0))
 		return r;
-	pthread_mutex_lock(&g->lock);
+	feed_mutex_lock(&g->lock);
 	r = gpu_grow(&g->pending, &g->cap_pending, g->npending, sizeof(*g->pending));
-	pthread_mutex_unlock(&g->lock);
+	/* room to keep every batch in flight: gpu_keep never allocates */
+	if (!r)
+		r = gpu_grow(&g->wanted, &g->cap_wanted, g->npending, sizeof(*g->wanted));
+	feed_mutex_unlock(&g->lock);
 	if (r < 0)
 		return cl_fail(conn, -ENOMEM, "out of memory for an event");
-	if ((e = api->EventCreate(&ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, EventCreate, &ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
 		return gpu_fail_cu(conn, g->cu, e, "cuEventCreate");
 	if ((e = gpu_work(g, j, v, src, flip_off, (CUdeviceptr)(uintptr_t)dst, stream, &what)) !=
 	    CUDA_SUCCESS)
 		r = gpu_fail_cu(conn, g->cu, e, what);
 	/* recorded even after a failure: a copy may have been enqueued, and
 	 * the slot must not go back before it ran */
-	if ((e = api->EventRecord(ev, stream)) != CUDA_SUCCESS) {
-		api->EventDestroy(ev);
+	if ((e = FEED_CU(api, EventRecord, ev, stream)) != CUDA_SUCCESS) {
+		FEED_CU(api, EventDestroy, ev);
 		/* nothing tells when the copy ends: wait for everything on stream */
 		CUevent sync;
-		if (api->EventCreate(&sync, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
-			if (api->EventRecord(sync, stream) == CUDA_SUCCESS)
-				api->EventSynchronize(sync);
-			api->EventDestroy(sync);
+		if (FEED_CU(api, EventCreate, &sync, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+			if (FEED_CU(api, EventRecord, sync, stream) == CUDA_SUCCESS)
+				FEED_CU(api, EventSynchronize, sync);
+			FEED_CU(api, EventDestroy, sync);
 		}
 		return r ? r : gpu_fail_cu(conn, g->cu, e, "cuEventRecord");
 	}
-	pthread_mutex_lock(&g->lock);
-	g->pending[g->npending++] = (struct gpu_pending){b, ev};
-	pthread_mutex_unlock(&g->lock);
+	feed_mutex_lock(&g->lock);
+	g->pending[g->npending++] = (struct gpu_pending){b, ev, false};
+	feed_mutex_unlock(&g->lock);
 	return r;
 }
 
@@ -650,7 +674,6 @@ FEED_API int feed_batch_to_device(struct feed_batch *b, uint32_t field, void *ds
 			       "FEED_DEVICE_CPU", to->device);
 	if ((r = gpu_stream(st, conn, to->device, &g)) < 0)
 		return r;
-	cl_gpu_poll(st, false);
 	return gpu_enqueue(g, conn, b, field, &v, &j, dst, (CUstream)stream);
 }
 
@@ -675,50 +698,93 @@ static CUresult pin_call(struct cl_pin *p, void *base, size_t len, bool reg)
 	CUcontext prev = NULL;
 	CUresult e;
 
-	api->CtxGetCurrent(&prev);
-	if (prev != p->ctx && (e = api->CtxSetCurrent(p->ctx)) != CUDA_SUCCESS)
+	FEED_CU(api, CtxGetCurrent, &prev);
+	if (prev != p->ctx && (e = FEED_CU(api, CtxSetCurrent, p->ctx)) != CUDA_SUCCESS)
 		return e;
 	/* PORTABLE: pinned for every context, torch's included */
-	e = reg ? api->MemHostRegister(base, len, CU_MEMHOSTREGISTER_PORTABLE)
-		: api->MemHostUnregister(base);
+	e = reg ? FEED_CU(api, MemHostRegister, base, len, CU_MEMHOSTREGISTER_PORTABLE)
+		: FEED_CU(api, MemHostUnregister, base);
 	if (prev != p->ctx)
-		api->CtxSetCurrent(prev);
+		FEED_CU(api, CtxSetCurrent, prev);
 	return e;
 }
 
-int cl_pin_region(struct feed_stream *st, void *base, size_t len)
+/* Registers the region at base for p, unless it is already; a failure
+ * named in conn's message (none when conn is NULL). No lock held across
+ * the driver call: only feed_next()'s thread adds regions. */
+static int pin_add(struct cl_pin *p, struct feed_conn *conn, void *base, size_t len)
 {
-	struct cl_pin *p = *cl_stream_pin(st);
-	struct feed_conn *conn = cl_stream_conn(st);
-	int r;
+	bool known = false;
+	int r = 0;
 
-	if (!p || !base)
-		return 0;
-	pthread_mutex_lock(&p->lock);
+	feed_mutex_lock(&p->lock);
 	for (size_t i = 0; i < p->n; i++)
-		if (p->base[i] == base) {
-			pthread_mutex_unlock(&p->lock);
-			return 0;
-		}
-	r = gpu_grow(&p->base, &p->cap, p->n, sizeof(*p->base));
-	pthread_mutex_unlock(&p->lock);
+		known |= p->base[i] == base;
+	if (!known)
+		r = gpu_grow(&p->base, &p->cap, p->n, sizeof(*p->base));
+	feed_mutex_unlock(&p->lock);
+	if (known)
+		return 0;
 	if (r < 0)
-		return cl_fail(conn, -ENOMEM, "out of memory for a region's registration");
+		return conn ? cl_fail(conn, -ENOMEM, "out of memory for a region's registration") :
+			      -ENOMEM;
 	CUresult e = pin_call(p, base, len, true);
 	if (e != CUDA_SUCCESS)
-		return gpu_fail_cu(conn, p->cu, e, "cuMemHostRegister of the stream's data region");
-	pthread_mutex_lock(&p->lock);
+		return conn ? gpu_fail_cu(conn, p->cu, e, "cuMemHostRegister of the stream's data "
+					  "region") : -EIO;
+	feed_mutex_lock(&p->lock);
 	p->base[p->n++] = base;
-	pthread_mutex_unlock(&p->lock);
+	feed_mutex_unlock(&p->lock);
 	return 0;
 }
+
+/* CL_HOOK_PIN map: a reopening mapped a new data region; pinned too
+ * (refused: pageable, still correct). */
+static void pin_map(void *self, void *base, size_t len)
+{
+	struct cl_pin *p = self;
+	(void)pin_add(p, NULL, base, len);
+}
+
+/* CL_HOOK_PIN unmap: unregisters the region at base if it was pinned. */
+static void pin_unmap(void *self, void *base)
+{
+	struct cl_pin *p = self;
+	bool found = false;
+
+	feed_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n; i++)
+		if (p->base[i] == base) {
+			p->base[i] = p->base[--p->n];
+			found = true;
+			break;
+		}
+	feed_mutex_unlock(&p->lock);
+	if (found)
+		pin_call(p, base, 0, false);
+}
+
+/* CL_HOOK_PIN close: unregisters every pinned region, frees p. */
+static void pin_close(void *self)
+{
+	struct cl_pin *p = self;
+
+	for (size_t i = 0; i < p->n; i++)
+		pin_call(p, p->base[i], 0, false);
+	FEED_CU(&p->cu->api, DevicePrimaryCtxRelease, p->dev);
+	pthread_mutex_destroy(&p->lock);
+	free(p->base);
+	free(p);
+}
+
+static const struct cl_hook pin_hook = {.map = pin_map, .unmap = pin_unmap, .close = pin_close};
 
 FEED_API int feed_stream_pin(struct feed_stream *st, int device)
 {
 	if (!st)
 		return -EINVAL;
 	struct feed_conn *conn = cl_stream_conn(st);
-	struct cl_pin **pp = cl_stream_pin(st), *p = *pp;
+	struct cl_pin *p = cl_stream_hooked(st, CL_HOOK_PIN);
 	const struct cudrv *cu = cudrv_get();
 	void *base;
 	size_t len;
@@ -735,52 +801,15 @@ FEED_API int feed_stream_pin(struct feed_stream *st, int device)
 		if (!(p = calloc(1, sizeof(*p))))
 			return cl_fail(conn, -ENOMEM, "out of memory for pinning");
 		p->cu = cu;
-		if ((e = cu->api.DeviceGet(&p->dev, device)) != CUDA_SUCCESS ||
-		    (e = cu->api.DevicePrimaryCtxRetain(&p->ctx, p->dev)) != CUDA_SUCCESS) {
+		if ((e = FEED_CU(&cu->api, DeviceGet, &p->dev, device)) != CUDA_SUCCESS ||
+		    (e = FEED_CU(&cu->api, DevicePrimaryCtxRetain, &p->ctx, p->dev)) != CUDA_SUCCESS) {
 			free(p);
 			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
 		}
 		pthread_mutex_init(&p->lock, NULL);
-		/* release: pin_forget() on a releasing thread reads it */
-		__atomic_store_n(pp, p, __ATOMIC_RELEASE);
+		/* published by the stream: a releasing thread's unmap reaches it */
+		cl_stream_hook(st, CL_HOOK_PIN, &pin_hook, p);
 	}
 	cl_stream_region(st, &base, &len);
-	return cl_pin_region(st, base, len);
-}
-
-/* Unregisters the region at base if it was pinned (before it is unmapped). */
-static void pin_forget(struct feed_stream *st, void *base)
-{
-	/* acquire: set by feed_stream_pin() on the feed_next() thread; this
-	 * runs where a batch is released, maybe another thread */
-	struct cl_pin *p = __atomic_load_n(cl_stream_pin(st), __ATOMIC_ACQUIRE);
-	bool found = false;
-
-	if (!p)
-		return;
-	pthread_mutex_lock(&p->lock);
-	for (size_t i = 0; i < p->n; i++)
-		if (p->base[i] == base) {
-			p->base[i] = p->base[--p->n];
-			found = true;
-			break;
-		}
-	pthread_mutex_unlock(&p->lock);
-	if (found)
-		pin_call(p, base, 0, false);
-}
-
-void cl_pin_close(struct feed_stream *st)
-{
-	struct cl_pin **pp = cl_stream_pin(st), *p = *pp;
-
-	if (!p)
-		return;
-	for (size_t i = 0; i < p->n; i++)
-		pin_call(p, p->base[i], 0, false);
-	p->cu->api.DevicePrimaryCtxRelease(p->dev);
-	pthread_mutex_destroy(&p->lock);
-	free(p->base);
-	free(p);
-	__atomic_store_n(pp, NULL, __ATOMIC_RELEASE);
+	return pin_add(p, conn, base, len);
 }

@@ -1,6 +1,7 @@
 /*
  * client_ipc.c: a stream's device slots, the consumer side of feedd's
- * CUDA IPC delivery (feed/gpu.h: feed_stream_device, feed_batch_device;
+ * CUDA IPC delivery (feed/gpu.h: feed_stream_device and feed_batch_device,
+ * whose public halves are the stream's, client_stream.c;
  * daemon/delivery/devslots.h is the producer).
  *
  * Owns, per stream granted device slots (struct cl_ipc): the context the
@@ -35,13 +36,18 @@
  * on the CPU for what a client's work gates, so this wait is the
  * client's, gated by its own streams' work.
  *
+ * The layer below the stream (client_ipc.h): a batch is an opaque
+ * pointer here, kept and handed back by cl_ipc_poll(); nothing here calls
+ * the stream.
+ *
  * Threads: cl_ipc_request / cl_ipc_open / cl_ipc_close on the thread
- * opening or closing the stream; feed_batch_device and cl_ipc_poll on the
- * thread calling feed_next(); cl_ipc_release from feed_release() on any
- * thread. ipc->mu guards the ties and the deferred batches: a leaf lock,
- * held across driver calls that only enqueue or query, never across one
- * that waits nor a release to feedd (collected, then released unlocked).
- * Never prints.
+ * opening or closing the stream; cl_ipc_tie (feed_batch_device) and
+ * cl_ipc_poll on the thread calling feed_next(); cl_ipc_release from
+ * feed_release() on any thread. ipc->mu guards the ties, the slots being
+ * released and the kept batches; it is never held across a driver call
+ * (the state is read under it, the driver called after, the outcome
+ * written under it again; a slot being released is marked so that a
+ * second release of the same batch meanwhile is refused). Never prints.
  */
 #include <assert.h>
 #include <errno.h>
@@ -54,14 +60,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client_ipc.h"
 #include "cudrv.h"
 #include "dtype.h"
+#include "feed_lock.h"
 #include "feed_shm.h"
 #include "feed/gpu.h"
 #include "feed/stream.h"
-
-#define IPC_MAX_SLOTS 64
 
 enum { IPC_ABSENT, IPC_IMAGE, IPC_TOKENS, IPC_SAME, IPC_KINDS };
 
@@ -82,17 +87,22 @@ struct cl_ipc {
 	uint32_t nslots, nfields;
 	struct ipc_field field[FEED_SHM_MAX_FIELDS];
 	CUdeviceptr words;         /* the done words (uint32 per slot), mapped here */
-	CUevent ready[IPC_MAX_SLOTS];
-	CUevent wrote[IPC_MAX_SLOTS]; /* ours: after our last write of word i */
+	CUevent ready[FEED_SHM_MAX_SLOTS];
+	CUevent wrote[FEED_SHM_MAX_SLOTS]; /* ours: after our last write of word i */
 	CUstream own;              /* ours, non-blocking: the writes of batches never tied */
 
 	pthread_mutex_t mu;        /* the ties, writes and deferred releases below */
-	CUstream tie[IPC_MAX_SLOTS];
-	bool tied[IPC_MAX_SLOTS];
-	bool recorded[IPC_MAX_SLOTS]; /* wrote[i] recorded by us */
+	CUstream tie[FEED_SHM_MAX_SLOTS];
+	bool tied[FEED_SHM_MAX_SLOTS];
+	bool recorded[FEED_SHM_MAX_SLOTS]; /* wrote[i] recorded by us */
+	bool releasing[FEED_SHM_MAX_SLOTS]; /* cl_ipc_release of slot i under way */
+	/* cl_ipc_poll(all) ran: feedd is gone or the stream closes, so nothing
+	 * will convert or rebuild a slot, and a release keeps nothing more
+	 * (one racing that poll from another thread would stay kept for good) */
+	bool draining;
 	/* released by the caller, its conversion (ready[i]) not yet run:
 	 * host slot i goes back to feedd once it has (NULL: none) */
-	struct feed_batch *deferred[IPC_MAX_SLOTS];
+	struct feed_batch *deferred[FEED_SHM_MAX_SLOTS];
 	/* how many are (written under mu; read without it by cl_ipc_poll's
 	 * fast path, relaxed: a stale 0 only delays a look to the next call) */
 	_Atomic uint32_t ndeferred;
@@ -159,29 +169,29 @@ void cl_ipc_close(struct cl_ipc *ipc)
 		return;
 	const struct cudrv_api *api = &ipc->cu->api;
 	CUcontext prev = NULL;
-	api->CtxGetCurrent(&prev);
+	FEED_CU(api, CtxGetCurrent, &prev);
 	if (prev != ipc->ctx)
-		api->CtxSetCurrent(ipc->ctx);
+		FEED_CU(api, CtxSetCurrent, ipc->ctx);
 	/* the work that reads the slots, and our writes of the done words
 	 * behind it, end before the mapping goes */
 	for (uint32_t i = 0; i < ipc->nslots; i++) {
 		if (ipc->recorded[i])
-			api->EventSynchronize(ipc->wrote[i]);
+			FEED_CU(api, EventSynchronize, ipc->wrote[i]);
 		if (ipc->ready[i])
-			api->EventDestroy(ipc->ready[i]);
+			FEED_CU(api, EventDestroy, ipc->ready[i]);
 		if (ipc->wrote[i])
-			api->EventDestroy(ipc->wrote[i]);
+			FEED_CU(api, EventDestroy, ipc->wrote[i]);
 	}
 	if (ipc->own)
-		api->StreamDestroy(ipc->own);
+		FEED_CU(api, StreamDestroy, ipc->own);
 	if (ipc->base)
-		api->IpcCloseMemHandle(ipc->base);
+		FEED_CU(api, IpcCloseMemHandle, ipc->base);
 	if (prev != ipc->ctx)
-		api->CtxSetCurrent(prev);
+		FEED_CU(api, CtxSetCurrent, prev);
 	if (ipc->retained) {
 		if (prev == ipc->ctx)
-			api->CtxSetCurrent(NULL);
-		api->DevicePrimaryCtxRelease(ipc->dev);
+			FEED_CU(api, CtxSetCurrent, NULL);
+		FEED_CU(api, DevicePrimaryCtxRelease, ipc->dev);
 	}
 	pthread_mutex_destroy(&ipc->mu);
 	free(ipc);
@@ -192,7 +202,7 @@ static int ipc_check(struct feed_conn *conn, const Feed__DeviceSlots *ds, uint32
 		     uint32_t nfields, uint32_t batch)
 {
 	if (ds->mem_handle.len != sizeof(CUipcMemHandle) || ds->n_ready != nslots ||
-	    ds->n_fields != nfields || nslots > IPC_MAX_SLOTS)
+	    ds->n_fields != nfields || nslots > FEED_SHM_MAX_SLOTS)
 		return cl_bad_reply(conn, "device slots: handles or fields do not match the stream");
 	for (uint32_t i = 0; i < nslots; i++)
 		if (ds->ready[i].len != sizeof(CUipcEventHandle))
@@ -245,25 +255,25 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		ipc->field[f] = (struct ipc_field){ds->fields[f]->kind, ds->fields[f]->dtype,
 						   ds->fields[f]->offset, ds->fields[f]->sample_bytes};
 	what = "cuDeviceGet";
-	if ((e = api->DeviceGet(&ipc->dev, o->device)) != CUDA_SUCCESS)
+	if ((e = FEED_CU(api, DeviceGet, &ipc->dev, o->device)) != CUDA_SUCCESS)
 		goto fail;
 	/* the caller's context if it is this device's, else the primary one */
 	CUdevice cur_dev;
-	if (api->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
-	    api->CtxGetDevice(&cur_dev) == CUDA_SUCCESS && cur_dev == ipc->dev) {
+	if (FEED_CU(api, CtxGetCurrent, &cur) == CUDA_SUCCESS && cur &&
+	    FEED_CU(api, CtxGetDevice, &cur_dev) == CUDA_SUCCESS && cur_dev == ipc->dev) {
 		ipc->ctx = cur;
 	} else {
 		what = "cuDevicePrimaryCtxRetain";
-		if ((e = api->DevicePrimaryCtxRetain(&ipc->ctx, ipc->dev)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, DevicePrimaryCtxRetain, &ipc->ctx, ipc->dev)) != CUDA_SUCCESS)
 			goto fail;
 		ipc->retained = true;
 		what = "cuCtxSetCurrent";
-		if ((e = api->CtxSetCurrent(ipc->ctx)) != CUDA_SUCCESS)
+		if ((e = FEED_CU(api, CtxSetCurrent, ipc->ctx)) != CUDA_SUCCESS)
 			goto fail;
 	}
 	memcpy(&mh, ds->mem_handle.data, sizeof(mh));
 	what = "cuIpcOpenMemHandle";
-	if ((e = api->IpcOpenMemHandle(&ipc->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
+	if ((e = FEED_CU(api, IpcOpenMemHandle, &ipc->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
 	    CUDA_SUCCESS) {
 		ipc->base = 0;
 		goto fail;
@@ -273,30 +283,30 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		CUipcEventHandle h;
 		memcpy(&h, ds->ready[i].data, sizeof(h));
 		what = "cuIpcOpenEventHandle";
-		if ((e = api->IpcOpenEventHandle(&ipc->ready[i], h)) != CUDA_SUCCESS) {
+		if ((e = FEED_CU(api, IpcOpenEventHandle, &ipc->ready[i], h)) != CUDA_SUCCESS) {
 			ipc->ready[i] = NULL;
 			goto fail;
 		}
 		what = "cuEventCreate";
-		if ((e = api->EventCreate(&ipc->wrote[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		if ((e = FEED_CU(api, EventCreate, &ipc->wrote[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 			ipc->wrote[i] = NULL;
 			goto fail;
 		}
 	}
 	what = "cuStreamCreate";
-	if ((e = api->StreamCreate(&ipc->own, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+	if ((e = FEED_CU(api, StreamCreate, &ipc->own, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 		ipc->own = NULL;
 		goto fail;
 	}
 	if (cur != ipc->ctx)
-		api->CtxSetCurrent(cur);
+		FEED_CU(api, CtxSetCurrent, cur);
 	*ret = ipc;
 	return 0;
 fail:
 	/* not this stream's error: it goes on with host slots, saying why */
 	ipc_why(why, cap, "this process: %s failed: %s", what, cudrv_errname(cu, e, name, sizeof(name)));
 	cl_ipc_close(ipc);
-	api->CtxSetCurrent(cur);
+	FEED_CU(api, CtxSetCurrent, cur);
 	return 0;
 }
 
@@ -305,82 +315,108 @@ fail:
 static void ipc_ctx(const struct cl_ipc *ipc)
 {
 	CUcontext cur = NULL;
-	if (ipc->cu->api.CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur)
-		ipc->cu->api.CtxSetCurrent(ipc->ctx);
+	if (FEED_CU(&ipc->cu->api, CtxGetCurrent, &cur) == CUDA_SUCCESS && !cur)
+		FEED_CU(&ipc->cu->api, CtxSetCurrent, ipc->ctx);
+}
+
+/* Enqueues the write of gen into slot's done word: on tie when tied (and
+ * the caller's stream takes it), else on our own stream behind our last
+ * write of that word (recorded: there is one). The stream it went on, or
+ * NULL (a failure: feedd writes it when we go). No lock held. */
+static CUstream ipc_write_word(struct cl_ipc *ipc, uint32_t slot, uint32_t gen, CUstream tie,
+			       bool recorded)
+{
+	const struct cudrv_api *api = &ipc->cu->api;
+	CUdeviceptr word = ipc->words + sizeof(uint32_t) * slot;
+
+	if (tie && FEED_CU(api, StreamWriteValue32, tie, word, gen,
+			   CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
+		return tie;
+	if ((!recorded || FEED_CU(api, StreamWaitEvent, ipc->own, ipc->wrote[slot], 0) ==
+				  CUDA_SUCCESS) &&
+	    FEED_CU(api, StreamWriteValue32, ipc->own, word, gen, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+		    CUDA_SUCCESS)
+		return ipc->own;
+	return NULL;
 }
 
 int cl_ipc_release(struct cl_ipc *ipc, struct feed_batch *b, uint32_t slot, uint32_t gen)
 {
 	const struct cudrv_api *api = &ipc->cu->api;
-	CUdeviceptr word = ipc->words + sizeof(uint32_t) * slot;
-	CUstream on = NULL;
 	ipc_ctx(ipc);
-	/* enqueues and queries only (never waits), so a leaf lock may hold
-	 * across them */
-	pthread_mutex_lock(&ipc->mu);
-	if (ipc->deferred[slot] == b) { /* released twice: its word is written */
-		pthread_mutex_unlock(&ipc->mu);
+	feed_mutex_lock(&ipc->mu);
+	/* kept already (its word is written), or a release of it under way */
+	if (ipc->deferred[slot] == b || ipc->releasing[slot]) {
+		feed_mutex_unlock(&ipc->mu);
 		return -EINVAL;
 	}
-	/* the slot is not given back while a batch of it is deferred */
+	/* the slot is not given back while a batch of it is kept */
 	assert(!ipc->deferred[slot]);
-	if (ipc->tied[slot] && api->StreamWriteValue32(ipc->tie[slot], word, gen,
-						       CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS)
-		on = ipc->tie[slot];
-	/* never tied (or the caller's stream refused): ours, in order behind
-	 * our last write of this word (a failure: feedd writes it when we go) */
-	if (!on && (!ipc->recorded[slot] ||
-		    api->StreamWaitEvent(ipc->own, ipc->wrote[slot], 0) == CUDA_SUCCESS) &&
-	    api->StreamWriteValue32(ipc->own, word, gen, CU_STREAM_WRITE_VALUE_DEFAULT) ==
-		    CUDA_SUCCESS)
-		on = ipc->own;
-	if (on && api->EventRecord(ipc->wrote[slot], on) == CUDA_SUCCESS)
-		ipc->recorded[slot] = true;
+	CUstream tie = ipc->tied[slot] ? ipc->tie[slot] : NULL;
+	bool recorded = ipc->recorded[slot];
 	ipc->tied[slot] = false;
+	ipc->releasing[slot] = true;
+	feed_mutex_unlock(&ipc->mu);
+
+	CUstream on = ipc_write_word(ipc, slot, gen, tie, recorded);
+	bool wrote = on && FEED_CU(api, EventRecord, ipc->wrote[slot], on) == CUDA_SUCCESS;
 	/* feedd recorded ready[slot] for this batch before publishing it, and
 	 * records it again only after the slot is back: the query is this
 	 * batch's conversion (any other answer than "not yet": it ran, or the
 	 * context failed and nothing runs any more) */
-	bool pending = api->EventQuery(ipc->ready[slot]) == CUDA_ERROR_NOT_READY;
+	bool pending = FEED_CU(api, EventQuery, ipc->ready[slot]) == CUDA_ERROR_NOT_READY;
+
+	feed_mutex_lock(&ipc->mu);
+	if (wrote)
+		ipc->recorded[slot] = true;
+	ipc->releasing[slot] = false;
+	pending = pending && !ipc->draining;
 	if (pending) {
 		ipc->deferred[slot] = b;
 		atomic_fetch_add_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&ipc->mu);
+	feed_mutex_unlock(&ipc->mu);
 	return pending;
 }
 
-int cl_ipc_poll(struct cl_ipc *ipc, bool all, uint32_t *ret_left)
+uint32_t cl_ipc_poll(struct cl_ipc *ipc, bool all, struct feed_batch **out, uint32_t *ret_left)
 {
 	const struct cudrv_api *api = &ipc->cu->api;
-	struct feed_batch *done[IPC_MAX_SLOTS];
+	uint64_t kept = 0, ran = 0;
 	uint32_t n = 0;
 
-	/* feed_next()'s fast path: no lock, no driver call when none is */
-	if (!atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
+	/* feed_next()'s fast path: no lock, no driver call when none is
+	 * (all always locks: it sets draining) */
+	if (!all && !atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed)) {
 		if (ret_left)
 			*ret_left = 0;
 		return 0;
 	}
+	feed_mutex_lock(&ipc->mu);
+	for (uint32_t i = 0; i < ipc->nslots; i++)
+		if (ipc->deferred[i])
+			kept |= 1ull << i;
+	ipc->draining |= all;
+	feed_mutex_unlock(&ipc->mu);
+	/* the ready events are fixed at open: queried unlocked */
 	ipc_ctx(ipc);
-	pthread_mutex_lock(&ipc->mu);
+	for (uint32_t i = 0; i < ipc->nslots; i++)
+		if ((kept >> i & 1) &&
+		    (all || FEED_CU(api, EventQuery, ipc->ready[i]) != CUDA_ERROR_NOT_READY))
+			ran |= 1ull << i;
+	feed_mutex_lock(&ipc->mu);
 	for (uint32_t i = 0; i < ipc->nslots; i++) {
-		if (!ipc->deferred[i] ||
-		    (!all && api->EventQuery(ipc->ready[i]) == CUDA_ERROR_NOT_READY))
+		if (!(ran >> i & 1) || !ipc->deferred[i])
 			continue;
-		done[n++] = ipc->deferred[i];
+		out[n++] = ipc->deferred[i];
 		ipc->deferred[i] = NULL;
 		atomic_fetch_sub_explicit(&ipc->ndeferred, 1, memory_order_relaxed);
 	}
 	uint32_t left = atomic_load_explicit(&ipc->ndeferred, memory_order_relaxed);
-	pthread_mutex_unlock(&ipc->mu);
-	/* unlocked: a release takes the stream's lock, and the last release
-	 * of a retired incarnation closes ipc (not touched after this) */
-	for (uint32_t i = 0; i < n; i++)
-		cl_release_host(done[i]);
+	feed_mutex_unlock(&ipc->mu);
 	if (ret_left)
 		*ret_left = left;
-	return (int)n;
+	return n;
 }
 
 /* The device view of a host view v of field f. */
@@ -408,66 +444,33 @@ static void ipc_view(const struct cl_ipc *ipc, uint32_t slot, uint32_t f,
 	*ret = d;
 }
 
-FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_reason)
+int cl_ipc_tie(struct cl_ipc *ipc, struct feed_conn *conn, const struct feed_batch *b,
+	       uint32_t slot, uint32_t field, const char *name, const struct feed_view *v,
+	       void *stream, struct feed_view *ret)
 {
-	if (!st)
-		return -EINVAL;
-	const char *why = cl_stream_device_reason(st);
-	if (cl_stream_ipc((struct feed_stream *)st))
-		why = "";
-	if (ret_reason)
-		*ret_reason = why;
-	return cl_stream_ipc((struct feed_stream *)st) ? 1 : 0;
-}
-
-FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *stream,
-			       struct feed_view *ret)
-{
-	struct feed_view v;
-	CUresult e;
-
-	if (!b || !ret)
-		return -EINVAL;
-	struct feed_stream *st = cl_batch_stream(b);
-	struct feed_conn *conn = cl_stream_conn(st);
-	struct cl_ipc *ipc = cl_stream_ipc(st);
-	uint32_t slot = cl_batch_slot(b);
-	if (!ipc)
-		return cl_fail(conn, -ENODEV, "stream %u has no device slots: %s",
-			       feed_stream_info(st)->id, cl_stream_device_reason(st));
-	if (!cl_batch_held(b))
-		return cl_fail(conn, -EINVAL, "batch already released");
-	if (!cl_batch_current(b))
-		return cl_fail(conn, -ENODEV, "batch from before feedd restarted: its device slot "
-			       "is gone (its host copy is still there)");
-	if (feed_batch_field(b, field, &v) < 0)
-		return cl_fail(conn, -EINVAL, "no field %u (the stream has %u)", field,
-			       feed_stream_info(st)->num_fields);
 	if (ipc->field[field].kind == IPC_ABSENT)
 		return cl_fail(conn, -EINVAL, "field %u ('%s'): variable-length, on the host only",
-			       field, feed_stream_info(st)->fields[field].name);
+			       field, name);
 	ipc_ctx(ipc);
-	pthread_mutex_lock(&ipc->mu);
-	if (ipc->deferred[slot] == b) { /* released, its host slot not back yet */
-		pthread_mutex_unlock(&ipc->mu);
+	feed_mutex_lock(&ipc->mu);
+	bool kept = ipc->deferred[slot] == b || ipc->releasing[slot];
+	bool other = ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream;
+	feed_mutex_unlock(&ipc->mu);
+	if (kept) /* released, its host slot not back yet */
 		return cl_fail(conn, -EINVAL, "batch already released");
-	}
-	if (ipc->tied[slot] && ipc->tie[slot] != (CUstream)stream) {
-		pthread_mutex_unlock(&ipc->mu);
+	if (other)
 		return cl_fail(conn, -EINVAL, "batch already tied to another CUDA stream (one "
 			       "stream per batch: its release writes the done word there)");
-	}
-	e = ipc->cu->api.StreamWaitEvent((CUstream)stream, ipc->ready[slot], 0);
-	if (e == CUDA_SUCCESS) {
-		ipc->tie[slot] = (CUstream)stream;
-		ipc->tied[slot] = true;
-	}
-	pthread_mutex_unlock(&ipc->mu);
+	CUresult e = FEED_CU(&ipc->cu->api, StreamWaitEvent, (CUstream)stream, ipc->ready[slot], 0);
 	if (e != CUDA_SUCCESS) {
-		char name[96];
+		char ename[96];
 		return cl_fail(conn, -EIO, "cuStreamWaitEvent on the batch's ready event failed: %s",
-			       cudrv_errname(ipc->cu, e, name, sizeof(name)));
+			       cudrv_errname(ipc->cu, e, ename, sizeof(ename)));
 	}
-	ipc_view(ipc, slot, field, &v, ret);
+	feed_mutex_lock(&ipc->mu);
+	ipc->tie[slot] = (CUstream)stream;
+	ipc->tied[slot] = true;
+	feed_mutex_unlock(&ipc->mu);
+	ipc_view(ipc, slot, field, v, ret);
 	return 0;
 }

@@ -19,22 +19,12 @@
  *            untrusted input: it reads each entry once, bounds the head,
  *            and checks every (slot, generation) against its own table.
  *
- * Ready ring protocol (daemon produces, client consumes):
- *   daemon: write slot header; store entry; store_release(ready_head)
- *           fence(seq_cst); if exchange(rel->client_waiting, 0): ring
- *           ready eventfd.
- *   client: tail is private. if tail == load_acquire(ready_head): store
- *           client_waiting = 1; fence(seq_cst); re-check ready_head; only
- *           then poll the ready eventfd, and loop (counts left in the
- *           eventfd cause spurious wake-ups).
- * Release ring protocol (client produces, daemon consumes), mirror image:
- *   client: store entry; store_release(rel_head); fence(seq_cst); if
- *           exchange(daemon_waiting, 0): ring release eventfd.
- *   daemon: tail is private; a head behind the tail, or more than the
- *           capacity ahead of it, is tampering.
- * The seq_cst fences pair the "publish then check the flag" of one side
- * with the "set the flag then re-check" of the other: with acquire/release
- * alone both sides can miss each other and sleep forever.
+ * The rings' protocol (publish, arm, take, with the fences both sides
+ * need) is proto/feed_ring.h's, for the ready ring (daemon produces,
+ * client consumes; the client's flag is rel->client_waiting) and the
+ * release ring (client produces, daemon consumes; rel->daemon_waiting).
+ * The daemon reads a client-written head as untrusted: one behind its
+ * tail, or more than the capacity ahead, is tampering.
  */
 #ifndef FEED_SHM_H
 #define FEED_SHM_H
@@ -51,6 +41,14 @@
 #define FEED_SHM_MAX_FIELDS 16
 #define FEED_SHM_MAX_RANK 6  /* batch axis + 5 */
 #define FEED_SHM_ALIGN 64
+/* Slots of one stream's (or group's) regions, hence the most credits a
+ * stream and the deepest depth a group may have: a member's held slots
+ * are one bit each of a uint64_t (daemon), and the client's and feedd's
+ * per-slot tables (device slots, events) are this long. */
+#define FEED_SHM_MAX_SLOTS 64
+/* Members of one group, each with its own control and release region: a
+ * slot's holders are one bit each of a uint64_t. */
+#define FEED_SHM_MAX_MEMBERS 64
 
 /* Ready ring entries that are not slots. */
 #define FEED_READY_EPOCH_END 0xfffffff0u  /* gen = the epoch that ended */

@@ -27,10 +27,11 @@
 #include <sys/types.h>
 
 /* The most credits a stream can have (its fixed slot tables hold this many). */
-#define CFG_MAX_CREDITS 64
+#define CFG_MAX_CREDITS FEED_SHM_MAX_SLOTS
 
 #include "access.h"
 #include "feed_err.h"
+#include "feed_shm.h"
 #include "log.h"
 
 #define CFG_DEFAULT_SOCKET "/run/feedd/feedd.sock"

@@ -24,6 +24,7 @@
 
 #include "feed.pb-c.h"
 #include "feed_err.h"
+#include "feed_shm.h"
 
 #define WIRE_PROTO_MIN 1             /* protocol versions this daemon speaks */
 #define WIRE_PROTO_MAX 1
@@ -33,7 +34,7 @@
 #define WIRE_CLIENT_NAME_MAX 64
 #define WIRE_FDS_MAX 16              /* descriptors one recvmsg can see (and close) */
 #define WIRE_BATCH_MAX 65536         /* open_stream limits */
-#define WIRE_CREDITS_MAX 64
+#define WIRE_CREDITS_MAX FEED_SHM_MAX_SLOTS
 #define WIRE_WORLD_MAX 65536
 #define WIRE_WINDOW_MAX (1 << 20)
 #define WIRE_PIPELINE_MAX 4096

@@ -21,6 +21,7 @@
 
 #include "builder.h"
 #include "feed_lock.h"
+#include "feed_ring.h"
 #include "feed_shm.h"
 #include "layout.h"
 #include "order.h"
@@ -61,8 +62,8 @@ struct dlv_member {
 	/* made by the join job on a worker, immutable afterwards */
 	struct region ctl, rel;
 	int ready_efd, release_efd;
-	uint64_t *ready_ring;             /* in ctl */
-	_Atomic uint64_t *rel_ring;       /* in rel: untrusted */
+	struct feed_ring ready;           /* the ready ring: we produce (in ctl) */
+	struct feed_ring rel_ring;        /* the release ring: we consume, untrusted */
 	struct pool_job prep_job;
 	dlv_ready_fn *ready_fn;
 	void *ready_arg;
@@ -362,8 +363,12 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
 	atomic_init(&r->reader_wait_ns, 0);
-	m->ready_ring = (uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off);
-	m->rel_ring = (_Atomic uint64_t *)((uint8_t *)m->rel.map + d->lay.rel_off);
+	m->ready = (struct feed_ring){
+		.entry = (_Atomic uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off),
+		.head = &c->ready_head, .waiting = &r->client_waiting, .cap = d->lay.ring_cap};
+	m->rel_ring = (struct feed_ring){
+		.entry = (_Atomic uint64_t *)((uint8_t *)m->rel.map + d->lay.rel_off),
+		.head = &r->rel_head, .waiting = &r->daemon_waiting, .cap = d->lay.rel_cap};
 }
 
 /* Makes the data region (and the device slots on the device), no lock
@@ -549,8 +554,7 @@ static struct feed_shm_slot *slot_header(struct dlv *d, uint32_t slot)
 
 static void ring_push(struct dlv_member *m, uint64_t entry)
 {
-	m->ready_ring[m->ready_head & (m->d->lay.ring_cap - 1)] = entry;
-	m->ready_head++;
+	feed_ring_put(&m->ready, &m->ready_head, entry);
 	m->pending = true;
 }
 
@@ -568,15 +572,9 @@ static void ring_wake(struct dlv_member *m)
  * it has nothing else to do. */
 static void ring_publish(struct dlv_member *m, bool *defer_wake)
 {
-	struct feed_shm_ctl *c = m->ctl.map;
-	struct feed_shm_rel *r = m->rel.map;
-
 	m->pending = false;
-	/* release: the entries and slot headers before the head */
-	atomic_store_explicit(&c->ready_head, m->ready_head, memory_order_release);
-	/* seq_cst: pairs with the client's "set waiting, fence, re-check head" */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_exchange_explicit(&r->client_waiting, 0, memory_order_relaxed)) {
+	/* feed_ring.h: the slot headers before the head, then the flag */
+	if (feed_ring_publish(&m->ready, m->ready_head)) {
 		if (defer_wake && !m->d->group)
 			*defer_wake = true;
 		else
@@ -779,14 +777,14 @@ static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t ent
  * it broke the protocol, its views are its own problem). */
 static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 {
-	struct feed_shm_rel *r = m->rel.map;
-	uint64_t head = atomic_load_explicit(&r->rel_head, memory_order_acquire);
+	uint64_t head = feed_ring_head(&m->rel_ring);
 	char msg[160];
+	int bad;
 
 	if (m->state == DLV_MEMBER_STOPPED || head == m->rel_tail)
 		return;
-	if ((int64_t)(head - m->rel_tail) < 0 || head - m->rel_tail > d->lay.rel_cap) {
-		if ((int64_t)(head - m->rel_tail) < 0)
+	if ((bad = feed_ring_check(head, m->rel_tail, d->lay.rel_cap)) < 0) {
+		if (bad == -ERANGE)
 			snprintf(msg, sizeof(msg), "release queue head moved backwards (from %llu to "
 				 "%llu): stream stopped", (unsigned long long)m->rel_tail,
 				 (unsigned long long)head);
@@ -805,10 +803,8 @@ static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 	uint64_t now = now_ns();
 	while (m->rel_tail != head) {
 		/* read once: the client may rewrite the entry under us */
-		uint64_t e = atomic_load_explicit(&m->rel_ring[m->rel_tail & (d->lay.rel_cap - 1)],
-						  memory_order_relaxed);
+		uint64_t e = feed_ring_take(&m->rel_ring, &m->rel_tail);
 		release_one_locked(d, m, e, now);
-		m->rel_tail++;
 	}
 }
 
@@ -870,10 +866,10 @@ static void want_release_locked(struct dlv *d)
 		struct dlv_member *m = d->members[i];
 		if (!m || !m->held || m->state == DLV_MEMBER_STOPPED)
 			continue;
-		struct feed_shm_rel *r = m->rel.map;
-		atomic_store_explicit(&r->daemon_waiting, 1, memory_order_relaxed);
+		/* feed_ring.h: the flag, a fence, and a re-check of the head;
+		 * advance_locked() re-checks again after pumping */
+		(void)feed_ring_arm(&m->rel_ring, m->rel_tail);
 	}
-	atomic_thread_fence(memory_order_seq_cst);
 	d->want_recheck = true;
 }
 
@@ -946,8 +942,7 @@ static bool released_since_locked(struct dlv *d)
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
 		if (m && m->state != DLV_MEMBER_STOPPED &&
-		    atomic_load_explicit(&((struct feed_shm_rel *)m->rel.map)->rel_head,
-					 memory_order_acquire) != m->rel_tail)
+		    feed_ring_head(&m->rel_ring) != m->rel_tail)
 			return true;
 	}
 	return false;
@@ -1193,7 +1188,9 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 	if (tail > head || tail < oldest)
 		tail = oldest;  /* a lie: it keeps what the ring still names */
 	for (uint64_t i = tail; i != head; i++) {
-		uint64_t e = m->ready_ring[i & (cap - 1)];
+		/* relaxed: our own entry, read back under the lock */
+		uint64_t e = atomic_load_explicit(&m->ready.entry[i & (cap - 1)],
+						  memory_order_relaxed);
 		uint32_t s = feed_ring_slot(e);
 		if (s < d->lay.nslots && (m->held & (1ull << s)) && d->slots[s].gen == feed_ring_gen(e))
 			member_drop_locked(d, m, s);

@@ -37,6 +37,7 @@
 #include <sys/types.h>
 
 #include "feed_err.h"
+#include "feed_shm.h"
 #include "schedule.h"
 
 struct dlv;
@@ -47,8 +48,8 @@ struct pipe_plan;
 struct pool;
 struct slot_layout;
 
-#define DLV_MAX_CREDITS 64    /* slots of a delivery: one bit each in a member's mask */
-#define DLV_MAX_MEMBERS 64    /* members of a group: one bit each in a slot's mask */
+#define DLV_MAX_CREDITS FEED_SHM_MAX_SLOTS    /* slots of a delivery: one bit each in a member's mask */
+#define DLV_MAX_MEMBERS FEED_SHM_MAX_MEMBERS    /* members of a group: one bit each in a slot's mask */
 #define DLV_MAX_BATCH 65536
 
 struct pool_job;

@@ -53,7 +53,7 @@
 #include "feed_err.h"
 #include "feed_shm.h"
 
-#define DSL_MAX_SLOTS 64      /* = DLV_MAX_CREDITS */
+#define DSL_MAX_SLOTS FEED_SHM_MAX_SLOTS
 
 struct dsl_gpu;
 struct dsl;

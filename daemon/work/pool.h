@@ -46,6 +46,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
+#include "feed_shm.h"
 #include "image.h"
 #include "log.h"
 
@@ -185,7 +186,7 @@ void pool_source_put(struct pool_source *s);
  * or NULL. The source is urgent while any watched reader waits. A flag
  * must stay mapped until replaced by NULL or pool_source_put() (which
  * drops every watch). Any thread. */
-#define POOL_SOURCE_READERS 64
+#define POOL_SOURCE_READERS FEED_SHM_MAX_MEMBERS
 void pool_source_watch(struct pool_source *s, unsigned i, const _Atomic uint32_t *reader_waiting);
 
 /* Counters; any thread, without the lock (relaxed atomics). */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -289,11 +290,23 @@ static struct timespec cr_deadline(void)
 	return ts;
 }
 
+/* SIGKILLs feedd and starts it again on the same socket (a fresh log). */
+static void cr_restart(const char *arg)
+{
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	h_start((const char *[]){"--dataset", arg, "--workers", "1", NULL});
+}
+
 /* Every batch of every epoch comes exactly once (samples, epoch ends and
  * labels checked) while another thread releases each as it comes; the
  * reader never waits past the deadline, so a lost wake-up fails the test
- * instead of hanging it. */
-START_TEST(test_client_release_from_another_thread_during_next)
+ * instead of hanging it. After restart_after batches (when below
+ * CR_BATCHES) feedd is killed and started again: the stream reconnects
+ * while the other thread releases batches of the incarnation it leaves. */
+static void cr_run(uint64_t restart_after)
 {
 	static uint8_t seen[CR_EPOCHS][CR_SAMPLES];
 	struct cr_hand hd = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
@@ -308,7 +321,8 @@ START_TEST(test_client_release_from_another_thread_during_next)
 	h_start((const char *[]){"--dataset", arg, "--workers", "1", NULL});
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = "cr", .batch = CR_BATCH, .credits = CR_CREDITS,
-				     .epochs = CR_EPOCHS, .pipeline = CR_PIPE};
+				     .epochs = CR_EPOCHS, .pipeline = CR_PIPE,
+				     .reconnect_ms = H_DEADLINE_MS};
 	struct feed_stream *st = h_stream_open(c, &o);
 	ck_assert_uint_eq(feed_stream_info(st)->credits, CR_CREDITS);
 	ck_assert_int_eq(pthread_create(&th, NULL, cr_releaser, &hd), 0);
@@ -369,6 +383,8 @@ START_TEST(test_client_release_from_another_thread_during_next)
 		delivered++;
 		pthread_cond_broadcast(&hd.cond);
 		pthread_mutex_unlock(&hd.lock);
+		if (delivered == restart_after)
+			cr_restart(arg);
 	}
 	pthread_mutex_lock(&hd.lock);
 	hd.done = true;
@@ -391,6 +407,21 @@ START_TEST(test_client_release_from_another_thread_during_next)
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
+
+START_TEST(test_client_release_from_another_thread_during_next)
+{
+	cr_run(UINT64_MAX);
+}
+END_TEST
+
+/* The same across a daemon restart: the releasing thread gives back
+ * batches of the old incarnation (the last one unmaps it) while the
+ * reader reconnects and swaps in the new one (ThreadSanitizer checks the
+ * incarnation's hand-over between the two). */
+START_TEST(test_client_release_from_another_thread_across_a_restart)
+{
+	cr_run(CR_BATCHES / 3);
+}
 END_TEST
 
 int main(void)
@@ -407,6 +438,7 @@ int main(void)
 	tcase_add_test(tc, test_client_version_is_the_projects);
 	tcase_add_test(tc, test_client_strerror_speaks_feedd);
 	tcase_add_test(tc, test_client_release_from_another_thread_during_next);
+	tcase_add_test(tc, test_client_release_from_another_thread_across_a_restart);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -245,7 +245,8 @@ START_TEST(test_client_gpu_pin_registers_the_data_region)
 END_TEST
 
 /* After feedd restarts, the new data region is pinned too; the old one is
- * unregistered when its last batch goes (before it is unmapped). */
+ * unregistered once its last batch went, by the next feed_next() (before
+ * it is unmapped): the thread that released it calls no driver. */
 START_TEST(test_client_gpu_pin_follows_a_reconnection)
 {
 	use_fake("13000", "0");
@@ -265,10 +266,43 @@ START_TEST(test_client_gpu_pin_follows_a_reconnection)
 		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
 	ck_assert_int_eq(fs->registers, 2);
 	ck_assert_int_eq(fs->unregisters, 0);   /* the old region is mapped: a batch holds it */
-	ck_assert_int_eq(feed_release(old), 0); /* its last batch: unregistered, unmapped */
-	ck_assert_int_eq(fs->unregisters, 1);
+	ck_assert_int_eq(feed_release(old), 0); /* its last batch */
+	ck_assert_int_eq(fs->unregisters, 0);   /* not on the releasing thread */
+	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->unregisters, 1);   /* feed_next unregistered and unmapped it */
 	feed_stream_close(st);
 	ck_assert_int_eq(fs->unregisters, 2);
+	feed_disconnect(c);
+}
+END_TEST
+
+/* A reconnection while no batch of the old incarnation is held unmaps it
+ * at once, on feed_next()'s thread: its pinned region is unregistered
+ * after the stream's lock is dropped (the lock checks of this build abort
+ * on a driver call under a lock), and the new region is pinned. */
+START_TEST(test_client_gpu_pin_reconnection_nothing_held)
+{
+	use_fake("13000", "0");
+	gpu_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	const struct fake_cuda_stats *fs = fake_stats();
+
+	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
+	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	gpu_start();
+	/* what was published before, then the first of the new incarnation */
+	for (int i = 0; i < 8 && fs->registers < 2; i++)
+		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
+	ck_assert_int_eq(fs->registers, 2);
+	ck_assert_int_eq(fs->unregisters, 1); /* the old one, nothing held in it */
+	feed_stream_close(st);
+	ck_assert_int_eq(fs->unregisters, 2);
+	ck_assert_int_eq(fs->primary_releases, 1);
 	feed_disconnect(c);
 }
 END_TEST
@@ -707,6 +741,7 @@ int main(void)
 	tcase_add_test(tc, test_client_gpu_mix);
 	tcase_add_test(tc, test_client_gpu_pin_registers_the_data_region);
 	tcase_add_test(tc, test_client_gpu_pin_follows_a_reconnection);
+	tcase_add_test(tc, test_client_gpu_pin_reconnection_nothing_held);
 	tcase_add_test(tc, test_client_gpu_pin_without_driver);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;

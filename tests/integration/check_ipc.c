@@ -441,7 +441,8 @@ END_TEST
 /* feedd killed and started again under a stream with device slots: the
  * stream reconnects and has device slots again (new handles, opened
  * once); a batch held across the restart keeps its host copy, its device
- * slot is gone (-ENODEV), and its release closes the old handles. */
+ * slot is gone (-ENODEV), and after its release the next feed_next()
+ * closes the old handles (the releasing thread makes no such driver call). */
 START_TEST(test_ipc_daemon_restart)
 {
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
@@ -484,6 +485,8 @@ START_TEST(test_ipc_daemon_restart)
 	ck_assert(!memcmp(hv.data, held_labels, sizeof(held_labels)));
 	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 0);
 	ck_assert_int_eq(feed_release(held), 0);
+	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 0); /* not on the releasing thread */
+	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
 	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 1); /* the old incarnation's */
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 2);

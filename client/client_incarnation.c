@@ -1,0 +1,307 @@
+/*
+ * client_incarnation.c: a stream's position (resume tokens) and its
+ * incarnations: after a daemon restart the stream reconnects, reopens at
+ * its position and adopts the new regions as its next incarnation, while
+ * the earlier one stays mapped until the caller has released every batch
+ * from it (then feed_next()'s thread unmaps it: st_reap).
+ *
+ * Threads: st_reopen and everything here on feed_next()'s thread, which
+ * alone changes the current incarnation; feed_release() on other threads
+ * reads it (st->cur, published with release) and takes st->rel_lock,
+ * under which st_adopt swaps it. Nothing else happens under that lock:
+ * the descriptors are closed, the old regions unmapped and its device
+ * slots closed (CUDA driver calls) after it is dropped.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_stream.h"
+#include "feed_lock.h"
+
+/* The token of the stream's position (feed.proto ResumeToken) into buf,
+ * its length into *ret_len; -ENOSPC (nothing written) past cap. */
+int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
+{
+	Feed__ResumeToken t = FEED__RESUME_TOKEN__INIT;
+
+	t.magic = FEED_RESUME_MAGIC;
+	t.dataset_version = (char *)st->info.dataset_version;
+	t.pipeline_hash = st->info.pipeline_hash;
+	t.seed = st->opts.seed;
+	t.batch = st->opts.batch;
+	t.world = st->world;
+	t.epoch = st->pos_epoch;
+	t.position = st->pos_position;
+	t.order = st_order(st->opts.order);
+	t.window = st->opts.window;
+	t.drop_last = st->opts.drop_last;
+	t.pad_last = st->opts.pad_last;
+	t.eval = st->opts.eval;
+	if (st->opts.order == FEED_ORDER_NODE) {
+		t.nodes = st->opts.nodes ? st->opts.nodes : 1;
+		t.node_deal = st->opts.node_deal == FEED_NODE_DEAL_FIXED ?
+				      FEED__NODE_DEAL__NODE_DEAL_FIXED : FEED__NODE_DEAL__NODE_DEAL_ROTATE;
+		if (st->nlv && st->lv_epoch == st->pos_epoch) {
+			t.n_level_nodes = t.n_level_positions = st->nlv;
+			t.level_nodes = (uint32_t *)st->lv_nodes;
+			t.level_positions = (uint64_t *)st->lv_pos;
+		}
+	}
+	size_t n = feed__resume_token__get_packed_size(&t);
+	if (n > cap)
+		return -ENOSPC;
+	feed__resume_token__pack(&t, buf);
+	*ret_len = n;
+	return 0;
+}
+
+FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
+				      size_t *ret_len)
+{
+	if (!st || !buf || !ret_len)
+		return -EINVAL;
+	return st_token(st, buf, cap, ret_len);
+}
+
+/* Keeps opts (and its strings) for reopening. */
+int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
+{
+	size_t nd = strlen(o->dataset) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
+	size_t ng = o->group ? strlen(o->group) + 1 : 0;
+
+	st->opts_mem = malloc(nd + np + ng);
+	if (!st->opts_mem)
+		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's options");
+	st->opts = *o;
+	st->opts.resume = NULL;
+	st->opts.resume_len = 0;
+	st->opts.dataset = memcpy(st->opts_mem, o->dataset, nd);
+	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
+	st->opts.group = ng ? memcpy(st->opts_mem + nd + np, o->group, ng) : NULL;
+	return 0;
+}
+
+/* Node order: the layouts the daemon reads the token's epoch under, as
+ * daemon/delivery/schedule.c decides: the token's own when it was taken
+ * with this node count at a batch boundary of this layout, else those
+ * plus the token's (nodes, position), counting again from position 0. */
+static void st_resume_levels(struct feed_stream *st, const Feed__ResumeToken *t)
+{
+	uint32_t nodes = st->opts.nodes ? st->opts.nodes : 1;
+	uint64_t stride = (uint64_t)st->batch * st->world;
+
+	st->lv_epoch = t->epoch;
+	st->nlv = 0;
+	for (size_t i = 0; i < t->n_level_nodes && i < t->n_level_positions &&
+			   st->nlv < ST_MAX_LEVELS; i++) {
+		st->lv_nodes[st->nlv] = t->level_nodes[i];
+		st->lv_pos[st->nlv++] = t->level_positions[i];
+	}
+	if (t->nodes == nodes && t->position % stride == 0)
+		return;
+	if (st->nlv < ST_MAX_LEVELS) { /* else the daemon refused it */
+		st->lv_nodes[st->nlv] = t->nodes;
+		st->lv_pos[st->nlv++] = t->position;
+	}
+	st->pos_position = 0;
+}
+
+/* A stream opened with a token starts at the token's position (one taken
+ * after an epoch's last batch first delivers that epoch's end). */
+void st_resume_position(struct feed_stream *st, const void *token, size_t len)
+{
+	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, len, token);
+
+	if (!t)
+		return; /* the daemon accepted it, so this does not happen */
+	st->pos_epoch = t->epoch;
+	st->pos_position = t->position;
+	if (st->opts.order == FEED_ORDER_NODE)
+		st_resume_levels(st, t);
+	feed__resume_token__free_unpacked(t, NULL);
+}
+
+/* n's schema is st's: the same fields, dtypes, shapes and batch. */
+static bool st_same_schema(const struct feed_stream *st, const struct feed_stream *n)
+{
+	const struct feed_stream_info *a = &st->info, *b = &n->info;
+	bool same = a->num_fields == b->num_fields && n->batch == st->batch;
+
+	for (uint32_t f = 0; same && f < a->num_fields; f++)
+		same = a->fields[f].dtype == b->fields[f].dtype &&
+		       a->fields[f].variable == b->fields[f].variable &&
+		       a->fields[f].rank == b->fields[f].rank &&
+		       !memcmp(a->fields[f].shape, b->fields[f].shape,
+			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
+	return same;
+}
+
+/* Moves n's regions, ring views and descriptors into st (rel_lock). */
+static void st_take_regions(struct feed_stream *st, struct feed_stream *n)
+{
+	st->ctl = n->ctl;
+	st->ready = n->ready;
+	st->tail = n->tail;
+	st->nslots = n->nslots;
+	st->nfields = n->nfields;
+	st->stop = 0;
+	atomic_store_explicit(&st->nheld, 0, memory_order_relaxed);
+	st->batches = n->batches;
+	st->data = n->data;
+	st->slot_bytes = n->slot_bytes;
+	st->slot_hdr_bytes = n->slot_hdr_bytes;
+	st->slots_off = n->slots_off;
+	st->rel = n->rel;
+	st->release = n->release;
+	st->rel_head = n->rel_head;
+	memcpy(st->fd, n->fd, sizeof(st->fd));
+	st->info.id = n->info.id;
+	st->info.credits = n->info.credits;
+	st->group = n->group;
+	st->take_max = n->take_max;
+	memcpy(st->dev_reason, n->dev_reason, sizeof(st->dev_reason));
+	st->conn_opens = n->conn_opens;
+	for (uint32_t i = 0; i < st->nslots; i++)
+		st->batches[i].st = st;
+}
+
+/* Makes n, a fresh stream on the same connection, st's next incarnation:
+ * st keeps its identity, info, options, hooks and position; the regions
+ * of the old one stay mapped while batches from them are held (unmapped
+ * here, after the lock, when none is). -EPROTO when n's schema differs;
+ * then st is untouched (n is the caller's). n is freed on success. */
+static int st_adopt(struct feed_stream *st, struct feed_stream *n)
+{
+	struct st_inc *old = st_inc_now(st), *inc = st_inc_now(n);
+	int old_fd[ST_NFDS];
+
+	if (!st_same_schema(st, n))
+		return -EPROTO;
+	feed_mutex_lock(&st->rel_lock);
+	/* from now on each release of an old batch counts down */
+	old->held = atomic_load_explicit(&st->nheld, memory_order_relaxed);
+	memcpy(old_fd, st->fd, sizeof(old_fd));
+	st_take_regions(st, n);
+	inc->id = old->id + 1;
+	inc->next = old;
+	/* release: feed_release() on another thread sees inc whole (its ipc) */
+	atomic_store_explicit(&st->cur, inc, memory_order_release);
+	bool unused = old->held == 0;
+	feed_mutex_unlock(&st->rel_lock);
+	/* after the lock: closing, unmapping and the driver's unregistering */
+	for (int i = 0; i < ST_NFDS; i++)
+		close(old_fd[i]);
+	if (unused)
+		st_inc_unmap(st, old);
+	pthread_mutex_destroy(&n->rel_lock);
+	free(n->info_mem);
+	free(n);
+	return 0;
+}
+
+/* A new data region is mapped: the hooks that want it (pinning) see it. */
+static void st_hooks_map(struct feed_stream *st)
+{
+	struct st_inc *inc = st_inc_now(st);
+
+	for (int id = 0; id < CL_HOOKS; id++) {
+		struct cl_hook h;
+		void *self = st_hook_get(st, (enum cl_hook_id)id, &h);
+		if (self && h.map)
+			h.map(self, inc->map[1], inc->len[1]);
+	}
+}
+
+static void st_sleep_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Failures of a reopening attempt that a later attempt may not meet: the
+ * daemon not (yet) there, or gone again. */
+static bool st_transient(int r)
+{
+	return r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN ||
+	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
+}
+
+/* The daemon went away under st (every batch it published has been
+ * returned): reconnects to the same socket and reopens the stream at its
+ * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
+ * when nothing was left to deliver, -ENOMEM with st unchanged (the next
+ * call tries again), or a sticky error. */
+int st_reopen(struct feed_stream *st)
+{
+	struct feed_conn *conn = st->conn;
+	int limit = st->opts.reconnect_ms ? st->opts.reconnect_ms : 30000;
+	uint8_t token[FEED_RESUME_MAX];
+	char last[CL_ERRMSG_MAX];
+	size_t len;
+	int r, delay = 20;
+
+	/* feedd is gone: nothing will convert (or rebuild) a deferred slot */
+	st_poll_ipc(st, true, NULL);
+	if (st->opts.epochs && st->pos_epoch >= st->opts.epochs) {
+		st->stop = FEED_END_OF_STREAM;
+		return FEED_END_OF_STREAM;
+	}
+	/* the detail without its "stream N: ", which st_stop puts back once */
+	char pre[32];
+	int npre = snprintf(pre, sizeof(pre), "stream %u: ", st->info.id);
+	snprintf(last, sizeof(last), "%s",
+		 strncmp(conn->errmsg, pre, (size_t)npre) ? conn->errmsg : conn->errmsg + npre);
+	if (st->opts.reconnect_ms < 0)
+		return st_stop(st, -ECONNRESET, "%s; reconnecting is off (reconnect_ms < 0)", last);
+	if (!conn->path[0])
+		return st_stop(st, -ECONNRESET, "feedd went away (%s)", last);
+	if ((r = st_token(st, token, sizeof(token), &len)) < 0)
+		return st_stop(st, r, "resume token does not fit");
+	struct feed_stream_opts o = st->opts;
+	o.resume = token;
+	o.resume_len = len;
+	int64_t deadline = st_now_ms() + limit;
+	for (;;) {
+		/* our connection is dead; another stream may have reconnected it */
+		if (conn->opens == st->conn_opens)
+			cl_close(conn);
+		r = conn->sock >= 0 ? 0 : feed_conn_open(conn, conn->path);
+		if (r == 0) {
+			struct feed_stream *n;
+			r = st_open(conn, &o, &n);
+			if (r == 0) {
+				if (st_adopt(st, n) == 0) {
+					/* pinned: the new data region too (else pageable, still correct) */
+					st_hooks_map(st);
+					return 0;
+				}
+				feed_stream_close(n);
+				return st_stop(st, -EPROTO, "feedd came back with another schema for "
+					       "dataset '%s'", st->opts.dataset);
+			}
+			if (r != -ENOMEM && !st_transient(r))
+				return st_stop(st, r, "feedd came back but the stream could not be "
+					       "reopened: %s", conn->errmsg);
+		}
+		if (r == -ENOMEM) {
+			/* not sticky: st is as it was, so the next call tries again */
+			snprintf(last, sizeof(last), "%s", conn->errmsg);
+			return cl_fail(conn, r, "stream %u: reopening it after feedd came back: %s",
+				       st->info.id, last);
+		}
+		snprintf(last, sizeof(last), "%s", conn->errmsg);
+		int64_t left = deadline - st_now_ms();
+		if (left <= 0)
+			return st_stop(st, -ECONNRESET, "feedd at %s went away and was not back "
+				       "within %d ms (reconnect_ms) (%s)", conn->path, limit, last);
+		/* the last attempt is made at the deadline, not a delay before it */
+		st_sleep_ms(left < delay ? (int)left : delay);
+		delay = delay < 500 ? delay * 2 : 1000;
+	}
+}
+
