@@ -222,15 +222,96 @@ static int ipc_check(struct feed_conn *conn, const Feed__DeviceSlots *ds, uint32
 	return 0;
 }
 
+/* A cl_ipc for ds's slots and fields, holding nothing on the device yet;
+ * NULL when out of memory. */
+static struct cl_ipc *ipc_new(const struct cudrv *cu, const struct feed_stream_device *o,
+			      const Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields)
+{
+	struct cl_ipc *ipc = calloc(1, sizeof(*ipc));
+
+	if (!ipc)
+		return NULL;
+	ipc->cu = cu;
+	ipc->layout = o->layout;
+	ipc->slot_bytes = ds->slot_bytes;
+	ipc->nslots = nslots;
+	ipc->nfields = nfields;
+	pthread_mutex_init(&ipc->mu, NULL);
+	for (uint32_t f = 0; f < nfields; f++)
+		ipc->field[f] = (struct ipc_field){ds->fields[f]->kind, ds->fields[f]->dtype,
+						   ds->fields[f]->offset, ds->fields[f]->sample_bytes};
+	return ipc;
+}
+
+/* Makes device's context current: cur (the caller's) if it is that
+ * device's, else the device's primary context, retained. CUDA_SUCCESS, or
+ * the failing call's error with *ret_what naming it. */
+static CUresult ipc_attach(struct cl_ipc *ipc, int device, CUcontext cur, const char **ret_what)
+{
+	const struct cudrv_api *api = &ipc->cu->api;
+	CUdevice cur_dev;
+	CUresult e;
+
+	*ret_what = "cuDeviceGet";
+	if ((e = FEED_CU(api, DeviceGet, &ipc->dev, device)) != CUDA_SUCCESS)
+		return e;
+	if (cur && FEED_CU(api, CtxGetDevice, &cur_dev) == CUDA_SUCCESS && cur_dev == ipc->dev) {
+		ipc->ctx = cur;
+		return CUDA_SUCCESS;
+	}
+	*ret_what = "cuDevicePrimaryCtxRetain";
+	if ((e = FEED_CU(api, DevicePrimaryCtxRetain, &ipc->ctx, ipc->dev)) != CUDA_SUCCESS)
+		return e;
+	ipc->retained = true;
+	*ret_what = "cuCtxSetCurrent";
+	return FEED_CU(api, CtxSetCurrent, ipc->ctx);
+}
+
+/* On the current context: maps ds's device memory, opens each slot's
+ * ready event, makes its wrote event and our own stream. CUDA_SUCCESS, or
+ * the failing call's error with *ret_what naming it (what was made stays
+ * in ipc, for cl_ipc_close). */
+static CUresult ipc_map(struct cl_ipc *ipc, const Feed__DeviceSlots *ds, const char **ret_what)
+{
+	const struct cudrv_api *api = &ipc->cu->api;
+	CUipcMemHandle mh;
+	CUresult e;
+
+	memcpy(&mh, ds->mem_handle.data, sizeof(mh));
+	*ret_what = "cuIpcOpenMemHandle";
+	if ((e = FEED_CU(api, IpcOpenMemHandle, &ipc->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
+	    CUDA_SUCCESS) {
+		ipc->base = 0;
+		return e;
+	}
+	ipc->words = ipc->base + ds->done_offset;
+	for (uint32_t i = 0; i < ipc->nslots; i++) {
+		CUipcEventHandle h;
+		memcpy(&h, ds->ready[i].data, sizeof(h));
+		*ret_what = "cuIpcOpenEventHandle";
+		if ((e = FEED_CU(api, IpcOpenEventHandle, &ipc->ready[i], h)) != CUDA_SUCCESS) {
+			ipc->ready[i] = NULL;
+			return e;
+		}
+		*ret_what = "cuEventCreate";
+		if ((e = FEED_CU(api, EventCreate, &ipc->wrote[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+			ipc->wrote[i] = NULL;
+			return e;
+		}
+	}
+	*ret_what = "cuStreamCreate";
+	if ((e = FEED_CU(api, StreamCreate, &ipc->own, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+		ipc->own = NULL;
+	return e;
+}
+
 int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 		const Feed__DeviceSlots *ds, uint32_t nslots, uint32_t nfields, uint32_t batch,
 		struct cl_ipc **ret, char *why, size_t cap)
 {
 	const struct cudrv *cu = cudrv_get();
-	const struct cudrv_api *api = &cu->api;
 	struct cl_ipc *ipc;
 	CUcontext cur = NULL;
-	CUipcMemHandle mh;
 	char name[96];
 	const char *what;
 	CUresult e;
@@ -243,70 +324,23 @@ int cl_ipc_open(struct feed_conn *conn, const struct feed_stream_device *o,
 	}
 	if ((r = ipc_check(conn, ds, nslots, nfields, batch)) < 0)
 		return r;
-	if (!(ipc = calloc(1, sizeof(*ipc))))
+	if (!(ipc = ipc_new(cu, o, ds, nslots, nfields)))
 		return cl_fail(conn, -ENOMEM, "out of memory for device slots");
-	ipc->cu = cu;
-	ipc->layout = o->layout;
-	ipc->slot_bytes = ds->slot_bytes;
-	ipc->nslots = nslots;
-	ipc->nfields = nfields;
-	pthread_mutex_init(&ipc->mu, NULL);
-	for (uint32_t f = 0; f < nfields; f++)
-		ipc->field[f] = (struct ipc_field){ds->fields[f]->kind, ds->fields[f]->dtype,
-						   ds->fields[f]->offset, ds->fields[f]->sample_bytes};
-	what = "cuDeviceGet";
-	if ((e = FEED_CU(api, DeviceGet, &ipc->dev, o->device)) != CUDA_SUCCESS)
-		goto fail;
-	/* the caller's context if it is this device's, else the primary one */
-	CUdevice cur_dev;
-	if (FEED_CU(api, CtxGetCurrent, &cur) == CUDA_SUCCESS && cur &&
-	    FEED_CU(api, CtxGetDevice, &cur_dev) == CUDA_SUCCESS && cur_dev == ipc->dev) {
-		ipc->ctx = cur;
-	} else {
-		what = "cuDevicePrimaryCtxRetain";
-		if ((e = FEED_CU(api, DevicePrimaryCtxRetain, &ipc->ctx, ipc->dev)) != CUDA_SUCCESS)
-			goto fail;
-		ipc->retained = true;
-		what = "cuCtxSetCurrent";
-		if ((e = FEED_CU(api, CtxSetCurrent, ipc->ctx)) != CUDA_SUCCESS)
-			goto fail;
-	}
-	memcpy(&mh, ds->mem_handle.data, sizeof(mh));
-	what = "cuIpcOpenMemHandle";
-	if ((e = FEED_CU(api, IpcOpenMemHandle, &ipc->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) !=
-	    CUDA_SUCCESS) {
-		ipc->base = 0;
-		goto fail;
-	}
-	ipc->words = ipc->base + ds->done_offset;
-	for (uint32_t i = 0; i < nslots; i++) {
-		CUipcEventHandle h;
-		memcpy(&h, ds->ready[i].data, sizeof(h));
-		what = "cuIpcOpenEventHandle";
-		if ((e = FEED_CU(api, IpcOpenEventHandle, &ipc->ready[i], h)) != CUDA_SUCCESS) {
-			ipc->ready[i] = NULL;
-			goto fail;
-		}
-		what = "cuEventCreate";
-		if ((e = FEED_CU(api, EventCreate, &ipc->wrote[i], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-			ipc->wrote[i] = NULL;
-			goto fail;
-		}
-	}
-	what = "cuStreamCreate";
-	if ((e = FEED_CU(api, StreamCreate, &ipc->own, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-		ipc->own = NULL;
-		goto fail;
+	/* the caller's context, given back as it was whatever happens */
+	if (FEED_CU(&cu->api, CtxGetCurrent, &cur) != CUDA_SUCCESS)
+		cur = NULL;
+	if ((e = ipc_attach(ipc, o->device, cur, &what)) != CUDA_SUCCESS ||
+	    (e = ipc_map(ipc, ds, &what)) != CUDA_SUCCESS) {
+		/* not this stream's error: it goes on with host slots, saying why */
+		ipc_why(why, cap, "this process: %s failed: %s", what,
+			cudrv_errname(cu, e, name, sizeof(name)));
+		cl_ipc_close(ipc);
+		FEED_CU(&cu->api, CtxSetCurrent, cur);
+		return 0;
 	}
 	if (cur != ipc->ctx)
-		FEED_CU(api, CtxSetCurrent, cur);
+		FEED_CU(&cu->api, CtxSetCurrent, cur);
 	*ret = ipc;
-	return 0;
-fail:
-	/* not this stream's error: it goes on with host slots, saying why */
-	ipc_why(why, cap, "this process: %s failed: %s", what, cudrv_errname(cu, e, name, sizeof(name)));
-	cl_ipc_close(ipc);
-	FEED_CU(api, CtxSetCurrent, cur);
 	return 0;
 }
 
