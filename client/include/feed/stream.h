@@ -10,7 +10,9 @@
  * When feedd restarts under a stream, feed_next() reconnects and resumes
  * at the stream's position (opts.reconnect_ms bounds how long it tries):
  * no batch is lost or returned twice. Batches held across the restart
- * stay valid until released.
+ * stay valid until released; the old regions are unmapped (and their
+ * device resources closed) by the first feed_next() after the last of
+ * them is released, on that thread, never by feed_release().
  *
  * Return codes: 0 (or the FEED_END_* values where stated) on success, a
  * negative errno-style code on failure; feed_errmsg(conn) has the detail.
