@@ -62,7 +62,15 @@ start_feedd() {
 		2>>"$work/feedd.log" &
 	feedd_pid=$!
 	feedd_pids="$feedd_pids $feedd_pid"
-	for _ in $(seq 100); do
+	wait_feedd "$sock" 100
+}
+
+# wait_feedd SOCK TRIES: polls `feedctl status` on SOCK every 50 ms, TRIES
+# times at most, until the feedd started as $feedd_pid answers; exits the
+# script with feedd's log if it died or never answered.
+wait_feedd() {
+	local sock=$1 tries=$2
+	for _ in $(seq "$tries"); do
 		"$bin/feedctl" --socket "$sock" status >/dev/null 2>&1 && return 0
 		kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
 		sleep 0.05

@@ -76,13 +76,7 @@ start() {
 	echo "--- $2" >>"$work/feedd.log"
 	feedd_pid=$!
 	feedd_pids="$feedd_pids $feedd_pid"
-	for _ in $(seq 200); do
-		"$bin/feedctl" --socket "$1" status >/dev/null 2>&1 && return 0
-		kill -0 "$feedd_pid" 2>/dev/null || { cat "$work/feedd.log" >&2; exit 1; }
-		sleep 0.05
-	done
-	echo "$me: feedd did not answer" >&2
-	exit 1
+	wait_feedd "$1" 200
 }
 stop() { kill -TERM "$feedd_pid"; wait "$feedd_pid" || true; }
 
