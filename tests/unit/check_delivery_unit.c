@@ -31,6 +31,7 @@
 #include "cache.h"
 #include "check_util.h"
 #include "delivery.h"
+#include "feed_ring.h"
 #include "feed_shm.h"
 #include "fmt.h"
 #include "layout.h"
@@ -67,6 +68,8 @@ struct mem {
 	struct feed_shm_ctl *ctl; /* mapped read-only */
 	struct feed_shm_rel *rel; /* mapped writable */
 	uint64_t rel_head;        /* what we released */
+	struct feed_ring ready_ring; /* read as libfeedclient does (feed_ring.h) */
+	struct feed_ring rel_ring;   /* written as libfeedclient does */
 };
 
 static int q_submit(void *arg, struct pool_job *job)
@@ -221,6 +224,16 @@ static void join(struct dlv *d, struct mem *m, uint64_t epochs, uint32_t credits
 	m->ctl = mmap(NULL, t.lay.ctl_bytes, PROT_READ, MAP_SHARED, fds.ctl, 0);
 	m->rel = mmap(NULL, t.lay.rel_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds.rel, 0);
 	ck_assert(m->ctl != MAP_FAILED && m->rel != MAP_FAILED);
+	m->ready_ring = (struct feed_ring){
+		.entry = (_Atomic uint64_t *)((uint8_t *)m->ctl + t.lay.ring_off),
+		.head = (_Atomic uint64_t *)&m->ctl->ready_head,
+		.waiting = &m->rel->client_waiting,
+		.cap = t.lay.ring_cap};
+	m->rel_ring = (struct feed_ring){
+		.entry = (_Atomic uint64_t *)((uint8_t *)m->rel + t.lay.rel_off),
+		.head = &m->rel->rel_head,
+		.waiting = &m->rel->daemon_waiting,
+		.cap = t.lay.rel_cap};
 }
 
 static void unmap(struct mem *m)
@@ -231,13 +244,15 @@ static void unmap(struct mem *m)
 
 static uint64_t head(const struct mem *m)
 {
-	return atomic_load_explicit(&m->ctl->ready_head, memory_order_acquire);
+	return feed_ring_head(&m->ready_ring);
 }
 
+/* Ready entry i (below head()), read through the client's protocol. */
 static uint64_t entry(const struct mem *m, uint64_t i)
 {
-	const uint64_t *ring = (const uint64_t *)((const uint8_t *)m->ctl + t.lay.ring_off);
-	return ring[i & (t.lay.ring_cap - 1)];
+	uint64_t tail = i;
+
+	return feed_ring_take(&m->ready_ring, &tail);
 }
 
 static const struct feed_shm_slot *header(const struct mem *m, uint32_t slot)
@@ -249,11 +264,8 @@ static const struct feed_shm_slot *header(const struct mem *m, uint32_t slot)
 /* Releases the batch of ready entry i, as libfeedclient would. */
 static void release(struct mem *m, uint64_t i)
 {
-	uint64_t *ring = (uint64_t *)((uint8_t *)m->rel + t.lay.rel_off);
-
-	ring[m->rel_head & (t.lay.rel_cap - 1)] = entry(m, i);
-	m->rel_head++;
-	atomic_store_explicit(&m->rel->rel_head, m->rel_head, memory_order_release);
+	feed_ring_put(&m->rel_ring, &m->rel_head, entry(m, i));
+	feed_ring_publish(&m->rel_ring, m->rel_head);
 	dlv_member_on_release(m->m);
 }
 
