@@ -4,7 +4,8 @@
  * that takes its own lock. Every mutex of both is taken through
  * feed_mutex_lock()/feed_mutex_unlock(), which keep a per-thread count of
  * locks held; feed_assert_unlocked() aborts, naming the call, when that
- * count is not zero. FEED_CU() below makes a CUDA driver call (through
+ * count is not zero, and so does taking a second lock: no thread of
+ * either ever holds two. FEED_CU() below makes a CUDA driver call (through
  * cudrv.h's table) after that assertion.
  *
  * The count is kept only where FEED_LOCK_CHECKS is defined (the test
@@ -27,6 +28,10 @@ void feed_lock_violation(const char *what);
 
 static inline void feed_mutex_lock(pthread_mutex_t *m)
 {
+	/* the nesting order is empty (daemon/README.md "Locks"): a second
+	 * lock is itself a violation */
+	if (feed_locks_held)
+		feed_lock_violation("feed_mutex_lock (a second lock)");
 	pthread_mutex_lock(m);
 	feed_locks_held++;
 }

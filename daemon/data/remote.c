@@ -656,18 +656,23 @@ static void rem_prefetch(void *ctx, const struct fmt_range *r, size_t n)
 	free(x);
 }
 
-/* libcurl's share locks: taken inside libcurl calls, never with mu. */
+/* libcurl's share locks: taken inside libcurl calls, never with mu.
+ * libcurl nests them itself (it holds one kind while taking another,
+ * under curl_easy_perform), in its own order, and runs none of our code
+ * under them; so they are plain pthread locks, outside the count of
+ * feed_lock.h, whose rule (no thread holds two of ours) they would
+ * otherwise break by design. */
 static void rem_share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *ctx)
 {
 	(void)h;
 	(void)a;
-	feed_mutex_lock(&((struct rem_store *)ctx)->share_mu[d]);
+	pthread_mutex_lock(&((struct rem_store *)ctx)->share_mu[d]);
 }
 
 static void rem_share_unlock(CURL *h, curl_lock_data d, void *ctx)
 {
 	(void)h;
-	feed_mutex_unlock(&((struct rem_store *)ctx)->share_mu[d]);
+	pthread_mutex_unlock(&((struct rem_store *)ctx)->share_mu[d]);
 }
 
 /* The share; without one (out of memory) each handle keeps its own. */

@@ -1,8 +1,8 @@
 /*
  * check_lock.c: the lock rule's debug check (proto/feed_lock.h). A CUDA
  * driver call made through FEED_CU() while the calling thread holds a lock
- * taken with feed_mutex_lock() aborts, naming the call; with no lock held
- * it goes through; the count is per thread. Built with FEED_LOCK_CHECKS
+ * taken with feed_mutex_lock() aborts, naming the call, and so does a
+ * second lock; with no lock held it goes through; the count is per thread. Built with FEED_LOCK_CHECKS
  * (the default): without it the check is compiled out, and these tests
  * say so and pass nothing off as checked.
  */
@@ -59,12 +59,23 @@ START_TEST(test_lock_count_follows_lock_and_unlock)
 
 	ck_assert_uint_eq(feed_locks_held, 0);
 	feed_mutex_lock(&a);
-	feed_mutex_lock(&b);
-	ck_assert_uint_eq(feed_locks_held, 2);
-	feed_mutex_unlock(&b);
 	ck_assert_uint_eq(feed_locks_held, 1);
 	feed_mutex_unlock(&a);
+	feed_mutex_lock(&b);
+	ck_assert_uint_eq(feed_locks_held, 1);
+	feed_mutex_unlock(&b);
 	ck_assert_uint_eq(feed_locks_held, 0);
+}
+END_TEST
+
+/* The nesting order is empty: a second lock aborts (SIGABRT, as above). */
+START_TEST(test_lock_second_lock_aborts)
+{
+	pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER, b = PTHREAD_MUTEX_INITIALIZER;
+
+	feed_mutex_lock(&a);
+	feed_mutex_lock(&b);
+	ck_abort_msg("a second lock was taken");
 }
 END_TEST
 
@@ -126,6 +137,7 @@ static Suite *lock_suite(void)
 #ifdef FEED_LOCK_CHECKS
 	tcase_add_test_raise_signal(tc, test_lock_driver_call_under_lock_aborts, SIGABRT);
 	tcase_add_test(tc, test_lock_count_follows_lock_and_unlock);
+	tcase_add_test_raise_signal(tc, test_lock_second_lock_aborts, SIGABRT);
 	tcase_add_test(tc, test_lock_count_is_per_thread);
 	tcase_add_test(tc, test_lock_violation_names_the_call);
 #else
