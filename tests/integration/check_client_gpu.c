@@ -50,11 +50,76 @@ static bool kernels_built(void)
 	return gi.kernels;
 }
 
+/* feed_gpu_query succeeds and finds the GPU path unusable, its reason containing why. */
+static void expect_unusable(const char *why)
+{
+	struct feed_gpu_info gi;
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	ck_assert(!gi.usable);
+	ck_assert_msg(strstr(gi.reason, why), "%s", gi.reason);
+}
+
 static void gpu_start(void)
 {
 	static char tiny[200];
 	snprintf(tiny, sizeof(tiny), "tiny=%s", h.data);
 	h_start((const char *[]){"--dataset", tiny, NULL});
+}
+
+/* The double (driver 13.0, read-only flag ro) loaded: whether it has kernels to run. */
+static bool fake_kernels(const char *ro)
+{
+	use_fake("13000", ro);
+	return kernels_built();
+}
+
+/* A new connection (into *ret_c) and a tiny stream on it: batch samples, 2 credits. */
+static struct feed_stream *tiny_stream(struct feed_conn **ret_c, uint32_t batch)
+{
+	*ret_c = h_conn_new();
+	return h_tiny_open(*ret_c, batch, 2);
+}
+
+/* feedd started on tiny, then tiny_stream. */
+static struct feed_stream *start_tiny(struct feed_conn **ret_c, uint32_t batch)
+{
+	gpu_start();
+	return tiny_stream(ret_c, batch);
+}
+
+/* The double loaded (driver 13.0), then start_tiny with batches of 3. */
+static struct feed_stream *fake_tiny(struct feed_conn **ret_c)
+{
+	use_fake("13000", "0");
+	return start_tiny(ret_c, 3);
+}
+
+/* Kills feedd and starts a new incarnation, logging to another file. */
+static void restart_feedd(void)
+{
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
+	gpu_start();
+}
+
+/* Releases b (if any; asserts 0), completes the double's events if asked, closes st and c. */
+static void finish(struct feed_batch *b, bool complete, struct feed_stream *st, struct feed_conn *c)
+{
+	if (b)
+		ck_assert_int_eq(feed_release(b), 0);
+	if (complete)
+		fake_complete();
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+
+/* One batch comes at once (into *b), then none: a pending copy keeps a slot. */
+static void expect_one_then_no_slot(struct feed_stream *st, struct feed_batch **b)
+{
+	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, b), 0);
+	ck_assert_int_eq(feed_next(st, 0, b), -ENOBUFS);
 }
 
 /* ------------------------------------------------------------------ */
@@ -82,22 +147,16 @@ END_TEST
 
 START_TEST(test_client_gpu_query_driver_absent)
 {
-	struct feed_gpu_info gi;
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
-	ck_assert_int_eq(feed_gpu_query(&gi), 0);
-	ck_assert(!gi.usable);
-	ck_assert_msg(strstr(gi.reason, "/nonexistent/libcuda.so.1 not found"), "%s", gi.reason);
+	expect_unusable("/nonexistent/libcuda.so.1 not found");
 }
 END_TEST
 
 /* A library that loads but is no CUDA driver names the missing entry point. */
 START_TEST(test_client_gpu_query_not_a_driver)
 {
-	struct feed_gpu_info gi;
 	setenv("FEED_CUDA_DRIVER", "libm.so.6", 1);
-	ck_assert_int_eq(feed_gpu_query(&gi), 0);
-	ck_assert(!gi.usable);
-	ck_assert_msg(strstr(gi.reason, "libm.so.6 has no cuInit"), "%s", gi.reason);
+	expect_unusable("libm.so.6 has no cuInit");
 }
 END_TEST
 
@@ -116,12 +175,9 @@ END_TEST
 
 START_TEST(test_client_gpu_query_init_error)
 {
-	struct feed_gpu_info gi;
 	use_fake("13000", "0");
 	setenv("FAKE_CUDA_INIT", "100", 1);
-	ck_assert_int_eq(feed_gpu_query(&gi), 0);
-	ck_assert(!gi.usable);
-	ck_assert_msg(strstr(gi.reason, "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"), "%s", gi.reason);
+	expect_unusable("cuInit failed: CUDA_ERROR_NO_DEVICE (100)");
 }
 END_TEST
 
@@ -163,9 +219,8 @@ static void expect_images(const float *out, const struct feed_batch *b, float me
 
 START_TEST(test_client_gpu_cpu_path_converts)
 {
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = start_tiny(&c, 3);
 	struct feed_batch *b = h_next_batch(st);
 	float mean = 0.25f, sd = 0.5f, out[3 * 16];
 	int64_t bad[3];
@@ -185,8 +240,7 @@ START_TEST(test_client_gpu_cpu_path_converts)
 	ck_assert_int_eq(feed_batch_to_device(b, 7, out, &to, NULL), -EINVAL);
 	ck_assert_int_eq(feed_release(b), 0);
 	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), -EINVAL); /* released */
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(NULL, false, st, c);
 }
 END_TEST
 
@@ -194,9 +248,8 @@ END_TEST
 START_TEST(test_client_gpu_device_refused_without_driver)
 {
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = start_tiny(&c, 3);
 	struct feed_batch *b = h_next_batch(st);
 	float out[3 * 16];
 	struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(out)};
@@ -204,9 +257,7 @@ START_TEST(test_client_gpu_device_refused_without_driver)
 	ck_assert_int_eq(feed_batch_to_device(b, 0, out, &to, NULL), -ENODEV);
 	ck_assert_msg(strstr(feed_errmsg(c), "GPU path not usable: /nonexistent/libcuda.so.1 not found"),
 		      "%s", feed_errmsg(c));
-	ck_assert_int_eq(feed_release(b), 0);
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(b, false, st, c);
 }
 END_TEST
 
@@ -216,10 +267,8 @@ END_TEST
  * entry points are needed). */
 START_TEST(test_client_gpu_pin_registers_the_data_region)
 {
-	use_fake("13000", "0");
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = fake_tiny(&c);
 	const struct fake_cuda_stats *fs = fake_stats();
 
 	ck_assert_int_eq(feed_stream_pin(NULL, 0), -EINVAL);
@@ -249,19 +298,13 @@ END_TEST
  * it is unmapped): the thread that released it calls no driver. */
 START_TEST(test_client_gpu_pin_follows_a_reconnection)
 {
-	use_fake("13000", "0");
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = fake_tiny(&c);
 	const struct fake_cuda_stats *fs = fake_stats();
 
 	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
 	struct feed_batch *old = h_next_batch(st);
-	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
-	h.pid = 0;
-	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
-	gpu_start();
+	restart_feedd();
 	for (int i = 0; i < 4; i++) /* what was published before, then the new incarnation's */
 		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
 	ck_assert_int_eq(fs->registers, 2);
@@ -282,19 +325,13 @@ END_TEST
  * on a driver call under a lock), and the new region is pinned. */
 START_TEST(test_client_gpu_pin_reconnection_nothing_held)
 {
-	use_fake("13000", "0");
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = fake_tiny(&c);
 	const struct fake_cuda_stats *fs = fake_stats();
 
 	ck_assert_int_eq(feed_stream_pin(st, 0), 0);
 	ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
-	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
-	h.pid = 0;
-	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
-	gpu_start();
+	restart_feedd();
 	/* what was published before, then the first of the new incarnation */
 	for (int i = 0; i < 8 && fs->registers < 2; i++)
 		ck_assert_int_eq(feed_release(h_next_batch(st)), 0);
@@ -310,17 +347,14 @@ END_TEST
 START_TEST(test_client_gpu_pin_without_driver)
 {
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = start_tiny(&c, 3);
 
 	ck_assert_int_eq(feed_stream_pin(st, 0), -ENODEV);
 	ck_assert_msg(strstr(feed_errmsg(c), "no CUDA driver to pin with: "
 				  "/nonexistent/libcuda.so.1 not found"), "%s", feed_errmsg(c));
 	struct feed_batch *b = h_next_batch(st); /* the stream is as it was */
-	ck_assert_int_eq(feed_release(b), 0);
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(b, false, st, c);
 }
 END_TEST
 
@@ -329,12 +363,10 @@ END_TEST
  * twin's, and everything undone at close. */
 static void device_converts(const char *ro, unsigned want_flags)
 {
-	use_fake("13000", ro);
-	if (!kernels_built())
+	if (!fake_kernels(ro))
 		return; /* without nvcc there is nothing to launch */
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = start_tiny(&c, 3);
 	float mean = 0.5f, sd = 0.25f;
 	float *dev = malloc(3 * 16 * sizeof(float)); /* the double's device memory is host memory */
 	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_F32, .mean = &mean, .std = &sd,
@@ -378,12 +410,10 @@ END_TEST
  * event completes: with both credits held, no third batch comes. */
 START_TEST(test_client_gpu_release_waits_for_event)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
-	gpu_start();
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = start_tiny(&c, 2);
 	const struct fake_cuda_stats *fs = fake_stats();
 	float dev[2 * 16];
 	struct feed_to_device to = {.device = 0, .dtype = FEED_TO_BF16, .dst_bytes = sizeof(dev)};
@@ -394,8 +424,7 @@ START_TEST(test_client_gpu_release_waits_for_event)
 	ck_assert_int_eq(feed_release(b1), 0);      /* deferred, does not wait */
 	ck_assert_int_eq(feed_release(b1), -EINVAL); /* still once only */
 	ck_assert_int_eq(feed_release(b2), 0);       /* no copy: goes back now */
-	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b3), 0); /* b2's slot */
-	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS); /* b1's slot is not back */
+	expect_one_then_no_slot(st, &b3); /* b2's slot; b1's is not back */
 	ck_assert_int_eq(fs->syncs, 0);
 	fake_complete();
 	struct feed_batch *b4 = h_next_batch(st);     /* now it is */
@@ -419,8 +448,7 @@ END_TEST
  * daemon reclaims its slots as for any client and serves the next one. */
 START_TEST(test_client_gpu_consumer_killed)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
 	gpu_start();
 	int pipefd[2];
@@ -428,8 +456,8 @@ START_TEST(test_client_gpu_consumer_killed)
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct feed_conn *c = h_conn_new();
-		struct feed_stream *st = h_tiny_open(c, 2, 2);
+		struct feed_conn *c;
+		struct feed_stream *st = tiny_stream(&c, 2);
 		float dev[2 * 16];
 		struct feed_to_device to = {.device = 0, .dst_bytes = sizeof(dev)};
 		for (int i = 0; i < 2; i++) {
@@ -447,11 +475,10 @@ START_TEST(test_client_gpu_consumer_killed)
 	ck_assert_msg(ok, "the child did not register once with two copies pending");
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_ne(h_wait(pid, H_DEADLINE_MS), -1);
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream *st = h_tiny_open(c, 2, 2);
+	struct feed_conn *c;
+	struct feed_stream *st = tiny_stream(&c, 2);
 	h_tiny_read(st, 6);
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(NULL, false, st, c);
 }
 END_TEST
 
@@ -505,8 +532,7 @@ static void *flipped_by_hand(struct feed_batch *b, const uint8_t *flip, int dtyp
  * conversion are refused. */
 START_TEST(test_client_gpu_flip)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 3);
@@ -533,10 +559,7 @@ START_TEST(test_client_gpu_flip)
 				    .flip = flip};
 	ck_assert_int_eq(feed_batch_to_device(b, 1, tok, &to, NULL), -EINVAL);
 	ck_assert_msg(strstr(feed_errmsg(c), "field 1: flip is for u8 images"), "%s", feed_errmsg(c));
-	ck_assert_int_eq(feed_release(b), 0);
-	fake_complete();
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(b, true, st, c);
 }
 END_TEST
 
@@ -545,8 +568,7 @@ END_TEST
  * kept until the copy's event completes. */
 START_TEST(test_client_gpu_same)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 2);
@@ -583,14 +605,12 @@ START_TEST(test_client_gpu_same)
 	/* b1's copies pending: its slot stays out */
 	ck_assert_int_eq(feed_release(b1), 0);
 	ck_assert_int_eq(feed_release(b2), 0);
-	ck_assert_int_eq(feed_next(st, H_DEADLINE_MS, &b3), 0);
-	ck_assert_int_eq(feed_next(st, 0, &b3), -ENOBUFS);
+	expect_one_then_no_slot(st, &b3);
 	fake_complete();
 	struct feed_batch *b4 = h_next_batch(st);
 	feed_release(b3);
 	feed_release(b4);
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(NULL, false, st, c);
 }
 END_TEST
 
@@ -604,8 +624,7 @@ END_TEST
  * and a mix on a field that is neither images nor labels are refused. */
 START_TEST(test_client_gpu_mix)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 3);
@@ -677,10 +696,7 @@ START_TEST(test_client_gpu_mix)
 		ck_assert_msg(strstr(feed_errmsg(c), "field 1: mix makes soft labels"), "%s",
 			      feed_errmsg(c));
 	}
-	ck_assert_int_eq(feed_release(b), 0);
-	fake_complete();
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(b, true, st, c);
 }
 END_TEST
 
@@ -689,8 +705,7 @@ END_TEST
  * the stream orders them and nothing waits. */
 START_TEST(test_client_gpu_two_streams)
 {
-	use_fake("13000", "0");
-	if (!kernels_built())
+	if (!fake_kernels("0"))
 		return;
 	struct feed_conn *c;
 	struct feed_stream *st = kinds_open(&c, 2);
@@ -709,10 +724,7 @@ START_TEST(test_client_gpu_two_streams)
 	ck_assert_int_eq(fs->syncs, 2);    /* both copies on stream 1 waited for */
 	ck_assert(!memcmp(a, want, sizeof(a)));
 	ck_assert(!memcmp(bb, want, sizeof(bb)));
-	ck_assert_int_eq(feed_release(b), 0);
-	fake_complete();
-	feed_stream_close(st);
-	feed_disconnect(c);
+	finish(b, true, st, c);
 }
 END_TEST
 
