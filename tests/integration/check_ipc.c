@@ -206,15 +206,79 @@ static void expect_status(struct feed_conn *c, const char *device, bool bytes)
 	feed_status_free(full);
 }
 
+/* ipc_start(NULL), our events auto when events_auto; false without kernels. */
+static bool ipc_begin(bool events_auto)
+{
+	if (events_auto)
+		setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	ipc_start(NULL);
+	return kernels_built();
+}
+
+/* A stream opened on c with device slots (asserted), as ipc_opts() makes it. */
+static struct feed_stream *open_on_device(struct feed_conn *c, uint32_t batch, int dtype,
+					  int layout, int epochs)
+{
+	struct feed_stream_opts o = ipc_opts(batch, 2, dtype, layout);
+	o.epochs = epochs;
+	struct feed_stream *st = h_stream_open(c, &o);
+	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	return st;
+}
+
+/* st's next batch, its image field on the device tied to stream, in *dv. */
+static struct feed_batch *next_on_device(struct feed_stream *st, void *stream,
+					 struct feed_view *dv)
+{
+	struct feed_batch *b = h_next_batch(st);
+	ck_assert_int_eq(feed_batch_device(b, 0, stream, dv), 0);
+	return b;
+}
+
+/* n batches of st checked on the device and released (each completed if asked). */
+static void take_on_device(struct feed_stream *st, int n, void *stream, int dtype, int layout,
+			   bool complete)
+{
+	for (int i = 0; i < n; i++) {
+		struct feed_view dv;
+		struct feed_batch *b = next_on_device(st, stream, &dv);
+		expect_image(b, &dv, dtype, layout);
+		ck_assert_int_eq(feed_release(b), 0);
+		if (complete)
+			fake_complete(); /* its work on the batch has run */
+	}
+}
+
+/* A malloc'd copy of dv's bytes. */
+static uint8_t *copy_view(const struct feed_view *dv)
+{
+	uint8_t *saved = malloc(dv->bytes);
+	ck_assert_ptr_nonnull(saved);
+	memcpy(saved, dv->data, dv->bytes);
+	return saved;
+}
+
+/* feedd stops cleanly, having freed every device allocation it made. */
+static void expect_stop_all_freed(void)
+{
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+}
+
+/* feedd stops cleanly, having allocated nothing on the device. */
+static void expect_stop_no_allocs(void)
+{
+	ck_assert_int_eq(h_stop(), 0);
+	ck_assert_int_eq(daemon_stats->allocs, 0);
+}
+
 /* ------------------------------------------------------------------ */
 
 /* Two epochs, every batch on the device, converted as asked, for each
  * dtype and layout; closing frees everything on both sides. */
 START_TEST(test_ipc_batches_on_device)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return; /* no fatbin: the GPU path is unusable by design */
 	struct feed_conn *c = h_conn_new();
 	static const int dt[3] = {FEED_TO_F32, FEED_TO_F16, FEED_TO_BF16};
@@ -246,8 +310,7 @@ START_TEST(test_ipc_batches_on_device)
 	ck_assert_int_eq(fake_stats()->ipc_mem_opens, 3);
 	ck_assert_int_eq(fake_stats()->ipc_mem_closes, 3);
 	/* feedd freed each stream's slots and staging when it closed */
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	expect_stop_all_freed();
 	ck_assert_int_ge(daemon_stats->allocs, 6);
 }
 END_TEST
@@ -265,30 +328,67 @@ static bool daemon_freed_all(void *arg)
 	       __atomic_load_n(&daemon_stats->allocs, __ATOMIC_ACQUIRE);
 }
 
+/* Asserts that feedd's stream comes to wait for n done words (msg if not). */
+static void expect_daemon_waits(int n, const char *msg)
+{
+	ck_assert_msg(h_wait_until(daemon_blocked, &n, H_DEADLINE_MS), "%s", msg);
+}
+
+/* Forks a consumer that ties (and releases) a device batch, signals, then pauses. */
+static pid_t fork_consumer(uint32_t batch, int dtype, bool release)
+{
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct feed_conn *c = NULL;
+		struct feed_stream *st = NULL;
+		struct feed_batch *b;
+		struct feed_view dv;
+		struct feed_stream_opts o = ipc_opts(batch, 2, dtype, FEED_TO_NCHW);
+		o.epochs = 0;
+		if (feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0 ||
+		    feed_stream_device(st, NULL) != 1 || feed_next(st, H_DEADLINE_MS, &b) < 0 ||
+		    feed_batch_device(b, 0, (void *)0x77, &dv) < 0 ||
+		    (release && (feed_release(b) < 0 || fake_stats()->value_writes_held != 1)))
+			_exit(1);
+		(void)!write(ready[1], "x", 1);
+		pause(); /* killed here, holding b and its handles (or b's done write unrun) */
+		_exit(2);
+	}
+	char x;
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	return pid;
+}
+
+/* Kills the consumer pid and reaps it, asserting it died of the signal. */
+static void kill_consumer(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status));
+}
+
 /* feedd writes a device slot again only after the consumer's work on its
  * last batch has run: the done word the client writes, on the device,
  * behind that work at release. */
 START_TEST(test_ipc_done_gates_reuse)
 {
-	ipc_start(NULL); /* this process: events complete when the test says */
-	if (!kernels_built())
+	if (!ipc_begin(false)) /* this process: events complete when the test says */
 		return;
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
-	o.epochs = 1;
-	struct feed_stream *st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	struct feed_stream *st = open_on_device(c, 2, FEED_TO_F32, FEED_TO_NCHW, 1);
 	expect_status(c, "ipc", true);
 	void *stream = (void *)0x5157; /* a CUstream of the double: any value */
 
-	struct feed_batch *b0 = h_next_batch(st);
 	struct feed_view dv0;
-	ck_assert_int_eq(feed_batch_device(b0, 0, stream, &dv0), 0);
+	struct feed_batch *b0 = next_on_device(st, stream, &dv0);
 	expect_image(b0, &dv0, FEED_TO_F32, FEED_TO_NCHW);
 	size_t bytes = dv0.bytes;
-	uint8_t *saved = malloc(bytes);
-	ck_assert_ptr_nonnull(saved);
-	memcpy(saved, dv0.data, bytes);
+	uint8_t *saved = copy_view(&dv0);
 	/* released with the consumer's work still pending on stream: the
 	 * done write waits behind it */
 	ck_assert_int_eq(feed_release(b0), 0);
@@ -296,9 +396,7 @@ START_TEST(test_ipc_done_gates_reuse)
 	ck_assert_int_eq(fake_stats()->value_writes, 0);
 
 	/* feedd builds batch 2 into b0's host slot, then its stream must wait */
-	int one = 1;
-	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
-		      "feedd never waited for the consumer's done word");
+	expect_daemon_waits(1, "feedd never waited for the consumer's done word");
 	ck_assert_msg(!memcmp(dv0.data, saved, bytes), "device slot overwritten before the "
 		      "consumer's work ran");
 	struct feed_batch *b1 = h_next_batch(st);
@@ -310,9 +408,9 @@ START_TEST(test_ipc_done_gates_reuse)
 		      "consumer's work ran");
 
 	fake_complete(); /* the consumer's work on b0 has run, then its write */
+	struct feed_view dv2;
 	struct feed_batch *b2 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b2), 2);
-	struct feed_view dv2;
 	ck_assert_int_eq(feed_batch_device(b2, 0, stream, &dv2), 0);
 	ck_assert_ptr_eq(dv2.data, dv0.data); /* the same device slot, rewritten */
 	expect_image(b2, &dv2, FEED_TO_F32, FEED_TO_NCHW);
@@ -337,29 +435,20 @@ END_TEST
 START_TEST(test_ipc_release_before_conversion)
 {
 	daemon_queue = true;
-	ipc_start(NULL); /* this process: its callers' streams hold their work */
-	if (!kernels_built())
+	if (!ipc_begin(false)) /* this process: its callers' streams hold their work */
 		return;
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
-	o.epochs = 0;
-	struct feed_stream *st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	struct feed_stream *st = open_on_device(c, 2, FEED_TO_F32, FEED_TO_NCHW, 0);
 	void *held = (void *)0x5157; /* a caller's CUstream: runs at fake_complete() */
 	struct feed_batch *x;
 	struct feed_view dv0, dv2, dv3;
 
-	struct feed_batch *b0 = h_next_batch(st);
-	ck_assert_int_eq(feed_batch_device(b0, 0, held, &dv0), 0);
+	struct feed_batch *b0 = next_on_device(st, held, &dv0);
 	expect_image(b0, &dv0, FEED_TO_F32, FEED_TO_NCHW);
 	size_t bytes = dv0.bytes, bytes2;
-	uint8_t *saved = malloc(bytes);
-	ck_assert_ptr_nonnull(saved);
-	memcpy(saved, dv0.data, bytes);
+	uint8_t *saved = copy_view(&dv0);
 	ck_assert_int_eq(feed_release(b0), 0); /* converted: back now; its word held */
-	int one = 1;
-	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
-		      "feedd's conversion of batch 2 never waited for b0's done word");
+	expect_daemon_waits(1, "feedd's conversion of batch 2 never waited for b0's done word");
 	struct feed_batch *b1 = h_next_batch(st); /* held: b2 can only be in b0's slot */
 	struct feed_batch *b2 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b2), 2);
@@ -399,8 +488,7 @@ START_TEST(test_ipc_release_before_conversion)
 	feed_disconnect(c);
 	free(saved);
 	free(want2);
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	expect_stop_all_freed();
 }
 END_TEST
 
@@ -409,19 +497,15 @@ END_TEST
 START_TEST(test_ipc_close_with_conversion_pending)
 {
 	daemon_queue = true;
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(false))
 		return;
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
 	o.epochs = 0;
 	struct feed_stream *st = h_stream_open(c, &o);
 	struct feed_view dv;
-	struct feed_batch *b0 = h_next_batch(st);
-	ck_assert_int_eq(feed_batch_device(b0, 0, (void *)0x5157, &dv), 0);
-	ck_assert_int_eq(feed_release(b0), 0);
-	int one = 1;
-	ck_assert(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS));
+	ck_assert_int_eq(feed_release(next_on_device(st, (void *)0x5157, &dv)), 0);
+	expect_daemon_waits(1, "feedd never waited for b0's done word");
 	struct feed_batch *b1 = h_next_batch(st);
 	struct feed_batch *b2 = h_next_batch(st);
 	ck_assert_int_eq(feed_batch_index(b2), 2);
@@ -433,8 +517,7 @@ START_TEST(test_ipc_close_with_conversion_pending)
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 	h_assert_healthy();
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	expect_stop_all_freed();
 }
 END_TEST
 
@@ -445,9 +528,7 @@ END_TEST
  * closes the old handles (the releasing thread makes no such driver call). */
 START_TEST(test_ipc_daemon_restart)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F16, FEED_TO_NHWC);
@@ -455,12 +536,8 @@ START_TEST(test_ipc_daemon_restart)
 	o.reconnect_ms = H_DEADLINE_MS;
 	struct feed_stream *st = h_stream_open(c, &o);
 	struct feed_view dv, hv;
-	struct feed_batch *b = h_next_batch(st);
-	ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
-	expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
-	ck_assert_int_eq(feed_release(b), 0);
-	struct feed_batch *held = h_next_batch(st);
-	ck_assert_int_eq(feed_batch_device(held, 0, NULL, &dv), 0);
+	take_on_device(st, 1, NULL, FEED_TO_F16, FEED_TO_NHWC, false);
+	struct feed_batch *held = next_on_device(st, NULL, &dv);
 	ck_assert_int_eq(feed_batch_field(held, 2, &hv), 0);
 	int64_t held_labels[2];
 	memcpy(held_labels, hv.data, sizeof(held_labels));
@@ -471,12 +548,7 @@ START_TEST(test_ipc_daemon_restart)
 	snprintf(h.log, sizeof(h.log), "%s/feedd.again.log", h.dir);
 	ipc_restart();
 
-	for (int i = 0; i < 4; i++) {
-		b = h_next_batch(st);
-		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
-		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NHWC);
-		ck_assert_int_eq(feed_release(b), 0);
-	}
+	take_on_device(st, 4, NULL, FEED_TO_F16, FEED_TO_NHWC, false);
 	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
 	ck_assert_int_eq(fake_stats()->ipc_mem_opens, 2);
 	ck_assert_int_eq(feed_batch_device(held, 0, NULL, &dv), -ENODEV);
@@ -497,16 +569,13 @@ END_TEST
 /* One stream per batch: its release records on it. */
 START_TEST(test_ipc_one_stream_per_batch)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_BF16, FEED_TO_NCHW);
 	struct feed_stream *st = h_stream_open(c, &o);
-	struct feed_batch *b = h_next_batch(st);
 	struct feed_view dv;
-	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xa, &dv), 0);
+	struct feed_batch *b = next_on_device(st, (void *)0xa, &dv);
 	ck_assert_int_eq(feed_batch_device(b, 2, (void *)0xa, &dv), 0); /* the same: fine */
 	ck_assert_int_eq(feed_batch_device(b, 0, (void *)0xb, &dv), -EINVAL);
 	ck_assert_msg(strstr(feed_errmsg(c), "tied to another CUDA stream"), "%s", feed_errmsg(c));
@@ -522,56 +591,21 @@ END_TEST
  * frees that stream's device slots and serves the next consumer. */
 START_TEST(test_ipc_consumer_killed)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
-	int ready[2];
-	ck_assert_int_eq(pipe(ready), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct feed_conn *c = NULL;
-		struct feed_stream *st = NULL;
-		struct feed_batch *b;
-		struct feed_view dv;
-		struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F16, FEED_TO_NCHW);
-		o.epochs = 0;
-		if (feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0 ||
-		    feed_stream_device(st, NULL) != 1 || feed_next(st, H_DEADLINE_MS, &b) < 0 ||
-		    feed_batch_device(b, 0, (void *)0x77, &dv) < 0)
-			_exit(1);
-		(void)!write(ready[1], "x", 1);
-		pause(); /* killed here, holding b and its handles */
-		_exit(2);
-	}
-	char x;
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
+	pid_t pid = fork_consumer(3, FEED_TO_F16, false);
 	int allocs = daemon_stats->allocs;
 	ck_assert_int_gt(allocs, daemon_stats->frees);
-	kill(pid, SIGKILL);
-	int status;
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	ck_assert(WIFSIGNALED(status));
+	kill_consumer(pid);
 
 	/* the next consumer is served, on the device */
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F16, FEED_TO_NCHW);
-	struct feed_stream *st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
-	for (int i = 0; i < 5; i++) {
-		struct feed_batch *b = h_next_batch(st);
-		struct feed_view dv;
-		ck_assert_int_eq(feed_batch_device(b, 0, NULL, &dv), 0);
-		expect_image(b, &dv, FEED_TO_F16, FEED_TO_NCHW);
-		feed_release(b);
-	}
+	struct feed_stream *st = open_on_device(c, 3, FEED_TO_F16, FEED_TO_NCHW, 2);
+	take_on_device(st, 5, NULL, FEED_TO_F16, FEED_TO_NCHW, false);
 	feed_stream_close(st);
 	feed_disconnect(c);
 	/* and everything the dead one had is gone */
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	expect_stop_all_freed();
 }
 END_TEST
 
@@ -581,14 +615,10 @@ END_TEST
  * consumer's streams are. */
 START_TEST(test_ipc_untied_release_not_waited)
 {
-	ipc_start(NULL); /* this process: its callers' streams hold their work */
-	if (!kernels_built())
+	if (!ipc_begin(false)) /* this process: its callers' streams hold their work */
 		return;
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
-	o.epochs = 0;
-	struct feed_stream *st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	struct feed_stream *st = open_on_device(c, 2, FEED_TO_F32, FEED_TO_NCHW, 0);
 	for (int i = 0; i < 8; i++) { /* each of the 2 slots 4 times */
 		struct feed_batch *b = h_next_batch(st);
 		ck_assert_int_eq(feed_release(b), 0);
@@ -610,40 +640,12 @@ END_TEST
  * whatever waited for it, hung for ever.) */
 START_TEST(test_ipc_consumer_killed_done_pending)
 {
-	ipc_start(NULL); /* this process and its child: callers' streams hold work */
-	if (!kernels_built())
+	if (!ipc_begin(false)) /* this process and its child: callers' streams hold work */
 		return;
-	int ready[2];
-	ck_assert_int_eq(pipe(ready), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct feed_conn *c = NULL;
-		struct feed_stream *st = NULL;
-		struct feed_batch *b;
-		struct feed_view dv;
-		struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
-		o.epochs = 0;
-		if (feed_connect(h.sock, &c) < 0 || feed_stream_open(c, &o, &st) < 0 ||
-		    feed_stream_device(st, NULL) != 1 || feed_next(st, H_DEADLINE_MS, &b) < 0 ||
-		    feed_batch_device(b, 0, (void *)0x77, &dv) < 0 || feed_release(b) < 0 ||
-		    fake_stats()->value_writes_held != 1)
-			_exit(1);
-		(void)!write(ready[1], "x", 1);
-		pause(); /* killed here, its done write never run */
-		_exit(2);
-	}
-	char x;
-	close(ready[1]);
-	ck_assert_int_eq(read(ready[0], &x, 1), 1);
-	int one = 1;
-	ck_assert_msg(h_wait_until(daemon_blocked, &one, H_DEADLINE_MS),
-		      "feedd never waited for the consumer's done word");
+	pid_t pid = fork_consumer(2, FEED_TO_F32, true);
+	expect_daemon_waits(1, "feedd never waited for the consumer's done word");
 	ck_assert_int_gt(daemon_stats->allocs, daemon_stats->frees);
-	kill(pid, SIGKILL);
-	int status;
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	ck_assert(WIFSIGNALED(status));
+	kill_consumer(pid);
 
 	/* everything the dead one had on the device is freed, with feedd running */
 	ck_assert_msg(h_wait_until(daemon_freed_all, NULL, H_DEADLINE_MS),
@@ -651,23 +653,12 @@ START_TEST(test_ipc_consumer_killed_done_pending)
 		      daemon_stats->allocs - daemon_stats->frees);
 	/* and the next consumer is served, on the device */
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(2, 2, FEED_TO_F32, FEED_TO_NCHW);
-	o.epochs = 0;
-	struct feed_stream *st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
-	for (int i = 0; i < 5; i++) {
-		struct feed_batch *b = h_next_batch(st);
-		struct feed_view dv;
-		ck_assert_int_eq(feed_batch_device(b, 0, (void *)0x78, &dv), 0);
-		expect_image(b, &dv, FEED_TO_F32, FEED_TO_NCHW);
-		ck_assert_int_eq(feed_release(b), 0);
-		fake_complete(); /* its work on the batch has run */
-	}
+	struct feed_stream *st = open_on_device(c, 2, FEED_TO_F32, FEED_TO_NCHW, 0);
+	take_on_device(st, 5, (void *)0x78, FEED_TO_F32, FEED_TO_NCHW, true);
 	feed_stream_close(st);
 	feed_disconnect(c);
 	h_assert_healthy();
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, daemon_stats->frees);
+	expect_stop_all_freed();
 }
 END_TEST
 
@@ -691,6 +682,17 @@ static void expect_host_only(struct feed_conn *c, struct feed_stream_opts *o, co
 	feed_stream_close(st);
 }
 
+/* expect_host_only() times on a new connection, batches of 3, in group if set. */
+static void host_only_conn(const char *group, const char *needle, int times)
+{
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
+	o.group = group;
+	for (int i = 0; i < times; i++)
+		expect_host_only(c, &o, needle);
+	feed_disconnect(c);
+}
+
 START_TEST(test_ipc_daemon_without_gpu)
 {
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
@@ -699,10 +701,8 @@ START_TEST(test_ipc_daemon_without_gpu)
 		return;
 	ck_assert(h_log_has("CUDA IPC off (feedd has no usable GPU: /nonexistent/libcuda.so.1 "
 			    "not found"));
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	expect_host_only(c, &o, "feedd: feedd has no usable GPU: /nonexistent/libcuda.so.1 not found");
-	feed_disconnect(c);
+	host_only_conn(NULL, "feedd: feedd has no usable GPU: /nonexistent/libcuda.so.1 not found",
+		       1);
 }
 END_TEST
 
@@ -713,12 +713,8 @@ START_TEST(test_ipc_another_gpu)
 	setenv("FAKE_CUDA_UUID_SEED", "7", 1); /* this process's GPU is not feedd's */
 	if (!kernels_built())
 		return;
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	expect_host_only(c, &o, "feedd: feedd does not see the client's GPU (UUID ");
-	feed_disconnect(c);
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, 0);
+	host_only_conn(NULL, "feedd: feedd does not see the client's GPU (UUID ", 1);
+	expect_stop_no_allocs();
 }
 END_TEST
 
@@ -730,12 +726,8 @@ START_TEST(test_ipc_device_limit)
 	ipc_start_cfg(NULL, "  max_device_bytes: 1K\n");
 	if (!kernels_built())
 		return;
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	expect_host_only(c, &o, "more than the 1024 left to this user (limits.max_device_bytes)");
-	feed_disconnect(c);
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, 0);
+	host_only_conn(NULL, "more than the 1024 left to this user (limits.max_device_bytes)", 1);
+	expect_stop_no_allocs();
 }
 END_TEST
 
@@ -750,29 +742,18 @@ START_TEST(test_ipc_device_memory_refused)
 	unsetenv("FAKE_CUDA_MEM_LIMIT");
 	if (!kernels_built())
 		return;
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
 	/* twice: were the first one's bytes still counted, the second would
 	 * be refused by the limit instead */
-	for (int i = 0; i < 2; i++)
-		expect_host_only(c, &o, "feedd: device 0: cuMemAlloc of ");
-	feed_disconnect(c);
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, 0);
+	host_only_conn(NULL, "feedd: device 0: cuMemAlloc of ", 2);
+	expect_stop_no_allocs();
 }
 END_TEST
 
 START_TEST(test_ipc_group_gets_host_slots)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	o.group = "g1";
-	expect_host_only(c, &o, "feedd: a group's batches are shared host slots");
-	feed_disconnect(c);
+	host_only_conn("g1", "feedd: a group's batches are shared host slots", 1);
 }
 END_TEST
 
@@ -780,12 +761,8 @@ START_TEST(test_ipc_client_without_driver)
 {
 	ipc_start(NULL);
 	setenv("FEED_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
-	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	expect_host_only(c, &o, "this process: /nonexistent/libcuda.so.1 not found");
-	feed_disconnect(c);
-	ck_assert_int_eq(h_stop(), 0);
-	ck_assert_int_eq(daemon_stats->allocs, 0); /* nothing was asked of feedd */
+	host_only_conn(NULL, "this process: /nonexistent/libcuda.so.1 not found", 1);
+	expect_stop_no_allocs(); /* nothing was asked of feedd */
 }
 END_TEST
 
@@ -793,9 +770,7 @@ END_TEST
  * client's pid as the client does) is told so. */
 START_TEST(test_ipc_other_pid_namespace)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
 	pid_t outer = fork(); /* unshares, so that this process keeps its namespace */
 	ck_assert_int_ge(outer, 0);
@@ -834,9 +809,7 @@ END_TEST
 /* Options that cannot be right are refused, naming them. */
 START_TEST(test_ipc_bad_options)
 {
-	setenv("FAKE_CUDA_EVENTS", "auto", 1);
-	ipc_start(NULL);
-	if (!kernels_built())
+	if (!ipc_begin(true))
 		return;
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st;
@@ -858,9 +831,7 @@ START_TEST(test_ipc_bad_options)
 	ck_assert_msg(strstr(feed_errmsg(c), "device: field 'image': 3 channels, but mean has 2"),
 		      "%s", feed_errmsg(c));
 	/* and it goes on serving */
-	o = ipc_opts(3, 2, FEED_TO_F32, FEED_TO_NCHW);
-	st = h_stream_open(c, &o);
-	ck_assert_int_eq(feed_stream_device(st, NULL), 1);
+	st = open_on_device(c, 3, FEED_TO_F32, FEED_TO_NCHW, 2);
 	feed_stream_close(st);
 	feed_disconnect(c);
 }
