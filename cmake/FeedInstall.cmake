@@ -16,6 +16,49 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# Only a release build is installed or packaged (CMakeLists.txt, "Two
+# kinds of build"): a checked one's asserts, lock checks and FEEDD_TEST_*
+# seams are the tests' and would reach a node or a trainer's process.
+if(NOT FEED_KIND STREQUAL "release")
+  install(CODE "message(FATAL_ERROR \"feedd: ${CMAKE_BINARY_DIR} is a ${FEED_KIND} build \"
+    \"(asserts, lock checks, FEEDD_TEST_* seams): install or package a release build: \"
+    \"cmake --build ${CMAKE_BINARY_DIR} --target feed_release, then cmake --install \"
+    \"${CMAKE_BINARY_DIR}/release (or cmake -B DIR -DCMAKE_BUILD_TYPE=Release)\")")
+endif()
+
+# Every program and libfeedclient carry the kind they were built as, in a
+# string the tests and client/python/setup.py look for
+# ("feed-build-kind=release" or "=checked").
+set(FEED_KIND_C ${CMAKE_BINARY_DIR}/generated/feed_build_kind.c)
+file(CONFIGURE OUTPUT ${FEED_KIND_C} CONTENT
+"/* Written by CMake (cmake/FeedInstall.cmake): the kind of this build. */
+__attribute__((used)) static const char feed_build_kind[] = \"feed-build-kind=${FEED_KIND}\";
+")
+foreach(t feedd feedctl feedpack feedbench feedclient)
+  target_sources(${t} PRIVATE ${FEED_KIND_C})
+endforeach()
+
+# The release twin of a checked tree, in <build>/release: what is
+# installed, packaged and put in the wheel (the tests of tests/install
+# use it). Only the installed targets are built there.
+if(FEED_KIND STREQUAL "checked" AND NOT FEED_SANITIZE AND NOT FEED_FUZZ)
+  set(FEED_RELEASE_ARGS -DCMAKE_BUILD_TYPE=Release -DFEED_WITH_CUDA=${FEED_WITH_CUDA}
+      -DFEED_PYTHON=${FEED_PYTHON})
+  if(FEED_CUDA)
+    list(APPEND FEED_RELEASE_ARGS -DCMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER}
+         "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+  include(ProcessorCount)
+  ProcessorCount(FEED_NPROC)
+  add_custom_target(feed_release
+    COMMAND ${CMAKE_COMMAND} -S ${CMAKE_SOURCE_DIR} -B ${CMAKE_BINARY_DIR}/release
+            ${FEED_RELEASE_ARGS}
+    COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR}/release --parallel ${FEED_NPROC}
+            --target feedd feedctl feedpack feedbench feedclient feed_man feed_changelog
+    COMMENT "release build of the installed targets in ${CMAKE_BINARY_DIR}/release"
+    VERBATIM)
+endif()
+
 set(FEED_INSTALL_PYTHONDIR "" CACHE STRING
   "site directory of the Python package, relative to the prefix (empty: worked out at install time)")
 set(FEED_PYTHON /usr/bin/python3 CACHE FILEPATH "Debian's python3 with numpy, pytest, torch")
@@ -63,7 +106,7 @@ install(FILES ${CMAKE_BINARY_DIR}/install/feedclient.pc
 # the same page gives the same bytes), and documents.
 set(FEED_MAN_GZ "")
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/man)
-foreach(page feedd.8 feedctl.1 feedpack.1 feedd.yaml.5)
+foreach(page feedd.8 feedctl.1 feedpack.1 feedbench.1 feedd.yaml.5)
   string(REGEX MATCH "[0-9]$" section ${page})
   set(gz ${CMAKE_BINARY_DIR}/man/${page}.gz)
   add_custom_command(OUTPUT ${gz}
@@ -77,6 +120,20 @@ install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 if(EXISTS ${CMAKE_SOURCE_DIR}/LICENSE)
   install(FILES ${CMAKE_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 endif()
+# Debian's copyright file and the changelog of this (native) version.
+set(FEED_DEB_MAINTAINER "feedd maintainers <maintainers@users.noreply.a-seed-a601d607.example>"
+    CACHE STRING "the .deb's Maintainer: and changelog signature")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/deb/changelog.in ${CMAKE_BINARY_DIR}/install/changelog @ONLY)
+set(FEED_CHANGELOG_GZ ${CMAKE_BINARY_DIR}/install/changelog.gz)
+add_custom_command(OUTPUT ${FEED_CHANGELOG_GZ}
+  COMMAND sh -c "gzip -9nc < \"$1\" > \"$2\"" sh ${CMAKE_BINARY_DIR}/install/changelog
+          ${FEED_CHANGELOG_GZ}
+  DEPENDS ${CMAKE_CURRENT_LIST_DIR}/deb/changelog.in VERBATIM)
+add_custom_target(feed_changelog ALL DEPENDS ${FEED_CHANGELOG_GZ})
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/deb/copyright ${FEED_CHANGELOG_GZ}
+  DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/deb/lintian-overrides
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides RENAME feedd)
 
 # systemd's snippets under the names systemd looks for.
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/feedd.sysusers

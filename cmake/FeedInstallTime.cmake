@@ -6,7 +6,9 @@
 # installs with file(INSTALL), which adds DESTDIR and records the manifest.
 #
 #   unit and socket   deploy/feedd.{service,socket} with the paths of this
-#                     prefix: <prefix>/<bindir>/feedd, the config directory
+#                     prefix: <prefix>/<bindir>/feedd, the config directory;
+#                     deploy/feedd-network.conf (a drop-in, off until
+#                     copied) in <docdir>/examples
 #   config            /etc/feedd/feedd.yaml when the prefix is /usr (as
 #                     GNUInstallDirs does), else <prefix>/etc/feedd
 #   Python package    feedclient/*.py in the prefix's site directory, with
@@ -37,7 +39,7 @@ feed_i_abs(docdir "${FEED_I_DOCDIR}")
 # The unit and the socket, as written in deploy/ for /usr/local/bin and
 # /etc/feedd, moved to this prefix's places.
 file(MAKE_DIRECTORY "${FEED_I_WORK}")
-foreach(unit feedd.service feedd.socket)
+foreach(unit feedd.service feedd.socket feedd-network.conf)
   set(src "${FEED_I_SRC}/deploy/${unit}")
   if(NOT EXISTS "${src}")
     continue()
@@ -49,7 +51,12 @@ foreach(unit feedd.service feedd.socket)
     string(REPLACE "/etc/feedd/" "${etc}/feedd/" text "${text}")
   endif()
   file(WRITE "${FEED_I_WORK}/${unit}" "${text}")
-  file(INSTALL DESTINATION "${prefix}/lib/systemd/system" TYPE FILE
+  if(unit STREQUAL "feedd-network.conf")
+    set(dest "${docdir}/examples")  # a drop-in the administrator enables
+  else()
+    set(dest "${prefix}/lib/systemd/system")
+  endif()
+  file(INSTALL DESTINATION "${dest}" TYPE FILE
        PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
        FILES "${FEED_I_WORK}/${unit}")
 endforeach()

@@ -4,9 +4,14 @@ The package is pure Python over ctypes; what makes the wheel a platform
 wheel is the C library copied into it (feedclient/libfeedclient.so.0), so
 `import feedclient` works in any virtual environment on the node with no
 FEEDCLIENT_LIB. The library is the one already built by CMake, taken from
-$FEEDCLIENT_LIB (the file or its directory) or else the checkout's
-build/lib; it is not rebuilt here, so a pip install needs no compiler, no
-CMake and no network (pip install --no-build-isolation client/python).
+$FEEDCLIENT_LIB (the file or its directory) or else the checkout's release
+build: build/release/lib (the release twin a checked build/ makes with
+`cmake --build build --target feed_release`), or build/lib when build/ is
+itself a release build. A wheel carries a release library (NDEBUG, no lock
+checks): a checked one from the checkout is refused, and one named by
+$FEEDCLIENT_LIB is taken with a warning. It is not rebuilt here, so a pip
+install needs no compiler, no CMake and no network (pip install
+--no-build-isolation client/python).
 Metadata is in pyproject.toml.
 """
 import os
@@ -26,23 +31,43 @@ HERE = pathlib.Path(__file__).resolve().parent
 SONAME = "libfeedclient.so.0"
 
 
+def build_kind(path):
+    """'release' or 'checked', as CMake marked the library (feed-build-kind=...), or None."""
+    data = path.read_bytes()
+    for kind in ("release", "checked"):
+        if b"feed-build-kind=" + kind.encode() in data:
+            return kind
+    return None
+
+
 def built_library():
     """The built libfeedclient.so.0, its real file; SystemExit naming every place tried."""
     tried = []
     env = os.environ.get("FEEDCLIENT_LIB")
-    places = []
     if env:
         p = pathlib.Path(env)
-        places.append((p / SONAME if p.is_dir() else p, "$FEEDCLIENT_LIB"))
-    places.append((HERE.parents[1] / "build" / "lib" / SONAME, "the checkout's build tree"))
-    for path, where in places:
+        path = p / SONAME if p.is_dir() else p
         if path.is_file():
+            if build_kind(path) != "release":
+                print(f"feedclient: warning: {path} ($FEEDCLIENT_LIB) is not a release build "
+                      "(asserts, lock checks): the wheel carries it as asked")
             return path.resolve()
-        tried.append(f"{path} ({where}): does not exist")
-    raise SystemExit("feedclient: no built libfeedclient to put in the wheel; tried:\n  " +
+        tried.append(f"{path} ($FEEDCLIENT_LIB): does not exist")
+    build = HERE.parents[1] / "build"
+    for path, where in ((build / "release" / "lib" / SONAME, "the checkout's release twin"),
+                        (build / "lib" / SONAME, "the checkout's build tree")):
+        if not path.is_file():
+            tried.append(f"{path} ({where}): does not exist")
+        elif build_kind(path) != "release":
+            tried.append(f"{path} ({where}): a {build_kind(path) or 'unmarked'} build, "
+                         "not a release build")
+        else:
+            return path.resolve()
+    raise SystemExit("feedclient: no release libfeedclient to put in the wheel; tried:\n  " +
                      "\n  ".join(tried) +
-                     "\nBuild it first (cmake --build build in the checkout), or set "
-                     "FEEDCLIENT_LIB to the built library.")
+                     "\nBuild one first (cmake --build build --target feed_release in a "
+                     "checked checkout, or cmake -B build -DCMAKE_BUILD_TYPE=Release && "
+                     "cmake --build build), or set FEEDCLIENT_LIB to the built library.")
 
 
 class BuildPyWithLibrary(build_py):

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# check_install.sh SRC BUILD: `cmake --install` into a staging DESTDIR, then
-# use the staged tree as a node and a user would, with nothing from the
-# source or build tree:
+# check_install.sh SRC BUILD [CHECKED]: `cmake --install` of the release
+# build BUILD into a staging DESTDIR, then use the staged tree as a node
+# and a user would, with nothing from the source or build tree:
+#  - a release build: NDEBUG (no assert), no lock checks, no FEEDD_TEST_*
+#    seam (the staged feedd serves with FEEDD_TEST_STALL's file present,
+#    which stalls every batch job of a checked feedd), and CHECKED, the
+#    checked tree the tests run, refuses `cmake --install`;
 #  - the layout: programs, library, headers, feedclient.pc, the CMake
 #    package, man pages, deploy files, /etc/feedd/feedd.yaml, the Python
 #    package; no build path in the .pc or the CMake files;
@@ -12,7 +16,7 @@
 #    read by both consumers (labels compared with the IDX file), and the
 #    staged Python package finding the staged library.
 set -euo pipefail
-src=$1 build=$2
+src=$1 build=$2 checked=${3:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 t=$(mktemp -d "${TMPDIR:-/tmp}/feed-install.XXXXXX")
@@ -22,6 +26,18 @@ cleanup() {
   rm -rf "$t"
 }
 trap cleanup EXIT
+
+# ---- only a release build installs ---------------------------------------------
+if [ -n "$checked" ]; then
+  if DESTDIR=$t/refused cmake --install "$checked" --prefix /usr >"$t/refused.log" 2>&1; then
+    fail "cmake --install of the checked build $checked went ahead"
+  fi
+  grep -q "is a checked build" "$t/refused.log" || { cat "$t/refused.log"; fail "refusal unclear"; }
+  [ ! -e "$t/refused/usr/bin/feedd" ] || fail "the refused install left /usr/bin/feedd"
+  # the seams are in the checked feedd: what the release one must lack
+  grep -qa FEEDD_TEST_STALL "$checked/bin/feedd" || fail "checked feedd has no FEEDD_TEST_STALL"
+  grep -qa 'lock rule broken: ' "$checked/lib/libfeedclient.so.0" || fail "checked library has no lock checks"
+fi
 
 # ---- install -----------------------------------------------------------------
 stage=$t/stage
@@ -49,6 +65,23 @@ grep -q '^ExecStart=/usr/bin/feedd ' "$p/lib/systemd/system/feedd.service" ||
 if grep -rl -e "$src" -e "$build" -e "-rpath" "$p/$libdir/pkgconfig" "$p/$libdir/cmake"; then
   fail "build paths or an rpath in the files above"
 fi
+
+# ---- a release build ------------------------------------------------------------
+for f in "$p/bin/feedd" "$p/bin/feedctl" "$p/bin/feedpack" "$p/bin/feedbench" \
+         "$lib/libfeedclient.so.0"; do
+  grep -qa 'feed-build-kind=release' "$f" || fail "$f: not a release build"
+  nm -D --undefined-only "$f" >"$t/syms"  # a file: grep -q must not end a pipe early
+  if grep -q '__assert_fail' "$t/syms"; then
+    fail "$f: calls assert (no NDEBUG)"
+  fi
+  # proto/feed_lock.c's message, compiled only with FEED_LOCK_CHECKS
+  if grep -qa 'lock rule broken: ' "$f"; then
+    fail "$f: has lock checks"
+  fi
+  if grep -qa 'FEEDD_TEST_' "$f"; then
+    fail "$f: reads a FEEDD_TEST_* variable: $(grep -ao 'FEEDD_TEST_[A-Z_]*' "$f" | sort -u)"
+  fi
+done
 
 # ---- the library's ELF -----------------------------------------------------------
 soname=$(readelf -d "$lib/libfeedclient.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -87,7 +120,11 @@ datasets:
   - name: fmnist
     path: $t/fmnist
 YAML
-start=(systemd-socket-activate --seqpacket -l "$sock" "$p/bin/feedd" --config "$t/feedd.yaml"
+# FEEDD_TEST_STALL names a file that exists: a checked feedd would hold
+# every batch job while it does; the staged one reads no such variable.
+: >"$t/stall"
+start=(env FEEDD_TEST_STALL="$t/stall" FEEDD_TEST_ORDER_BLOCKS=1
+       systemd-socket-activate --seqpacket -l "$sock" "$p/bin/feedd" --config "$t/feedd.yaml"
        --metrics 127.0.0.1:0)
 "${start[@]}" 2>"$t/feedd.log" &
 feedd_pid=$!

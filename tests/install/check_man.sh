@@ -3,7 +3,8 @@
 # Every long option a program's --help prints (feedd, feedctl, each
 # feedpack command) and every command must appear in its page, and every
 # key of configs/feedd.yaml (set or commented out) in feedd.yaml(5). A
-# flag or key added without its page fails here, naming it.
+# flag or key added without its page fails here, naming it. feedbench's
+# options, likewise, in feedbench.1.
 set -euo pipefail
 src=$1 bin=$2
 missing=()
@@ -29,6 +30,9 @@ for c in "${cmds[@]}"; do
   mapfile -t o < <("$bin/feedpack" "$c" --help | opts | grep -vx -- --help || true)
   in_page feedpack.1 "${o[@]}"
 done
+mapfile -t o < <("$bin/feedbench" --help 2>&1 | opts)
+[ ${#o[@]} -ge 20 ] || { echo "FAIL: feedbench --help lists ${#o[@]} options"; exit 1; }
+in_page feedbench.1 "${o[@]}"
 mapfile -t keys < <(sed -nE 's/^(#? *)(- )?([a-z_]+):.*/\3/p' "$src/configs/feedd.yaml" | sort -u)
 [ ${#keys[@]} -ge 10 ] || { echo "FAIL: only ${#keys[@]} keys found in configs/feedd.yaml"; exit 1; }
 in_page feedd.yaml.5 "${keys[@]/%/:}"

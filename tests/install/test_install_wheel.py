@@ -3,7 +3,12 @@ environment gives a platform wheel carrying libfeedclient, and the package
 finds that copy with FEEDCLIENT_LIB unset, outside the source tree; and a
 package with no library anywhere says where it looked and how to fix it.
 
-Run by ctest (python_wheel) with FEED_SRC, FEED_LIB and FEED_VERSION set; offline: the
+The wheel carries a release library (NDEBUG, no lock checks): from a
+checkout, pip takes build/release/lib (the release twin of a checked
+build/) or a release build/lib, and refuses a checked one.
+
+Run by ctest (python_wheel) with FEED_SRC, FEED_LIB (the checked build the
+tests run), FEED_RELEASE_LIB (its release twin) and FEED_VERSION set; offline: the
 venv sees Debian's numpy and setuptools (--system-site-packages) and pip
 runs with --no-build-isolation --no-deps --no-index.
 """
@@ -17,6 +22,7 @@ import pytest
 
 SRC = pathlib.Path(os.environ["FEED_SRC"])
 LIB = pathlib.Path(os.environ["FEED_LIB"])
+RELEASE_LIB = pathlib.Path(os.environ["FEED_RELEASE_LIB"])
 
 
 def clean_env():
@@ -30,18 +36,33 @@ def run(args, **kw):
     return res.stdout
 
 
-def test_install_wheel_carries_the_library(tmp_path):
+def pip_install(py, src, cwd, **env):
+    """pip install src (offline) with the user's environment plus env."""
+    return subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+                           "--no-index", "--no-cache-dir", "-q", str(src)],
+                          env=dict(clean_env(), **env), cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def make_venv(tmp_path):
     venv = tmp_path / "venv"
     run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)])
-    py = venv / "bin" / "python"
-    run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
-         "--no-cache-dir", "-q", str(SRC / "client" / "python")], env=clean_env(), cwd=tmp_path)
+    return venv / "bin" / "python"
+
+
+def test_install_wheel_carries_the_library(tmp_path):
+    py = make_venv(tmp_path)
+    res = pip_install(py, SRC / "client" / "python", tmp_path,
+                      FEEDCLIENT_LIB=str(RELEASE_LIB / "libfeedclient.so.0"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning" not in res.stdout + res.stderr
 
     site = pathlib.Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
                             env=clean_env()).strip())
     carried = site / "feedclient" / "libfeedclient.so.0"
     assert carried.is_file(), "the wheel does not carry libfeedclient.so.0"
-    assert carried.read_bytes() == (LIB / "libfeedclient.so.0").resolve().read_bytes()
+    assert carried.read_bytes() == (RELEASE_LIB / "libfeedclient.so.0").resolve().read_bytes()
+    assert b"feed-build-kind=release" in carried.read_bytes()
     wheel = next(site.glob("feedclient-*.dist-info")) / "WHEEL"
     meta = wheel.read_text()
     assert "Root-Is-Purelib: false" in meta, meta
@@ -73,3 +94,42 @@ def test_install_wheel_missing_library_names_each_fix(tmp_path):
     for fix in ("then pip install client/python again", "build it (cmake --build build)",
                 "dpkg -i feedd_*.deb", "set FEEDCLIENT_LIB"):
         assert fix in err, f"{fix!r} not in:\n{err}"
+
+
+def fake_checkout(tmp_path, build_lib, release_lib):
+    """A checkout of client/python whose build/lib (and build/release/lib,
+    unless None) hold copies of the libraries given."""
+    root = tmp_path / "checkout"
+    shutil.copytree(SRC / "client" / "python", root / "client" / "python",
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    for lib, where in ((build_lib, root / "build" / "lib"),
+                       (release_lib, root / "build" / "release" / "lib")):
+        if lib is not None:
+            where.mkdir(parents=True)
+            shutil.copyfile((lib / "libfeedclient.so.0").resolve(), where / "libfeedclient.so.0")
+    return root
+
+
+def test_install_wheel_takes_the_release_twin(tmp_path):
+    """From a checkout whose build/ is checked, the wheel carries build/release/lib's."""
+    root = fake_checkout(tmp_path, LIB, RELEASE_LIB)
+    py = make_venv(tmp_path)
+    res = pip_install(py, root / "client" / "python", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    site = pathlib.Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
+                            env=clean_env()).strip())
+    carried = (site / "feedclient" / "libfeedclient.so.0").read_bytes()
+    assert carried == (RELEASE_LIB / "libfeedclient.so.0").resolve().read_bytes()
+
+
+def test_install_wheel_refuses_a_checked_library(tmp_path):
+    """A checkout with only a checked build: no wheel, and the error says why and what to do."""
+    assert b"feed-build-kind=checked" in (LIB / "libfeedclient.so.0").resolve().read_bytes()
+    root = fake_checkout(tmp_path, LIB, None)
+    py = make_venv(tmp_path)
+    res = pip_install(py, root / "client" / "python", tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    assert f"{root}/build/lib/libfeedclient.so.0 (the checkout's build tree): a checked build, " \
+           "not a release build" in out, out
+    assert "--target feed_release" in out, out
