@@ -1,7 +1,8 @@
 /*
  * check_config.c: --check-config (see check_config.h). Main thread. The
  * permission checks read mode bits, owners and groups as the kernel would
- * for the user checked (access control lists aside).
+ * for the user checked (access control lists aside); with --unit, the
+ * unit's sandbox (check_unit.h) decides first what feedd may write.
  */
 #include "check_config.h"
 
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "check_unit.h"
 
 #define CHK_GROUPS_MAX 256
 
@@ -27,7 +29,7 @@ struct chk_who {
 	int ngroups;
 	bool cap_chown;                /* may give a file any group (CAP_CHOWN) */
 	bool cap_dac;                  /* may write any directory (CAP_DAC_OVERRIDE) */
-	char name[64];                 /* "uid 999 (feedd)" */
+	char name[96];                 /* "uid 999 (feedd)" */
 };
 
 /* What the check found. */
@@ -35,6 +37,7 @@ struct chk {
 	const struct cfg *cfg;
 	const char *file;              /* the config file, for messages */
 	struct chk_who who;
+	const struct unit *unit;       /* --unit: its sandbox and socket unit, or NULL */
 	int errors;
 	int warnings;
 };
@@ -260,6 +263,82 @@ static void chk_cache_dir(struct chk *c)
 		chk_error(c, "cache_dir %s: cannot be created (%s: %s)", dir, parent, why);
 }
 
+/* Whether the unit's sandbox lets feedd write under path (the value of
+ * key); an error naming key, path and the unit's setting when not. */
+static bool chk_sandbox_write(struct chk *c, const char *key, const char *path, const char *instead)
+{
+	char why[64];
+
+	if (!c->unit || !path || path[0] != '/')
+		return true;
+	enum unit_access a = unit_access_of(c->unit, path, why, sizeof(why));
+	if (a == UNIT_RW) {
+		if (!strcmp(key, "socket") && !strcmp(why, "PrivateTmp=yes"))
+			chk_warning(c, "socket %s: in the unit's private /tmp (%s): clients "
+				    "outside the unit cannot reach it", path, why);
+		return true;
+	}
+	chk_error(c, "%s %s: %s under %s (%s), so start-up cannot write there: add "
+		  "ReadWritePaths=%s to the unit (a drop-in)%s%s", key, path,
+		  a == UNIT_RO ? "read-only" : "hidden", c->unit->file, why, path,
+		  instead ? ", or " : "", instead ? instead : "");
+	return false;
+}
+
+/* Under feedd.socket: systemd makes the socket and gives it SocketGroup=;
+ * feedd keeps its lock file beside the socket passed to it and warns when
+ * the config names another socket or group (as start-up does). */
+static void chk_socket_activated(struct chk *c)
+{
+	const struct unit *u = c->unit;
+	const struct cfg *cfg = c->cfg;
+	char dir[UNIT_PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s", u->listen);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir)
+		*slash = '\0';
+	chk_sandbox_write(c, "socket (feedd.socket's ListenSequentialPacket=, for the lock file)",
+			  dir, NULL);
+	if (strcmp(cfg->socket_path, u->listen))
+		chk_warning(c, "socket %s: under %s feedd serves the socket systemd passes, %s "
+			    "(ListenSequentialPacket=); make the two agree", cfg->socket_path,
+			    u->socket_file, u->listen);
+	if (!cfg->has_socket_group)
+		return;
+	struct group *gr = u->socket_group[0] ? getgrnam(u->socket_group) : NULL;
+	if (!gr || gr->gr_gid != cfg->socket_gid)
+		chk_warning(c, "socket_group %s: under %s its SocketGroup=%s decides the socket's "
+			    "group, not socket_group; leave socket_group out or name the same group",
+			    chk_group_name(cfg->socket_gid), u->socket_file,
+			    u->socket_group[0] ? u->socket_group : "(none: root's)");
+}
+
+/* Datasets the sandbox hides, and network use the unit forbids. */
+static void chk_unit_reach(struct chk *c)
+{
+	const struct cfg *cfg = c->cfg;
+	char why[64];
+
+	for (size_t i = 0; i < cfg->ndatasets; i++) {
+		const char *path = cfg->datasets[i].path;
+		bool url = strstr(path, "://") != NULL;
+		if (url && c->unit->loopback_only)
+			chk_warning(c, "datasets[%zu].path %s: %s allows loopback only (IPAddressDeny=any): "
+				    "enable the drop-in feedd-network.conf", i, path, c->unit->file);
+		if (!url && unit_access_of(c->unit, path, why, sizeof(why)) == UNIT_HIDDEN)
+			chk_warning(c, "datasets[%zu].path %s: hidden under %s (%s): dataset '%s' "
+				    "will not open", i, path, c->unit->file, why,
+				    cfg->datasets[i].name);
+	}
+	const char *m = cfg->metrics;
+	if (m && c->unit->loopback_only && strncmp(m, "127.", 4) && strncmp(m, "[::1]", 5) &&
+	    strncmp(m, "localhost:", 10))
+		chk_warning(c, "metrics %s: %s allows loopback only (IPAddressDeny=any), so no "
+			    "other host can scrape it: enable the drop-in feedd-network.conf", m,
+			    c->unit->file);
+}
+
 /* The config did not load: every error cfg_load_all() found, then every
  * name that does not resolve that it did not already say. */
 static int chk_load_failed(const struct cli *cli, const struct cfg_errs *errs)
@@ -274,48 +353,107 @@ static int chk_load_failed(const struct cli *cli, const struct cfg_errs *errs)
 	return 1;
 }
 
+/* Who start-up would run as (--user, else the unit's User=, else the
+ * caller) and the unit (--unit, into *u); -1 after saying why not. */
+static int chk_setup(struct chk *c, const struct cli *cli, struct unit *u)
+{
+	if (cli->check_unit) {
+		if (unit_read(u, cli->check_unit) < 0)
+			return -1;
+		c->unit = u;
+	}
+	const char *user = cli->check_user;
+	if (!user && c->unit && c->unit->user[0])
+		user = c->unit->user;  /* a unit without User= runs as root */
+	else if (!user && c->unit)
+		user = "root";
+	if (cli->check_user && c->unit && c->unit->user[0] && strcmp(cli->check_user, c->unit->user))
+		fprintf(stderr, "feedd: %s: warning: --user %s, but %s runs as User=%s\n", c->file,
+			cli->check_user, c->unit->file, c->unit->user);
+	return (user ? chk_who_user(&c->who, user) : chk_who_self(&c->who)) < 0 ? -1 : 0;
+}
+
+/* What start-up would meet, with the config loaded. */
+static void chk_checks(struct chk *c)
+{
+	const struct cfg *cfg = c->cfg;
+
+	if (c->unit && c->unit->has_socket) {
+		chk_socket_activated(c);
+	} else {
+		const char *slash = strrchr(cfg->socket_path, '/');
+		char dir[CFG_SOCKET_PATH_MAX + 1];
+		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - cfg->socket_path) : 0,
+			 cfg->socket_path);
+		if (chk_sandbox_write(c, "socket", dir[0] ? dir : "/", NULL))
+			chk_socket(c);
+	}
+	/* a directory the unit makes (CacheDirectory=) is feedd's at start */
+	if (chk_sandbox_write(c, "cache_dir", cfg->cache_dir,
+			      "a directory under the unit's CacheDirectory=") &&
+	    !(c->unit && cfg->cache_dir && unit_makes_dir(c->unit, cfg->cache_dir)))
+		chk_cache_dir(c);
+	if (c->unit)
+		chk_unit_reach(c);
+	int w = cat_check(cfg, stderr);  /* every dataset opens, every pipeline fits one */
+	if (w < 0) {
+		fprintf(stderr, "feedd: %s: %s\n", c->file, strerror(-w));
+		c->errors++;
+	} else {
+		c->warnings += w;
+	}
+}
+
+/* The last line; the exit code. */
+static int chk_report(const struct chk *c, bool strict)
+{
+	const struct cfg *cfg = c->cfg;
+	char under[UNIT_PATH_MAX + 64] = "";
+	int rc = c->errors || (strict && c->warnings);
+
+	if (c->unit)
+		snprintf(under, sizeof(under), " under %s%s", c->unit->file,
+			 c->unit->has_socket ? " with its socket unit" : "");
+	if (rc)
+		fprintf(stderr, "feedd: %s: %d error%s, %d warning%s; %s\n", c->file, c->errors,
+			c->errors == 1 ? "" : "s", c->warnings, c->warnings == 1 ? "" : "s",
+			c->errors ? "start-up would refuse it" : "refused: --strict");
+	else
+		printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers, %d warning%s, "
+		       "checked as %s%s)\n", c->file, cfg->socket_path, cfg->ndatasets,
+		       cfg->npipelines, (unsigned long long)cfg->workers, c->warnings,
+		       c->warnings == 1 ? "" : "s", c->who.name, under);
+	return rc;
+}
+
 int chk_run(const struct cli *cli)
 {
 	struct feed_err err = {0};
 	struct cfg *cfg = NULL;
 	struct chk c = {.file = cli->check_config};
-
-	if ((cli->check_user ? chk_who_user(&c.who, cli->check_user) : chk_who_self(&c.who)) < 0)
-		return 1;
+	struct unit *u = calloc(1, sizeof(*u));
 	struct cfg_errs *errs = calloc(1, sizeof(*errs));
-	if (!errs) {
+	int rc = 1;
+
+	if (!u || !errs) {
 		fprintf(stderr, "feedd: --check-config: out of memory\n");
-		return 1;
+		goto out;
 	}
+	if (chk_setup(&c, cli, u) < 0)
+		goto out;
 	if (cfg_load_all(cli->check_config, &cli->ov, getenv("FEEDD_SOCKET"), &cfg, &err,
 			 errs) < 0) {
 		if (!errs->n) /* not YAML, or out of memory: the one error */
 			snprintf(errs->msg[errs->n++], sizeof(errs->msg[0]), "%s", err.msg);
-		int rc = chk_load_failed(cli, errs);
-		free(errs);
-		return rc;
+		rc = chk_load_failed(cli, errs);
+		goto out;
 	}
-	free(errs);
 	c.cfg = cfg;
-	chk_socket(&c);
-	chk_cache_dir(&c);
-	int w = cat_check(cfg, stderr);  /* every dataset opens, every pipeline fits one */
-	if (w < 0) {
-		fprintf(stderr, "feedd: %s: %s\n", c.file, strerror(-w));
-		c.errors++;
-	} else {
-		c.warnings += w;
-	}
-	int rc = c.errors || (cli->strict && c.warnings);
-	if (rc)
-		fprintf(stderr, "feedd: %s: %d error%s, %d warning%s; %s\n", c.file, c.errors,
-			c.errors == 1 ? "" : "s", c.warnings, c.warnings == 1 ? "" : "s",
-			c.errors ? "start-up would refuse it" : "refused: --strict");
-	else
-		printf("%s: ok (socket %s, %zu datasets, %zu pipelines, %llu workers, %d warning%s, "
-		       "checked as %s)\n", c.file, cfg->socket_path, cfg->ndatasets,
-		       cfg->npipelines, (unsigned long long)cfg->workers, c.warnings,
-		       c.warnings == 1 ? "" : "s", c.who.name);
+	chk_checks(&c);
+	rc = chk_report(&c, cli->strict);
+out:
 	cfg_free(cfg);
+	free(errs);
+	free(u);
 	return rc;
 }

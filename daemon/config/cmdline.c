@@ -13,15 +13,16 @@ const char cli_usage[] =
 	"usage: feedd [--config FILE] [--socket PATH] [--dataset NAME=DIR|URL]...\n"
 	"             [--workers N] [--cache-bytes N] [--log-level error|warn|info|debug]\n"
 	"             [--group-timeout-ms N] [--metrics ADDR:PORT]\n"
-	"       feedd --check-config FILE [--strict] [--user NAME] [flags]\n"
-	"             (check what start-up would refuse, as NAME or as yourself; every\n"
+	"       feedd --check-config FILE [--strict] [--user NAME] [--unit UNIT] [flags]\n"
+	"             (check what start-up would refuse, as NAME or as yourself, under\n"
+	"             the systemd unit file UNIT's sandbox, user and socket unit; every\n"
 	"             error is reported; warnings too, which --strict makes errors)\n"
 	"       feedd --list-ops   (the pipeline ops, their keys and defaults)\n"
 	"Flags override the config file; without one, built-in defaults apply.\n"
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 
 enum { OPT_CHECK = 256, OPT_CACHE, OPT_LOG, OPT_VERSION, OPT_GROUP_TIMEOUT, OPT_STRICT,
-       OPT_USER, OPT_METRICS };
+       OPT_USER, OPT_METRICS, OPT_UNIT };
 
 static const struct option cli_opts[] = {
 	{"config", required_argument, NULL, 'c'},
@@ -35,6 +36,7 @@ static const struct option cli_opts[] = {
 	{"check-config", required_argument, NULL, OPT_CHECK},
 	{"strict", no_argument, NULL, OPT_STRICT},
 	{"user", required_argument, NULL, OPT_USER},
+	{"unit", required_argument, NULL, OPT_UNIT},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{NULL, 0, NULL, 0},
@@ -76,6 +78,7 @@ static int cli_one(struct cli *c, int opt, int argc, char **argv, struct feed_er
 	case OPT_CHECK: c->check_config = optarg; return 0;
 	case OPT_STRICT: c->strict = true; return 0;
 	case OPT_USER: c->check_user = optarg; return 0;
+	case OPT_UNIT: c->check_unit = optarg; return 0;
 	case 'h': c->help = true; return 0;
 	case OPT_VERSION: c->version = true; return 0;
 	case ':':
@@ -100,8 +103,8 @@ int cli_parse(int argc, char **argv, struct cli *ret, struct feed_err *err)
 		return feed_err_set(err, -EINVAL, "%s: unexpected argument", argv[optind]);
 	if (ret->check_config && ret->config)
 		return feed_err_set(err, -EINVAL, "--check-config and --config: give one");
-	if (!ret->check_config && (ret->strict || ret->check_user))
+	if (!ret->check_config && (ret->strict || ret->check_user || ret->check_unit))
 		return feed_err_set(err, -EINVAL, "%s: only with --check-config",
-				    ret->strict ? "--strict" : "--user");
+				    ret->strict ? "--strict" : ret->check_user ? "--user" : "--unit");
 	return 0;
 }

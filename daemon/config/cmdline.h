@@ -17,6 +17,7 @@ struct cli {
 	const char *check_config;  /* --check-config FILE: check, report, exit */
 	bool strict;               /* --strict: with --check-config, warnings are errors */
 	const char *check_user;    /* --user NAME: with --check-config, check as NAME */
+	const char *check_unit;    /* --unit FILE: with --check-config, under that unit */
 	bool help;                 /* --help */
 	bool version;              /* --version */
 	struct cfg_overrides ov;   /* every other flag */

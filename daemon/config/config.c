@@ -394,7 +394,7 @@ static int cfg_parse_file(const char *file, struct cfg_src *src, char **ret_text
 	if (r < 0)
 		return feed_err_set(err, -EINVAL, "%s:%u:%u: YAML syntax: %s", file, line, col,
 				    msg);
-	return cfg_raw_load(src->text, src->len, ret_raw, file, err);
+	return cfg_raw_load_all(src->text, src->len, ret_raw, src, err);
 }
 
 bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err)

@@ -86,6 +86,13 @@ int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char 
 		 struct feed_err *err);
 void cfg_raw_free(struct cfg_raw *raw);  /* accepts NULL */
 
+/* cfg_raw_load(), but when src->all collects every error (--check-config)
+ * each unknown key goes there ("FILE:LINE: PATH: unknown key") and the
+ * rest loads without them, so the other keys are checked too; the
+ * collected errors still refuse the file (cfg_load_all()). */
+int cfg_raw_load_all(const char *text, size_t len, struct cfg_raw **ret,
+		     const struct cfg_src *src, struct feed_err *err);
+
 /* path as given when absolute or a URL, else joined to the config file's
  * directory. NULL: out of memory. */
 char *cfg_path_join(const char *file, const char *path);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <yaml.h>
 
 #include "config.h"
 #include "config_raw.h"
@@ -210,8 +211,8 @@ static int cfg_sch_error(const struct cfg_sch_log *lg, cyaml_err_t e, const char
 	return feed_err_set(err, -EINVAL, "%s: %s: %s", file, path, what);
 }
 
-int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
-		 struct feed_err *err)
+static int cfg_raw_load_flags(const char *text, size_t len, struct cfg_raw **ret,
+			      const char *file, cyaml_cfg_flags_t flags, struct feed_err *err)
 {
 	struct cfg_sch_log lg = {.nframes = 0};
 	const cyaml_config_t cc = {
@@ -219,7 +220,7 @@ int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char 
 		.log_ctx = &lg,
 		.mem_fn = cyaml_mem,
 		.log_level = CYAML_LOG_ERROR,
-		.flags = CYAML_CFG_NO_ALIAS,
+		.flags = CYAML_CFG_NO_ALIAS | flags,
 	};
 	cyaml_data_t *data = NULL;
 
@@ -228,6 +229,171 @@ int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char 
 		return cfg_sch_error(&lg, e, text, len, file, err);
 	*ret = data;
 	return 0;
+}
+
+int cfg_raw_load(const char *text, size_t len, struct cfg_raw **ret, const char *file,
+		 struct feed_err *err)
+{
+	return cfg_raw_load_flags(text, len, ret, file, 0, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Every unknown key, for --check-config: libcyaml stops at the first, so
+ * the document is walked beside the schema with libyaml, and then loaded
+ * with unknown keys ignored, so the checks of every other key still run. */
+
+#define CFG_UNK_DEPTH 32
+
+/* One open mapping or sequence of the document. */
+struct cfg_unk_frame {
+	const cyaml_schema_value_t *v; /* its schema; NULL: under an unknown key */
+	bool is_map;                   /* a mapping, else a sequence */
+	bool want_key;                 /* mapping: the next scalar is a key */
+	unsigned index;                /* sequence: the next entry's index */
+	size_t base;                   /* path length of the collection itself */
+};
+
+struct cfg_unk {
+	const struct cfg_src *src;
+	struct cfg_unk_frame st[CFG_UNK_DEPTH];
+	int depth;
+	const cyaml_schema_value_t *next; /* schema of the value after a key */
+	char path[512];
+	int found;                     /* unknown keys reported */
+	bool stop;                     /* memory ran out recording one */
+};
+
+static const cyaml_schema_value_t *cfg_unk_field(const cyaml_schema_value_t *map,
+						 const char *key)
+{
+	for (const cyaml_schema_field_t *f = map->mapping.fields; f && f->key; f++)
+		if (!strcmp(f->key, key))
+			return &f->value;
+	return NULL;
+}
+
+/* The path of the node starting now, and its schema (NULL: unknown). */
+static const cyaml_schema_value_t *cfg_unk_enter(struct cfg_unk *u)
+{
+	struct cfg_unk_frame *f = u->depth ? &u->st[u->depth - 1] : NULL;
+	size_t cap = sizeof(u->path);
+
+	if (!f)
+		return &cfg_sch_top_v;
+	if (f->is_map)
+		return u->next;  /* the key set path and next */
+	snprintf(u->path + f->base, cap - f->base, "[%u]", f->index++);
+	return f->v ? f->v->sequence.entry : NULL;
+}
+
+/* A mapping key: reported when the mapping's schema lacks it. */
+static void cfg_unk_key(struct cfg_unk *u, struct cfg_unk_frame *f, const yaml_event_t *ev)
+{
+	const char *key = (const char *)ev->data.scalar.value;
+	size_t cap = sizeof(u->path);
+
+	snprintf(u->path + f->base, cap - f->base, "%s%s", f->base ? "." : "", key);
+	f->want_key = false;
+	u->next = f->v ? cfg_unk_field(f->v, key) : NULL;
+	if (!f->v || u->next)
+		return;
+	struct feed_err e = {0};
+	unsigned line = (unsigned)ev->start_mark.line + 1;
+	int r = feed_err_set(&e, -EINVAL, "%s:%u: %s: unknown key", u->src->file, line, u->path);
+	u->found++;
+	if (!cfg_err_keep(u->src, r, &e))
+		u->stop = true;
+}
+
+/* A value ended: the parent wants a key (mapping) or an entry next. */
+static void cfg_unk_leave(struct cfg_unk *u)
+{
+	struct cfg_unk_frame *f = u->depth ? &u->st[u->depth - 1] : NULL;
+
+	if (!f)
+		return;
+	u->path[f->base] = '\0';
+	f->want_key = true;
+}
+
+static void cfg_unk_step(struct cfg_unk *u, const yaml_event_t *ev)
+{
+	struct cfg_unk_frame *f = u->depth ? &u->st[u->depth - 1] : NULL;
+	const cyaml_schema_value_t *v;
+
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+	case YAML_ALIAS_EVENT:
+		if (f && f->is_map && f->want_key) {
+			if (ev->type == YAML_SCALAR_EVENT)
+				cfg_unk_key(u, f, ev);
+			else
+				f->want_key = false;
+			return;
+		}
+		cfg_unk_enter(u);
+		cfg_unk_leave(u);
+		return;
+	case YAML_MAPPING_START_EVENT:
+	case YAML_SEQUENCE_START_EVENT:
+		v = cfg_unk_enter(u);
+		if (u->depth == CFG_UNK_DEPTH) {
+			u->stop = true;  /* deeper than any schema: libcyaml says what is wrong */
+			return;
+		}
+		/* a shape the schema does not expect is libcyaml's error to report */
+		if (v && v->type != (ev->type == YAML_MAPPING_START_EVENT ? CYAML_MAPPING
+									 : CYAML_SEQUENCE))
+			v = NULL;
+		u->st[u->depth++] = (struct cfg_unk_frame){
+			.v = v,
+			.is_map = ev->type == YAML_MAPPING_START_EVENT,
+			.want_key = true,
+			.base = strlen(u->path),
+		};
+		return;
+	case YAML_MAPPING_END_EVENT:
+	case YAML_SEQUENCE_END_EVENT:
+		if (u->depth)
+			u->depth--;
+		cfg_unk_leave(u);
+		return;
+	default:
+		return;
+	}
+}
+
+/* Reports every unknown key of text into src->all; the count, or -ENOMEM. */
+static int cfg_unknown_keys(const char *text, size_t len, const struct cfg_src *src)
+{
+	struct cfg_unk u = {.src = src};
+	yaml_parser_t p;
+	yaml_event_t ev;
+
+	if (!yaml_parser_initialize(&p))
+		return -ENOMEM;
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	while (!u.stop && yaml_parser_parse(&p, &ev)) {
+		bool end = ev.type == YAML_STREAM_END_EVENT;
+		cfg_unk_step(&u, &ev);
+		yaml_event_delete(&ev);
+		if (end)
+			break;
+	}
+	bool oom = p.error == YAML_MEMORY_ERROR;
+	yaml_parser_delete(&p);
+	return oom ? -ENOMEM : u.found;
+}
+
+int cfg_raw_load_all(const char *text, size_t len, struct cfg_raw **ret,
+		     const struct cfg_src *src, struct feed_err *err)
+{
+	if (!src->all)
+		return cfg_raw_load(text, len, ret, src->file, err);
+	int n = cfg_unknown_keys(text, len, src);
+	if (n < 0)
+		return feed_err_set(err, n, "%s: out of memory", src->file);
+	return cfg_raw_load_flags(text, len, ret, src->file, CYAML_CFG_IGNORE_UNKNOWN_KEYS, err);
 }
 
 void cfg_raw_free(struct cfg_raw *raw)
