@@ -110,7 +110,7 @@ set_tests_properties(integration_ipc PROPERTIES ENVIRONMENT
 # The shipped systemd units (deploy/): verify and security exposure, and
 # every configs/*.yaml started under them as the unit's user (root only:
 # it creates users). Skipped (77) where systemd's tools are absent.
-foreach(part analyze user)
+foreach(part analyze user sandbox)
   add_test(NAME integration_systemd_unit_${part}
            COMMAND sh ${FEED_IT_DIR}/check_systemd_unit.sh ${part})
   set_tests_properties(integration_systemd_unit_${part} PROPERTIES
