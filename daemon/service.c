@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
+#include <time.h>
 
 #include "catalog.h"
 #include "pool.h"
@@ -113,6 +114,23 @@ static void svc_on_tick(uv_timer_t *t)
 		sd_notifyf(0, "STATUS=%s", status);
 }
 
+/* RELOADING=1 with the monotonic time (systemd 253 and later require it
+ * with RELOADING=1; older ones ignore it), then READY=1 when it ends,
+ * refused or applied: the service is back to running either way. */
+static void svc_reload_notify(struct feedd *d, bool done)
+{
+	struct timespec ts;
+
+	if (done) {
+		sd_notify(0, "READY=1");
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+		   (unsigned long long)ts.tv_sec * 1000000ULL +
+		   (unsigned long long)ts.tv_nsec / 1000ULL);
+}
+
 int svc_ready(struct feedd *d, struct svc **ret)
 {
 	uint64_t usec = 0;
@@ -143,6 +161,7 @@ int svc_ready(struct feedd *d, struct svc **ret)
 	s->timer.data = s;
 	svc_status(s, status, sizeof(status));
 	sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+	d->reload_notify = svc_reload_notify;
 	uv_timer_start(&s->timer, svc_on_tick, tick, tick);
 	*ret = s;
 	return 0;

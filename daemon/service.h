@@ -2,7 +2,8 @@
  * service.h: what feedd and systemd say to each other: the listening
  * socket systemd passes (socket activation, sd_listen_fds), and what feedd
  * tells it over NOTIFY_SOCKET (READY=1, STATUS= every few seconds,
- * WATCHDOG=1 while the loop and the workers make progress, STOPPING=1).
+ * WATCHDOG=1 while the loop and the workers make progress, RELOADING=1
+ * and READY=1 around a reload, STOPPING=1).
  *
  * Owns: the notify timer and the watchdog's judgement of the workers.
  * Loop thread only (part of the feedd executable, which alone links
@@ -32,7 +33,9 @@ int svc_listen_fd(const struct log *lg, int *ret_fd, struct feed_err *err);
  * refreshes STATUS= every SVC_STATUS_MS (or a third of WatchdogSec=, if
  * shorter) and sends WATCHDOG=1 with it while no worker has been in one
  * job for WatchdogSec= or longer (a stuck worker is logged, once, and
- * again when it moves on). Call once d->cat and d->pool exist. -ENOMEM. */
+ * again when it moves on); and sets d->reload_notify, so each reload says
+ * RELOADING=1 (with MONOTONIC_USEC=) as it starts and READY=1 as it ends,
+ * applied or refused. Call once d->cat and d->pool exist. -ENOMEM. */
 int svc_ready(struct feedd *d, struct svc **ret);
 
 /* Tells systemd STOPPING=1 and closes the timer (freed when the loop has

@@ -67,6 +67,9 @@ struct feedd {
 	uint64_t rejected;         /* of those, answered with an Error (loop thread) */
 	bool stopping;             /* a stop signal arrived */
 	struct svc *svc;           /* what systemd is told (service.h), or NULL */
+	void (*reload_notify)(struct feedd *d, bool done); /* service.c, while it tells
+				    * systemd: RELOADING=1 as a reload starts,
+				    * READY=1 as it ends; NULL otherwise (loop thread) */
 	uv_signal_t sigterm;       /* stop */
 	uv_signal_t sigint;        /* stop */
 	uv_signal_t sighup;        /* reloads the config file (control/reload.h) */

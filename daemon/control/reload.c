@@ -220,6 +220,8 @@ static void rld_done(struct pool_job *job)
 	} else {
 		rld_log_refused(d, &rep);
 	}
+	if (d->reload_notify)
+		d->reload_notify(d, true);
 	if (r->done)
 		r->done(r->arg, &rep);
 	cat_reload_drop(&r->plan);
@@ -259,6 +261,8 @@ static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_
 	r->job.run = rld_run;
 	r->job.done = rld_done_marked;
 	d->reload = r;
+	if (d->reload_notify)
+		d->reload_notify(d, false);
 	log_info(&d->log, "reload of %s: loading", d->cfg->file ? d->cfg->file
 							  : "built-in defaults and flags");
 	pool_submit(d->pool, &r->job);

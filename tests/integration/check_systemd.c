@@ -478,6 +478,124 @@ START_TEST(test_systemd_check_config_reports_every_error)
 }
 END_TEST
 
+/* systemctl reload runs feedctl reload (deploy/feedd.service's
+ * ExecReload=): feedd says RELOADING=1 with MONOTONIC_USEC= as a reload
+ * starts and READY=1 as it ends, and feedctl exits 0 when the config was
+ * applied, 1 when feedd refused it (the unit's reload then fails). */
+START_TEST(test_systemd_reload_notifies_and_fails_when_refused)
+{
+	char text[256], out[160], buf[512];
+	const char *cfg;
+
+	snprintf(text, sizeof(text), "datasets:\n  - name: tiny\n    path: %s\n", h.data);
+	cfg = h_write_file("reload.yaml", text);
+	int nfd = notify_socket();
+	h_start((const char *[]){"--config", cfg, NULL});
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert(notify_until(nfd, "READY=1"));
+
+	snprintf(out, sizeof(out), "%s/reload.out", h.dir);
+	const char *args[] = {"--socket", h.sock, "reload", NULL};
+	ck_assert_int_eq(h_run_tool("feedctl", args, out), 0);
+	ck_assert_msg(h_file_has(out, "reloaded "), "%s", h_file_text(out));
+	ck_assert(notify_until(nfd, "RELOADING=1\nMONOTONIC_USEC="));
+	ck_assert(notify_until(nfd, "READY=1"));
+
+	h_write_file("reload.yaml", "workers: 2\nno_such_key: 1\n");
+	ck_assert_int_eq(h_run_tool("feedctl", args, out), 1);
+	ck_assert_msg(h_file_has(out, "refused"), "%s", h_file_text(out));
+	ck_assert_msg(h_file_has(out, "no_such_key: unknown key"), "%s", h_file_text(out));
+	bool reloading = false, ready = false;
+	while (!(reloading && ready) && notify_recv(nfd, buf, sizeof(buf), H_DEADLINE_MS)) {
+		reloading |= strstr(buf, "RELOADING=1") != NULL;
+		ready |= reloading && !strncmp(buf, "READY=1", 7);
+	}
+	ck_assert_msg(reloading && ready, "no RELOADING=1 then READY=1 around a refused reload");
+	h_assert_healthy();
+	ck_assert_int_eq(h_stop(), 0);
+	close(nfd);
+}
+END_TEST
+
+/* --check-config goes on past an unknown key: every one is named with
+ * its line and path, and the other keys' errors are reported too. */
+START_TEST(test_systemd_check_config_lists_every_unknown_key)
+{
+	char out[160];
+	const char *cfg = h_write_file("unknown.yaml",
+		"workers: 0\nbogus: 1\nlimits:\n  max_streams: 4\n  nope: [1]\n"
+		"datasets:\n  - name: a\n    path: fm\n    extra: {x: 1}\n"
+		"    allow_users: [nobody-x]\nlast: 2\n");
+
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, NULL}, out,
+				   sizeof(out)), 1);
+	const char *got = h_file_text(out);
+	ck_assert_msg(strstr(got, ":2: bogus: unknown key"), "%s", got);
+	ck_assert_msg(strstr(got, ":5: limits.nope: unknown key"), "%s", got);
+	ck_assert_msg(strstr(got, ":9: datasets[0].extra: unknown key"), "%s", got);
+	ck_assert_msg(strstr(got, ":11: last: unknown key"), "%s", got);
+	ck_assert_msg(strstr(got, ":1: workers: 0 out of range"), "%s", got);
+	ck_assert_msg(strstr(got, ":10: datasets[0].allow_users[0]: no user named 'nobody-x'"),
+		      "%s", got);
+	ck_assert_msg(strstr(got, ": 6 errors; start-up would refuse it"), "%s", got);
+
+	/* a start still stops at the first */
+	ck_assert_int_eq(run_feedd((const char *[]){"--config", cfg, NULL}, out, sizeof(out)), 1);
+	ck_assert_msg(h_file_has(out, "unknown key"), "%s", h_file_text(out));
+}
+END_TEST
+
+/* --check-config --unit: the unit's User= is who is checked, its sandbox
+ * decides what feedd may write (an error naming the key), and under its
+ * socket unit socket_group only warns, as a socket-activated start does. */
+START_TEST(test_systemd_check_config_knows_the_unit)
+{
+	char out[160], text[512], unit[160];
+
+	snprintf(text, sizeof(text), "[Service]\nUser=nobody\nProtectSystem=strict\n"
+		 "PrivateTmp=no\nReadWritePaths=-%s/rw\nCacheDirectory=feedd-test\n"
+		 "IPAddressDeny=any\nIPAddressAllow=localhost\n", h.dir);
+	snprintf(unit, sizeof(unit), "%s", h_write_file("feedd.service", text));
+	snprintf(text, sizeof(text), "socket: %s/rw/feedd.sock\ncache_dir: %s/cache\n"
+		 "metrics: 0.0.0.0:9464\n", h.dir, h.dir);
+	const char *cfg = h_write_file("unit.yaml", text);
+	char rw[160];
+	snprintf(rw, sizeof(rw), "%s/rw", h.dir);
+	ck_assert_int_eq(mkdir(rw, 0755), 0);
+	ck_assert_int_eq(chmod(rw, 0777), 0);  /* nobody may make the socket there */
+	ck_assert_int_eq(run_feedd((const char *[]){"--check-config", cfg, "--unit", unit, NULL},
+				   out, sizeof(out)), 1);
+	const char *got = h_file_text(out);
+	snprintf(text, sizeof(text), "cache_dir %s/cache: read-only under %s (ProtectSystem=strict)",
+		 h.dir, unit);
+	ck_assert_msg(strstr(got, text), "%s", got);
+	ck_assert_msg(strstr(got, "warning: metrics 0.0.0.0:9464: "), "%s", got);
+	ck_assert_msg(!strstr(got, "socket directory"), "%s", got);
+	ck_assert_msg(strstr(got, ": 1 error, 1 warning;"), "%s", got);
+
+	/* under the cache directory the unit makes, and with its socket unit */
+	char cfg2[160];  /* h_write_file()'s result lasts until its next call */
+	snprintf(text, sizeof(text), "socket: /run/feedd/feedd.sock\nsocket_group: users\n"
+		 "cache_dir: /var/cache/feedd-test\n");
+	snprintf(cfg2, sizeof(cfg2), "%s", h_write_file("unit2.yaml", text));
+	cfg = cfg2;
+	h_write_file("feedd.socket", "[Socket]\nListenSequentialPacket=/run/feedd/feedd.sock\n"
+		     "SocketGroup=root\n");
+	snprintf(text, sizeof(text), "[Service]\nUser=nobody\nProtectSystem=strict\n"
+		 "ReadWritePaths=-/run/feedd\nCacheDirectory=feedd-test\n");
+	h_write_file("feedd.service", text);
+	int rc = run_feedd((const char *[]){"--check-config", cfg, "--unit", unit, NULL}, out,
+			   sizeof(out));
+	got = h_file_text(out);
+	ck_assert_msg(rc == 0, "exit %d: %s", rc, got);
+	ck_assert_msg(strstr(got, "warning: socket_group 100 (users): under "), "%s", got);
+	ck_assert_msg(strstr(got, "SocketGroup=root decides"), "%s", got);
+	ck_assert_msg(!strstr(got, "CAP_CHOWN"), "%s", got);
+	ck_assert_msg(strstr(got, "checked as uid 65534 (nobody) under "), "%s", got);
+	ck_assert_msg(strstr(got, " with its socket unit)"), "%s", got);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("systemd");
@@ -494,6 +612,9 @@ int main(void)
 	tcase_add_test(tc, test_systemd_sigquit_leaves_no_socket_or_lock);
 	tcase_add_test(tc, test_systemd_lock_still_refuses_second);
 	tcase_add_test(tc, test_systemd_check_config_reports_every_error);
+	tcase_add_test(tc, test_systemd_reload_notifies_and_fails_when_refused);
+	tcase_add_test(tc, test_systemd_check_config_lists_every_unknown_key);
+	tcase_add_test(tc, test_systemd_check_config_knows_the_unit);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
