@@ -18,7 +18,7 @@
 #include "pool.h"
 
 #define RLD_NOTES 8  /* restart-only keys: socket, its group, workers, cache, cache_dir
-		      * and its bytes, log level */
+		      * and its bytes, log level, metrics */
 
 /* The report's lists: pointers into the reload, errs then plan order. */
 struct rld_lists {
@@ -61,6 +61,21 @@ static void rld_note_num(struct rld *r, const char *key, uint64_t file_val, uint
 	rld_note(r, key, a, b);
 }
 
+/* metrics: the exposition listens where start-up put it (main()); a
+ * changed address is said, and the running one kept. -ENOMEM. */
+static int rld_keep_metrics(struct rld *r, struct cfg *c, const struct cfg *old)
+{
+	const char *was = old->metrics ? old->metrics : "off";
+
+	if (strcmp(c->metrics ? c->metrics : "off", was))
+		rld_note(r, "metrics", c->metrics ? c->metrics : "off", was);
+	free(c->metrics);
+	c->metrics = NULL;
+	if (old->metrics && !(c->metrics = strdup(old->metrics)))
+		return -ENOMEM;
+	return 0;
+}
+
 /* Gives the new config the running values of what only a restart changes
  * (the socket is bound, the workers and the cache are made, the log level
  * is read without a lock by every thread). c is still ours alone. */
@@ -98,7 +113,7 @@ static int rld_keep_running(struct rld *r, struct cfg *c, const struct cfg *old)
 	if (old->cache_dir && !(c->cache_dir = strdup(old->cache_dir)))
 		return -ENOMEM;
 	c->log_level = old->log_level;
-	return 0;
+	return rld_keep_metrics(r, c, old);
 }
 
 /* Loads the file and opens what it adds or repoints, into r. */

@@ -9,8 +9,8 @@
  * datasets (added, removed, repointed to a new directory), access lists,
  * limits (for what is opened from then on), pipelines, group_timeout_ms.
  * What needs a restart (socket, socket_group, workers, cache_bytes,
- * log_level) keeps its running value, with a warning when the file
- * changed it. A file that does not load, or a new or repointed dataset
+ * cache_dir, cache_dir_bytes, log_level, metrics) keeps its running
+ * value, with a warning when the file changed it. A file that does not load, or a new or repointed dataset
  * that does not open, refuses the whole reload with every error logged;
  * the config in force stays.
  *

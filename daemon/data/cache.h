@@ -11,9 +11,10 @@
  * when every entry is pinned the cache goes over budget (by at most
  * 2 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
  * between the samples of its first, pool_yield()) until the pins are
- * dropped. Lock order:
- * a stream's lock may be held while calling in here; this module calls
- * nothing that takes another lock.
+ * dropped. Locks: the cache's mutex is the only lock a thread holds while
+ * in here, and none is held when calling in (no thread of feedd ever
+ * holds two: proto/feed_lock.h); this module calls nothing that takes
+ * another lock.
  */
 #ifndef FEED_CACHE_H
 #define FEED_CACHE_H

@@ -501,6 +501,17 @@ START_TEST(test_systemd_reload_notifies_and_fails_when_refused)
 	ck_assert(notify_until(nfd, "RELOADING=1\nMONOTONIC_USEC="));
 	ck_assert(notify_until(nfd, "READY=1"));
 
+	/* metrics needs a restart: applied without it, and said so */
+	snprintf(text, sizeof(text), "metrics: 127.0.0.1:0\n"
+		 "datasets:\n  - name: tiny\n    path: %s\n", h.data);
+	h_write_file("reload.yaml", text);
+	ck_assert_int_eq(h_run_tool("feedctl", args, out), 0);
+	ck_assert_msg(h_file_has(out, "warning: metrics: 127.0.0.1:0 in the file, still off until "
+				      "a restart"), "%s", h_file_text(out));
+
+	/* READY=1 goes before the reply: nothing of these reloads is left after it */
+	while (recv(nfd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
 	h_write_file("reload.yaml", "workers: 2\nno_such_key: 1\n");
 	ck_assert_int_eq(h_run_tool("feedctl", args, out), 1);
 	ck_assert_msg(h_file_has(out, "refused"), "%s", h_file_text(out));
