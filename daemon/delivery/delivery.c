@@ -75,7 +75,12 @@ struct dlv_member {
 	uint32_t idx;                     /* its bit in slot masks, once added */
 	enum dlv_member_state state;
 	uint64_t held;                    /* bit s: slot s published to it, not released */
-	uint64_t idle_since;              /* ns: its last release, or when it began holding */
+	uint64_t releases;                /* releases it made, plus one each time it began
+					   * holding: what the detach timer watches */
+	/* the detach timer's own (dlv_detach_idle, loop thread, its clock) */
+	bool watched;                     /* the timer has looked at it */
+	uint64_t seen_releases;           /* releases at the timer's last change seen */
+	uint64_t quiet_since;             /* the timer's time of that change */
 	uint64_t ready_head;              /* our copy of ctl->ready_head */
 	uint64_t rel_tail;                /* private: never read from rel */
 	bool pending;                     /* entries pushed, not yet published */
@@ -653,7 +658,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		memcpy((uint8_t *)m->ctl.map + layout_hdr_off(&d->lay, s), h, d->lay.slot_hdr_bytes);
 		ring_push(m, feed_ring_entry(s, gen));
 		if (!m->held)
-			m->idle_since = now;
+			m->releases++;  /* holding from now: idle from now */
 		m->held |= 1ull << s;
 		mask |= 1ull << i;
 		m->batches++;
@@ -758,7 +763,7 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 
 /* ---- releases (untrusted input) ---- */
 
-static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t entry, uint64_t now)
+static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t entry)
 {
 	uint32_t slot = feed_ring_slot(entry), gen = feed_ring_gen(entry);
 
@@ -768,7 +773,7 @@ static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t ent
 		d->st.bad_releases++;
 		return;
 	}
-	m->idle_since = now;
+	m->releases++;
 	member_drop_locked(d, m, slot);
 }
 
@@ -800,11 +805,10 @@ static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 		}
 		return;
 	}
-	uint64_t now = now_ns();
 	while (m->rel_tail != head) {
 		/* read once: the client may rewrite the entry under us */
 		uint64_t e = feed_ring_take(&m->rel_ring, &m->rel_tail);
-		release_one_locked(d, m, e, now);
+		release_one_locked(d, m, e);
 	}
 }
 
@@ -1197,6 +1201,21 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 	}
 }
 
+/* Whether m, holding slots, has made no release the timer saw for more
+ * than timeout_ns of the timer's clock. Idleness is counted from the
+ * timer's own readings (one thread, one clock) at which it saw m's
+ * release count change, never from times other threads wrote. */
+static bool member_idle_locked(struct dlv_member *m, uint64_t now, uint64_t timeout_ns)
+{
+	if (!m->watched || !m->held || m->releases != m->seen_releases || now < m->quiet_since) {
+		m->watched = true;
+		m->seen_releases = m->releases;
+		m->quiet_since = now;
+		return false;
+	}
+	return now - m->quiet_since > timeout_ns;
+}
+
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
 {
 	assert_loop_thread();
@@ -1209,7 +1228,7 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
-		if (!m || !m->held || now - m->idle_since <= timeout_ns ||
+		if (!m || !member_idle_locked(m, now, timeout_ns) ||
 		    (m->state != DLV_MEMBER_ACTIVE && m->state != DLV_MEMBER_DONE))
 			continue;
 		snprintf(msg, sizeof(msg), "group '%s': detached after releasing nothing for %llu ms "

@@ -195,7 +195,11 @@ void dlv_member_on_release(struct dlv_member *m);
 void dlv_member_leave(struct dlv_member *m);
 
 /* Detaches every member that holds a slot and released nothing for
- * timeout_ns (DESIGN.md: the group timeout): what it has taken stays
+ * timeout_ns (DESIGN.md: the group timeout), measured on the caller's
+ * clock (now_ns, monotonic, read by this one caller only) from the call
+ * that first saw its release count where it still is: a call only samples
+ * each member's releases, so the first call detaches nobody, and a
+ * member is detached at most one call period late. What it has taken stays
  * intact for it, what it had not taken goes back, it receives nothing
  * more, and its next call fails with -ENOLINK and a message naming the
  * group (name) and the timeout. Returns how many were detached. Loop
