@@ -483,7 +483,8 @@ static void ses_unlink_opening(struct ses *se, struct ses_stream *ss)
 		}
 }
 
-/* Logs a refused open, rate-limited per connection: a client retrying a
+/* Logs a refused open at warning (a limit or access refusal is what an
+ * operator looks for), rate-limited per connection: a client retrying a
  * refused open in a loop gets every answer, not a log line each. */
 static void ses_log_refusal(struct ses *se, const char *msg)
 {
@@ -491,7 +492,7 @@ static void ses_log_refusal(struct ses *se, const char *msg)
 	uint64_t dropped;
 
 	if (log_limit_allow(&se->refusal_log, uv_now(&se->d->loop), &dropped))
-		log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s%s",
+		log_warn(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s%s",
 			 SRV_CONN_ARGS(se->conn), msg, log_limit_note(dropped, note));
 }
 
@@ -590,7 +591,7 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
 		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
-		.max_bad = sp->max_bad,
+		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, o->group),
 	};
 }
 

@@ -4,7 +4,9 @@
  * once; a member killed and one stopped (SIGSTOP) mid-epoch do not stop
  * the others, and the stopped one is told it was detached when it
  * continues, its held batch intact; a mismatch is refused naming the
- * parameter; a late joiner starts where it is told and its partial first
+ * parameter; a group belongs to its user (the same name from two users is
+ * two groups) unless the dataset's shared_groups lists it; a late joiner
+ * starts where it is told and its partial first
  * epoch is exactly the rest of that epoch; a member writing into its batch
  * changes no other member's bytes, nor its own later batches.
  *
@@ -502,47 +504,70 @@ END_TEST
 
 #define NOBODY 65534
 
-/* Starts feedd with g1k readable by everyone and the given limits. */
-static void start_open_to_all(const char *limits)
+/* Starts feedd with g1k readable by everyone and the given limits (and
+ * any other top-level keys or dataset keys in extra, indented for g1k). */
+static void start_open_to_all_with(const char *limits, const char *extra)
 {
-	char text[512];
+	char text[768];
 
 	snprintf(gr_dir, sizeof(gr_dir), "%s/g1k", h.dir);
 	h_make_dataset_blocks(gr_dir, GR_SAMPLES, 50);
 	snprintf(text, sizeof(text), "%sdatasets:\n  - name: tiny\n    path: %s\n"
-		 "  - name: g1k\n    path: %s\n    allow_users: [\"*\"]\n", limits, h.data,
-		 gr_dir);
+		 "  - name: g1k\n    path: %s\n    allow_users: [\"*\"]\n%s", limits, h.data,
+		 gr_dir, extra);
 	const char *cfg = h_write_file("feedd.yaml", text);
 	h_start((const char *[]){"--config", cfg, NULL});
 }
 
-/* In a child that became nobody: joining root's group is refused. */
+static void start_open_to_all(const char *limits)
+{
+	start_open_to_all_with(limits, "");
+}
+
+/* The members a group open of name found (itself included), or -1 with
+ * the open refused. */
+static int gr_members_when_joined(struct feed_conn *c, const char *name, struct feed_stream **st)
+{
+	struct feed_stream_opts o = gr_opts(name, 0);
+
+	if (feed_stream_open(c, &o, st))
+		return -1;
+	return (int)feed_stream_info(*st)->group_members;
+}
+
+/* In a child that became nobody: root's group "g" is not nobody's: its
+ * own "g" is another group (1 member), which root's does not see either;
+ * the shared "team" is one group for both (2). 0, or the check failed. */
 static int gr_nobody_joins(void)
 {
 	struct feed_conn *c;
-	struct feed_stream *st;
-	struct feed_stream_opts o = gr_opts("g", 0);
+	struct feed_stream *st, *st2;
 
 	if (feed_connect(h.sock, &c))
 		return 1;
-	if (feed_stream_open(c, &o, &st) != -EACCES)
+	if (gr_members_when_joined(c, "g", &st) != 1)
 		return 2;
-	if (!strstr(feed_errmsg(c), "group 'g' belongs to user 0: only its creator may join it"))
+	if (gr_members_when_joined(c, "g", &st2) != 2)  /* nobody's own, joined */
 		return 3;
-	o.group = "mine";  /* its own group is fine */
-	if (feed_stream_open(c, &o, &st))
+	feed_stream_close(st2);
+	if (gr_members_when_joined(c, "team", &st2) != 2)
 		return 4;
+	feed_stream_close(st2);
 	feed_stream_close(st);
 	feed_disconnect(c);
 	return 0;
 }
 
-START_TEST(test_groups_other_user_refused)
+/* Groups per user (issue 28): the same name from two users is two
+ * groups, and a name only one of them took denies the other nothing; a
+ * name the dataset's shared_groups lists is one group for every reader. */
+START_TEST(test_groups_per_user_and_shared)
 {
-	start_open_to_all("socket_group: nogroup\n");
+	start_open_to_all_with("socket_group: nogroup\n", "    shared_groups: [team]\n");
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = gr_opts("g", 0);
-	struct feed_stream *st = h_stream_open(c, &o);
+	struct feed_stream *st, *team;
+	ck_assert_int_eq(gr_members_when_joined(c, "g", &st), 1);
+	ck_assert_int_eq(gr_members_when_joined(c, "team", &team), 1);
 	pid_t pid = fork();
 
 	ck_assert_int_ge(pid, 0);
@@ -554,6 +579,10 @@ START_TEST(test_groups_other_user_refused)
 	int status = h_wait(pid, H_DEADLINE_MS);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody: status 0x%x",
 		      status);
+	struct feed_stream *st2;  /* root's "g" is still root's alone, with its one member */
+	ck_assert_int_eq(gr_members_when_joined(c, "g", &st2), 2);
+	ck_assert_int_eq(feed_stream_close(st2), 0);
+	ck_assert_int_eq(feed_stream_close(team), 0);
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
@@ -599,7 +628,7 @@ static Suite *groups_suite(void)
 	tcase_add_test(tc, test_groups_write_stays_private);
 	tcase_add_test(tc, test_groups_limits_cover_groups);
 	if (geteuid() == 0)
-		tcase_add_test(tc, test_groups_other_user_refused);
+		tcase_add_test(tc, test_groups_per_user_and_shared);
 	else
 		fprintf(stderr, "check_groups: not root: the other-user test is left out\n");
 	suite_add_tcase(s, tc);
