@@ -224,9 +224,14 @@ static void st_sleep_ms(int ms)
 }
 
 /* Failures of a reopening attempt that a later attempt may not meet: the
- * daemon not (yet) there, or gone again. */
-static bool st_transient(int r)
+ * daemon not (yet) there, or gone again. An answer from feedd itself
+ * (the connection still up: an Error reply) is its word and final, "no
+ * such dataset" after a reload and restart among them, except -EAGAIN
+ * (try again) and -ENOMEM (the caller's next call tries again). */
+static bool st_transient(const struct feed_conn *conn, int r)
 {
+	if (conn->sock >= 0)
+		return r == -EAGAIN;
 	return r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN ||
 	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
 }
@@ -284,7 +289,7 @@ int st_reopen(struct feed_stream *st)
 				return st_stop(st, -EPROTO, "feedd came back with another schema for "
 					       "dataset '%s'", st->opts.dataset);
 			}
-			if (r != -ENOMEM && !st_transient(r))
+			if (r != -ENOMEM && !st_transient(conn, r))
 				return st_stop(st, r, "feedd came back but the stream could not be "
 					       "reopened: %s", conn->errmsg);
 		}
