@@ -47,6 +47,9 @@ struct ses_stream {
 	uint32_t group_members;    /* members when it joined, itself included */
 	uint64_t start_epoch;      /* its first batch (a group's late joiner: mid-epoch) */
 	uint64_t start_index;
+	bool resumed;              /* opened with a resume token: a group member then
+				    * starts at its own position (dlv_member_resume_at) */
+	uint64_t resume_epoch, resume_position;
 	struct pipe_plan *plan;    /* owned until the reply is sent */
 	const struct cat_entry *e; /* the dataset: a reference (a reload may retire it:
 				    * we go on reading its files) */
@@ -522,6 +525,8 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 	struct srv_conn *c = se->conn;
 	srv_conn_hold(c);  /* a failed reply closes c only once we are done */
 	ses_unlink_opening(se, ss);
+	if (rc == 0 && ss->resumed)  /* a group member: its own position, not the group's */
+		dlv_member_resume_at(ss->mem, ss->resume_epoch, ss->resume_position);
 	if (rc == 0 && ((rc = dlv_member_add(ss->mem, &ss->start_epoch, &ss->start_index, &err)) < 0 ||
 			(rc = ses_stream_poll(ss, &err)) < 0))
 		msg = err.msg;
@@ -616,6 +621,9 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	}
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
 		return rc;
+	ss->resumed = o->resume.len > 0;
+	ss->resume_epoch = sp->sched.start_epoch;
+	ss->resume_position = sp->sched.start_position;
 	if (o->group[0]) {
 		struct ses_group_key k;
 		ses_group_key_of(o, ss, sp, &k);

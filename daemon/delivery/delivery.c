@@ -48,6 +48,7 @@ struct dlv_job {
 	uint32_t slot;
 	uint64_t seq;              /* publication order */
 	struct sched_pos pos;
+	uint64_t position;         /* global position of its first sample (lock) */
 	uint64_t bytes;            /* field bytes written */
 	bool built;                /* finished, waiting for its turn (lock) */
 	struct bld_bad bad;        /* on_error skip: what it replaced */
@@ -85,6 +86,12 @@ struct dlv_member {
 	uint64_t rel_tail;                /* private: never read from rel */
 	bool pending;                     /* entries pushed, not yet published */
 	uint64_t start_epoch, start_index;
+	/* a group member resumed from its own token (dlv_member_resume_at):
+	 * the group's batches before (from_epoch, from_position) are not its
+	 * own and go past it; the first it receives must start there, or
+	 * at the next epoch when its token was taken at its epoch's end */
+	bool from_set;                    /* resumed: skipping until its position */
+	uint64_t from_epoch, from_position;
 	uint64_t batches, samples, bytes, bad_releases;
 	int error;
 	char error_msg[256];
@@ -643,6 +650,48 @@ static void fail_locked(struct dlv *d, int code, const char *msg)
 	}
 }
 
+/* Positions a batch spans: batch size times world size. */
+static uint64_t stride_of(const struct dlv *d)
+{
+	return (uint64_t)d->sched.spec.ord.batch * d->sched.spec.ord.world;
+}
+
+/* Whether position (epoch, pos) is where a member resumed at (fe, fp)
+ * starts: the same, or the next epoch's start when its token was taken
+ * at or past its epoch's end. */
+static bool resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
+				uint64_t pos)
+{
+	if (epoch == fe && pos == fp)
+		return true;
+	return epoch == fe + 1 && pos == 0 &&
+	       fp >= sched_batches_per_epoch(&d->sched) * stride_of(d);
+}
+
+/* Whether m receives job j. A member resumed from its own token (after a
+ * restart, ahead of the group) lets the group's batches before its
+ * position go past it; the first one it receives must start exactly at
+ * its position, or it is stopped: never a batch out of sequence. */
+static bool member_wants_locked(struct dlv *d, struct dlv_member *m, const struct dlv_job *j)
+{
+	char msg[200];
+	uint64_t e = j->pos.epoch, p = j->position;
+
+	if (!m->from_set)
+		return true;
+	if (e < m->from_epoch || (e == m->from_epoch && p < m->from_position))
+		return false;
+	m->from_set = false;
+	if (resume_point_locked(d, m->from_epoch, m->from_position, e, p))
+		return true;
+	snprintf(msg, sizeof(msg), "the group has no batch at this stream's resume position "
+		 "(epoch %llu position %llu): its next starts at epoch %llu position %llu",
+		 (unsigned long long)m->from_epoch, (unsigned long long)m->from_position,
+		 (unsigned long long)e, (unsigned long long)p);
+	member_fail_locked(m, -ESPIPE, msg, DLV_MEMBER_STOPPED);
+	return false;
+}
+
 /* Hands built batch j to every active member. */
 static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 {
@@ -653,7 +702,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 	h->publish_ns = now;
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
-		if (!m || m->state != DLV_MEMBER_ACTIVE)
+		if (!m || m->state != DLV_MEMBER_ACTIVE || !member_wants_locked(d, m, j))
 			continue;
 		memcpy((uint8_t *)m->ctl.map + layout_hdr_off(&d->lay, s), h, d->lay.slot_hdr_bytes);
 		ring_push(m, feed_ring_entry(s, gen));
@@ -890,6 +939,8 @@ static struct pool_job *pump_locked(struct dlv *d)
 		int rc = sched_next(&d->sched, &j->pos, &err);
 		if (rc == -EAGAIN || rc == -ENODATA)
 			break;
+		if (rc == 0)  /* now: pos.ord may be another epoch's by publication */
+			j->position = ord_position_of(j->pos.ord, j->pos.batch);
 		if (rc < 0) {  /* after the batches already scheduled */
 			d->fail_code = rc;
 			d->fail_seq = d->sched_seq;
@@ -1071,6 +1122,50 @@ static void table_run(struct pool_job *pj, struct pool_worker *w)
 
 /* ---- loop thread ---- */
 
+/* The group's next batch to publish: its epoch and first position. */
+static bool group_next_locked(struct dlv *d, uint64_t *ret_epoch, uint64_t *ret_position)
+{
+	if (d->pub_seq != d->sched_seq) {
+		const struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
+		*ret_epoch = j->pos.epoch;
+		*ret_position = j->position;
+		return true;
+	}
+	return sched_peek_position(&d->sched, ret_epoch, ret_position);
+}
+
+/* A member resumed at its own position joins a group: at the group's next
+ * batch it starts as any joiner; ahead of it, it skips until its position
+ * (*epoch and *index then say where it starts); behind it (batches it
+ * has not had are gone) it is refused with -EALREADY. */
+static int member_from_locked(struct dlv *d, struct dlv_member *m, uint64_t *epoch,
+			      uint64_t *index, struct feed_err *err)
+{
+	uint64_t ge, gp, fe = m->from_epoch, fp = m->from_position;
+
+	if (!group_next_locked(d, &ge, &gp) || resume_point_locked(d, fe, fp, ge, gp)) {
+		m->from_set = false;  /* at the group's position (or the group is done) */
+		return 0;
+	}
+	if (fe < ge || (fe == ge && fp < gp))
+		return feed_err_set(err, -EALREADY, "the group is at epoch %llu position %llu, past "
+				    "this stream's resume position (epoch %llu position %llu); it "
+				    "can resume there outside the group", (unsigned long long)ge,
+				    (unsigned long long)gp, (unsigned long long)fe,
+				    (unsigned long long)fp);
+	*epoch = fe;
+	*index = fp / stride_of(d);
+	return 0;
+}
+
+void dlv_member_resume_at(struct dlv_member *m, uint64_t epoch, uint64_t position)
+{
+	assert_loop_thread();
+	m->from_set = m->d->group;  /* a plain stream's schedule starts there itself */
+	m->from_epoch = epoch;
+	m->from_position = position;
+}
+
 int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
 		   struct feed_err *err)
 {
@@ -1102,6 +1197,8 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 		epoch = sched_start_epoch(&d->sched);
 		index = sched_start_index(&d->sched);
 	}
+	if (m->from_set && (rc = member_from_locked(d, m, &epoch, &index, err)) < 0)
+		goto out;
 	if (d->group && m->epochs && epoch >= m->epochs) {
 		rc = feed_err_set(err, -EINVAL, "the group is at epoch %llu batch %llu; epochs %llu "
 				  "ends before it", (unsigned long long)epoch,
