@@ -10,7 +10,8 @@
  * epoch is exactly the rest of that epoch; a member writing into its batch
  * changes no other member's bytes, nor its own later batches; across
  * SIGKILL and SIGTERM restarts each member resumes from its own position
- * and sees every batch exactly once, in order.
+ * and sees every batch exactly once, in order; under load, members that
+ * keep releasing are never detached.
  *
  * The dataset is the harness's format with GR_SAMPLES records (image
  * u8[4,4] all i & 0xff, label i64 i), so every sample's bytes are known.
@@ -757,6 +758,82 @@ START_TEST(test_groups_restart_members_resume_own_positions)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Test 9: no detach under load while every member releases            */
+
+/* A busy plain stream in a child: reads and releases g1k without end
+ * until killed. */
+static void gr_busy_child(void)
+{
+	struct feed_conn *c;
+	struct feed_stream *st;
+	struct feed_batch *b;
+	struct feed_stream_opts o = {.dataset = "g1k", .batch = 50, .credits = 4,
+				     .order = FEED_ORDER_FULL, .seed = 3};
+	int r;
+
+	if (feed_connect(h.sock, &c) || feed_stream_open(c, &o, &st))
+		_exit(1);
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == 0 || r == FEED_END_OF_EPOCH)
+		if (r == 0)
+			feed_release(b);
+	_exit(2);
+}
+
+/* Issue 28 item 1: under load, members that kept releasing were detached
+ * ("releasing nothing for N ms" while the group advanced): the timer read
+ * its clock before the lock and releases were stamped after it. A group
+ * of two, one member stepping 5 ms a batch (a trainer's step), beside
+ * busy streams, with a 200 ms group timeout checked every 50 ms (many
+ * checks; the old code detached a member within the run every time):
+ * neither is ever detached, and both get every batch. */
+START_TEST(test_groups_no_detach_under_load)
+{
+	enum { BUSY = 4, EPOCHS = 3, TOTAL = EPOCHS * GR_BATCHES };
+	pid_t busy[BUSY];
+	struct feed_conn *c[2];
+	struct feed_stream *st[2];
+	unsigned n[2] = {0};
+
+	start((const char *[]){"--group-timeout-ms", "200", NULL});
+	for (int i = 0; i < BUSY; i++) {
+		busy[i] = fork();
+		ck_assert_int_ge(busy[i], 0);
+		if (busy[i] == 0)
+			gr_busy_child();
+	}
+	for (int m = 0; m < 2; m++) {
+		struct feed_stream_opts o = gr_opts("load", EPOCHS);
+		c[m] = h_conn_new();
+		st[m] = h_stream_open(c[m], &o);
+	}
+	for (bool more = true; more;) {
+		more = false;
+		for (int m = 0; m < 2; m++) {
+			struct feed_batch *b = gr_next(c[m], st[m]);  /* fails on a detach */
+			if (!b)
+				continue;
+			more = true;
+			n[m]++;
+			if (m == 1)
+				h_nap_ms(5);  /* the slow member's step, holding the batch */
+			ck_assert_int_eq(feed_release(b), 0);
+		}
+	}
+	for (int i = 0; i < BUSY; i++) {
+		ck_assert_int_eq(kill(busy[i], SIGKILL), 0);
+		ck_assert_int_ne(h_wait(busy[i], H_DEADLINE_MS), -1);
+	}
+	ck_assert_uint_eq(n[0], TOTAL);
+	ck_assert_uint_ge(n[1], TOTAL - 8);  /* joined a few batches late at most */
+	ck_assert_uint_eq(h_log_count("detached after"), 0);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(feed_stream_close(st[m]), 0);
+		feed_disconnect(c[m]);
+	}
+}
+END_TEST
+
 static Suite *groups_suite(void)
 {
 	Suite *s = suite_create("groups");
@@ -771,6 +848,7 @@ static Suite *groups_suite(void)
 	tcase_add_test(tc, test_groups_write_stays_private);
 	tcase_add_test(tc, test_groups_limits_cover_groups);
 	tcase_add_test(tc, test_groups_restart_members_resume_own_positions);
+	tcase_add_test(tc, test_groups_no_detach_under_load);
 	if (geteuid() == 0)
 		tcase_add_test(tc, test_groups_per_user_and_shared);
 	else
