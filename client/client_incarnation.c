@@ -120,6 +120,7 @@ void st_resume_position(struct feed_stream *st, const void *token, size_t len)
 		return; /* the daemon accepted it, so this does not happen */
 	st->pos_epoch = t->epoch;
 	st->pos_position = t->position;
+	st->pos_known = true;
 	if (st->opts.order == FEED_ORDER_NODE)
 		st_resume_levels(st, t);
 	feed__resume_token__free_unpacked(t, NULL);
@@ -138,6 +139,31 @@ static bool st_same_schema(const struct feed_stream *st, const struct feed_strea
 		       !memcmp(a->fields[f].shape, b->fields[f].shape,
 			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
 	return same;
+}
+
+/* Whether a batch at (epoch, position) may come next for st: its
+ * position, or the next epoch's start when st's position is at its
+ * epoch's end (a token taken after the last batch). */
+bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t position)
+{
+	uint64_t stride = (uint64_t)st->batch * st->world;
+
+	if (epoch == st->pos_epoch && position == st->pos_position)
+		return true;
+	return epoch == st->pos_epoch + 1 && position == 0 &&
+	       st->pos_position >= st->info.batches_per_epoch * stride;
+}
+
+/* Whether n, a group member reopened for st, starts where st stands: a
+ * group shares one sequence, so a start elsewhere would lose or repeat
+ * batches (node order's layouts count positions their own way: the
+ * daemon checks those). */
+static bool st_group_start_ok(const struct feed_stream *st, const struct feed_stream *n)
+{
+	if (!n->group || !st->pos_known || st->opts.order == FEED_ORDER_NODE)
+		return true;
+	return st_in_sequence(st, n->info.start_epoch,
+			      n->info.start_batch * (uint64_t)st->batch * st->world);
 }
 
 /* Moves n's regions, ring views and descriptors into st (rel_lock). */
@@ -224,9 +250,14 @@ static void st_sleep_ms(int ms)
 }
 
 /* Failures of a reopening attempt that a later attempt may not meet: the
- * daemon not (yet) there, or gone again. */
-static bool st_transient(int r)
+ * daemon not (yet) there, or gone again. An answer from feedd itself
+ * (the connection still up: an Error reply) is its word and final, "no
+ * such dataset" after a reload and restart among them, except -EAGAIN
+ * (try again) and -ENOMEM (the caller's next call tries again). */
+static bool st_transient(const struct feed_conn *conn, int r)
 {
+	if (conn->sock >= 0)
+		return r == -EAGAIN;
 	return r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN ||
 	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
 }
@@ -274,6 +305,23 @@ int st_reopen(struct feed_stream *st)
 		if (r == 0) {
 			struct feed_stream *n;
 			r = st_open(conn, &o, &n);
+			if (r == -EALREADY && o.group) {
+				/* the group is past our position: resume there on our own
+				 * (the same batches); the next reopen tries the group again */
+				o.group = NULL;
+				o.group_depth = 0;
+				r = st_open(conn, &o, &n);
+			}
+			if (r == 0 && !st_group_start_ok(st, n)) {
+				uint64_t e = n->info.start_epoch, b = n->info.start_batch;
+				feed_stream_close(n);
+				return st_stop(st, -EPROTO, "feedd came back with group '%s' at epoch %llu "
+					       "batch %llu, not at this stream's position (epoch %llu "
+					       "position %llu): batches would be lost or repeated",
+					       st->opts.group, (unsigned long long)e,
+					       (unsigned long long)b, (unsigned long long)st->pos_epoch,
+					       (unsigned long long)st->pos_position);
+			}
 			if (r == 0) {
 				if (st_adopt(st, n) == 0) {
 					/* pinned: the new data region too (else pageable, still correct) */
@@ -284,7 +332,7 @@ int st_reopen(struct feed_stream *st)
 				return st_stop(st, -EPROTO, "feedd came back with another schema for "
 					       "dataset '%s'", st->opts.dataset);
 			}
-			if (r != -ENOMEM && !st_transient(r))
+			if (r != -ENOMEM && !st_transient(conn, r))
 				return st_stop(st, r, "feedd came back but the stream could not be "
 					       "reopened: %s", conn->errmsg);
 		}

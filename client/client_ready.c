@@ -182,6 +182,16 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	if (h->nsamples == 0 || h->nsamples > st->batch || h->nfields != st->nfields)
 		return st_stop(st, -EPROTO, "slot %u: %u samples, %u fields (batch %u, %u fields)",
 			       slot, h->nsamples, h->nfields, st->batch, st->nfields);
+	/* a group shares one sequence: a batch elsewhere than where this
+	 * member stands would lose or repeat batches (node order's layouts
+	 * count positions their own way) */
+	if (st->group && st->pos_known && st->opts.order != FEED_ORDER_NODE &&
+	    !st_in_sequence(st, h->epoch, h->position))
+		return st_stop(st, -EPROTO, "feedd delivered epoch %llu batch %llu (position %llu) "
+			       "where epoch %llu position %llu was next: batches would be lost or "
+			       "repeated", (unsigned long long)h->epoch, (unsigned long long)h->index,
+			       (unsigned long long)h->position, (unsigned long long)st->pos_epoch,
+			       (unsigned long long)st->pos_position);
 	for (uint32_t f = 0; f < st->nfields; f++)
 		if ((r = st_field(st, slot, h, f, &b->view[f])) < 0)
 			return r;
@@ -196,6 +206,7 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	b->samples = h->sample;
 	st->pos_epoch = h->epoch;
 	st->pos_position = h->position + (uint64_t)st->batch * st->world;
+	st->pos_known = true;
 	atomic_store_explicit(&b->held, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&st->nheld, 1, memory_order_relaxed);
 	*ret = b;

@@ -116,6 +116,9 @@ struct feed_stream {
 	/* position and reopening after a daemon restart (feed_next's thread) */
 	uint64_t pos_epoch;        /* the next batch not yet returned: its epoch */
 	uint64_t pos_position;     /* and the global position of its first sample */
+	bool pos_known;            /* from a batch taken or a resume token: a group
+				    * member's next batch must start there (a fresh
+				    * late joiner takes the group's next) */
 	/* node order: the earlier layouts of epoch lv_epoch (feed.proto
 	 * ResumeToken.level_*), which pos_position counts after */
 	uint64_t lv_epoch;
@@ -166,6 +169,10 @@ void st_inc_unmap(struct feed_stream *st, struct st_inc *inc);
 void st_inc_free(struct feed_stream *st, struct st_inc *inc);
 
 /* ---- client_incarnation.c ---- */
+
+/* Whether a batch at (epoch, position: its first sample's global
+ * position) is the one st expects next (client_incarnation.c). */
+bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t position);
 
 /* The token of st's position into buf (-ENOSPC past cap). */
 int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len);

@@ -455,6 +455,7 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	    !cfg_stage(r = cfg_metrics(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_flag_datasets(c, ov, err), &src, err) ||
+	    !cfg_stage(r = cfg_sharing(c, rw, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_pipelines(c, rw, &src, err), &src, err))
 		goto fail;
 	if (errs && (errs->n || errs->more)) {
@@ -497,6 +498,7 @@ void cfg_free(struct cfg *c)
 		free(c->datasets[i].path);
 		free(c->datasets[i].acl.uids);
 		free(c->datasets[i].acl.gids);
+		free(c->datasets[i].shared_groups);
 	}
 	free(c->datasets);
 	for (size_t i = 0; i < c->npipelines; i++)

@@ -41,6 +41,7 @@
 #define CFG_MAX_DATASETS 256
 #define CFG_MAX_PIPELINES 256
 #define CFG_MAX_FLAG_DATASETS 64 /* --dataset flags per command line */
+#define CFG_MAX_SHARED_GROUPS 64 /* shared_groups per dataset */
 
 /* Per-user limits; each user gets these. */
 struct cfg_limits {
@@ -61,6 +62,12 @@ struct cfg_dataset {
 				    * relative to the config file's directory), or
 				    * an http://, https:// or s3:// URL, as given */
 	struct acl_list acl;       /* allow_users and allow_groups, resolved */
+	/* shared_groups: group names on this dataset that every user allowed
+	 * to read it may join, whoever made the group (other groups belong to
+	 * their user: the same name from two users is two groups) */
+	char (*shared_groups)[CFG_NAME_MAX];
+	size_t nshared_groups;
+	bool shared_any;           /* shared_groups holds "*": every group name */
 };
 
 struct cfg_pipeline {
@@ -75,6 +82,8 @@ struct cfg {
 	char *socket_path;         /* at most CFG_SOCKET_PATH_MAX bytes */
 	bool has_socket_group;     /* socket_group given */
 	gid_t socket_gid;          /* group owning the socket and its directory */
+	bool has_admin_group;      /* admin_group given */
+	gid_t admin_gid;           /* its members may reload (root always may) */
 	uint64_t workers;          /* worker threads, 1..256 */
 	uint64_t cache_bytes;      /* block cache budget */
 	char *cache_dir;           /* the disk tier of remote datasets' blocks, or NULL:
@@ -159,6 +168,10 @@ int cfg_check_names(const char *file, const struct cfg_errs *said, FILE *out);
 
 /* Finds a dataset by name, or NULL. */
 const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name);
+
+/* Whether group name `group` on dataset d is shared across users
+ * (shared_groups). Any thread that holds the config. */
+bool cfg_group_shared(const struct cfg_dataset *d, const char *group);
 
 /* True if name is a valid dataset or pipeline name. */
 bool cfg_name_ok(const char *name);

@@ -78,6 +78,7 @@ int cfg_check_names(const char *file, const struct cfg_errs *said, FILE *out)
 		return 0;
 	}
 	n += cfg_check_one(&src, "socket_group", raw->socket_group, true, said, out);
+	n += cfg_check_one(&src, "admin_group", raw->admin_group, true, said, out);
 	for (unsigned i = 0; i < raw->datasets_count; i++) {
 		const struct cfg_raw_dataset *d = &raw->datasets[i];
 		for (unsigned k = 0; k < d->allow_users_count; k++) {

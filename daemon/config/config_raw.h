@@ -32,6 +32,8 @@ struct cfg_raw_dataset {
 	unsigned allow_users_count;
 	char **allow_groups;
 	unsigned allow_groups_count;
+	char **shared_groups;
+	unsigned shared_groups_count;
 };
 
 struct cfg_raw_pipeline {
@@ -42,6 +44,7 @@ struct cfg_raw_pipeline {
 struct cfg_raw {
 	char *socket;
 	char *socket_group;
+	char *admin_group;
 	char *workers;
 	char *cache_bytes;
 	char *cache_dir;
@@ -103,5 +106,10 @@ int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,
 int cfg_flag_datasets(struct cfg *c, const struct cfg_overrides *ov, struct feed_err *err);
 int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
 		  struct feed_err *err);
+
+/* config_sharing.c: admin_group and the datasets' shared_groups (after
+ * cfg_datasets(): a dataset that failed there has no sharing). */
+int cfg_sharing(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
+		struct feed_err *err);
 
 #endif

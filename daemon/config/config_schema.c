@@ -44,6 +44,8 @@ static const cyaml_schema_field_t cfg_sch_dataset[] = {
 			     0, 1024),
 	CYAML_FIELD_SEQUENCE("allow_groups", OPT, struct cfg_raw_dataset, allow_groups, &cfg_sch_string,
 			     0, 1024),
+	CYAML_FIELD_SEQUENCE("shared_groups", OPT, struct cfg_raw_dataset, shared_groups,
+			     &cfg_sch_string, 0, CFG_MAX_SHARED_GROUPS),
 	CYAML_FIELD_END,
 };
 
@@ -64,6 +66,7 @@ static const cyaml_schema_value_t cfg_sch_pipeline_v = {
 static const cyaml_schema_field_t cfg_sch_top[] = {
 	CYAML_FIELD_STRING_PTR("socket", OPT, struct cfg_raw, socket, 1, STR_MAX),
 	CYAML_FIELD_STRING_PTR("socket_group", OPT, struct cfg_raw, socket_group, 1, 255),
+	CYAML_FIELD_STRING_PTR("admin_group", OPT, struct cfg_raw, admin_group, 1, 255),
 	CYAML_FIELD_STRING_PTR("workers", OPT, struct cfg_raw, workers, 1, 64),
 	CYAML_FIELD_STRING_PTR("cache_bytes", OPT, struct cfg_raw, cache_bytes, 1, 64),
 	CYAML_FIELD_STRING_PTR("cache_dir", OPT, struct cfg_raw, cache_dir, 1, STR_MAX),

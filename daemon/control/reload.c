@@ -25,6 +25,9 @@ struct rld_lists {
 	const char *errors[CFG_ERRS_MAX + CAT_RELOAD_LIST + 1];
 	const char *warnings[RLD_NOTES + CAT_RELOAD_LIST];
 };
+_Static_assert(RLD_NOTES + CAT_RELOAD_LIST <= RLD_REPORT_MAX &&
+	       CFG_ERRS_MAX + CAT_RELOAD_LIST + 1 <= RLD_REPORT_MAX,
+	       "a report's lines fit what session_reload.c answers with");
 
 struct rld {
 	struct pool_job job;       /* the pool's own: runs before any batch */
@@ -223,13 +226,14 @@ static void rld_done(struct pool_job *job)
 		r->rc = feed_err_set(&r->err, -ESHUTDOWN, "reload: feedd is stopping");
 	rld_report_of(r, &r->lists, &rep);
 	rep.applied = r->cfg && r->rc == 0 && r->plan.next;
+	struct cfg *was = NULL;
+	rep.before = d->cfg;
 	if (rep.applied) {
-		struct cfg *was = d->cfg;
+		was = d->cfg;
 		d->cat = cat_reload_commit(d->cat, &r->plan);
 		d->cfg = r->cfg;
 		r->cfg = NULL;
-		cfg_free(was);  /* entries that still point into it hold it */
-		rep.file = d->cfg->file;  /* the same path; was's copy may be gone */
+		rep.file = d->cfg->file;  /* the same path */
 		pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 		rld_log_applied(d, &rep);
 	} else {
@@ -239,6 +243,7 @@ static void rld_done(struct pool_job *job)
 		d->reload_notify(d, true);
 	if (r->done)
 		r->done(r->arg, &rep);
+	cfg_free(was);  /* after the answer, which reads it; entries in it hold it */
 	cat_reload_drop(&r->plan);
 	cfg_free(r->cfg);
 	free(r);

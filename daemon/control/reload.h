@@ -29,11 +29,18 @@
 
 struct feedd;
 
+/* The most errors and warnings a report lists (errors: the config's,
+ * the catalog's and one more; warnings: the restart-only notes and the
+ * catalog's). */
+#define RLD_REPORT_MAX (CFG_ERRS_MAX + CAT_RELOAD_LIST + 16)
+
 /* What one reload did, for whoever asked (valid during the callback). */
 struct rld_report {
 	bool applied;                 /* false: refused, the old config in force */
 	const char *file;             /* the file read, or NULL (built-in defaults) */
 	const struct cat_reload *cat; /* datasets added, removed, repointed */
+	const struct cfg *before;     /* the config replaced (applied), else the one in
+				       * force: who could read what was removed */
 	size_t nerrors, nwarnings;
 	const char *const *errors;    /* every reason it was refused */
 	const char *const *warnings;  /* datasets left out, restart-only keys, ... */

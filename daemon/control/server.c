@@ -1,8 +1,11 @@
 /*
  * server.c: the listening socket and connections (see server.h). Loop
  * thread only; every socket non-blocking. Never interprets a packet
- * (session.c does) and never lets a slow peer grow its memory: one reply at
- * most waits per connection, and reading stops while it waits.
+ * (session.c does) and never lets a slow peer grow its memory: replies wait
+ * in order while the peer does not read them, reading stops while one
+ * waits (so only answers to requests already read can queue: an open's
+ * or a reload's, which come later), and past SRV_OUT_MAX the connection
+ * is closed.
  */
 #include "server.h"
 
@@ -26,6 +29,7 @@
 #define SRV_READ_BURST 16          /* packets per readable event, for fairness */
 #define SRV_ACCEPT_BURST 64
 #define SRV_ACCEPT_PAUSE_MS 1000   /* after EMFILE: let descriptors free up */
+#define SRV_OUT_MAX 64             /* replies waiting per connection, at most */
 #define SRV_POLL_TABLE_MAX 65534   /* descriptors libuv's table is grown for at start
 				    * (8 bytes each: 512 KiB at most) */
 
@@ -48,6 +52,16 @@ struct srv {
 	uint8_t rbuf[WIRE_REQUEST_MAX];/* one packet at a time, loop thread only */
 };
 
+/* A reply waiting for room in the socket. */
+struct srv_out {
+	struct srv_out *next;          /* the next newer one */
+	uint8_t *buf;
+	size_t len;
+	int fds[5];                    /* our duplicates, sent with buf */
+	unsigned nfds;
+	bool then_close;               /* close once it is sent */
+};
+
 static void srv_on_conn_io(uv_poll_t *h, int status, int events);
 static void srv_listen_resume(struct srv *s);
 
@@ -59,9 +73,14 @@ static void srv_on_conn_closed(uv_handle_t *h)
 	struct srv_conn *c = h->data;
 
 	close(c->sock);
-	free(c->out);
-	for (unsigned i = 0; i < c->out_nfds; i++)
-		close(c->out_fds[i]);
+	while (c->out) {
+		struct srv_out *o = c->out;
+		c->out = o->next;
+		free(o->buf);
+		for (unsigned i = 0; i < o->nfds; i++)
+			close(o->fds[i]);
+		free(o);
+	}
 	acl_peer_clear(&c->peer);
 	free(c);
 }
@@ -122,33 +141,61 @@ static void srv_poll(struct srv_conn *c, int events)
 		srv_conn_close(c, uv_strerror(r));
 }
 
+/* Queues a reply behind those waiting (buf is taken; fds are duplicated).
+ * A peer that lets more than SRV_OUT_MAX wait is closed. */
+static void srv_queue(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close,
+		      const int *fds, unsigned nfds)
+{
+	char why[96];
+	struct srv_out *o = c->nout < SRV_OUT_MAX ? calloc(1, sizeof(*o)) : NULL;
+
+	if (!o) {
+		free(buf);
+		snprintf(why, sizeof(why), c->nout < SRV_OUT_MAX ? "out of memory for a reply" :
+			 "%u replies not read by the peer", c->nout);
+		srv_conn_close(c, why);
+		return;
+	}
+	*o = (struct srv_out){.buf = buf, .len = len, .then_close = then_close};
+	for (unsigned i = 0; i < nfds; i++) {
+		int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(why, sizeof(why), "cannot keep a reply's descriptors: %s",
+				 strerror(errno));
+			for (unsigned k = 0; k < o->nfds; k++)
+				close(o->fds[k]);
+			free(o);
+			free(buf);
+			srv_conn_close(c, why);
+			return;
+		}
+		o->fds[o->nfds++] = fd;
+	}
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out = o;
+	c->out_tail = o;
+	c->nout++;
+	/* Writable only: a half-closed peer must not keep waking us with
+	 * RDHUP while the reply waits; a gone one shows as writable. */
+	srv_poll(c, UV_WRITABLE);
+}
+
 static void srv_reply_any(struct srv_conn *c, uint8_t *buf, size_t len, bool then_close,
 			  const int *fds, unsigned nfds)
 {
-	if (srv_conn_gone(c) || c->out) {  /* nothing can be queued behind a waiting reply */
+	if (srv_conn_gone(c)) {
 		free(buf);
+		return;
+	}
+	if (c->out) {  /* in order: behind the replies waiting */
+		srv_queue(c, buf, len, then_close, fds, nfds);
 		return;
 	}
 	int r = wire_send_fds(c->sock, buf, len, fds, nfds);
 	if (r == -EAGAIN) {
-		for (unsigned i = 0; i < nfds; i++) {
-			int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
-			if (fd < 0) {
-				char why[96];
-				snprintf(why, sizeof(why), "cannot keep a reply's descriptors: %s",
-					 strerror(errno));
-				free(buf);
-				srv_conn_close(c, why); /* srv_on_conn_closed() closes the dups */
-				return;
-			}
-			c->out_fds[c->out_nfds++] = fd;
-		}
-		c->out = buf;
-		c->out_len = len;
-		c->close_after_out = then_close;
-		/* Writable only: a half-closed peer must not keep waking us with
-		 * RDHUP while the reply waits; a gone one shows as writable. */
-		srv_poll(c, UV_WRITABLE);
+		srv_queue(c, buf, len, then_close, fds, nfds);
 		return;
 	}
 	free(buf);
@@ -169,22 +216,30 @@ void srv_reply_fds(struct srv_conn *c, uint8_t *buf, size_t len, const int *fds,
 	srv_reply_any(c, buf, len, false, fds, nfds);
 }
 
+/* Sends the waiting replies, oldest first, while the socket takes them. */
 static void srv_flush(struct srv_conn *c)
 {
-	int r = wire_send_fds(c->sock, c->out, c->out_len, c->out_fds, c->out_nfds);
-
-	if (r == -EAGAIN)
-		return;
-	free(c->out);
-	c->out = NULL;
-	for (unsigned i = 0; i < c->out_nfds; i++)
-		close(c->out_fds[i]);
-	c->out_nfds = 0;
-	if (r < 0)
-		srv_conn_close(c, r == -EPIPE || r == -ECONNRESET ? "peer went away" : strerror(-r));
-	else if (c->close_after_out)
-		srv_conn_close(c, "after the error reply");
-	else
+	while (c->out && !srv_conn_gone(c)) {
+		struct srv_out *o = c->out;
+		int r = wire_send_fds(c->sock, o->buf, o->len, o->fds, o->nfds);
+		if (r == -EAGAIN)
+			return;
+		c->out = o->next;
+		if (!c->out)
+			c->out_tail = NULL;
+		c->nout--;
+		bool then_close = o->then_close;
+		free(o->buf);
+		for (unsigned i = 0; i < o->nfds; i++)
+			close(o->fds[i]);
+		free(o);
+		if (r < 0)
+			srv_conn_close(c, r == -EPIPE || r == -ECONNRESET ? "peer went away" :
+					   strerror(-r));
+		else if (then_close)
+			srv_conn_close(c, "after the error reply");
+	}
+	if (!srv_conn_gone(c))
 		srv_poll(c, UV_READABLE | UV_DISCONNECT);
 }
 

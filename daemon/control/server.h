@@ -45,12 +45,11 @@ struct srv_conn {
 	uint64_t id;                   /* "conn N" in logs */
 	struct acl_peer peer;          /* who connected, read at accept */
 	struct ses *ses;               /* protocol state, opaque here (session.h) */
-	/* Reply waiting for room in the socket; reading stops meanwhile. */
-	uint8_t *out;
-	size_t out_len;
-	int out_fds[5];                /* our duplicates, sent with out */
-	unsigned out_nfds;
-	bool close_after_out;          /* close once out is sent */
+	/* Replies waiting for room in the socket, oldest first; reading stops
+	 * while any waits. Answers that come later (an open's, a reload's)
+	 * queue behind them, SRV_OUT_MAX at most (server.c). */
+	struct srv_out *out, *out_tail;
+	unsigned nout;
 	/* A close asked for while a handler runs on c waits until it returns,
 	 * so nothing a handler stands on is freed under it. */
 	unsigned busy;                 /* handlers running on c (srv_conn_hold) */

@@ -1,10 +1,13 @@
 /*
  * session_group.c: the daemon's groups (see session_group.h): the list by
  * name, the join check, the group's quota and its detach timer. Loop
- * thread only. Who may join: the user who created the group (a trainer's
- * jobs run as one user; sharing batches across users would let one user's
- * stalls and in-place writes reach another's). Everything the members'
- * clients write is checked in delivery.c.
+ * thread only. Groups are keyed by (user, name): a trainer's jobs run as
+ * one user, and sharing batches across users would let one user's stalls
+ * and in-place writes reach another's, so one user's group name neither
+ * reaches nor blocks another user's. Only a name the config lists in its
+ * dataset's shared_groups is one group for every user allowed to read
+ * the dataset (its data region counts against its creator). Everything
+ * the members' clients write is checked in delivery.c.
  */
 #include "session_group.h"
 
@@ -27,7 +30,8 @@ struct ses_group {
 	struct ses_group *next;      /* d->groups, in creation order */
 	struct feedd *d;
 	char name[64];
-	uid_t uid;                   /* creator: charged for the data region, may join */
+	uid_t uid;                   /* creator: charged for the data region; its owner
+				      * (with key.shared, every reader of the dataset may join) */
 	struct ses_group_key key;    /* pipeline points to pipeline_text */
 	char *pipeline_text;
 	struct dlv *dlv;             /* owned; closed by the last reference */
@@ -128,11 +132,10 @@ int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct se
 	struct ses_group *g;
 	int rc;
 
-	for (g = d->groups; g && strcmp(g->name, name); g = g->next)
-		;
-	if (g && g->uid != uid)
-		return feed_err_set(err, -EACCES, "group '%s' belongs to user %u: only its creator "
-				    "may join it", name, (unsigned)g->uid);
+	for (g = d->groups; g; g = g->next)
+		if (!strcmp(g->name, name) && g->key.shared == k->shared &&
+		    (k->shared || g->uid == uid))
+			break;
 	if (g && (rc = ses_group_same(g, k, err)) < 0)
 		return rc;
 	if (g)

@@ -1,6 +1,6 @@
 /*
  * session_group.h: the groups of the daemon (DESIGN.md "Sharing between
- * jobs"): by name, who may join (the user who created it), the canonical
+ * jobs"): by user and name (a name the config shares: by name), the canonical
  * spec every member must match, the group's delivery (delivery.h: one data
  * region, one control and release region per member) and the timer that
  * detaches members idle past the group timeout.
@@ -42,12 +42,16 @@ struct ses_group_key {
 	bool drop_last, pad_last, eval;
 	uint32_t on_error;           /* a sample that fails: its batch is the group's */
 	uint64_t max_bad;            /* effective (the default filled in) */
+	bool shared;                 /* the config shares this name on the dataset
+				      * across users (cfg_group_shared()) */
 };
 
-/* The group called name. Returns 0 with *ret the group (referenced: the
- * caller's member), or 0 with *ret NULL when there is none; -EACCES when
- * uid did not create it, -EINVAL naming the first parameter of k that
- * differs ("batch_size 128 differs from the group's 256"). */
+/* The group called name of user uid (k->shared: the one group of that
+ * name shared across users). A group belongs to its user: the same name
+ * from two users is two groups. Returns 0 with *ret the group
+ * (referenced: the caller's member), or 0 with *ret NULL when there is
+ * none; -EINVAL naming the first parameter of k that differs
+ * ("batch_size 128 differs from the group's 256"). */
 int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		   struct ses_group **ret, struct feed_err *err);
 

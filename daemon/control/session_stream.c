@@ -47,6 +47,9 @@ struct ses_stream {
 	uint32_t group_members;    /* members when it joined, itself included */
 	uint64_t start_epoch;      /* its first batch (a group's late joiner: mid-epoch) */
 	uint64_t start_index;
+	bool resumed;              /* opened with a resume token: a group member then
+				    * starts at its own position (dlv_member_resume_at) */
+	uint64_t resume_epoch, resume_position;
 	struct pipe_plan *plan;    /* owned until the reply is sent */
 	const struct cat_entry *e; /* the dataset: a reference (a reload may retire it:
 				    * we go on reading its files) */
@@ -483,7 +486,8 @@ static void ses_unlink_opening(struct ses *se, struct ses_stream *ss)
 		}
 }
 
-/* Logs a refused open, rate-limited per connection: a client retrying a
+/* Logs a refused open at warning (a limit or access refusal is what an
+ * operator looks for), rate-limited per connection: a client retrying a
  * refused open in a loop gets every answer, not a log line each. */
 static void ses_log_refusal(struct ses *se, const char *msg)
 {
@@ -491,7 +495,7 @@ static void ses_log_refusal(struct ses *se, const char *msg)
 	uint64_t dropped;
 
 	if (log_limit_allow(&se->refusal_log, uv_now(&se->d->loop), &dropped))
-		log_info(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s%s",
+		log_warn(&se->d->log, SRV_CONN_FMT ": open_stream refused: %s%s",
 			 SRV_CONN_ARGS(se->conn), msg, log_limit_note(dropped, note));
 }
 
@@ -521,6 +525,8 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 	struct srv_conn *c = se->conn;
 	srv_conn_hold(c);  /* a failed reply closes c only once we are done */
 	ses_unlink_opening(se, ss);
+	if (rc == 0 && ss->resumed)  /* a group member: its own position, not the group's */
+		dlv_member_resume_at(ss->mem, ss->resume_epoch, ss->resume_position);
 	if (rc == 0 && ((rc = dlv_member_add(ss->mem, &ss->start_epoch, &ss->start_index, &err)) < 0 ||
 			(rc = ses_stream_poll(ss, &err)) < 0))
 		msg = err.msg;
@@ -590,7 +596,7 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
 		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
-		.max_bad = sp->max_bad,
+		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, o->group),
 	};
 }
 
@@ -615,6 +621,9 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	}
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
 		return rc;
+	ss->resumed = o->resume.len > 0;
+	ss->resume_epoch = sp->sched.start_epoch;
+	ss->resume_position = sp->sched.start_position;
 	if (o->group[0]) {
 		struct ses_group_key k;
 		ses_group_key_of(o, ss, sp, &k);

@@ -48,6 +48,7 @@ struct dlv_job {
 	uint32_t slot;
 	uint64_t seq;              /* publication order */
 	struct sched_pos pos;
+	uint64_t position;         /* global position of its first sample (lock) */
 	uint64_t bytes;            /* field bytes written */
 	bool built;                /* finished, waiting for its turn (lock) */
 	struct bld_bad bad;        /* on_error skip: what it replaced */
@@ -75,11 +76,22 @@ struct dlv_member {
 	uint32_t idx;                     /* its bit in slot masks, once added */
 	enum dlv_member_state state;
 	uint64_t held;                    /* bit s: slot s published to it, not released */
-	uint64_t idle_since;              /* ns: its last release, or when it began holding */
+	uint64_t releases;                /* releases it made, plus one each time it began
+					   * holding: what the detach timer watches */
+	/* the detach timer's own (dlv_detach_idle, loop thread, its clock) */
+	bool watched;                     /* the timer has looked at it */
+	uint64_t seen_releases;           /* releases at the timer's last change seen */
+	uint64_t quiet_since;             /* the timer's time of that change */
 	uint64_t ready_head;              /* our copy of ctl->ready_head */
 	uint64_t rel_tail;                /* private: never read from rel */
 	bool pending;                     /* entries pushed, not yet published */
 	uint64_t start_epoch, start_index;
+	/* a group member resumed from its own token (dlv_member_resume_at):
+	 * the group's batches before (from_epoch, from_position) are not its
+	 * own and go past it; the first it receives must start there, or
+	 * at the next epoch when its token was taken at its epoch's end */
+	bool from_set;                    /* resumed: skipping until its position */
+	uint64_t from_epoch, from_position;
 	uint64_t batches, samples, bytes, bad_releases;
 	int error;
 	char error_msg[256];
@@ -638,6 +650,48 @@ static void fail_locked(struct dlv *d, int code, const char *msg)
 	}
 }
 
+/* Positions a batch spans: batch size times world size. */
+static uint64_t stride_of(const struct dlv *d)
+{
+	return (uint64_t)d->sched.spec.ord.batch * d->sched.spec.ord.world;
+}
+
+/* Whether position (epoch, pos) is where a member resumed at (fe, fp)
+ * starts: the same, or the next epoch's start when its token was taken
+ * at or past its epoch's end. */
+static bool resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
+				uint64_t pos)
+{
+	if (epoch == fe && pos == fp)
+		return true;
+	return epoch == fe + 1 && pos == 0 &&
+	       fp >= sched_batches_per_epoch(&d->sched) * stride_of(d);
+}
+
+/* Whether m receives job j. A member resumed from its own token (after a
+ * restart, ahead of the group) lets the group's batches before its
+ * position go past it; the first one it receives must start exactly at
+ * its position, or it is stopped: never a batch out of sequence. */
+static bool member_wants_locked(struct dlv *d, struct dlv_member *m, const struct dlv_job *j)
+{
+	char msg[200];
+	uint64_t e = j->pos.epoch, p = j->position;
+
+	if (!m->from_set)
+		return true;
+	if (e < m->from_epoch || (e == m->from_epoch && p < m->from_position))
+		return false;
+	m->from_set = false;
+	if (resume_point_locked(d, m->from_epoch, m->from_position, e, p))
+		return true;
+	snprintf(msg, sizeof(msg), "the group has no batch at this stream's resume position "
+		 "(epoch %llu position %llu): its next starts at epoch %llu position %llu",
+		 (unsigned long long)m->from_epoch, (unsigned long long)m->from_position,
+		 (unsigned long long)e, (unsigned long long)p);
+	member_fail_locked(m, -ESPIPE, msg, DLV_MEMBER_STOPPED);
+	return false;
+}
+
 /* Hands built batch j to every active member. */
 static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 {
@@ -648,12 +702,12 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 	h->publish_ns = now;
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
-		if (!m || m->state != DLV_MEMBER_ACTIVE)
+		if (!m || m->state != DLV_MEMBER_ACTIVE || !member_wants_locked(d, m, j))
 			continue;
 		memcpy((uint8_t *)m->ctl.map + layout_hdr_off(&d->lay, s), h, d->lay.slot_hdr_bytes);
 		ring_push(m, feed_ring_entry(s, gen));
 		if (!m->held)
-			m->idle_since = now;
+			m->releases++;  /* holding from now: idle from now */
 		m->held |= 1ull << s;
 		mask |= 1ull << i;
 		m->batches++;
@@ -758,7 +812,7 @@ static void publish_ready_locked(struct dlv *d, bool *defer_wake)
 
 /* ---- releases (untrusted input) ---- */
 
-static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t entry, uint64_t now)
+static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t entry)
 {
 	uint32_t slot = feed_ring_slot(entry), gen = feed_ring_gen(entry);
 
@@ -768,7 +822,7 @@ static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t ent
 		d->st.bad_releases++;
 		return;
 	}
-	m->idle_since = now;
+	m->releases++;
 	member_drop_locked(d, m, slot);
 }
 
@@ -800,11 +854,10 @@ static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 		}
 		return;
 	}
-	uint64_t now = now_ns();
 	while (m->rel_tail != head) {
 		/* read once: the client may rewrite the entry under us */
 		uint64_t e = feed_ring_take(&m->rel_ring, &m->rel_tail);
-		release_one_locked(d, m, e, now);
+		release_one_locked(d, m, e);
 	}
 }
 
@@ -886,6 +939,8 @@ static struct pool_job *pump_locked(struct dlv *d)
 		int rc = sched_next(&d->sched, &j->pos, &err);
 		if (rc == -EAGAIN || rc == -ENODATA)
 			break;
+		if (rc == 0)  /* now: pos.ord may be another epoch's by publication */
+			j->position = ord_position_of(j->pos.ord, j->pos.batch);
 		if (rc < 0) {  /* after the batches already scheduled */
 			d->fail_code = rc;
 			d->fail_seq = d->sched_seq;
@@ -1067,6 +1122,50 @@ static void table_run(struct pool_job *pj, struct pool_worker *w)
 
 /* ---- loop thread ---- */
 
+/* The group's next batch to publish: its epoch and first position. */
+static bool group_next_locked(struct dlv *d, uint64_t *ret_epoch, uint64_t *ret_position)
+{
+	if (d->pub_seq != d->sched_seq) {
+		const struct dlv_job *j = d->seq_job[d->pub_seq % d->lay.nslots];
+		*ret_epoch = j->pos.epoch;
+		*ret_position = j->position;
+		return true;
+	}
+	return sched_peek_position(&d->sched, ret_epoch, ret_position);
+}
+
+/* A member resumed at its own position joins a group: at the group's next
+ * batch it starts as any joiner; ahead of it, it skips until its position
+ * (*epoch and *index then say where it starts); behind it (batches it
+ * has not had are gone) it is refused with -EALREADY. */
+static int member_from_locked(struct dlv *d, struct dlv_member *m, uint64_t *epoch,
+			      uint64_t *index, struct feed_err *err)
+{
+	uint64_t ge, gp, fe = m->from_epoch, fp = m->from_position;
+
+	if (!group_next_locked(d, &ge, &gp) || resume_point_locked(d, fe, fp, ge, gp)) {
+		m->from_set = false;  /* at the group's position (or the group is done) */
+		return 0;
+	}
+	if (fe < ge || (fe == ge && fp < gp))
+		return feed_err_set(err, -EALREADY, "the group is at epoch %llu position %llu, past "
+				    "this stream's resume position (epoch %llu position %llu); it "
+				    "can resume there outside the group", (unsigned long long)ge,
+				    (unsigned long long)gp, (unsigned long long)fe,
+				    (unsigned long long)fp);
+	*epoch = fe;
+	*index = fp / stride_of(d);
+	return 0;
+}
+
+void dlv_member_resume_at(struct dlv_member *m, uint64_t epoch, uint64_t position)
+{
+	assert_loop_thread();
+	m->from_set = m->d->group;  /* a plain stream's schedule starts there itself */
+	m->from_epoch = epoch;
+	m->from_position = position;
+}
+
 int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_index,
 		   struct feed_err *err)
 {
@@ -1098,6 +1197,8 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 		epoch = sched_start_epoch(&d->sched);
 		index = sched_start_index(&d->sched);
 	}
+	if (m->from_set && (rc = member_from_locked(d, m, &epoch, &index, err)) < 0)
+		goto out;
 	if (d->group && m->epochs && epoch >= m->epochs) {
 		rc = feed_err_set(err, -EINVAL, "the group is at epoch %llu batch %llu; epochs %llu "
 				  "ends before it", (unsigned long long)epoch,
@@ -1197,6 +1298,21 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 	}
 }
 
+/* Whether m, holding slots, has made no release the timer saw for more
+ * than timeout_ns of the timer's clock. Idleness is counted from the
+ * timer's own readings (one thread, one clock) at which it saw m's
+ * release count change, never from times other threads wrote. */
+static bool member_idle_locked(struct dlv_member *m, uint64_t now, uint64_t timeout_ns)
+{
+	if (!m->watched || !m->held || m->releases != m->seen_releases || now < m->quiet_since) {
+		m->watched = true;
+		m->seen_releases = m->releases;
+		m->quiet_since = now;
+		return false;
+	}
+	return now - m->quiet_since > timeout_ns;
+}
+
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
 {
 	assert_loop_thread();
@@ -1209,7 +1325,7 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
-		if (!m || !m->held || now - m->idle_since <= timeout_ns ||
+		if (!m || !member_idle_locked(m, now, timeout_ns) ||
 		    (m->state != DLV_MEMBER_ACTIVE && m->state != DLV_MEMBER_DONE))
 			continue;
 		snprintf(msg, sizeof(msg), "group '%s': detached after releasing nothing for %llu ms "

@@ -159,8 +159,18 @@ typedef void dlv_ready_fn(void *arg, int rc, const char *msg);
 int dlv_join(struct dlv *d, uint64_t epochs, uint32_t credits, dlv_ready_fn *ready, void *arg,
 	     struct dlv_member **ret, struct feed_err *err);
 
+/* Before dlv_member_add(): the member of a group resumes from its own
+ * resume token, at (epoch, position: the global position of its next
+ * batch's first sample) whatever the group's position. dlv_member_add()
+ * then lets it skip the group's batches before that position when the
+ * group is behind it, or refuses it (-EALREADY) when the group is past
+ * it; the first batch it receives starts exactly there (or it is stopped
+ * with -ESPIPE): a member never gets a batch out of sequence. No effect
+ * on a plain stream (its schedule starts at its token). Loop thread. */
+void dlv_member_resume_at(struct dlv_member *m, uint64_t epoch, uint64_t position);
+
 /* After ready(rc 0): the member receives every batch from the next one to
- * be published on. Writes where it starts (the first batch's epoch and
+ * be published on (see dlv_member_resume_at()). Writes where it starts (the first batch's epoch and
  * true index). -EINVAL naming why when it could receive nothing (its
  * epochs end before the group's position), then call dlv_member_leave().
  * Loop thread. */
@@ -195,7 +205,11 @@ void dlv_member_on_release(struct dlv_member *m);
 void dlv_member_leave(struct dlv_member *m);
 
 /* Detaches every member that holds a slot and released nothing for
- * timeout_ns (DESIGN.md: the group timeout): what it has taken stays
+ * timeout_ns (DESIGN.md: the group timeout), measured on the caller's
+ * clock (now_ns, monotonic, read by this one caller only) from the call
+ * that first saw its release count where it still is: a call only samples
+ * each member's releases, so the first call detaches nobody, and a
+ * member is detached at most one call period late. What it has taken stays
  * intact for it, what it had not taken goes back, it receives nothing
  * more, and its next call fails with -ENOLINK and a message naming the
  * group (name) and the timeout. Returns how many were detached. Loop

@@ -318,6 +318,18 @@ bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index)
 	return true;
 }
 
+bool sched_peek_position(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_position)
+{
+	const struct sched_epoch *e = &s->ep[s->next_epoch & 1];
+
+	if (s->done)
+		return false;
+	*ret_epoch = s->next_epoch;
+	*ret_position = e->valid && e->epoch == s->next_epoch ?
+				ord_position_of(&e->ord, s->next_batch) : 0;
+	return true;
+}
+
 void sched_done(struct sched *s, const struct sched_pos *p)
 {
 	struct sched_epoch *e = &s->ep[p->epoch & 1];

@@ -115,6 +115,10 @@ int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err);
  * False when every position was handed out. */
 bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index);
 
+/* Like sched_peek(), with the global position of that batch's first
+ * sample (ord_position_of(); an epoch not made yet starts at 0). */
+bool sched_peek_position(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_position);
+
 /* Whether a block-window position table should be built now, and for
  * which epoch (*ret_epoch): the next position's epoch when it has none,
  * else the one after it (ahead), unless past the stream's last epoch, a

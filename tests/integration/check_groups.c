@@ -4,9 +4,14 @@
  * once; a member killed and one stopped (SIGSTOP) mid-epoch do not stop
  * the others, and the stopped one is told it was detached when it
  * continues, its held batch intact; a mismatch is refused naming the
- * parameter; a late joiner starts where it is told and its partial first
+ * parameter; a group belongs to its user (the same name from two users is
+ * two groups) unless the dataset's shared_groups lists it; a late joiner
+ * starts where it is told and its partial first
  * epoch is exactly the rest of that epoch; a member writing into its batch
- * changes no other member's bytes, nor its own later batches.
+ * changes no other member's bytes, nor its own later batches; across
+ * SIGKILL and SIGTERM restarts each member resumes from its own position
+ * and sees every batch exactly once, in order; under load, members that
+ * keep releasing are never detached.
  *
  * The dataset is the harness's format with GR_SAMPLES records (image
  * u8[4,4] all i & 0xff, label i64 i), so every sample's bytes are known.
@@ -502,47 +507,70 @@ END_TEST
 
 #define NOBODY 65534
 
-/* Starts feedd with g1k readable by everyone and the given limits. */
-static void start_open_to_all(const char *limits)
+/* Starts feedd with g1k readable by everyone and the given limits (and
+ * any other top-level keys or dataset keys in extra, indented for g1k). */
+static void start_open_to_all_with(const char *limits, const char *extra)
 {
-	char text[512];
+	char text[768];
 
 	snprintf(gr_dir, sizeof(gr_dir), "%s/g1k", h.dir);
 	h_make_dataset_blocks(gr_dir, GR_SAMPLES, 50);
 	snprintf(text, sizeof(text), "%sdatasets:\n  - name: tiny\n    path: %s\n"
-		 "  - name: g1k\n    path: %s\n    allow_users: [\"*\"]\n", limits, h.data,
-		 gr_dir);
+		 "  - name: g1k\n    path: %s\n    allow_users: [\"*\"]\n%s", limits, h.data,
+		 gr_dir, extra);
 	const char *cfg = h_write_file("feedd.yaml", text);
 	h_start((const char *[]){"--config", cfg, NULL});
 }
 
-/* In a child that became nobody: joining root's group is refused. */
+static void start_open_to_all(const char *limits)
+{
+	start_open_to_all_with(limits, "");
+}
+
+/* The members a group open of name found (itself included), or -1 with
+ * the open refused. */
+static int gr_members_when_joined(struct feed_conn *c, const char *name, struct feed_stream **st)
+{
+	struct feed_stream_opts o = gr_opts(name, 0);
+
+	if (feed_stream_open(c, &o, st))
+		return -1;
+	return (int)feed_stream_info(*st)->group_members;
+}
+
+/* In a child that became nobody: root's group "g" is not nobody's: its
+ * own "g" is another group (1 member), which root's does not see either;
+ * the shared "team" is one group for both (2). 0, or the check failed. */
 static int gr_nobody_joins(void)
 {
 	struct feed_conn *c;
-	struct feed_stream *st;
-	struct feed_stream_opts o = gr_opts("g", 0);
+	struct feed_stream *st, *st2;
 
 	if (feed_connect(h.sock, &c))
 		return 1;
-	if (feed_stream_open(c, &o, &st) != -EACCES)
+	if (gr_members_when_joined(c, "g", &st) != 1)
 		return 2;
-	if (!strstr(feed_errmsg(c), "group 'g' belongs to user 0: only its creator may join it"))
+	if (gr_members_when_joined(c, "g", &st2) != 2)  /* nobody's own, joined */
 		return 3;
-	o.group = "mine";  /* its own group is fine */
-	if (feed_stream_open(c, &o, &st))
+	feed_stream_close(st2);
+	if (gr_members_when_joined(c, "team", &st2) != 2)
 		return 4;
+	feed_stream_close(st2);
 	feed_stream_close(st);
 	feed_disconnect(c);
 	return 0;
 }
 
-START_TEST(test_groups_other_user_refused)
+/* Groups per user (issue 28): the same name from two users is two
+ * groups, and a name only one of them took denies the other nothing; a
+ * name the dataset's shared_groups lists is one group for every reader. */
+START_TEST(test_groups_per_user_and_shared)
 {
-	start_open_to_all("socket_group: nogroup\n");
+	start_open_to_all_with("socket_group: nogroup\n", "    shared_groups: [team]\n");
 	struct feed_conn *c = h_conn_new();
-	struct feed_stream_opts o = gr_opts("g", 0);
-	struct feed_stream *st = h_stream_open(c, &o);
+	struct feed_stream *st, *team;
+	ck_assert_int_eq(gr_members_when_joined(c, "g", &st), 1);
+	ck_assert_int_eq(gr_members_when_joined(c, "team", &team), 1);
 	pid_t pid = fork();
 
 	ck_assert_int_ge(pid, 0);
@@ -554,6 +582,10 @@ START_TEST(test_groups_other_user_refused)
 	int status = h_wait(pid, H_DEADLINE_MS);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody: status 0x%x",
 		      status);
+	struct feed_stream *st2;  /* root's "g" is still root's alone, with its one member */
+	ck_assert_int_eq(gr_members_when_joined(c, "g", &st2), 2);
+	ck_assert_int_eq(feed_stream_close(st2), 0);
+	ck_assert_int_eq(feed_stream_close(team), 0);
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 }
@@ -585,6 +617,223 @@ START_TEST(test_groups_limits_cover_groups)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Test 8: members resume from their own tokens across restarts        */
+
+enum { RS_EPOCHS = 2, RS_TOTAL = RS_EPOCHS * GR_BATCHES };
+
+/* One member's run: every batch it took, in order. */
+struct rs_member {
+	struct feed_conn *c;
+	struct feed_stream *st;
+	unsigned n;
+	bool ended;
+	struct gr_seen seen[RS_TOTAL + 1];
+};
+
+/* Takes one batch of m within a short wait: 1 when one came (recorded and
+ * released), 0 when none came in time or the stream ended. */
+static int rs_take(struct rs_member *m)
+{
+	struct feed_batch *b;
+	int r;
+
+	if (m->ended)
+		return 0;
+	while ((r = feed_next(m->st, 50, &b)) == FEED_END_OF_EPOCH)
+		;
+	if (r == -ETIMEDOUT)
+		return 0;
+	if (r == FEED_END_OF_STREAM) {
+		m->ended = true;
+		return 0;
+	}
+	ck_assert_msg(r == 0, "feed_next: %s: %s", feed_strerror(r), feed_errmsg(m->c));
+	ck_assert_msg(gr_bytes_ok(b), "wrong bytes");
+	ck_assert_uint_lt(m->n, RS_TOTAL);
+	gr_record(b, &m->seen[m->n++]);
+	ck_assert_int_eq(feed_release(b), 0);
+	return 1;
+}
+
+/* Reads a until it took want_a and b until want_b (or each ended), round
+ * robin; a member that waits for the other (the group's depth, or the
+ * group behind its position) lets the other take one more. */
+static void rs_pump(struct rs_member *a, unsigned want_a, struct rs_member *b, unsigned want_b)
+{
+	int64_t end = h_now_ms() + 4 * H_DEADLINE_MS;
+
+	while ((a->n < want_a && !a->ended) || (b->n < want_b && !b->ended)) {
+		ck_assert_msg(h_now_ms() < end, "stuck at %u and %u batches", a->n, b->n);
+		if (a->n < want_a && !a->ended && !rs_take(a))
+			rs_take(b);
+		if (b->n < want_b && !b->ended && !rs_take(b))
+			rs_take(a);
+	}
+}
+
+/* Ends feedd with sig and starts it again on the same socket. */
+static void rs_restart(int sig, int nth)
+{
+	static char spec[200], tiny[200];
+
+	ck_assert_int_eq(kill(h.pid, sig), 0);
+	ck_assert_int_eq(h_wait(h.pid, H_DEADLINE_MS) != -1, 1);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.%d.log", h.dir, nth);
+	snprintf(spec, sizeof(spec), "g1k=%s", gr_dir);
+	snprintf(tiny, sizeof(tiny), "tiny=%s", h.data);
+	h_start((const char *[]){"--dataset", tiny, "--dataset", spec, "--workers", "2", NULL});
+}
+
+/* Two members of a group read at their own pace across a SIGKILL, a
+ * SIGTERM and a SIGKILL of feedd. After each restart they reconnect at
+ * different times and positions: the first recreates the group at its
+ * position; one that finds the group past it resumes on its own; one
+ * ahead of the group skips to its own position. Each sees every batch of
+ * each epoch exactly once, in order: the sequence of an ungrouped stream
+ * of the same spec, byte for byte. */
+START_TEST(test_groups_restart_members_resume_own_positions)
+{
+	static struct rs_member ref, a, b;
+	struct feed_stream_opts o = gr_opts("rs", RS_EPOCHS);
+
+	start(NULL);
+	o.group = NULL;
+	o.group_depth = 0;
+	ref.c = h_conn_new();
+	ref.st = h_stream_open(ref.c, &o);
+	while (!ref.ended)
+		rs_take(&ref);
+	ck_assert_uint_eq(ref.n, RS_TOTAL);
+	o = gr_opts("rs", RS_EPOCHS);
+	o.reconnect_ms = H_DEADLINE_MS;
+	a.c = h_conn_new();
+	a.st = h_stream_open(a.c, &o);
+	b.c = h_conn_new();
+	b.st = h_stream_open(b.c, &o);
+	rs_pump(&a, 20, &b, 20);
+	rs_restart(SIGKILL, 1);
+	rs_pump(&a, 50, &b, 0);   /* a reconnects first: the group at its position */
+	rs_pump(&a, 0, &b, 50);   /* b finds it past its own */
+	rs_pump(&a, 70, &b, 55);
+	rs_restart(SIGTERM, 2);
+	rs_pump(&a, 0, &b, 60);   /* b first now, behind a */
+	rs_pump(&a, 100, &b, 0);  /* a ahead of the group: it skips to its position */
+	rs_restart(SIGKILL, 3);
+	rs_pump(&a, RS_TOTAL + 1, &b, RS_TOTAL + 1);
+	const struct rs_member *m[2] = {&a, &b};
+	for (int k = 0; k < 2; k++) {
+		/* a late joiner's first epoch starts where it joined (b opened
+		 * second: the group may have published to a already) */
+		unsigned first = (unsigned)(m[k]->seen[0].epoch * GR_BATCHES + m[k]->seen[0].index);
+		ck_assert_uint_lt(first, 8);
+		ck_assert_msg(m[k]->n + first == RS_TOTAL, "member %d took %u batches from batch "
+			      "%u, of %u", k, m[k]->n, first, RS_TOTAL);
+		for (unsigned i = 0; i < m[k]->n; i++) {
+			const struct gr_seen *s = &m[k]->seen[i], *r = &ref.seen[first + i];
+			ck_assert_msg(s->epoch == r->epoch && s->index == r->index,
+				      "member %d: batch %u is epoch %llu batch %llu, not epoch %llu "
+				      "batch %llu", k, i, (unsigned long long)s->epoch,
+				      (unsigned long long)s->index, (unsigned long long)r->epoch,
+				      (unsigned long long)r->index);
+			ck_assert_uint_eq(s->n, r->n);
+			ck_assert(!memcmp(s->samples, r->samples, 8ull * s->n));
+			ck_assert(!memcmp(s->img, r->img, 16ull * s->n));
+		}
+	}
+	/* the paths taken: behind the group (on its own), ahead of it (skips) */
+	char log[300];
+	snprintf(log, sizeof(log), "%s/feedd.1.log", h.dir);
+	ck_assert_msg(h_file_has(log, "past this stream's resume position"), "%s",
+		      h_file_text(log));
+	snprintf(log, sizeof(log), "%s/feedd.2.log", h.dir);
+	ck_assert_msg(h_file_has(log, "joins group 'rs' (2 members)"), "%s", h_file_text(log));
+	for (int k = 0; k < 2; k++) {
+		feed_stream_close(m[k]->st);
+		feed_disconnect(m[k]->c);
+	}
+	feed_stream_close(ref.st);
+	feed_disconnect(ref.c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Test 9: no detach under load while every member releases            */
+
+/* A busy plain stream in a child: reads and releases g1k without end
+ * until killed. */
+static void gr_busy_child(void)
+{
+	struct feed_conn *c;
+	struct feed_stream *st;
+	struct feed_batch *b;
+	struct feed_stream_opts o = {.dataset = "g1k", .batch = 50, .credits = 4,
+				     .order = FEED_ORDER_FULL, .seed = 3};
+	int r;
+
+	if (feed_connect(h.sock, &c) || feed_stream_open(c, &o, &st))
+		_exit(1);
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == 0 || r == FEED_END_OF_EPOCH)
+		if (r == 0)
+			feed_release(b);
+	_exit(2);
+}
+
+/* Issue 28 item 1: under load, members that kept releasing were detached
+ * ("releasing nothing for N ms" while the group advanced): the timer read
+ * its clock before the lock and releases were stamped after it. A group
+ * of two, one member stepping 5 ms a batch (a trainer's step), beside
+ * busy streams, with a 200 ms group timeout checked every 50 ms (many
+ * checks; the old code detached a member within the run every time):
+ * neither is ever detached, and both get every batch. */
+START_TEST(test_groups_no_detach_under_load)
+{
+	enum { BUSY = 4, EPOCHS = 3, TOTAL = EPOCHS * GR_BATCHES };
+	pid_t busy[BUSY];
+	struct feed_conn *c[2];
+	struct feed_stream *st[2];
+	unsigned n[2] = {0};
+
+	start((const char *[]){"--group-timeout-ms", "200", NULL});
+	for (int i = 0; i < BUSY; i++) {
+		busy[i] = fork();
+		ck_assert_int_ge(busy[i], 0);
+		if (busy[i] == 0)
+			gr_busy_child();
+	}
+	for (int m = 0; m < 2; m++) {
+		struct feed_stream_opts o = gr_opts("load", EPOCHS);
+		c[m] = h_conn_new();
+		st[m] = h_stream_open(c[m], &o);
+	}
+	for (bool more = true; more;) {
+		more = false;
+		for (int m = 0; m < 2; m++) {
+			struct feed_batch *b = gr_next(c[m], st[m]);  /* fails on a detach */
+			if (!b)
+				continue;
+			more = true;
+			n[m]++;
+			if (m == 1)
+				h_nap_ms(5);  /* the slow member's step, holding the batch */
+			ck_assert_int_eq(feed_release(b), 0);
+		}
+	}
+	for (int i = 0; i < BUSY; i++) {
+		ck_assert_int_eq(kill(busy[i], SIGKILL), 0);
+		ck_assert_int_ne(h_wait(busy[i], H_DEADLINE_MS), -1);
+	}
+	ck_assert_uint_eq(n[0], TOTAL);
+	ck_assert_uint_ge(n[1], TOTAL - 8);  /* joined a few batches late at most */
+	ck_assert_uint_eq(h_log_count("detached after"), 0);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(feed_stream_close(st[m]), 0);
+		feed_disconnect(c[m]);
+	}
+}
+END_TEST
+
 static Suite *groups_suite(void)
 {
 	Suite *s = suite_create("groups");
@@ -598,8 +847,10 @@ static Suite *groups_suite(void)
 	tcase_add_test(tc, test_groups_late_joiner_partial_epoch);
 	tcase_add_test(tc, test_groups_write_stays_private);
 	tcase_add_test(tc, test_groups_limits_cover_groups);
+	tcase_add_test(tc, test_groups_restart_members_resume_own_positions);
+	tcase_add_test(tc, test_groups_no_detach_under_load);
 	if (geteuid() == 0)
-		tcase_add_test(tc, test_groups_other_user_refused);
+		tcase_add_test(tc, test_groups_per_user_and_shared);
 	else
 		fprintf(stderr, "check_groups: not root: the other-user test is left out\n");
 	suite_add_tcase(s, tc);

@@ -4,14 +4,17 @@
  * an open (before, while and after its regions are made) harms nobody; the
  * per-user limits are checked against the stream's layout before a byte of
  * shared memory exists; and the shared memory is made by a worker, never
- * by the loop thread that serves every other client meanwhile.
+ * by the loop thread that serves every other client meanwhile; its answer
+ * is never lost behind replies the client has not read yet.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,6 +211,70 @@ START_TEST(test_open_refusal_flood_log_bounded)
 }
 END_TEST
 
+/* Issue 28: a reply that came while an earlier one waited for room in the
+ * socket was dropped. The client asks for a large stream (its regions
+ * take a worker a while) and then, without reading, for the dataset list
+ * until its socket is full, so the daemon's replies wait, and reads only
+ * once the open's answer came: every request still gets its answer, the
+ * open's with its descriptors. */
+#define RQ_MAX 4096  /* requests at most: more than our socket takes */
+
+START_TEST(test_open_answer_queued_behind_waiting_replies)
+{
+	Feed__Request req = FEED__REQUEST__INIT;
+	Feed__ListDatasets ld = FEED__LIST_DATASETS__INIT;
+	uint8_t buf[256];
+	static bool got[RQ_MAX];
+	uint32_t sent = 0;
+
+	h_start((const char *[]){"--dataset", data_arg(), "--workers", "1", NULL});
+	int fd = h_raw_connect();
+	h_raw_hello(fd);
+	raw_open(fd, 2, 64, "resize(h=512, w=512)");  /* 64 MiB: a while to make */
+	req.body_case = FEED__REQUEST__BODY_LIST_DATASETS;
+	req.list_datasets = &ld;
+	/* until the daemon stops reading: a reply of its waits for us */
+	for (uint32_t id = 3; id < RQ_MAX; id++, sent++) {
+		req.id = id;
+		size_t len = feed__request__pack(&req, buf);
+		ssize_t r;
+		while ((r = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 && errno == EAGAIN) {
+			struct pollfd p = {.fd = fd, .events = POLLOUT};
+			if (poll(&p, 1, 300) == 0)
+				break;
+		}
+		if (r < 0)
+			break;
+		ck_assert_int_eq(r, (ssize_t)len);
+	}
+	ck_assert_uint_lt(sent, RQ_MAX - 3);
+	/* the open's answer comes (its log line follows the reply) while the
+	 * replies to the lists wait for us */
+	ck_assert(h_log_has(": stream 1 on 'fm'"));
+	for (uint32_t n = 0; n < sent + 1; n++) {
+		Feed__Reply *rep;
+		int fds[8];
+		unsigned nfds;
+		ck_assert_msg(h_raw_recv_fds(fd, H_DEADLINE_MS, &rep, fds, 8, &nfds) == 1,
+			      "%u of %u replies came (the open's: %s)", n, sent + 1,
+			      got[2] ? "yes" : "no");
+		ck_assert_uint_lt(rep->id, RQ_MAX);
+		if (rep->id == 2 || n == 0 || n == sent)
+			fprintf(stderr, "reply %u: id %u (sent %u)\n", n, rep->id, sent);
+		ck_assert(!got[rep->id]);
+		got[rep->id] = true;
+		ck_assert_int_eq(rep->body_case, rep->id == 2 ? FEED__REPLY__BODY_STREAM_OPENED :
+								 FEED__REPLY__BODY_DATASETS);
+		ck_assert_uint_eq(nfds, rep->id == 2 ? 5 : 0);
+		for (unsigned k = 0; k < nfds; k++)
+			close(fds[k]);
+		feed__reply__free_unpacked(rep, NULL);
+	}
+	close(fd);
+	h_assert_healthy();
+}
+END_TEST
+
 static Suite *open_suite(void)
 {
 	Suite *s = suite_create("open");
@@ -216,6 +283,7 @@ static Suite *open_suite(void)
 	tcase_add_checked_fixture(tc, h_setup, h_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_open_client_gone);
+	tcase_add_test(tc, test_open_answer_queued_behind_waiting_replies);
 	tcase_add_test(tc, test_open_limits_before_memory);
 	tcase_add_test(tc, test_open_refusal_flood_log_bounded);
 	suite_add_tcase(s, tc);

@@ -9,7 +9,7 @@
  * so do the per-user limits on streams, credits and slot bytes, and a
  * refused stream leaves the user's count as it was; a pipeline name that
  * is not configured is refused as such; refusals in a loop do not flood
- * the log.
+ * the log; limit refusals of nobody's log at warning.
  * The nobody tests need root and are left out otherwise.
  */
 #include <errno.h>
@@ -423,6 +423,42 @@ START_TEST(test_refusals_stream_limits)
 }
 END_TEST
 
+/* As nobody: a second stream over max_streams 1 is refused. 0, or the
+ * check that failed. */
+static int nobody_over_limit(void)
+{
+	struct feed_conn *c;
+	struct feed_stream *a, *x;
+
+	if (feed_connect(h.sock, &c))
+		return 1;
+	if (limits_open(c, 2, NULL, &a))
+		return 2;
+	if (limits_open(c, 2, NULL, &x) != -EUSERS)
+		return 3;
+	if (!strstr(feed_errmsg(c), "user 65534: 1 streams open, limit max_streams is 1"))
+		return 4;
+	feed_stream_close(a);
+	feed_disconnect(c);
+	return 0;
+}
+
+/* A limit refusal is logged at warning, naming user and limit. */
+START_TEST(test_refusals_limits_logged_at_warning)
+{
+	start_with_config("socket_group: nogroup\nlimits:\n  max_streams: 1\n");
+	ck_assert_int_eq(as_nobody(nobody_over_limit), 0);
+	const char *log = h_file_text(h.log);
+	const char *line = strstr(log, "open_stream refused: dataset 'everyone': user 65534: 1 "
+				  "streams open, limit max_streams is 1");
+	ck_assert_msg(line, "%s", log);
+	while (line > log && line[-1] != '\n')
+		line--;
+	ck_assert_msg(strstr(line, "feedd[") && strstr(line, "]: warn: ") &&
+		      strstr(line, "]: warn: ") < strstr(line, "open_stream refused"), "%.200s", line);
+}
+END_TEST
+
 static Suite *refusals_suite(void)
 {
 	Suite *s = suite_create("refusals");
@@ -435,6 +471,7 @@ static Suite *refusals_suite(void)
 		tcase_add_test(tc, test_refusals_socket_mode);
 		tcase_add_test(tc, test_refusals_process_groups);
 		tcase_add_test(tc, test_refusals_access_flood_log_bounded);
+		tcase_add_test(tc, test_refusals_limits_logged_at_warning);
 	} else {
 		fprintf(stderr, "check_refusals: not root: the nobody tests are left out\n");
 	}

@@ -7,7 +7,9 @@
  * directory to new opens only; a broken file is refused with every error
  * (log and feedctl, which exits 1) and the old config stays; an access
  * list change takes effect for new opens; feedctl reload is refused to a
- * user outside the socket's group. The nobody tests need root.
+ * user who is neither root nor in the config's admin_group (reaching the
+ * socket is not enough), and the answer to an admin names only the
+ * datasets it may read. The nobody tests need root.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -416,7 +418,7 @@ static int nobody_feedctl_reload(void)
 	return 91;
 }
 
-START_TEST(test_reload_feedctl_refused_outside_socket_group)
+START_TEST(test_reload_only_root_and_admin_group)
 {
 	char out[200];
 
@@ -429,16 +431,84 @@ START_TEST(test_reload_feedctl_refused_outside_socket_group)
 	ck_assert_int_eq(fchmod(fd, 0666), 0);  /* the child, nobody, appends */
 	close(fd);
 	feedctl_out = out;
-	/* the socket file lets anyone connect: the request itself is refused */
+	/* the socket file lets anyone connect: the request itself is refused,
+	 * also to a member of the socket's group when no admin_group is set */
 	ck_assert_int_eq(chmod(h.sock, 0666), 0);
 	ck_assert_int_eq(as_nobody(4242, nobody_feedctl_reload), 1);
 	ck_assert_msg(strstr(h_file_text(out), "reload: user 65534 (groups 4242) is neither root "
-			     "nor in the socket's group 65534"), "%s", h_file_text(out));
-	ck_assert(h_log_has("reload: user 65534 (groups 4242) is neither root"));
+			     "nor in the config's admin_group (none configured)"), "%s",
+		      h_file_text(out));
+	ck_assert_int_eq(as_nobody(NOGROUP, nobody_feedctl_reload), 1);
+	ck_assert(h_log_has("reload: user 65534 (groups 65534) is neither root"));
 	ck_assert_uint_eq(h_log_count("reload of "), 0);  /* nothing was started */
-	/* a member of the socket's group may */
+	/* root may; then the admin_group it configures may */
+	write_config("socket_group: nogroup\nadmin_group: nogroup\n"
+		     "datasets:\n  - name: tiny\n    path: fm\n");
+	struct feed_conn *c = h_conn_new();
+	struct feed_reload_result *res;
+	ck_assert_int_eq(feed_reload(c, &res), 0);
+	ck_assert(res->applied);
+	feed_reload_result_free(res);
+	feed_disconnect(c);
+	ck_assert_int_eq(as_nobody(4242, nobody_feedctl_reload), 1);
+	ck_assert_msg(strstr(h_file_text(out), "admin_group 65534"), "%s", h_file_text(out));
 	ck_assert_int_eq(as_nobody(NOGROUP, nobody_feedctl_reload), 0);
 	ck_assert_msg(strstr(h_file_text(out), "reloaded "), "%s", h_file_text(out));
+}
+END_TEST
+
+/* As an admin (nobody in nogroup): the reload that drops "mine" and
+ * "secret" and adds "mine2" and "secret2" answers with the two nobody may
+ * read alone. 0, or the check that failed. */
+static int nobody_reload_sees_own(void)
+{
+	struct feed_conn *c;
+	struct feed_reload_result *res;
+
+	if (feed_connect(h.sock, &c))
+		return 1;
+	if (feed_reload(c, &res) || !res->applied)
+		return 2;
+	if (res->nadded != 1 || strcmp(res->added[0], "mine2"))
+		return 3;
+	if (res->nremoved != 1 || strcmp(res->removed[0], "mine"))
+		return 4;
+	feed_reload_result_free(res);
+	feed_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_reload_reply_lists_only_readable_datasets)
+{
+	static const char *names[] = {"mine", "secret", "mine2", "secret2"};
+	char dir[300], text[1024];
+	struct feed_reload_result *res;
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(dir, sizeof(dir), "%s/%s", h.dir, names[i]);
+		h_make_dataset_blocks(dir, 20, 10);
+	}
+	const char *head = "socket_group: nogroup\nadmin_group: nogroup\n"
+			   "datasets:\n  - name: tiny\n    path: fm\n";
+	snprintf(text, sizeof(text), "%s  - name: mine\n    path: mine\n    allow_users: [\"65534\"]\n"
+		 "  - name: secret\n    path: secret\n    allow_users: [root]\n", head);
+	h_start((const char *[]){"--config", write_config(text), NULL});
+	ck_assert_int_eq(chmod(h.sock, 0666), 0);
+	snprintf(text, sizeof(text), "%s  - name: mine2\n    path: mine2\n    allow_users: [\"65534\"]\n"
+		 "  - name: secret2\n    path: secret2\n    allow_users: [root]\n", head);
+	write_config(text);
+	ck_assert_int_eq(as_nobody(NOGROUP, nobody_reload_sees_own), 0);
+	/* root reads every dataset: back again, it is told of all four */
+	snprintf(text, sizeof(text), "%s  - name: mine\n    path: mine\n    allow_users: [\"65534\"]\n"
+		 "  - name: secret\n    path: secret\n    allow_users: [root]\n", head);
+	write_config(text);
+	struct feed_conn *c = h_conn_new();
+	ck_assert_int_eq(feed_reload(c, &res), 0);
+	ck_assert(res->applied);
+	ck_assert_uint_eq(res->nadded, 2);
+	ck_assert_uint_eq(res->nremoved, 2);
+	feed_reload_result_free(res);
+	feed_disconnect(c);
 }
 END_TEST
 
@@ -455,7 +525,8 @@ static Suite *reload_suite(void)
 	tcase_add_test(tc, test_reload_broken_config_refused_with_every_error);
 	if (geteuid() == 0) {
 		tcase_add_test(tc, test_reload_access_list_change_applies_to_new_opens);
-		tcase_add_test(tc, test_reload_feedctl_refused_outside_socket_group);
+		tcase_add_test(tc, test_reload_only_root_and_admin_group);
+		tcase_add_test(tc, test_reload_reply_lists_only_readable_datasets);
 	} else {
 		fprintf(stderr, "check_reload: not root: the nobody tests are left out\n");
 	}

@@ -498,6 +498,43 @@ START_TEST(test_restart_bound)
 }
 END_TEST
 
+/* feedd comes back without the stream's dataset (a reload removed it,
+ * then feedd restarted): its refusal is final, so feed_next fails at once
+ * with feedd's own words instead of retrying for the whole reconnect
+ * window and then blaming a feedd that "was not back". */
+START_TEST(test_restart_refusal_is_final)
+{
+	static struct r_run run;
+	struct feed_conn *c;
+	struct feed_stream *st;
+	struct feed_stream_opts o = r_opts(0, 1);
+	struct feed_batch *b;
+	char other[200];
+	int r;
+
+	r_start();
+	c = h_conn_new();
+	o.reconnect_ms = 120000;  /* far longer than the test may take */
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), 0);
+	r_read(c, st, &run, 2);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.without.log", h.dir);
+	snprintf(other, sizeof(other), "other=%s", r_data);
+	h_start((const char *[]){"--dataset", other, "--workers", "2", NULL});
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == 0 || r == FEED_END_OF_EPOCH)
+		if (r == 0)
+			feed_release(b);
+	ck_assert_msg(r == -ENOENT, "got %s: %s", feed_strerror(r), feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "feedd came back but the stream could not be "
+			     "reopened: dataset 'r': no such dataset"), "message: %s", feed_errmsg(c));
+	ck_assert_int_eq(feed_next(st, 0, &b), -ENOENT);  /* sticky */
+	feed_stream_close(st);
+	feed_disconnect(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("resume");
@@ -511,6 +548,7 @@ int main(void)
 	tcase_add_test(tc, test_resume_mismatch_refused);
 	tcase_add_test(tc, test_restart_loses_and_repeats_nothing);
 	tcase_add_test(tc, test_restart_bound);
+	tcase_add_test(tc, test_restart_refusal_is_final);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -253,6 +253,34 @@ START_TEST(test_config_bad_dataset)
 }
 END_TEST
 
+/* admin_group and shared_groups (issue 28): resolved at load, a group that
+ * does not exist or a name that is not one refused naming the key. */
+START_TEST(test_config_sharing_keys)
+{
+	struct feed_err err = {0};
+	struct cfg *c;
+
+	ck_assert_msg(load_text("admin_group: nogroup\ndatasets:\n  - name: a\n    path: /a\n"
+				"    shared_groups: [team, eval.v2]\n  - name: b\n    path: /b\n"
+				"    shared_groups: [\"*\"]\n  - name: c\n    path: /c\n", &c, &err) == 0,
+		      "%s", err.msg);
+	ck_assert(c->has_admin_group);
+	ck_assert_uint_eq(c->admin_gid, 65534);
+	const struct cfg_dataset *a = cfg_dataset_find(c, "a");
+	ck_assert(cfg_group_shared(a, "team") && cfg_group_shared(a, "eval.v2"));
+	ck_assert(!cfg_group_shared(a, "tea") && !cfg_group_shared(a, "other"));
+	ck_assert(cfg_group_shared(cfg_dataset_find(c, "b"), "anything"));
+	ck_assert(!cfg_group_shared(cfg_dataset_find(c, "c"), "team"));
+	cfg_free(c);
+	ck_assert_int_eq(load_text("datasets: []\n", &c, &err), 0);
+	ck_assert(!c->has_admin_group);  /* root alone may reload */
+	cfg_free(c);
+	refused("admin_group: no_such_group_zq\n", 1, "admin_group: no group named");
+	refused("datasets:\n  - name: a\n    path: /a\n    shared_groups: [ok, \"a/b\"]\n", 4,
+		"datasets[0].shared_groups[1]: 'a/b' is not a group name");
+}
+END_TEST
+
 /* A configured pipeline is parsed at load: an unknown op or key is refused
  * naming the file, line, pipeline, op and key, at --check-config and at
  * start alike (both load the config this way). */
@@ -589,6 +617,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_out_of_range);
 	tcase_add_test(tc, test_config_missing_required);
 	tcase_add_test(tc, test_config_bad_dataset);
+	tcase_add_test(tc, test_config_sharing_keys);
 	tcase_add_test(tc, test_config_bad_pipeline);
 	tcase_add_test(tc, test_config_syntax_and_duplicates);
 	tcase_add_test(tc, test_config_missing_file);

@@ -12,7 +12,8 @@
  * of two batches that fail, the one earlier in batch order is reported,
  * after every batch before it; a group's slot is reused only once every
  * member it went to has released it; a detached member keeps what it had
- * taken and gives back the rest; a release ring whose head moves
+ * taken and gives back the rest; idleness counts releases, never clock
+ * readings of other threads; a release ring whose head moves
  * backwards or past its capacity stops that member (and a plain stream)
  * with an error, and nothing crashes.
  */
@@ -489,7 +490,10 @@ START_TEST(test_delivery_unit_detach)
 	release(&m[1], 0);
 	release(&m[1], 1);
 	ck_assert_uint_eq(t.nq, 0);
-	ck_assert_uint_eq(dlv_detach_idle(d, mono_ns() + 10000000000ull, 5000000000ull, "g"), 1);
+	uint64_t now = mono_ns();
+	ck_assert_uint_eq(dlv_detach_idle(d, now, 5000000000ull, "g"), 0);  /* samples only */
+	ck_assert_uint_eq(dlv_detach_idle(d, now + 5000000000ull, 5000000000ull, "g"), 0);
+	ck_assert_uint_eq(dlv_detach_idle(d, now + 5000000001ull, 5000000000ull, "g"), 1);
 	dlv_member_stats(m[0].m, &ms);
 	ck_assert_int_eq(ms.state, DLV_MEMBER_DETACHED);
 	ck_assert_int_eq(ms.error, -ENOLINK);
@@ -504,6 +508,50 @@ START_TEST(test_delivery_unit_detach)
 	ck_assert_uint_ne(feed_ring_slot(entry(&m[1], 2)), kept);
 	dlv_member_stats(m[1].m, &ms);
 	ck_assert_int_eq(ms.state, DLV_MEMBER_ACTIVE);
+	close_dlv(d, m, 2);
+}
+END_TEST
+
+/* Releases ready entry i without ringing the doorbell: the release waits
+ * in the ring until the detach timer's own look (dlv_detach_idle). */
+static void release_quiet(struct mem *m, uint64_t i)
+{
+	feed_ring_put(&m->rel_ring, &m->rel_head, entry(m, i));
+	feed_ring_publish(&m->rel_ring, m->rel_head);
+}
+
+/* Idleness counts the member's releases, never clock readings of other
+ * threads: a member that releases before each tick of the timer is never
+ * detached, whatever the times passed, even when its releases are read
+ * by the tick itself (issue 28: a time read before the lock, a release
+ * stamped after it, and the difference wrapped); one that releases
+ * nothing is detached once the timer saw it quiet for the timeout. */
+START_TEST(test_delivery_unit_detach_counts_releases)
+{
+	struct dlv *d = open_dlv(4, true, 0);
+	struct dlv_member_stats ms;
+	struct mem m[2];
+	const uint64_t timeout = 4000000000ull, step = timeout / 2;
+
+	join(d, &m[0], 0, 4);
+	join(d, &m[1], 0, 4);
+	dlv_start(d);
+	q_drain();
+	ck_assert_uint_eq(head(&m[1]), 4);
+	uint64_t t0 = mono_ns();  /* read before the release that tick 0 reads */
+	for (uint64_t k = 0; k <= 4; k++) {
+		if (k < 4)
+			release_quiet(&m[1], k);
+		unsigned n = dlv_detach_idle(d, t0 + k * step, timeout, "g");
+		dlv_member_stats(m[1].m, &ms);
+		ck_assert_msg(ms.state == DLV_MEMBER_ACTIVE, "tick %llu: member 1 released before "
+			      "it and was detached: %s", (unsigned long long)k, ms.error_msg);
+		dlv_member_stats(m[0].m, &ms);
+		/* member 0 quiet since tick 0: detached once more than the timeout passed */
+		ck_assert_int_eq(ms.state, k * step > timeout ? DLV_MEMBER_DETACHED : DLV_MEMBER_ACTIVE);
+		ck_assert_uint_eq(n, k * step > timeout && (k - 1) * step <= timeout ? 1 : 0);
+	}
+	q_drain();
 	close_dlv(d, m, 2);
 }
 END_TEST
@@ -571,6 +619,7 @@ static Suite *delivery_unit_suite(void)
 	tcase_add_test(tc, test_delivery_unit_block_window_table_ahead);
 	tcase_add_test(tc, test_delivery_unit_group_masks);
 	tcase_add_test(tc, test_delivery_unit_detach);
+	tcase_add_test(tc, test_delivery_unit_detach_counts_releases);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads_past_capacity);
 	suite_add_tcase(s, tc);
