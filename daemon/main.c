@@ -28,6 +28,7 @@
 #include "catalog.h"
 #include "devslots.h"
 #include "disktier.h"
+#include "fetcher.h"
 #include "remote.h"
 #include "check_config.h"
 #include "cmdline.h"
@@ -207,10 +208,16 @@ static int main_serve(struct feedd *d, int sd_fd)
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
 	log_info(&d->log, "%s", gpu_line);
-	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
+	if (fetcher_new(d->cache, &d->fetcher, &err) < 0)
+		goto fail;
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher};
 	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
 		goto fail;
+	/* a worker waiting for the fetcher is not stuck, and a spare stands in */
+	fetcher_set_hooks(d->fetcher, &(struct fetch_hooks){.wait_begin = pool_wait_begin,
+							    .wait_end = pool_wait_end,
+							    .ctx = d->pool});
 	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
 	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
 		cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
@@ -245,6 +252,7 @@ out:
 	srv_free(d->srv);
 	pool_free(d->pool);
 	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
+	fetcher_free(d->fetcher); /* after the datasets: every request of theirs gone */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dtier_close(d->tier); /* after the datasets that put blocks in it */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */

@@ -11,9 +11,9 @@
  * when every entry is pinned the cache goes over budget (by at most
  * 2 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
  * between the samples of its first, pool_yield()) until the pins are
- * dropped. Lock order:
- * a stream's lock may be held while calling in here; this module calls
- * nothing that takes another lock.
+ * dropped. Lock: cache.lock, taken with no other lock held (no thread
+ * holds two, daemon/README.md "Locks"); this module calls nothing that
+ * takes another lock.
  */
 #ifndef FEED_CACHE_H
 #define FEED_CACHE_H
@@ -37,7 +37,8 @@ struct cache_worker {
 /* Counters, read with cache_stats(). */
 struct cache_stats {
 	uint64_t hits, misses, evictions;
-	uint64_t bytes, entries, budget;
+	uint64_t bytes, entries, budget; /* bytes: decoded blocks and staged ones */
+	uint64_t staged;                 /* of bytes: held outside the table (cache_reserve) */
 };
 
 /* One dataset name's share of the counters (cache_name()): kept for the
@@ -82,6 +83,16 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 /* Unpins entries[0..n) under one lock hold (any thread; evicts to the
  * budget if something became unpinned); NULL entries are skipped. */
 void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
+
+/* Counts bytes held outside the table against the budget: the remote
+ * fetcher's staged blocks (fetcher.h), so cache_bytes bounds them too.
+ * Evicts unpinned blocks to make room (never waits; like pins, what
+ * cannot be evicted leaves the cache over budget until released). Any
+ * thread, takes the lock. */
+void cache_reserve(struct cache *c, size_t bytes);
+
+/* Gives back bytes of cache_reserve(). Any thread, takes the lock. */
+void cache_release(struct cache *c, size_t bytes);
 
 /* Drops every unpinned block of ds (a dataset being closed) and its name
  * (cache_name()); the name's counters stay. */

@@ -112,7 +112,8 @@ static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struc
 					 .inflight = (uint32_t)c->remote_inflight,
 					 .s3_credentials = c->s3_credentials,
 					 .tier = rem ? rem->tier : NULL,
-					 .counters = rem ? rem->counters : NULL};
+					 .counters = rem ? rem->counters : NULL,
+					 .fetcher = rem ? rem->fetcher : NULL};
 		r = remote_open(d->path, &ro, &e->ds, &e2);
 	} else {
 		r = fmt_dataset_open(d->path, &e->ds, &e2);

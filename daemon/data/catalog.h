@@ -39,6 +39,7 @@
 
 struct cache;
 struct dtier;
+struct fetcher;
 struct remote_counters;
 
 /* Where remote datasets (data/remote.h) keep their blocks and counts:
@@ -46,6 +47,7 @@ struct remote_counters;
 struct cat_remote {
 	struct dtier *tier;              /* the disk tier, or NULL: none */
 	struct remote_counters *counters; /* for the metrics, or NULL */
+	struct fetcher *fetcher;         /* makes every request, or NULL: each its own */
 };
 
 struct cat_entry {
