@@ -14,12 +14,16 @@
  * once) with remote_inflight 8, exactly one with 1; s3://
  * requests go path-style to AWS_ENDPOINT_URL signed with SigV4 for the
  * region (nginx logs the headers); --check-config warns of a URL it
- * cannot reach.
+ * cannot reach. A server that hangs (issue 28): while a stream's block
+ * waits on it, a local dataset streams, status answers within 1 s and
+ * WATCHDOG=1 keeps coming; then that stream alone fails naming URL and
+ * block.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -418,6 +423,98 @@ START_TEST(test_remote_faults_stop_that_dataset_only)
 }
 END_TEST
 
+/* The notify socket feedd is told of (NOTIFY_SOCKET), bound here. */
+static int notify_socket(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify.sock", h.dir);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	return fd;
+}
+
+/* Waits for a datagram holding WATCHDOG=1 that arrives after at_ms
+ * (h_now_ms()); false at the deadline. */
+static bool watchdog_after(int fd, int64_t at_ms)
+{
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	char buf[512];
+
+	while (h_now_ms() < end) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+		ck_assert_int_gt(n, 0);
+		buf[n] = '\0';
+		if (strstr(buf, "WATCHDOG=1") && h_now_ms() > at_ms)
+			return true;
+	}
+	return false;
+}
+
+struct slow_seen {
+	int port;
+};
+
+static bool slow_requested(void *arg)
+{
+	return proxy_ask(((struct slow_seen *)arg)->port, "count", "slow") >= 1;
+}
+
+START_TEST(test_remote_hanging_server_stops_only_its_stream)
+{
+	int port = proxy_start(), nfd = notify_socket();
+	char cfg[1024], url[128];
+
+	/* each block try hangs past remote_timeout_ms: the stream waits about
+	 * 2 x 2 s; the watchdog (WatchdogSec 1.5 s) would call that stuck */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/slow/blocked", port);
+	snprintf(cfg, sizeof(cfg), "workers: 2\nremote_timeout_ms: 2000\nremote_retries: 1\n"
+		 "datasets:\n  - name: tiny\n    path: %s/tiny\n  - name: hang\n    path: %s\n",
+		 www, url);
+	setenv("WATCHDOG_USEC", "1500000", 1);
+	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
+	h_start(args);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "hang", .batch = 4, .credits = 2, .epochs = 1};
+	struct feed_stream *st = h_stream_open(c, &o);
+	struct slow_seen seen = {.port = port};
+	ck_assert(h_wait_until(slow_requested, &seen, H_DEADLINE_MS));
+	int64_t hung_at = h_now_ms();
+
+	read_epochs("tiny", H_SAMPLES, 2);  /* another dataset streams on */
+	struct feed_conn *quick = h_conn_new();
+	struct feed_status *status = NULL;
+	ck_assert_int_eq(feed_conn_set_timeout(quick, 1000), 0);
+	ck_assert_int_eq(feed_status(quick, &status), 0);  /* answered within 1 s */
+	feed_status_free(status);
+	feed_disconnect(quick);
+	/* past WatchdogSec of waiting, the pings go on */
+	ck_assert_msg(watchdog_after(nfd, hung_at + 2000), "no WATCHDOG=1 while the remote hung");
+	close(nfd);  /* unread, its queue would fill and block feedd's sd_notify() */
+	ck_assert_msg(!h_log_has("has been in one job"), "log:\n%s", h_file_text(h.log));
+
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == 0)
+		feed_release(b);
+	ck_assert_msg(r < 0 && r != -ETIMEDOUT, "hang: %d %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), url) && strstr(feed_errmsg(c), ": block "),
+		      "hang: %d %s", r, feed_errmsg(c));
+	feed_stream_close(st);
+	feed_disconnect(c);
+	read_epochs("tiny", H_SAMPLES, 1);  /* and after it */
+	ck_assert_int_eq(h_stop(), 0);
+}
+END_TEST
+
 START_TEST(test_remote_flaky_server_is_retried)
 {
 	int port = proxy_start();
@@ -524,6 +621,7 @@ int main(void)
 	tcase_add_test(tc, test_remote_http_serves_the_datasets_bytes);
 	tcase_add_test(tc, test_remote_disk_tier_keeps_blocks_across_a_restart);
 	tcase_add_test(tc, test_remote_faults_stop_that_dataset_only);
+	tcase_add_test(tc, test_remote_hanging_server_stops_only_its_stream);
 	tcase_add_test(tc, test_remote_flaky_server_is_retried);
 	tcase_add_test(tc, test_remote_worker_keeps_several_requests_in_flight);
 	tcase_add_test(tc, test_remote_s3_path_style_signed_sigv4);
