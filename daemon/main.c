@@ -29,6 +29,7 @@
 #include "devslots.h"
 #include "disktier.h"
 #include "fetcher.h"
+#include "opener.h"
 #include "remote.h"
 #include "check_config.h"
 #include "cmdline.h"
@@ -210,7 +211,11 @@ static int main_serve(struct feedd *d, int sd_fd)
 	log_info(&d->log, "%s", gpu_line);
 	if (fetcher_new(d->cache, &d->fetcher, &err) < 0)
 		goto fail;
-	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher};
+	if (opener_new(&d->opener, &err) < 0)
+		goto fail;
+	/* remote datasets open on the opener: start-up never waits on a host */
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher,
+				 .opener = d->opener, .log = &d->log};
 	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
 	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
 		goto fail;
@@ -219,8 +224,9 @@ static int main_serve(struct feedd *d, int sd_fd)
 							    .wait_end = pool_wait_end,
 							    .ctx = d->pool});
 	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
-	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
-		cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
+	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters (a pending one: when ready) */
+		if (cat_entry_state(d->cat->e[i], NULL) == CAT_READY)
+			cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
 		goto out;
@@ -230,9 +236,9 @@ static int main_serve(struct feedd *d, int sd_fd)
 		goto out;
 	}
 	d->start_ms = uv_now(&d->loop);
-	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
-		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),
-		 d->cfg->socket_path);
+	log_info(&d->log, "feedd %s ready: %zu of %zu datasets (%zu pending), %u workers, "
+		 "socket %s", FEEDD_VERSION, cat_ready_count(d->cat), d->cfg->ndatasets,
+		 d->cat->n - cat_ready_count(d->cat), pool_size(d->pool), d->cfg->socket_path);
 	if (svc_ready(d, &d->svc) < 0) {
 		log_error(&d->log, "systemd notification: out of memory");
 		goto out;
@@ -251,6 +257,9 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	if (d->fetcher)       /* a dataset still opening on a hung host ends now */
+		fetcher_cancel(d->fetcher);
+	opener_free(d->opener); /* before the catalog: its jobs hold entries */
 	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
 	fetcher_free(d->fetcher); /* after the datasets: every request of theirs gone */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */

@@ -75,6 +75,7 @@ struct fetcher {
 	size_t staged;              /* bytes of the requests' buffers (mu) */
 	size_t staged_max;          /* prefetches stop here; fixed at new */
 	bool stopping;              /* (mu) */
+	bool cancelled;             /* fetcher_cancel(): no more waiting (mu) */
 	struct cache *cache;        /* charged for staged bytes, or NULL */
 	struct fetch_hooks hooks;   /* set before any wait; read-only after */
 	CURL *idle[FET_IDLE_MAX];   /* the thread's alone */
@@ -651,7 +652,7 @@ static enum fet_state fet_wait(struct fetcher *f, struct fet_req *r, uint64_t de
 	if (f->hooks.wait_begin)
 		f->hooks.wait_begin(f->hooks.ctx);
 	feed_mutex_lock(&f->mu);
-	while (r->state != FET_DONE && r->state != FET_FAILED &&
+	while (r->state != FET_DONE && r->state != FET_FAILED && !f->cancelled &&
 	       pthread_cond_timedwait(&f->landed, &f->mu, &until) != ETIMEDOUT)
 		;
 	st = r->state;
@@ -659,6 +660,22 @@ static enum fet_state fet_wait(struct fetcher *f, struct fet_req *r, uint64_t de
 	if (f->hooks.wait_end)
 		f->hooks.wait_end(f->hooks.ctx);
 	return st;
+}
+
+static bool fet_cancelled(struct fetcher *f)
+{
+	feed_mutex_lock(&f->mu);
+	bool c = f->cancelled;
+	feed_mutex_unlock(&f->mu);
+	return c;
+}
+
+void fetcher_cancel(struct fetcher *f)
+{
+	feed_mutex_lock(&f->mu);
+	f->cancelled = true;
+	pthread_cond_broadcast(&f->landed);
+	feed_mutex_unlock(&f->mu);
 }
 
 int fetch_get(struct fetch_src *s, const struct fetch_spec *sp, void *buf, uint64_t *ret_size,
@@ -679,6 +696,8 @@ int fetch_get(struct fetch_src *s, const struct fetch_spec *sp, void *buf, uint6
 		memcpy(buf, r->buf, sp->len);
 	else if (st == FET_FAILED)
 		rc = feed_err_set(err, r->rc, "%s", r->msg);
+	else if (fet_cancelled(f))
+		rc = feed_err_set(err, -ECANCELED, "%s/%s: feedd is stopping", s->o.label, sp->file);
 	else if (sp->has_hash)
 		rc = feed_err_set(err, -EIO, "%s/%s: block %" PRIu64 ": no answer within %" PRIu64
 				  " ms", s->o.label, sp->file, sp->block, bound);

@@ -71,6 +71,11 @@ int fetcher_new(struct cache *cache, struct fetcher **ret, struct feed_err *err)
 /* Sets the hooks; before any fetch_get() (main(), once the pool exists). */
 void fetcher_set_hooks(struct fetcher *f, const struct fetch_hooks *hooks);
 
+/* Ends every wait of fetch_get(), now and later, with -ECANCELED
+ * ("feedd is stopping"): main() after the loop, so that a dataset still
+ * opening on a hung host does not hold up the stop. Any thread. */
+void fetcher_cancel(struct fetcher *f);
+
 /* Stops and joins the thread. Every source must have been freed.
  * Accepts NULL. */
 void fetcher_free(struct fetcher *f);

@@ -17,7 +17,8 @@
  * cannot reach. A server that hangs (issue 28): while a stream's block
  * waits on it, a local dataset streams, status answers within 1 s and
  * WATCHDOG=1 keeps coming; then that stream alone fails naming URL and
- * block.
+ * block. A host that never answers holds up neither start-up nor a
+ * reload: its dataset is pending, then left out.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -202,11 +203,39 @@ static void check_batch(struct feed_batch *b, uint64_t n_samples)
 	}
 }
 
+struct served {
+	struct feed_conn *c;
+	const char *name;
+	int last;
+};
+
+static bool served_now(void *arg)
+{
+	struct served *s = arg;
+	struct feed_dataset_list *l = NULL;
+
+	s->last = feed_dataset_info(s->c, s->name, &l);
+	feed_dataset_list_free(l);
+	return s->last != -EAGAIN;
+}
+
+/* Waits while dataset name is pending (a URL opens in the background;
+ * a stream opened meanwhile is refused with -EAGAIN): until it is served,
+ * or failed to open. */
+static void wait_served(const char *name)
+{
+	struct served s = {.c = h_conn_new(), .name = name};
+
+	ck_assert_msg(h_wait_until(served_now, &s, H_DEADLINE_MS), "%s: still pending", name);
+	feed_disconnect(s.c);
+}
+
 /* Reads n epochs of dataset name (n_samples, harness content:
  * image bytes i & 0xff, label i) checking every byte and that each epoch
  * holds every sample exactly once. */
 static void read_epochs(const char *name, uint64_t n_samples, int epochs)
 {
+	wait_served(name);
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = name, .batch = 4, .credits = 4,
 				     .epochs = (uint64_t)epochs, .order = FEED_ORDER_FULL,
@@ -376,6 +405,7 @@ static int proxy_ask(int port, const char *what, const char *mode)
  * naming url and a block, and that no batch it gave was wrong. */
 static void expect_failure(const char *name, const char *url)
 {
+	wait_served(name);
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = name, .batch = 4, .credits = 2, .epochs = 1};
 	struct feed_stream *st = h_stream_open(c, &o);
@@ -482,6 +512,7 @@ START_TEST(test_remote_hanging_server_stops_only_its_stream)
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
 
+	wait_served("hang");
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = "hang", .batch = 4, .credits = 2, .epochs = 1};
 	struct feed_stream *st = h_stream_open(c, &o);
@@ -512,6 +543,81 @@ START_TEST(test_remote_hanging_server_stops_only_its_stream)
 	feed_disconnect(c);
 	read_epochs("tiny", H_SAMPLES, 1);  /* and after it */
 	ck_assert_int_eq(h_stop(), 0);
+}
+END_TEST
+
+/* A loopback port that accepts connections and never answers. */
+static int mute_listener(int *ret_port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 64), 0);  /* the kernel completes connects; nobody reads */
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*ret_port = ntohs(a.sin_port);
+	return fd;
+}
+
+static bool open_failed(void *arg)
+{
+	struct served *s = arg;
+	struct feed_dataset_list *l = NULL;
+
+	s->last = feed_dataset_info(s->c, s->name, &l);
+	feed_dataset_list_free(l);
+	return s->last == -ENOENT;
+}
+
+/* Start-up and reload never wait on a remote host: a dataset whose host
+ * does not answer is pending (a stream on it is refused with -EAGAIN
+ * naming it), the daemon serves the others meanwhile, a reload that adds
+ * one is applied at once with a warning, and once its tries are spent it
+ * is left out, the refusal saying why. */
+START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
+{
+	int port, lfd = mute_listener(&port);
+	char cfg[1024];
+	const char *fmt = "remote_timeout_ms: 1000\nremote_retries: 1\ndatasets:\n"
+			  "  - name: tiny\n    path: %s/tiny\n"
+			  "  - name: mute\n    path: http://127.0.0.1:%d/mute\n%s";
+
+	snprintf(cfg, sizeof(cfg), fmt, www, port, "");
+	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
+	h_start(args);
+	ck_assert_msg(h_log_has("ready: 1 of 2 datasets (1 pending)"), "%s", h_file_text(h.log));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "mute", .batch = 4, .credits = 2, .epochs = 1};
+	struct feed_stream *st = NULL;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EAGAIN);
+	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'mute'") && strstr(feed_errmsg(c), "pending"),
+		      "%s", feed_errmsg(c));
+	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
+
+	char more[128];
+	snprintf(more, sizeof(more), "  - name: mute2\n    path: http://127.0.0.1:%d/other\n", port);
+	snprintf(cfg, sizeof(cfg), fmt, www, port, more);
+	h_write_file("feedd.yaml", cfg);
+	struct feed_reload_result *res = NULL;
+	int r = feed_reload(c, &res);  /* answered before the host would be */
+	ck_assert_msg(r == 0 && res->applied, "reload: %d %s", r, feed_errmsg(c));
+	bool warned = false;
+	for (size_t i = 0; i < res->nwarnings; i++)
+		warned = warned || (strstr(res->warnings[i], "'mute2'") &&
+				    strstr(res->warnings[i], "pending"));
+	ck_assert_msg(warned, "no pending warning for mute2");
+	feed_reload_result_free(res);
+
+	struct served s = {.c = c, .name = "mute"};
+	ck_assert(h_wait_until(open_failed, &s, H_DEADLINE_MS));  /* its tries spent */
+	char want[128];
+	snprintf(want, sizeof(want), "http://127.0.0.1:%d/mute/manifest.pb", port);
+	ck_assert_msg(strstr(feed_errmsg(c), "failed to open in the background") &&
+		      strstr(feed_errmsg(c), want), "%s", feed_errmsg(c));
+	feed_disconnect(c);
+	close(lfd);
 }
 END_TEST
 
@@ -622,6 +728,7 @@ int main(void)
 	tcase_add_test(tc, test_remote_disk_tier_keeps_blocks_across_a_restart);
 	tcase_add_test(tc, test_remote_faults_stop_that_dataset_only);
 	tcase_add_test(tc, test_remote_hanging_server_stops_only_its_stream);
+	tcase_add_test(tc, test_remote_start_and_reload_never_wait_on_a_host);
 	tcase_add_test(tc, test_remote_flaky_server_is_retried);
 	tcase_add_test(tc, test_remote_worker_keeps_several_requests_in_flight);
 	tcase_add_test(tc, test_remote_s3_path_style_signed_sigv4);
