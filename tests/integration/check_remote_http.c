@@ -308,21 +308,29 @@ static unsigned block_gets(void)
 	return n;
 }
 
-/* The value of metric name (no labels) in feedd's /metrics, served on
- * the port its log names. */
-static unsigned long long metric(const char *name)
+/* feedd's /metrics, served on the port its log names. */
+static const char *metrics_text(void)
 {
 	const char *at = strstr(h_file_text(h.log), "metrics: serving http://");
-	char url[128], cmd[400], out[200], want[128];
-	unsigned long long v = 0;
+	char url[128], cmd[400];
+	static char out[200];
 
 	ck_assert_ptr_nonnull(at);
 	ck_assert_int_eq(sscanf(at, "metrics: serving %127s", url), 1);
 	snprintf(out, sizeof(out), "%s/metrics.txt", h.dir);
 	snprintf(cmd, sizeof(cmd), "curl -sf '%s' > %s", url, out);
 	ck_assert_int_eq(system(cmd), 0);
+	return h_file_text(out);
+}
+
+/* The value of metric name (no labels) in feedd's /metrics. */
+static unsigned long long metric(const char *name)
+{
+	char want[128];
+	unsigned long long v = 0;
+
 	snprintf(want, sizeof(want), "\n%s ", name);
-	const char *p = strstr(h_file_text(out), want);
+	const char *p = strstr(metrics_text(), want);
 	ck_assert_msg(p, "no %s in /metrics", name);
 	ck_assert_int_eq(sscanf(p + strlen(want), "%llu", &v), 1);
 	return v;
@@ -580,7 +588,8 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 {
 	int port, lfd = mute_listener(&port);
 	char cfg[1024];
-	const char *fmt = "remote_timeout_ms: 1000\nremote_retries: 1\ndatasets:\n"
+	const char *fmt = "metrics: 127.0.0.1:0\nremote_timeout_ms: 1000\nremote_retries: 1\n"
+			  "datasets:\n"
 			  "  - name: tiny\n    path: %s/tiny\n"
 			  "  - name: mute\n    path: http://127.0.0.1:%d/mute\n%s";
 
@@ -595,6 +604,8 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'mute'") && strstr(feed_errmsg(c), "pending"),
 		      "%s", feed_errmsg(c));
 	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
+	ck_assert_msg(strstr(metrics_text(), "feedd_dataset_state{dataset=\"mute\",state=\"pending\"} 1"),
+		      "%s", metrics_text());
 
 	char more[128];
 	snprintf(more, sizeof(more), "  - name: mute2\n    path: http://127.0.0.1:%d/other\n", port);
@@ -616,6 +627,8 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 	snprintf(want, sizeof(want), "http://127.0.0.1:%d/mute/manifest.pb", port);
 	ck_assert_msg(strstr(feed_errmsg(c), "failed to open in the background") &&
 		      strstr(feed_errmsg(c), want), "%s", feed_errmsg(c));
+	ck_assert(strstr(metrics_text(), "feedd_dataset_state{dataset=\"mute\",state=\"failed\"} 1"));
+	ck_assert(strstr(metrics_text(), "feedd_dataset_state{dataset=\"tiny\",state=\"ready\"} 1"));
 	feed_disconnect(c);
 	close(lfd);
 }
