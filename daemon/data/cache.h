@@ -9,9 +9,9 @@
  * CACHE_PIN_MAX blocks at a time and waits only for blocks another worker
  * is decoding, so a cache smaller than the working set never deadlocks:
  * when every entry is pinned the cache goes over budget (by at most
- * 2 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
- * between the samples of its first, pool_yield()) until the pins are
- * dropped. Lock: cache.lock, taken with no other lock held (no thread
+ * 3 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
+ * between the samples of its first, pool_yield(), and a spare thread one
+ * while a worker waits on the network) until the pins are dropped. Lock: cache.lock, taken with no other lock held (no thread
  * holds two, daemon/README.md "Locks"); this module calls nothing that
  * takes another lock.
  */
