@@ -165,6 +165,34 @@ static int main_signals(struct feedd *d)
 	return 0;
 }
 
+/* The fetcher, the workers, the opener and the catalog, in that order:
+ * the pool's wait hooks are on the fetcher before anything waits, and a
+ * remote dataset opens on the opener (start-up never waits on a host).
+ * -errno with err. */
+static int main_datasets(struct feedd *d, struct feed_err *err)
+{
+	int r;
+
+	if ((r = fetcher_new(d->cache, &d->fetcher, err)) < 0 ||
+	    (r = pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, err)) < 0)
+		return r;
+	/* a worker waiting for the fetcher is not stuck, and a spare stands in */
+	fetcher_set_hooks(d->fetcher, &(struct fetch_hooks){.wait_begin = pool_wait_begin,
+							    .wait_end = pool_wait_end,
+							    .ctx = d->pool});
+	if ((r = opener_new(&d->opener, err)) < 0)
+		return r;
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher,
+				 .opener = d->opener, .log = &d->log};
+	if ((r = cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, err)) < 0)
+		return r;
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters (a pending one: when ready) */
+		if (cat_entry_state(d->cat->e[i], NULL) == CAT_READY)
+			cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
+	return 0;
+}
+
 /* Opens everything, serves until stopped, closes everything. sd_fd: the
  * socket systemd passed, or -1. */
 static int main_serve(struct feedd *d, int sd_fd)
@@ -209,24 +237,8 @@ static int main_serve(struct feedd *d, int sd_fd)
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
 	log_info(&d->log, "%s", gpu_line);
-	if (fetcher_new(d->cache, &d->fetcher, &err) < 0)
+	if (main_datasets(d, &err) < 0)
 		goto fail;
-	if (opener_new(&d->opener, &err) < 0)
-		goto fail;
-	/* remote datasets open on the opener: start-up never waits on a host */
-	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher,
-				 .opener = d->opener, .log = &d->log};
-	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
-	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
-		goto fail;
-	/* a worker waiting for the fetcher is not stuck, and a spare stands in */
-	fetcher_set_hooks(d->fetcher, &(struct fetch_hooks){.wait_begin = pool_wait_begin,
-							    .wait_end = pool_wait_end,
-							    .ctx = d->pool});
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
-	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters (a pending one: when ready) */
-		if (cat_entry_state(d->cat->e[i], NULL) == CAT_READY)
-			cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
 		goto out;
