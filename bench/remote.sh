@@ -77,6 +77,14 @@ start() {
 	feedd_pid=$!
 	feedd_pids="$feedd_pids $feedd_pid"
 	wait_feedd "$1" 200
+	# a remote dataset opens in the background (pending until then)
+	for _ in $(seq 400); do
+		"$bin/feedctl" --socket "$1" datasets fm >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	echo "$me: dataset fm did not open" >&2
+	cat "$work/feedd.log" >&2
+	exit 1
 }
 stop() { kill -TERM "$feedd_pid"; wait "$feedd_pid" || true; }
 

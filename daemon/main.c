@@ -28,6 +28,8 @@
 #include "catalog.h"
 #include "devslots.h"
 #include "disktier.h"
+#include "fetcher.h"
+#include "opener.h"
 #include "remote.h"
 #include "check_config.h"
 #include "cmdline.h"
@@ -163,6 +165,34 @@ static int main_signals(struct feedd *d)
 	return 0;
 }
 
+/* The fetcher, the workers, the opener and the catalog, in that order:
+ * the pool's wait hooks are on the fetcher before anything waits, and a
+ * remote dataset opens on the opener (start-up never waits on a host).
+ * -errno with err. */
+static int main_datasets(struct feedd *d, struct feed_err *err)
+{
+	int r;
+
+	if ((r = fetcher_new(d->cache, &d->fetcher, err)) < 0 ||
+	    (r = pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, err)) < 0)
+		return r;
+	/* a worker waiting for the fetcher is not stuck, and a spare stands in */
+	fetcher_set_hooks(d->fetcher, &(struct fetch_hooks){.wait_begin = pool_wait_begin,
+							    .wait_end = pool_wait_end,
+							    .ctx = d->pool});
+	if ((r = opener_new(&d->opener, err)) < 0)
+		return r;
+	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote, .fetcher = d->fetcher,
+				 .opener = d->opener, .log = &d->log};
+	if ((r = cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, err)) < 0)
+		return r;
+	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters (a pending one: when ready) */
+		if (cat_entry_state(d->cat->e[i], NULL) == CAT_READY)
+			cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
+	return 0;
+}
+
 /* Opens everything, serves until stopped, closes everything. sd_fd: the
  * socket systemd passed, or -1. */
 static int main_serve(struct feedd *d, int sd_fd)
@@ -207,13 +237,8 @@ static int main_serve(struct feedd *d, int sd_fd)
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
 	log_info(&d->log, "%s", gpu_line);
-	struct cat_remote rem = {.tier = d->tier, .counters = &d->remote};
-	if (cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, &err) < 0 ||
-	    pool_new(&d->loop, &d->log, (unsigned)d->cfg->workers, &d->pool, &err) < 0)
+	if (main_datasets(d, &err) < 0)
 		goto fail;
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
-	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters for the metrics */
-		cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
 		goto out;
@@ -223,9 +248,9 @@ static int main_serve(struct feedd *d, int sd_fd)
 		goto out;
 	}
 	d->start_ms = uv_now(&d->loop);
-	log_info(&d->log, "feedd %s ready: %zu of %zu datasets, %u workers, socket %s",
-		 FEEDD_VERSION, d->cat->n, d->cfg->ndatasets, pool_size(d->pool),
-		 d->cfg->socket_path);
+	log_info(&d->log, "feedd %s ready: %zu of %zu datasets (%zu pending), %u workers, "
+		 "socket %s", FEEDD_VERSION, cat_ready_count(d->cat), d->cfg->ndatasets,
+		 d->cat->n - cat_ready_count(d->cat), pool_size(d->pool), d->cfg->socket_path);
 	if (svc_ready(d, &d->svc) < 0) {
 		log_error(&d->log, "systemd notification: out of memory");
 		goto out;
@@ -244,7 +269,11 @@ out:
 	}
 	srv_free(d->srv);
 	pool_free(d->pool);
+	if (d->fetcher)       /* a dataset still opening on a hung host ends now */
+		fetcher_cancel(d->fetcher);
+	opener_free(d->opener); /* before the catalog: its jobs hold entries */
 	cat_free(d->cat);     /* before the cache: the last entries forget their blocks */
+	fetcher_free(d->fetcher); /* after the datasets: every request of theirs gone */
 	cache_free(d->cache); /* after the pool: no worker pins a block any more */
 	dtier_close(d->tier); /* after the datasets that put blocks in it */
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */

@@ -78,7 +78,7 @@ static void svc_status(struct svc *s, char *buf, size_t cap)
 	uint64_t dt = now - s->last_ms;
 	double rate = dt && samples > s->last_samples
 		? (double)(samples - s->last_samples) * 1000.0 / (double)dt : 0.0;
-	snprintf(buf, cap, "serving %zu datasets, %u streams, %.0f samples/s", s->d->cat->n,
+	snprintf(buf, cap, "serving %zu datasets, %u streams, %.0f samples/s", cat_ready_count(s->d->cat),
 		 streams, rate);
 	s->last_samples = samples;
 	s->last_ms = now;

@@ -91,7 +91,7 @@ struct cfg {
 	uint64_t cache_dir_bytes;  /* its budget */
 	uint64_t remote_timeout_ms; /* one HTTP request of a remote dataset */
 	uint64_t remote_retries;   /* tries after the first, with backoff */
-	uint64_t remote_inflight;  /* block requests one worker keeps in flight */
+	uint64_t remote_inflight;  /* block requests one remote dataset keeps in flight */
 	char *s3_credentials;      /* KEY=VALUE file for s3:// datasets, or NULL:
 				    * the environment */
 	uint64_t group_timeout_ms; /* a group member releasing nothing this long is detached */

@@ -53,6 +53,8 @@ struct feedd {
 	struct dtier *tier;        /* remote datasets' blocks on local disk (cache_dir),
 				    * or NULL */
 	struct remote_counters remote; /* what remote datasets fetched (metrics) */
+	struct fetcher *fetcher;   /* the one thread of every remote request (data/fetcher.h) */
+	struct opener *opener;     /* opens remote datasets in the background (data/opener.h) */
 	struct dsl_gpu *gpu;       /* the driver, for CUDA IPC (delivery/devslots.h):
 				    * made after the workers start, before the loop
 				    * runs; freed after the workers are joined */

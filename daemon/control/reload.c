@@ -125,7 +125,9 @@ static void rld_load(struct rld *r, const struct cfg *old)
 	if (cfg_load_all(old->file, r->d->ov, r->d->env_socket, &r->cfg, &r->err, &r->errs) < 0)
 		return;
 	if ((r->rc = rld_keep_running(r, r->cfg, old)) == 0) {
-		struct cat_remote rem = {.tier = r->d->tier, .counters = &r->d->remote};
+		struct cat_remote rem = {.tier = r->d->tier, .counters = &r->d->remote,
+					 .fetcher = r->d->fetcher, .opener = r->d->opener,
+					 .log = &r->d->log};
 		r->rc = cat_reload_plan(r->d->cat, old, r->cfg, r->d->cache, &rem, &r->plan);
 	}
 	if (r->rc < 0)

@@ -141,8 +141,8 @@ static void ses_list(struct ses *se, uint32_t id)
 		ses_error(se, id, -ENOMEM, "list datasets: out of memory", SES_REFUSAL);
 		return;
 	}
-	for (size_t i = 0; i < cat->n; i++)
-		if (ses_may_read(se, cat->e[i]->cfg))
+	for (size_t i = 0; i < cat->n; i++)  /* a pending one has no schema to list yet */
+		if (ses_may_read(se, cat->e[i]->cfg) && cat_entry_state(cat->e[i], NULL) == CAT_READY)
 			list[n++] = (Feed__DatasetInfo *)&cat->e[i]->pb;
 	ses_send_list(se, id, list, n);
 	free(list);
@@ -170,11 +170,20 @@ const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *nam
 		ses_error(se, id, -EACCES, msg, SES_REFUSAL);
 		return NULL;
 	}
-	const struct cat_entry *e = cat_find(se->d->cat, name);
-	if (!e) {
-		snprintf(msg, sizeof(msg), "dataset '%s': not served (it failed to open at start; "
-			 "see the daemon's log)", name);
+	const struct cat_entry *e = cat_find_any(se->d->cat, name);
+	const char *why = "at start";  /* not in the catalog: left out at start */
+	enum cat_state st = e ? cat_entry_state(e, &why) : CAT_FAILED;
+	if (st == CAT_PENDING) {  /* a remote one still opening: refused, not waited for */
+		snprintf(msg, sizeof(msg), "dataset '%s' (%.160s): pending: its manifest and "
+			 "indexes have not arrived yet; try again", name, e->path);
+		ses_error(se, id, -EAGAIN, msg, SES_REFUSAL);
+		return NULL;
+	}
+	if (st == CAT_FAILED) {
+		snprintf(msg, sizeof(msg), "dataset '%s': not served (it failed to open %s%.200s; "
+			 "see the daemon's log)", name, e ? "in the background: " : "", why);
 		ses_error(se, id, -ENOENT, msg, SES_REFUSAL);
+		return NULL;
 	}
 	return e;
 }

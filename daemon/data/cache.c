@@ -3,6 +3,7 @@
  * (dataset, block) plus an LRU list of unpinned entries, under one mutex.
  * Worker threads only; never on the loop thread (a miss reads and decodes).
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -292,6 +293,24 @@ void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t 
 	}
 	if (any)
 		evict(c);
+	feed_mutex_unlock(&c->lock);
+}
+
+void cache_reserve(struct cache *c, size_t bytes)
+{
+	feed_mutex_lock(&c->lock);
+	c->st.bytes += bytes;
+	c->st.staged += bytes;
+	evict(c);
+	feed_mutex_unlock(&c->lock);
+}
+
+void cache_release(struct cache *c, size_t bytes)
+{
+	feed_mutex_lock(&c->lock);
+	assert(c->st.staged >= bytes);
+	c->st.bytes -= bytes;
+	c->st.staged -= bytes;
 	feed_mutex_unlock(&c->lock);
 }
 

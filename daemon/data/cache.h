@@ -9,12 +9,13 @@
  * CACHE_PIN_MAX blocks at a time and waits only for blocks another worker
  * is decoding, so a cache smaller than the working set never deadlocks:
  * when every entry is pinned the cache goes over budget (by at most
- * 2 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
- * between the samples of its first, pool_yield()) until the pins are
- * dropped. Locks: the cache's mutex is the only lock a thread holds while
- * in here, and none is held when calling in (no thread of feedd ever
- * holds two: proto/feed_lock.h); this module calls nothing that takes
- * another lock.
+ * 3 x workers x CACHE_PIN_MAX blocks: a worker may run a second job
+ * between the samples of its first, pool_yield(), and a spare thread one
+ * while a worker waits on the network) until the pins are dropped.
+ * Locks: the cache's mutex is the only lock a thread holds while in
+ * here, and none is held when calling in (no thread of feedd ever holds
+ * two: proto/feed_lock.h); this module calls nothing that takes another
+ * lock.
  */
 #ifndef FEED_CACHE_H
 #define FEED_CACHE_H
@@ -38,7 +39,8 @@ struct cache_worker {
 /* Counters, read with cache_stats(). */
 struct cache_stats {
 	uint64_t hits, misses, evictions;
-	uint64_t bytes, entries, budget;
+	uint64_t bytes, entries, budget; /* bytes: decoded blocks and staged ones */
+	uint64_t staged;                 /* of bytes: held outside the table (cache_reserve) */
 };
 
 /* One dataset name's share of the counters (cache_name()): kept for the
@@ -83,6 +85,16 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 /* Unpins entries[0..n) under one lock hold (any thread; evicts to the
  * budget if something became unpinned); NULL entries are skipped. */
 void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t n);
+
+/* Counts bytes held outside the table against the budget: the remote
+ * fetcher's staged blocks (fetcher.h), so cache_bytes bounds them too.
+ * Evicts unpinned blocks to make room (never waits; like pins, what
+ * cannot be evicted leaves the cache over budget until released). Any
+ * thread, takes the lock. */
+void cache_reserve(struct cache *c, size_t bytes);
+
+/* Gives back bytes of cache_reserve(). Any thread, takes the lock. */
+void cache_release(struct cache *c, size_t bytes);
 
 /* Drops every unpinned block of ds (a dataset being closed) and its name
  * (cache_name()); the name's counters stay. */

@@ -11,8 +11,9 @@
 #include <string.h>
 
 #include "cache.h"
-#include "remote.h"
+#include "opener.h"
 #include "pipeline.h"
+#include "remote.h"
 
 /* Fills e->pb* from e->info: pointers into the dataset's own strings and
  * schema, which live as long as e->ds. */
@@ -66,7 +67,7 @@ static int cat_blocks(struct cat_entry *e)
 
 static void cat_entry_free(struct cat_entry *e)
 {
-	if (e->cache)  /* no block of it is pinned: no delivery reads it any more */
+	if (e->cache && e->ds)  /* no block of it is pinned: no delivery reads it any more */
 		cache_forget(e->cache, e->ds);
 	fmt_dataset_close(e->ds);
 	free(e->block_first);
@@ -92,51 +93,173 @@ void cat_entry_unref(const struct cat_entry *e)
 		cat_entry_free(m);
 }
 
+/* The remote settings of config c for a dataset opened through rem. */
+static struct remote_opts cat_remote_opts(const struct cfg *c, const struct cat_remote *rem)
+{
+	return (struct remote_opts){.timeout_ms = c->remote_timeout_ms,
+				    .retries = (uint32_t)c->remote_retries, .backoff_ms = 100,
+				    .inflight = (uint32_t)c->remote_inflight,
+				    .s3_credentials = c->s3_credentials,
+				    .tier = rem ? rem->tier : NULL,
+				    .counters = rem ? rem->counters : NULL,
+				    .fetcher = rem ? rem->fetcher : NULL};
+}
+
+/* Opens the dataset at path into *ret_ds: a directory, or a URL
+ * (http(s):// or s3://: data/remote.c). */
+static int cat_ds_open(const char *path, const struct remote_opts *ro, struct fmt_dataset **ret_ds,
+		       struct feed_err *err)
+{
+	if (remote_is_url(path))
+		return remote_open(path, ro, ret_ds, err);
+	return fmt_dataset_open(path, ret_ds, err);
+}
+
+/* Makes e (opened: e->ds) ready to serve: its facts, block table and
+ * description. -ENOMEM. */
+static int cat_entry_fill(struct cat_entry *e, struct cache *cache)
+{
+	e->info = fmt_dataset_info(e->ds);
+	if (cat_blocks(e) < 0)
+		return -ENOMEM;
+	e->cache = cache;  /* from here on its blocks may be cached */
+	cat_describe(e);
+	return 0;
+}
+
+/* A new entry for dataset d of config c, not opened (one reference, the
+ * caller's). */
+static struct cat_entry *cat_entry_alloc(const struct cfg_dataset *d, const struct cfg *c)
+{
+	struct cat_entry *e = calloc(1, sizeof(*e));
+
+	if (!e || !(e->path = strdup(d->path))) {
+		free(e);
+		return NULL;
+	}
+	atomic_init(&e->refs, 1);
+	atomic_init(&e->state, CAT_READY);
+	snprintf(e->name, sizeof(e->name), "%s", d->name);
+	e->cfg = d;
+	e->cfg_owner = cfg_ref(c);
+	return e;
+}
+
 /* Opens dataset d of config c into a new entry (one reference, the
  * caller's); on failure err says which dataset, where and why ("dataset
  * 'x' (DIR): ..."). */
 static int cat_entry_new(const struct cfg_dataset *d, const struct cfg *c, struct cache *cache,
 			 const struct cat_remote *rem, struct cat_entry **ret, struct feed_err *err)
 {
-	struct cat_entry *e = calloc(1, sizeof(*e));
+	struct cat_entry *e = cat_entry_alloc(d, c);
+	struct remote_opts ro = cat_remote_opts(c, rem);
 	struct feed_err e2 = {0};
 
-	if (!e || !(e->path = strdup(d->path))) {
-		free(e);
+	if (!e)
 		return feed_err_set(err, -ENOMEM, "dataset '%s': out of memory", d->name);
-	}
-	int r;
-	if (remote_is_url(d->path)) {  /* http(s):// or s3://: data/remote.c */
-		struct remote_opts ro = {.timeout_ms = c->remote_timeout_ms,
-					 .retries = (uint32_t)c->remote_retries, .backoff_ms = 100,
-					 .inflight = (uint32_t)c->remote_inflight,
-					 .s3_credentials = c->s3_credentials,
-					 .tier = rem ? rem->tier : NULL,
-					 .counters = rem ? rem->counters : NULL};
-		r = remote_open(d->path, &ro, &e->ds, &e2);
-	} else {
-		r = fmt_dataset_open(d->path, &e->ds, &e2);
-	}
+	int r = cat_ds_open(d->path, &ro, &e->ds, &e2);
 	if (r < 0) {
-		free(e->path);
-		free(e);
+		cat_entry_free(e);
 		return feed_err_set(err, r, "dataset '%s' (%s): %s", d->name, d->path,
 				    e2.msg[0] ? e2.msg : strerror(-r));
 	}
-	atomic_init(&e->refs, 1);
-	snprintf(e->name, sizeof(e->name), "%s", d->name);
-	e->cfg = d;
-	e->cfg_owner = cfg_ref(c);
-	e->info = fmt_dataset_info(e->ds);
-	if (cat_blocks(e) < 0) {
+	if (cat_entry_fill(e, cache) < 0) {
 		cat_entry_free(e);
 		return feed_err_set(err, -ENOMEM, "dataset '%s' (%s): out of memory for its "
 				    "block table", d->name, d->path);
 	}
-	e->cache = cache;  /* from here on its blocks may be cached */
-	cat_describe(e);
 	*ret = e;
 	return 0;
+}
+
+/* ---- opening in the background (a URL, with an opener) ---- */
+
+struct cat_open_job {
+	struct opener_job job;
+	struct cat_entry *e;             /* a reference, dropped when done */
+	struct remote_opts ro;           /* s3_credentials points at creds */
+	char *creds;                     /* owned, or NULL */
+	struct cache *cache;
+	const struct log *log;
+};
+
+/* The opener thread: opens e, fills it and makes it ready, or failed. */
+static void cat_open_run(struct opener_job *job, bool cancelled)
+{
+	struct cat_open_job *j = (struct cat_open_job *)job;
+	struct cat_entry *e = j->e;
+	struct feed_err err = {0};
+	int r = cancelled ? feed_err_set(&err, -ECANCELED, "feedd is stopping")
+			  : cat_ds_open(e->path, &j->ro, &e->ds, &err);
+
+	if (r == 0 && cat_entry_fill(e, j->cache) < 0)
+		r = feed_err_set(&err, -ENOMEM, "out of memory for its block table");
+	if (r == 0) {
+		if (j->cache)  /* per-dataset counters for the metrics */
+			cache_name(j->cache, e->ds, e->name);
+		log_info(j->log, "dataset '%s' (%s): opened: %llu samples, %u fields, version %s",
+			 e->name, e->path, (unsigned long long)e->info->num_samples,
+			 e->info->schema->nfields, e->info->version);
+	} else {
+		snprintf(e->why, sizeof(e->why), "%s", err.msg[0] ? err.msg : strerror(-r));
+		if (!cancelled)
+			log_warn(j->log, "dataset '%s' (%s): %s; left out", e->name, e->path, e->why);
+	}
+	/* release: the fields written above are visible to whoever reads the
+	 * state with acquire */
+	atomic_store_explicit(&e->state, r == 0 ? CAT_READY : CAT_FAILED, memory_order_release);
+	cat_entry_unref(e);
+	free(j->creds);
+	free(j);
+}
+
+/* A new pending entry for URL dataset d, its open queued on rem's opener.
+ * -ENOMEM. */
+static int cat_entry_pending(const struct cfg_dataset *d, const struct cfg *c, struct cache *cache,
+			     const struct cat_remote *rem, struct cat_entry **ret)
+{
+	struct cat_open_job *j = calloc(1, sizeof(*j));
+	struct cat_entry *e = j ? cat_entry_alloc(d, c) : NULL;
+
+	if (!e || (c->s3_credentials && !(j->creds = strdup(c->s3_credentials)))) {
+		cat_entry_unref(e);
+		free(j);
+		return -ENOMEM;
+	}
+	atomic_store_explicit(&e->state, CAT_PENDING, memory_order_relaxed);  /* not shared yet */
+	j->job.run = cat_open_run;
+	j->e = (struct cat_entry *)cat_entry_ref(e);
+	j->ro = cat_remote_opts(c, rem);
+	j->ro.s3_credentials = j->creds;  /* the config may go before the open runs */
+	j->cache = cache;
+	j->log = rem->log;
+	opener_submit(rem->opener, &j->job);
+	*ret = e;
+	return 0;
+}
+
+/* Whether dataset d opens in the background. */
+static bool cat_deferred(const struct cfg_dataset *d, const struct cat_remote *rem)
+{
+	return rem && rem->opener && remote_is_url(d->path);
+}
+
+enum cat_state cat_entry_state(const struct cat_entry *e, const char **ret_why)
+{
+	enum cat_state st = (enum cat_state)atomic_load_explicit(&e->state, memory_order_acquire);
+
+	if (ret_why)
+		*ret_why = st == CAT_FAILED ? e->why : "";
+	return st;
+}
+
+size_t cat_ready_count(const struct cat *cat)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < cat->n; i++)
+		n += cat_entry_state(cat->e[i], NULL) == CAT_READY;
+	return n;
 }
 
 static struct cat *cat_alloc(size_t n, struct feed_err *err)
@@ -161,6 +284,8 @@ int cat_pipeline_fits(const struct cat *cat, const char *text, size_t *ret_n,
 	if (!plan)
 		return feed_err_set(why, -ENOMEM, "pipeline: out of memory");
 	for (size_t i = 0; i < cat->n; i++) {
+		if (cat_entry_state(cat->e[i], NULL) != CAT_READY)
+			continue;  /* planned against when it opens: not yet */
 		int r = pipe_plan_text(text, cat->e[i]->info->schema, plan, &e2);
 		if (r == 0)
 			n++;
@@ -182,9 +307,9 @@ static int cat_unfit_pipelines(const struct cat *cat, const struct cfg *c,
 	char msg[FEED_ERR_MSG_MAX + 128];
 	int unfit = 0;
 
-	if (cat->n == 0) {
-		if (!c->npipelines || !c->ndatasets)
-			return 0;
+	if (cat_ready_count(cat) == 0) {
+		if (!c->npipelines || !c->ndatasets || cat->n)
+			return 0;  /* none configured, or some still opening */
 		snprintf(msg, sizeof(msg), "none of the %zu datasets opened: the %zu pipelines "
 			 "were planned against no schema", c->ndatasets, c->npipelines);
 		say(ctx, msg);
@@ -224,6 +349,17 @@ int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *
 		struct feed_err e2 = {0};
 		struct cat_entry *e;
 
+		if (cat_deferred(d, rem)) {  /* start-up never waits on a remote host */
+			if (cat_entry_pending(d, c, cache, rem, &e) < 0) {
+				cat_free(cat);
+				return feed_err_set(err, -ENOMEM, "dataset '%s': out of memory",
+						    d->name);
+			}
+			cat->e[cat->n++] = e;
+			log_info(lg, "dataset '%s' (%s): pending: opening in the background",
+				 d->name, d->path);
+			continue;
+		}
 		int r = cat_entry_new(d, c, cache, rem, &e, &e2);
 		if (r == -ENOMEM) {
 			cat_free(cat);
@@ -296,6 +432,13 @@ static struct cat_entry *cat_lookup(const struct cat *cat, const char *name)
 
 const struct cat_entry *cat_find(const struct cat *cat, const char *name)
 {
+	const struct cat_entry *e = cat_lookup(cat, name);
+
+	return e && cat_entry_state(e, NULL) == CAT_READY ? e : NULL;
+}
+
+const struct cat_entry *cat_find_any(const struct cat *cat, const char *name)
+{
 	return cat_lookup(cat, name);
 }
 
@@ -344,8 +487,22 @@ static int cat_plan_one(const struct cat *cur, const struct cfg *old, const stru
 	struct feed_err err = {0};
 	char msg[FEED_ERR_MSG_MAX + 64];
 
-	if (k && !strcmp(k->path, d->path)) {  /* unchanged: its streams go on */
+	if (k && !strcmp(k->path, d->path) && cat_entry_state(k, NULL) != CAT_FAILED) {
+		/* unchanged (ready, or still opening): its streams go on */
 		r->next->e[r->next->n++] = (struct cat_entry *)cat_entry_ref(k);
+		return 0;
+	}
+	if (cat_deferred(d, rem)) {  /* a reload never waits on a remote host */
+		if (cat_entry_pending(d, c, cache, rem, &e) < 0)
+			return -ENOMEM;
+		r->next->e[r->next->n++] = e;
+		if (k && strcmp(k->path, d->path))
+			cat_name(r->repointed, &r->nrepointed, d->name);
+		else if (!k)
+			cat_name(r->added, &r->nadded, d->name);
+		snprintf(msg, sizeof(msg), "dataset '%s' (%s): pending: opening in the background",
+			 d->name, d->path);
+		cat_note(r->warnings, &r->nwarnings, &r->more_warnings, msg);
 		return 0;
 	}
 	int rc = cat_entry_new(d, c, cache, rem, &e, &err);

@@ -39,6 +39,8 @@
 
 struct cache;
 struct dtier;
+struct fetcher;
+struct opener;
 struct remote_counters;
 
 /* Where remote datasets (data/remote.h) keep their blocks and counts:
@@ -46,10 +48,28 @@ struct remote_counters;
 struct cat_remote {
 	struct dtier *tier;              /* the disk tier, or NULL: none */
 	struct remote_counters *counters; /* for the metrics, or NULL */
+	struct fetcher *fetcher;         /* makes every request, or NULL: each its own */
+	struct opener *opener;           /* opens URLs in the background (the dataset is
+					  * pending meanwhile), or NULL: opened at once */
+	const struct log *log;           /* says when a pending one is ready or failed */
+};
+
+/* Where an entry stands. A directory, or a URL opened at once, is ready
+ * from the start; a URL opened in the background is pending until its
+ * manifest and indexes arrived, then ready, or failed (why says why). */
+enum cat_state {
+	CAT_READY = 0,
+	CAT_PENDING,
+	CAT_FAILED,
 };
 
 struct cat_entry {
 	_Atomic unsigned refs;           /* see "Lifetimes" above */
+	/* enum cat_state: set once from pending (the opener thread, release:
+	 * every field below is written before it); read with cat_entry_state()
+	 * (acquire). ds, info, block_first and pb are valid once ready only. */
+	_Atomic int state;
+	char why[FEED_ERR_MSG_MAX];      /* failed: why (written before the state) */
 	const struct cfg_dataset *cfg;   /* name, directory, access list; loop thread
 					  * only: a reload that keeps the dataset
 					  * points it into the new config */
@@ -99,8 +119,18 @@ int cat_check(const struct cfg *c, FILE *out);
 int cat_pipeline_fits(const struct cat *cat, const char *text, size_t *ret_n,
 		      struct feed_err *why);
 
-/* The served dataset called name, or NULL. */
+/* The served dataset called name, ready, or NULL. */
 const struct cat_entry *cat_find(const struct cat *cat, const char *name);
+
+/* The dataset called name whatever its state (pending, failed), or NULL. */
+const struct cat_entry *cat_find_any(const struct cat *cat, const char *name);
+
+/* e's state (acquire: a ready entry's fields are visible after it); with
+ * ret_why, a failed one's reason ("" otherwise). Any thread. */
+enum cat_state cat_entry_state(const struct cat_entry *e, const char **ret_why);
+
+/* How many of cat's datasets are ready. */
+size_t cat_ready_count(const struct cat *cat);
 
 /* Drops the catalog's reference on each entry (the last closes it) and
  * frees the catalog. Accepts NULL. */

@@ -1,7 +1,15 @@
 /*
  * disktier.c: the disk tier (see disktier.h): one file per block,
  * "<key>-<xxh64>.blk", a chained hash table and an LRU list under one
- * mutex. Worker threads (and main() at start); never the loop thread.
+ * mutex. Worker threads and the fetcher (and main() at start); never the
+ * loop thread.
+ *
+ * A name is touched by one thread at a time: an entry is in the table
+ * from the moment a put claims its name (writing) until its file is
+ * unlinked (dying), not only while it is readable. A put finds a name
+ * being written or unlinked taken and does nothing, so an eviction can
+ * never unlink a file that a put of the same block has just renamed into
+ * place (it did, when the entry left the table before its unlink).
  */
 #include "disktier.h"
 
@@ -23,11 +31,18 @@
 #define DT_NAME_MAX 64     /* "<16 hex>-<16 hex>.blk" and temporaries */
 #define DT_EVICT_MAX 64    /* files unlinked per put, at most */
 
+enum dt_state {
+	DT_READY,                     /* on disk, readable, in the LRU */
+	DT_WRITING,                   /* a put is writing it: not readable yet */
+	DT_DYING,                     /* evicted or bad: being unlinked */
+};
+
 struct dt_file {
 	uint64_t key, hash;           /* the file's name */
 	uint64_t size;                /* bytes */
+	enum dt_state state;
 	struct dt_file *chain;        /* next in the bucket */
-	struct dt_file *prev, *next;  /* LRU: sentinel's next is the oldest */
+	struct dt_file *prev, *next;  /* LRU (ready only): sentinel's next is the oldest */
 };
 
 struct dtier {
@@ -92,57 +107,74 @@ static void dt_grow(struct dtier *t)
 	t->nbuckets = n;
 }
 
-/* Adds f (a new file) as the most recently used. Under mu. */
+/* Adds f (a new name, in f->state) to the table; its bytes count from
+ * now on. Under mu. */
 static void dt_insert(struct dtier *t, struct dt_file *f)
 {
 	struct dt_file **b = dt_bucket(t, f->key);
 
 	f->chain = *b;
 	*b = f;
-	dt_push_lru(t, f);
+	if (f->state == DT_READY)
+		dt_push_lru(t, f);
 	t->st.bytes += f->size;
 	t->st.files++;
 	if (t->st.files > t->nbuckets)
 		dt_grow(t);
 }
 
-/* Takes f out of the index (the caller frees it). Under mu. */
-static void dt_remove(struct dtier *t, struct dt_file *f)
+/* Takes f out of the table (the caller frees it). Under mu. */
+static void dt_forget(struct dtier *t, struct dt_file *f)
 {
 	struct dt_file **p = dt_bucket(t, f->key);
 
 	while (*p != f)
 		p = &(*p)->chain;
 	*p = f->chain;
+}
+
+/* f, ready, is to be unlinked: out of the LRU and the counts, its name
+ * kept in the table until dt_unlink_files() is done with it. Under mu. */
+static void dt_retire(struct dtier *t, struct dt_file *f)
+{
 	dt_unlink_lru(f);
+	f->state = DT_DYING;
 	t->st.bytes -= f->size;
 	t->st.files--;
 }
 
-/* Takes the oldest files out until within budget, at most max of them,
- * into out[] (the caller unlinks and frees them outside mu). Under mu. */
+/* Retires the oldest files until within budget, at most max of them,
+ * into out[] (the caller unlinks them outside mu). Under mu. */
 static size_t dt_evict(struct dtier *t, struct dt_file **out, size_t max)
 {
 	size_t n = 0;
 
 	while (t->st.bytes > t->st.budget && t->lru.next != &t->lru && n < max) {
 		struct dt_file *f = t->lru.next;
-		dt_remove(t, f);
+		dt_retire(t, f);
 		t->st.evicted++;
 		out[n++] = f;
 	}
 	return n;
 }
 
+/* Unlinks retired files (no lock held), then lets their names go. */
 static void dt_unlink_files(struct dtier *t, struct dt_file **f, size_t n)
 {
 	char name[DT_NAME_MAX];
 
+	if (!n)
+		return;
 	for (size_t i = 0; i < n; i++) {
 		dt_name(name, f[i]->key, f[i]->hash);
 		unlinkat(t->dfd, name, 0);
-		free(f[i]);
 	}
+	feed_mutex_lock(&t->mu);
+	for (size_t i = 0; i < n; i++)
+		dt_forget(t, f[i]);
+	feed_mutex_unlock(&t->mu);
+	for (size_t i = 0; i < n; i++)
+		free(f[i]);
 }
 
 /* One directory entry found at start, with its time for the LRU order. */
@@ -253,7 +285,9 @@ int dtier_open(const char *dir, uint64_t budget, struct dtier **ret, struct feed
 		goto fail;
 	for (;;) {  /* a smaller budget than last time */
 		struct dt_file *gone[DT_EVICT_MAX];
+		feed_mutex_lock(&t->mu);
 		size_t k = dt_evict(t, gone, DT_EVICT_MAX);
+		feed_mutex_unlock(&t->mu);
 		if (!k)
 			break;
 		dt_unlink_files(t, gone, k);
@@ -269,10 +303,11 @@ void dtier_close(struct dtier *t)
 {
 	if (!t)
 		return;
-	for (struct dt_file *f = t->lru.next, *next; f != &t->lru; f = next) {
-		next = f->next;
-		free(f);
-	}
+	for (size_t i = 0; t->buckets && i < t->nbuckets; i++)  /* no put or get runs */
+		for (struct dt_file *f = t->buckets[i], *next; f; f = next) {
+			next = f->chain;
+			free(f);
+		}
 	if (t->dfd >= 0)
 		close(t->dfd);
 	pthread_mutex_destroy(&t->mu);
@@ -322,10 +357,11 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 
 	feed_mutex_lock(&t->mu);
 	f = dt_lookup(t, key, hash);
-	if (f) {  /* most recently used from now on */
+	if (f && f->state == DT_READY) {  /* most recently used from now on */
 		dt_unlink_lru(f);
 		dt_push_lru(t, f);
 	} else {
+		f = NULL;  /* absent, or being written or unlinked */
 		t->st.misses++;
 	}
 	feed_mutex_unlock(&t->mu);
@@ -339,25 +375,26 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 	} else {
 		t->st.misses++;
 		f = dt_lookup(t, key, hash);  /* may have been evicted meanwhile */
-		if (f) {
+		if (f && f->state == DT_READY) {
 			t->st.corrupt++;
-			dt_remove(t, f);
+			dt_retire(t, f);
+		} else {
+			f = NULL;
 		}
 	}
 	feed_mutex_unlock(&t->mu);
 	if (ok)
 		return 0;
-	if (f) {  /* bad bytes on disk: gone, fetched again */
-		unlinkat(t->dfd, name, 0);
-		free(f);
-	}
+	if (f)  /* bad bytes on disk: gone, fetched again */
+		dt_unlink_files(t, &f, 1);
 	return -ENOENT;
 }
 
 bool dtier_has(struct dtier *t, uint64_t key, uint64_t hash)
 {
 	feed_mutex_lock(&t->mu);
-	bool have = dt_lookup(t, key, hash) != NULL;
+	struct dt_file *f = dt_lookup(t, key, hash);
+	bool have = f && f->state != DT_DYING;  /* ready, or being written */
 	feed_mutex_unlock(&t->mu);
 	return have;
 }
@@ -405,32 +442,37 @@ int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, siz
 
 	if (len > t->st.budget)
 		return 0;  /* budget is fixed at open: read without the lock */
-	feed_mutex_lock(&t->mu);
-	have = dt_lookup(t, key, hash) != NULL;
-	feed_mutex_unlock(&t->mu);
-	if (have)
-		return 0;  /* another worker kept it first */
 	if (!(f = calloc(1, sizeof(*f))))
 		return -ENOMEM;
-	*f = (struct dt_file){.key = key, .hash = hash, .size = len};
-	dt_name(name, key, hash);
-	int rc = dt_write_file(t, name, buf, len);
-	if (rc < 0) {
-		free(f);
-		return rc;
-	}
+	*f = (struct dt_file){.key = key, .hash = hash, .size = len, .state = DT_WRITING};
 	feed_mutex_lock(&t->mu);
-	if (dt_lookup(t, key, hash)) {  /* a race: same bytes, same name */
-		feed_mutex_unlock(&t->mu);
+	have = dt_lookup(t, key, hash) != NULL;
+	if (!have)
+		dt_insert(t, f);  /* the name is this put's until it is ready */
+	feed_mutex_unlock(&t->mu);
+	if (have) {  /* kept, being kept, or being unlinked: not ours to touch */
 		free(f);
 		return 0;
 	}
-	dt_insert(t, f);
-	t->st.stored++;
-	size_t k = dt_evict(t, gone, DT_EVICT_MAX);
+	dt_name(name, key, hash);
+	int rc = dt_write_file(t, name, buf, len);
+	feed_mutex_lock(&t->mu);
+	size_t k = 0;
+	if (rc < 0) {
+		dt_forget(t, f);
+		t->st.bytes -= f->size;
+		t->st.files--;
+	} else {
+		f->state = DT_READY;
+		dt_push_lru(t, f);
+		t->st.stored++;
+		k = dt_evict(t, gone, DT_EVICT_MAX);
+	}
 	feed_mutex_unlock(&t->mu);
+	if (rc < 0)
+		free(f);
 	dt_unlink_files(t, gone, k);
-	return 0;
+	return rc;
 }
 
 void dtier_stats(struct dtier *t, struct dtier_stats *ret)

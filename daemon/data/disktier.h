@@ -15,9 +15,12 @@
  * was fetched), oldest modification time first; a hit touches the file's
  * time, so the order survives a restart too.
  *
- * Threads: any worker. The lock is held for table and list work only,
- * never across open, read, write or unlink (what eviction removes is
- * gathered under the lock and unlinked after it).
+ * Threads: any worker and the fetcher (data/fetcher.h). The lock is held
+ * for table and list work only, never across open, read, write or unlink
+ * (what eviction removes is gathered under the lock and unlinked after
+ * it). A block's name stays in the index while a put writes it and while
+ * an eviction unlinks it, so no two threads ever write and unlink one
+ * name at once (a put meanwhile does nothing).
  */
 #ifndef FEEDD_DISKTIER_H
 #define FEEDD_DISKTIER_H

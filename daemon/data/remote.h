@@ -4,20 +4,21 @@
  * through libcurl, plugged into format/ as a store (fmt.h
  * fmt_store_ops), so every byte is checked as a local file's is.
  *
- * Owns: one store per remote dataset (its URL, its S3 signing, a pool of
- * curl handles that keep their connections, the blocks prefetched and not
- * yet read). The manifest and every shard's header, trailer and index are
- * read once, at open; then each block by one range request, retried with
- * backoff on a timeout, a reset, a 5xx, a short body or bytes that fail
- * the block's xxh64; after the last try the read fails naming the URL, the
- * file and the block (the streams of that dataset get the error; nothing
- * else is touched). With a disk tier (disktier.h) a block is looked for
- * there first and kept there once verified.
+ * Owns: one store per remote dataset (its URL, its S3 signing, its share
+ * of the fetcher). The manifest and every shard's header, trailer and
+ * index are read once, at open; then each block by one range request,
+ * which the fetcher thread (fetcher.h) makes and retries with backoff on a
+ * timeout, a reset, a 5xx, a short body or bytes that fail the block's
+ * xxh64; after the last try the read fails naming the URL, the file and
+ * the block (the streams of that dataset get the error; nothing else is
+ * touched). With a disk tier (disktier.h) a block is looked for there
+ * first and kept there once verified.
  *
  * Threads: remote_open() where datasets are opened (main() at start, a
  * worker at a reload, --check-config); reads and prefetches on workers,
- * any number at once. Never the loop thread: every call here blocks on
- * the network. remote_global_init() once in main() before any thread.
+ * any number at once, each waiting on a condition variable for the
+ * fetcher, bounded. Never the loop thread: every read may wait on the
+ * network. remote_global_init() once in main() before any thread.
  */
 #ifndef FEEDD_REMOTE_H
 #define FEEDD_REMOTE_H
@@ -27,29 +28,21 @@
 #include <stdint.h>
 
 #include "feed_err.h"
+#include "fetcher.h"  /* struct remote_counters */
 #include "fmt.h"
 
 struct dtier;
-
-/* What every remote dataset did, for the metrics: one set per daemon
- * (struct feedd), bumped by the workers with relaxed atomics (counts for
- * people; nothing is ordered by them), read by the loop. */
-struct remote_counters {
-	_Atomic uint64_t requests;   /* HTTP requests made (every try) */
-	_Atomic uint64_t retries;    /* tries after a failed one */
-	_Atomic uint64_t failures;   /* block reads that failed after every try */
-	_Atomic uint64_t bytes;      /* body bytes received */
-};
 
 /* How remote datasets are read (the config's remote keys). */
 struct remote_opts {
 	uint64_t timeout_ms;         /* one request, start to end */
 	uint32_t retries;            /* tries after the first */
 	uint64_t backoff_ms;         /* first wait between tries; doubles, at most 2 s */
-	uint32_t inflight;           /* requests one worker keeps in flight (1: one at a time) */
+	uint32_t inflight;           /* the dataset's requests in flight at once (1: one at a time) */
 	const char *s3_credentials;  /* a file of KEY=VALUE lines, or NULL: the environment */
 	struct dtier *tier;          /* the disk tier, or NULL */
 	struct remote_counters *counters; /* the daemon's, or NULL: not counted */
+	struct fetcher *fetcher;     /* the daemon's, or NULL: the dataset starts its own */
 };
 
 /* S3 addressing and credentials, from the environment (AWS_ACCESS_KEY_ID,

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "catalog.h"
 #include "disktier.h"
 #include "feed_lock.h"
 #include "feedd.h"
@@ -221,8 +222,23 @@ static void met_remote(struct met_buf *b, struct feedd *d)
 		 offsetof(struct remote_counters, bytes)},
 	};
 
+	met_family(b, "feedd_dataset_state", "gauge", "Each dataset's state: 1 for the one it is "
+		   "in (pending: a remote one still opening; failed: left out).");
+	static const char *const states[] = {"ready", "pending", "failed"};  /* enum cat_state */
+	for (size_t i = 0; d->cat && i < d->cat->n; i++) {
+		enum cat_state st = cat_entry_state(d->cat->e[i], NULL);
+		for (int k = 0; k < 3; k++) {
+			met_printf(b, "feedd_dataset_state{dataset=\"");
+			met_value(b, d->cat->e[i]->name);
+			met_printf(b, "\",state=\"%s\"} %d\n", states[k], (int)st == k);
+		}
+	}
+	met_family(b, "feedd_remote_staged_bytes", "gauge", "Bytes of remote blocks held in "
+		   "memory by the fetcher (counted in cache_bytes).");
+	met_printf(b, "feedd_remote_staged_bytes %zu\n",
+		   d->fetcher ? fetcher_staged_bytes(d->fetcher) : (size_t)0);
 	for (size_t i = 0; i < sizeof(rf) / sizeof(rf[0]); i++) {
-		/* relaxed: counts; the workers bump them without a lock */
+		/* relaxed: counts; the fetcher bumps them without a lock */
 		uint64_t v = atomic_load_explicit((_Atomic uint64_t *)((char *)&d->remote + rf[i].off),
 						  memory_order_relaxed);
 		met_family(b, rf[i].name, "counter", rf[i].help);

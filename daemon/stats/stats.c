@@ -370,8 +370,9 @@ int stats_reply(const struct stats_sources *src, const struct acl_peer *peer, Fe
 	}
 	for (size_t i = 0; i < nd; i++) {
 		const struct cat_entry *e = src->cat->e[i];
-		if (!acl_allows(&e->cfg->acl, peer, src->self_uid))
-			continue;
+		if (!acl_allows(&e->cfg->acl, peer, src->self_uid) ||
+		    cat_entry_state(e, NULL) != CAT_READY)
+			continue;  /* a pending one has no facts yet */
 		Feed__DatasetStats *s = &m->ds[st->n_datasets];
 		feed__dataset_stats__init(s);
 		s->name = (char *)e->cfg->name;

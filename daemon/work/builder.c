@@ -36,28 +36,32 @@ static int worker_reserve(void **p, size_t *cap, size_t need)
 /* The worker's image decoders for plan: made, or grown to the union of
  * the limits seen, only when the plan needs more than they were made for
  * (so a worker allocates once per larger dataset, never per image). The
- * pixel cap is the worker's img_max_pixels: a dataset recording larger
- * images still opens, and each such image fails with -E2BIG. */
+ * pixel cap is the job's img_max_pixels (the snapshot taken when it
+ * started): a dataset recording larger images still opens, and each such
+ * image fails with -E2BIG; a decoder made for more than the cap (a
+ * reload lowered it) is made again. */
 static int worker_decoders(struct pool_worker *w, const struct pipe_plan *plan,
 			   struct aug_img *ret, struct feed_err *err)
 {
 	static const uint32_t chans[2] = {1, 3};
+	const uint64_t cap = w->img_max_pixels;
 
 	for (uint32_t k = 0; k < 2; k++) {
 		struct img_limits *have = &w->img_lim[k], want = plan->dec_lim;
 		if (!(plan->dec_channels_mask & (1u << chans[k])))
 			continue;
-		if (want.max_pixels > w->img_max_pixels)
-			want.max_pixels = w->img_max_pixels;
+		if (want.max_pixels > cap)
+			want.max_pixels = cap;
 		if (w->img_dec[k] && have->max_width >= want.max_width &&
-		    have->max_height >= want.max_height && have->max_pixels >= want.max_pixels)
+		    have->max_height >= want.max_height && have->max_pixels >= want.max_pixels &&
+		    have->max_pixels <= cap)
 			continue;
-		if (have->max_width > want.max_width)
+		if (w->img_dec[k] && have->max_width > want.max_width)
 			want.max_width = have->max_width;
-		if (have->max_height > want.max_height)
+		if (w->img_dec[k] && have->max_height > want.max_height)
 			want.max_height = have->max_height;
-		if (have->max_pixels > want.max_pixels)
-			want.max_pixels = have->max_pixels;
+		if (w->img_dec[k] && have->max_pixels > want.max_pixels)
+			want.max_pixels = have->max_pixels < cap ? have->max_pixels : cap;
 		struct img_decoder *dec;
 		int rc = img_decoder_new(&want, chans[k], &dec, err);
 		if (rc < 0)

@@ -47,6 +47,8 @@ struct pool_source {
 	/* its readers' flags, untrusted (mu): slot i set when bit i of watched */
 	const _Atomic uint32_t *waiting[POOL_SOURCE_READERS];
 	uint64_t watched;             /* (mu) */
+	unsigned nwaiting;            /* its jobs waiting on the network: not picked
+				       * while any does (mu) */
 	/* relaxed: counters for display and tests; nothing is ordered by them */
 	_Atomic uint64_t worker_ns, jobs;
 };
@@ -61,6 +63,8 @@ struct pool_thread {
 	uint64_t cur_est, cur_t0;     /* its estimate, thread CPU ns at its start */
 	uint64_t nested_ns;           /* thread CPU ns of jobs run inside it */
 	bool nesting;                 /* a job runs on w2 */
+	bool spare;                   /* runs jobs only while workers wait (pool.h) */
+	struct pool_source *run_src;  /* the innermost job's source (NULL: the pool's) */
 	unsigned calls, next_check;   /* pool_yield() calls; backoff after a refusal */
 	/* relaxed: CLOCK_MONOTONIC ms at which the job running on w began, 0
 	 * while idle; read by the loop's watchdog (pool_longest_job), which
@@ -78,7 +82,14 @@ struct pool {
 	uint64_t nqueued;             /* jobs queued in sources (mu) */
 	uint64_t vclock;              /* vtime of the user picked last (mu) */
 	struct pool_job *done;        /* finished jobs, newest first (mu) */
-	unsigned idle;                /* workers waiting for a job (mu) */
+	unsigned idle;                /* workers (not spares) waiting for a job (mu) */
+	unsigned nwaiting;            /* threads in a job waiting on the network (mu) */
+	unsigned spare_running;       /* spares running a job (mu) */
+	pthread_cond_t spare_cv;      /* a spare may have work: a wait began, work came */
+	/* limits.max_pixels, set by the loop at start and reload; each job
+	 * reads it once, when it starts (relaxed: a value, nothing ordered
+	 * by it) */
+	_Atomic uint64_t img_max_pixels;
 	unsigned running;             /* jobs of sources running (mu) */
 	/* relaxed: a hint set when work is queued while no worker is idle and
 	 * one runs another user's job; pool_yield() looks under mu before
@@ -88,8 +99,8 @@ struct pool {
 	bool stopped;                 /* pool_stop() ran (loop thread) */
 	bool joined;                  /* every worker exited: nothing runs a job (mu) */
 	bool closed;                  /* the async handle's close completed */
-	unsigned n;                   /* threads running */
-	unsigned size;                /* threads asked for */
+	unsigned n;                   /* threads running: workers, then spares */
+	unsigned size;                /* workers asked for; as many spares again */
 	struct pool_thread *threads;
 	char *test_stall;             /* $FEEDD_TEST_STALL read at pool_new (test
 				       * builds), or NULL; read-only afterwards */
@@ -97,6 +108,8 @@ struct pool {
 
 /* The calling thread's roles (pool.h): written by itself only. */
 static _Thread_local unsigned pool_roles;
+/* The pool thread the caller is, or NULL: pool_wait_begin() finds it. */
+static _Thread_local struct pool_thread *pool_self;
 
 void pool_thread_roles(unsigned roles)
 {
@@ -192,19 +205,38 @@ static bool source_urgent(const struct pool_source *s)
 /* The fair-share choice (pool.h): the user with the least vtime, then of
  * its sources with queued jobs the one with the least vtime, a source
  * with a waiting reader counted POOL_URGENT_NS less. Changes nothing. */
+/* A source a worker may take a job of: queued work, no job waiting on
+ * the network (one waiting job per source holds a thread; the others
+ * stay queued for when it ends, so a stalled remote store cannot take
+ * every thread). */
+static bool source_ready(const struct pool_source *s)
+{
+	return s->nqueued && !s->nwaiting;
+}
+
+static bool user_ready(const struct pool_user *u)
+{
+	if (!u->nqueued)
+		return false;
+	for (const struct pool_source *s = u->sources; s; s = s->next)
+		if (source_ready(s))
+			return true;
+	return false;
+}
+
 static struct pool_source *pool_choose_locked(struct pool *p)
 {
 	struct pool_user *best = NULL;
 
 	for (struct pool_user *u = p->users; u; u = u->next)
-		if (u->nqueued && (!best || u->vtime < best->vtime))
+		if (user_ready(u) && (!best || u->vtime < best->vtime))
 			best = u;
 	if (!best)
 		return NULL;
 	struct pool_source *pick = NULL;
 	uint64_t pick_key = 0;
 	for (struct pool_source *s = best->sources; s; s = s->next) {
-		if (!s->nqueued)
+		if (!source_ready(s))
 			continue;
 		/* a waiting reader is a head start, not a pass: its stream goes
 		 * first unless it is already POOL_URGENT_NS ahead */
@@ -284,12 +316,16 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	uint64_t est = src ? src->est_ns : 0;
 	bool notify = job->done != NULL, outer = w == &t->w;
 
+	struct pool_source *outer_src = t->run_src;
 	if (outer) {
 		t->cur_src = src;
 		t->cur_est = est;
 		t->nested_ns = 0;
 		t->calls = t->next_check = 0;
 	}
+	t->run_src = src;
+	/* the job's own snapshot: a reload changes it for jobs that start later */
+	w->img_max_pixels = atomic_load_explicit(&p->img_max_pixels, memory_order_relaxed);
 	if (src) {
 		src->user->running++;
 		p->running++;
@@ -305,6 +341,7 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	if (outer)
 		t->cur_t0 = t0;
 	job->run(job, w);
+	t->run_src = outer_src;
 	if (outer)
 		atomic_store_explicit(&t->job_since_ms, 0, memory_order_relaxed);
 	uint64_t ns = pool_thread_ns() - t0;
@@ -326,16 +363,33 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 	return ns;
 }
 
-static void *pool_main(void *arg)
+/* Whether a job may be taken now: the pool's own, or a ready source's. */
+static bool pool_runnable_locked(const struct pool *p)
 {
-	struct pool_thread *t = arg;
-	struct pool *p = t->pool;
+	if (p->head)
+		return true;
+	if (!p->nqueued)
+		return false;
+	for (const struct pool_user *u = p->users; u; u = u->next)
+		if (user_ready(u))
+			return true;
+	return false;
+}
 
-	pool_thread_roles(POOL_ROLE_WORKER);
-	feed_mutex_lock(&p->mu);
+/* A spare's turn: while fewer threads work than workers (some wait on
+ * the network), and there is work. */
+static bool pool_spare_due_locked(const struct pool *p)
+{
+	return p->nwaiting > p->spare_running && pool_runnable_locked(p);
+}
+
+/* A worker: takes jobs until stopping and nothing is queued (jobs of a
+ * source with a waiting job are taken once that wait ends). */
+static void pool_worker_loop(struct pool *p, struct pool_thread *t)
+{
 	for (;;) {
 		p->idle++;
-		while (!p->head && !p->nqueued && !p->stopping)
+		while (!pool_runnable_locked(p) && !(p->stopping && !p->head && !p->nqueued))
 			pthread_cond_wait(&p->cv, &p->mu);
 		p->idle--;
 		struct pool_job *job = pool_take_locked(p);
@@ -344,8 +398,72 @@ static void *pool_main(void *arg)
 		pool_run_locked(p, t, job, &t->w);
 		t->cur_src = NULL;
 	}
+}
+
+/* A spare: stands in for workers waiting on the network, one job at a
+ * time; leaves the draining at a stop to the workers. */
+static void pool_spare_loop(struct pool *p, struct pool_thread *t)
+{
+	for (;;) {
+		while (!pool_spare_due_locked(p) && !p->stopping)
+			pthread_cond_wait(&p->spare_cv, &p->mu);
+		if (!pool_spare_due_locked(p))
+			break;  /* stopping */
+		struct pool_job *job = pool_take_locked(p);
+		p->spare_running++;
+		pool_run_locked(p, t, job, &t->w);
+		p->spare_running--;
+		t->cur_src = NULL;
+	}
+}
+
+static void *pool_main(void *arg)
+{
+	struct pool_thread *t = arg;
+	struct pool *p = t->pool;
+
+	pool_thread_roles(POOL_ROLE_WORKER);
+	pool_self = t;
+	feed_mutex_lock(&p->mu);
+	if (t->spare)
+		pool_spare_loop(p, t);
+	else
+		pool_worker_loop(p, t);
 	feed_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+void pool_wait_begin(void *pool)
+{
+	struct pool_thread *t = pool_self;
+	struct pool *p = pool;
+
+	if (!t || t->pool != p)
+		return;  /* not one of its threads: nothing to count */
+	/* relaxed: the watchdog's reading; a wait is not a stuck job */
+	atomic_store_explicit(&t->job_since_ms, 0, memory_order_relaxed);
+	feed_mutex_lock(&p->mu);
+	p->nwaiting++;
+	if (t->run_src)
+		t->run_src->nwaiting++;
+	pthread_cond_signal(&p->spare_cv);
+	feed_mutex_unlock(&p->mu);
+}
+
+void pool_wait_end(void *pool)
+{
+	struct pool_thread *t = pool_self;
+	struct pool *p = pool;
+
+	if (!t || t->pool != p)
+		return;
+	feed_mutex_lock(&p->mu);
+	p->nwaiting--;
+	if (t->run_src && --t->run_src->nwaiting == 0)
+		pthread_cond_broadcast(&p->cv);  /* its queued jobs may go now */
+	feed_mutex_unlock(&p->mu);
+	/* the job goes on: the watchdog's clock starts again */
+	atomic_store_explicit(&t->job_since_ms, pool_now_ms(), memory_order_relaxed);
 }
 
 /* The job pool_yield() may run inside the one on t, or NULL: the pool's
@@ -392,6 +510,7 @@ void pool_yield_slow(struct pool_worker *w)
 	/* as many as the fair share allows: a light stream's next batch is
 	 * often queued by the time its last one is built */
 	while (!p->idle && (job = pool_yield_take_locked(p, t, now, &later))) {
+		/* a worker's nested job: it is not a spare's (one at a time) */
 		t->nesting = true;
 		pool_run_locked(p, t, job, &t->w2);
 		t->nesting = false;
@@ -445,6 +564,7 @@ static void pool_join(struct pool *p)
 	feed_mutex_lock(&p->mu);
 	p->stopping = true;
 	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&p->spare_cv);
 	feed_mutex_unlock(&p->mu);
 	for (unsigned i = 0; i < p->n; i++) {
 		pthread_join(p->threads[i].tid, NULL);
@@ -472,10 +592,12 @@ static int pool_spawn(struct pool *p, unsigned i, struct feed_err *err)
 	sigset_t all, old;
 
 	t->pool = p;
+	t->spare = i >= p->size;
 	t->w.index = t->w2.index = i;
-	t->w.img_max_pixels = t->w2.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
 	t->w.thread = t->w2.thread = t;
-	t->w.yield_flag = &p->yield_wanted;  /* w2's stays NULL: one level deep */
+	/* w2's stays NULL: one level deep; a spare never nests (it stands in
+	 * for one waiting job and takes no second one meanwhile) */
+	t->w.yield_flag = t->spare ? NULL : &p->yield_wanted;
 	int r = fmt_decoder_new(&t->w.dec);
 	if (r == 0 && (r = fmt_decoder_new(&t->w2.dec)) < 0)
 		fmt_decoder_free(t->w.dec);
@@ -500,7 +622,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	int r = 0;
 
 	pool_roles |= POOL_ROLE_LOOP;  /* the caller runs the loop (pool.h) */
-	if (!p || !(p->threads = calloc(n ? n : 1, sizeof(*p->threads)))) {
+	if (!p || !(p->threads = calloc(n ? 2 * n : 1, sizeof(*p->threads)))) {
 		free(p);
 		return feed_err_set(err, -ENOMEM, "worker pool: out of memory");
 	}
@@ -515,10 +637,12 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 #endif
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	pthread_cond_init(&p->spare_cv, NULL);
 	atomic_init(&p->yield_wanted, 0);
+	atomic_init(&p->img_max_pixels, IMG_MAX_PIXELS_DEFAULT);
 	/* Threads first: idle ones never touch the async handle, so a failure
 	 * below is undone by joining them, with no handle to close. */
-	for (unsigned i = 0; i < n && r == 0; i++)
+	for (unsigned i = 0; i < 2 * n && r == 0; i++)  /* workers, then as many spares */
 		if ((r = pool_spawn(p, i, err)) == 0)
 			p->n++;
 	if (r == 0 && (r = uv_async_init(loop, &p->async, pool_on_async)) < 0)
@@ -526,6 +650,7 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	if (r < 0) {
 		pool_join(p);
 		pthread_cond_destroy(&p->cv);
+		pthread_cond_destroy(&p->spare_cv);
 		pthread_mutex_destroy(&p->mu);
 		free(p->test_stall);
 		free(p->threads);
@@ -593,6 +718,8 @@ int pool_try_submit(struct pool *p, struct pool_job *job)
 	if (!p->idle && (!job->src || p->running > job->src->user->running))
 		atomic_store_explicit(&p->yield_wanted, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
+	if (p->nwaiting > p->spare_running)  /* a worker waits: a spare may take it */
+		pthread_cond_signal(&p->spare_cv);
 	feed_mutex_unlock(&p->mu);
 	return 0;
 }
@@ -680,6 +807,7 @@ void pool_free(struct pool *p)
 		return;
 	assert(p->stopped && p->closed && !p->head && !p->nqueued && !p->done);
 	pthread_cond_destroy(&p->cv);
+	pthread_cond_destroy(&p->spare_cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p->test_stall);
 	free(p->threads);
@@ -689,10 +817,8 @@ void pool_free(struct pool *p)
 void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
 {
 	assert_loop_thread();
-	feed_mutex_lock(&p->mu);
-	for (unsigned i = 0; i < p->n; i++)
-		p->threads[i].w.img_max_pixels = p->threads[i].w2.img_max_pixels = max_pixels;
-	feed_mutex_unlock(&p->mu);
+	/* relaxed: a value each job reads once at its start (pool_run_locked) */
+	atomic_store_explicit(&p->img_max_pixels, max_pixels, memory_order_relaxed);
 }
 
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms)
@@ -726,7 +852,8 @@ unsigned pool_busy(struct pool *p)
 	unsigned busy;
 
 	feed_mutex_lock(&p->mu);
-	busy = p->n > p->idle ? p->n - p->idle : 0;
+	unsigned workers = p->n < p->size ? p->n : p->size;
+	busy = (workers > p->idle ? workers - p->idle : 0) + p->spare_running;
 	feed_mutex_unlock(&p->mu);
 	return busy;
 }

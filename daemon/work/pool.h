@@ -92,7 +92,9 @@ struct pool_worker {
 	 * Freed when the pool stops. */
 	struct img_decoder *img_dec[2];
 	struct img_limits img_lim[2]; /* what each was made for */
-	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels */
+	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels: limits.max_pixels
+				       * as it was when the running job started (the
+				       * pool writes it before run(); this thread's own) */
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };
@@ -141,18 +143,40 @@ void pool_free(struct pool *p);
 unsigned pool_size(const struct pool *p);
 
 /* The worker that has been in its current job longest (a job run inside
- * it by pool_yield() counts as the same job): 1 with its index and how
- * long, in milliseconds, so far; 0 when every worker is idle. Loop thread
+ * it by pool_yield() counts as the same job; time waiting on the network,
+ * pool_wait_begin(), does not, and the clock starts again after it): 1
+ * with its index and how long, in milliseconds, so far; 0 when every
+ * worker is idle or waiting. Loop thread
  * (the watchdog), never blocks: relaxed loads, no lock. */
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms);
 /* Workers running a job now. Any thread; takes the queue's lock for a read. */
 unsigned pool_busy(struct pool *p);
 
-/* Caps every worker's image decoders at max_pixels (width * height; the
- * config's limits.max_pixels): images past it fail with -E2BIG. Loop
- * thread, before the first job is submitted (the queue's mutex hands the
- * value to the workers). The default is IMG_MAX_PIXELS_DEFAULT. */
+/* Caps the image decoders of jobs that start from now on at max_pixels
+ * (width * height; the config's limits.max_pixels): images past it fail
+ * with -E2BIG. A job running keeps the value it started with (a
+ * snapshot, pool_worker.img_max_pixels), so a reload never changes a
+ * limit under a job; lowering it takes effect at the next job (its
+ * decoders are made again for the lower cap). Loop thread. The default
+ * is IMG_MAX_PIXELS_DEFAULT. */
 void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels);
+
+/* ---- waiting on the network ----
+ *
+ * A job that must wait for something no CPU work brings (a remote block:
+ * data/fetcher.h) calls pool_wait_begin() before and pool_wait_end()
+ * after, on its own thread, with no lock held (they are the fetcher's
+ * hooks; pool is the struct pool). Meanwhile:
+ * - the thread does not count as stuck for the watchdog
+ *   (pool_longest_job(): its job's clock starts again when the wait ends);
+ * - a spare thread stands in for it: the pool starts as many spares as
+ *   workers, each of which runs jobs only while more threads wait than
+ *   spares run, so the CPU work of other streams goes on;
+ * - its job's source is not picked again until the wait ends: one stalled
+ *   stream holds one thread, not every thread.
+ * Called from a thread that is not one of pool's: nothing happens. */
+void pool_wait_begin(void *pool);
+void pool_wait_end(void *pool);
 
 void pool_yield_slow(struct pool_worker *w);
 

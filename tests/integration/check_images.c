@@ -382,6 +382,40 @@ START_TEST(test_images_max_pixels_from_config)
 }
 END_TEST
 
+/* Lowering limits.max_pixels by a reload takes effect for the jobs that
+ * start after it: the worker's decoders, made for the photographs under
+ * the default cap, are made again for the lower one (they were kept). */
+START_TEST(test_images_max_pixels_lowered_by_reload)
+{
+	static char a[200];
+	struct feed_reload_result *res = NULL;
+	struct feed_batch *b;
+
+	snprintf(a, sizeof a, "imgs=%s", make_dataset("imgs", false));
+	const char *cfg = h_write_file("feedd.yaml", "workers: 1\n");
+	h_start((const char *[]){"--config", cfg, "--dataset", a, NULL});
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "imgs", .batch = 1, .epochs = 1, .credits = 1,
+				     .pipeline = PIPE};
+	struct feed_stream *st = h_stream_open(c, &o);
+	int r = feed_next(st, H_DEADLINE_MS, &b);  /* a photograph, under the default */
+	ck_assert_msg(r == 0, "%s: %s", feed_strerror(r), feed_errmsg(c));
+	ck_assert_int_eq(feed_release(b), 0);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+
+	h_write_file("feedd.yaml", "workers: 1\nlimits:\n  max_pixels: 100000\n");
+	r = feed_reload(c, &res);
+	ck_assert_msg(r == 0, "feed_reload: %d: %s", r, feed_errmsg(c));
+	feed_reload_result_free(res);
+	st = h_stream_open(c, &o);
+	r = feed_next(st, H_DEADLINE_MS, &b);
+	ck_assert_msg(r == -E2BIG, "got %d: %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), "100000"), "limit not named: %s", feed_errmsg(c));
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 static Suite *images_suite(void)
 {
 	Suite *s = suite_create("images");
@@ -394,6 +428,7 @@ static Suite *images_suite(void)
 	tcase_add_test(tc, test_images_bad_image_stops_its_stream);
 	tcase_add_test(tc, test_images_skip_replaces_bad_sample);
 	tcase_add_test(tc, test_images_max_pixels_from_config);
+	tcase_add_test(tc, test_images_max_pixels_lowered_by_reload);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -14,12 +14,17 @@
  * once) with remote_inflight 8, exactly one with 1; s3://
  * requests go path-style to AWS_ENDPOINT_URL signed with SigV4 for the
  * region (nginx logs the headers); --check-config warns of a URL it
- * cannot reach.
+ * cannot reach. A server that hangs (issue 28): while a stream's block
+ * waits on it, a local dataset streams, status answers within 1 s and
+ * WATCHDOG=1 keeps coming; then that stream alone fails naming URL and
+ * block. A host that never answers holds up neither start-up nor a
+ * reload: its dataset is pending, then left out.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,11 +203,39 @@ static void check_batch(struct feed_batch *b, uint64_t n_samples)
 	}
 }
 
+struct served {
+	struct feed_conn *c;
+	const char *name;
+	int last;
+};
+
+static bool served_now(void *arg)
+{
+	struct served *s = arg;
+	struct feed_dataset_list *l = NULL;
+
+	s->last = feed_dataset_info(s->c, s->name, &l);
+	feed_dataset_list_free(l);
+	return s->last != -EAGAIN;
+}
+
+/* Waits while dataset name is pending (a URL opens in the background;
+ * a stream opened meanwhile is refused with -EAGAIN): until it is served,
+ * or failed to open. */
+static void wait_served(const char *name)
+{
+	struct served s = {.c = h_conn_new(), .name = name};
+
+	ck_assert_msg(h_wait_until(served_now, &s, H_DEADLINE_MS), "%s: still pending", name);
+	feed_disconnect(s.c);
+}
+
 /* Reads n epochs of dataset name (n_samples, harness content:
  * image bytes i & 0xff, label i) checking every byte and that each epoch
  * holds every sample exactly once. */
 static void read_epochs(const char *name, uint64_t n_samples, int epochs)
 {
+	wait_served(name);
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = name, .batch = 4, .credits = 4,
 				     .epochs = (uint64_t)epochs, .order = FEED_ORDER_FULL,
@@ -274,21 +308,29 @@ static unsigned block_gets(void)
 	return n;
 }
 
-/* The value of metric name (no labels) in feedd's /metrics, served on
- * the port its log names. */
-static unsigned long long metric(const char *name)
+/* feedd's /metrics, served on the port its log names. */
+static const char *metrics_text(void)
 {
 	const char *at = strstr(h_file_text(h.log), "metrics: serving http://");
-	char url[128], cmd[400], out[200], want[128];
-	unsigned long long v = 0;
+	char url[128], cmd[400];
+	static char out[200];
 
 	ck_assert_ptr_nonnull(at);
 	ck_assert_int_eq(sscanf(at, "metrics: serving %127s", url), 1);
 	snprintf(out, sizeof(out), "%s/metrics.txt", h.dir);
 	snprintf(cmd, sizeof(cmd), "curl -sf '%s' > %s", url, out);
 	ck_assert_int_eq(system(cmd), 0);
+	return h_file_text(out);
+}
+
+/* The value of metric name (no labels) in feedd's /metrics. */
+static unsigned long long metric(const char *name)
+{
+	char want[128];
+	unsigned long long v = 0;
+
 	snprintf(want, sizeof(want), "\n%s ", name);
-	const char *p = strstr(h_file_text(out), want);
+	const char *p = strstr(metrics_text(), want);
 	ck_assert_msg(p, "no %s in /metrics", name);
 	ck_assert_int_eq(sscanf(p + strlen(want), "%llu", &v), 1);
 	return v;
@@ -371,6 +413,7 @@ static int proxy_ask(int port, const char *what, const char *mode)
  * naming url and a block, and that no batch it gave was wrong. */
 static void expect_failure(const char *name, const char *url)
 {
+	wait_served(name);
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = name, .batch = 4, .credits = 2, .epochs = 1};
 	struct feed_stream *st = h_stream_open(c, &o);
@@ -415,6 +458,179 @@ START_TEST(test_remote_faults_stop_that_dataset_only)
 	/* each was tried 1 + remote_retries times before the stream heard of it */
 	ck_assert(h_log_has("checksum mismatch"));
 	ck_assert(h_log_has("after 3 tries"));
+}
+END_TEST
+
+/* The notify socket feedd is told of (NOTIFY_SOCKET), bound here. */
+static int notify_socket(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify.sock", h.dir);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	return fd;
+}
+
+/* Waits for a datagram holding WATCHDOG=1 that arrives after at_ms
+ * (h_now_ms()); false at the deadline. */
+static bool watchdog_after(int fd, int64_t at_ms)
+{
+	int64_t end = h_now_ms() + H_DEADLINE_MS;
+	char buf[512];
+
+	while (h_now_ms() < end) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+		ck_assert_int_gt(n, 0);
+		buf[n] = '\0';
+		if (strstr(buf, "WATCHDOG=1") && h_now_ms() > at_ms)
+			return true;
+	}
+	return false;
+}
+
+struct slow_seen {
+	int port;
+};
+
+static bool slow_requested(void *arg)
+{
+	return proxy_ask(((struct slow_seen *)arg)->port, "count", "slow") >= 1;
+}
+
+START_TEST(test_remote_hanging_server_stops_only_its_stream)
+{
+	int port = proxy_start(), nfd = notify_socket();
+	char cfg[1024], url[128];
+
+	/* each block try hangs past remote_timeout_ms: the stream waits about
+	 * 2 x 2 s; the watchdog (WatchdogSec 1.5 s) would call that stuck */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/slow/blocked", port);
+	snprintf(cfg, sizeof(cfg), "workers: 2\nremote_timeout_ms: 2000\nremote_retries: 1\n"
+		 "datasets:\n  - name: tiny\n    path: %s/tiny\n  - name: hang\n    path: %s\n",
+		 www, url);
+	setenv("WATCHDOG_USEC", "1500000", 1);
+	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
+	h_start(args);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+
+	wait_served("hang");
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "hang", .batch = 4, .credits = 2, .epochs = 1};
+	struct feed_stream *st = h_stream_open(c, &o);
+	struct slow_seen seen = {.port = port};
+	ck_assert(h_wait_until(slow_requested, &seen, H_DEADLINE_MS));
+	int64_t hung_at = h_now_ms();
+
+	read_epochs("tiny", H_SAMPLES, 2);  /* another dataset streams on */
+	struct feed_conn *quick = h_conn_new();
+	struct feed_status *status = NULL;
+	ck_assert_int_eq(feed_conn_set_timeout(quick, 1000), 0);
+	ck_assert_int_eq(feed_status(quick, &status), 0);  /* answered within 1 s */
+	feed_status_free(status);
+	feed_disconnect(quick);
+	/* past WatchdogSec of waiting, the pings go on */
+	ck_assert_msg(watchdog_after(nfd, hung_at + 2000), "no WATCHDOG=1 while the remote hung");
+	close(nfd);  /* unread, its queue would fill and block feedd's sd_notify() */
+	ck_assert_msg(!h_log_has("has been in one job"), "log:\n%s", h_file_text(h.log));
+
+	struct feed_batch *b;
+	int r;
+	while ((r = feed_next(st, H_DEADLINE_MS, &b)) == 0)
+		feed_release(b);
+	ck_assert_msg(r < 0 && r != -ETIMEDOUT, "hang: %d %s", r, feed_errmsg(c));
+	ck_assert_msg(strstr(feed_errmsg(c), url) && strstr(feed_errmsg(c), ": block "),
+		      "hang: %d %s", r, feed_errmsg(c));
+	feed_stream_close(st);
+	feed_disconnect(c);
+	read_epochs("tiny", H_SAMPLES, 1);  /* and after it */
+	ck_assert_int_eq(h_stop(), 0);
+}
+END_TEST
+
+/* A loopback port that accepts connections and never answers. */
+static int mute_listener(int *ret_port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 64), 0);  /* the kernel completes connects; nobody reads */
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*ret_port = ntohs(a.sin_port);
+	return fd;
+}
+
+static bool open_failed(void *arg)
+{
+	struct served *s = arg;
+	struct feed_dataset_list *l = NULL;
+
+	s->last = feed_dataset_info(s->c, s->name, &l);
+	feed_dataset_list_free(l);
+	return s->last == -ENOENT;
+}
+
+/* Start-up and reload never wait on a remote host: a dataset whose host
+ * does not answer is pending (a stream on it is refused with -EAGAIN
+ * naming it), the daemon serves the others meanwhile, a reload that adds
+ * one is applied at once with a warning, and once its tries are spent it
+ * is left out, the refusal saying why. */
+START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
+{
+	int port, lfd = mute_listener(&port);
+	char cfg[1024];
+	const char *fmt = "metrics: 127.0.0.1:0\nremote_timeout_ms: 1000\nremote_retries: 1\n"
+			  "datasets:\n"
+			  "  - name: tiny\n    path: %s/tiny\n"
+			  "  - name: mute\n    path: http://127.0.0.1:%d/mute\n%s";
+
+	snprintf(cfg, sizeof(cfg), fmt, www, port, "");
+	const char *args[] = {"--config", h_write_file("feedd.yaml", cfg), NULL};
+	h_start(args);
+	ck_assert_msg(h_log_has("ready: 1 of 2 datasets (1 pending)"), "%s", h_file_text(h.log));
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = {.dataset = "mute", .batch = 4, .credits = 2, .epochs = 1};
+	struct feed_stream *st = NULL;
+	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EAGAIN);
+	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'mute'") && strstr(feed_errmsg(c), "pending"),
+		      "%s", feed_errmsg(c));
+	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
+	ck_assert_msg(strstr(metrics_text(), "feedd_dataset_state{dataset=\"mute\",state=\"pending\"} 1"),
+		      "%s", metrics_text());
+
+	char more[128];
+	snprintf(more, sizeof(more), "  - name: mute2\n    path: http://127.0.0.1:%d/other\n", port);
+	snprintf(cfg, sizeof(cfg), fmt, www, port, more);
+	h_write_file("feedd.yaml", cfg);
+	struct feed_reload_result *res = NULL;
+	int r = feed_reload(c, &res);  /* answered before the host would be */
+	ck_assert_msg(r == 0 && res->applied, "reload: %d %s", r, feed_errmsg(c));
+	bool warned = false;
+	for (size_t i = 0; i < res->nwarnings; i++)
+		warned = warned || (strstr(res->warnings[i], "'mute2'") &&
+				    strstr(res->warnings[i], "pending"));
+	ck_assert_msg(warned, "no pending warning for mute2");
+	feed_reload_result_free(res);
+
+	struct served s = {.c = c, .name = "mute"};
+	ck_assert(h_wait_until(open_failed, &s, H_DEADLINE_MS));  /* its tries spent */
+	char want[128];
+	snprintf(want, sizeof(want), "http://127.0.0.1:%d/mute/manifest.pb", port);
+	ck_assert_msg(strstr(feed_errmsg(c), "failed to open in the background") &&
+		      strstr(feed_errmsg(c), want), "%s", feed_errmsg(c));
+	ck_assert(strstr(metrics_text(), "feedd_dataset_state{dataset=\"mute\",state=\"failed\"} 1"));
+	ck_assert(strstr(metrics_text(), "feedd_dataset_state{dataset=\"tiny\",state=\"ready\"} 1"));
+	feed_disconnect(c);
+	close(lfd);
 }
 END_TEST
 
@@ -524,6 +740,8 @@ int main(void)
 	tcase_add_test(tc, test_remote_http_serves_the_datasets_bytes);
 	tcase_add_test(tc, test_remote_disk_tier_keeps_blocks_across_a_restart);
 	tcase_add_test(tc, test_remote_faults_stop_that_dataset_only);
+	tcase_add_test(tc, test_remote_hanging_server_stops_only_its_stream);
+	tcase_add_test(tc, test_remote_start_and_reload_never_wait_on_a_host);
 	tcase_add_test(tc, test_remote_flaky_server_is_retried);
 	tcase_add_test(tc, test_remote_worker_keeps_several_requests_in_flight);
 	tcase_add_test(tc, test_remote_s3_path_style_signed_sigv4);

@@ -3,7 +3,8 @@
  * pinned, never evicts a pinned block, decodes a block once however many
  * threads ask for it together, and never caches a failed decode, also for
  * a thread that waited for it; pinning many at once pins exactly the
- * cached ones, once per ask.
+ * cached ones, once per ask; bytes reserved outside the table count in
+ * the budget.
  *
  * Linked with -Wl,--wrap=pread,--wrap=pthread_cond_wait (tests/CMakeLists.txt):
  * the wrappers below pass every call through, but let one test hold a
@@ -90,6 +91,34 @@ START_TEST(test_cache_stays_within_budget)
 	cache_put(c, e);
 	cache_stats(c, &st);
 	ck_assert_uint_eq(st.hits, 1);
+	cache_free(c);
+}
+END_TEST
+
+/* Bytes held outside the table (the fetcher's staged blocks) count in
+ * the budget: reserving them evicts unpinned blocks, and releasing them
+ * gives the room back. */
+START_TEST(test_cache_reserve_counts_staged_bytes)
+{
+	struct cache *c;
+	struct cache_stats st;
+
+	ck_assert_int_eq(cache_new(3 * 448, &c), 0);
+	for (uint64_t b = 0; b < 3; b++) {
+		const struct fmt_block *blk;
+		struct cache_entry *e;
+		ck_assert_int_eq(cache_get(c, ds, b, &wk, &blk, &e, NULL), 0);
+		cache_put(c, e);
+	}
+	cache_reserve(c, 2 * 448);
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.staged, 2 * 448);
+	ck_assert_uint_eq(st.entries, 1);  /* two blocks made room */
+	ck_assert_uint_le(st.bytes, 3 * 448);
+	cache_release(c, 2 * 448);
+	cache_stats(c, &st);
+	ck_assert_uint_eq(st.staged, 0);
+	ck_assert_uint_eq(st.bytes, 448);
 	cache_free(c);
 }
 END_TEST
@@ -474,6 +503,7 @@ static Suite *cache_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cache_stays_within_budget);
+	tcase_add_test(tc, test_cache_reserve_counts_staged_bytes);
 	tcase_add_test(tc, test_cache_pinned_block_survives);
 	tcase_add_test(tc, test_cache_pin_many);
 	tcase_add_test(tc, test_cache_tally_per_name);

@@ -10,6 +10,9 @@
  * and jobs are counted, and a long job lets another user's short jobs run
  * between its items (pool_yield). pool_longest_job names the worker that
  * has been in one job longest (the watchdog's view), and none once idle.
+ * A job waiting on the network (pool_wait_begin) is not stuck, a spare
+ * runs other work meanwhile, and its source waits its turn; a job keeps
+ * the img_max_pixels it started with.
  */
 #include <check.h>
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <uv.h>
 
@@ -626,6 +630,164 @@ START_TEST(test_pool_longest_job_names_busy_worker)
 }
 END_TEST
 
+/* ---- waiting on the network (pool_wait_begin) ---- */
+
+static struct {
+	struct pool *pool;
+	_Atomic int a_waiting, a_done_waiting, b_ran, a_saw_b, a2_early, a2_ran;
+	_Atomic unsigned b_worker;
+	_Atomic uint64_t v1, v2, v3;
+	_Atomic int started, go;
+} wt;
+
+/* Polls flag until set, 10 s at most (the pool's own threads decide
+ * when it is set; the test only waits for it). */
+static bool wait_flag(_Atomic int *flag)
+{
+	struct timespec nap = {.tv_nsec = 1000000};
+	int64_t end = mono_ms() + 10000;
+
+	while (!atomic_load(flag) && mono_ms() < end)
+		nanosleep(&nap, NULL);
+	return atomic_load(flag);
+}
+
+/* As a batch job waiting for the fetcher: until another job has run. */
+static void waiting_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	(void)w;
+	pool_wait_begin(wt.pool);
+	atomic_store(&wt.a_waiting, 1);
+	atomic_store(&wt.a_saw_b, wait_flag(&wt.b_ran));
+	atomic_store(&wt.a_done_waiting, 1);
+	pool_wait_end(wt.pool);
+}
+
+static void other_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	atomic_store(&wt.b_worker, w->index);
+	atomic_store(&wt.b_ran, 1);
+}
+
+static void second_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	(void)w;
+	atomic_store(&wt.a2_early, atomic_load(&wt.a_waiting) && !atomic_load(&wt.a_done_waiting));
+	atomic_store(&wt.a2_ran, 1);
+}
+
+static struct pool *wait_pool(uv_loop_t *loop)
+{
+	struct log lg = {.level = LOG_LEVEL_ERROR, .fd = 2};
+	struct feed_err err = {0};
+
+	memset(&wt, 0, sizeof(wt));
+	ck_assert_int_eq(uv_loop_init(loop), 0);
+	ck_assert_int_eq(pool_new(loop, &lg, 1, &wt.pool, &err), 0);
+	return wt.pool;
+}
+
+static void wait_pool_end(struct pool *p, uv_loop_t *loop)
+{
+	pool_stop(p);
+	ck_assert_int_eq(uv_run(loop, UV_RUN_DEFAULT), 0);
+	pool_free(p);
+	ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
+/* One worker, its job waiting on the network: a spare runs another
+ * stream's job meanwhile, and the watchdog does not see a stuck job. */
+START_TEST(test_pool_waiting_job_lets_a_spare_run_others)
+{
+	uv_loop_t loop;
+	struct pool *p = wait_pool(&loop);
+	struct pool_source *sa, *sb;
+	unsigned idx;
+	uint64_t ms;
+
+	ck_assert_int_eq(pool_source_new(p, 1, &sa), 0);
+	ck_assert_int_eq(pool_source_new(p, 2, &sb), 0);
+	struct pool_job a = {.src = sa, .run = waiting_run}, b = {.src = sb, .run = other_run};
+	pool_submit(p, &a);
+	ck_assert(wait_flag(&wt.a_waiting));
+	ck_assert_int_eq(pool_longest_job(p, &idx, &ms), 0);  /* waiting is not stuck */
+	pool_submit(p, &b);
+	ck_assert(wait_flag(&wt.a_done_waiting));
+	ck_assert_msg(atomic_load(&wt.a_saw_b), "the other job waited for the waiting one");
+	ck_assert_uint_ge(atomic_load(&wt.b_worker), pool_size(p));  /* a spare ran it */
+	pool_source_put(sa);
+	pool_source_put(sb);
+	wait_pool_end(p, &loop);
+}
+END_TEST
+
+/* A source whose job waits is not picked again until the wait ends: the
+ * spare takes the other source's job, not the waiting one's next. */
+START_TEST(test_pool_waiting_source_is_not_picked)
+{
+	uv_loop_t loop;
+	struct pool *p = wait_pool(&loop);
+	struct pool_source *sa, *sb;
+
+	ck_assert_int_eq(pool_source_new(p, 1, &sa), 0);
+	ck_assert_int_eq(pool_source_new(p, 2, &sb), 0);
+	struct pool_job a1 = {.src = sa, .run = waiting_run}, a2 = {.src = sa, .run = second_run};
+	struct pool_job b = {.src = sb, .run = other_run};
+	pool_submit(p, &a1);
+	ck_assert(wait_flag(&wt.a_waiting));
+	pool_submit(p, &a2);
+	pool_submit(p, &b);
+	ck_assert(wait_flag(&wt.a2_ran));
+	ck_assert(atomic_load(&wt.a_saw_b));
+	ck_assert_msg(!atomic_load(&wt.a2_early), "a waiting source's next job ran meanwhile");
+	pool_source_put(sa);
+	pool_source_put(sb);
+	wait_pool_end(p, &loop);
+}
+END_TEST
+
+static void pixels_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	atomic_store(&wt.v1, w->img_max_pixels);
+	atomic_store(&wt.started, 1);
+	wait_flag(&wt.go);
+	atomic_store(&wt.v2, w->img_max_pixels);
+}
+
+static void pixels_after_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	atomic_store(&wt.v3, w->img_max_pixels);
+	atomic_store(&wt.b_ran, 1);
+}
+
+/* limits.max_pixels as a job sees it: the value when it started, kept
+ * while it runs (a reload meanwhile changes nothing under it); the next
+ * job gets the new one. */
+START_TEST(test_pool_job_keeps_its_img_max_pixels)
+{
+	uv_loop_t loop;
+	struct pool *p = wait_pool(&loop);
+	struct pool_job j1 = {.run = pixels_run}, j2 = {.run = pixels_after_run};
+
+	pool_set_img_max_pixels(p, 1000);
+	pool_submit(p, &j1);
+	ck_assert(wait_flag(&wt.started));
+	pool_set_img_max_pixels(p, 500);
+	atomic_store(&wt.go, 1);
+	pool_submit(p, &j2);
+	ck_assert(wait_flag(&wt.b_ran));
+	ck_assert_uint_eq(atomic_load(&wt.v1), 1000);
+	ck_assert_uint_eq(atomic_load(&wt.v2), 1000);
+	ck_assert_uint_eq(atomic_load(&wt.v3), 500);
+	wait_pool_end(p, &loop);
+}
+END_TEST
+
 /* A worker-only call on the loop thread aborts (FEED_LOCK_CHECKS builds,
  * which the tests are); a thread marked both, or not at all, passes. */
 START_TEST(test_pool_role_checks)
@@ -680,6 +842,9 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_source_outlives_owner);
 	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
 	tcase_add_test(tc, test_pool_longest_job_names_busy_worker);
+	tcase_add_test(tc, test_pool_waiting_job_lets_a_spare_run_others);
+	tcase_add_test(tc, test_pool_waiting_source_is_not_picked);
+	tcase_add_test(tc, test_pool_job_keeps_its_img_max_pixels);
 	tcase_add_test_raise_signal(tc, test_pool_role_checks, SIGABRT);
 	tcase_add_test(tc, test_pool_try_submit_after_stop);
 	suite_add_tcase(s, tc);

@@ -3,12 +3,15 @@
  * the SigV4 parameters and headers libcurl is given, the S3 settings from
  * the environment and the credentials file) and of daemon/data/
  * disktier.c (what it keeps, verifies, evicts, and finds again after a
- * restart). The HTTP itself is tested against nginx in
+ * restart, and that puts and evictions racing on one name leave the
+ * index and the directory in agreement). The HTTP itself is tested against nginx in
  * tests/integration/check_remote_http.c.
  */
 #include <check.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +277,67 @@ START_TEST(test_disktier_restart_finds_files_in_lru_order)
 }
 END_TEST
 
+/* One of the racing threads: puts and reads three blocks in turn into a
+ * tier that holds two, so every put evicts one that another thread puts
+ * back at once. */
+static void *race_puts(void *arg)
+{
+	struct dtier *t = arg;
+	const char *blocks[3] = {block_a, block_b, block_c};
+	char buf[100];
+
+	for (unsigned i = 0; i < 4000; i++) {
+		const char *b = blocks[i % 3];
+		dtier_put(t, i % 3, fmt_hash(b, 100), b, 100);
+		dtier_get(t, (i + 1) % 3, fmt_hash(blocks[(i + 1) % 3], 100), buf, sizeof(buf));
+	}
+	return NULL;
+}
+
+static unsigned blk_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	unsigned n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += strstr(de->d_name, ".blk") != NULL;
+	closedir(d);
+	return n;
+}
+
+/* An eviction unlinks a file after dropping the lock; a put of the same
+ * block in between used to write the file anew and index it, and the
+ * unlink then took it: an indexed block with no file (read back as
+ * corrupt). A name being unlinked is now still taken. */
+START_TEST(test_disktier_eviction_never_unlinks_a_fresh_put)
+{
+	pthread_t th[4];
+	struct dtier *t;
+	struct dtier_stats st;
+	char dir[128];
+
+	blocks_fill();
+	snprintf(dir, sizeof(dir), "%s/tier", tmp);
+	ck_assert_int_eq(dtier_open(dir, 200, &t, NULL), 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, race_puts, t), 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	dtier_stats(t, &st);
+	ck_assert_uint_gt(st.evicted, 100);  /* the race was run */
+	ck_assert_uint_eq(st.corrupt, 0);    /* no indexed file went missing */
+	ck_assert_uint_eq(st.files, blk_files(dir));
+	ck_assert_uint_le(st.bytes, 200);
+	const char *blocks[3] = {block_a, block_b, block_c};
+	for (uint64_t k = 0; k < 3; k++)  /* what the index holds reads back */
+		if (dtier_has(t, k, fmt_hash(blocks[k], 100)))
+			ck_assert(has(t, k, blocks[k]));
+	dtier_close(t);
+}
+END_TEST
+
 static Suite *remote_suite(void)
 {
 	Suite *s = suite_create("remote");
@@ -288,6 +352,7 @@ static Suite *remote_suite(void)
 	tcase_add_test(tc, test_disktier_drops_a_file_whose_bytes_changed);
 	tcase_add_test(tc, test_disktier_evicts_least_recently_used);
 	tcase_add_test(tc, test_disktier_restart_finds_files_in_lru_order);
+	tcase_add_test(tc, test_disktier_eviction_never_unlinks_a_fresh_put);
 	suite_add_tcase(s, tc);
 	return s;
 }
