@@ -220,6 +220,7 @@ static void rld_done(struct pool_job *job)
 	} else {
 		rld_log_refused(d, &rep);
 	}
+	stats_reloaded(&d->stats, rep.applied);  /* feedd_config_last_reload_successful */
 	if (r->done)
 		r->done(r->arg, &rep);
 	cat_reload_drop(&r->plan);
