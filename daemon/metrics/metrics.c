@@ -334,7 +334,7 @@ static void met_config(struct met_buf *b, const struct stats_reg *r)
 	met_printf(b, "feedd_config_last_reload_successful %d\n", r->reload_ok ? 1 : 0);
 	met_family(b, "feedd_config_last_reload_success_timestamp_seconds", "gauge", "When the "
 		   "config in force was applied (start or reload), seconds since 1970.");
-	met_printf(b, "feedd_config_last_reload_success_timestamp_seconds %.3f\n",
+	met_printf(b, "feedd_config_last_reload_success_timestamp_seconds %.6f\n",
 		   r->reload_ok_s);
 	met_family(b, "feedd_config_reloads_total", "counter", "Reloads tried.");
 	met_printf(b, "feedd_config_reloads_total %llu\n", (unsigned long long)r->reloads);

@@ -75,6 +75,15 @@ void stats_rates(const struct stats_entry *en, const struct stats_sample *x, uin
 		ret->reader_wait_share = 1.0;
 }
 
+/* The wall clock, seconds since 1970 (to the microsecond). */
+static double stats_wall_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)(ts.tv_nsec / 1000) / 1e6;
+}
+
 static void stats_on_tick(uv_timer_t *t)
 {
 	struct stats_reg *r = t->data;
@@ -94,7 +103,7 @@ int stats_start(struct stats_reg *r, uv_loop_t *loop, struct cache *cache)
 	r->loop = loop;
 	r->cache = cache;
 	r->reload_ok = true;  /* the config in force loaded: as Prometheus says at start */
-	r->reload_ok_s = (double)time(NULL);
+	r->reload_ok_s = stats_wall_s();
 	if ((rc = uv_timer_init(loop, &r->tick)) < 0)
 		return rc;
 	r->tick.data = r;
@@ -125,7 +134,7 @@ void stats_reloaded(struct stats_reg *r, bool ok)
 	r->reloads++;
 	r->reload_ok = ok;
 	if (ok)
-		r->reload_ok_s = (double)time(NULL);
+		r->reload_ok_s = stats_wall_s();
 	else
 		r->reloads_failed++;
 }
@@ -457,6 +466,13 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
 	s->replaced = x.replaced;
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
+	s->rank = en->rank;
+	s->world = en->world;
+	s->slot_bytes = en->slot_bytes;
+	s->batches_per_epoch = en->batches_per_epoch;
+	s->epochs = en->epochs;
+	s->start_epoch = en->start_epoch;
+	s->start_batch = en->start_batch;
 }
 
 static void stats_cache(struct cache *c, struct stats_mem *m, Feed__Stats *st)
