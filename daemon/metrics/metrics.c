@@ -375,12 +375,10 @@ static void met_process(struct met_buf *b)
 			   "memory and the shared memory it maps.");
 		met_printf(b, "feedd_memory_bytes %llu\n", (unsigned long long)p.anon_shmem_bytes);
 	}
-	if (p.has_limit) {
-		met_family(b, "feedd_memory_limit_bytes", "gauge", "The memory limit of feedd's "
-			   "cgroup (absent when unlimited).");
-		met_printf(b, "feedd_memory_limit_bytes %llu\n",
-			   (unsigned long long)p.mem_limit_bytes);
-	}
+	met_family(b, "feedd_memory_limit_bytes", "gauge", "The memory limit of feedd's "
+		   "cgroup; 0 when it has none.");
+	met_printf(b, "feedd_memory_limit_bytes %llu\n",
+		   (unsigned long long)(p.has_limit ? p.mem_limit_bytes : 0));
 }
 
 static void met_cache(struct met_buf *b, struct cache *c)

@@ -11,7 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-/* The first line of path starting with key, its number after the key. */
+/* The line of text that starts with key: its number (kB), in bytes. */
 static bool mp_status_kb(const char *text, const char *key, uint64_t *ret)
 {
 	const char *p = strstr(text, key);

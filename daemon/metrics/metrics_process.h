@@ -2,7 +2,8 @@
  * metrics_process.h: what feedd's own process uses, read from /proc and
  * the kernel the way Prometheus client libraries and node_exporter read
  * theirs (process_* names), plus the memory figure feedd's docs mean
- * (RssAnon + RssShmem) and the cgroup's memory limit it runs under.
+ * (RssAnon + RssShmem) and the cgroup's memory limit it runs under (0:
+ * none).
  *
  * Threads: the loop thread, at each scrape. Reads a few small files of
  * /proc and /sys/fs/cgroup (in memory, never a disk): short, never
