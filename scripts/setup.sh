@@ -18,7 +18,7 @@ FEED_PACKAGES=(
   libcurl4-openssl-dev nginx
   python3-matplotlib python3-psutil python3-doc zstd
   clang libclang-rt-14-dev
-  prometheus
+  prometheus python3-yaml
 )
 
 feed_install() {
