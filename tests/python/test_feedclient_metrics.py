@@ -323,8 +323,10 @@ def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin, monkeypatch):
         assert res.returncode == 0, res.stderr
         views = [ln for ln in res.stdout.splitlines() if ln.startswith("feedd ")]
         assert len(views) == 2
+        head = next(ln.split() for ln in res.stdout.splitlines() if ln.startswith("JOB "))
         rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("dash ")]
-        assert len(rows) == 2 and all(r[2] == "m" and r[7] == "-" for r in rows)  # GPU%
+        gpu, ds = head.index("GPU%"), head.index("DATASET")
+        assert len(rows) == 2 and all(r[ds] == "m" and r[gpu] == "-" for r in rows)
         del it
 
 
