@@ -307,18 +307,23 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 void stats_scraped(struct stats_reg *r)
 {
 	assert_loop_thread();
-	size_t kept = 0;
+	struct stats_series *open = NULL;
+	size_t kept = 0, nopen = 0;
 
+	if (!r->nclosed)
+		return;
+	/* the open entries' labels once, not once per closed series */
+	if (r->n && (open = malloc(r->n * sizeof(*open))))
+		for (struct stats_entry *en = r->first; en; en = en->next)
+			stats_labels(en, &open[nopen++]);
 	for (size_t i = 0; i < r->nclosed; i++) {
-		struct stats_series key;
-		bool open = false;
-		for (struct stats_entry *en = r->first; en && !open; en = en->next) {
-			stats_labels(en, &key);
-			open = stats_same(&key, &r->closed[i]);
-		}
-		if (open)  /* its labels go on: the series keeps what they counted */
+		bool live = r->n && !open;  /* out of memory: keep everything, as before */
+		for (size_t j = 0; j < nopen && !live; j++)
+			live = stats_same(&open[j], &r->closed[i]);
+		if (live)  /* its labels go on: the series keeps what they counted */
 			r->closed[kept++] = r->closed[i];
 	}
+	free(open);
 	r->nclosed = kept;
 	if (!kept) {  /* 5,000 streams closed between two scrapes leave no big array */
 		free(r->closed);
