@@ -24,6 +24,7 @@
 #include "feed_lock.h"
 #include "log_limit.h"
 #include "feedd.h"
+#include "metrics_gpu.h"
 #include "metrics_process.h"
 #include "pool.h"
 
@@ -41,6 +42,8 @@ struct met {
 	_Atomic unsigned open;         /* HTTP connections open now (relaxed: a gauge) */
 	_Atomic uint64_t refused;      /* connections refused over a limit (log lines) */
 	struct log_limit refused_log;  /* the HTTP thread's own: its refusal warnings */
+	struct met_gpu *gpu;           /* NVML, or NULL: no GPU memory figures; called
+					* on the HTTP thread only */
 };
 
 /* HTTP connections open now; 0 without the server. Any thread. */
@@ -563,6 +566,22 @@ static void met_on_wake(uv_async_t *h)
 	free(old);
 }
 
+/* HTTP thread: text (of *len bytes, owned) with the GPU memory family
+ * after it, asked of NVML here rather than on the loop (milliseconds a
+ * call); text as it was when there is none or no memory for it. */
+static char *met_gpu_append(struct met *m, char *text, size_t *len)
+{
+	char gpu[8192];
+	size_t n = m->gpu ? met_gpu_text(m->gpu, gpu, sizeof(gpu)) : 0;
+	char *more;
+
+	if (!n || !(more = realloc(text, *len + n + 1)))
+		return text;
+	memcpy(more + *len, gpu, n + 1);
+	*len += n;
+	return more;
+}
+
 /* HTTP thread: a copy of a rendering made after the request came, or of
  * the last one when the loop does not answer in time; NULL when none. */
 static char *met_fresh_text(struct met *m, size_t *ret_len)
@@ -591,7 +610,7 @@ static char *met_fresh_text(struct met *m, size_t *ret_len)
 		*ret_len = m->len;
 	}
 	feed_mutex_unlock(&m->mu);
-	return copy;
+	return copy ? met_gpu_append(m, copy, ret_len) : NULL;
 }
 
 static enum MHD_Result met_reply(struct MHD_Connection *c, unsigned status, const char *type,
@@ -747,7 +766,12 @@ int met_start(struct feedd *d, struct met **ret, struct feed_err *err)
 		return feed_err_set(err, rc, "metrics: uv_async_init: %s", uv_strerror(rc));
 	}
 	m->wake.data = m;
+	char why[600];
+	if (met_gpu_open(&m->gpu, why, sizeof(why)) < 0)
+		log_debug(&d->log, "metrics: no GPU memory figures: %s", why);
 	if ((rc = met_listen(m, err)) < 0) {
+		met_gpu_close(m->gpu);
+		m->gpu = NULL;
 		uv_close((uv_handle_t *)&m->wake, met_on_closed);
 		return rc;
 	}
@@ -765,5 +789,7 @@ void met_stop(struct met *m)
 	feed_mutex_unlock(&m->mu);
 	MHD_stop_daemon(m->mhd);  /* joins its thread: nothing sends to wake after */
 	m->mhd = NULL;
+	met_gpu_close(m->gpu);    /* its one caller, the HTTP thread, is gone */
+	m->gpu = NULL;
 	uv_close((uv_handle_t *)&m->wake, met_on_closed);
 }

@@ -7,7 +7,9 @@ daemon's pid; feedd_config_last_reload_successful and its timestamp
 follow SIGHUP reloads that apply and that are refused; datasets
 configured, open and left out carry the reason; readers count a group's
 members; shm and slot bytes, cache capacity and the oldest worker job are
-there; status carries each stream's rank and epochs.
+there; status carries each stream's rank and epochs; feedd's own memory
+on each GPU comes from NVML (the test double, where no GPU is), and the
+family is absent without NVML.
 """
 
 import os
@@ -233,3 +235,27 @@ def test_status_carries_rank_and_epochs(served, feed_bin):
     finally:
         bench.kill()
         bench.wait()
+
+
+def gpu_feedd(feedd_factory, sdir, tmp_path, monkeypatch, lib, **env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FEED_NVML_LIBRARY", str(lib))
+    daemon = feedd_factory(tmp_path, "--dataset", f"s={sdir / 's'}", "--metrics",
+                           "127.0.0.1:0")
+    m = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", daemon.log_text())
+    return samples(scrape(m.group(1)))
+
+
+def test_gpu_memory_per_gpu_from_nvml(feedd_factory, sdir, tmp_path, monkeypatch, feed_bin):
+    fake = feed_bin.parent / "lib" / "libfake_nvml.so"
+    assert fake.exists(), f"{fake}: not built"
+    s = gpu_feedd(feedd_factory, sdir, tmp_path, monkeypatch, fake,
+                  FAKE_NVML_GPUS="10,20,30", FAKE_NVML_PROCS="self@1,4242@2")
+    assert one(s, "feedd_gpu_memory_bytes", gpu="0") == 0
+    assert one(s, "feedd_gpu_memory_bytes", gpu="1") == 1 << 30   # feedd's own
+    assert one(s, "feedd_gpu_memory_bytes", gpu="2") == 0         # another process's
+    (tmp_path / "none").mkdir()
+    s = gpu_feedd(feedd_factory, sdir, tmp_path / "none", monkeypatch,
+                  tmp_path / "no-such-libnvidia-ml.so.1")
+    assert not [k for k in s if k[0] == "feedd_gpu_memory_bytes"]
