@@ -259,3 +259,29 @@ def test_gpu_memory_per_gpu_from_nvml(feedd_factory, sdir, tmp_path, monkeypatch
     s = gpu_feedd(feedd_factory, sdir, tmp_path / "none", monkeypatch,
                   tmp_path / "no-such-libnvidia-ml.so.1")
     assert not [k for k in s if k[0] == "feedd_gpu_memory_bytes"]
+
+
+def test_oldest_worker_job_age(feedd_factory, sdir, tmp_path, monkeypatch, feed_bin):
+    """A batch job held at its start (the test seam FEEDD_TEST_STALL, as a
+    read that never returns would hold it) shows as the oldest job, its
+    age growing; it falls to 0 once the workers are idle again."""
+    stall = tmp_path / "stall"
+    stall.touch()
+    monkeypatch.setenv("FEEDD_TEST_STALL", str(stall))
+    daemon = feedd_factory(tmp_path, "--dataset", f"s={sdir / 's'}", "--workers", 1,
+                           "--metrics", "127.0.0.1:0")
+    base = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics",
+                     daemon.log_text()).group(1)
+    bench = subprocess.Popen([str(feed_bin / "feedbench"), "--socket", daemon.sock,
+                              "--dataset", "s", "--batch", "4", "--epochs", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: one(samples(scrape(base)), "feedd_worker_oldest_job_seconds") >= 1.0,
+              "a job held for a second")
+        s = samples(scrape(base))
+        assert one(s, "feedd_workers_busy") == 1
+    finally:
+        stall.unlink()
+    assert bench.wait(timeout=WAIT_S) == 0, bench.stderr.read()
+    until(lambda: one(samples(scrape(base)), "feedd_worker_oldest_job_seconds") == 0,
+          "every worker idle")
