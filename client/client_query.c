@@ -316,6 +316,13 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->reader_wait_share_10s = s->reader_wait_share_10s;
 	cl_text(o->job, sizeof(o->job), s->job);
 	o->replaced = s->replaced;
+	o->rank = s->rank;
+	o->world = s->world;
+	o->slot_bytes = s->slot_bytes;
+	o->batches_per_epoch = s->batches_per_epoch;
+	o->epochs = s->epochs;
+	o->start_epoch = s->start_epoch;
+	o->start_batch = s->start_batch;
 	o->nmember_pids = 0;
 	for (size_t i = 0; i < s->n_member_pids && i < FEED_STATUS_MEMBERS; i++) {
 		o->member_pids[i] = s->member_pids[i];

@@ -19,6 +19,7 @@ FEED_PACKAGES=(
   python3-matplotlib python3-psutil python3-doc zstd
   clang libclang-rt-14-dev
   lintian
+  prometheus python3-yaml
 )
 
 feed_install() {

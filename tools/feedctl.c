@@ -5,7 +5,8 @@
  *   feedctl [--socket PATH] [--timeout MS] status [--json]
  *   feedctl [--socket PATH] [--timeout MS] datasets [NAME]
  *   feedctl [--socket PATH] [--timeout MS] reload [--json]
- *   feedctl [--socket PATH] [--timeout MS] top [--json] [--once | --iterations N]
+ *   feedctl [--socket PATH] [--timeout MS] top [--json] [--wide] [--sort KEY]
+ *           [--once | --iterations N]
  *
  * Single-threaded command. Exit 0 on success, 1 when the daemon cannot be
  * reached or refuses, 2 on a usage error; every failure is one line on
@@ -26,16 +27,21 @@ static const char usage[] =
 	"usage: feedctl [--socket PATH] [--timeout MS] status [--json]\n"
 	"       feedctl [--socket PATH] [--timeout MS] datasets [NAME]\n"
 	"       feedctl [--socket PATH] [--timeout MS] reload [--json]\n"
-	"       feedctl [--socket PATH] [--timeout MS] top [--json] [--once | --iterations N]\n"
+	"       feedctl [--socket PATH] [--timeout MS] top [--json] [--wide] [--sort KEY]\n"
+	"               [--once | --iterations N]\n"
 	"The socket defaults to $FEEDD_SOCKET, or " FEED_DEFAULT_SOCKET ".\n"
 	"status lists every stream and group over a dataset you may read; --json\n"
 	"prints the same as one JSON object, for scripts. Rates show the last 10 s\n"
 	"beside the average since each stream opened.\n"
 	"reload makes feedd load its config file again (root or the socket's group)\n"
 	"and prints what changed, or every error (exit 1: the old config stays).\n"
-	"top refreshes every second: one line per stream or group, with its\n"
-	"client's GPU utilisation through NVML (libnvidia-ml.so.1, or\n"
-	"$FEED_NVML_LIBRARY) where loaded; --json prints one object per refresh.\n";
+	"top refreshes every second: one line per stream (each rank of a job) or\n"
+	"group (its members below it), with its age, epoch progress and the time\n"
+	"to the epoch's end, memory, and its client's GPU utilisation through NVML\n"
+	"(libnvidia-ml.so.1, or $FEED_NVML_LIBRARY) where loaded; then the totals.\n"
+	"Names are fitted to the terminal (cut ones end in '+'); --wide never cuts\n"
+	"them. --sort job|user|dataset|rank|pid|age|samples|wait|gpu|mem|worker\n"
+	"(default job: a job's ranks in order); --json prints one object per refresh.\n";
 
 static int fail(struct feed_conn *conn, int code, const char *what)
 {
@@ -314,6 +320,8 @@ int main(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},
 		{"once", no_argument, NULL, 'o'},
 		{"iterations", required_argument, NULL, 'n'},
+		{"wide", no_argument, NULL, 'w'},
+		{"sort", required_argument, NULL, 'S'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -321,6 +329,8 @@ int main(int argc, char **argv)
 	int timeout = FEED_DEFAULT_TIMEOUT_MS, opt;
 	bool json = false;
 	long iterations = 0;   /* top: 0 until killed */
+	bool wide = false, top_flags = false;
+	enum top_sort sort = TOP_SORT_JOB;
 
 	while ((opt = getopt_long(argc, argv, "s:t:jh", opts, NULL)) != -1) {
 		switch (opt) {
@@ -348,6 +358,17 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'w':
+			wide = top_flags = true;
+			break;
+		case 'S':
+			if (top_sort_parse(optarg, &sort) < 0) {
+				fprintf(stderr, "feedctl: --sort %s: not a key (job, user, dataset, "
+					"rank, pid, age, samples, wait, gpu, mem, worker)\n", optarg);
+				return 2;
+			}
+			top_flags = true;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -359,7 +380,7 @@ int main(int argc, char **argv)
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	int nargs = argc - optind;
 	bool top = cmd && !strcmp(cmd, "top") && nargs == 1;
-	if (!cmd || (iterations && !top) ||
+	if (!cmd || ((iterations || top_flags) && !top) ||
 	    !(top || (!strcmp(cmd, "status") && nargs == 1) ||
 	      (!strcmp(cmd, "reload") && nargs == 1) ||
 	      (!strcmp(cmd, "datasets") && nargs <= 2 && !json))) {
@@ -374,7 +395,8 @@ int main(int argc, char **argv)
 	}
 	feed_conn_set_timeout(conn, timeout);
 	int r = feed_conn_open(conn, path);
-	struct top_opts to = {.json = json, .clear = isatty(1) && !json, .iterations = iterations};
+	struct top_opts to = {.json = json, .clear = isatty(1) && !json, .wide = wide,
+			      .sort = sort, .iterations = iterations};
 	int rc = r < 0 ? fail(conn, r, "connect")
 		 : top ? cmd_top(conn, &to)
 		 : !strcmp(cmd, "status") ? (json ? cmd_status_json(conn) : cmd_status(conn))

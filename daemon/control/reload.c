@@ -243,6 +243,7 @@ static void rld_done(struct pool_job *job)
 	}
 	if (d->reload_notify)
 		d->reload_notify(d, true);
+	stats_reloaded(&d->stats, rep.applied);  /* feedd_config_last_reload_successful */
 	if (r->done)
 		r->done(r->arg, &rep);
 	cfg_free(was);  /* after the answer, which reads it; entries in it hold it */

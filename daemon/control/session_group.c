@@ -286,6 +286,9 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 			.pipeline = g->pipeline_text, .batch = g->key.batch,
 			.shm_bytes = g->data_bytes, .opened_ms = uv_now(&g->d->loop),
 			.read = ses_group_read, .job = g->job,
+			.slot_bytes = g->depth ? g->data_bytes / g->depth : 0,
+			.rank = g->key.rank, .world = g->key.world,
+			.batches_per_epoch = dlv_batches_per_epoch(g->dlv),
 		};
 		stats_add(&g->d->stats, &g->stat);
 		dlv_start(g->dlv);

@@ -68,6 +68,9 @@ struct ses_stream {
 	struct dsl *dev;           /* its device slots (the delivery's), or NULL:
 				    * dev_reason says why */
 	char dev_reason[FEED_ERR_MSG_MAX];
+	uint64_t slot_bytes;       /* one data slot, for status and metrics */
+	uint32_t rank, world;      /* OpenStream's, for status */
+	uint64_t epochs;           /* OpenStream.epochs (0: no end), for status */
 };
 
 /* Leaves the delivery: our member goes, then a plain stream's delivery
@@ -456,7 +459,10 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
 		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
 		.device = !ss->dev_asked ? "" : ss->dev ? "ipc" : ss->dev_reason,
-		.device_bytes = ss->dev_bytes, .job = ss->job,
+		.device_bytes = ss->dev_bytes, .job = ss->job, .slot_bytes = ss->slot_bytes,
+		.rank = ss->rank, .world = ss->world, .epochs = ss->epochs,
+		.batches_per_epoch = dlv_batches_per_epoch(ss->dlv),
+		.start_epoch = ss->start_epoch, .start_batch = ss->start_index,
 	};
 	stats_add(&ss->d->stats, &ss->stat);
 }
@@ -777,6 +783,10 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 		free(ss);
 		return;
 	}
+	ss->slot_bytes = lay.slot_bytes;
+	ss->rank = o->rank;
+	ss->world = o->world ? o->world : 1;
+	ss->epochs = o->epochs;
 	/* from here the quota holds it: ses_stream_free() gives it back */
 	uint32_t credits = o->credits ? o->credits : SES_DEFAULT_CREDITS;
 	if ((rc = ses_open_delivery(se, o, ss, &sp, &lay, &err)) < 0 ||

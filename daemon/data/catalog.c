@@ -266,7 +266,10 @@ static struct cat *cat_alloc(size_t n, struct feed_err *err)
 {
 	struct cat *cat = calloc(1, sizeof(*cat));
 
-	if (!cat || !(cat->e = calloc(n ? n : 1, sizeof(*cat->e)))) {
+	if (!cat || !(cat->e = calloc(n ? n : 1, sizeof(*cat->e))) ||
+	    !(cat->left_err = calloc(n ? n : 1, sizeof(*cat->left_err)))) {
+		if (cat)
+			free(cat->e);
 		free(cat);
 		feed_err_set(err, -ENOMEM, "datasets: out of memory");
 		return NULL;
@@ -367,6 +370,7 @@ int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *
 		}
 		if (r < 0) {
 			log_warn(lg, "%s; left out", e2.msg);
+			cat->left_err[i] = r;
 			continue;
 		}
 		cat->e[cat->n++] = e;
@@ -449,6 +453,7 @@ void cat_free(struct cat *cat)
 	for (size_t i = 0; i < cat->n; i++)
 		cat_entry_unref(cat->e[i]);
 	free(cat->e);
+	free(cat->left_err);
 	free(cat);
 }
 
@@ -518,6 +523,7 @@ static int cat_plan_one(const struct cat *cur, const struct cfg *old, const stru
 	}
 	const struct cfg_dataset *od = cfg_dataset_find(old, d->name);
 	if (!k && od && !strcmp(od->path, d->path)) {  /* left out before, and still */
+		r->next->left_err[d - c->datasets] = rc;
 		snprintf(msg, sizeof(msg), "%s; still left out", err.msg);
 		cat_note(r->warnings, &r->nwarnings, &r->more_warnings, msg);
 	} else {

@@ -91,6 +91,9 @@ struct cat_entry {
 struct cat {
 	size_t n;                        /* datasets opened */
 	struct cat_entry **e;            /* in config order, a reference each */
+	int *left_err;                   /* per configured dataset (config order):
+					  * 0 when served, else the negative errno
+					  * that left it out (for the metrics) */
 };
 
 /* Opens every dataset of c: a directory, or a URL (http://, https://,

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +22,10 @@
 #include "catalog.h"
 #include "disktier.h"
 #include "feed_lock.h"
+#include "log_limit.h"
 #include "feedd.h"
+#include "metrics_gpu.h"
+#include "metrics_process.h"
 #include "pool.h"
 
 struct met {
@@ -35,7 +39,19 @@ struct met {
 	char *text;                    /* the last rendering, owned; NULL: none yet */
 	size_t len;
 	bool stopping;                 /* met_stop() began: wait no more */
+	_Atomic unsigned open;         /* HTTP connections open now (relaxed: a gauge) */
+	_Atomic uint64_t refused;      /* connections refused over a limit (log lines) */
+	struct log_limit refused_log;  /* the HTTP thread's own: its refusal warnings */
+	struct met_gpu *gpu;           /* NVML, or NULL: no GPU memory figures; called
+					* on the HTTP thread only */
 };
+
+/* HTTP connections open now; 0 without the server. Any thread. */
+static unsigned met_http_connections(const struct met *m)
+{
+	/* relaxed: a count shown as it is */
+	return m ? atomic_load_explicit(&m->open, memory_order_relaxed) : 0;
+}
 
 /* ---- the text (loop thread) ---- */
 
@@ -129,41 +145,54 @@ static void met_labels(struct met_buf *b, const struct stats_series *s)
 	met_printf(b, "\"}");
 }
 
-/* One per-stream family: which field, and whether it is seconds (ns). */
+/* One per-stream family: which field, and whether it is seconds (ns).
+ * The series of one open stream are these families' (MET_STREAM_FAMILIES,
+ * well under 64); a closed one's leave after the next scrape. */
 struct met_stream_family {
 	const char *name, *type, *help;
 	size_t off;                    /* of a uint64_t, or of a uint32_t gauge */
 	bool ns, u32;
+	bool live;                     /* a gauge of open streams only: no series once
+					* every stream of the labels closed */
 };
 
 #define MET_AT(f) offsetof(struct stats_series, f)
 static const struct met_stream_family met_stream_families[] = {
 	{"feedd_samples_total", "counter", "Samples published to the streams or groups with "
-	 "these labels.", MET_AT(samples), false, false},
+	 "these labels.", MET_AT(samples), false, false, false},
 	{"feedd_batches_total", "counter", "Batches published (a group's once).",
-	 MET_AT(batches), false, false},
+	 MET_AT(batches), false, false, false},
 	{"feedd_bytes_total", "counter", "Bytes of batches published.", MET_AT(bytes), false,
-	 false},
+	 false, false},
 	{"feedd_reader_wait_seconds_total", "counter", "Time the readers waited for a batch, "
 	 "as their clients report it (clamped to each stream's age).", MET_AT(reader_wait_ns),
-	 true, false},
+	 true, false, false},
 	{"feedd_worker_seconds_total", "counter", "Worker thread CPU time spent building "
-	 "batches.", MET_AT(worker_ns), true, false},
+	 "batches.", MET_AT(worker_ns), true, false, false},
 	{"feedd_samples_replaced_total", "counter", "Samples that failed to decode and were "
-	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false},
+	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false, false},
 	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
-	 MET_AT(credits), false, true},
+	 MET_AT(credits), false, true, false},
 	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",
-	 MET_AT(credits_in_use), false, true},
+	 MET_AT(credits_in_use), false, true, false},
+	{"feedd_readers", "gauge", "Readers of the open streams (a group's members).",
+	 MET_AT(readers), false, true, true},
+	{"feedd_shm_bytes", "gauge", "Shared memory of the open streams' regions (control, "
+	 "data, release).", MET_AT(shm_bytes), false, false, true},
+	{"feedd_slot_bytes", "gauge", "Bytes of one data slot (the largest among the open "
+	 "streams).", MET_AT(slot_bytes), false, false, true},
 };
+#define MET_STREAM_FAMILIES (sizeof(met_stream_families) / sizeof(met_stream_families[0]))
 
 static void met_streams(struct met_buf *b, const struct met_series *all)
 {
-	for (size_t f = 0; f < sizeof(met_stream_families) / sizeof(met_stream_families[0]); f++) {
+	for (size_t f = 0; f < MET_STREAM_FAMILIES; f++) {
 		const struct met_stream_family *m = &met_stream_families[f];
 		met_family(b, m->name, m->type, m->help);
 		for (size_t i = 0; i < all->n; i++) {
 			const char *at = (const char *)&all->s[i] + m->off;
+			if (m->live && !all->s[i].live)
+				continue;
 			uint64_t v = m->u32 ? *(const uint32_t *)at : *(const uint64_t *)at;
 			met_printf(b, "%s", m->name);
 			met_labels(b, &all->s[i]);
@@ -173,6 +202,186 @@ static void met_streams(struct met_buf *b, const struct met_series *all)
 				met_printf(b, " %llu\n", (unsigned long long)v);
 		}
 	}
+}
+
+/* The per-dataset totals: closed streams' counts for good, open ones' on
+ * top, so a stream's counts outlive its own series. */
+struct met_totals {
+	struct stats_dataset_total *t;
+	size_t n, cap;
+};
+
+static int met_collect_total(const struct stats_dataset_total *t, void *arg)
+{
+	struct met_totals *all = arg;
+
+	if (all->n == all->cap) {
+		size_t cap = all->cap ? all->cap * 2 : 8;
+		void *p = realloc(all->t, cap * sizeof(*all->t));
+		if (!p)
+			return -ENOMEM;
+		all->t = p;
+		all->cap = cap;
+	}
+	all->t[all->n++] = *t;
+	return 0;
+}
+
+#define MET_TOT(f) offsetof(struct stats_dataset_total, f)
+static const struct met_stream_family met_dataset_families[] = {
+	{"feedd_dataset_samples_total", "counter", "Samples published from the dataset, every "
+	 "stream and group (open or closed) together.", MET_TOT(samples), false, false, false},
+	{"feedd_dataset_batches_total", "counter", "Batches published from the dataset.",
+	 MET_TOT(batches), false, false, false},
+	{"feedd_dataset_bytes_total", "counter", "Bytes of batches published from the dataset.",
+	 MET_TOT(bytes), false, false, false},
+	{"feedd_dataset_reader_wait_seconds_total", "counter", "Time the readers of the "
+	 "dataset's streams waited for a batch.", MET_TOT(reader_wait_ns), true, false, false},
+	{"feedd_dataset_worker_seconds_total", "counter", "Worker thread CPU time spent "
+	 "building the dataset's batches.", MET_TOT(worker_ns), true, false, false},
+	{"feedd_dataset_samples_replaced_total", "counter", "Samples of the dataset replaced "
+	 "(on_error skip).", MET_TOT(replaced), false, false, false},
+	{"feedd_dataset_streams_closed_total", "counter", "Streams and groups over the dataset "
+	 "that closed.", MET_TOT(closed), false, false, false},
+};
+
+static int met_datasets_totals(struct met_buf *b, struct feedd *d)
+{
+	struct met_totals all = {0};
+	int rc = stats_each_dataset(&d->stats, uv_now(&d->loop), met_collect_total, &all);
+
+	if (rc < 0) {
+		free(all.t);
+		return rc;
+	}
+	for (size_t f = 0; f < sizeof(met_dataset_families) / sizeof(met_dataset_families[0]);
+	     f++) {
+		const struct met_stream_family *m = &met_dataset_families[f];
+		met_family(b, m->name, m->type, m->help);
+		for (size_t i = 0; i < all.n; i++) {
+			uint64_t v = *(const uint64_t *)((const char *)&all.t[i] + m->off);
+			met_printf(b, "%s{dataset=\"", m->name);
+			met_value(b, all.t[i].dataset);
+			if (m->ns)
+				met_printf(b, "\"} %.9f\n", (double)v / 1e9);
+			else
+				met_printf(b, "\"} %llu\n", (unsigned long long)v);
+		}
+	}
+	free(all.t);
+	return 0;
+}
+
+/* Why a configured dataset is not served, as a label of a small fixed
+ * set. "pending": a remote dataset whose manifest has not arrived yet
+ * (the fetcher's state; never chosen from an errno here). */
+static const char *const met_left_reasons[] = {
+	"missing", "access", "invalid", "unreachable", "pending", "other",
+};
+#define MET_LEFT_N (sizeof(met_left_reasons) / sizeof(met_left_reasons[0]))
+
+static size_t met_left_reason(int err)
+{
+	switch (err) {
+	case -ENOENT: case -ENOTDIR:
+		return 0;
+	case -EACCES: case -EPERM:
+		return 1;
+	case -EBADMSG: case -EINVAL: case -EPROTO: case -EILSEQ: case -EFBIG: case -ESTALE:
+	case -ENOTSUP:
+		return 2;
+	case -EHOSTUNREACH: case -ECONNREFUSED: case -ETIMEDOUT: case -ENETUNREACH:
+	case -ECONNRESET: case -EIO: case -EREMOTEIO: case -EHOSTDOWN:
+		return 3;
+	case -EINPROGRESS:  /* the fetcher's "pending" */
+		return 4;
+	default:
+		return 5;
+	}
+}
+
+/* Datasets the config names, served, and left out by reason. */
+static void met_datasets(struct met_buf *b, struct feedd *d)
+{
+	const struct cfg *c = d->cfg;
+	const struct cat *cat = d->cat;
+	uint64_t left[MET_LEFT_N] = {0};
+
+	met_family(b, "feedd_datasets_configured", "gauge", "Datasets the config in force names.");
+	met_printf(b, "feedd_datasets_configured %zu\n", c->ndatasets);
+	met_family(b, "feedd_datasets_open", "gauge", "Datasets served now.");
+	met_printf(b, "feedd_datasets_open %zu\n", cat ? cat->n : 0);
+	met_family(b, "feedd_dataset_left_out", "gauge", "1 for each configured dataset not "
+		   "served, with why.");
+	for (size_t i = 0; cat && cat->left_err && i < c->ndatasets; i++) {
+		if (!cat->left_err[i])
+			continue;
+		size_t why = met_left_reason(cat->left_err[i]);
+		left[why]++;
+		met_printf(b, "feedd_dataset_left_out{dataset=\"");
+		met_value(b, c->datasets[i].name);
+		met_printf(b, "\",reason=\"%s\"} 1\n", met_left_reasons[why]);
+	}
+	met_family(b, "feedd_datasets_left_out", "gauge", "Configured datasets not served, by "
+		   "reason.");
+	for (size_t i = 0; i < MET_LEFT_N; i++)
+		met_printf(b, "feedd_datasets_left_out{reason=\"%s\"} %llu\n", met_left_reasons[i],
+			   (unsigned long long)left[i]);
+}
+
+/* Reloads, as Prometheus reports its own config's. */
+static void met_config(struct met_buf *b, const struct stats_reg *r)
+{
+	met_family(b, "feedd_config_last_reload_successful", "gauge", "Whether the last "
+		   "reload (or the start) applied the config file: 1, or 0 when it was refused.");
+	met_printf(b, "feedd_config_last_reload_successful %d\n", r->reload_ok ? 1 : 0);
+	met_family(b, "feedd_config_last_reload_success_timestamp_seconds", "gauge", "When the "
+		   "config in force was applied (start or reload), seconds since 1970.");
+	met_printf(b, "feedd_config_last_reload_success_timestamp_seconds %.6f\n",
+		   r->reload_ok_s);
+	met_family(b, "feedd_config_reloads_total", "counter", "Reloads tried.");
+	met_printf(b, "feedd_config_reloads_total %llu\n", (unsigned long long)r->reloads);
+	met_family(b, "feedd_config_reload_failures_total", "counter", "Reloads refused.");
+	met_printf(b, "feedd_config_reload_failures_total %llu\n",
+		   (unsigned long long)r->reloads_failed);
+}
+
+/* process_* as client libraries name them, and feedd's own memory figure. */
+static void met_process(struct met_buf *b)
+{
+	struct met_process p;
+
+	met_process_read(&p);
+	met_family(b, "process_cpu_seconds_total", "counter", "User and system CPU time, "
+		   "seconds.");
+	met_printf(b, "process_cpu_seconds_total %.6f\n", p.cpu_s);
+	if (p.has_rss) {
+		met_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size.");
+		met_printf(b, "process_resident_memory_bytes %llu\n",
+			   (unsigned long long)p.rss_bytes);
+		met_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size.");
+		met_printf(b, "process_virtual_memory_bytes %llu\n", (unsigned long long)p.vm_bytes);
+	}
+	if (p.has_start) {
+		met_family(b, "process_start_time_seconds", "gauge", "Start time of the process, "
+			   "seconds since 1970.");
+		met_printf(b, "process_start_time_seconds %.2f\n", p.start_s);
+	}
+	if (p.has_fds) {
+		met_family(b, "process_open_fds", "gauge", "Open file descriptors.");
+		met_printf(b, "process_open_fds %llu\n", (unsigned long long)p.open_fds);
+	}
+	met_family(b, "process_max_fds", "gauge", "The limit of open file descriptors.");
+	met_printf(b, "process_max_fds %llu\n", (unsigned long long)p.max_fds);
+	if (p.has_anon) {
+		met_family(b, "feedd_memory_bytes", "gauge", "RssAnon + RssShmem of feedd: its own "
+			   "memory and the shared memory it maps.");
+		met_printf(b, "feedd_memory_bytes %llu\n", (unsigned long long)p.anon_shmem_bytes);
+	}
+	met_family(b, "feedd_memory_limit_bytes", "gauge", "The memory limit of feedd's "
+		   "cgroup; 0 when it has none.");
+	met_printf(b, "feedd_memory_limit_bytes %llu\n",
+		   (unsigned long long)(p.has_limit ? p.mem_limit_bytes : 0));
 }
 
 static void met_cache(struct met_buf *b, struct cache *c)
@@ -193,6 +402,8 @@ static void met_cache(struct met_buf *b, struct cache *c)
 		 offsetof(struct cache_tally, bytes)},
 	};
 
+	struct cache_stats cs;
+
 	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
 		met_family(b, fam[f].name, fam[f].type, fam[f].help);
 		for (size_t i = 0; i < n; i++) {
@@ -202,6 +413,12 @@ static void met_cache(struct met_buf *b, struct cache *c)
 					   (const char *)&t[i] + fam[f].off));
 		}
 	}
+	cache_stats(c, &cs);
+	met_family(b, "feedd_cache_capacity_bytes", "gauge", "The block cache's budget "
+		   "(cache_bytes).");
+	met_printf(b, "feedd_cache_capacity_bytes %llu\n", (unsigned long long)cs.budget);
+	met_family(b, "feedd_cache_entries", "gauge", "Blocks the cache holds.");
+	met_printf(b, "feedd_cache_entries %llu\n", (unsigned long long)cs.entries);
 }
 
 /* Remote datasets' requests (every dataset together) and the disk tier
@@ -267,6 +484,10 @@ static void met_remote(struct met_buf *b, struct feedd *d)
 		met_family(b, tf[i].name, tf[i].type, tf[i].help);
 		met_printf(b, "%s %llu\n", tf[i].name, (unsigned long long)tf[i].v);
 	}
+	met_family(b, "feedd_disk_tier_capacity_bytes", "gauge", "cache_dir's budget "
+		   "(cache_dir_bytes).");
+	met_printf(b, "feedd_disk_tier_capacity_bytes %llu\n",
+		   (unsigned long long)d->cfg->cache_dir_bytes);
 }
 
 static void met_daemon(struct met_buf *b, struct feedd *d)
@@ -291,6 +512,16 @@ static void met_daemon(struct met_buf *b, struct feedd *d)
 	met_family(b, "feedd_uptime_seconds", "gauge", "Seconds since feedd began serving.");
 	met_printf(b, "feedd_uptime_seconds %.3f\n",
 		   (double)(uv_now(&d->loop) - d->start_ms) / 1e3);
+	unsigned idx;
+	uint64_t ms = 0;
+	if (!d->pool || pool_longest_job(d->pool, &idx, &ms) <= 0)
+		ms = 0;
+	met_family(b, "feedd_worker_oldest_job_seconds", "gauge", "How long the worker longest "
+		   "in its current job has been in it (0: every worker idle).");
+	met_printf(b, "feedd_worker_oldest_job_seconds %.3f\n", (double)ms / 1e3);
+	met_family(b, "feedd_metrics_connections", "gauge", "HTTP connections open to this "
+		   "metrics server.");
+	met_printf(b, "feedd_metrics_connections %u\n", met_http_connections(d->metrics));
 }
 
 int met_render(struct feedd *d, char **ret, size_t *ret_len)
@@ -301,7 +532,11 @@ int met_render(struct feedd *d, char **ret, size_t *ret_len)
 
 	if (rc == 0) {
 		met_daemon(&b, d);
+		met_process(&b);
+		met_config(&b, &d->stats);
+		met_datasets(&b, d);
 		met_streams(&b, &all);
+		rc = met_datasets_totals(&b, d);
 		if (d->cache)
 			met_cache(&b, d->cache);
 		met_remote(&b, d);
@@ -332,6 +567,8 @@ static void met_on_wake(uv_async_t *h)
 	feed_mutex_unlock(&m->mu);
 	if (met_render(m->d, &text, &len) < 0)
 		log_warn(&m->d->log, "metrics: out of memory rendering; serving the last text");
+	if (text)  /* shown once: closed streams' series may go now */
+		stats_scraped(&m->d->stats);
 	feed_mutex_lock(&m->mu);
 	old = text ? m->text : NULL;
 	if (text) {
@@ -342,6 +579,22 @@ static void met_on_wake(uv_async_t *h)
 	pthread_cond_broadcast(&m->rendered);
 	feed_mutex_unlock(&m->mu);
 	free(old);
+}
+
+/* HTTP thread: text (of *len bytes, owned) with the GPU memory family
+ * after it, asked of NVML here rather than on the loop (milliseconds a
+ * call); text as it was when there is none or no memory for it. */
+static char *met_gpu_append(struct met *m, char *text, size_t *len)
+{
+	char gpu[8192];
+	size_t n = m->gpu ? met_gpu_text(m->gpu, gpu, sizeof(gpu)) : 0;
+	char *more;
+
+	if (!n || !(more = realloc(text, *len + n + 1)))
+		return text;
+	memcpy(more + *len, gpu, n + 1);
+	*len += n;
+	return more;
 }
 
 /* HTTP thread: a copy of a rendering made after the request came, or of
@@ -372,7 +625,7 @@ static char *met_fresh_text(struct met *m, size_t *ret_len)
 		*ret_len = m->len;
 	}
 	feed_mutex_unlock(&m->mu);
-	return copy;
+	return copy ? met_gpu_append(m, copy, ret_len) : NULL;
 }
 
 static enum MHD_Result met_reply(struct MHD_Connection *c, unsigned status, const char *type,
@@ -418,15 +671,46 @@ static enum MHD_Result met_answer(void *cls, struct MHD_Connection *c, const cha
 			 MHD_RESPMEM_MUST_FREE);
 }
 
-/* libmicrohttpd's own complaints, into our log (any thread). */
+static uint64_t met_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* libmicrohttpd's own complaints, into our log: its thread, so its own
+ * rate limit (a flood of refused connections writes a few lines and a
+ * count, never one line each). */
 static void met_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	struct met *m = cls;
-	char line[512];
+	char line[512], note[LOG_LIMIT_NOTE_MAX];
+	uint64_t gone = 0;
 
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	log_warn(&m->d->log, "metrics: %s", line);
+	if (strstr(line, "limit"))  /* "reached (per-IP) connection limit" */
+		atomic_fetch_add_explicit(&m->refused, 1, memory_order_relaxed); /* a count */
+	if (!log_limit_allow(&m->refused_log, met_now_ms(), &gone))
+		return;
+	log_warn(&m->d->log, "metrics: %s (at most %u connections, %u from one address, "
+		 "idle ones closed after %u s)%s", line, METRICS_MAX_CONNECTIONS,
+		 METRICS_MAX_PER_PEER, METRICS_IDLE_TIMEOUT_S, log_limit_note(gone, note));
+}
+
+/* libmicrohttpd's thread: a connection opened or closed. */
+static void met_mhd_conn(void *cls, struct MHD_Connection *c, void **socket_ctx,
+			 enum MHD_ConnectionNotificationCode why)
+{
+	struct met *m = cls;
+
+	(void)c, (void)socket_ctx;
+	/* relaxed: a gauge */
+	if (why == MHD_CONNECTION_NOTIFY_STARTED)
+		atomic_fetch_add_explicit(&m->open, 1, memory_order_relaxed);
+	else if (why == MHD_CONNECTION_NOTIFY_CLOSED)
+		atomic_fetch_sub_explicit(&m->open, 1, memory_order_relaxed);
 }
 
 /* ---- start and stop (loop thread) ---- */
@@ -457,8 +741,10 @@ static int met_listen(struct met *m, struct feed_err *err)
 	m->mhd = MHD_start_daemon(flags, port, NULL, NULL, met_answer, m,
 				  MHD_OPTION_EXTERNAL_LOGGER, met_mhd_log, m,
 				  MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)sa,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
-				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+				  MHD_OPTION_NOTIFY_CONNECTION, met_mhd_conn, m,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_MAX_CONNECTIONS,
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_MAX_PER_PEER,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_TIMEOUT_S,
 				  MHD_OPTION_END);
 	if (!m->mhd)
 		return feed_err_set(err, -EADDRNOTAVAIL, "metrics %s: cannot listen there (in use, "
@@ -483,6 +769,7 @@ int met_start(struct feedd *d, struct met **ret, struct feed_err *err)
 	if (!(m = calloc(1, sizeof(*m))))
 		return feed_err_set(err, -ENOMEM, "metrics: out of memory");
 	m->d = d;
+	log_limit_init(&m->refused_log, LOG_LIMIT_BURST, 10000);
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -494,7 +781,12 @@ int met_start(struct feedd *d, struct met **ret, struct feed_err *err)
 		return feed_err_set(err, rc, "metrics: uv_async_init: %s", uv_strerror(rc));
 	}
 	m->wake.data = m;
+	char why[600];
+	if (met_gpu_open(&m->gpu, why, sizeof(why)) < 0)
+		log_debug(&d->log, "metrics: no GPU memory figures: %s", why);
 	if ((rc = met_listen(m, err)) < 0) {
+		met_gpu_close(m->gpu);
+		m->gpu = NULL;
 		uv_close((uv_handle_t *)&m->wake, met_on_closed);
 		return rc;
 	}
@@ -512,5 +804,7 @@ void met_stop(struct met *m)
 	feed_mutex_unlock(&m->mu);
 	MHD_stop_daemon(m->mhd);  /* joins its thread: nothing sends to wake after */
 	m->mhd = NULL;
+	met_gpu_close(m->gpu);    /* its one caller, the HTTP thread, is gone */
+	m->gpu = NULL;
 	uv_close((uv_handle_t *)&m->wake, met_on_closed);
 }

@@ -27,6 +27,15 @@
  * rendered (or 503 when there is none yet). */
 #define METRICS_WAIT_MS 2000
 
+/* The HTTP server's bounds, so idle or half-open clients cannot starve a
+ * scraper: connections at once (libmicrohttpd polls them all with epoll,
+ * none holds a thread), from one address, and the seconds a connection
+ * may sit idle (no request, or a request never finished) before it is
+ * closed. A Prometheus scraping every 15 s reconnects each time: cheap. */
+#define METRICS_MAX_CONNECTIONS 128
+#define METRICS_MAX_PER_PEER 16
+#define METRICS_IDLE_TIMEOUT_S 5
+
 struct feedd;
 struct met;
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "access.h"
 #include "cache.h"
@@ -74,6 +75,15 @@ void stats_rates(const struct stats_entry *en, const struct stats_sample *x, uin
 		ret->reader_wait_share = 1.0;
 }
 
+/* The wall clock, seconds since 1970 (to the microsecond). */
+static double stats_wall_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)(ts.tv_nsec / 1000) / 1e6;
+}
+
 static void stats_on_tick(uv_timer_t *t)
 {
 	struct stats_reg *r = t->data;
@@ -92,6 +102,8 @@ int stats_start(struct stats_reg *r, uv_loop_t *loop, struct cache *cache)
 
 	r->loop = loop;
 	r->cache = cache;
+	r->reload_ok = true;  /* the config in force loaded: as Prometheus says at start */
+	r->reload_ok_s = stats_wall_s();
 	if ((rc = uv_timer_init(loop, &r->tick)) < 0)
 		return rc;
 	r->tick.data = r;
@@ -112,6 +124,19 @@ void stats_free(struct stats_reg *r)
 	free(r->closed);
 	r->closed = NULL;
 	r->nclosed = r->cap = 0;
+	free(r->totals);
+	r->totals = NULL;
+	r->ntotals = r->tcap = 0;
+}
+
+void stats_reloaded(struct stats_reg *r, bool ok)
+{
+	r->reloads++;
+	r->reload_ok = ok;
+	if (ok)
+		r->reload_ok_s = stats_wall_s();
+	else
+		r->reloads_failed++;
 }
 
 void stats_refused(struct stats_reg *r, int code, bool malformed)
@@ -164,7 +189,7 @@ static struct stats_series *stats_find(struct stats_series **arr, size_t *n, siz
 	return &(*arr)[(*n)++];
 }
 
-static void stats_series_add(struct stats_series *s, const struct stats_sample *x, bool live)
+static void stats_series_add(struct stats_series *s, const struct stats_sample *x)
 {
 	s->batches += x->batches;
 	s->samples += x->samples;
@@ -172,10 +197,56 @@ static void stats_series_add(struct stats_series *s, const struct stats_sample *
 	s->worker_ns += x->worker_ns;
 	s->reader_wait_ns += x->reader_wait_ns;
 	s->replaced += x->replaced;
-	if (live) {
-		s->credits += x->credits;
-		s->credits_in_use += x->credits_in_use;
+}
+
+/* The gauges a live entry adds to its series. */
+static void stats_series_live(struct stats_series *s, const struct stats_entry *en,
+			      const struct stats_sample *x)
+{
+	s->credits += x->credits;
+	s->credits_in_use += x->credits_in_use;
+	s->readers += x->members ? x->members : 1;
+	s->shm_bytes += en->shm_bytes;
+	if (en->slot_bytes > s->slot_bytes)
+		s->slot_bytes = en->slot_bytes;
+	s->live++;
+}
+
+/* The per-dataset total called name, added (zero) when missing: under
+ * "_other" past STATS_DATASETS_MAX; NULL only out of memory. */
+static struct stats_dataset_total *stats_total(struct stats_dataset_total **arr, size_t *n,
+					       size_t *cap, const char *name)
+{
+	for (int pass = 0; pass < 2; pass++, name = "_other") {
+		for (size_t i = 0; i < *n; i++)
+			if (!strcmp((*arr)[i].dataset, name))
+				return &(*arr)[i];
+		if (*n >= STATS_DATASETS_MAX - 1 && strcmp(name, "_other"))
+			continue;  /* one slot is kept for "_other" */
+		if (*n == *cap) {
+			size_t c = *cap ? *cap * 2 : 8;
+			void *p = realloc(*arr, c * sizeof(**arr));
+			if (!p)
+				return NULL;
+			*arr = p;
+			*cap = c;
+		}
+		struct stats_dataset_total *t = &(*arr)[(*n)++];
+		memset(t, 0, sizeof(*t));
+		snprintf(t->dataset, sizeof(t->dataset), "%s", name);
+		return t;
 	}
+	return NULL;
+}
+
+static void stats_total_add(struct stats_dataset_total *t, const struct stats_sample *x)
+{
+	t->batches += x->batches;
+	t->samples += x->samples;
+	t->bytes += x->bytes;
+	t->worker_ns += x->worker_ns;
+	t->reader_wait_ns += x->reader_wait_ns;
+	t->replaced += x->replaced;
 }
 
 /* Keeps what en counted under its labels: "_other" past STATS_SERIES_MAX
@@ -196,7 +267,13 @@ static void stats_retire(struct stats_reg *r, struct stats_entry *en)
 		s = stats_find(&r->closed, &r->nclosed, &r->cap, STATS_SERIES_MAX, &key);
 	}
 	if (s)  /* NULL: out of memory; the series stops where it was */
-		stats_series_add(s, &x, false);
+		stats_series_add(s, &x);
+	struct stats_dataset_total *t = stats_total(&r->totals, &r->ntotals, &r->tcap,
+						    en->e->cfg->name);
+	if (t) {  /* NULL: out of memory; the total stops where it was */
+		stats_total_add(t, &x);
+		t->closed++;
+	}
 }
 
 int stats_each_series(struct stats_reg *r, uint64_t now_ms,
@@ -216,8 +293,66 @@ int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 		struct stats_sample x;
 		stats_read(en, now_ms, &x);
 		stats_labels(en, &key);
-		if ((s = stats_find(&all, &n, &cap, cap, &key)))
-			stats_series_add(s, &x, true);
+		if ((s = stats_find(&all, &n, &cap, cap, &key))) {
+			stats_series_add(s, &x);
+			stats_series_live(s, en, &x);
+		}
+	}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = fn(&all[i], arg);
+	free(all);
+	return rc;
+}
+
+void stats_scraped(struct stats_reg *r)
+{
+	assert_loop_thread();
+	struct stats_series *open = NULL;
+	size_t kept = 0, nopen = 0;
+
+	if (!r->nclosed)
+		return;
+	/* the open entries' labels once, not once per closed series */
+	if (r->n && (open = malloc(r->n * sizeof(*open))))
+		for (struct stats_entry *en = r->first; en; en = en->next)
+			stats_labels(en, &open[nopen++]);
+	for (size_t i = 0; i < r->nclosed; i++) {
+		bool live = r->n && !open;  /* out of memory: keep everything, as before */
+		for (size_t j = 0; j < nopen && !live; j++)
+			live = stats_same(&open[j], &r->closed[i]);
+		if (live)  /* its labels go on: the series keeps what they counted */
+			r->closed[kept++] = r->closed[i];
+	}
+	free(open);
+	r->nclosed = kept;
+	if (!kept) {  /* 5,000 streams closed between two scrapes leave no big array */
+		free(r->closed);
+		r->closed = NULL;
+		r->cap = 0;
+	}
+}
+
+int stats_each_dataset(struct stats_reg *r, uint64_t now_ms,
+		       int (*fn)(const struct stats_dataset_total *t, void *arg), void *arg)
+{
+	assert_loop_thread();
+	size_t n = r->ntotals, cap = r->ntotals;
+	struct stats_dataset_total *all = malloc((n ? n : 1) * sizeof(*all));
+	int rc = 0;
+
+	if (!all)
+		return -ENOMEM;
+	if (n)
+		memcpy(all, r->totals, n * sizeof(*all));
+	for (struct stats_entry *en = r->first; en; en = en->next) {
+		struct stats_sample x;
+		struct stats_dataset_total *t;
+		stats_read(en, now_ms, &x);
+		if (!(t = stats_total(&all, &n, &cap, en->e->cfg->name))) {
+			free(all);
+			return -ENOMEM;
+		}
+		stats_total_add(t, &x);
 	}
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = fn(&all[i], arg);
@@ -336,6 +471,13 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
 	s->replaced = x.replaced;
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
+	s->rank = en->rank;
+	s->world = en->world;
+	s->slot_bytes = en->slot_bytes;
+	s->batches_per_epoch = en->batches_per_epoch;
+	s->epochs = en->epochs;
+	s->start_epoch = en->start_epoch;
+	s->start_batch = en->start_batch;
 }
 
 static void stats_cache(struct cache *c, struct stats_mem *m, Feed__Stats *st)

@@ -86,6 +86,11 @@ struct stats_entry {
 	uint64_t opened_ms;            /* uv_now() when it started delivering */
 	const char *job;               /* OpenStream.job (a group: its creator's);
 					* NULL or "": none; lives as long as the entry */
+	uint64_t slot_bytes;           /* one data slot; 0: not known */
+	uint32_t rank, world;          /* OpenStream.rank/world_size (world 0: not set) */
+	uint64_t batches_per_epoch;    /* of this rank; 0: not known */
+	uint64_t epochs;               /* asked for; 0: no end */
+	uint64_t start_epoch, start_batch; /* where it started (resumed, or a late joiner) */
 	struct stats_hist hist;        /* private: the registry's samples */
 	void (*read)(struct stats_entry *en, struct stats_sample *ret);
 };
@@ -104,11 +109,28 @@ struct stats_series {
 	uint64_t worker_ns, reader_wait_ns; /* likewise, in ns */
 	uint64_t replaced;             /* counter: samples replaced (on_error skip) */
 	uint32_t credits, credits_in_use; /* gauges: the live streams' sum (0 once all closed) */
+	uint32_t readers;              /* gauge: the live streams' readers (a group's members) */
+	uint64_t shm_bytes;            /* gauge: the live streams' regions */
+	uint64_t slot_bytes;           /* gauge: the largest slot among the live streams */
+	uint32_t live;                 /* streams and groups open with these labels */
 };
 
-/* Past this many label sets of closed streams, another one's counts go to
- * the series labelled "_other" everywhere: the metrics stay bounded. */
+/* What the closed streams of one dataset counted, kept for good (the
+ * per-dataset totals; a stream's own series leaves after the next scrape). */
+struct stats_dataset_total {
+	char dataset[STATS_LABEL_MAX]; /* its configured name; "_other" past the bound */
+	uint64_t batches, samples, bytes, worker_ns, reader_wait_ns, replaced;
+	uint64_t closed;               /* streams and groups closed */
+};
+
+/* Past this many label sets of closed streams not yet scraped, another
+ * one's counts go to the series labelled "_other" everywhere: the metrics
+ * stay bounded however many streams close between two scrapes. After a
+ * scrape shows them (stats_scraped()), closed series leave. */
 #define STATS_SERIES_MAX 4096
+/* Per-dataset totals kept (distinct dataset names ever streamed); past
+ * it, under dataset "_other". */
+#define STATS_DATASETS_MAX 1024
 
 /* Why a request was refused, as feedd_refusals_total{reason} names it. */
 enum stats_refusal {
@@ -125,8 +147,15 @@ extern const char *const stats_refusal_names[STATS_REFUSED_N];
 struct stats_reg {
 	struct stats_entry *first;     /* zero-initialised: empty */
 	unsigned n;
-	struct stats_series *closed;   /* what closed streams counted, per label set */
+	struct stats_series *closed;   /* what streams closed since the last scrape
+					* counted, per label set */
 	size_t nclosed, cap;
+	struct stats_dataset_total *totals; /* closed streams, per dataset, for good */
+	size_t ntotals, tcap;
+	bool reload_ok;                /* the last reload (or the start) succeeded */
+	double reload_ok_s;            /* wall clock (s since 1970) of the last success,
+					* or of the start */
+	uint64_t reloads, reloads_failed; /* reloads tried, and refused */
 	uint64_t refusals[STATS_REFUSED_N]; /* requests refused, by reason */
 	uint32_t connections;          /* open now (control/server.c keeps it) */
 	uv_loop_t *loop;               /* its clock; NULL before stats_start() */
@@ -175,6 +204,19 @@ void stats_rates(const struct stats_entry *en, const struct stats_sample *x, uin
  * series passed are valid for the call. -ENOMEM, or fn's first error. */
 int stats_each_series(struct stats_reg *r, uint64_t now_ms,
 		      int (*fn)(const struct stats_series *s, void *arg), void *arg);
+
+/* A scrape showed the series: the closed ones no open stream shares labels
+ * with leave (their counts stay in the per-dataset totals). Loop thread. */
+void stats_scraped(struct stats_reg *r);
+
+/* Calls fn once per dataset streamed: the closed streams' totals plus the
+ * open ones' counts (fn's stats_dataset_total is valid for the call).
+ * -ENOMEM, or fn's first error. Loop thread. */
+int stats_each_dataset(struct stats_reg *r, uint64_t now_ms,
+		       int (*fn)(const struct stats_dataset_total *t, void *arg), void *arg);
+
+/* A reload ended: applied (ok) or refused. Loop thread. */
+void stats_reloaded(struct stats_reg *r, bool ok);
 
 /* ---- the reply ---- */
 

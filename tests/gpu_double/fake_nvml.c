@@ -6,15 +6,19 @@
  *
  *   FAKE_NVML_GPUS   utilisation percent of each GPU, comma-separated
  *                    ("87,12": two GPUs); unset: one GPU at 0%
- *   FAKE_NVML_PROCS  compute processes, "PID@GPU,..." ("4242@1")
+ *   FAKE_NVML_PROCS  compute processes, "PID@GPU,..." ("4242@1"); the PID
+ *                    "self" is the process that loaded the library (feedd's
+ *                    own GPU memory), each process holding 1 GiB
  *   FAKE_NVML_INIT   an NVML error code nvmlInit_v2 returns instead of 0
  *
  * It does nothing else a driver does: no devices beyond these, no memory
- * figures. Single-threaded use, as feedctl's.
+ * figure but that 1 GiB. Single-threaded use, as feedctl's and feedd's
+ * metrics thread's.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define FAKE_MAX 16
@@ -65,7 +69,13 @@ static void fake_read_env(void)
 				break;
 		}
 	while (p && *p) {
-		unsigned long pid = strtoul(p, &end, 10), gpu;
+		unsigned long pid, gpu;
+		if (!strncmp(p, "self", 4)) {
+			pid = (unsigned long)getpid();
+			end = (char *)p + 4;
+		} else {
+			pid = strtoul(p, &end, 10);
+		}
 		if (*end != '@')
 			break;
 		gpu = strtoul(end + 1, &end, 10);

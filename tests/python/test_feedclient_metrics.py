@@ -3,7 +3,8 @@
 The Prometheus text at /metrics parses with prometheus_client's own
 parser and matches a known load (feedbench reading E epochs of N samples
 gives feedd_samples_total == N*E for that stream's labels); no counter
-goes backwards when the stream closes; other paths are 404; without
+goes backwards while its series is there (a closed stream's leaves after
+the next scrape, its counts kept per dataset); other paths are 404; without
 --metrics (or a metrics: key) feedd listens on no TCP port. The job id
 (FEED_JOB_ID, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID) shows in status
 and metrics; the 10 s rates fall to zero when a stream idles while the
@@ -104,11 +105,12 @@ def test_metrics_match_a_known_load(served, feed_bin):
     res = feedbench(feed_bin, daemon.sock, {"FEED_JOB_ID": "known-load"},
                     "--batch", batch, "--epochs", epochs, "--json")
     assert res.returncode == 0, res.stderr
+    # watched through status, not scrapes: a closed stream's series shows
+    # in the first scrape after it closed, then leaves
     def closed():
-        s = samples(scrape(base))
-        return s[("feedd_streams", frozenset())] == 0 and \
-            s[("feedd_connections", frozenset())] == 0
-    until(closed, "the stream and its connection closed")
+        st = feedclient.status(socket=daemon.sock)
+        return not [s for s in st["streams"] if s["job"] == "known-load"]
+    until(closed, "the stream closed")
     text = scrape(base)
     fam = families(text)
     assert fam["feedd_samples"] == "counter" and fam["feedd_credits"] == "gauge"
@@ -129,7 +131,8 @@ def test_metrics_match_a_known_load(served, feed_bin):
     assert s[("feedd_build_info", frozenset({"version": feedclient.__version__}.items()))] == 1
     assert s[("feedd_workers", frozenset())] == 2
     assert 0 <= s[("feedd_workers_busy", frozenset())] <= 2
-    assert s[("feedd_connections", frozenset())] == 0
+    until(lambda: samples(scrape(base))[("feedd_connections", frozenset())] == 0,
+          "every connection closed")
 
 
 def test_metrics_counters_never_go_backwards(served, feed_bin):
@@ -146,13 +149,19 @@ def test_metrics_counters_never_go_backwards(served, feed_bin):
     while proc.poll() is None:
         seen.append(samples(scrape(base)))
     assert proc.wait() == 0, proc.stderr.read()
-    until(lambda: samples(scrape(base))[("feedd_streams", frozenset())] == 0, "the close")
-    seen.append(samples(scrape(base)))
-    counters = {k for k in seen[-1] if k[0].endswith("_total")}
+    until(lambda: not feedclient.status(socket=daemon.sock)["streams"], "the close")
+    seen.append(samples(scrape(base)))  # the first scrape since: the series is still there
+    # a closed stream's series leaves after one scrape showed it: a counter
+    # never goes backwards while its series is there, and the per-dataset
+    # total keeps what it counted
     for before, after in zip(seen, seen[1:]):
-        for k in counters:
-            assert after.get(k, 0) >= before.get(k, 0), (k, before.get(k), after.get(k))
-    assert seen[-1][("feedd_samples_total", labels("mono"))] == 2 * N
+        for k in after:
+            if k[0].endswith("_total") and k in before:
+                assert after[k] >= before[k], (k, before[k], after[k])
+    key = ("feedd_samples_total", labels("mono"))
+    assert [s[key] for s in seen if key in s][-1] == 2 * N
+    ds = frozenset({"dataset": "m"}.items())
+    assert seen[-1][("feedd_dataset_samples_total", ds)] == 2 * N
     assert len(seen) >= 2
 
 
@@ -314,8 +323,10 @@ def test_top_text_marks_absent_gpu_with_a_dash(served, feed_bin, monkeypatch):
         assert res.returncode == 0, res.stderr
         views = [ln for ln in res.stdout.splitlines() if ln.startswith("feedd ")]
         assert len(views) == 2
+        head = next(ln.split() for ln in res.stdout.splitlines() if ln.startswith("JOB "))
         rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("dash ")]
-        assert len(rows) == 2 and all(r[2] == "m" and r[7] == "-" for r in rows)  # GPU%
+        gpu, ds = head.index("GPU%"), head.index("DATASET")
+        assert len(rows) == 2 and all(r[ds] == "m" and r[gpu] == "-" for r in rows)
         del it
 
 

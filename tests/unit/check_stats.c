@@ -7,7 +7,10 @@
  * wait is clamped to the entry's age; the 10 s rates of an entry younger
  * than that run from its opening (the window itself: the Python test
  * test_status_10s_rates_fall_to_zero_when_idle); refusals count by reason;
- * past STATS_SERIES_MAX closed label sets the rest count as "_other".
+ * past STATS_SERIES_MAX closed label sets the rest count as "_other";
+ * after a scrape (stats_scraped) closed series leave unless an open stream
+ * has their labels, while the per-dataset totals keep every count; a
+ * reload's outcome is kept for feedd_config_last_reload_*.
  */
 #include <check.h>
 #include <errno.h>
@@ -177,6 +180,118 @@ START_TEST(test_stats_closed_series_bounded)
 }
 END_TEST
 
+/* Each dataset total, by name. */
+struct totals {
+	struct stats_dataset_total t[8];
+	int n;
+};
+
+static int collect_total(const struct stats_dataset_total *t, void *arg)
+{
+	struct totals *a = arg;
+	ck_assert_int_lt(a->n, 8);
+	a->t[a->n++] = *t;
+	return 0;
+}
+
+/* A closed stream's series is shown once more, then leaves; one whose
+ * labels an open stream still has stays (its counter must not fall); the
+ * per-dataset totals keep what every stream counted. */
+START_TEST(test_stats_closed_series_leave_after_scrape)
+{
+	struct stats_reg r = {0};
+	struct fake a, b, c;
+	struct all all = {0};
+	struct totals tot = {0};
+
+	fake_init(&a, 1000, "j1", "");
+	fake_init(&b, 1000, "j1", "");
+	fake_init(&c, 1001, "j2", "");
+	stats_add(&r, &a.en);
+	stats_add(&r, &b.en);
+	stats_add(&r, &c.en);
+	a.x.samples = 100;
+	b.x.samples = 50;
+	c.x.samples = 7;
+	stats_remove(&r, &a.en);
+	stats_remove(&r, &c.en);
+	ck_assert_int_eq(stats_each_series(&r, 0, collect, &all), 0);
+	ck_assert_int_eq(all.n, 2);       /* the scrape that shows them closed */
+	ck_assert_uint_eq(find(&all, 1001, "j2")->samples, 7);
+	stats_scraped(&r);
+	all.n = 0;
+	ck_assert_int_eq(stats_each_series(&r, 0, collect, &all), 0);
+	ck_assert_int_eq(all.n, 1);       /* j2 left; j1 goes on with b */
+	ck_assert_ptr_null(find(&all, 1001, "j2"));
+	ck_assert_uint_eq(find(&all, 1000, "j1")->samples, 150);
+	ck_assert_uint_eq(find(&all, 1000, "j1")->live, 1);
+	ck_assert_int_eq(stats_each_dataset(&r, 0, collect_total, &tot), 0);
+	ck_assert_int_eq(tot.n, 1);
+	ck_assert_str_eq(tot.t[0].dataset, "m");
+	ck_assert_uint_eq(tot.t[0].samples, 157);  /* closed and open together */
+	ck_assert_uint_eq(tot.t[0].closed, 2);
+	stats_remove(&r, &b.en);
+	all.n = 0;                        /* the scrape after its last stream closed */
+	ck_assert_int_eq(stats_each_series(&r, 0, collect, &all), 0);
+	ck_assert_int_eq(all.n, 1);
+	ck_assert_uint_eq(all.s[0].samples, 150);
+	ck_assert_uint_eq(all.s[0].live, 0);
+	stats_scraped(&r);
+	all.n = 0;
+	ck_assert_int_eq(stats_each_series(&r, 0, collect, &all), 0);
+	ck_assert_int_eq(all.n, 0);
+	ck_assert_uint_eq(r.nclosed, 0);
+	tot.n = 0;
+	ck_assert_int_eq(stats_each_dataset(&r, 0, collect_total, &tot), 0);
+	ck_assert_uint_eq(tot.t[0].samples, 157);
+	ck_assert_uint_eq(tot.t[0].closed, 3);
+	stats_free(&r);
+}
+END_TEST
+
+/* Past STATS_DATASETS_MAX dataset names, closed streams' totals go to
+ * "_other": bounded however many datasets reloads add. */
+START_TEST(test_stats_dataset_totals_bounded)
+{
+	static struct cfg_dataset cfgs[STATS_DATASETS_MAX + 5];
+	static struct cat_entry ents[STATS_DATASETS_MAX + 5];
+	struct stats_reg r = {0};
+	struct fake f;
+
+	for (int i = 0; i < STATS_DATASETS_MAX + 5; i++) {
+		snprintf(cfgs[i].name, sizeof(cfgs[i].name), "d%d", i);
+		ents[i].cfg = &cfgs[i];
+		fake_init(&f, 1000, "", "");
+		f.en.e = &ents[i];
+		stats_add(&r, &f.en);
+		f.x.samples = 2;
+		stats_remove(&r, &f.en);
+		stats_scraped(&r);
+	}
+	ck_assert_uint_eq(r.ntotals, STATS_DATASETS_MAX);
+	ck_assert_uint_eq(r.nclosed, 0);
+	ck_assert_str_eq(r.totals[STATS_DATASETS_MAX - 1].dataset, "_other");
+	ck_assert_uint_eq(r.totals[STATS_DATASETS_MAX - 1].samples, 12);  /* 6 names */
+	stats_free(&r);
+}
+END_TEST
+
+START_TEST(test_stats_reload_outcome_kept)
+{
+	struct stats_reg r = {0};
+
+	stats_reloaded(&r, true);
+	ck_assert(r.reload_ok);
+	ck_assert(r.reload_ok_s > 1.6e9);
+	double ok_s = r.reload_ok_s;
+	stats_reloaded(&r, false);
+	ck_assert(!r.reload_ok);
+	ck_assert(r.reload_ok_s == ok_s);  /* the last success's time stays */
+	ck_assert_uint_eq(r.reloads, 2);
+	ck_assert_uint_eq(r.reloads_failed, 1);
+}
+END_TEST
+
 START_TEST(test_stats_refusals_by_reason)
 {
 	struct stats_reg r = {0};
@@ -206,6 +321,9 @@ static Suite *stats_suite(void)
 	tcase_add_test(tc, test_stats_rates_cover_the_last_10s);
 	tcase_add_test(tc, test_stats_refusals_by_reason);
 	tcase_add_test(tc, test_stats_closed_series_bounded);
+	tcase_add_test(tc, test_stats_closed_series_leave_after_scrape);
+	tcase_add_test(tc, test_stats_dataset_totals_bounded);
+	tcase_add_test(tc, test_stats_reload_outcome_kept);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -244,6 +244,11 @@ struct feed_stream_status {
 	char job[FEED_JOB_MAX + 1]; /* the job its client named (feed_stream_open());
 				     * "" none; a group's: its creator's */
 	uint64_t replaced;        /* samples replaced (on_error skip) so far */
+	uint32_t rank, world;     /* the rank it reads of world (a group: its members') */
+	uint64_t slot_bytes;      /* one data slot */
+	uint64_t batches_per_epoch; /* of this rank; 0: not known */
+	uint64_t epochs;          /* asked for; 0: no end */
+	uint64_t start_epoch, start_batch; /* where it started (resumed, or joined late) */
 };
 
 /* The block cache shared by every stream. */

@@ -291,6 +291,13 @@ class StreamStatus(ctypes.Structure):
         ("reader_wait_share_10s", ctypes.c_double),
         ("job", ctypes.c_char * 129),
         ("replaced", ctypes.c_uint64),
+        ("rank", ctypes.c_uint32),
+        ("world", ctypes.c_uint32),
+        ("slot_bytes", ctypes.c_uint64),
+        ("batches_per_epoch", ctypes.c_uint64),
+        ("epochs", ctypes.c_uint64),
+        ("start_epoch", ctypes.c_uint64),
+        ("start_batch", ctypes.c_uint64),
     ]
 
 

@@ -323,7 +323,8 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
     "ipc", or why the stream has host slots only — device_bytes,
     member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
     TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
-    reader_wait_share_10s over the last 10 s, ...). Blocks until the daemon
+    reader_wait_share_10s over the last 10 s, rank and world, slot_bytes,
+    batches_per_epoch, epochs, start_epoch, start_batch, ...). Blocks until the daemon
     answers (at most 10 s). Any thread. Raises as datasets()."""
     return _status(socket, None)
 
