@@ -3,9 +3,10 @@
  *
  * Owns, per daemon (struct dsl_gpu), the loaded driver's facts and, per
  * device that can serve CUDA IPC, its retained primary context and the
- * embedded kernels loaded there (made once by dsl_gpu_new(), at start,
- * before any stream: making a context takes seconds, and nobody may wait
- * for it under a lock), and the streams' slots whose device work
+ * embedded kernels loaded there (made once, by the first stream that asks
+ * for device slots on that device, on a worker with no lock held: making
+ * a context takes seconds and memory on the card, so nothing is made for
+ * a GPU no stream uses), and the streams' slots whose device work
  * had not finished when they were freed (the graveyard, reaped later);
  * per stream (struct dsl), one device allocation holding every device
  * slot and, after them, one 32-bit done word per slot (one IPC memory
@@ -68,21 +69,34 @@
 
 #define DSL_ALIGN 256u   /* device field offsets: any kernel's vector loads */
 
-/* A device's context and kernels: made once, by dsl_gpu_new() on the main
- * thread before any stream exists, immutable afterwards (read without a
- * lock by every thread). */
+/* A device's context and kernels: made once, on demand, by the first
+ * stream that asks for device slots there (dsl_make on a worker, no lock
+ * held), never at start: a node whose jobs never ask for CUDA IPC keeps
+ * every GPU free of feedd, and a GPU in EXCLUSIVE_PROCESS mode stays the
+ * trainer's. state goes UNTRIED -> MAKING (one worker, by compare and
+ * swap) -> MADE; the other fields are written by that worker before MADE
+ * (release) and read only after seeing MADE (acquire), immutable then. */
+enum dsl_dev_state { DSL_DEV_UNTRIED, DSL_DEV_MAKING, DSL_DEV_MADE };
+
 struct dsl_dev {
-	bool tried;                /* ctx and kernels were attempted */
-	CUresult err;              /* what failed then, or CUDA_SUCCESS */
+	_Atomic int state;         /* enum dsl_dev_state */
+	CUresult err;              /* what failed, or CUDA_SUCCESS */
 	const char *what;          /* the call that failed */
 	CUcontext ctx;             /* retained primary context */
 	struct cudrv_kernels k;
+	_Atomic uint64_t bytes;    /* device memory the streams' slots hold here */
 };
 
 struct dsl_gpu {
 	const struct cudrv *cu;
 	char why[320];             /* "" when CUDA IPC can be served */
-	struct dsl_dev dev[CUDRV_MAX_DEVICES]; /* immutable once made */
+	uint64_t allowed;          /* bit i: `gpus:` lets feedd use device i */
+	struct dsl_dev dev[CUDRV_MAX_DEVICES];
+	/* workers that find a device's context being made wait here for it;
+	 * held only around the state check and the wait, never across a
+	 * driver call */
+	pthread_mutex_t dev_mu;
+	pthread_cond_t dev_cv;
 	/* the graveyard (dsl_free runs on any thread): list work only under
 	 * it, never a driver call (dsl_reap queries outside it) */
 	pthread_mutex_t grave_mu;
@@ -152,16 +166,15 @@ static int dsl_fail_cu(const struct cudrv *cu, struct feed_err *err, CUresult e,
 /* ------------------------------------------------------------------ */
 /* The daemon's GPU                                                    */
 
-/* Device ordinal's primary context and kernels (a driver call that takes
- * long: main thread, before any stream; no lock held). What failed is
- * kept for the streams that ask for the device (dsl_dev_get). */
+/* Device ordinal's primary context and kernels (driver calls that take
+ * long: a worker, no lock held; the one that moved the device to MAKING).
+ * What failed is kept for every stream that asks for the device. */
 static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
 {
 	const struct cudrv_api *api = &g->cu->api;
 	struct dsl_dev *d = &g->dev[ordinal];
 	CUdevice dev;
 
-	d->tried = true;
 	d->what = "cuDeviceGet";
 	if ((d->err = FEED_CU(api, DeviceGet, &dev, ordinal)) != CUDA_SUCCESS)
 		return;
@@ -179,23 +192,22 @@ static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
 	(void)FEED_CU(api, CtxSetCurrent, NULL);
 }
 
-int dsl_gpu_new(struct dsl_gpu **ret)
+int dsl_gpu_new(const struct dsl_gpu_opts *opts, struct dsl_gpu **ret)
 {
 	struct dsl_gpu *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->cu = cudrv_get();
+	g->allowed = opts && opts->has_gpus ? opts->gpus : ~(uint64_t)0;
 	pthread_mutex_init(&g->grave_mu, NULL);
+	pthread_mutex_init(&g->dev_mu, NULL);
+	pthread_cond_init(&g->dev_cv, NULL);
 	const struct cudrv_info *in = &g->cu->info;
 	if (!in->usable)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
 	else if (!in->ipc)
 		snprintf(g->why, sizeof(g->why), "feedd cannot use CUDA IPC: %s", in->ipc_reason);
-	/* every device a stream could ask for, now: never under a lock, never
-	 * while a stream waits */
-	for (uint32_t i = 0; !g->why[0] && i < in->num_devices && i < CUDRV_MAX_DEVICES; i++)
-		if (in->devices[i].ipc)
-			dsl_dev_make(g, (int)i);
+	/* no context here: each is made by the first stream that needs it */
 	*ret = g;
 	return 0;
 }
@@ -212,7 +224,8 @@ void dsl_gpu_free(struct dsl_gpu *g)
 	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
-		if (!d->ctx)
+		if (atomic_load_explicit(&d->state, memory_order_acquire) != DSL_DEV_MADE ||
+		    !d->ctx)
 			continue;
 		CUdevice dev;
 		const struct cudrv_api *api = &g->cu->api;
@@ -224,6 +237,8 @@ void dsl_gpu_free(struct dsl_gpu *g)
 			(void)FEED_CU(api, DevicePrimaryCtxRelease, dev);
 	}
 	pthread_mutex_destroy(&g->grave_mu);
+	pthread_mutex_destroy(&g->dev_mu);
+	pthread_cond_destroy(&g->dev_cv);
 	free(g);
 }
 
@@ -244,17 +259,55 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
 			      in->devices[i].ipc ? "" : " no IPC");
 }
 
-/* Device ordinal's context and kernels, made by dsl_gpu_new(): read only. */
+int dsl_gpu_devices(const struct dsl_gpu *g, struct dsl_dev_info *ret, int cap)
+{
+	if (!g)
+		return 0;
+	const struct cudrv_info *in = &g->cu->info;
+	int n = 0;
+	for (uint32_t i = 0; i < in->num_devices && i < CUDRV_MAX_DEVICES && n < cap; i++, n++) {
+		const struct dsl_dev *d = &g->dev[i];
+		/* acquire: MADE publishes err */
+		bool made = atomic_load_explicit(&d->state, memory_order_acquire) == DSL_DEV_MADE;
+		ret[n] = (struct dsl_dev_info){
+			.ordinal = (int)i,
+			.name = in->devices[i].name,
+			.allowed = i < 64 && (g->allowed >> i & 1),
+			.context = made && d->err == CUDA_SUCCESS,
+			.failed = made && d->err != CUDA_SUCCESS,
+			.slot_bytes = atomic_load_explicit(&d->bytes, memory_order_relaxed),
+		};
+	}
+	return n;
+}
+
+/* Device ordinal's context and kernels, made now by the first caller
+ * (no lock held across the driver calls); a caller that finds them being
+ * made waits for that maker, once. Worker. */
 static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, struct feed_err *err)
 {
 	struct dsl_dev *d = &g->dev[ordinal];
+	int st = DSL_DEV_UNTRIED;
 
-	if (!d->tried || d->err != CUDA_SUCCESS) {
+	/* acquire on success and failure: MADE publishes the fields */
+	if (atomic_compare_exchange_strong_explicit(&d->state, &st, DSL_DEV_MAKING,
+						    memory_order_acquire, memory_order_acquire)) {
+		dsl_dev_make(g, ordinal);
+		feed_mutex_lock(&g->dev_mu);
+		/* release: the fields above before MADE */
+		atomic_store_explicit(&d->state, DSL_DEV_MADE, memory_order_release);
+		pthread_cond_broadcast(&g->dev_cv);
+		feed_mutex_unlock(&g->dev_mu);
+	} else if (st == DSL_DEV_MAKING) {
+		feed_mutex_lock(&g->dev_mu);
+		while (atomic_load_explicit(&d->state, memory_order_acquire) != DSL_DEV_MADE)
+			pthread_cond_wait(&g->dev_cv, &g->dev_mu);
+		feed_mutex_unlock(&g->dev_mu);
+	}
+	if (d->err != CUDA_SUCCESS) {
 		char name[96];
-		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal,
-				    d->tried ? d->what : "making its context at start",
-				    cudrv_errname(g->cu, d->tried ? d->err : CUDA_ERROR_NOT_INITIALIZED,
-						  name, sizeof(name)));
+		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal, d->what,
+				    cudrv_errname(g->cu, d->err, name, sizeof(name)));
 	}
 	*ret = d;
 	return 0;
@@ -319,6 +372,9 @@ static int dsl_device(const struct dsl_gpu *g, const uint8_t uuid[16], struct fe
 	if (!g->cu->info.devices[ord].ipc)
 		return feed_err_set(err, -ENODEV, "device %d (%s) does not support CUDA IPC events "
 				    "with unified addressing", ord, g->cu->info.devices[ord].name);
+	if (ord >= 64 || !(g->allowed >> ord & 1))
+		return feed_err_set(err, -ENODEV, "device %d (%s) is not among the GPUs feedd may "
+				    "use (`gpus:` in its config)", ord, g->cu->info.devices[ord].name);
 	return ord;
 }
 
@@ -475,6 +531,8 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 		goto fail;
 	if ((r = dsl_words_init(s, err)) < 0)
 		goto fail;
+	/* relaxed: a figure for status, ordered by nothing */
+	atomic_fetch_add_explicit(&s->dev->bytes, dsl_device_bytes(s), memory_order_relaxed);
 	/* seq_cst: pairs with dsl_abandon's store, then load of made */
 	atomic_store(&s->made, true);
 	return 0;
@@ -632,6 +690,9 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
 static void dsl_undo(struct dsl *s)
 {
 	const struct cudrv_api *api = &s->cu->api;
+	if (s->dev && atomic_load(&s->made))
+		atomic_fetch_sub_explicit(&s->dev->bytes, dsl_device_bytes(s),
+					  memory_order_relaxed); /* as in dsl_make */
 	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		if (s->copy)
 			FEED_CU(api, StreamDestroy, s->copy);
