@@ -43,19 +43,27 @@
  * The graveyard stays as a safety net: dsl_free() still never waits on
  * the CPU for the convert stream.
  *
- * Locks: grave_mu alone, for list work; no lock is held across a driver
- * call (every one goes through FEED_CU, which asserts it in
+ * Implicitly synchronising calls (cuMemHostRegister, cuMemHostUnregister,
+ * cuMemFree) wait for every stream's queued work in the context, some of
+ * it behind a client's done word: they run on the GPU keeper (keeper.h)
+ * alone, never on a worker or the loop, so one client's queue delays
+ * nobody's batches.
+ *
+ * Locks: grave_mu for list work, dev_mu for the wait on a context being
+ * made; no lock is held across a driver call (every one goes through FEED_CU, which asserts it in
  * FEED_LOCK_CHECKS builds). The registration of a data region for DMA is
  * claimed with an atomic, and made by the worker that claimed it.
  */
 #include "devslots.h"
 #include "delivery.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +73,9 @@
 #include "cudrv.h"
 #include "dtype.h"
 #include "fmt.h"
+#include "keeper.h"
 #include "layout.h"
+#include "region.h"
 
 #define DSL_ALIGN 256u   /* device field offsets: any kernel's vector loads */
 
@@ -97,10 +107,14 @@ struct dsl_gpu {
 	 * driver call */
 	pthread_mutex_t dev_mu;
 	pthread_cond_t dev_cv;
-	/* the graveyard (dsl_free runs on any thread): list work only under
-	 * it, never a driver call (dsl_reap queries outside it) */
+	/* the graveyard: list work only under it, never a driver call
+	 * (dsl_reap queries outside it); only the keeper buries and reaps
+	 * while it runs */
 	pthread_mutex_t grave_mu;
 	struct dsl *graveyard;     /* freed, device work not finished */
+	/* the thread of the implicitly synchronising calls: registrations,
+	 * unregistrations, frees (keeper.h) */
+	struct gk keeper;
 };
 
 enum dsl_kind { DSL_ABSENT, DSL_IMAGE, DSL_TOKENS, DSL_SAME };
@@ -142,6 +156,12 @@ struct dsl {
 	 * cuMemHostRegister), 2 made or refused (registered says which) */
 	_Atomic int reg_state;
 	void *registered;          /* written before reg_state 2: the region, 1 (refused), NULL */
+	uint8_t *reg_data;         /* what the keeper registers (set by the claim) */
+	uint64_t reg_bytes;
+	struct gk_job reg_job;     /* the keeper's registration of it */
+	struct gk_job free_job;    /* the keeper's dsl_free */
+	struct region data;        /* the host region, given by dsl_free: unmapped
+				    * by the keeper after its unregistration */
 
 	/* the reply's storage */
 	CUipcMemHandle mem_h;
@@ -192,6 +212,22 @@ static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
 	(void)FEED_CU(api, CtxSetCurrent, NULL);
 }
 
+static void dsl_reap(struct dsl_gpu *g);
+
+/* The keeper's tick while the graveyard holds anything: frees what has
+ * finished; stops ticking when nothing is left (only the keeper buries,
+ * so nothing is buried between the look and the stop). */
+static void dsl_tick(void *arg)
+{
+	struct dsl_gpu *g = arg;
+	dsl_reap(g);
+	feed_mutex_lock(&g->grave_mu);
+	bool empty = !g->graveyard;
+	feed_mutex_unlock(&g->grave_mu);
+	if (empty)
+		gk_ticking(&g->keeper, false);
+}
+
 int dsl_gpu_new(const struct dsl_gpu_opts *opts, struct dsl_gpu **ret)
 {
 	struct dsl_gpu *g = calloc(1, sizeof(*g));
@@ -207,20 +243,24 @@ int dsl_gpu_new(const struct dsl_gpu_opts *opts, struct dsl_gpu **ret)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
 	else if (!in->ipc)
 		snprintf(g->why, sizeof(g->why), "feedd cannot use CUDA IPC: %s", in->ipc_reason);
+	struct feed_err e = {0};
+	if (!g->why[0] && gk_start(&g->keeper, dsl_tick, g, &e) < 0)
+		snprintf(g->why, sizeof(g->why), "%.300s", e.msg);
 	/* no context here: each is made by the first stream that needs it */
 	*ret = g;
 	return 0;
 }
 
-static void dsl_reap(struct dsl_gpu *g);
 static void dsl_undo(struct dsl *s);
 
 void dsl_gpu_free(struct dsl_gpu *g)
 {
 	if (!g)
 		return;
-	/* what is still unfinished (only where dsl_abandon's writes failed)
-	 * is left to the driver's teardown at exit: freeing it could wait */
+	/* the keeper runs the frees still queued and reaps once more; what
+	 * is still unfinished (only where dsl_abandon's writes failed) is
+	 * left to the driver's teardown at exit: freeing it could wait */
+	gk_stop(&g->keeper);
 	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
@@ -473,7 +513,7 @@ int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_
 	*ret = s;
 	return 0;
 fail:
-	dsl_free(s);
+	dsl_free(s, NULL);
 	return r;
 }
 
@@ -483,7 +523,6 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 	int ord = s->ord, r;
 	CUresult e;
 
-	dsl_reap(s->g);
 	if ((r = dsl_dev_get(s->g, ord, &s->dev, err)) < 0)
 		return r;
 	if ((e = FEED_CU(api, CtxSetCurrent, s->dev->ctx)) != CUDA_SUCCESS) {
@@ -587,24 +626,36 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
 
 /* Registers the data region for DMA once; a refusal leaves the copies
  * pageable, slower but right. */
+/* The keeper's registration of the host region for DMA. */
+static void dsl_register_run(struct gk_job *j)
+{
+	struct dsl *s = (struct dsl *)((char *)j - offsetof(struct dsl, reg_job));
+	const struct cudrv_api *api = &s->cu->api;
+	bool ok = FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS &&
+		  FEED_CU(api, MemHostRegister, s->reg_data, s->reg_bytes, 0) == CUDA_SUCCESS;
+	s->registered = ok ? (void *)s->reg_data : (void *)1; /* 1: tried, not again */
+	/* release: registered before 2 (read by the keeper's free, after) */
+	atomic_store_explicit(&s->reg_state, 2, memory_order_release);
+}
+
+/* Asks the keeper, once, to register the host region for DMA: the call
+ * synchronises implicitly (it would wait, on this worker, for every
+ * stream's queued conversions, some behind a client's done word). Until
+ * it is made the copies read pageable memory, which the driver stages:
+ * slower, the same bytes. Never waits. */
 static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 {
 	int expect = 0;
-
-	/* acquire: a worker that sees 2 sees registered (and copies from
-	 * registered pages); acq_rel on the claim for the same reason */
-	if (atomic_load_explicit(&s->reg_state, memory_order_acquire) == 2)
+	/* relaxed: the claim only picks who submits; the keeper's job is
+	 * ordered by its queue's lock */
+	if (atomic_load_explicit(&s->reg_state, memory_order_relaxed) != 0 ||
+	    !atomic_compare_exchange_strong_explicit(&s->reg_state, &expect, 1,
+						     memory_order_relaxed, memory_order_relaxed))
 		return;
-	if (atomic_compare_exchange_strong_explicit(&s->reg_state, &expect, 1,
-						    memory_order_acq_rel, memory_order_acquire)) {
-		s->registered = FEED_CU(&s->cu->api, MemHostRegister, data, bytes, 0) ==
-				CUDA_SUCCESS ? (void *)data : (void *)1; /* 1: tried, not again */
-		atomic_store_explicit(&s->reg_state, 2, memory_order_release);
-		return;
-	}
-	/* another worker registers: its one driver call, no lock held by anyone */
-	while (atomic_load_explicit(&s->reg_state, memory_order_acquire) != 2)
-		sched_yield();
+	s->reg_data = data;
+	s->reg_bytes = bytes;
+	s->reg_job.run = dsl_register_run;
+	gk_submit(&s->g->keeper, &s->reg_job);
 }
 
 /* Slot's copies on the copy stream, then its conversion on the convert
@@ -770,18 +821,22 @@ static void dsl_reap(struct dsl_gpu *g)
 	dsl_bury(g, keep);
 }
 
-void dsl_free(struct dsl *s)
+/* The keeper's dsl_free: it may wait (cuStreamSynchronize, and
+ * cuMemHostUnregister synchronises implicitly), so only the keeper does. */
+static void dsl_free_run(struct gk_job *j)
 {
-	if (!s)
-		return;
+	struct dsl *s = (struct dsl *)((char *)j - offsetof(struct dsl, free_job));
 	const struct cudrv_api *api = &s->cu->api;
 	bool pending = false;
-	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
+	if (FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		/* the copies read the host region: they end before it is
 		 * unregistered (and unmapped); they wait for nothing else */
 		if (s->copy)
 			FEED_CU(api, StreamSynchronize, s->copy);
-		if (s->registered && s->registered != (void *)1)
+		/* acquire: the registration's result (the keeper made it,
+		 * before this job: 2 already) */
+		if (atomic_load_explicit(&s->reg_state, memory_order_acquire) == 2 &&
+		    s->registered != (void *)1)
 			FEED_CU(api, MemHostUnregister, s->registered);
 		s->registered = NULL;
 		/* the conversions wait for done words (dsl_abandon wrote them
@@ -790,19 +845,33 @@ void dsl_free(struct dsl *s)
 		pending = s->conv && s->fin && FEED_CU(api, EventRecord, s->fin, s->conv) == CUDA_SUCCESS &&
 			  FEED_CU(api, EventQuery, s->fin) == CUDA_ERROR_NOT_READY;
 	}
+	region_free(&s->data);
+	struct dsl_gpu *g = s->g;
 	if (!pending) {
-		struct dsl_gpu *g = s->g;
-		bool made = s->dev != NULL;
 		dsl_destroy(s);
-		if (made)  /* an earlier one's work may have finished since (a plan
-			    * that was never made, freed on the loop, asks nothing) */
-			dsl_reap(g);
+		dsl_reap(g); /* an earlier one's work may have finished since */
 		return;
 	}
 	s->next_grave = NULL;
-	dsl_bury(s->g, s);
+	dsl_bury(g, s);
+	gk_ticking(&g->keeper, true);
 }
 
+void dsl_free(struct dsl *s, struct region *data)
+{
+	if (!s || !s->dev) { /* a plan never made (freed on the loop, say): no driver call */
+		if (data)
+			region_free(data);
+		if (s)
+			dsl_destroy(s);
+		return;
+	}
+	assert(data); /* a made plan has copied out of a region */
+	s->data = *data;
+	*data = (struct region){.fd = -1};
+	s->free_job.run = dsl_free_run;
+	gk_submit(&s->g->keeper, &s->free_job);
+}
 void dsl_abandon(struct dsl *s)
 {
 	if (!s)

@@ -62,6 +62,7 @@ struct dsl_gpu;
 struct dsl;
 struct fmt_schema;
 struct slot_layout;
+struct region;
 
 /* What a client asked for (OpenStream.device, checked by wire.c). */
 struct dsl_request {
@@ -136,13 +137,16 @@ void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
 uint64_t dsl_device_bytes(const struct dsl *s);
 
 /* Before host slot `slot` is rebuilt: waits until the device has read its
- * previous contents. 0 or -EIO naming the call. Worker. */
+ * previous contents (the copy's event: a DMA, which waits for nothing a
+ * client does). 0 or -EIO naming the call. Worker. */
 int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err);
 
 /* After host slot `slot` (header hdr, the data region at data/data_bytes)
  * is built and before it is published: enqueues its copy and conversion
- * into device slot `slot` and records ready[slot]. 0 or -EIO naming the
- * call (the batch then fails as a build would). Worker. */
+ * into device slot `slot` and records ready[slot]; the first one asks
+ * the keeper to register the region for DMA (copies read pageable memory
+ * until it has). Never makes an implicitly synchronising call. 0 or -EIO
+ * naming the call (the batch then fails as a build would). Worker. */
 int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 		    uint8_t *data, uint64_t data_bytes, struct feed_err *err);
 
@@ -154,13 +158,17 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
  * converts into s. Accepts NULL. Loop thread. */
 void dsl_abandon(struct dsl *s);
 
-/* Waits for s's copies out of the host region (cuStreamSynchronize: they
- * wait for nothing a client does) and unregisters the region; frees the
- * device memory, events and streams at once when the conversions have
- * run, else puts s on the graveyard, which a later dsl_make, dsl_free or
- * dsl_gpu_free reaps (never waiting for the device). Call before the data
- * region is unmapped. Accepts NULL. */
-void dsl_free(struct dsl *s);
+/* Frees s and takes the host data region it copied from (*data is left
+ * empty): the GPU keeper (keeper.h) waits for s's copies out of the
+ * region (cuStreamSynchronize: they wait for nothing a client does),
+ * unregisters and unmaps it, then frees the device memory, events and
+ * streams when the conversions have run, else puts s on the graveyard,
+ * which it reaps every GK_TICK_MS (never waiting for the device). The
+ * caller never waits: unregistering and freeing synchronise implicitly,
+ * with every stream's queued device work, on the keeper alone. A plan
+ * never made is freed at once (no driver call); data may be NULL then.
+ * s NULL: only *data is unmapped. */
+void dsl_free(struct dsl *s, struct region *data);
 
 /* The table a delivery drives device slots through (delivery.h): the
  * functions above. */
