@@ -367,6 +367,25 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 		cl_stream_status(s->streams[i], &list[i]);
 	st->count = s->n_streams;
 	st->streams = list;
+	if (s->n_gpus) {
+		struct feed_gpu_status *g = calloc(s->n_gpus, sizeof(*g));
+		if (!g) {
+			feed__reply__free_unpacked(rep, NULL);
+			feed_status_free(st);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < s->n_gpus; i++) {
+			const Feed__GpuStatus *in = s->gpus[i];
+			g[i] = (struct feed_gpu_status){
+				.ordinal = in->ordinal, .allowed = in->allowed,
+				.context = in->context, .failed = in->failed,
+				.slot_bytes = in->slot_bytes,
+			};
+			cl_text(g[i].name, sizeof(g[i].name), in->name);
+		}
+		st->ngpus = s->n_gpus;
+		st->gpus = g;
+	}
 	feed__reply__free_unpacked(rep, NULL);
 	*ret = st;
 	return 0;
@@ -377,5 +396,6 @@ FEED_API void feed_status_free(struct feed_status *st)
 	if (!st)
 		return;
 	free((void *)st->streams);
+	free((void *)st->gpus);
 	free(st);
 }

@@ -227,10 +227,11 @@ static int main_serve(struct feedd *d, int sd_fd)
 			 d->cfg->cache_dir, (unsigned long long)ts.files,
 			 (unsigned long long)ts.bytes, (unsigned long long)ts.budget);
 	}
-	/* Each GPU's context and kernels, once, here: before the workers and
-	 * any stream, outside every lock (making a context takes seconds;
-	 * daemon/README.md "Locks"). */
-	if (dsl_gpu_new(&d->gpu) < 0) {
+	/* The driver, loaded once here; no GPU context: the first stream that
+	 * asks for device slots on a GPU makes that one's, on a worker
+	 * (daemon/README.md "Locks"). */
+	struct dsl_gpu_opts gopts = {.has_gpus = d->cfg->has_gpus, .gpus = d->cfg->gpus};
+	if (dsl_gpu_new(&gopts, &d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
 		goto out;
 	}

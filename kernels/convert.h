@@ -7,10 +7,15 @@
  * `static inline FEED_HD` code that nvcc compiles for the device
  * (kernels/convert.cu) and the C compiler for the CPU twins
  * (kernels/convert_cpu.c). Every float operation is explicit (one fmaf per
- * pixel; both sides are built without contraction) and fp16 / bf16
- * rounding is done on the float's bits here, not by hardware conversion
- * instructions, so a kernel and its twin give the same bits by
- * construction.
+ * pixel; both sides are built without contraction). fp16 / bf16 rounding
+ * is round-to-nearest-even of that fp32 value on both sides: the device
+ * uses its own conversion instructions (cvt.rn.f16.f32, cvt.rn.bf16.f32;
+ * one instruction where the bit arithmetic below took some twenty, which
+ * kept the fp16 / bf16 kernels compute-bound), the CPU twin does the same
+ * rounding on the float's bits. Both are IEEE round-to-nearest-even, so
+ * every finite value (the only kind feed_convert_init lets through, and
+ * infinities) gets the same bits; only a NaN's payload could differ, and
+ * no conversion produces one.
  *
  * Normalization is torchvision's Normalize after ToTensor: mean and std in
  * units of x/255, y = (x/255 - mean) / std, computed as
@@ -33,6 +38,8 @@
 
 #ifdef __CUDACC__
 #define FEED_HD __host__ __device__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #else
 #define FEED_HD
 #endif
@@ -89,11 +96,15 @@ static inline FEED_HD uint32_t feed_f32_bits(float f)
  * same sign, infinities stay infinite. */
 static inline FEED_HD uint16_t feed_f32_to_bf16(float f)
 {
+#ifdef __CUDA_ARCH__
+	return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#else
 	uint32_t u = feed_f32_bits(f);
 	if ((u & 0x7fffffffu) > 0x7f800000u)
 		return (uint16_t)((u >> 16) | 0x0040u); /* rounding could carry it to inf */
 	u += 0x7fffu + ((u >> 16) & 1u);
 	return (uint16_t)(u >> 16);
+#endif
 }
 
 /* f rounded to IEEE binary16, nearest even: subnormal halves below 2^-14,
@@ -101,6 +112,9 @@ static inline FEED_HD uint16_t feed_f32_to_bf16(float f)
  * stays a quiet NaN of the same sign. */
 static inline FEED_HD uint16_t feed_f32_to_f16(float f)
 {
+#ifdef __CUDA_ARCH__
+	return __half_as_ushort(__float2half_rn(f));
+#else
 	uint32_t u = feed_f32_bits(f);
 	uint32_t sign = (u >> 16) & 0x8000u;
 	uint32_t a = u & 0x7fffffffu;
@@ -124,6 +138,7 @@ static inline FEED_HD uint16_t feed_f32_to_f16(float f)
 	a -= 0x38000000u; /* rebias the exponent: 127 -> 15 */
 	a += 0xfffu + ((a >> 13) & 1u);
 	return (uint16_t)(sign | (a >> 13));
+#endif
 }
 
 /* One normalized pixel: fmaf(x, scale, bias), the only float operation. */

@@ -105,6 +105,14 @@ static int cmd_status(struct feed_conn *conn)
 	       "%llu evictions\n", c->bytes / 1e6, c->budget / 1e6, (unsigned long long)c->entries,
 	       (unsigned long long)c->hits, (unsigned long long)c->misses,
 	       (unsigned long long)c->evictions);
+	for (size_t i = 0; i < full->ngpus; i++) {
+		const struct feed_gpu_status *g = &full->gpus[i];
+		printf("gpu %u:       %s: %s\n", g->ordinal, g->name,
+		       !g->allowed ? "not in gpus:" : g->failed ? "context failed" :
+		       g->context ? "context made" : "no context (no stream asked for one)");
+		if (g->context)
+			printf("             device slots %.1f MB\n", g->slot_bytes / 1e6);
+	}
 	print_streams(full);
 	feed_status_free(full);
 	return 0;
@@ -192,7 +200,18 @@ static int cmd_status_json(struct feed_conn *conn)
 	json_u64("bytes", c->bytes, ", ");
 	json_u64("entries", c->entries, ", ");
 	json_u64("budget", c->budget, "");
-	printf("},\n  \"streams\": [\n");
+	printf("},\n  \"gpus\": [");
+	for (size_t i = 0; i < full->ngpus; i++) {
+		const struct feed_gpu_status *g = &full->gpus[i];
+		printf("%s{", i ? ", " : "");
+		json_u64("ordinal", g->ordinal, ", ");
+		json_str("name", g->name, ", ");
+		printf("\"allowed\": %s, \"context\": %s, \"failed\": %s, ",
+		       g->allowed ? "true" : "false", g->context ? "true" : "false",
+		       g->failed ? "true" : "false");
+		json_u64("slot_bytes", g->slot_bytes, "}");
+	}
+	printf("],\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)
 		json_stream(&full->streams[i], i + 1 < full->count ? "," : "");
 	printf("  ]\n}\n");

@@ -245,6 +245,38 @@ static int cfg_log_level(struct cfg *c, const struct cfg_raw *raw,
 }
 
 /* The port after the address: 0..65535, digits only. */
+/* gpus: "all", or device ordinals (as CUDA_VISIBLE_DEVICES leaves them)
+ * separated by commas, each 0..63, e.g. "0,2". */
+static int cfg_gpus(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
+		    struct feed_err *err)
+{
+	if (!raw->gpus || !strcmp(raw->gpus, "all"))
+		return 0;
+	uint64_t mask = 0;
+	const char *p = raw->gpus;
+	for (;;) {
+		char *end;
+		while (*p == ' ')
+			p++;
+		errno = 0;
+		unsigned long v = strtoul(p, &end, 10);
+		if (end == p || *p == '-' || errno || v > 63)
+			return cfg_key_err(src, err, "gpus", "'%s': give \"all\" or device ordinals "
+					   "0..63 separated by commas, e.g. \"0,2\"", raw->gpus);
+		mask |= (uint64_t)1 << v;
+		for (p = end; *p == ' '; p++)
+			;
+		if (!*p)
+			break;
+		if (*p++ != ',')
+			return cfg_key_err(src, err, "gpus", "'%s': give \"all\" or device ordinals "
+					   "0..63 separated by commas, e.g. \"0,2\"", raw->gpus);
+	}
+	c->has_gpus = true;
+	c->gpus = mask;
+	return 0;
+}
+
 static int cfg_port(const char *s, const char *what, uint16_t *ret, struct feed_err *err)
 {
 	char *end;
@@ -453,6 +485,7 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	    !cfg_stage(r = cfg_remote(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_log_level(c, rw, ov, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_metrics(c, rw, ov, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_gpus(c, rw, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_flag_datasets(c, ov, err), &src, err) ||
 	    !cfg_stage(r = cfg_sharing(c, rw, &src, err), &src, err) ||

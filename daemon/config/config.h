@@ -100,6 +100,8 @@ struct cfg {
 	char *metrics;             /* "ADDR:PORT" as given, or NULL: no metrics served */
 	struct sockaddr_storage metrics_addr; /* what it names (port 0: any free one) */
 	socklen_t metrics_addr_len;
+	bool has_gpus;             /* gpus: given (else every GPU the driver shows) */
+	uint64_t gpus;             /* bit i: feedd may make device slots on device i */
 	size_t ndatasets;
 	struct cfg_dataset *datasets;   /* in file order, then flag order */
 	size_t npipelines;

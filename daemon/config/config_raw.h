@@ -56,6 +56,7 @@ struct cfg_raw {
 	char *group_timeout_ms;
 	char *log_level;
 	char *metrics;
+	char *gpus;
 	struct cfg_raw_limits limits;   /* all NULL when the key is absent */
 	struct cfg_raw_dataset *datasets;
 	unsigned datasets_count;

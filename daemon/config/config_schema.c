@@ -78,6 +78,7 @@ static const cyaml_schema_field_t cfg_sch_top[] = {
 	CYAML_FIELD_STRING_PTR("group_timeout_ms", OPT, struct cfg_raw, group_timeout_ms, 1, 64),
 	CYAML_FIELD_STRING_PTR("log_level", OPT, struct cfg_raw, log_level, 1, 64),
 	CYAML_FIELD_STRING_PTR("metrics", OPT, struct cfg_raw, metrics, 1, 64),
+	CYAML_FIELD_STRING_PTR("gpus", OPT, struct cfg_raw, gpus, 1, 256),
 	CYAML_FIELD_MAPPING("limits", CYAML_FLAG_OPTIONAL, struct cfg_raw, limits, cfg_sch_limits),
 	CYAML_FIELD_SEQUENCE("datasets", OPT, struct cfg_raw, datasets, &cfg_sch_dataset_v, 0,
 			     CFG_MAX_DATASETS),

@@ -17,8 +17,8 @@
 #include "feedd.h"
 #include "pool.h"
 
-#define RLD_NOTES 8  /* restart-only keys: socket, its group, workers, cache, cache_dir
-		      * and its bytes, log level, metrics */
+#define RLD_NOTES 9  /* restart-only keys: socket, its group, workers, cache, cache_dir
+		      * and its bytes, log level, metrics, gpus */
 
 /* The report's lists: pointers into the reload, errs then plan order. */
 struct rld_lists {
@@ -106,6 +106,14 @@ static int rld_keep_running(struct rld *r, struct cfg *c, const struct cfg *old)
 	if (strcmp(c->cache_dir ? c->cache_dir : "none", old->cache_dir ? old->cache_dir : "none"))
 		rld_note(r, "cache_dir", c->cache_dir ? c->cache_dir : "none",
 			 old->cache_dir ? old->cache_dir : "none");
+	if (c->has_gpus != old->has_gpus || c->gpus != old->gpus) {
+		snprintf(a, sizeof(a), c->has_gpus ? "0x%llx" : "all", (unsigned long long)c->gpus);
+		snprintf(b, sizeof(b), old->has_gpus ? "0x%llx" : "all",
+			 (unsigned long long)old->gpus);
+		rld_note(r, "gpus", a, b);
+		c->has_gpus = old->has_gpus;
+		c->gpus = old->gpus;
+	}
 	if (c->log_level != old->log_level)
 		rld_note(r, "log_level", log_level_name(c->log_level), log_level_name(old->log_level));
 	c->workers = old->workers;

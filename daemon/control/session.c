@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "catalog.h"
+#include "devslots.h"
 #include "fault_seam.h"
 #include "pool.h"
 #include "quota.h"
@@ -216,6 +217,8 @@ static void ses_info(struct ses *se, uint32_t id, const Feed__DatasetQuery *q)
 	ses_send_list(se, id, &one, 1);
 }
 
+#define SES_MAX_GPUS 16   /* GPUs a status reply lists (the driver's CUDRV_MAX_DEVICES) */
+
 static void ses_stats(struct ses *se, uint32_t id)
 {
 	struct feedd *d = se->d;
@@ -237,6 +240,20 @@ static void ses_stats(struct ses *se, uint32_t id)
 	st.workers = pool_size(d->pool);
 	st.requests = d->requests;
 	st.rejected = d->rejected;
+	struct dsl_dev_info dev[SES_MAX_GPUS];
+	Feed__GpuStatus gs[SES_MAX_GPUS], *gp[SES_MAX_GPUS];
+	st.n_gpus = (size_t)dsl_gpu_devices(d->gpu, dev, SES_MAX_GPUS);
+	for (size_t i = 0; i < st.n_gpus; i++) {
+		feed__gpu_status__init(&gs[i]);
+		gs[i].ordinal = (uint32_t)dev[i].ordinal;
+		gs[i].name = (char *)dev[i].name;
+		gs[i].allowed = dev[i].allowed;
+		gs[i].context = dev[i].context;
+		gs[i].failed = dev[i].failed;
+		gs[i].slot_bytes = dev[i].slot_bytes;
+		gp[i] = &gs[i];
+	}
+	st.gpus = gp;
 	reply.id = id;
 	reply.body_case = FEED__REPLY__BODY_STATS;
 	reply.stats = &st;

@@ -695,7 +695,7 @@ static int ses_device(struct ses *se, const Feed__DeviceRequest *q, struct ses_s
 		 * is): two opens at once cannot both slip under the limit */
 		if (rc == 0 && quota_device_take(&se->d->quota, ss->uid, dsl_device_bytes(*ret),
 						 &se->d->cfg->limits, &why) < 0) {
-			dsl_free(*ret); /* only out of memory: max_bytes kept it within */
+			dsl_free(*ret, NULL); /* only out of memory: max_bytes kept it within */
 			*ret = NULL;
 		} else if (rc == 0) {
 			ss->dev_bytes = dsl_device_bytes(*ret);
@@ -734,7 +734,7 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	if ((rc = dlv_new(ss->e->ds, ss->plan, lay, sp, se->d->cache, se->d->pool, &ss->dlv,
 			  err)) < 0) {
 		cat_entry_unref(ss->e);
-		dsl_free(sp->dev);
+		dsl_free(sp->dev, NULL);
 		return rc;
 	}
 	if (!sp->group)

@@ -201,9 +201,9 @@ static void dlv_destroy(struct dlv *d)
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
 	member_free(d->solo);
-	if (d->dev_own)        /* before the region it registered goes */
-		d->dev_ops->free(d->dev_own);
-	region_free(&d->data);
+	if (d->dev_own)        /* takes the region it registered, unmaps it after */
+		d->dev_ops->free(d->dev_own, &d->data);
+	region_free(&d->data); /* left empty by the device's free */
 	sched_fini(&d->sched);
 #ifdef FEEDD_TEST_SEAMS
 	free(d->seam_blocks);  /* after the schedule, which borrowed it */

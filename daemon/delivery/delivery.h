@@ -44,6 +44,7 @@ struct dlv;
 struct dlv_member;
 struct cache;
 struct fmt_dataset;
+struct region;
 struct pipe_plan;
 struct pool;
 struct slot_layout;
@@ -86,8 +87,10 @@ struct dlv_dev_ops {
 			   uint8_t *data, uint64_t data_bytes, struct feed_err *err);
 	/* dsl_abandon: the client is gone, release every wait (loop thread) */
 	void (*abandon)(struct dsl *s);
-	/* dsl_free: before the data region is unmapped (the last reference's thread) */
-	void (*free)(struct dsl *s);
+	/* dsl_free: takes the data region (left empty) and unmaps it when
+	 * the device no longer reads it; never waits (the last reference's
+	 * thread) */
+	void (*free)(struct dsl *s, struct region *data);
 };
 
 struct dlv_spec {

@@ -3,9 +3,10 @@
  *
  * Owns, per daemon (struct dsl_gpu), the loaded driver's facts and, per
  * device that can serve CUDA IPC, its retained primary context and the
- * embedded kernels loaded there (made once by dsl_gpu_new(), at start,
- * before any stream: making a context takes seconds, and nobody may wait
- * for it under a lock), and the streams' slots whose device work
+ * embedded kernels loaded there (made once, by the first stream that asks
+ * for device slots on that device, on a worker with no lock held: making
+ * a context takes seconds and memory on the card, so nothing is made for
+ * a GPU no stream uses), and the streams' slots whose device work
  * had not finished when they were freed (the graveyard, reaped later);
  * per stream (struct dsl), one device allocation holding every device
  * slot and, after them, one 32-bit done word per slot (one IPC memory
@@ -42,19 +43,27 @@
  * The graveyard stays as a safety net: dsl_free() still never waits on
  * the CPU for the convert stream.
  *
- * Locks: grave_mu alone, for list work; no lock is held across a driver
- * call (every one goes through FEED_CU, which asserts it in
+ * Implicitly synchronising calls (cuMemHostRegister, cuMemHostUnregister,
+ * cuMemFree) wait for every stream's queued work in the context, some of
+ * it behind a client's done word: they run on the GPU keeper (keeper.h)
+ * alone, never on a worker or the loop, so one client's queue delays
+ * nobody's batches.
+ *
+ * Locks: grave_mu for list work, dev_mu for the wait on a context being
+ * made; no lock is held across a driver call (every one goes through FEED_CU, which asserts it in
  * FEED_LOCK_CHECKS builds). The registration of a data region for DMA is
  * claimed with an atomic, and made by the worker that claimed it.
  */
 #include "devslots.h"
 #include "delivery.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,29 +73,48 @@
 #include "cudrv.h"
 #include "dtype.h"
 #include "fmt.h"
+#include "keeper.h"
 #include "layout.h"
+#include "region.h"
 
 #define DSL_ALIGN 256u   /* device field offsets: any kernel's vector loads */
 
-/* A device's context and kernels: made once, by dsl_gpu_new() on the main
- * thread before any stream exists, immutable afterwards (read without a
- * lock by every thread). */
+/* A device's context and kernels: made once, on demand, by the first
+ * stream that asks for device slots there (dsl_make on a worker, no lock
+ * held), never at start: a node whose jobs never ask for CUDA IPC keeps
+ * every GPU free of feedd, and a GPU in EXCLUSIVE_PROCESS mode stays the
+ * trainer's. state goes UNTRIED -> MAKING (one worker, by compare and
+ * swap) -> MADE; the other fields are written by that worker before MADE
+ * (release) and read only after seeing MADE (acquire), immutable then. */
+enum dsl_dev_state { DSL_DEV_UNTRIED, DSL_DEV_MAKING, DSL_DEV_MADE };
+
 struct dsl_dev {
-	bool tried;                /* ctx and kernels were attempted */
-	CUresult err;              /* what failed then, or CUDA_SUCCESS */
+	_Atomic int state;         /* enum dsl_dev_state */
+	CUresult err;              /* what failed, or CUDA_SUCCESS */
 	const char *what;          /* the call that failed */
 	CUcontext ctx;             /* retained primary context */
 	struct cudrv_kernels k;
+	_Atomic uint64_t bytes;    /* device memory the streams' slots hold here */
 };
 
 struct dsl_gpu {
 	const struct cudrv *cu;
 	char why[320];             /* "" when CUDA IPC can be served */
-	struct dsl_dev dev[CUDRV_MAX_DEVICES]; /* immutable once made */
-	/* the graveyard (dsl_free runs on any thread): list work only under
-	 * it, never a driver call (dsl_reap queries outside it) */
+	uint64_t allowed;          /* bit i: `gpus:` lets feedd use device i */
+	struct dsl_dev dev[CUDRV_MAX_DEVICES];
+	/* workers that find a device's context being made wait here for it;
+	 * held only around the state check and the wait, never across a
+	 * driver call */
+	pthread_mutex_t dev_mu;
+	pthread_cond_t dev_cv;
+	/* the graveyard: list work only under it, never a driver call
+	 * (dsl_reap queries outside it); only the keeper buries and reaps
+	 * while it runs */
 	pthread_mutex_t grave_mu;
 	struct dsl *graveyard;     /* freed, device work not finished */
+	/* the thread of the implicitly synchronising calls: registrations,
+	 * unregistrations, frees (keeper.h) */
+	struct gk keeper;
 };
 
 enum dsl_kind { DSL_ABSENT, DSL_IMAGE, DSL_TOKENS, DSL_SAME };
@@ -128,6 +156,12 @@ struct dsl {
 	 * cuMemHostRegister), 2 made or refused (registered says which) */
 	_Atomic int reg_state;
 	void *registered;          /* written before reg_state 2: the region, 1 (refused), NULL */
+	uint8_t *reg_data;         /* what the keeper registers (set by the claim) */
+	uint64_t reg_bytes;
+	struct gk_job reg_job;     /* the keeper's registration of it */
+	struct gk_job free_job;    /* the keeper's dsl_free */
+	struct region data;        /* the host region, given by dsl_free: unmapped
+				    * by the keeper after its unregistration */
 
 	/* the reply's storage */
 	CUipcMemHandle mem_h;
@@ -152,16 +186,15 @@ static int dsl_fail_cu(const struct cudrv *cu, struct feed_err *err, CUresult e,
 /* ------------------------------------------------------------------ */
 /* The daemon's GPU                                                    */
 
-/* Device ordinal's primary context and kernels (a driver call that takes
- * long: main thread, before any stream; no lock held). What failed is
- * kept for the streams that ask for the device (dsl_dev_get). */
+/* Device ordinal's primary context and kernels (driver calls that take
+ * long: a worker, no lock held; the one that moved the device to MAKING).
+ * What failed is kept for every stream that asks for the device. */
 static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
 {
 	const struct cudrv_api *api = &g->cu->api;
 	struct dsl_dev *d = &g->dev[ordinal];
 	CUdevice dev;
 
-	d->tried = true;
 	d->what = "cuDeviceGet";
 	if ((d->err = FEED_CU(api, DeviceGet, &dev, ordinal)) != CUDA_SUCCESS)
 		return;
@@ -179,40 +212,60 @@ static void dsl_dev_make(struct dsl_gpu *g, int ordinal)
 	(void)FEED_CU(api, CtxSetCurrent, NULL);
 }
 
-int dsl_gpu_new(struct dsl_gpu **ret)
+static void dsl_reap(struct dsl_gpu *g);
+
+/* The keeper's tick while the graveyard holds anything: frees what has
+ * finished; stops ticking when nothing is left (only the keeper buries,
+ * so nothing is buried between the look and the stop). */
+static void dsl_tick(void *arg)
+{
+	struct dsl_gpu *g = arg;
+	dsl_reap(g);
+	feed_mutex_lock(&g->grave_mu);
+	bool empty = !g->graveyard;
+	feed_mutex_unlock(&g->grave_mu);
+	if (empty)
+		gk_ticking(&g->keeper, false);
+}
+
+int dsl_gpu_new(const struct dsl_gpu_opts *opts, struct dsl_gpu **ret)
 {
 	struct dsl_gpu *g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->cu = cudrv_get();
+	g->allowed = opts && opts->has_gpus ? opts->gpus : ~(uint64_t)0;
 	pthread_mutex_init(&g->grave_mu, NULL);
+	pthread_mutex_init(&g->dev_mu, NULL);
+	pthread_cond_init(&g->dev_cv, NULL);
 	const struct cudrv_info *in = &g->cu->info;
 	if (!in->usable)
 		snprintf(g->why, sizeof(g->why), "feedd has no usable GPU: %s", in->reason);
 	else if (!in->ipc)
 		snprintf(g->why, sizeof(g->why), "feedd cannot use CUDA IPC: %s", in->ipc_reason);
-	/* every device a stream could ask for, now: never under a lock, never
-	 * while a stream waits */
-	for (uint32_t i = 0; !g->why[0] && i < in->num_devices && i < CUDRV_MAX_DEVICES; i++)
-		if (in->devices[i].ipc)
-			dsl_dev_make(g, (int)i);
+	struct feed_err e = {0};
+	if (!g->why[0] && gk_start(&g->keeper, dsl_tick, g, &e) < 0)
+		snprintf(g->why, sizeof(g->why), "%.300s", e.msg);
+	/* no context here: each is made by the first stream that needs it */
 	*ret = g;
 	return 0;
 }
 
-static void dsl_reap(struct dsl_gpu *g);
 static void dsl_undo(struct dsl *s);
 
 void dsl_gpu_free(struct dsl_gpu *g)
 {
 	if (!g)
 		return;
-	/* what is still unfinished (only where dsl_abandon's writes failed)
-	 * is left to the driver's teardown at exit: freeing it could wait */
+	/* the keeper runs the frees still queued and reaps once more; what
+	 * is still unfinished (only where dsl_abandon's writes failed) is
+	 * left to the driver's teardown at exit: freeing it could wait */
+	gk_stop(&g->keeper);
 	dsl_reap(g);
 	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
 		struct dsl_dev *d = &g->dev[i];
-		if (!d->ctx)
+		if (atomic_load_explicit(&d->state, memory_order_acquire) != DSL_DEV_MADE ||
+		    !d->ctx)
 			continue;
 		CUdevice dev;
 		const struct cudrv_api *api = &g->cu->api;
@@ -224,6 +277,8 @@ void dsl_gpu_free(struct dsl_gpu *g)
 			(void)FEED_CU(api, DevicePrimaryCtxRelease, dev);
 	}
 	pthread_mutex_destroy(&g->grave_mu);
+	pthread_mutex_destroy(&g->dev_mu);
+	pthread_cond_destroy(&g->dev_cv);
 	free(g);
 }
 
@@ -244,17 +299,55 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap)
 			      in->devices[i].ipc ? "" : " no IPC");
 }
 
-/* Device ordinal's context and kernels, made by dsl_gpu_new(): read only. */
+int dsl_gpu_devices(const struct dsl_gpu *g, struct dsl_dev_info *ret, int cap)
+{
+	if (!g)
+		return 0;
+	const struct cudrv_info *in = &g->cu->info;
+	int n = 0;
+	for (uint32_t i = 0; i < in->num_devices && i < CUDRV_MAX_DEVICES && n < cap; i++, n++) {
+		const struct dsl_dev *d = &g->dev[i];
+		/* acquire: MADE publishes err */
+		bool made = atomic_load_explicit(&d->state, memory_order_acquire) == DSL_DEV_MADE;
+		ret[n] = (struct dsl_dev_info){
+			.ordinal = (int)i,
+			.name = in->devices[i].name,
+			.allowed = i < 64 && (g->allowed >> i & 1),
+			.context = made && d->err == CUDA_SUCCESS,
+			.failed = made && d->err != CUDA_SUCCESS,
+			.slot_bytes = atomic_load_explicit(&d->bytes, memory_order_relaxed),
+		};
+	}
+	return n;
+}
+
+/* Device ordinal's context and kernels, made now by the first caller
+ * (no lock held across the driver calls); a caller that finds them being
+ * made waits for that maker, once. Worker. */
 static int dsl_dev_get(struct dsl_gpu *g, int ordinal, struct dsl_dev **ret, struct feed_err *err)
 {
 	struct dsl_dev *d = &g->dev[ordinal];
+	int st = DSL_DEV_UNTRIED;
 
-	if (!d->tried || d->err != CUDA_SUCCESS) {
+	/* acquire on success and failure: MADE publishes the fields */
+	if (atomic_compare_exchange_strong_explicit(&d->state, &st, DSL_DEV_MAKING,
+						    memory_order_acquire, memory_order_acquire)) {
+		dsl_dev_make(g, ordinal);
+		feed_mutex_lock(&g->dev_mu);
+		/* release: the fields above before MADE */
+		atomic_store_explicit(&d->state, DSL_DEV_MADE, memory_order_release);
+		pthread_cond_broadcast(&g->dev_cv);
+		feed_mutex_unlock(&g->dev_mu);
+	} else if (st == DSL_DEV_MAKING) {
+		feed_mutex_lock(&g->dev_mu);
+		while (atomic_load_explicit(&d->state, memory_order_acquire) != DSL_DEV_MADE)
+			pthread_cond_wait(&g->dev_cv, &g->dev_mu);
+		feed_mutex_unlock(&g->dev_mu);
+	}
+	if (d->err != CUDA_SUCCESS) {
 		char name[96];
-		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal,
-				    d->tried ? d->what : "making its context at start",
-				    cudrv_errname(g->cu, d->tried ? d->err : CUDA_ERROR_NOT_INITIALIZED,
-						  name, sizeof(name)));
+		return feed_err_set(err, -ENODEV, "device %d: %s failed: %s", ordinal, d->what,
+				    cudrv_errname(g->cu, d->err, name, sizeof(name)));
 	}
 	*ret = d;
 	return 0;
@@ -319,6 +412,9 @@ static int dsl_device(const struct dsl_gpu *g, const uint8_t uuid[16], struct fe
 	if (!g->cu->info.devices[ord].ipc)
 		return feed_err_set(err, -ENODEV, "device %d (%s) does not support CUDA IPC events "
 				    "with unified addressing", ord, g->cu->info.devices[ord].name);
+	if (ord >= 64 || !(g->allowed >> ord & 1))
+		return feed_err_set(err, -ENODEV, "device %d (%s) is not among the GPUs feedd may "
+				    "use (`gpus:` in its config)", ord, g->cu->info.devices[ord].name);
 	return ord;
 }
 
@@ -417,7 +513,7 @@ int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_
 	*ret = s;
 	return 0;
 fail:
-	dsl_free(s);
+	dsl_free(s, NULL);
 	return r;
 }
 
@@ -427,7 +523,6 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 	int ord = s->ord, r;
 	CUresult e;
 
-	dsl_reap(s->g);
 	if ((r = dsl_dev_get(s->g, ord, &s->dev, err)) < 0)
 		return r;
 	if ((e = FEED_CU(api, CtxSetCurrent, s->dev->ctx)) != CUDA_SUCCESS) {
@@ -475,6 +570,8 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 		goto fail;
 	if ((r = dsl_words_init(s, err)) < 0)
 		goto fail;
+	/* relaxed: a figure for status, ordered by nothing */
+	atomic_fetch_add_explicit(&s->dev->bytes, dsl_device_bytes(s), memory_order_relaxed);
 	/* seq_cst: pairs with dsl_abandon's store, then load of made */
 	atomic_store(&s->made, true);
 	return 0;
@@ -529,24 +626,36 @@ int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err)
 
 /* Registers the data region for DMA once; a refusal leaves the copies
  * pageable, slower but right. */
+/* The keeper's registration of the host region for DMA. */
+static void dsl_register_run(struct gk_job *j)
+{
+	struct dsl *s = (struct dsl *)((char *)j - offsetof(struct dsl, reg_job));
+	const struct cudrv_api *api = &s->cu->api;
+	bool ok = FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS &&
+		  FEED_CU(api, MemHostRegister, s->reg_data, s->reg_bytes, 0) == CUDA_SUCCESS;
+	s->registered = ok ? (void *)s->reg_data : (void *)1; /* 1: tried, not again */
+	/* release: registered before 2 (read by the keeper's free, after) */
+	atomic_store_explicit(&s->reg_state, 2, memory_order_release);
+}
+
+/* Asks the keeper, once, to register the host region for DMA: the call
+ * synchronises implicitly (it would wait, on this worker, for every
+ * stream's queued conversions, some behind a client's done word). Until
+ * it is made the copies read pageable memory, which the driver stages:
+ * slower, the same bytes. Never waits. */
 static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 {
 	int expect = 0;
-
-	/* acquire: a worker that sees 2 sees registered (and copies from
-	 * registered pages); acq_rel on the claim for the same reason */
-	if (atomic_load_explicit(&s->reg_state, memory_order_acquire) == 2)
+	/* relaxed: the claim only picks who submits; the keeper's job is
+	 * ordered by its queue's lock */
+	if (atomic_load_explicit(&s->reg_state, memory_order_relaxed) != 0 ||
+	    !atomic_compare_exchange_strong_explicit(&s->reg_state, &expect, 1,
+						     memory_order_relaxed, memory_order_relaxed))
 		return;
-	if (atomic_compare_exchange_strong_explicit(&s->reg_state, &expect, 1,
-						    memory_order_acq_rel, memory_order_acquire)) {
-		s->registered = FEED_CU(&s->cu->api, MemHostRegister, data, bytes, 0) ==
-				CUDA_SUCCESS ? (void *)data : (void *)1; /* 1: tried, not again */
-		atomic_store_explicit(&s->reg_state, 2, memory_order_release);
-		return;
-	}
-	/* another worker registers: its one driver call, no lock held by anyone */
-	while (atomic_load_explicit(&s->reg_state, memory_order_acquire) != 2)
-		sched_yield();
+	s->reg_data = data;
+	s->reg_bytes = bytes;
+	s->reg_job.run = dsl_register_run;
+	gk_submit(&s->g->keeper, &s->reg_job);
 }
 
 /* Slot's copies on the copy stream, then its conversion on the convert
@@ -632,6 +741,9 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
 static void dsl_undo(struct dsl *s)
 {
 	const struct cudrv_api *api = &s->cu->api;
+	if (s->dev && atomic_load(&s->made))
+		atomic_fetch_sub_explicit(&s->dev->bytes, dsl_device_bytes(s),
+					  memory_order_relaxed); /* as in dsl_make */
 	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		if (s->copy)
 			FEED_CU(api, StreamDestroy, s->copy);
@@ -709,18 +821,22 @@ static void dsl_reap(struct dsl_gpu *g)
 	dsl_bury(g, keep);
 }
 
-void dsl_free(struct dsl *s)
+/* The keeper's dsl_free: it may wait (cuStreamSynchronize, and
+ * cuMemHostUnregister synchronises implicitly), so only the keeper does. */
+static void dsl_free_run(struct gk_job *j)
 {
-	if (!s)
-		return;
+	struct dsl *s = (struct dsl *)((char *)j - offsetof(struct dsl, free_job));
 	const struct cudrv_api *api = &s->cu->api;
 	bool pending = false;
-	if (s->dev && FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
+	if (FEED_CU(api, CtxSetCurrent, s->dev->ctx) == CUDA_SUCCESS) {
 		/* the copies read the host region: they end before it is
 		 * unregistered (and unmapped); they wait for nothing else */
 		if (s->copy)
 			FEED_CU(api, StreamSynchronize, s->copy);
-		if (s->registered && s->registered != (void *)1)
+		/* acquire: the registration's result (the keeper made it,
+		 * before this job: 2 already) */
+		if (atomic_load_explicit(&s->reg_state, memory_order_acquire) == 2 &&
+		    s->registered != (void *)1)
 			FEED_CU(api, MemHostUnregister, s->registered);
 		s->registered = NULL;
 		/* the conversions wait for done words (dsl_abandon wrote them
@@ -729,19 +845,33 @@ void dsl_free(struct dsl *s)
 		pending = s->conv && s->fin && FEED_CU(api, EventRecord, s->fin, s->conv) == CUDA_SUCCESS &&
 			  FEED_CU(api, EventQuery, s->fin) == CUDA_ERROR_NOT_READY;
 	}
+	region_free(&s->data);
+	struct dsl_gpu *g = s->g;
 	if (!pending) {
-		struct dsl_gpu *g = s->g;
-		bool made = s->dev != NULL;
 		dsl_destroy(s);
-		if (made)  /* an earlier one's work may have finished since (a plan
-			    * that was never made, freed on the loop, asks nothing) */
-			dsl_reap(g);
+		dsl_reap(g); /* an earlier one's work may have finished since */
 		return;
 	}
 	s->next_grave = NULL;
-	dsl_bury(s->g, s);
+	dsl_bury(g, s);
+	gk_ticking(&g->keeper, true);
 }
 
+void dsl_free(struct dsl *s, struct region *data)
+{
+	if (!s || !s->dev) { /* a plan never made (freed on the loop, say): no driver call */
+		if (data)
+			region_free(data);
+		if (s)
+			dsl_destroy(s);
+		return;
+	}
+	assert(data); /* a made plan has copied out of a region */
+	s->data = *data;
+	*data = (struct region){.fd = -1};
+	s->free_job.run = dsl_free_run;
+	gk_submit(&s->g->keeper, &s->free_job);
+}
 void dsl_abandon(struct dsl *s)
 {
 	if (!s)

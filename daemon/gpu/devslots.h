@@ -28,11 +28,13 @@
  * struct dsl_gpu is the daemon's driver (kernels/cudrv.h, loaded at run
  * time: feedd links no CUDA library, and with no GPU or no driver it
  * serves host slots, saying why) with, per device that can serve CUDA
- * IPC, its primary context and the embedded kernels, made once at start.
+ * IPC, its primary context and the embedded kernels, made once, on
+ * demand: by the first stream that asks for device slots on that device
+ * (dsl_make, on a worker, no lock held), never at start.
  *
  * Threads: dsl_gpu_new on the main thread before the workers start and
- * the loop runs (no stream exists yet; it makes every device's context:
- * seconds, outside every lock); dsl_gpu_free on the main thread after the
+ * the loop runs (loads the driver; makes no context); dsl_gpu_devices on
+ * any thread; dsl_gpu_free on the main thread after the
  * workers have been joined (main.c main_serve()); dsl_plan and dsl_reply
  * on the loop thread, dsl_make on a worker (the delivery's first join);
  * dsl_before_build / dsl_after_build on workers, for different slots at
@@ -47,6 +49,7 @@
 #ifndef FEEDD_DEVSLOTS_H
 #define FEEDD_DEVSLOTS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "feed.pb-c.h"
@@ -59,6 +62,7 @@ struct dsl_gpu;
 struct dsl;
 struct fmt_schema;
 struct slot_layout;
+struct region;
 
 /* What a client asked for (OpenStream.device, checked by wire.c). */
 struct dsl_request {
@@ -71,18 +75,39 @@ struct dsl_request {
 				    * words, staging): more is -ENODEV naming it */
 };
 
-/* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1) and makes each
- * IPC-capable device's primary context and kernels (one that fails is
- * named to the streams that ask for it). A daemon that cannot serve CUDA
- * IPC is still made: dsl_gpu_describe() says why, and dsl_plan() refuses
- * each stream with it. Returns 0 or -ENOMEM. Main thread, before the
- * workers start and the loop runs, so before any stream exists (main.c
- * main_serve()); holds no lock. */
-int dsl_gpu_new(struct dsl_gpu **ret);
+/* Which GPUs feedd may use (config `gpus:`); CUDA_VISIBLE_DEVICES has
+ * already hidden the others from the driver. */
+struct dsl_gpu_opts {
+	bool has_gpus;             /* false: every device the driver shows */
+	uint64_t gpus;             /* bit i: device ordinal i */
+};
+
+/* Loads the driver (FEED_CUDA_DRIVER or libcuda.so.1) and learns its
+ * devices; makes no context (dsl_make makes a device's context and loads
+ * its kernels the first time a stream asks for it; one that fails is
+ * named to every stream that asks). A daemon that cannot serve CUDA IPC
+ * is still made: dsl_gpu_describe() says why, and dsl_plan() refuses each
+ * stream with it. opts may be NULL (every device). Returns 0 or -ENOMEM.
+ * Main thread, before the workers start; holds no lock. */
+int dsl_gpu_new(const struct dsl_gpu_opts *opts, struct dsl_gpu **ret);
 /* After every dsl_free(). Accepts NULL. */
 void dsl_gpu_free(struct dsl_gpu *g);
 /* One line for the log: devices and driver, or why there is no GPU. */
 void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
+
+/* One device as status shows it. name is the driver's, valid while g is. */
+struct dsl_dev_info {
+	int ordinal;
+	const char *name;
+	bool allowed;              /* in `gpus:` (or no `gpus:`) */
+	bool context;              /* a stream made its context: feedd holds memory there */
+	bool failed;               /* making it failed (the streams were told why) */
+	uint64_t slot_bytes;       /* device memory the open streams' slots hold */
+};
+
+/* Fills ret[0..cap) with the devices the driver shows; returns how many
+ * (0 for g NULL). Any thread (atomics). */
+int dsl_gpu_devices(const struct dsl_gpu *g, struct dsl_dev_info *ret, int cap);
 
 /* Plans device slots for lay->nslots batches of schema out (laid out as
  * lay) on the GPU named req->uuid: no device memory yet, only what they
@@ -95,8 +120,8 @@ void dsl_gpu_describe(const struct dsl_gpu *g, char *buf, size_t cap);
 int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_schema *out,
 	     const struct slot_layout *lay, struct dsl **ret, struct feed_err *err);
 
-/* Makes what s planned on the device (whose context and kernels
- * dsl_gpu_new() made): the slots, staging, streams, events and IPC
+/* Makes what s planned on the device (its context and kernels first, if
+ * no stream has made them yet): the slots, staging, streams, events and IPC
  * handles. Returns 0, or a negative code with err naming the call
  * that failed (the stream then goes on with host slots; s holds nothing
  * on the device and is still to be freed). A worker: making a context can
@@ -112,13 +137,16 @@ void dsl_reply(struct dsl *s, Feed__DeviceSlots *ret);
 uint64_t dsl_device_bytes(const struct dsl *s);
 
 /* Before host slot `slot` is rebuilt: waits until the device has read its
- * previous contents. 0 or -EIO naming the call. Worker. */
+ * previous contents (the copy's event: a DMA, which waits for nothing a
+ * client does). 0 or -EIO naming the call. Worker. */
 int dsl_before_build(struct dsl *s, uint32_t slot, struct feed_err *err);
 
 /* After host slot `slot` (header hdr, the data region at data/data_bytes)
  * is built and before it is published: enqueues its copy and conversion
- * into device slot `slot` and records ready[slot]. 0 or -EIO naming the
- * call (the batch then fails as a build would). Worker. */
+ * into device slot `slot` and records ready[slot]; the first one asks
+ * the keeper to register the region for DMA (copies read pageable memory
+ * until it has). Never makes an implicitly synchronising call. 0 or -EIO
+ * naming the call (the batch then fails as a build would). Worker. */
 int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 		    uint8_t *data, uint64_t data_bytes, struct feed_err *err);
 
@@ -130,13 +158,17 @@ int dsl_after_build(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hd
  * converts into s. Accepts NULL. Loop thread. */
 void dsl_abandon(struct dsl *s);
 
-/* Waits for s's copies out of the host region (cuStreamSynchronize: they
- * wait for nothing a client does) and unregisters the region; frees the
- * device memory, events and streams at once when the conversions have
- * run, else puts s on the graveyard, which a later dsl_make, dsl_free or
- * dsl_gpu_free reaps (never waiting for the device). Call before the data
- * region is unmapped. Accepts NULL. */
-void dsl_free(struct dsl *s);
+/* Frees s and takes the host data region it copied from (*data is left
+ * empty): the GPU keeper (keeper.h) waits for s's copies out of the
+ * region (cuStreamSynchronize: they wait for nothing a client does),
+ * unregisters and unmaps it, then frees the device memory, events and
+ * streams when the conversions have run, else puts s on the graveyard,
+ * which it reaps every GK_TICK_MS (never waiting for the device). The
+ * caller never waits: unregistering and freeing synchronise implicitly,
+ * with every stream's queued device work, on the keeper alone. A plan
+ * never made is freed at once (no driver call); data may be NULL then.
+ * s NULL: only *data is unmapped. */
+void dsl_free(struct dsl *s, struct region *data);
 
 /* The table a delivery drives device slots through (delivery.h): the
  * functions above. */

@@ -31,8 +31,11 @@ static int failures;
 		}                                                                          \
 	} while (0)
 
-static void check_images(uint32_t h, uint32_t w, uint32_t c, int dtype, int layout,
-			 const float *mean, const float *std)
+/* ramp: pixel x of each row holds x & 255 in every channel, so a row of 256
+ * takes every u8 input through every channel's scale and bias; else a
+ * pattern that mixes neighbouring bytes. */
+static void check_images_fill(uint32_t h, uint32_t w, uint32_t c, int dtype, int layout,
+			      const float *mean, const float *std, int ramp)
 {
 	enum { N = 5 };
 	struct feed_convert cv;
@@ -45,7 +48,7 @@ static void check_images(uint32_t h, uint32_t w, uint32_t c, int dtype, int layo
 	uint8_t *img = (uint8_t *)malloc(in), flip[N] = { 0, 1, 1, 0, 1 };
 	unsigned char *twin = (unsigned char *)malloc(out), *got = (unsigned char *)malloc(out);
 	for (size_t i = 0; i < in; i++)
-		img[i] = (uint8_t)(i * 131 + (i >> 7));
+		img[i] = ramp ? (uint8_t)((i / c) % w) : (uint8_t)(i * 131 + (i >> 7));
 	feed_convert_images_cpu(&cv, img, N, flip, twin);
 
 	uint8_t *d_img, *d_flip;
@@ -80,6 +83,12 @@ static void check_images(uint32_t h, uint32_t w, uint32_t c, int dtype, int layo
 	free(img);
 	free(twin);
 	free(got);
+}
+
+static void check_images(uint32_t h, uint32_t w, uint32_t c, int dtype, int layout,
+			 const float *mean, const float *std)
+{
+	check_images_fill(h, w, c, dtype, layout, mean, std, 0);
 }
 
 static void check_tokens(void)
@@ -257,6 +266,10 @@ int main(void)
 					check_images(12, 17, c, d, l, mean[p], std[p]);
 					/* width a multiple of 4: quads */
 					check_images(5, 16, c, d, l, mean[p], std[p]);
+					/* every u8 input through every channel: the
+					 * device's own fp16 / bf16 rounding against the
+					 * twin's bit arithmetic */
+					check_images_fill(1, 256, c, d, l, mean[p], std[p], 1);
 				}
 	check_images(224, 224, 3, FEED_CONVERT_BF16, FEED_CONVERT_NCHW, mean[0], std[0]);
 	check_tokens();

@@ -104,6 +104,9 @@ PY=$(command -v python3)
 step e2e_torch 150 env -u LD_LIBRARY_PATH PYTHONPATH="$DIR/python" FEEDCLIENT_LIB="$DIR/lib/libfeedclient.so.0" PYTHONUNBUFFERED=1 \
   "$PY" "$DIR/e2e_torch.py" --feedd "$DIR/bin/feedd" --libdir "$DIR/lib" --data "$DIR/data" \
   --out "$REPORT/e2e.json"
+step e2e_resnet 300 env -u LD_LIBRARY_PATH PYTHONPATH="$DIR/python:$DIR" FEEDCLIENT_LIB="$DIR/lib/libfeedclient.so.0" PYTHONUNBUFFERED=1 \
+  "$PY" "$DIR/e2e_resnet.py" --feedd "$DIR/bin/feedd" --libdir "$DIR/lib" --data "$DIR/data" \
+  --out "$REPORT/e2e_resnet.json"
 
 failed=0
 {
@@ -133,6 +136,11 @@ failed=0
   echo '```'
   tail -n 80 "$REPORT/e2e_torch.log"
   echo '```'
+  echo
+  echo "## e2e_resnet (ResNet-50, bf16, channels_last: feedd against DataLoader)"
+  echo '```'
+  tail -n 60 "$REPORT/e2e_resnet.log"
+  echo '```'
   for s in "${steps[@]}"; do
     IFS='|' read -r n rc secs <<<"$s"
     [ "$rc" -eq 0 ] && continue
@@ -153,10 +161,11 @@ for s in steps:
     n, rc, secs = s.split("|")
     out["steps"].append({"name": n, "exit": int(rc), "seconds": float(secs)})
 out["gpu_convert"] = open(os.path.join(rep, "gpu_convert.log")).read().splitlines()
-try:
-    out["e2e"] = json.load(open(os.path.join(rep, "e2e.json")))
-except (OSError, ValueError) as e:
-    out["e2e"] = {"error": str(e)}
+for key, name in (("e2e", "e2e.json"), ("e2e_resnet", "e2e_resnet.json")):
+    try:
+        out[key] = json.load(open(os.path.join(rep, name)))
+    except (OSError, ValueError) as e:
+        out[key] = {"error": str(e)}
 out["ok"] = all(s["exit"] == 0 for s in out["steps"])
 json.dump(out, open(os.path.join(rep, "report.json"), "w"), indent=1)
 EOF

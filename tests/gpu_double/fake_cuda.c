@@ -339,8 +339,11 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d)
 	return 0;
 }
 
+static void implicit_sync(void);
+
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
+	implicit_sync();
 	ADD(registers, 1);
 	st->last_register_ptr = p;
 	st->last_register_bytes = n;
@@ -350,6 +353,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
+	implicit_sync();
 	(void)p;
 	ADD(unregisters, 1);
 	return 0;
@@ -399,6 +403,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
+	implicit_sync();
 	pthread_mutex_lock(&mu);
 	struct mapping *m = map_find((uintptr_t)p);
 	if (!m || m->fd < 0) {
@@ -522,6 +527,7 @@ struct q_op {
 
 static struct q_op *qhead[MAX_STREAMS], *qlast[MAX_STREAMS]; /* (mu) */
 static bool q_runner;                                         /* (mu) started */
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;         /* queued work ran */
 
 static bool value_ok(const uint32_t *w, uint32_t value, unsigned flags);
 static CUresult kernel_run(const struct kernel_args *k);
@@ -565,13 +571,42 @@ static void q_run(const struct q_op *o)
 /* Runs every queue's work up to its next wait that cannot pass (mu held). */
 static void q_drain_locked(void)
 {
+	bool ran = false;
 	for (int i = 0; i < nstreams; i++)
 		while (qhead[i] && q_ready(qhead[i])) {
 			struct q_op *o = qhead[i];
 			qhead[i] = o->next;
 			q_run(o);
 			free(o);
+			ran = true;
 		}
+	if (ran)
+		pthread_cond_broadcast(&q_cv);
+}
+
+/* Some made stream of this process still holds queued work (mu held). */
+static bool q_busy_locked(void)
+{
+	for (int i = 0; i < nstreams; i++)
+		if (qhead[i])
+			return true;
+	return false;
+}
+
+/* What cuMemFree, cuMemHostRegister and cuMemHostUnregister do on a
+ * device: wait until the context's queued work has run, whoever's wait
+ * holds it (with FAKE_CUDA_QUEUE: every made stream's queue empty). */
+static void implicit_sync(void)
+{
+	if (!fake_queue)
+		return;
+	pthread_mutex_lock(&mu);
+	if (q_busy_locked()) {
+		ADD(implicit_syncs_blocked, 1);
+		while (q_busy_locked())
+			pthread_cond_wait(&q_cv, &mu);
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 static void *q_thread(void *arg)

@@ -49,7 +49,11 @@
  *     queues). Kernels and copies read their sources when they run, so a
  *     copy on another stream that overwrites a source meanwhile shows, as
  *     on a GPU. An event recorded behind such a wait completes when the
- *     record runs (waiting for it waits for that).
+ *     record runs (waiting for it waits for that). cuMemFree,
+ *     cuMemHostRegister and cuMemHostUnregister then synchronise
+ *     implicitly, as a device's do: they block until every made stream's
+ *     queue has run (counting implicit_syncs_blocked), however long a
+ *     client's work holds one.
  *
  * Like the driver, cuEventRecord and cuStreamWaitEvent on the legacy
  * default stream (NULL) fail with CUDA_ERROR_INVALID_CONTEXT on a thread
@@ -107,6 +111,8 @@ struct fake_cuda_stats {
 	int value_writes;             /* cuStreamWriteValue32_v2 stored */
 	int value_writes_held;        /* ... kept behind a caller's stream's work */
 	int value_waits_blocked;      /* cuStreamWaitValue32_v2 that had to block (or queue) */
+	int implicit_syncs_blocked;   /* cuMemFree / cuMemHostRegister / Unregister that
+				       * waited for queued work (FAKE_CUDA_QUEUE) */
 };
 
 const struct fake_cuda_stats *fake_cuda_stats(void);

@@ -693,6 +693,136 @@ static void host_only_conn(const char *group, const char *needle, int times)
 	feed_disconnect(c);
 }
 
+/* The implicitly synchronising driver calls (cuMemHostRegister at a
+ * stream's first batch, cuMemHostUnregister and cuMemFree at its close)
+ * wait, on a device, for every queued conversion of feedd's, and one
+ * stream's conversion can wait behind its consumer's work for as long as
+ * that consumer likes. feedd's double models it (FAKE_CUDA_QUEUE: those
+ * calls block until every queue has run). While one consumer holds its
+ * work, other streams open, register, close and stream on: only the GPU
+ * keeper waits. */
+START_TEST(test_ipc_held_work_delays_nobody)
+{
+	daemon_queue = true;
+	if (!ipc_begin(false)) /* this process: its callers' streams hold their work */
+		return;
+	struct feed_conn *c = h_conn_new();
+	void *held = (void *)0x5157;
+	struct feed_stream *a = open_on_device(c, 2, FEED_TO_F32, FEED_TO_NCHW, 0);
+	struct feed_view dv;
+	ck_assert_int_eq(feed_release(next_on_device(a, held, &dv)), 0);
+	struct feed_batch *a1 = h_next_batch(a);
+	/* a's conversion into b0's slot waits for b0's done word, held here */
+	expect_daemon_waits(1, "feedd's conversion never waited for a's done word");
+
+	/* new streams with device slots: their first batches need the region
+	 * registered; each reads as many batches as it has credits */
+	struct feed_stream *b[2];
+	for (int i = 0; i < 2; i++) {
+		b[i] = open_on_device(c, 3, FEED_TO_BF16, FEED_TO_NCHW, 0);
+		struct feed_batch *x[2];
+		for (int k = 0; k < 2; k++) {
+			x[k] = h_next_batch(b[i]);
+			ck_assert_int_eq(feed_batch_index(x[k]), (uint64_t)k);
+		}
+		for (int k = 0; k < 2; k++)
+			ck_assert_int_eq(feed_release(x[k]), 0);
+	}
+	/* their teardowns unregister and free: the keeper's, not a worker's */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(feed_stream_close(b[i]), 0);
+	struct feed_stream_opts plain = {.dataset = "kinds", .batch = 3, .credits = 2, .epochs = 3};
+	struct feed_stream *hs = h_stream_open(c, &plain);
+	int n = 0, r;
+	struct feed_batch *x;
+	while ((r = feed_next(hs, H_DEADLINE_MS, &x)) != FEED_END_OF_STREAM) {
+		if (r == FEED_END_OF_EPOCH)
+			continue;
+		ck_assert_msg(r == 0, "a host stream stalled while a consumer held its work: %d", r);
+		ck_assert_int_eq(feed_release(x), 0);
+		n++;
+	}
+	ck_assert_int_eq(n, 3 * 4);
+	ck_assert_int_eq(feed_stream_close(hs), 0);
+	/* the double did block those calls: on the keeper, meanwhile */
+	ck_assert_int_ge(__atomic_load_n(&daemon_stats->implicit_syncs_blocked, __ATOMIC_ACQUIRE),
+			 1);
+
+	fake_complete(); /* a's consumer's work runs: everything drains */
+	ck_assert_int_eq(feed_release(a1), 0);
+	fake_complete();
+	ck_assert_int_eq(feed_stream_close(a), 0);
+	feed_disconnect(c);
+	ck_assert(h_wait_until(daemon_freed_all, NULL, H_DEADLINE_MS));
+	expect_stop_all_freed();
+}
+END_TEST
+
+/* The GPU as status shows it: feedd's context on device 0 (made or not)
+ * and the device memory streams' slots hold there. */
+static void expect_gpu_status(struct feed_conn *c, bool context, bool some_bytes)
+{
+	struct feed_status *st;
+	ck_assert_int_eq(feed_status(c, &st), 0);
+	ck_assert_uint_eq(st->ngpus, 1);
+	ck_assert_uint_eq(st->gpus[0].ordinal, 0);
+	ck_assert(st->gpus[0].allowed);
+	ck_assert(!st->gpus[0].failed);
+	ck_assert_msg(st->gpus[0].context == context, "context %d", st->gpus[0].context);
+	ck_assert_msg((st->gpus[0].slot_bytes > 0) == some_bytes, "slot bytes %llu",
+		      (unsigned long long)st->gpus[0].slot_bytes);
+	feed_status_free(st);
+}
+
+/* No GPU context at start (memory on no card, no clash with
+ * EXCLUSIVE_PROCESS): the first stream with device slots makes device 0's,
+ * once; a second stream reuses it; status says so. */
+START_TEST(test_ipc_context_on_demand)
+{
+	if (!ipc_begin(true))
+		return;
+	struct feed_conn *c = h_conn_new();
+	ck_assert_int_eq(daemon_stats->primary_retains, 0);
+	ck_assert_int_eq(daemon_stats->module_loads, 0);
+	expect_gpu_status(c, false, false);
+	/* a stream without device slots makes none either */
+	struct feed_stream_opts plain = {.dataset = "kinds", .batch = 2, .credits = 2, .epochs = 1};
+	struct feed_stream *hs = h_stream_open(c, &plain);
+	ck_assert_int_eq(feed_stream_device(hs, NULL), 0);
+	ck_assert_int_eq(feed_stream_close(hs), 0);
+	ck_assert_int_eq(daemon_stats->primary_retains, 0);
+
+	struct feed_stream *a = open_on_device(c, 3, FEED_TO_F32, FEED_TO_NCHW, 1);
+	struct feed_stream *b = open_on_device(c, 2, FEED_TO_BF16, FEED_TO_NCHW, 1);
+	ck_assert_int_eq(daemon_stats->primary_retains, 1);
+	ck_assert_int_eq(daemon_stats->module_loads, 1);
+	expect_gpu_status(c, true, true);
+	ck_assert_int_eq(feed_stream_close(a), 0);
+	ck_assert_int_eq(feed_stream_close(b), 0);
+	ck_assert(h_wait_until(daemon_freed_all, NULL, H_DEADLINE_MS));
+	feed_disconnect(c);
+	expect_stop_all_freed();
+	ck_assert_int_eq(daemon_stats->primary_retains, 1);
+	ck_assert_int_eq(daemon_stats->primary_releases, 1);
+}
+END_TEST
+
+/* `gpus:` leaves device 0 out: a stream asking for it gets host slots and
+ * the reason, and feedd makes no context. */
+START_TEST(test_ipc_gpus_config)
+{
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	setenv("FAKE_CUDA_DEVICES", "2", 1);
+	ipc_start_cfg(NULL, "  max_streams: 8\ngpus: \"1\"\n");
+	unsetenv("FAKE_CUDA_DEVICES");
+	if (!kernels_built())
+		return;
+	host_only_conn(NULL, "feedd: device 0 (", 1);
+	ck_assert_int_eq(daemon_stats->primary_retains, 0);
+	expect_stop_no_allocs();
+}
+END_TEST
+
 START_TEST(test_ipc_daemon_without_gpu)
 {
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
@@ -852,6 +982,9 @@ int main(void)
 	tcase_add_test(tc, test_ipc_consumer_killed);
 	tcase_add_test(tc, test_ipc_untied_release_not_waited);
 	tcase_add_test(tc, test_ipc_consumer_killed_done_pending);
+	tcase_add_test(tc, test_ipc_context_on_demand);
+	tcase_add_test(tc, test_ipc_held_work_delays_nobody);
+	tcase_add_test(tc, test_ipc_gpus_config);
 	tcase_add_test(tc, test_ipc_daemon_without_gpu);
 	tcase_add_test(tc, test_ipc_another_gpu);
 	tcase_add_test(tc, test_ipc_group_gets_host_slots);

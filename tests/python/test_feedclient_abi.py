@@ -32,6 +32,7 @@ MIRRORS = {
     L.Stats: ("feed_stats", "feed/client.h"),
     L.StreamStatus: ("feed_stream_status", "feed/client.h"),
     L.CacheStatus: ("feed_cache_status", "feed/client.h"),
+    L.GpuStatus: ("feed_gpu_status", "feed/client.h"),
     L.Status: ("feed_status", "feed/client.h"),
 }
 

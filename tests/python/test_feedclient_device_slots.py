@@ -92,10 +92,14 @@ def fake():
 def test_device_slots_hold_the_converted_batch(fc, feedd_factory, tmp_path, monkeypatch,
                                                fake):
     d = start(feedd_factory, fc, tmp_path, monkeypatch, fake)
+    # no context on the GPU before a stream asks for device slots
+    gpus = feedclient.status(d.sock)["gpus"]
+    assert [(g["ordinal"], g["allowed"], g["context"]) for g in gpus] == [(0, True, False)]
     out = read(d.sock, {"FEED_CUDA_DRIVER": fake, "FAKE_CUDA_EVENTS": "auto"})
     if not out["granted"] and "built without CUDA kernels" in out["reason"]:
         pytest.skip("this build has no kernels")
     assert out["granted"] and out["reason"] == "", out
+    assert feedclient.status(d.sock)["gpus"][0]["context"]
     assert out["same"] == [True] * 5, out
     assert out["shape"] == [8, 1, 8, 8] and out["typestr"] == "<i2" and out["dtype"] == "bf16"
     assert out["version"] == 3 and out["stream"] is None

@@ -257,6 +257,17 @@ struct feed_cache_status {
 	uint64_t bytes, entries, budget;    /* decoded bytes held, blocks, cache_bytes */
 };
 
+/* A GPU the daemon's driver shows. feedd makes a GPU's context only when
+ * a stream first asks for device slots there. */
+struct feed_gpu_status {
+	uint32_t ordinal;         /* as the daemon's CUDA_VISIBLE_DEVICES leaves them */
+	char name[64];
+	bool allowed;             /* in the daemon's `gpus:` (or it has none) */
+	bool context;             /* the daemon holds a context (and memory) there */
+	bool failed;              /* making it failed; streams were told why */
+	uint64_t slot_bytes;      /* device memory open streams' slots hold there */
+};
+
 /* What feedctl status shows. Everything belongs to it until
  * feed_status_free(). */
 struct feed_status {
@@ -264,6 +275,8 @@ struct feed_status {
 	struct feed_cache_status cache;
 	size_t count;                       /* streams and groups */
 	const struct feed_stream_status *streams;
+	size_t ngpus;                       /* GPUs (0 with no driver) */
+	const struct feed_gpu_status *gpus;
 };
 
 /* The daemon's counters with every stream and group over a dataset the

@@ -307,6 +307,18 @@ class CacheStatus(ctypes.Structure):
                 for name in ("hits", "misses", "evictions", "bytes", "entries", "budget")]
 
 
+class GpuStatus(ctypes.Structure):
+    """struct feed_gpu_status (feed/client.h)"""
+    _fields_ = [
+        ("ordinal", ctypes.c_uint32),
+        ("name", ctypes.c_char * 64),
+        ("allowed", ctypes.c_bool),
+        ("context", ctypes.c_bool),
+        ("failed", ctypes.c_bool),
+        ("slot_bytes", ctypes.c_uint64),
+    ]
+
+
 class Status(ctypes.Structure):
     """struct feed_status (feed/client.h)"""
     _fields_ = [
@@ -314,6 +326,8 @@ class Status(ctypes.Structure):
         ("cache", CacheStatus),
         ("count", ctypes.c_size_t),
         ("streams", ctypes.POINTER(StreamStatus)),
+        ("ngpus", ctypes.c_size_t),
+        ("gpus", ctypes.POINTER(GpuStatus)),
     ]
 
 

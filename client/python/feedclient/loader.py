@@ -324,8 +324,11 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
     member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
     TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
     reader_wait_share_10s over the last 10 s, rank and world, slot_bytes,
-    batches_per_epoch, epochs, start_epoch, start_batch, ...). Blocks until the daemon
-    answers (at most 10 s). Any thread. Raises as datasets()."""
+    batches_per_epoch, epochs, start_epoch, start_batch, ...), and "gpus":
+    one dict per GPU the daemon's driver shows (ordinal, name, allowed,
+    context: whether feedd holds a context there, failed, slot_bytes).
+    Blocks until the daemon answers (at most 10 s). Any thread. Raises as
+    datasets()."""
     return _status(socket, None)
 
 
@@ -347,6 +350,7 @@ def _status(socket, timeout_ms):
                 d["member_reader_wait_ns"] = d["member_reader_wait_ns"][:n]
                 streams.append(d)
             out["streams"] = streams
+            out["gpus"] = [_record(st.contents.gpus[i]) for i in range(st.contents.ngpus)]
             return out
         finally:
             lib.feed_status_free(st)
