@@ -226,6 +226,25 @@ int pk_pack_row(const struct pk_docs *d, const struct pk_spec *spec, struct pk_c
 	return (int)n;
 }
 
+#define PK_ALIGN(x) (((x) + 63) & ~(size_t)63)
+
+size_t pk_scratch_bytes(uint32_t seq_len)
+{
+	return 2 * PK_ALIGN(((size_t)seq_len + 1) * 4) +
+	       PK_ALIGN(((size_t)seq_len + 2) * sizeof(struct pk_seg));
+}
+
+void pk_scratch_split(void *scratch, uint32_t seq_len, uint32_t **ret_ids, uint32_t **ret_tmp,
+		      struct pk_seg **ret_segs)
+{
+	uint8_t *p = scratch;
+	size_t t = PK_ALIGN(((size_t)seq_len + 1) * 4);
+
+	*ret_ids = (uint32_t *)p;
+	*ret_tmp = (uint32_t *)(p + t);
+	*ret_segs = (struct pk_seg *)(p + 2 * t);
+}
+
 /* position_ids and segment starts from document_ids. */
 static void row_runs(uint32_t L, struct pk_row_out *out)
 {

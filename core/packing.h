@@ -130,6 +130,15 @@ void pk_window_free(struct pk_window *w);
 int pk_pack_row(const struct pk_docs *d, const struct pk_spec *spec, struct pk_cursor *c,
 		struct pk_window *w, struct pk_seg *segs);
 
+/* Scratch a row needs (pk_scratch_split()): ids and tmp of seq_len + 1
+ * tokens, segments for seq_len + 2, 64-byte aligned each. */
+size_t pk_scratch_bytes(uint32_t seq_len);
+
+/* Cuts scratch (pk_scratch_bytes(seq_len), 64-byte aligned) into the
+ * three arrays a row uses. */
+void pk_scratch_split(void *scratch, uint32_t seq_len, uint32_t **ret_ids, uint32_t **ret_tmp,
+		      struct pk_seg **ret_segs);
+
 /* One row's fields, written by pk_row_fill(). Arrays of seq_len. */
 struct pk_row_out {
 	int64_t *labels;
