@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,36 @@
 static uint32_t doc_len_at(const struct pk_docs *d, uint64_t pos)
 {
 	return d->lens[ord_permute(d->order, pos)];
+}
+
+int pk_source_init(struct pk_source *src, const struct pk_spec *spec, const uint32_t *lens,
+		   uint64_t n, uint64_t total, const char *version, uint64_t seed,
+		   enum ord_mode mode, struct feed_err *err)
+{
+	memset(src, 0, sizeof(*src));
+	if (spec->mode == PK_MODE_CONCAT && (total == 0 || (total - 1) / spec->seq_len == 0))
+		return feed_err_set(err, -EINVAL, "concat(seq_len=%u): the dataset holds %llu "
+				    "tokens, not one row of %u and its label", spec->seq_len,
+				    (unsigned long long)total, spec->seq_len);
+	src->spec = *spec;
+	src->lens = lens;
+	src->total = total;
+	src->doc_ord = (struct ord_spec){.n = n, .seed = seed, .world = 1, .batch = 1,
+					 .mode = mode == ORD_SEQUENTIAL ? ORD_SEQUENTIAL : ORD_FULL};
+	snprintf(src->doc_ord.version, sizeof(src->doc_ord.version), "%s", version);
+	return 0;
+}
+
+int pk_source_epoch(const struct pk_source *src, uint64_t epoch, struct ord_epoch *order,
+		    struct pk_docs *ret_docs, struct feed_err *err)
+{
+	int rc = ord_epoch_init(order, &src->doc_ord, epoch, err);
+
+	if (rc < 0)
+		return rc;
+	*ret_docs = (struct pk_docs){.lens = src->lens, .n = src->doc_ord.n, .total = src->total,
+				     .order = order};
+	return 0;
 }
 
 uint64_t pk_concat_rows(const struct pk_docs *d, uint32_t seq_len)

@@ -72,6 +72,29 @@ struct pk_docs {
 	const struct ord_epoch *order; /* the epoch's document order (ord_permute) */
 };
 
+/* What a stream (or one source of a mixture) packs: the spec, its
+ * dataset's documents and the order spec of their epochs. The daemon
+ * keeps one per stream; each epoch's order is made from it in O(1). */
+struct pk_source {
+	struct pk_spec spec;       /* mode PK_MODE_NONE: not packing */
+	struct ord_spec doc_ord;   /* n = documents, rank 0 of world 1, batch 1 */
+	const uint32_t *lens;      /* borrowed: the dataset's lengths */
+	uint64_t total;            /* their sum */
+};
+
+/* Fills *src for packing ds's n documents (lens, total) with spec, their
+ * order keyed by (version, seed) and shuffled unless mode is
+ * ORD_SEQUENTIAL (or eval). -EINVAL naming seq_len when a concat epoch
+ * would have no row. */
+int pk_source_init(struct pk_source *src, const struct pk_spec *spec, const uint32_t *lens,
+		   uint64_t n, uint64_t total, const char *version, uint64_t seed,
+		   enum ord_mode mode, struct feed_err *err);
+
+/* Epoch `epoch` of src: its document order into *order (the caller's:
+ * ord_epoch_fini() it) and *ret_docs pointing at it. O(1). */
+int pk_source_epoch(const struct pk_source *src, uint64_t epoch, struct ord_epoch *order,
+		    struct pk_docs *ret_docs, struct feed_err *err);
+
 /* A run of tokens of one document inside a row. */
 struct pk_seg {
 	uint64_t doc;              /* dataset document, PK_DOC_PAD for padding */

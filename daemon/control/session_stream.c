@@ -594,6 +594,38 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 	};
 }
 
+/* Packing (concat): the stream's positions become rows, cut from the
+ * dataset's documents in an order of its own (shuffled unless the stream
+ * reads in order). pack is refused: its rows per epoch are known only
+ * once the epoch's last window is placed, and the schedule needs the
+ * count up front. */
+static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, struct dlv_spec *sp,
+		    struct feed_err *err)
+{
+	struct ord_spec *ord = &sp->sched.ord;
+	const uint32_t *lens;
+	uint64_t total;
+	int rc;
+
+	if (plan->pack.mode == PK_MODE_NONE)
+		return 0;
+	if (plan->pack.mode == PK_MODE_PACK)
+		return feed_err_set(err, -ENOTSUP, "pipeline '%s': feedd serves concat; pack's rows "
+				    "per epoch are not known before the epoch is placed",
+				    plan->canonical);
+	if (fmt_dataset_doc_lens(e->ds, &lens, &total) < 0)
+		return feed_err_set(err, -EINVAL, "dataset '%s': no document lengths (%s): pack it "
+				    "again with this feedpack", e->name, FMT_LENGTHS_FILE);
+	rc = pk_source_init(&sp->sched.rows, &plan->pack, lens, e->info->num_samples, total,
+			    e->info->version, ord->seed, ord->eval ? ORD_SEQUENTIAL : ord->mode,
+			    err);
+	if (rc < 0)
+		return feed_err_prefix(err, "dataset '%s'", e->name);
+	ord->n = pk_concat_rows(&(struct pk_docs){.total = total}, plan->pack.seq_len);
+	ord->mode = ORD_SEQUENTIAL;
+	return 0;
+}
+
 /* Everything an open needs before memory: plan, resume, group, layout,
  * limits. On success the user's quota holds the stream (a group member:
  * its own regions; ss->grp, when the group exists, holds a reference). */
@@ -613,6 +645,8 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 			feed_err_prefix(err, "pipeline");
 		return rc;
 	}
+	if ((rc = ses_rows(ss->e, ss->plan, sp, err)) < 0)
+		return rc;
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
 		return rc;
 	if (o->group[0]) {

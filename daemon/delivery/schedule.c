@@ -198,6 +198,8 @@ int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *
 
 void sched_fini(struct sched *s)
 {
+	ord_epoch_fini(&s->pk_order);
+	s->pk_valid = false;
 	for (int i = 0; i < 2; i++)
 		if (s->ep[i].valid)
 			ord_epoch_fini(&s->ep[i].ord);
@@ -261,6 +263,26 @@ uint32_t sched_table_put(struct sched *s, uint64_t epoch, uint64_t *t, int rc, c
 	return n;
 }
 
+/* Packing: p's cursor, walked on from the last position's. */
+static int sched_rows_seek(struct sched *s, struct sched_pos *p, struct feed_err *err)
+{
+	const struct pk_source *src = &s->spec.rows;
+	int rc;
+
+	if (!s->pk_valid || s->pk_epoch != p->epoch) {
+		ord_epoch_fini(&s->pk_order);
+		s->pk_valid = false;
+		if ((rc = pk_source_epoch(src, p->epoch, &s->pk_order, &s->pk_docs, err)) < 0)
+			return rc;
+		s->pk_valid = true;
+		s->pk_epoch = p->epoch;
+		s->pk_cur = (struct pk_cursor){0};
+	}
+	pk_concat_seek(&s->pk_docs, src->spec.seq_len, &s->pk_cur, ord_sample(p->ord, p->batch, 0));
+	p->pk = s->pk_cur;
+	return 0;
+}
+
 int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 {
 	struct sched_epoch *e = &s->ep[s->next_epoch & 1];
@@ -294,6 +316,8 @@ int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 	};
 	ret->last_of_stream = ret->last_of_epoch && s->spec.epochs &&
 			      s->next_epoch + 1 >= s->spec.epochs;
+	if (s->spec.rows.spec.mode != PK_MODE_NONE && (rc = sched_rows_seek(s, ret, err)) < 0)
+		return rc;
 	e->inflight++;
 	if (ret->last_of_stream)
 		s->done = true;

@@ -1,0 +1,169 @@
+"""concat(seq_len=L) through feedd and the Python Loader: every field of
+every row against a reference cut from the documents written here, rank
+interleaving, shuffled epochs that still hold every document whole, int64
+tokens under as_torch, resume, and the refusals (pack, a dataset without
+documents, seq_len past the tokens).
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import feedclient
+from conftest import pack
+
+L = 32
+BATCH = 4
+
+
+def make_docs(rng, n):
+    """n documents of 0..90 tokens; separator 1 ends each (feedpack keeps it)."""
+    docs = []
+    for i in range(n):
+        k = 0 if i % 11 == 3 else int(rng.integers(1, 90))
+        d = rng.integers(2, 60000, k).tolist() + [1]
+        docs.append(d)
+    return docs
+
+
+@pytest.fixture(scope="module")
+def pk(feedpack, feedd_factory, tmp_path_factory):
+    d = tmp_path_factory.mktemp("packing")
+    rng = np.random.default_rng(29)
+    docs = make_docs(rng, 300)
+    np.array([t for x in docs for t in x], dtype="<u2").tofile(d / "docs.bin")
+    pack(feedpack, "tokens", d / "docs.bin", "--dtype", "uint16", "--doc-sep", 1,
+         "--block-records", 16, "-o", d / "docs")
+    np.arange(64, dtype="<u2").tofile(d / "flat.bin")
+    pack(feedpack, "tokens", d / "flat.bin", "--dtype", "uint16", "--seq-len", 8,
+         "-o", d / "flat")
+    np.array([5, 6, 1], dtype="<u2").tofile(d / "tiny.bin")
+    pack(feedpack, "tokens", d / "tiny.bin", "--dtype", "uint16", "--doc-sep", 1,
+         "-o", d / "tiny")
+    daemon = feedd_factory(d, "--workers", 2, "--dataset", f"docs={d / 'docs'}",
+                           "--dataset", f"flat={d / 'flat'}", "--dataset", f"tiny={d / 'tiny'}")
+    return daemon.sock, docs
+
+
+def reference_rows(docs, order):
+    """The rows of concat over docs in `order`: dicts of numpy arrays."""
+    toks = np.array([t for i in order for t in docs[i]], np.int64)
+    dids = np.array([i for i in order for _ in docs[i]], np.int64)
+    rows = []
+    for r in range((len(toks) - 1) // L):
+        ids, lab, doc = toks[r * L:r * L + L], toks[r * L + 1:r * L + L + 1], dids[r * L:r * L + L]
+        pos = np.zeros(L, np.int64)
+        for j in range(1, L):
+            pos[j] = 0 if doc[j] != doc[j - 1] else pos[j - 1] + 1
+        rows.append({"input_ids": ids, "labels": lab, "document_ids": doc, "position_ids": pos})
+    return rows
+
+
+def check_batch(b, want_rows):
+    n = len(want_rows)
+    assert b["input_ids"].shape == (n, L)
+    for k in ("input_ids", "labels", "document_ids", "position_ids"):
+        got = np.asarray(b[k])
+        np.testing.assert_array_equal(got, np.stack([w[k] for w in want_rows]), err_msg=k)
+    starts = [i * L + j for i, w in enumerate(want_rows) for j in range(L)
+              if j == 0 or w["document_ids"][j] != w["document_ids"][j - 1]]
+    cu = np.asarray(b["cu_seqlens"])
+    assert cu.dtype == np.int32
+    assert cu.tolist() == starts + [n * L]
+    assert b["max_seqlen"] == int(np.diff(cu).max())
+
+
+def test_concat_rows_match_reference(pk):
+    sock, docs = pk
+    want = reference_rows(docs, range(len(docs)))
+    with feedclient.Loader("docs", BATCH, socket=sock, shuffle=False,
+                           pipeline="concat(seq_len=32)") as loader:
+        assert len(loader) == -(-len(want) // BATCH)
+        got = 0
+        for b in loader:
+            check_batch(b, want[got:got + BATCH])
+            assert b.indices.tolist() == list(range(got, got + len(b.indices)))
+            got += len(b.indices)
+        assert got == len(want)
+        f = {x.name: x for x in loader.fields}
+        assert f["input_ids"].dtype == "u16" and f["labels"].dtype == "i64"
+
+
+def test_concat_ranks_interleave(pk):
+    sock, docs = pk
+    want = reference_rows(docs, range(len(docs)))
+    for rank in range(2):
+        with feedclient.Loader("docs", BATCH, socket=sock, shuffle=False, rank=rank,
+                               world_size=2, drop_last=True,
+                               pipeline="concat(seq_len=32)") as loader:
+            for k, b in enumerate(loader):
+                rows = [(k * BATCH + i) * 2 + rank for i in range(BATCH)]
+                check_batch(b, [want[r] for r in rows])
+
+
+def test_concat_shuffled_epoch_holds_documents_whole(pk):
+    """A shuffled epoch is the documents in some order, each whole; the
+    same seed gives the same rows, another epoch another order."""
+    sock, docs = pk
+    kw = dict(socket=sock, shuffle=True, seed=5, pipeline="concat(seq_len=32)")
+    with feedclient.Loader("docs", BATCH, **kw) as loader:
+        epochs = [[(np.asarray(b["input_ids"]).copy(), np.asarray(b["document_ids"]).copy())
+                   for b in loader] for _ in range(2)]
+    with feedclient.Loader("docs", BATCH, **kw) as loader:
+        again = [np.asarray(b["input_ids"]).copy() for b in loader]
+    assert all((a == b).all() for a, (b, _) in zip(again, epochs[0]))
+    orders = []
+    for ep in epochs:
+        ids = np.concatenate([x.reshape(-1) for x, _ in ep])
+        dids = np.concatenate([d.reshape(-1) for _, d in ep])
+        order = [int(dids[0])] + [int(x) for p, x in zip(dids, dids[1:]) if x != p]
+        assert len(set(order)) == len(order)            # each document once, in one run
+        toks = np.array([t for i in order for t in docs[i]])
+        np.testing.assert_array_equal(ids, toks[:len(ids)])
+        orders.append(order)
+    nonempty = [i for i, d in enumerate(docs) if d]
+    assert sorted(orders[0]) != orders[0] and orders[0] != orders[1]
+    assert set(orders[0]) <= set(nonempty)
+
+
+def test_concat_as_torch_int64(pk):
+    torch = pytest.importorskip("torch")
+    sock, docs = pk
+    want = reference_rows(docs, range(len(docs)))
+    with feedclient.Loader("docs", BATCH, socket=sock, shuffle=False, as_torch=True,
+                           pipeline="concat(seq_len=32)") as loader:
+        b = next(iter(loader))
+        assert b["input_ids"].dtype == torch.int64 and b["labels"].dtype == torch.int64
+        assert b["cu_seqlens"].dtype == torch.int32
+        assert b["input_ids"].tolist() == [w["input_ids"].tolist() for w in want[:BATCH]]
+        assert {x.name: x for x in loader.fields}["input_ids"].dtype == "i64"
+        emb = torch.nn.Embedding(60000, 4)(b["input_ids"])
+        assert emb.shape == (BATCH, L, 4)
+
+
+def test_concat_resume_continues(pk):
+    sock, _ = pk
+    kw = dict(socket=sock, shuffle=True, seed=9, pipeline="concat(seq_len=32)")
+    with feedclient.Loader("docs", BATCH, **kw) as loader:
+        ref = [np.asarray(b["input_ids"]).copy() for b in loader]
+    with feedclient.Loader("docs", BATCH, **kw) as loader:
+        for k, b in enumerate(loader):
+            if k == 6:
+                state = loader.state_dict()
+                break
+    with feedclient.Loader("docs", BATCH, **kw) as loader:
+        loader.load_state_dict(pickle.loads(pickle.dumps(state)))
+        rest = [np.asarray(b["input_ids"]).copy() for b in loader]
+    assert len(rest) == len(ref) - 7
+    assert all((a == b).all() for a, b in zip(rest, ref[7:]))
+
+
+def test_packing_refusals(pk):
+    sock, _ = pk
+    with pytest.raises(feedclient.FeedError, match="token-document dataset"):
+        feedclient.Loader("flat", 2, socket=sock, pipeline="concat(seq_len=4)")
+    with pytest.raises(feedclient.FeedError, match="not one row of 8"):
+        feedclient.Loader("tiny", 1, socket=sock, pipeline="concat(seq_len=8)")
+    with pytest.raises(feedclient.FeedError, match="only op"):
+        feedclient.Loader("docs", 2, socket=sock, pipeline="concat(seq_len=8) | identity")
