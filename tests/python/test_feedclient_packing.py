@@ -167,3 +167,38 @@ def test_packing_refusals(pk):
         feedclient.Loader("tiny", 1, socket=sock, pipeline="concat(seq_len=8)")
     with pytest.raises(feedclient.FeedError, match="only op"):
         feedclient.Loader("docs", 2, socket=sock, pipeline="concat(seq_len=8) | identity")
+
+
+def test_concat_first_batch_of_a_million_documents(feedpack, feedd_factory, tmp_path):
+    """Issue 29's start cost: 10^6 documents; the Loader's first batch needs
+    no pass over them (feedd keeps their lengths, 4 bytes each, from open).
+    Checks the rows; prints the time from construction to the first batch
+    (the figure the README quotes; no timing is asserted)."""
+    import time
+    rng = np.random.default_rng(6)
+    n = 1_000_000
+    lens = rng.integers(1, 16, n)
+    toks = rng.integers(2, 50000, int(lens.sum())).astype("<u2")
+    ends = np.cumsum(lens) - 1
+    toks[ends] = 1                               # each document ends with its separator
+    toks.tofile(tmp_path / "m.bin")
+    pack(feedpack, "tokens", tmp_path / "m.bin", "--dtype", "uint16", "--doc-sep", 1,
+         "-o", tmp_path / "million")
+    daemon = feedd_factory(tmp_path, "--dataset", f"million={tmp_path / 'million'}")
+    for shuffle in (False, True):
+        t0 = time.monotonic()
+        with feedclient.Loader("million", 8, socket=daemon.sock, shuffle=shuffle,
+                               pipeline="concat(seq_len=2048)") as loader:
+            b = next(iter(loader))
+            dt = time.monotonic() - t0
+            ids = np.asarray(b["input_ids"]).reshape(-1)
+            dids = np.asarray(b["document_ids"]).reshape(-1)
+            if not shuffle:
+                np.testing.assert_array_equal(ids, toks[:8 * 2048])
+            # every document in the rows is whole (but the last), ending with 1
+            order = [int(dids[0])] + [int(x) for p, x in zip(dids, dids[1:]) if x != p]
+            starts = np.concatenate([[0], ends[:-1] + 1])
+            got = np.concatenate([toks[starts[i]:ends[i] + 1] for i in order])
+            np.testing.assert_array_equal(ids, got[:len(ids)])
+            print(f"\n10^6 documents, shuffle={shuffle}: first batch {dt * 1000:.0f} ms "
+                  f"after Loader()")
