@@ -229,6 +229,29 @@ void pk_window_free(struct pk_window *w)
 	memset(w, 0, sizeof(*w));
 }
 
+int pk_pack_seek(const struct pk_docs *d, const struct pk_spec *spec, struct pk_cursor *c,
+		 struct pk_window *w, uint64_t row)
+{
+	uint64_t nwin = (d->n + spec->window - 1) / spec->window;
+
+	if (row < c->row)
+		*c = (struct pk_cursor){0};
+	while (c->pos < nwin) {
+		int rc = pk_window_place(d, spec, c->pos, w);
+		if (rc < 0)
+			return rc;
+		uint64_t avail = w->nrows - c->off, step = row - c->row;
+		if (step < avail) {
+			c->off += step;
+			c->row += step;
+			return 1;
+		}
+		c->row += avail;
+		c->pos++, c->off = 0;
+	}
+	return 0;
+}
+
 int pk_pack_row(const struct pk_docs *d, const struct pk_spec *spec, struct pk_cursor *c,
 		struct pk_window *w, struct pk_seg *segs)
 {

@@ -147,6 +147,13 @@ int pk_window_place(const struct pk_docs *d, const struct pk_spec *spec, uint64_
 		    struct pk_window *w);
 void pk_window_free(struct pk_window *w);
 
+/* pack: moves c forward to row `row` (c->row <= row, else it starts over),
+ * placing the windows passed in w. Returns 1 when the epoch has that row
+ * (c at it), 0 when it ends before (c at the end, c->row the epoch's row
+ * count), -ENOMEM. O(windows passed). */
+int pk_pack_seek(const struct pk_docs *d, const struct pk_spec *spec, struct pk_cursor *c,
+		 struct pk_window *w, uint64_t row);
+
 /* pack: the segments of c's row into segs (room for seq_len + 1;
  * padding last) and c moved on. Returns the count, 0 at the epoch's end
  * (c stays), or -ENOMEM. Uses (and may replace) w's window. */

@@ -594,11 +594,12 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 	};
 }
 
-/* Packing (concat): the stream's positions become rows, cut from the
- * dataset's documents in an order of its own (shuffled unless the stream
- * reads in order). pack is refused: its rows per epoch are known only
- * once the epoch's last window is placed, and the schedule needs the
- * count up front. */
+/* Packing: the stream's positions become rows, cut from the dataset's
+ * documents in an order of its own (shuffled unless the stream reads in
+ * order). concat: rows per epoch from the token count. pack: the count is
+ * known once the epoch is placed, so the layout takes a bound (a piece
+ * per document and per L tokens) laid out as eval, and the schedule ends
+ * the epoch at the world's last whole batch (schedule.h). */
 static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, struct dlv_spec *sp,
 		    struct feed_err *err)
 {
@@ -609,10 +610,6 @@ static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, str
 
 	if (plan->pack.mode == PK_MODE_NONE)
 		return 0;
-	if (plan->pack.mode == PK_MODE_PACK)
-		return feed_err_set(err, -ENOTSUP, "pipeline '%s': feedd serves concat; pack's rows "
-				    "per epoch are not known before the epoch is placed",
-				    plan->canonical);
 	if (fmt_dataset_doc_lens(e->ds, &lens, &total) < 0)
 		return feed_err_set(err, -EINVAL, "dataset '%s': no document lengths (%s): pack it "
 				    "again with this feedpack", e->name, FMT_LENGTHS_FILE);
@@ -621,8 +618,14 @@ static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, str
 			    err);
 	if (rc < 0)
 		return feed_err_prefix(err, "dataset '%s'", e->name);
-	ord->n = pk_concat_rows(&(struct pk_docs){.total = total}, plan->pack.seq_len);
 	ord->mode = ORD_SEQUENTIAL;
+	if (plan->pack.mode == PK_MODE_CONCAT) {
+		ord->n = pk_concat_rows(&(struct pk_docs){.total = total}, plan->pack.seq_len);
+		return 0;
+	}
+	ord->n = e->info->num_samples + total / plan->pack.seq_len + 1;
+	ord->eval = true;
+	ord->drop_last = ord->pad_last = false;
 	return 0;
 }
 

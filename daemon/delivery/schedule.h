@@ -51,9 +51,11 @@ struct sched_spec {
 	uint32_t start_nodes;
 	uint32_t nlevels;
 	struct ord_level levels[ORD_MAX_LEVELS];
-	/* packing (rows.spec.mode, concat): ord's positions are rows (ord is
-	 * sequential, n = rows per epoch) cut from rows' documents; each
-	 * position carries the cursor at its first row (sched_next()) */
+	/* packing (rows.spec.mode): ord's positions are rows (ord is
+	 * sequential; concat: n = rows per epoch; pack: n bounds them, ord is
+	 * laid out as eval, and the epoch ends at the last full batch of the
+	 * world that its rows fill, found by walking ahead) cut from rows'
+	 * documents; each position carries the cursor at its first row */
 	struct pk_source rows;
 };
 
@@ -105,6 +107,10 @@ struct sched {
 	struct ord_epoch pk_order;
 	struct pk_docs pk_docs;
 	struct pk_cursor pk_cur;
+	/* pack: the main cursor's window, and a cursor walked ahead (with its
+	 * own window) to find the epoch's end one batch early */
+	struct pk_window pk_win, pk_win_ahead;
+	struct pk_cursor pk_ahead;
 };
 
 /* Lays out the start epoch (without its table) and checks the start

@@ -379,11 +379,40 @@ static void rows_ids(const struct bld_batch *b, uint32_t i, const uint32_t *ids)
 	}
 }
 
+/* Row g's segments into segs, c moved to the row after it: concat walks
+ * the lengths; pack places the windows it reaches (w's window is kept for
+ * the next batch of the same stream and epoch). */
+static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const struct pk_docs *docs,
+		     struct pk_cursor *c, uint64_t g, struct pk_seg *segs, struct feed_err *err)
+{
+	const struct pk_spec *sp = &b->plan->pack;
+	int rc;
+
+	if (sp->mode == PK_MODE_CONCAT) {
+		pk_concat_seek(docs, sp->seq_len, c, g);
+		return (int)pk_concat_row(docs, sp->seq_len, c, segs);
+	}
+	if (w->pack_key != b->rows || w->pack_epoch != b->epoch) {
+		w->pack_win.index = UINT64_MAX;
+		w->pack_win.nsegs = 0;
+		w->pack_key = b->rows;
+		w->pack_epoch = b->epoch;
+	}
+	if ((rc = pk_pack_seek(docs, sp, c, &w->pack_win, g)) == 1 &&
+	    (rc = pk_pack_row(docs, sp, c, &w->pack_win, segs)) > 0)
+		return rc;
+	w->pack_key = NULL;
+	if (rc == -ENOMEM)
+		return feed_err_set(err, rc, "worker %u: out of memory for a pack window", w->index);
+	return feed_err_set(err, -EINVAL, "row %llu: past the epoch's last row",
+			    (unsigned long long)g);
+}
+
 /* Builds row i (global row g) from cursor c, its segment starts appended
  * to cu_seqlens (and, after the batch's last row, rows * L). */
-static int rows_one(const struct bld_batch *b, struct rows_fetch *f, const struct pk_docs *docs,
-		    struct pk_cursor *c, uint64_t g, uint32_t i, void *scratch, uint64_t *cursor,
-		    struct feed_err *err)
+static int rows_one(const struct bld_batch *b, struct pool_worker *w, struct rows_fetch *f,
+		    const struct pk_docs *docs, struct pk_cursor *c, uint64_t g, uint32_t i,
+		    uint64_t *cursor, struct feed_err *err)
 {
 	const struct pk_spec *sp = &b->plan->pack;
 	uint32_t *ids, *tmp;
@@ -391,13 +420,15 @@ static int rows_one(const struct bld_batch *b, struct rows_fetch *f, const struc
 	struct pk_row_out o;
 	int rc;
 
-	pk_scratch_split(scratch, sp->seq_len, &ids, &tmp, &segs);
+	pk_scratch_split(w->scratch, sp->seq_len, &ids, &tmp, &segs);
 	rows_out(b, i, &o);
 	int32_t *cu = (int32_t *)(b->data + b->lay->field_off[4] + cursor[4]);
 	o.cu = cu;
-	pk_concat_seek(docs, sp->seq_len, c, g);
-	uint32_t nseg = pk_concat_row(docs, sp->seq_len, c, segs);
-	if ((rc = pk_row_fill(sp, docs, segs, nseg, rows_fetch, f, ids, tmp, &o, err)) < 0)
+	int nseg = rows_segs(b, w, docs, c, g, segs, err);
+	if (nseg < 0)
+		return nseg;
+	if ((rc = pk_row_fill(sp, docs, segs, (uint32_t)nseg, rows_fetch, f, ids, tmp, &o,
+			      err)) < 0)
 		return feed_err_prefix(err, "row %llu", (unsigned long long)g);
 	rows_ids(b, i, ids);
 	if (i + 1 == b->nsamples)
@@ -430,8 +461,8 @@ static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct c
 		return rc;
 	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
 		padded |= ord_padding(b->ord, b->ord_batch, i);
-		rc = rows_one(b, &f, &docs, &c, ord_sample(b->ord, b->ord_batch, i), i, w->scratch,
-			      cursor, err);
+		rc = rows_one(b, w, &f, &docs, &c, ord_sample(b->ord, b->ord_batch, i), i, cursor,
+			      err);
 		pool_yield(w);
 	}
 	rows_unpin(&f);

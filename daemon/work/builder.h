@@ -60,7 +60,7 @@ struct bld_batch {
 	uint64_t max_search;         /* skip: positions tried for one replacement */
 	struct bld_bad *bad;         /* filled in (n = 0 when none); required
 				      * with skip, may be NULL with fail */
-	/* packing (plan->pack.mode concat): ord's samples are rows */
+	/* packing (plan->pack.mode): ord's samples are rows */
 	const struct pk_source *rows; /* the stream's documents and their order */
 	struct pk_cursor pk;         /* at the batch's first row (schedule.h) */
 };
@@ -83,7 +83,7 @@ struct bld_batch {
  * fails naming the sample.
  *
  * With packing (plan->pack), sample i is row ord_sample(i) of the epoch's
- * concat stream, walked to from b->pk: its documents' tokens are read one
+ * concat or pack stream, walked to from b->pk: its documents' tokens are read one
  * block pin at a time, and the fields are the rows' (pipeline.h); a
  * document whose record disagrees with its recorded length fails the
  * build (-EBADMSG naming it); on_error skip does not apply to rows. */

@@ -46,6 +46,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
+#include "packing.h"
 #include "feed_shm.h"
 #include "image.h"
 #include "log.h"
@@ -93,6 +94,12 @@ struct pool_worker {
 	struct img_decoder *img_dec[2];
 	struct img_limits img_lim[2]; /* what each was made for */
 	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels */
+	/* pack (core/packing.h): the window the builder placed last, for the
+	 * stream (pack_key: its struct pk_source) and epoch it was placed for;
+	 * freed when the pool stops */
+	struct pk_window pack_win;
+	const void *pack_key;
+	uint64_t pack_epoch;
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };

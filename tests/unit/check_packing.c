@@ -367,6 +367,44 @@ START_TEST(test_packing_short_documents_never_stop)
 }
 END_TEST
 
+/* Seeking to a row (forward, or back: from the start) gives the row a
+ * walk row by row gives; past the end it says so, with the row count. */
+START_TEST(test_packing_pack_seek)
+{
+	struct pk_spec sp = {.mode = PK_MODE_PACK, .seq_len = 48, .pad_id = 0, .window = 30};
+	struct corpus c;
+	struct pk_window w = {0}, w2 = {0};
+	struct pk_cursor walk = {0};
+	static struct pk_seg rows[2000][50];
+	int nseg[2000], n;
+	uint64_t total = 0;
+
+	corpus_make(&c, 600, 100, 2, true);
+	while ((n = pk_pack_row(&c.docs, &sp, &walk, &w, rows[total])) > 0)
+		nseg[total++] = n;
+	ck_assert_uint_lt(total, 2000);
+	static const uint64_t targets[] = {0, 5, 77, 3, 200, 1};
+	struct pk_cursor cur = {0};
+	struct pk_seg segs[50];
+	for (uint32_t k = 0; k < 6; k++) {
+		uint64_t g = targets[k] % total;
+		ck_assert_int_eq(pk_pack_seek(&c.docs, &sp, &cur, &w2, g), 1);
+		ck_assert_uint_eq(cur.row, g);
+		struct pk_cursor peek = cur;
+		n = pk_pack_row(&c.docs, &sp, &peek, &w2, segs);
+		ck_assert_int_eq(n, nseg[g]);
+		ck_assert_mem_eq(segs, rows[g], (size_t)n * sizeof(*segs));
+	}
+	ck_assert_int_eq(pk_pack_seek(&c.docs, &sp, &cur, &w2, total), 0);
+	ck_assert_uint_eq(cur.row, total);
+	cur = (struct pk_cursor){0};
+	ck_assert_int_eq(pk_pack_seek(&c.docs, &sp, &cur, &w2, total + 50), 0);
+	ck_assert_uint_eq(cur.row, total);
+	pk_window_free(&w), pk_window_free(&w2);
+	corpus_free(&c);
+}
+END_TEST
+
 static Suite *packing_suite(void)
 {
 	Suite *s = suite_create("packing");
@@ -379,6 +417,7 @@ static Suite *packing_suite(void)
 	tcase_add_test(tc, test_packing_pack_matches_best_fit_decreasing);
 	tcase_add_test(tc, test_packing_pack_deterministic_per_epoch);
 	tcase_add_test(tc, test_packing_short_documents_never_stop);
+	tcase_add_test(tc, test_packing_pack_seek);
 	suite_add_tcase(s, tc);
 	return s;
 }
