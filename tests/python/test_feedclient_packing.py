@@ -319,3 +319,21 @@ def test_pack_shuffled_holds_every_token_once(pk):
     assert len(whole) > 0.8 * len([d for d in docs if d])
     for i in whole:
         assert sorted(seen[i]) == sorted(docs[i])
+
+
+def test_lengths_that_lie_fail_the_stream(feedpack, feedd_factory, tmp_path):
+    """A lengths.u32 whose values disagree with the records (same size):
+    the batch that reads such a document fails, naming it."""
+    np.array([5, 6, 7, 1, 8, 1, 9, 9, 9, 1] * 20, dtype="<u2").tofile(tmp_path / "a.bin")
+    pack(feedpack, "tokens", tmp_path / "a.bin", "--dtype", "uint16", "--doc-sep", 1,
+         "-o", tmp_path / "liar")
+    lens = np.fromfile(tmp_path / "liar" / "lengths.u32", "<u4")
+    lens[0], lens[1] = lens[1], lens[0]        # the total stays: the open accepts it
+    (tmp_path / "liar" / "lengths.u32").chmod(0o644)
+    lens.tofile(tmp_path / "liar" / "lengths.u32")
+    daemon = feedd_factory(tmp_path, "--dataset", f"liar={tmp_path / 'liar'}")
+    with feedclient.Loader("liar", 2, socket=daemon.sock, shuffle=False,
+                           pipeline="concat(seq_len=4)") as loader:
+        with pytest.raises(feedclient.FeedError, match="document 0 holds 4 tokens, its "
+                                                       "recorded length is 2"):
+            next(iter(loader))

@@ -208,3 +208,17 @@ def test_megatron_refuses_bad_index(feedpack, tmp_path):
     write_mmidx(tmp_path / "b", [[1, 2]], dtype=np.int32)
     fails(run(feedpack, "megatron", tmp_path / "a", tmp_path / "b", "-o", tmp_path / "m"),
           "b.idx", "dtype i32")
+
+
+def test_lengths_file_checked_at_open(feedpack, tmp_path):
+    """A lengths.u32 of the wrong size is refused naming it (the reader
+    keeps it as the documents' lengths: it must hold one per document)."""
+    (tmp_path / "t.bin").write_bytes(np.array([3, 4, 0, 5, 0], dtype="<u2").tobytes())
+    out = tmp_path / "d"
+    assert run(feedpack, "tokens", tmp_path / "t.bin", "--dtype", "uint16", "--doc-sep", "0",
+               "-o", out).returncode == 0
+    assert run(feedpack, "verify", out).returncode == 0
+    lens = out / "lengths.u32"
+    lens.chmod(0o644)
+    lens.write_bytes(lens.read_bytes()[:4])
+    fails(run(feedpack, "verify", out), "lengths.u32", "4 bytes, expected 8")
