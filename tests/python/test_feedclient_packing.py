@@ -337,3 +337,18 @@ def test_lengths_that_lie_fail_the_stream(feedpack, feedd_factory, tmp_path):
         with pytest.raises(feedclient.FeedError, match="document 0 holds 4 tokens, its "
                                                        "recorded length is 2"):
             next(iter(loader))
+
+
+def test_concat_device_cpu(pk):
+    """device= converts as on the GPU: input_ids int64 tensors, cu_seqlens
+    one int32 tensor, the rows as the reference has them."""
+    torch = pytest.importorskip("torch")
+    sock, docs = pk
+    want = reference_rows(docs, range(len(docs)))
+    with feedclient.Loader("docs", BATCH, socket=sock, shuffle=False, device="cpu",
+                           pipeline="concat(seq_len=32)") as loader:
+        b = next(iter(loader))
+        assert b["input_ids"].dtype == torch.int64
+        assert b["cu_seqlens"].dtype == torch.int32
+        check_batch({k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()},
+                    want[:BATCH])
