@@ -34,6 +34,15 @@ int pk_source_init(struct pk_source *src, const struct pk_spec *spec, const uint
 	return 0;
 }
 
+bool pk_source_same(const struct pk_source *a, const struct pk_source *b)
+{
+	return a->spec.mode == b->spec.mode && a->spec.seq_len == b->spec.seq_len &&
+	       a->spec.pad_id == b->spec.pad_id && a->spec.window == b->spec.window &&
+	       a->doc_ord.n == b->doc_ord.n && a->doc_ord.seed == b->doc_ord.seed &&
+	       a->doc_ord.mode == b->doc_ord.mode && a->total == b->total &&
+	       !strcmp(a->doc_ord.version, b->doc_ord.version);
+}
+
 int pk_source_epoch(const struct pk_source *src, uint64_t epoch, struct ord_epoch *order,
 		    struct pk_docs *ret_docs, struct feed_err *err)
 {

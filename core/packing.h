@@ -90,6 +90,11 @@ int pk_source_init(struct pk_source *src, const struct pk_spec *spec, const uint
 		   uint64_t n, uint64_t total, const char *version, uint64_t seed,
 		   enum ord_mode mode, struct feed_err *err);
 
+/* True when a and b place the same rows: the same spec, documents
+ * (dataset version, count, tokens) and order (seed, mode). A window
+ * placed for one serves the other. */
+bool pk_source_same(const struct pk_source *a, const struct pk_source *b);
+
 /* Epoch `epoch` of src: its document order into *order (the caller's:
  * ord_epoch_fini() it) and *ret_docs pointing at it. O(1). */
 int pk_source_epoch(const struct pk_source *src, uint64_t epoch, struct ord_epoch *order,

@@ -392,16 +392,19 @@ static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const str
 		pk_concat_seek(docs, sp->seq_len, c, g);
 		return (int)pk_concat_row(docs, sp->seq_len, c, segs);
 	}
-	if (w->pack_key != b->rows || w->pack_epoch != b->epoch) {
+	/* a window is a pure function of the rows' inputs and the epoch: one
+	 * placed for another stream of the same ones serves */
+	if (!w->pack_valid || w->pack_epoch != b->epoch || !pk_source_same(&w->pack_src, b->rows)) {
 		w->pack_win.index = UINT64_MAX;
 		w->pack_win.nsegs = 0;
-		w->pack_key = b->rows;
+		w->pack_src = *b->rows;
 		w->pack_epoch = b->epoch;
+		w->pack_valid = true;
 	}
 	if ((rc = pk_pack_seek(docs, sp, c, &w->pack_win, g)) == 1 &&
 	    (rc = pk_pack_row(docs, sp, c, &w->pack_win, segs)) > 0)
 		return rc;
-	w->pack_key = NULL;
+	w->pack_valid = false;
 	if (rc == -ENOMEM)
 		return feed_err_set(err, rc, "worker %u: out of memory for a pack window", w->index);
 	return feed_err_set(err, -EINVAL, "row %llu: past the epoch's last row",

@@ -95,11 +95,12 @@ struct pool_worker {
 	struct img_limits img_lim[2]; /* what each was made for */
 	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels */
 	/* pack (core/packing.h): the window the builder placed last, for the
-	 * stream (pack_key: its struct pk_source) and epoch it was placed for;
+	 * rows (pk_source_same()) and epoch it was placed for (pack_valid);
 	 * freed when the pool stops */
 	struct pk_window pack_win;
-	const void *pack_key;
+	struct pk_source pack_src;
 	uint64_t pack_epoch;
+	bool pack_valid;
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };
