@@ -67,6 +67,9 @@ enum pipe_key {
 	PK_NUM_OPS,
 	PK_MAGNITUDE,
 	PK_POLICY,
+	PK_SEQ_LEN,
+	PK_PAD_ID,
+	PK_WINDOW,
 	PK_COUNT_,
 };
 #define PKB(k) (1ull << (k))
@@ -77,7 +80,8 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"angle", "interpolation", "fill", "translate_x", "translate_y", "scale", "shear_x",
 	"shear_y", "bits", "threshold", "kernel_size", "sigma", "sigma_min", "sigma_max",
 	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
-	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy"};
+	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
+	"seq_len", "pad_id", "window"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -103,6 +107,8 @@ static const struct pipe_op_desc pipe_ops[] = {
 				      5, 1u << PK_SIZE},
 	[PIPE_NORMALIZE] = {"normalize", {PK_MEAN, PK_STD, PK_DTYPE, PK_LAYOUT, PK_FIELD}, 4,
 			    1u << PK_MEAN | 1u << PK_STD},
+	[PIPE_CONCAT] = {"concat", {PK_SEQ_LEN, PK_FIELD}, 1, PKB(PK_SEQ_LEN)},
+	[PIPE_PACK] = {"pack", {PK_SEQ_LEN, PK_PAD_ID, PK_WINDOW, PK_FIELD}, 3, PKB(PK_SEQ_LEN)},
 	[PIPE_ADJUST_BRIGHTNESS] = {"adjust_brightness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_CONTRAST] = {"adjust_contrast", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_SATURATION] = {"adjust_saturation", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
@@ -560,6 +566,12 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		return rc;
 	case PK_FIELD:
 		return parse_field_name(sc, v, op->field);
+	case PK_SEQ_LEN:
+		return parse_uint(sc, k, v, 1, PK_SEQ_LEN_MAX, &op->seq_len);
+	case PK_PAD_ID:
+		return parse_uint(sc, k, v, 0, UINT32_MAX, &op->pad_id);
+	case PK_WINDOW:
+		return parse_uint(sc, k, v, 1, PK_WINDOW_MAX, &op->window);
 	default:
 		return op_set_pixel(sc, op, key, v);
 	}
@@ -731,6 +743,8 @@ static void op_defaults(struct pipe_op *op)
 	} else if (op->kind == PIPE_NORMALIZE) {
 		op->dtype = FEED_DTYPE_F32;
 		op->layout = PIPE_LAYOUT_CHW;
+	} else if (op->kind == PIPE_CONCAT || op->kind == PIPE_PACK) {
+		op->window = PK_WINDOW_DEFAULT;
 	} else {
 		op_defaults_pixel(op);
 	}
@@ -1014,6 +1028,9 @@ static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 		break;
 	case PK_LAYOUT: snprintf(out, 160, "layout=%s", pipe_layout_names[op->layout & 1]); break;
 	case PK_FIELD: snprintf(out, 160, "field=%s", op->field); break;
+	case PK_SEQ_LEN: snprintf(out, 160, "seq_len=%u", op->seq_len); break;
+	case PK_PAD_ID: snprintf(out, 160, "pad_id=%u", op->pad_id); break;
+	case PK_WINDOW: snprintf(out, 160, "window=%u", op->window); break;
 	default: format_key_pixel(op, k, out); break;
 	}
 }
@@ -1624,11 +1641,56 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 
 /* Resolves every op's field and shapes, in op order; then refuses fields
  * whose images still vary in size. */
+/* One output field of a packed batch. */
+static void pack_out_field(struct fmt_field *fd, const char *name, int dtype, uint32_t L,
+			   bool variable)
+{
+	*fd = (struct fmt_field){.dtype = dtype, .rank = 1, .shape = {L}, .variable = variable};
+	snprintf(fd->name, sizeof(fd->name), "%s", name);
+	if (variable) {
+		fd->rank = 0;
+		fd->max_bytes = ((uint64_t)L + 1) * 4;  /* a segment per token, and the end */
+	} else {
+		fd->max_bytes = (uint64_t)L * feed_dtype_size(dtype);
+	}
+}
+
+/* concat / pack: the only op, on the dataset's token field; the batch
+ * schema is the rows' (pipeline.h). */
+static int plan_packing(struct pipe_plan *p, uint32_t i, struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	int f = fmt_schema_tokens(&p->in);
+	uint32_t L = op->seq_len;
+
+	if (p->spec.nops != 1)
+		return plan_fail(&p->spec, i, err, "packing is the pipeline's only op");
+	if (f < 0 || (op->field[0] && strcmp(op->field, FMT_TOKENS_FIELD)))
+		return plan_fail(&p->spec, i, err, "needs a token-document dataset: a variable "
+				 "'tokens' field of u16, u32 or i32 (feedpack tokens --doc-sep, "
+				 "feedpack megatron)");
+	p->op_field[i] = f;
+	p->pack = (struct pk_spec){.mode = op->kind == PIPE_CONCAT ? PK_MODE_CONCAT : PK_MODE_PACK,
+				   .seq_len = L, .pad_id = op->pad_id, .window = op->window};
+	p->pack_field = (uint32_t)f;
+	memset(&p->out, 0, sizeof(p->out));
+	p->out.nfields = 5;
+	pack_out_field(&p->out.fields[0], "input_ids", p->in.fields[f].dtype, L, false);
+	pack_out_field(&p->out.fields[1], "labels", FEED_DTYPE_I64, L, false);
+	pack_out_field(&p->out.fields[2], "position_ids", FEED_DTYPE_I64, L, false);
+	pack_out_field(&p->out.fields[3], "document_ids", FEED_DTYPE_I64, L, false);
+	pack_out_field(&p->out.fields[4], "cu_seqlens", FEED_DTYPE_I32, L, true);
+	p->scratch_bytes = pk_scratch_bytes(L);
+	return 0;
+}
+
 static int plan_ops(struct pipe_plan *p, struct plan_work *w, struct feed_err *err)
 {
 	for (uint32_t i = 0; i < p->spec.nops; i++) {
 		struct pipe_op *op = &p->spec.ops[i];
 		int f;
+		if (op->kind == PIPE_CONCAT || op->kind == PIPE_PACK)
+			return plan_packing(p, i, err);
 		int rc = plan_field(p, w, i, &f, err);
 		if (rc < 0)
 			return rc;
@@ -1686,7 +1748,8 @@ int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 		memset(p, 0, sizeof(*p));
 		return rc;
 	}
-	plan_stages(p, &w);
+	if (p->pack.mode == PK_MODE_NONE)
+		plan_stages(p, &w);
 	rc = pipe_spec_canonical(&p->spec, p->canonical, sizeof(p->canonical));
 	if (rc < 0) {
 		memset(p, 0, sizeof(*p));

@@ -17,6 +17,16 @@
  *                                 to nearest (ties to even, like torch.round);
  *                                 bit-exact with torch 1.13 (aug_resize_u8())
  *   random_window(len)            a random run of len elements of a 1-D field
+ *   concat(seq_len)               token documents concatenated in epoch order
+ *                                 and cut into rows (packing.h)
+ *   pack(seq_len, pad_id=0, window=1000)
+ *                                 token documents placed into rows by
+ *                                 best-fit decreasing over windows (packing.h)
+ * concat and pack act on a token-document dataset's `tokens` field and are
+ * the pipeline's only op; the batch has input_ids [L] (the tokens' dtype),
+ * labels, position_ids, document_ids [L] (i64) and cu_seqlens (i32,
+ * variable: each row's segment starts as offsets into the flattened batch,
+ * the last row's followed by rows * L).
  *   decode(channels=3)            encoded JPEG/PNG bytes -> u8 HWC, channels
  *                                 1 (gray) or 3 (RGB); sizes vary per image
  *   random_resized_crop(size, scale_min=0.08, scale_max=1, ratio_min=0.75,
@@ -79,6 +89,7 @@
 #include "feed_err.h"
 #include "fmt.h"
 #include "image.h"
+#include "packing.h"
 
 #define PIPE_MAX_OPS 16
 #define PIPE_TEXT_MAX 4096     /* longest accepted pipeline text */
@@ -100,6 +111,9 @@ enum pipe_kind {
 	PIPE_DECODE,
 	PIPE_RANDOM_RESIZED_CROP,
 	PIPE_NORMALIZE,
+	/* packing of token documents (packing.h): the pipeline's only op */
+	PIPE_CONCAT,
+	PIPE_PACK,
 	/* pixel ops (augment_pixel.c): fixed u8 images, shape kept */
 	PIPE_ADJUST_BRIGHTNESS,
 	PIPE_ADJUST_CONTRAST,
@@ -199,6 +213,9 @@ struct pipe_op {
 	uint32_t policy;           /* auto_augment: enum pipe_policy */
 	int64_t eratio_ppb[2];     /* random_erasing: ratio_min, ratio_max */
 	int64_t escale_ppb[2];     /* random_erasing: scale_min, scale_max */
+	uint32_t seq_len;          /* concat, pack: tokens per row */
+	uint32_t pad_id;           /* pack: padding token (default 0) */
+	uint32_t window;           /* pack: documents per window (default 1000) */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -298,6 +315,10 @@ struct pipe_plan {
 	uint32_t dec_channels_mask;
 	char canonical[PIPE_CANON_MAX]; /* canonical text, fields resolved */
 	uint64_t hash;             /* xxh64(canonical), seed 0 */
+	/* concat / pack (mode PK_MODE_NONE otherwise): the rows' shape, and
+	 * the dataset's token field they read */
+	struct pk_spec pack;
+	uint32_t pack_field;
 };
 
 /* Checks spec against schema `in` and plans it into *ret_plan (about

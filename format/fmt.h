@@ -36,6 +36,11 @@
 #define FMT_MANIFEST_FILE "manifest.pb"
 /* Each sample's path (feedpack imagefolder): sample i on line i. */
 #define FMT_PATHS_FILE "paths.txt"
+/* Token-document datasets: the flat variable field of token ids, and each
+ * record's length in tokens (u32 LE, sample i at offset 4i), written
+ * whenever a schema has that field (FORMAT.md "lengths.u32"). */
+#define FMT_TOKENS_FIELD "tokens"
+#define FMT_LENGTHS_FILE "lengths.u32"
 #define FMT_FORMAT_VERSION 1
 #define FMT_MAX_FIELDS 64
 #define FMT_MAX_RANK 8
@@ -81,6 +86,10 @@ int fmt_schema_check(const struct fmt_schema *s, struct feed_err *err);
 
 /* Returns the index of the field called name, or -ENOENT. */
 int fmt_schema_find(const struct fmt_schema *s, const char *name);
+
+/* The index of s's token field: FMT_TOKENS_FIELD, variable, rank 0, of
+ * dtype u16, u32 or i32; -ENOENT when s has none such. */
+int fmt_schema_tokens(const struct fmt_schema *s);
 
 /* ------------------------------------------------------------------ */
 /* Reading                                                             */
@@ -190,6 +199,14 @@ const char *fmt_dataset_shard_file(const struct fmt_dataset *ds, uint32_t shard)
  * fmt_dataset_close(); NULL when the dataset records no paths or past the
  * end. Any thread. */
 const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sample);
+
+/* A token-document dataset's lengths (FMT_LENGTHS_FILE, read at open:
+ * 4 bytes per document, shared by every reader of ds): *ret_lens[i] is
+ * document i's length in tokens, *ret_total their sum. -ENOENT when ds
+ * has no token field or was written before lengths were kept. Any
+ * thread; the array lives until fmt_dataset_close(). */
+int fmt_dataset_doc_lens(const struct fmt_dataset *ds, const uint32_t **ret_lens,
+			 uint64_t *ret_total);
 
 /* Finds sample (global index) in O(log blocks). -EINVAL past the end. */
 int fmt_dataset_locate(const struct fmt_dataset *ds, uint64_t sample, struct fmt_loc *ret_loc);

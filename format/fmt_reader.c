@@ -55,6 +55,8 @@ struct fmt_dataset {
 	uint64_t stride;           /* records in every block, or 0 if they differ */
 	char *paths;               /* FMT_PATHS_FILE, each newline made a NUL, or NULL */
 	uint64_t *path_off;        /* sample i's path at paths + path_off[i] */
+	uint32_t *lens;            /* FMT_LENGTHS_FILE (num_samples), or NULL */
+	uint64_t lens_total;       /* their sum */
 };
 
 struct fmt_decoder {
@@ -489,6 +491,72 @@ out:
 	return rc;
 }
 
+/* FMT_LENGTHS_FILE's bytes into ds->lens: exactly 4 per sample. */
+static int lens_read(struct fmt_dataset *ds, int fd, uint64_t size, const char *path,
+		     struct feed_err *err)
+{
+	uint64_t n = ds->info.num_samples;
+	int rc;
+
+	if (size != 4 * n)
+		return feed_err_set(err, -EBADMSG, "%s: %llu bytes, expected %llu (4 per sample)",
+				    path, (unsigned long long)size, (unsigned long long)(4 * n));
+	if (!(ds->lens = malloc(size)))
+		return feed_err_set(err, -ENOMEM, "%s: out of memory", path);
+	if (ds->ops) {
+		struct fmt_range r = {.shard = -1, .file = FMT_LENGTHS_FILE, .len = (uint32_t)size};
+		if (size > UINT32_MAX)
+			return feed_err_set(err, -E2BIG, "%s: too large to fetch", path);
+		rc = ds->ops->read(ds->store, &r, ds->lens, err);
+	} else if ((rc = pread_full(fd, ds->lens, size, 0)) < 0) {
+		feed_err_set(err, rc, "%s: read failed: %s", path, strerror(-rc));
+	}
+	for (uint64_t i = 0; rc == 0 && i < n; i++)
+		ds->lens_total += ds->lens[i];
+	return rc;
+}
+
+/* FMT_LENGTHS_FILE, when the schema has a token field and the file is
+ * there (datasets packed before lengths were kept have none). */
+static int lens_load(struct fmt_dataset *ds, struct feed_err *err)
+{
+	char path[4096];
+	struct feed_err e2 = {0};
+	struct stat st;
+	uint64_t size;
+	int fd = -1, rc;
+
+	if (fmt_schema_tokens(&ds->schema) < 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", ds->dir, FMT_LENGTHS_FILE);
+	if (ds->ops) {
+		rc = ds->ops->size(ds->store, -1, FMT_LENGTHS_FILE, &size, &e2);
+		if (rc == -ENOENT || rc == -EACCES)
+			return 0;
+		if (rc < 0)
+			return feed_err_set(err, rc, "%s", e2.msg);
+		return lens_read(ds, -1, size, path, err);
+	}
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 0 : feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0)
+		rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	else
+		rc = lens_read(ds, fd, (uint64_t)st.st_size, path, err);
+	close(fd);
+	return rc;
+}
+
+int fmt_dataset_doc_lens(const struct fmt_dataset *ds, const uint32_t **ret_lens,
+			 uint64_t *ret_total)
+{
+	if (!ds->lens)
+		return -ENOENT;
+	*ret_lens = ds->lens;
+	*ret_total = ds->lens_total;
+	return 0;
+}
+
 const char *fmt_dataset_sample_path(const struct fmt_dataset *ds, uint64_t sample)
 {
 	if (!ds->path_off || sample >= ds->info.num_samples)
@@ -536,7 +604,7 @@ static int dataset_open(struct fmt_dataset *ds, struct fmt_dataset **ret_ds, str
 	}
 	info_fill(ds);
 	ds->stride = uniform_stride(ds);
-	if ((rc = paths_load(ds, err)) < 0)
+	if ((rc = paths_load(ds, err)) < 0 || (rc = lens_load(ds, err)) < 0)
 		goto fail;
 	*ret_ds = ds;
 	return 0;
@@ -613,6 +681,7 @@ void fmt_dataset_close(struct fmt_dataset *ds)
 	free(ds->blocks);
 	free(ds->paths);
 	free(ds->path_off);
+	free(ds->lens);
 	if (ds->manifest)
 		feed__manifest__free_unpacked(ds->manifest, NULL);
 	if (ds->ops && ds->ops->close)

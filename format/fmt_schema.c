@@ -95,6 +95,20 @@ int fmt_schema_find(const struct fmt_schema *s, const char *name)
 	return -ENOENT;
 }
 
+int fmt_schema_tokens(const struct fmt_schema *s)
+{
+	int f = fmt_schema_find(s, FMT_TOKENS_FIELD);
+
+	if (f < 0)
+		return -ENOENT;
+	const struct fmt_field *fd = &s->fields[f];
+	if (!fd->variable || fd->rank != 0 ||
+	    (fd->dtype != FEED_DTYPE_U16 && fd->dtype != FEED_DTYPE_U32 &&
+	     fd->dtype != FEED_DTYPE_I32))
+		return -ENOENT;
+	return f;
+}
+
 /* The image facts of a field read from a manifest (FORMAT.md "Images"). */
 static int image_facts_check(const struct fmt_field *f, struct feed_err *err)
 {

@@ -44,6 +44,8 @@ struct fmt_writer {
 	uint64_t noted[FMT_MAX_FIELDS];      /* image fields: records noted */
 	struct wr_buf paths;                 /* records' paths, one a line */
 	uint64_t npaths;                     /* records whose path was noted */
+	int tok_field;                       /* variable FMT_TOKENS_FIELD, or -1 */
+	struct wr_buf lens;                  /* its records' lengths, u32 LE each */
 	ZSTD_CCtx *cctx;
 	/* The block being gathered. */
 	struct wr_buf col[FMT_MAX_FIELDS];   /* field bytes */
@@ -286,6 +288,7 @@ int fmt_writer_new(const char *out_dir, const struct fmt_schema *schema,
 		return feed_err_set(err, -ENOMEM, "out of memory");
 	w->fd = -1;
 	w->schema = *schema;
+	w->tok_field = fmt_schema_tokens(schema);
 	for (uint32_t f = 0; f < schema->nfields; f++) {
 		struct fmt_field *fd = &w->schema.fields[f];
 		fd->max_bytes = fd->variable ? 0 : fmt_field_elem_bytes(fd);
@@ -365,6 +368,21 @@ static int value_check(const struct fmt_writer *w, const struct fmt_value *v, st
 	return 0;
 }
 
+/* A token record's length in elements, for FMT_LENGTHS_FILE. */
+static int lens_note(struct fmt_writer *w, const struct fmt_value *v, struct feed_err *err)
+{
+	uint64_t n = v->len / fmt_field_elem_bytes(&w->schema.fields[w->tok_field]);
+	uint32_t le = (uint32_t)n;
+
+	if (n > UINT32_MAX)
+		return feed_err_set(err, -EINVAL, "record %llu: field '%s': %llu tokens, more than "
+				    "%u", (unsigned long long)w->total, FMT_TOKENS_FIELD,
+				    (unsigned long long)n, UINT32_MAX);
+	if (buf_append(&w->lens, &le, 4) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	return 0;
+}
+
 int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct feed_err *err)
 {
 	int rc = value_check(w, values, err);
@@ -388,6 +406,8 @@ int fmt_writer_add(struct fmt_writer *w, const struct fmt_value *values, struct 
 		if (values[f].len > fd->max_bytes)
 			fd->max_bytes = values[f].len;
 	}
+	if (w->tok_field >= 0 && (rc = lens_note(w, &values[w->tok_field], err)) < 0)
+		return rc;
 	w->blk_n++;
 	w->total++;
 	return 0;
@@ -543,6 +563,24 @@ out:
 	return rc;
 }
 
+/* The token records' lengths, when the schema has a variable
+ * FMT_TOKENS_FIELD: FMT_LENGTHS_FILE. */
+static int lens_write(struct fmt_writer *w, struct feed_err *err)
+{
+	char path[PATH_MAX];
+	int rc = 0;
+
+	if (w->tok_field < 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_LENGTHS_FILE);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 || (rc = write_full(fd, w->lens.p, w->lens.len)) < 0 || fsync(fd) < 0)
+		rc = feed_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* The records' paths, when they were noted: FMT_PATHS_FILE. */
 static int paths_write(struct fmt_writer *w, struct feed_err *err)
 {
@@ -614,7 +652,8 @@ int fmt_writer_finish(struct fmt_writer *w, struct feed_err *err)
 		return rc;
 	if (w->fd >= 0 && (rc = shard_close(w, err)) < 0)
 		return rc;
-	if ((rc = paths_write(w, err)) < 0 || (rc = manifest_write(w, err)) < 0)
+	if ((rc = paths_write(w, err)) < 0 || (rc = lens_write(w, err)) < 0 ||
+	    (rc = manifest_write(w, err)) < 0)
 		return rc;
 	if ((rc = fsync_dir(w->tmp_dir)) < 0)
 		return feed_err_set(err, rc, "%s: %s", w->tmp_dir, strerror(-rc));
@@ -644,6 +683,8 @@ static void tmp_remove(struct fmt_writer *w)
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_PATHS_FILE);
 	unlink(path);
+	snprintf(path, sizeof(path), "%s/%s", w->tmp_dir, FMT_LENGTHS_FILE);
+	unlink(path);
 	rmdir(w->tmp_dir);
 }
 
@@ -663,6 +704,7 @@ void fmt_writer_free(struct fmt_writer *w)
 	free(w->comp.p);
 	free(w->index.p);
 	free(w->paths.p);
+	free(w->lens.p);
 	free(w->shards);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->name);

@@ -42,10 +42,23 @@ static const struct pack_cmd pack_cmds[] = {
 	 "axis; every array must have the same length. Little-endian numeric and\n"
 	 "bool dtypes, C order.",
 	 1, -1, CMD_INGEST, pack_cmd_npy},
-	{"tokens", "FILE --dtype uint16|uint32 --seq-len N -o DIR",
-	 "Cuts a flat little-endian token file into sequences of N tokens, field\n"
-	 "'tokens' (u16 or u32, [N]). A trailing partial sequence is dropped.",
-	 1, 1, CMD_INGEST | CMD_TOKENS, pack_cmd_tokens},
+	{"tokens", "FILE... --dtype uint16|uint32 (--seq-len N | --doc-sep ID) -o DIR",
+	 "Reads flat little-endian token files ('-': stdin). With --seq-len, cuts\n"
+	 "one file into sequences of N tokens, field 'tokens' (u16 or u32, [N]); a\n"
+	 "trailing partial sequence is dropped. With --doc-sep, splits the files\n"
+	 "into documents after each separator token (kept as the document's last\n"
+	 "token; each file's end also ends a document): a token-document dataset,\n"
+	 "field 'tokens' (variable; u16 when the vocabulary fits), for concat and\n"
+	 "pack. A file whose size is not a whole number of tokens, or that reads\n"
+	 "as text, is refused.",
+	 1, -1, CMD_INGEST | CMD_TOKENS, pack_cmd_tokens},
+	{"megatron", "PREFIX... -o DIR",
+	 "Imports Megatron-LM indexed datasets (PREFIX.bin + PREFIX.idx, the\n"
+	 "MMIDIDX format of preprocess_data.py), one sample per document, field\n"
+	 "'tokens' (variable, u16 or i32 as the header says). Several prefixes\n"
+	 "are concatenated in order and must share a dtype. A .bin whose size\n"
+	 "disagrees with its .idx is refused.",
+	 1, -1, CMD_INGEST, pack_cmd_megatron},
 	{"files", "DIR_IN -o DIR",
 	 "Packs every regular file under DIR_IN (recursive, sorted by relative\n"
 	 "path) into fields 'data' (u8, variable) and 'name' (str, the path).",
@@ -99,10 +112,13 @@ static const char pack_verify_help[] =
 
 static const char pack_tokens_help[] =
 	"      --dtype T          uint16 or uint32 (required)\n"
-	"      --seq-len N        tokens per sequence (required)\n";
+	"      --seq-len N        tokens per sequence (fixed sequences)\n"
+	"      --doc-sep ID       the token that ends a document (documents)\n"
+	"      --vocab-size N     every token must be below N (documents)\n";
 
 enum { OPT_NAME = 256, OPT_BLOCK_BYTES, OPT_BLOCK_RECORDS, OPT_LEVEL, OPT_SHARD_BYTES,
-       OPT_DTYPE, OPT_SEQ_LEN, OPT_SKIP_BAD, OPT_CHECK, OPT_DECODE };
+       OPT_DTYPE, OPT_SEQ_LEN, OPT_SKIP_BAD, OPT_CHECK, OPT_DECODE, OPT_DOC_SEP,
+       OPT_VOCAB_SIZE };
 
 static const struct option pack_long_opts[] = {
 	{"output", required_argument, NULL, 'o'},
@@ -113,6 +129,8 @@ static const struct option pack_long_opts[] = {
 	{"shard-bytes", required_argument, NULL, OPT_SHARD_BYTES},
 	{"dtype", required_argument, NULL, OPT_DTYPE},
 	{"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+	{"doc-sep", required_argument, NULL, OPT_DOC_SEP},
+	{"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
 	{"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
 	{"check", no_argument, NULL, OPT_CHECK},
 	{"decode", no_argument, NULL, OPT_DECODE},
@@ -230,6 +248,14 @@ static int apply_opt(struct pack_opts *o, int opt, const char *arg, char *msg, s
 		if ((rc = parse_count(arg, 1, PACK_MAX_RECORD / 4, &v)) == 0)
 			o->seq_len = v;
 		break;
+	case OPT_DOC_SEP:
+		if ((rc = parse_count(arg, 0, UINT32_MAX, &v)) == 0)
+			o->doc_sep = v, o->doc_sep_set = true;
+		break;
+	case OPT_VOCAB_SIZE:
+		if ((rc = parse_count(arg, 1, 1ull << 32, &v)) == 0)
+			o->vocab_size = v;
+		break;
 	}
 	if (opt != OPT_DTYPE && rc == 0)
 		return 0;
@@ -240,7 +266,7 @@ static int apply_opt(struct pack_opts *o, int opt, const char *arg, char *msg, s
 /* Is option opt accepted by a command with these groups? */
 static bool opt_allowed(int opt, unsigned groups)
 {
-	if (opt == OPT_DTYPE || opt == OPT_SEQ_LEN)
+	if (opt == OPT_DTYPE || opt == OPT_SEQ_LEN || opt == OPT_DOC_SEP || opt == OPT_VOCAB_SIZE)
 		return groups & CMD_TOKENS;
 	if (opt == OPT_SKIP_BAD || opt == OPT_CHECK)
 		return groups & CMD_IMAGES;
@@ -276,8 +302,12 @@ static int finish_opts(struct pack_opts *o, const struct pack_cmd *c, char *msg,
 	if (!*o->name || !strcmp(o->out_dir, "/"))
 		return snprintf(msg, cap, "cannot name a dataset after '%s'; use --name", o->out_dir),
 		       -EINVAL;
-	if ((c->groups & CMD_TOKENS) && (o->tok_dtype == FEED_DTYPE_INVALID || !o->seq_len))
-		return snprintf(msg, cap, "tokens needs --dtype and --seq-len"), -EINVAL;
+	if ((c->groups & CMD_TOKENS) &&
+	    (o->tok_dtype == FEED_DTYPE_INVALID || !o->seq_len == !o->doc_sep_set))
+		return snprintf(msg, cap, "tokens needs --dtype and one of --seq-len, --doc-sep"),
+		       -EINVAL;
+	if ((c->groups & CMD_TOKENS) && o->vocab_size && !o->doc_sep_set)
+		return snprintf(msg, cap, "--vocab-size goes with --doc-sep"), -EINVAL;
 	return 0;
 }
 

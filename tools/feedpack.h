@@ -42,6 +42,9 @@ struct pack_opts {
 	uint64_t shard_bytes;      /* --shard-bytes, 0 = format default */
 	int tok_dtype;             /* tokens --dtype; FEED_DTYPE_INVALID if absent */
 	uint64_t seq_len;          /* tokens --seq-len; 0 if absent */
+	uint64_t doc_sep;          /* tokens --doc-sep: the separator token */
+	bool doc_sep_set;          /* --doc-sep was given */
+	uint64_t vocab_size;       /* tokens --vocab-size; 0 = no check */
 	bool skip_bad;             /* imagefolder --skip-bad */
 	bool check;                /* imagefolder --check: decode all, write nothing */
 	bool decode;               /* verify --decode: decode every image too */
@@ -176,6 +179,7 @@ void pack_field(struct fmt_field *f, const char *name, int dtype, uint32_t rank,
 int pack_cmd_idx(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_npy(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_tokens(const struct pack_opts *o, struct feed_err *err);
+int pack_cmd_megatron(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_files(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_inspect(const struct pack_opts *o, struct feed_err *err);

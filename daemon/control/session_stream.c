@@ -606,6 +606,41 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 	};
 }
 
+/* Packing: the stream's positions become rows, cut from the dataset's
+ * documents in an order of its own (shuffled unless the stream reads in
+ * order). concat: rows per epoch from the token count. pack: the count is
+ * known once the epoch is placed, so the layout takes a bound (a piece
+ * per document and per L tokens) laid out as eval, and the schedule ends
+ * the epoch at the world's last whole batch (schedule.h). */
+static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, struct dlv_spec *sp,
+		    struct feed_err *err)
+{
+	struct ord_spec *ord = &sp->sched.ord;
+	const uint32_t *lens;
+	uint64_t total;
+	int rc;
+
+	if (plan->pack.mode == PK_MODE_NONE)
+		return 0;
+	if (fmt_dataset_doc_lens(e->ds, &lens, &total) < 0)
+		return feed_err_set(err, -EINVAL, "dataset '%s': no document lengths (%s): pack it "
+				    "again with this feedpack", e->name, FMT_LENGTHS_FILE);
+	rc = pk_source_init(&sp->sched.rows, &plan->pack, lens, e->info->num_samples, total,
+			    e->info->version, ord->seed, ord->eval ? ORD_SEQUENTIAL : ord->mode,
+			    err);
+	if (rc < 0)
+		return feed_err_prefix(err, "dataset '%s'", e->name);
+	ord->mode = ORD_SEQUENTIAL;
+	if (plan->pack.mode == PK_MODE_CONCAT) {
+		ord->n = pk_concat_rows(&(struct pk_docs){.total = total}, plan->pack.seq_len);
+		return 0;
+	}
+	ord->n = e->info->num_samples + total / plan->pack.seq_len + 1;
+	ord->eval = true;
+	ord->drop_last = ord->pad_last = false;
+	return 0;
+}
+
 /* Everything an open needs before memory: plan, resume, group, layout,
  * limits. On success the user's quota holds the stream (a group member:
  * its own regions; ss->grp, when the group exists, holds a reference). */
@@ -625,6 +660,8 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 			feed_err_prefix(err, "pipeline");
 		return rc;
 	}
+	if ((rc = ses_rows(ss->e, ss->plan, sp, err)) < 0)
+		return rc;
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
 		return rc;
 	ss->resumed = o->resume.len > 0;

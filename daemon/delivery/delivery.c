@@ -1048,6 +1048,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.on_error = (enum bld_on_error)d->on_error,
 		.max_search = d->max_bad + 1,
 		.bad = &j->bad,
+		/* immutable after sched_init(): read without the lock */
+		.rows = &d->sched.spec.rows,
+		.pk = j->pos.pk,
 	};
 }
 

@@ -198,6 +198,10 @@ int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *
 
 void sched_fini(struct sched *s)
 {
+	ord_epoch_fini(&s->pk_order);
+	s->pk_valid = false;
+	pk_window_free(&s->pk_win);
+	pk_window_free(&s->pk_win_ahead);
 	for (int i = 0; i < 2; i++)
 		if (s->ep[i].valid)
 			ord_epoch_fini(&s->ep[i].ord);
@@ -261,6 +265,77 @@ uint32_t sched_table_put(struct sched *s, uint64_t epoch, uint64_t *t, int rc, c
 	return n;
 }
 
+/* Packing: a new epoch's document order, its cursors at its start. */
+static int sched_rows_epoch(struct sched *s, uint64_t epoch, struct feed_err *err)
+{
+	int rc;
+
+	ord_epoch_fini(&s->pk_order);
+	s->pk_valid = false;
+	if ((rc = pk_source_epoch(&s->spec.rows, epoch, &s->pk_order, &s->pk_docs, err)) < 0)
+		return rc;
+	s->pk_valid = true;
+	s->pk_epoch = epoch;
+	s->pk_cur = s->pk_ahead = (struct pk_cursor){0};
+	s->pk_win.index = s->pk_win_ahead.index = UINT64_MAX;  /* placed for another epoch */
+	s->pk_win.nsegs = s->pk_win_ahead.nsegs = 0;
+	return 0;
+}
+
+/* pack: whether the world's batch starting at global row `base` is whole
+ * (1) or past the epoch's rows (0); -ENOMEM. */
+static int sched_pack_whole(struct sched *s, uint64_t base, uint64_t world)
+{
+	return pk_pack_seek(&s->pk_docs, &s->spec.rows.spec, &s->pk_ahead, &s->pk_win_ahead,
+			    base + world - 1);
+}
+
+/* pack: p is a whole batch of the world's (else the epoch has none: an
+ * error); it is the epoch's last when the next one is not whole. */
+static int sched_pack_pos(struct sched *s, struct sched_pos *p, struct feed_err *err)
+{
+	const struct pk_spec *sp = &s->spec.rows.spec;
+	uint64_t world = (uint64_t)s->spec.ord.batch * s->spec.ord.world;
+	uint64_t base = ord_position_of(p->ord, p->batch);
+	int rc = sched_pack_whole(s, base, world), next = 0;
+
+	if (rc == 0)
+		return feed_err_set(err, -EINVAL, "pack(seq_len=%u): epoch %llu has %llu rows, not "
+				    "a batch of %u for each of %u ranks", sp->seq_len,
+				    (unsigned long long)p->epoch, (unsigned long long)s->pk_ahead.row,
+				    s->spec.ord.batch, s->spec.ord.world);
+	if (rc > 0)
+		rc = next = sched_pack_whole(s, base + world, world);
+	if (rc >= 0)
+		rc = pk_pack_seek(&s->pk_docs, sp, &s->pk_cur, &s->pk_win,
+				  ord_sample(p->ord, p->batch, 0));
+	if (rc < 0)
+		return feed_err_set(err, rc, "pack: out of memory for a window");
+	p->nsamples = s->spec.ord.batch;
+	p->last_of_epoch = next == 0;
+	return 0;
+}
+
+/* Packing: p's cursor, walked on from the last position's. */
+static int sched_rows_seek(struct sched *s, struct sched_pos *p, struct feed_err *err)
+{
+	const struct pk_source *src = &s->spec.rows;
+	int rc;
+
+	if ((!s->pk_valid || s->pk_epoch != p->epoch) &&
+	    (rc = sched_rows_epoch(s, p->epoch, err)) < 0)
+		return rc;
+	if (src->spec.mode == PK_MODE_PACK) {
+		if ((rc = sched_pack_pos(s, p, err)) < 0)
+			return rc;
+	} else {
+		pk_concat_seek(&s->pk_docs, src->spec.seq_len, &s->pk_cur,
+			       ord_sample(p->ord, p->batch, 0));
+	}
+	p->pk = s->pk_cur;
+	return 0;
+}
+
 int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 {
 	struct sched_epoch *e = &s->ep[s->next_epoch & 1];
@@ -292,6 +367,8 @@ int sched_next(struct sched *s, struct sched_pos *ret, struct feed_err *err)
 		.nsamples = ord_batch_size(&e->ord, s->next_batch),
 		.last_of_epoch = s->next_batch + 1 == nb,
 	};
+	if (s->spec.rows.spec.mode != PK_MODE_NONE && (rc = sched_rows_seek(s, ret, err)) < 0)
+		return rc;
 	ret->last_of_stream = ret->last_of_epoch && s->spec.epochs &&
 			      s->next_epoch + 1 >= s->spec.epochs;
 	e->inflight++;
@@ -341,6 +418,13 @@ void sched_done(struct sched *s, const struct sched_pos *p)
 uint64_t sched_batches_per_epoch(const struct sched *s)
 {
 	const struct sched_epoch *e = &s->ep[s->first_epoch & 1];
+	const struct pk_source *src = &s->spec.rows;
+
+	if (src->spec.mode == PK_MODE_PACK) {
+		/* unknown until the epoch is placed: its least, every row full */
+		uint64_t rows = (src->total + src->spec.seq_len - 1) / src->spec.seq_len;
+		return s->empty ? 0 : rows / ((uint64_t)s->spec.ord.batch * s->spec.ord.world);
+	}
 	return s->empty || !e->valid ? 0 : e->base + ord_batches_per_epoch(&e->ord);
 }
 

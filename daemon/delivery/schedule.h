@@ -31,6 +31,7 @@
 
 #include "feed_err.h"
 #include "order.h"
+#include "packing.h"
 
 /* Epochs are numbered below this: a stream starts before it (and never
  * runs the 2^63 epochs it would take to wrap its count). */
@@ -50,6 +51,12 @@ struct sched_spec {
 	uint32_t start_nodes;
 	uint32_t nlevels;
 	struct ord_level levels[ORD_MAX_LEVELS];
+	/* packing (rows.spec.mode): ord's positions are rows (ord is
+	 * sequential; concat: n = rows per epoch; pack: n bounds them, ord is
+	 * laid out as eval, and the epoch ends at the last full batch of the
+	 * world that its rows fill, found by walking ahead) cut from rows'
+	 * documents; each position carries the cursor at its first row */
+	struct pk_source rows;
 };
 
 /* One batch to build. */
@@ -61,6 +68,7 @@ struct sched_pos {
 	uint32_t nsamples;
 	bool last_of_epoch;        /* an EPOCH_END follows it */
 	bool last_of_stream;       /* a STREAM_END follows it */
+	struct pk_cursor pk;       /* packing: the cursor at the batch's first row */
 };
 
 struct sched_epoch {
@@ -92,6 +100,17 @@ struct sched {
 	char table_msg[FEED_ERR_MSG_MAX];
 	uint64_t *retired[SCHED_TABLES_FREED]; /* epochs' tables done with */
 	uint32_t nretired;
+	/* packing: the cursor of the last position handed out, and its
+	 * epoch's document order */
+	bool pk_valid;
+	uint64_t pk_epoch;
+	struct ord_epoch pk_order;
+	struct pk_docs pk_docs;
+	struct pk_cursor pk_cur;
+	/* pack: the main cursor's window, and a cursor walked ahead (with its
+	 * own window) to find the epoch's end one batch early */
+	struct pk_window pk_win, pk_win_ahead;
+	struct pk_cursor pk_ahead;
 };
 
 /* Lays out the start epoch (without its table) and checks the start
@@ -104,7 +123,9 @@ struct sched {
 int sched_init(struct sched *s, const struct sched_spec *spec, struct feed_err *err);
 void sched_fini(struct sched *s);
 
-/* The next position. Returns 0; -EAGAIN when the next epoch must wait for
+/* The next position. With packing, its cursor too: the walk from the
+ * last position reads the lengths of the documents between (a resumed or
+ * wrapped-around position walks from its epoch's start once). Returns 0; -EAGAIN when the next epoch must wait for
  * the oldest one's positions to be done, or for its position table
  * (sched_table_want()); -ENODATA when every position was handed out;
  * -ENOMEM or -EINVAL naming what failed to build an epoch. */

@@ -297,6 +297,188 @@ out:
 	return rc;
 }
 
+/* ------------------------------------------------------------------ */
+/* Packed rows                                                         */
+
+/* A row's token reads: one block pinned at a time, kept while the next
+ * read is in the same block. */
+struct rows_fetch {
+	const struct bld_batch *b;
+	struct cache_worker *cw;
+	uint32_t field;              /* the dataset's token field */
+	int dtype;                   /* its dtype */
+	uint64_t block;              /* pinned block, UINT64_MAX when none */
+	const struct fmt_block *blk;
+	struct cache_entry *ent;
+};
+
+static void rows_unpin(struct rows_fetch *f)
+{
+	if (f->ent)
+		cache_put(f->b->cache, f->ent);
+	f->ent = NULL;
+	f->block = UINT64_MAX;
+}
+
+/* pk_fetch_fn: n tokens of document doc from start, as u32. */
+static int rows_fetch(void *ctx, uint64_t doc, uint64_t start, uint32_t n, uint32_t *dst,
+		      struct feed_err *err)
+{
+	struct rows_fetch *f = ctx;
+	const struct bld_batch *b = f->b;
+	struct fmt_loc loc;
+	size_t len;
+	int rc;
+
+	fmt_dataset_locate(b->ds, doc, &loc);
+	if (loc.block != f->block) {
+		rows_unpin(f);
+		if ((rc = cache_get(b->cache, b->ds, loc.block, f->cw, &f->blk, &f->ent, err)) < 0)
+			return feed_err_prefix(err, "document %llu", (unsigned long long)doc);
+		f->block = loc.block;
+	}
+	const uint8_t *p = fmt_block_field(f->blk, f->field, loc.record, &len);
+	size_t es = feed_dtype_size(f->dtype);
+	if (len / es != b->rows->lens[doc] || start + n > len / es)
+		return feed_err_set(err, -EBADMSG, "dataset '%s': document %llu holds %zu tokens, "
+				    "its recorded length is %u", fmt_dataset_info(b->ds)->name,
+				    (unsigned long long)doc, len / es, b->rows->lens[doc]);
+	for (uint32_t k = 0; k < n; k++) {
+		if (es == 2) {
+			uint16_t t;
+			memcpy(&t, p + 2 * (start + k), 2);
+			dst[k] = t;
+		} else {
+			memcpy(&dst[k], p + 4 * (start + k), 4);
+		}
+	}
+	return 0;
+}
+
+/* Row i's fields into the destination: ids as the tokens' dtype. */
+static void rows_out(const struct bld_batch *b, uint32_t i, struct pk_row_out *o)
+{
+	uint32_t L = b->plan->pack.seq_len;
+	uint8_t *base = b->data;
+
+	o->labels = (int64_t *)(base + b->lay->field_off[1]) + (size_t)i * L;
+	o->position_ids = (int64_t *)(base + b->lay->field_off[2]) + (size_t)i * L;
+	o->document_ids = (int64_t *)(base + b->lay->field_off[3]) + (size_t)i * L;
+	o->cu_base = (int32_t)(i * L);
+}
+
+static void rows_ids(const struct bld_batch *b, uint32_t i, const uint32_t *ids)
+{
+	uint32_t L = b->plan->pack.seq_len;
+	int dt = b->plan->out.fields[0].dtype;
+	uint8_t *dst = b->data + b->lay->field_off[0] + (size_t)i * L * feed_dtype_size(dt);
+
+	for (uint32_t j = 0; j < L; j++) {
+		if (dt == FEED_DTYPE_U16) {
+			uint16_t t = (uint16_t)ids[j];
+			memcpy(dst + 2 * j, &t, 2);
+		} else {
+			memcpy(dst + 4 * j, &ids[j], 4);
+		}
+	}
+}
+
+/* Row g's segments into segs, c moved to the row after it: concat walks
+ * the lengths; pack places the windows it reaches (w's window is kept for
+ * the next batch of the same stream and epoch). */
+static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const struct pk_docs *docs,
+		     struct pk_cursor *c, uint64_t g, struct pk_seg *segs, struct feed_err *err)
+{
+	const struct pk_spec *sp = &b->plan->pack;
+	int rc;
+
+	if (sp->mode == PK_MODE_CONCAT) {
+		pk_concat_seek(docs, sp->seq_len, c, g);
+		return (int)pk_concat_row(docs, sp->seq_len, c, segs);
+	}
+	/* a window is a pure function of the rows' inputs and the epoch: one
+	 * placed for another stream of the same ones serves */
+	if (!w->pack_valid || w->pack_epoch != b->epoch || !pk_source_same(&w->pack_src, b->rows)) {
+		w->pack_win.index = UINT64_MAX;
+		w->pack_win.nsegs = 0;
+		w->pack_src = *b->rows;
+		w->pack_epoch = b->epoch;
+		w->pack_valid = true;
+	}
+	if ((rc = pk_pack_seek(docs, sp, c, &w->pack_win, g)) == 1 &&
+	    (rc = pk_pack_row(docs, sp, c, &w->pack_win, segs)) > 0)
+		return rc;
+	w->pack_valid = false;
+	if (rc == -ENOMEM)
+		return feed_err_set(err, rc, "worker %u: out of memory for a pack window", w->index);
+	return feed_err_set(err, -EINVAL, "row %llu: past the epoch's last row",
+			    (unsigned long long)g);
+}
+
+/* Builds row i (global row g) from cursor c, its segment starts appended
+ * to cu_seqlens (and, after the batch's last row, rows * L). */
+static int rows_one(const struct bld_batch *b, struct pool_worker *w, struct rows_fetch *f,
+		    const struct pk_docs *docs, struct pk_cursor *c, uint64_t g, uint32_t i,
+		    uint64_t *cursor, struct feed_err *err)
+{
+	const struct pk_spec *sp = &b->plan->pack;
+	uint32_t *ids, *tmp;
+	struct pk_seg *segs;
+	struct pk_row_out o;
+	int rc;
+
+	pk_scratch_split(w->scratch, sp->seq_len, &ids, &tmp, &segs);
+	rows_out(b, i, &o);
+	int32_t *cu = (int32_t *)(b->data + b->lay->field_off[4] + cursor[4]);
+	o.cu = cu;
+	int nseg = rows_segs(b, w, docs, c, g, segs, err);
+	if (nseg < 0)
+		return nseg;
+	if ((rc = pk_row_fill(sp, docs, segs, (uint32_t)nseg, rows_fetch, f, ids, tmp, &o,
+			      err)) < 0)
+		return feed_err_prefix(err, "row %llu", (unsigned long long)g);
+	rows_ids(b, i, ids);
+	if (i + 1 == b->nsamples)
+		cu[o.ncu++] = (int32_t)((i + 1) * sp->seq_len);
+	uint64_t *ends = (uint64_t *)((uint8_t *)b->hdr + b->lay->var_off[4]);
+	cursor[4] += (uint64_t)o.ncu * 4;
+	ends[0] = 0;
+	ends[i + 1] = cursor[4];
+	b->hdr->sample[i] = g;
+	return 0;
+}
+
+static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct cache_worker *cw,
+		      uint64_t *ret_bytes, struct feed_err *err)
+{
+	uint64_t cursor[FMT_MAX_FIELDS] = {0};
+	struct rows_fetch f = {.b = b, .cw = cw, .field = b->plan->pack_field,
+			       .dtype = b->plan->in.fields[b->plan->pack_field].dtype,
+			       .block = UINT64_MAX};
+	struct ord_epoch order;
+	struct pk_docs docs;
+	struct pk_cursor c = b->pk;
+	bool padded = false;
+	int rc;
+
+	if ((uint64_t)b->nsamples * b->plan->pack.seq_len > INT32_MAX)
+		return feed_err_set(err, -EINVAL, "%u rows of %u tokens: more than cu_seqlens' "
+				    "int32 holds", b->nsamples, b->plan->pack.seq_len);
+	if ((rc = pk_source_epoch(b->rows, b->epoch, &order, &docs, err)) < 0)
+		return rc;
+	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
+		padded |= ord_padding(b->ord, b->ord_batch, i);
+		rc = rows_one(b, w, &f, &docs, &c, ord_sample(b->ord, b->ord_batch, i), i, cursor,
+			      err);
+		pool_yield(w);
+	}
+	rows_unpin(&f);
+	ord_epoch_fini(&order);
+	if (rc == 0)
+		*ret_bytes = header_fill(b, cursor, padded, false);
+	return rc;
+}
+
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err)
 {
@@ -313,6 +495,15 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if ((rc = worker_decoders(w, b->plan, &ai, err)) < 0)
 		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
+	if (b->plan->pack.mode != PK_MODE_NONE) {
+		if (b->bad) {
+			b->bad->n = 0;
+			b->bad->what[0] = '\0';
+			memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
+			       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
+		}
+		return rows_build(b, w, &cw, ret_bytes, err);
+	}
 	assert(b->on_error != BLD_ON_ERROR_SKIP || b->bad);
 	if (b->bad) {
 		b->bad->n = 0;

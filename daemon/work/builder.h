@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "feed_err.h"
+#include "packing.h"
 
 struct cache;
 struct feed_shm_slot;
@@ -59,6 +60,9 @@ struct bld_batch {
 	uint64_t max_search;         /* skip: positions tried for one replacement */
 	struct bld_bad *bad;         /* filled in (n = 0 when none); required
 				      * with skip, may be NULL with fail */
+	/* packing (plan->pack.mode): ord's samples are rows */
+	const struct pk_source *rows; /* the stream's documents and their order */
+	struct pk_cursor pk;         /* at the batch's first row (schedule.h) */
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error
@@ -76,7 +80,13 @@ struct bld_batch {
  * of the epoch's order, so the same for any worker count, run or resume.
  * Its header marks the position (FEED_SLOT_REPLACED, the bitmap) and
  * b->bad lists what failed; past max_search positions tried, the build
- * fails naming the sample. */
+ * fails naming the sample.
+ *
+ * With packing (plan->pack), sample i is row ord_sample(i) of the epoch's
+ * concat or pack stream, walked to from b->pk: its documents' tokens are read one
+ * block pin at a time, and the fields are the rows' (pipeline.h); a
+ * document whose record disagrees with its recorded length fails the
+ * build (-EBADMSG naming it); on_error skip does not apply to rows. */
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err);
 

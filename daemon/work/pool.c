@@ -573,11 +573,13 @@ static void pool_join(struct pool *p)
 		img_decoder_free(p->threads[i].w.img_dec[1]);
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
+		pk_window_free(&p->threads[i].w.pack_win);
 		fmt_decoder_free(p->threads[i].w2.dec);
 		img_decoder_free(p->threads[i].w2.img_dec[0]);
 		img_decoder_free(p->threads[i].w2.img_dec[1]);
 		free(p->threads[i].w2.comp);
 		free(p->threads[i].w2.scratch);
+		pk_window_free(&p->threads[i].w2.pack_win);
 	}
 	p->n = 0;
 	feed_mutex_lock(&p->mu);

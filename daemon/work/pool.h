@@ -46,6 +46,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
+#include "packing.h"
 #include "feed_shm.h"
 #include "image.h"
 #include "log.h"
@@ -95,6 +96,13 @@ struct pool_worker {
 	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels: limits.max_pixels
 				       * as it was when the running job started (the
 				       * pool writes it before run(); this thread's own) */
+	/* pack (core/packing.h): the window the builder placed last, for the
+	 * rows (pk_source_same()) and epoch it was placed for (pack_valid);
+	 * freed when the pool stops */
+	struct pk_window pack_win;
+	struct pk_source pack_src;
+	uint64_t pack_epoch;
+	bool pack_valid;
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };

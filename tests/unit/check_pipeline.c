@@ -519,6 +519,47 @@ START_TEST(test_pipeline_image_plan_errors)
 }
 END_TEST
 
+/* concat and pack: parsed with defaults, planned into the rows' schema on
+ * a token-document dataset, refused elsewhere naming why. */
+START_TEST(test_pipeline_packing_ops)
+{
+	struct fmt_schema s;
+	struct pipe_plan *p = malloc(sizeof(*p));
+	struct feed_err err = {0};
+
+	canon_is("concat( seq_len = 2048 )", "concat(seq_len=2048)");
+	canon_is("pack(seq_len=512)", "pack(seq_len=512, pad_id=0, window=1000)");
+	canon_is("pack(seq_len=8, pad_id=50256, window=7)", "pack(seq_len=8, pad_id=50256, window=7)");
+	schema_mixed(&s);
+	ck_assert_int_eq(pipe_plan_text("pack(seq_len=64, pad_id=3, window=9)", &s, p, &err), 0);
+	ck_assert_int_eq(p->pack.mode, PK_MODE_PACK);
+	ck_assert_uint_eq(p->pack.seq_len, 64);
+	ck_assert_uint_eq(p->pack.pad_id, 3);
+	ck_assert_uint_eq(p->pack.window, 9);
+	ck_assert_uint_eq(p->pack_field, 2);
+	ck_assert_uint_eq(p->out.nfields, 5);
+	ck_assert_str_eq(p->out.fields[0].name, "input_ids");
+	ck_assert_int_eq(p->out.fields[0].dtype, FEED_DTYPE_U16);
+	ck_assert_uint_eq(p->out.fields[0].shape[0], 64);
+	ck_assert_str_eq(p->out.fields[1].name, "labels");
+	ck_assert_int_eq(p->out.fields[1].dtype, FEED_DTYPE_I64);
+	ck_assert_str_eq(p->out.fields[4].name, "cu_seqlens");
+	ck_assert(p->out.fields[4].variable);
+	ck_assert_uint_eq(p->out.fields[4].max_bytes, 65 * 4);
+	ck_assert_uint_ge(pipe_scratch_bytes(p), pk_scratch_bytes(64));
+	ck_assert_int_eq(pipe_plan_text("concat(seq_len=8) | hflip", &s, p, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "only op"));
+	ck_assert_int_eq(pipe_plan_text("concat(seq_len=0)", &s, p, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "seq_len"));
+	ck_assert_int_eq(pipe_plan_text("pack", &s, p, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "missing key 'seq_len'"));
+	s.fields[2].dtype = FEED_DTYPE_I64;  /* not a token dtype */
+	ck_assert_int_eq(pipe_plan_text("concat(seq_len=8)", &s, p, &err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "token-document dataset"));
+	free(p);
+}
+END_TEST
+
 static Suite *pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -536,6 +577,7 @@ static Suite *pipeline_suite(void)
 	tcase_add_test(tc, test_pipeline_image_ops_parse_errors);
 	tcase_add_test(tc, test_pipeline_image_plan);
 	tcase_add_test(tc, test_pipeline_image_plan_errors);
+	tcase_add_test(tc, test_pipeline_packing_ops);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -308,6 +308,10 @@ class Conversion:
         mix_ptr = ctypes.pointer(mix) if mix is not None and self.mix.mixing else None
         for p in s.plan:
             v = batch[p.name]
+            if p.flat:   # packed rows' cu_seqlens: one int32 array, copied to dev
+                out[p.name] = torch.from_numpy(np.array(v)).to(dev)
+                out["max_seqlen"] = batch["max_seqlen"]
+                continue
             img = self._image(p)
             if mix is not None and p.name == LABEL_FIELD:
                 out[p.name] = self._labels(s, b, p, n, dev, stream, mix)

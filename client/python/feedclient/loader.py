@@ -388,9 +388,9 @@ class _FieldPlan:
     """How to turn field i of a batch into arrays; fixed per stream."""
 
     __slots__ = ("name", "i", "dtype", "trail", "row_bytes", "variable", "string", "bf16",
-                 "torch_ok", "label")
+                 "torch_ok", "label", "flat")
 
-    def __init__(self, i, f, torch, label_dtype=None):
+    def __init__(self, i, f, torch, label_dtype=None, packed=False):
         self.name = f.name.decode()
         self.i = i
         self.variable = bool(f.variable)
@@ -418,6 +418,14 @@ class _FieldPlan:
         if torch is not None and label_dtype is not None and not self.variable and \
                 not self.trail and self.dtype.kind in "iu" and self.dtype != label_dtype:
             self.label = label_dtype
+        # packed rows: token ids reach torch as int64 on every torch (1.13
+        # has no uint16), as embeddings and losses take them
+        if torch is not None and packed and self.name == "input_ids" and \
+                self.dtype != np.int64:
+            self.label = np.dtype(np.int64)
+        # packed rows: cu_seqlens is one int32 array over the whole batch
+        # (0, every segment start, rows * L), as flash_attn_varlen_func takes it
+        self.flat = packed and self.name == "cu_seqlens" and self.variable
 
 
 class _Stream:
@@ -447,7 +455,10 @@ class _Stream:
         self.dataset_version = (info.dataset_version or b"").decode()
         self.note = (info.note or b"").decode()
         self.fields = _fields(info.fields, info.num_fields)
-        self.plan = [_FieldPlan(i, info.fields[i], torch, label_dtype)
+        # concat's rows (pipeline "concat(seq_len=L)"): input_ids become
+        # int64 under as_torch, cu_seqlens one flat array per batch
+        packed = {f.name for f in self.fields} >= {"input_ids", "cu_seqlens"}
+        self.plan = [_FieldPlan(i, info.fields[i], torch, label_dtype, packed)
                      for i in range(info.num_fields)]
         self.view = _lib.View()
         self.view_ref = ctypes.byref(self.view)
@@ -1612,6 +1623,11 @@ def _make_batch(s, slot, as_torch):
                 batch[p.name] = arr
             continue
         e = np.frombuffer(ends, "<u8").tolist()
+        if p.flat:
+            a = np.ndarray(((e[n] - e[0]) // 4,), p.dtype, span, off + e[0])
+            batch["max_seqlen"] = int(np.diff(a).max()) if len(a) > 1 else 0
+            batch[p.name] = _to_torch(torch, p, a) if torch is not None else a
+            continue
         if p.string:
             base = span[off:off + nbytes].tobytes() if nbytes else b""
             batch[p.name] = [base[e[i]:e[i + 1]].decode("utf-8", "surrogateescape")
