@@ -40,6 +40,8 @@ install(TARGETS feedd feedctl feedpack feedbench RUNTIME DESTINATION ${CMAKE_INS
 install(TARGETS feedclient EXPORT feedclientTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# libfeedpack, the writer feedclient.pack binds (found beside libfeedclient).
+install(TARGETS feedpack_lib LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_SKIP)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/client/include/feed
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 set(FEED_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/feedclient)

@@ -24,17 +24,20 @@ except ImportError:  # no wheel package: pip falls back to a plain install
 
 HERE = pathlib.Path(__file__).resolve().parent
 SONAME = "libfeedclient.so.0"
+# libfeedpack (the dataset writer feedclient.pack binds) travels beside it.
+PACK_SONAME = "libfeedpack.so.0"
 
 
-def built_library():
-    """The built libfeedclient.so.0, its real file; SystemExit naming every place tried."""
+def built_library(soname=SONAME):
+    """The built library soname, its real file; SystemExit naming every place tried."""
     tried = []
     env = os.environ.get("FEEDCLIENT_LIB")
     places = []
     if env:
         p = pathlib.Path(env)
-        places.append((p / SONAME if p.is_dir() else p, "$FEEDCLIENT_LIB"))
-    places.append((HERE.parents[1] / "build" / "lib" / SONAME, "the checkout's build tree"))
+        p = p if p.is_dir() else p.parent if soname != SONAME else p
+        places.append((p / soname if p.is_dir() else p, "$FEEDCLIENT_LIB"))
+    places.append((HERE.parents[1] / "build" / "lib" / soname, "the checkout's build tree"))
     for path, where in places:
         if path.is_file():
             return path.resolve()
@@ -50,11 +53,12 @@ class BuildPyWithLibrary(build_py):
 
     def run(self):
         super().run()
-        lib = built_library()
-        dest = pathlib.Path(self.build_lib) / "feedclient" / SONAME
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(lib, dest)
-        os.chmod(dest, 0o755)
+        for soname in (SONAME, PACK_SONAME):
+            lib = built_library(soname)
+            dest = pathlib.Path(self.build_lib) / "feedclient" / soname
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(lib, dest)
+            os.chmod(dest, 0o755)
 
 
 class PlatformDistribution(Distribution):
