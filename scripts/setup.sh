@@ -18,6 +18,7 @@ FEED_PACKAGES=(
   libcurl4-openssl-dev nginx
   python3-matplotlib python3-psutil python3-doc zstd
   clang libclang-rt-14-dev
+  libarchive-dev
 )
 
 feed_install() {

@@ -332,6 +332,8 @@ int main(int argc, char **argv)
 		return usage_error(NULL, "missing command");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
 		return usage_main(stdout), 0;
+	if (!strcmp(argv[1], "wds"))
+		return pack_wds_main(argc - 1, argv + 1);
 	if (!(c = find_cmd(argv[1]))) {
 		snprintf(msg, sizeof(msg), "unknown command '%s'", argv[1]);
 		return usage_error(NULL, msg);
