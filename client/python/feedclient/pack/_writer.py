@@ -143,7 +143,10 @@ class Writer:
         keep = []
         nbytes = 0
         for f, col in enumerate(cols):
-            if isinstance(col, np.ndarray):
+            if isinstance(col, tuple):            # (flat bytes, n + 1 byte offsets)
+                buf, off = col
+                offs[f] = off.ctypes.data
+            elif isinstance(col, np.ndarray):
                 buf, off = col, None
             else:
                 lens = np.fromiter((memoryview(v).nbytes for v in col), np.uint64, n)
@@ -161,6 +164,24 @@ class Writer:
         self._count += n
         self._bytes += nbytes
         self._progress.tick(self._count, self._bytes)
+
+    def write_ragged(self, flat, lengths):
+        """Adds len(lengths) samples of a dataset with one variable array
+        field: sample j is the next lengths[j] elements of flat (of the
+        field's dtype). The fast path for token documents."""
+        self._live()
+        self._flush()
+        s = self.specs[0]
+        if len(self.specs) != 1 or s.kind != "array" or not s.variable or s.shape:
+            raise InvalidArgument("write_ragged: the dataset must have one flat variable field")
+        flat = np.ascontiguousarray(flat, dtype=s.np)
+        lengths = np.asarray(lengths, np.uint64)
+        off = np.zeros(len(lengths) + 1, np.uint64)
+        np.cumsum(lengths * np.uint64(s.np.itemsize), out=off[1:])
+        if off[-1] != flat.nbytes:
+            raise InvalidArgument(f"write_ragged: lengths add up to {int(off[-1])} bytes, "
+                                  f"flat has {flat.nbytes}")
+        self._add(len(lengths), [(flat.view(np.uint8), off)])
 
     def adopt(self, part_dir):
         """Appends every sample of the finished dataset part_dir (written by
