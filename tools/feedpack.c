@@ -64,6 +64,7 @@ static const struct pack_cmd pack_cmds[] = {
 	 "--check, writes nothing: decodes every image in full on every core, as\n"
 	 "feedd would, lists those that fail, and exits 1 if any does.",
 	 1, 1, CMD_INGEST | CMD_IMAGES, pack_cmd_imagefolder},
+	{"wds", "TAR... -o DIR [--fields E,...] [--on-missing skip]", "", 1, -1, 0, NULL}, /* main() */
 	{"inspect", "DIR",
 	 "Prints a dataset's name, version, schema, shards and sizes.",
 	 1, 1, 0, pack_cmd_inspect},

@@ -253,3 +253,18 @@ def test_feedclient_pack_from_hf_real_datasets(tmp_path):
     d = datasets.Dataset.from_dict({"text": ["a", "bb", "ccc"], "n": [1, 2, 3]})
     assert pack.from_hf(d, tmp_path / "ds", progress=False) == 3
     assert ff.Dataset(tmp_path / "ds")[2]["text"] == "ccc"
+
+
+def test_feedclient_pack_library_exports_only_its_api():
+    """libfeedpack exports feed_pack_* alone (zstd, the format and the image
+    probe stay inside), and it is a library apart from libfeedclient."""
+    from conftest import LIB
+    from feedclient.pack import _native
+    lib = LIB / "libfeedpack.so.0"
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                         text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    assert names == set(_native._API), names
+    needed = subprocess.run(["readelf", "-d", str(LIB / "libfeedclient.so")],
+                            capture_output=True, text=True, check=True).stdout
+    assert "libzstd" not in needed and "libfeedpack" not in needed

@@ -79,6 +79,10 @@ class FieldSpec:
         return self._array(value, pos)
 
     def _array(self, value, pos):
+        if type(value) is np.ndarray and value.dtype == self.np and value.flags.c_contiguous \
+                and (value.shape == self.shape if not self.variable
+                     else value.shape[1:] == self.shape and value.ndim == 1 + len(self.shape)):
+            return value if value.ndim else value.reshape(1)   # the common case, fast
         if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
             value = value.detach().cpu().numpy()
         if isinstance(value, np.ndarray) or isinstance(value, np.generic):

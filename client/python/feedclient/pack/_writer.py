@@ -95,11 +95,13 @@ class Writer:
     def write(self, sample):
         """Adds one sample: a dict with a value for every field."""
         self._live()
-        vals = sample_bytes(self.specs, sample, self.count)
+        vals = sample_bytes(self.specs, sample, self._count + self._pending)
+        size = 0
         for col, v in zip(self._cols, vals):
             col.append(v)
+            size += v.nbytes if type(v) is np.ndarray else memoryview(v).nbytes
         self._pending += 1
-        self._pending_bytes += sum(memoryview(v).nbytes for v in vals)
+        self._pending_bytes += size
         if self._pending >= _BATCH_SAMPLES or self._pending_bytes >= _BATCH_BYTES:
             self._flush()
 
