@@ -19,10 +19,15 @@
  * members whatever the thread count. Workers share only the next tar's
  * index and the progress counters (atomics); the main thread alone prints.
  * Parsed here (not in feedpack.c) because its options are its own.
+ *
+ * libarchive is loaded when wds runs (dlopen), not linked: its
+ * dependencies (libxml2, ICU's 30 MB of data) would otherwise ride along
+ * with every feedpack, e.g. into scripts/gpu-check's pack.
  */
 #include <archive.h>
 #include <archive_entry.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
@@ -39,7 +44,32 @@
 
 #define WDS_EXT_MAX 32
 
+#define WDS_LIBARCHIVE "libarchive.so.13"
+
 enum wds_kind { WDS_BYTES, WDS_IMAGE, WDS_LABEL, WDS_TEXT };
+
+/* The libarchive calls wds makes: (return type, name, parameters). */
+#define WDS_LA_CALLS(X)                                                              \
+	X(struct archive *, archive_read_new, (void))                                 \
+	X(int, archive_read_support_filter_all, (struct archive *))                   \
+	X(int, archive_read_support_format_tar, (struct archive *))                   \
+	X(int, archive_read_open_filename, (struct archive *, const char *, size_t))  \
+	X(int, archive_read_next_header, (struct archive *, struct archive_entry **)) \
+	X(la_ssize_t, archive_read_data, (struct archive *, void *, size_t))          \
+	X(int, archive_errno, (struct archive *))                                     \
+	X(const char *, archive_error_string, (struct archive *))                     \
+	X(int, archive_read_free, (struct archive *))                                 \
+	X(mode_t, archive_entry_filetype, (struct archive_entry *))                   \
+	X(const char *, archive_entry_pathname, (struct archive_entry *))             \
+	X(la_int64_t, archive_entry_size, (struct archive_entry *))
+
+/* libarchive, loaded at run time: one pointer per call, named after it. */
+struct wds_la {
+	void *handle;               /* dlopen()ed; closed by wds_la_close() */
+#define WDS_LA_FIELD(ret, name, args) ret(*name) args;
+	WDS_LA_CALLS(WDS_LA_FIELD)
+#undef WDS_LA_FIELD
+};
 
 /* What the command line asked for. */
 struct wds_opts {
@@ -63,6 +93,7 @@ struct wds_part {
 /* The whole run, shared by the workers. */
 struct wds_run {
 	const struct wds_opts *o;
+	const struct wds_la *la;    /* libarchive's calls */
 	struct fmt_schema schema;
 	enum wds_kind kind[FMT_MAX_FIELDS];
 	char **tars;                /* the input paths */
@@ -230,7 +261,8 @@ static int wds_read_member(struct wds_run *r, struct archive *a, struct archive_
 			   struct wds_buf *b, const char *tar, const char *name,
 			   struct feed_err *err)
 {
-	int64_t size = archive_entry_size(e), got = 0;
+	const struct wds_la *la = r->la;
+	int64_t size = la->archive_entry_size(e), got = 0;
 
 	if (size < 0 || (uint64_t)size > PACK_MAX_RECORD)
 		return feed_err_set(err, -EFBIG, "%s: member %s: size %lld outside 0..%llu", tar,
@@ -238,11 +270,11 @@ static int wds_read_member(struct wds_run *r, struct archive *a, struct archive_
 	if (wds_reserve(b, (size_t)size + 1) < 0)
 		return feed_err_set(err, -ENOMEM, "%s: member %s: out of memory", tar, name);
 	while (got < size) {
-		la_ssize_t n = archive_read_data(a, b->p + got, (size_t)(size - got));
+		la_ssize_t n = la->archive_read_data(a, b->p + got, (size_t)(size - got));
 		if (n < 0)
 			return feed_err_set(err, -EBADMSG, "%s: member %s: truncated or unreadable "
 					    "after %lld of %lld bytes: %s", tar, name, (long long)got,
-					    (long long)size, archive_error_string(a));
+					    (long long)size, la->archive_error_string(a));
 		if (n == 0)
 			break;
 		got += n;
@@ -258,18 +290,19 @@ static int wds_read_member(struct wds_run *r, struct archive *a, struct archive_
 }
 
 /* Opens a tar (any compression libarchive knows). */
-static int wds_open(const char *tar, struct archive **ret, struct feed_err *err)
+static int wds_open(const struct wds_la *la, const char *tar, struct archive **ret,
+		    struct feed_err *err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = la->archive_read_new();
 
 	if (!a)
 		return feed_err_set(err, -ENOMEM, "%s: out of memory", tar);
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	if (archive_read_open_filename(a, tar, 1 << 20) != ARCHIVE_OK) {
-		int rc = feed_err_set(err, archive_errno(a) > 0 ? -archive_errno(a) : -EBADMSG,
-				      "%s: %s", tar, archive_error_string(a));
-		archive_read_free(a);
+	la->archive_read_support_filter_all(a);
+	la->archive_read_support_format_tar(a);
+	if (la->archive_read_open_filename(a, tar, 1 << 20) != ARCHIVE_OK) {
+		int rc = feed_err_set(err, la->archive_errno(a) > 0 ? -la->archive_errno(a) : -EBADMSG,
+				      "%s: %s", tar, la->archive_error_string(a));
+		la->archive_read_free(a);
 		return rc;
 	}
 	*ret = a;
@@ -277,22 +310,45 @@ static int wds_open(const char *tar, struct archive **ret, struct feed_err *err)
 }
 
 /* The next regular member with an extension; 1 at the end of the tar. */
-static int wds_next(struct archive *a, const char *tar, const char *prev, char *key,
-		    char *ext, struct archive_entry **ret_e, struct feed_err *err)
+static int wds_next(const struct wds_la *la, struct archive *a, const char *tar,
+		    const char *prev, char *key, char *ext, struct archive_entry **ret_e,
+		    struct feed_err *err)
 {
 	for (;;) {
-		int rc = archive_read_next_header(a, ret_e);
+		int rc = la->archive_read_next_header(a, ret_e);
 		if (rc == ARCHIVE_EOF)
 			return 1;
 		if (rc < ARCHIVE_WARN)
 			return feed_err_set(err, -EBADMSG, "%s: after member %s: %s", tar,
-					    prev[0] ? prev : "(none)", archive_error_string(a));
-		if (archive_entry_filetype(*ret_e) != AE_IFREG)
+					    prev[0] ? prev : "(none)", la->archive_error_string(a));
+		if (la->archive_entry_filetype(*ret_e) != AE_IFREG)
 			continue;
-		const char *name = archive_entry_pathname(*ret_e);
+		const char *name = la->archive_entry_pathname(*ret_e);
 		if (name && wds_split(name, key, PATH_MAX, ext, WDS_EXT_MAX))
 			return 0;
 	}
+}
+
+/* Loads libarchive and every call wds makes; -ENOENT saying how to get it. */
+static int wds_la_open(struct wds_la *la, struct feed_err *err)
+{
+	*la = (struct wds_la){.handle = dlopen(WDS_LIBARCHIVE, RTLD_NOW | RTLD_LOCAL)};
+	if (!la->handle)
+		return feed_err_set(err, -ENOENT, "wds needs %s (apt install libarchive13): %s",
+				    WDS_LIBARCHIVE, dlerror());
+#define WDS_LA_SYM(ret, name, args)                                                  \
+	if (!(*(void **)&la->name = dlsym(la->handle, #name)))                         \
+		return feed_err_set(err, -ENOENT, "%s: no %s", WDS_LIBARCHIVE, #name);
+	WDS_LA_CALLS(WDS_LA_SYM)
+#undef WDS_LA_SYM
+	return 0;
+}
+
+static void wds_la_close(struct wds_la *la)
+{
+	if (la->handle)
+		dlclose(la->handle);
+	la->handle = NULL;
 }
 
 static int wds_field_of(const struct wds_run *r, const char *ext)
@@ -313,8 +369,8 @@ static int wds_members(struct wds_run *r, struct archive *a, const char *tar,
 	int rc;
 
 	prev[0] = '\0';
-	while ((rc = wds_next(a, tar, prev, key, ext, &e, err)) == 0) {
-		const char *name = archive_entry_pathname(e);
+	while ((rc = wds_next(r->la, a, tar, prev, key, ext, &e, err)) == 0) {
+		const char *name = r->la->archive_entry_pathname(e);
 		snprintf(prev, sizeof(prev), "%s", name);
 		if (strcmp(key, s->key)) {
 			if (s->key[0] && (rc = wds_emit(r, tar, s, w, part, err)) < 0)
@@ -352,7 +408,7 @@ static int wds_tar(struct wds_run *r, int t, struct wds_sample *s)
 	memset(s->key, 0, sizeof(s->key));
 	for (uint32_t f = 0; f < FMT_MAX_FIELDS; f++)
 		s->val[f].set = false;
-	if ((rc = wds_open(r->tars[t], &a, &part->err)) < 0)
+	if ((rc = wds_open(r->la, r->tars[t], &a, &part->err)) < 0)
 		return rc;
 	if ((rc = fmt_writer_new(part->dir, &r->schema, &wo, &w, &part->err)) < 0) {
 		w = NULL;
@@ -363,7 +419,8 @@ static int wds_tar(struct wds_run *r, int t, struct wds_sample *s)
 		rc = fmt_writer_finish(w, &part->err);
 out:
 	fmt_writer_free(w);
-	archive_read_free(a);
+	if (a)
+		r->la->archive_read_free(a);
 	return rc;
 }
 
@@ -388,14 +445,15 @@ static void *wds_worker(void *arg)
 }
 
 /* --fields absent: the extensions of the first tar's first sample. */
-static int wds_first_exts(struct wds_opts *o, const char *tar, struct feed_err *err)
+static int wds_first_exts(const struct wds_la *la, struct wds_opts *o, const char *tar,
+			  struct feed_err *err)
 {
 	char key[PATH_MAX], first[PATH_MAX] = "", ext[WDS_EXT_MAX];
 	struct archive_entry *e;
 	struct archive *a = NULL;
-	int rc = wds_open(tar, &a, err);
+	int rc = wds_open(la, tar, &a, err);
 
-	while (rc == 0 && (rc = wds_next(a, tar, "", key, ext, &e, err)) == 0) {
+	while (rc == 0 && (rc = wds_next(la, a, tar, "", key, ext, &e, err)) == 0) {
 		if (first[0] && strcmp(first, key))
 			break;
 		snprintf(first, sizeof(first), "%s", key);
@@ -407,7 +465,8 @@ static int wds_first_exts(struct wds_opts *o, const char *tar, struct feed_err *
 	}
 	if (rc >= 0 && o->nfields == 0)
 		rc = feed_err_set(err, -EINVAL, "%s: no member with an extension", tar);
-	archive_read_free(a);
+	if (a)
+		la->archive_read_free(a);
 	return rc < 0 ? rc : 0;
 }
 
@@ -477,13 +536,14 @@ static int wds_pack(struct wds_opts *o, char **tars, int ntars, struct feed_err 
 {
 	struct wds_run *r = calloc(1, sizeof(*r));
 	struct pack_sink sink = {0};
+	struct wds_la la = {0};
 	uint64_t total = 0, skipped = 0;
 	char source[128];
 	int rc;
 
 	if (!r || !(r->parts = calloc((size_t)ntars, sizeof(*r->parts))))
 		return free(r), feed_err_set(err, -ENOMEM, "out of memory");
-	*r = (struct wds_run){.o = o, .tars = tars, .ntars = ntars, .parts = r->parts};
+	*r = (struct wds_run){.o = o, .la = &la, .tars = tars, .ntars = ntars, .parts = r->parts};
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
 	for (int t = 0; t < ntars; t++) {
@@ -494,7 +554,8 @@ static int wds_pack(struct wds_opts *o, char **tars, int ntars, struct feed_err 
 		}
 		total += (uint64_t)st.st_size;
 	}
-	if ((o->nfields == 0 && (rc = wds_first_exts(o, tars[0], err)) < 0) ||
+	if ((rc = wds_la_open(&la, err)) < 0 ||
+	    (o->nfields == 0 && (rc = wds_first_exts(&la, o, tars[0], err)) < 0) ||
 	    (rc = wds_schema(r, err)) < 0)
 		goto out;
 	snprintf(source, sizeof(source), "feedpack wds: %d tar%s", ntars, ntars == 1 ? "" : "s");
@@ -516,6 +577,7 @@ out:
 	if (r->tmp[0])
 		nftw(r->tmp, wds_rm, 16, FTW_DEPTH | FTW_PHYS);
 	sink_free(&sink);
+	wds_la_close(&la);
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
 	free(r->parts);

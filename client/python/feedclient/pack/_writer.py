@@ -84,7 +84,8 @@ class Writer:
         rc = lib.feed_pack_new(self.out_dir.encode(), arr, len(self.specs), ctypes.byref(opts),
                                ctypes.byref(p), err, len(err))
         if rc < 0:
-            raise FeedError(f"{self.out_dir}: {err.value.decode(errors='replace')}", rc)
+            msg = err.value.decode(errors="replace")
+            raise FeedError(msg if self.out_dir in msg else f"{self.out_dir}: {msg}", rc)
         return p
 
     @property

@@ -16,6 +16,7 @@ import argparse
 import concurrent.futures
 import gzip
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -116,9 +117,9 @@ def _init(path):
 
 def _encode(texts):
     """Token ids of a batch of texts: (flat int64 ids, lengths)."""
-    enc = _tok.encode_batch(texts, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) for e in enc), np.int64, len(enc))
-    flat = np.fromiter((i for e in enc for i in e.ids), np.int64, int(lengths.sum()))
+    ids = [e.ids for e in _tok.encode_batch(texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(lengths.sum()))
     return flat, lengths
 
 
