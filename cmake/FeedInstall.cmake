@@ -34,7 +34,7 @@ file(CONFIGURE OUTPUT ${FEED_KIND_C} CONTENT
 "/* Written by CMake (cmake/FeedInstall.cmake): the kind of this build. */
 __attribute__((used)) static const char feed_build_kind[] = \"feed-build-kind=${FEED_KIND}\";
 ")
-foreach(t feedd feedctl feedpack feedbench feedclient)
+foreach(t feedd feedctl feedpack feedbench feedclient feedpack_lib)
   target_sources(${t} PRIVATE ${FEED_KIND_C})
 endforeach()
 
@@ -54,7 +54,7 @@ if(FEED_KIND STREQUAL "checked" AND NOT FEED_SANITIZE AND NOT FEED_FUZZ)
     COMMAND ${CMAKE_COMMAND} -S ${CMAKE_SOURCE_DIR} -B ${CMAKE_BINARY_DIR}/release
             ${FEED_RELEASE_ARGS}
     COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR}/release --parallel ${FEED_NPROC}
-            --target feedd feedctl feedpack feedbench feedclient feed_man feed_changelog
+            --target feedd feedctl feedpack feedbench feedclient feedpack_lib feed_man feed_changelog
     COMMENT "release build of the installed targets in ${CMAKE_BINARY_DIR}/release"
     VERBATIM)
 endif()
@@ -83,6 +83,8 @@ install(TARGETS feedd feedctl feedpack feedbench RUNTIME DESTINATION ${CMAKE_INS
 install(TARGETS feedclient EXPORT feedclientTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# libfeedpack, the writer feedclient.pack binds (found beside libfeedclient).
+install(TARGETS feedpack_lib LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_SKIP)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/client/include/feed
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 set(FEED_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/feedclient)

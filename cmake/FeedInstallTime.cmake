@@ -100,3 +100,7 @@ file(INSTALL DESTINATION "${pkgdir}" TYPE FILE
      PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
      FILES ${pyfiles} "${FEED_I_SRC}/client/python/feedclient/py.typed"
            "${FEED_I_WORK}/_installed.py")
+# feedclient.pack, the dataset writer's binding (libfeedpack is in libdir).
+file(GLOB packfiles "${FEED_I_SRC}/client/python/feedclient/pack/*.py")
+file(INSTALL DESTINATION "${pkgdir}/pack" TYPE FILE
+     PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ FILES ${packfiles})

@@ -308,6 +308,17 @@ int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint
  * none does (finish refuses a partial list). They go to FMT_PATHS_FILE. */
 int fmt_writer_note_path(struct fmt_writer *w, const char *path, struct feed_err *err);
 
+/* Appends every record of the finished dataset in dir (a part written
+ * by another writer with the same schema, e.g. on another thread) after
+ * the records added so far: its shard files are moved into this dataset,
+ * their headers rewritten to their new first sample, so dir is consumed
+ * (only its manifest is left). The current block and shard are closed
+ * first, so the result depends only on the sequence of adds and adopts.
+ * -EINVAL naming dir if the schemas differ, -ENOTSUP if either side noted
+ * paths. On failure the writer can only be freed. Blocking (reads the
+ * part's footers, fsyncs). */
+int fmt_writer_adopt(struct fmt_writer *w, const char *dir, struct feed_err *err);
+
 /* Records added so far. */
 uint64_t fmt_writer_count(const struct fmt_writer *w);
 

@@ -110,20 +110,28 @@ static int io_err(struct fmt_writer *w, struct feed_err *err, int rc, const char
 	return feed_err_set(err, rc, "%s/%s: %s", w->tmp_dir, file, strerror(-rc));
 }
 
+/* Room for one more entry in w->shards. */
+static int shards_grow(struct fmt_writer *w)
+{
+	if (w->nshards < w->shards_cap)
+		return 0;
+	uint32_t cap = w->shards_cap ? w->shards_cap * 2 : 8;
+	void *p = realloc(w->shards, cap * sizeof(*w->shards));
+	if (!p)
+		return -ENOMEM;
+	w->shards = p;
+	w->shards_cap = cap;
+	return 0;
+}
+
 static int shard_start(struct fmt_writer *w, struct feed_err *err)
 {
 	struct wr_shard *s;
 	char path[PATH_MAX];
 	uint8_t zero[FMT_HEADER_SIZE] = {0};
 
-	if (w->nshards == w->shards_cap) {
-		uint32_t cap = w->shards_cap ? w->shards_cap * 2 : 8;
-		void *p = realloc(w->shards, cap * sizeof(*w->shards));
-		if (!p)
-			return feed_err_set(err, -ENOMEM, "out of memory");
-		w->shards = p;
-		w->shards_cap = cap;
-	}
+	if (shards_grow(w) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
 	s = &w->shards[w->nshards];
 	memset(s, 0, sizeof(*s));
 	snprintf(s->file, sizeof(s->file), "shard-%05u.fsh", w->nshards);
@@ -431,6 +439,110 @@ int fmt_writer_note_image(struct fmt_writer *w, uint32_t f, uint32_t width, uint
 	fd->max_pixels = px > fd->max_pixels ? px : fd->max_pixels;
 	w->noted[f] = w->total;
 	return 0;
+}
+
+/* The part's schema describes the same records as w's. */
+static int adopt_schema_check(const struct fmt_writer *w, const struct fmt_schema *s,
+			      const char *dir, struct feed_err *err)
+{
+	if (s->nfields != w->schema.nfields)
+		return feed_err_set(err, -EINVAL, "%s: %u fields, the dataset being written has %u",
+				    dir, s->nfields, w->schema.nfields);
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct fmt_field *a = &s->fields[f], *b = &w->schema.fields[f];
+		if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->rank != b->rank ||
+		    a->variable != b->variable || a->image != b->image ||
+		    memcmp(a->shape, b->shape, sizeof(a->shape[0]) * a->rank))
+			return feed_err_set(err, -EINVAL,
+					    "%s: field %u ('%s') is not field '%s' of the dataset "
+					    "being written", dir, f, a->name, b->name);
+	}
+	return 0;
+}
+
+/* Moves shard file `file` of the part in dir into w's temporary directory
+ * as w's next shard, its header saying it starts at record w->total. */
+static int adopt_shard(struct fmt_writer *w, const char *dir, const char *file,
+		       struct feed_err *err)
+{
+	char src[PATH_MAX], dst[PATH_MAX];
+	uint8_t hb[FMT_HEADER_SIZE];
+	struct fmt_header h;
+	struct stat st;
+	int rc = 0, fd;
+
+	if (shards_grow(w) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	struct wr_shard *s = &w->shards[w->nshards];
+	memset(s, 0, sizeof(*s));
+	snprintf(s->file, sizeof(s->file), "shard-%05u.fsh", w->nshards);
+	snprintf(src, sizeof(src), "%s/%s", dir, file);
+	snprintf(dst, sizeof(dst), "%s/%s", w->tmp_dir, s->file);
+	if ((fd = open(src, O_RDWR | O_CLOEXEC)) < 0)
+		return feed_err_set(err, -errno, "%s: %s", src, strerror(errno));
+	if (pread(fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb) || fmt_header_decode(hb, &h) < 0 ||
+	    fstat(fd, &st) < 0)
+		rc = feed_err_set(err, -EBADMSG, "%s: unreadable shard header", src);
+	h.first_sample = w->total;
+	fmt_header_encode(&h, hb);
+	if (rc == 0 && (pwrite(fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb) || fsync(fd) < 0))
+		rc = feed_err_set(err, -EIO, "%s: cannot rewrite the header: %s", src, strerror(errno));
+	close(fd);
+	if (rc == 0 && rename(src, dst) < 0)
+		rc = feed_err_set(err, -errno, "%s: cannot move to %s: %s", src, dst, strerror(errno));
+	if (rc < 0)
+		return rc;
+	w->nshards++; /* from here on free() removes it */
+	*s = (struct wr_shard){.size = (uint64_t)st.st_size, .first_sample = w->total,
+			       .num_samples = h.num_records, .num_blocks = h.num_blocks};
+	snprintf(s->file, sizeof(s->file), "shard-%05u.fsh", w->nshards - 1);
+	w->total += h.num_records;
+	return 0;
+}
+
+/* Takes the part's largest records, blocks and images into w's maxima. */
+static void adopt_maxima(struct fmt_writer *w, const struct fmt_info *in)
+{
+	w->max_raw = in->max_block_raw > w->max_raw ? in->max_block_raw : w->max_raw;
+	w->max_comp = in->max_block_comp > w->max_comp ? in->max_block_comp : w->max_comp;
+	for (uint32_t f = 0; f < w->schema.nfields; f++) {
+		struct fmt_field *fd = &w->schema.fields[f];
+		const struct fmt_field *pf = &in->schema->fields[f];
+		if (fd->variable && pf->max_bytes > fd->max_bytes)
+			fd->max_bytes = pf->max_bytes;
+		if (!fd->image)
+			continue;
+		fd->max_width = pf->max_width > fd->max_width ? pf->max_width : fd->max_width;
+		fd->max_height = pf->max_height > fd->max_height ? pf->max_height : fd->max_height;
+		fd->max_pixels = pf->max_pixels > fd->max_pixels ? pf->max_pixels : fd->max_pixels;
+	}
+}
+
+int fmt_writer_adopt(struct fmt_writer *w, const char *dir, struct feed_err *err)
+{
+	struct fmt_dataset *ds = NULL;
+	int rc;
+
+	if ((rc = block_flush(w, err)) < 0 || (w->fd >= 0 && (rc = shard_close(w, err)) < 0))
+		return rc;
+	if ((rc = fmt_dataset_open(dir, &ds, err)) < 0)
+		return rc;
+	const struct fmt_info *in = fmt_dataset_info(ds);
+	if ((rc = adopt_schema_check(w, in->schema, dir, err)) < 0)
+		goto out;
+	if (w->npaths || fmt_dataset_sample_path(ds, 0)) {
+		rc = feed_err_set(err, -ENOTSUP, "%s: datasets with paths cannot be joined", dir);
+		goto out;
+	}
+	adopt_maxima(w, in);
+	for (uint32_t i = 0; i < in->num_shards && rc == 0; i++)
+		rc = adopt_shard(w, dir, fmt_dataset_shard_file(ds, i), err);
+	for (uint32_t f = 0; f < w->schema.nfields; f++)
+		if (w->schema.fields[f].image)
+			w->noted[f] = w->total;
+out:
+	fmt_dataset_close(ds);
+	return rc;
 }
 
 uint64_t fmt_writer_count(const struct fmt_writer *w)

@@ -77,6 +77,7 @@ static const struct pack_cmd pack_cmds[] = {
 	 "--check, writes nothing: decodes every image in full on every core, as\n"
 	 "feedd would, lists those that fail, and exits 1 if any does.",
 	 1, 1, CMD_INGEST | CMD_IMAGES, pack_cmd_imagefolder},
+	{"wds", "TAR... -o DIR [--fields E,...] [--on-missing skip]", "", 1, -1, 0, NULL}, /* main() */
 	{"inspect", "DIR",
 	 "Prints a dataset's name, version, schema, shards and sizes.",
 	 1, 1, 0, pack_cmd_inspect},
@@ -362,6 +363,8 @@ int main(int argc, char **argv)
 		return usage_error(NULL, "missing command");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
 		return usage_main(stdout), 0;
+	if (!strcmp(argv[1], "wds"))
+		return pack_wds_main(argc - 1, argv + 1);
 	if (!(c = find_cmd(argv[1]))) {
 		snprintf(msg, sizeof(msg), "unknown command '%s'", argv[1]);
 		return usage_error(NULL, msg);

@@ -184,5 +184,7 @@ int pack_cmd_files(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_imagefolder(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_inspect(const struct pack_opts *o, struct feed_err *err);
 int pack_cmd_verify(const struct pack_opts *o, struct feed_err *err);
+/* wds parses its own options (feedpack_wds.c): argv[0] is "wds". */
+int pack_wds_main(int argc, char **argv);
 
 #endif

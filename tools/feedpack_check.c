@@ -183,7 +183,8 @@ static int chk_report(struct chk *c, const char *what, unsigned nthreads, struct
 {
 	uint64_t n = atomic_load(&c->done_images);
 
-	qsort(c->notes, c->nnotes, sizeof(*c->notes), chk_note_cmp);
+	if (c->nnotes) /* notes is NULL when nothing was noted: qsort must not see it */
+		qsort(c->notes, c->nnotes, sizeof(*c->notes), chk_note_cmp);
 	for (size_t i = 0; i < c->nnotes; i++)
 		printf("%s\n", c->notes[i].text);
 	printf("%" PRIu64 " images decoded in full on %u threads: %" PRIu64 " fail, %" PRIu64

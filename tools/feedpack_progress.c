@@ -46,8 +46,10 @@ static void progress_draw(struct pack_progress *p, uint64_t done, uint64_t count
 		for (int i = 0; i < PROGRESS_BAR; i++)
 			bar[i] = i < fill ? '#' : '.';
 		bar[PROGRESS_BAR] = '\0';
-		fprintf(stderr, "\r%s [%s] %3.0f%% %llu %s %.1f MB/s\033[K", p->what, bar,
-			frac * 100, (unsigned long long)count, p->unit, mbs);
+		double eta = done && frac < 1 ? secs * (1 - frac) / frac : 0;
+		fprintf(stderr, "\r%s [%s] %3.0f%% %llu %s %.1f MB/s ETA %d:%02d\033[K", p->what,
+			bar, frac * 100, (unsigned long long)count, p->unit, mbs, (int)eta / 60,
+			(int)eta % 60);
 	} else {
 		fprintf(stderr, "\r%s %.1f MB %llu %s %.1f MB/s\033[K", p->what, (double)done / 1e6,
 			(unsigned long long)count, p->unit, mbs);

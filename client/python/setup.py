@@ -29,6 +29,8 @@ except ImportError:  # no wheel package: pip falls back to a plain install
 
 HERE = pathlib.Path(__file__).resolve().parent
 SONAME = "libfeedclient.so.0"
+# libfeedpack (the dataset writer feedclient.pack binds) travels beside it.
+PACK_SONAME = "libfeedpack.so.0"
 
 
 def build_kind(path):
@@ -40,13 +42,15 @@ def build_kind(path):
     return None
 
 
-def built_library():
-    """The built libfeedclient.so.0, its real file; SystemExit naming every place tried."""
+def built_library(soname=SONAME):
+    """The built library soname (libfeedclient or libfeedpack), its real file;
+    SystemExit naming every place tried."""
     tried = []
     env = os.environ.get("FEEDCLIENT_LIB")
     if env:
         p = pathlib.Path(env)
-        path = p / SONAME if p.is_dir() else p
+        # a directory, or libfeedclient's file: libfeedpack lies beside it
+        path = p / soname if p.is_dir() else p if soname == SONAME else p.parent / soname
         if path.is_file():
             if build_kind(path) != "release":
                 print(f"feedclient: warning: {path} ($FEEDCLIENT_LIB) is not a release build "
@@ -54,8 +58,8 @@ def built_library():
             return path.resolve()
         tried.append(f"{path} ($FEEDCLIENT_LIB): does not exist")
     build = HERE.parents[1] / "build"
-    for path, where in ((build / "release" / "lib" / SONAME, "the checkout's release twin"),
-                        (build / "lib" / SONAME, "the checkout's build tree")):
+    for path, where in ((build / "release" / "lib" / soname, "the checkout's release twin"),
+                        (build / "lib" / soname, "the checkout's build tree")):
         if not path.is_file():
             tried.append(f"{path} ({where}): does not exist")
         elif build_kind(path) != "release":
@@ -63,7 +67,7 @@ def built_library():
                          "not a release build")
         else:
             return path.resolve()
-    raise SystemExit("feedclient: no release libfeedclient to put in the wheel; tried:\n  " +
+    raise SystemExit(f"feedclient: no release {soname} to put in the wheel; tried:\n  " +
                      "\n  ".join(tried) +
                      "\nBuild one first (cmake --build build --target feed_release in a "
                      "checked checkout, or cmake -B build -DCMAKE_BUILD_TYPE=Release && "
@@ -75,11 +79,12 @@ class BuildPyWithLibrary(build_py):
 
     def run(self):
         super().run()
-        lib = built_library()
-        dest = pathlib.Path(self.build_lib) / "feedclient" / SONAME
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(lib, dest)
-        os.chmod(dest, 0o755)
+        for soname in (SONAME, PACK_SONAME):
+            lib = built_library(soname)
+            dest = pathlib.Path(self.build_lib) / "feedclient" / soname
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(lib, dest)
+            os.chmod(dest, 0o755)
 
 
 class PlatformDistribution(Distribution):

@@ -48,7 +48,7 @@ p=$stage/usr
 libdir=$(sed -n 's/^libdir=${prefix}\///p' "$(find "$p" -name feedclient.pc)")
 lib=$p/$libdir
 for f in bin/feedd bin/feedctl bin/feedpack bin/feedbench \
-         "$libdir/libfeedclient.so.0" "$libdir/libfeedclient.so" \
+         "$libdir/libfeedclient.so.0" "$libdir/libfeedclient.so" "$libdir/libfeedpack.so.0" \
          include/feed/client.h include/feed/stream.h include/feed/gpu.h \
          "$libdir/pkgconfig/feedclient.pc" "$libdir/cmake/feedclient/feedclientConfig.cmake" \
          "$libdir/cmake/feedclient/feedclientConfigVersion.cmake" \
@@ -56,7 +56,8 @@ for f in bin/feedd bin/feedctl bin/feedpack bin/feedbench \
          share/man/man5/feedd.yaml.5.gz share/doc/feedd/README.md \
          lib/systemd/system/feedd.service lib/systemd/system/feedd.socket \
          lib/sysusers.d/feedd.conf lib/tmpfiles.d/feedd.conf \
-         lib/python3/dist-packages/feedclient/__init__.py; do
+         lib/python3/dist-packages/feedclient/__init__.py \
+         lib/python3/dist-packages/feedclient/pack/__init__.py; do
   [ -e "$p/$f" ] || fail "not installed: /usr/$f"
 done
 cmp "$stage/etc/feedd/feedd.yaml" "$src/configs/feedd.yaml" || fail "/etc/feedd/feedd.yaml"
@@ -178,4 +179,9 @@ got=$(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages"
       /usr/bin/python3 -c "import feedclient; print(feedclient.library_path)") ||
   fail "import feedclient from the staged package"
 [ "$got" -ef "$lib/libfeedclient.so.0" ] || fail "feedclient loaded $got"
+# ... and feedclient.pack writes through the staged libfeedpack
+(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages" /usr/bin/python3 -c \
+  "from feedclient import pack; w = pack.Writer('packed', {'x': ('uint8', (2,))}); w.write({'x': [1, 2]}); w.close()") ||
+  fail "feedclient.pack from the staged package"
+"$p/bin/feedpack" verify "$t/packed" >/dev/null || fail "feedpack verify of feedclient.pack's dataset"
 echo "install: ok ($(wc -l <"$t/exports") exports, consumers read $want)"

@@ -1,5 +1,6 @@
 """test_install_wheel.py: `pip install client/python` in a fresh virtual
-environment gives a platform wheel carrying libfeedclient, and the package
+environment gives a platform wheel carrying libfeedclient (and libfeedpack,
+which feedclient.pack writes through), and the package
 finds that copy with FEEDCLIENT_LIB unset, outside the source tree; and a
 package with no library anywhere says where it looked and how to fix it.
 
@@ -72,6 +73,12 @@ def test_install_wheel_carries_the_library(tmp_path):
                "print(feedclient.library_version)"], env=clean_env(), cwd=tmp_path).split("\n")
     assert pathlib.Path(out[0]) == carried
     assert out[1] == os.environ["FEED_VERSION"]
+    # libfeedpack travels too, and feedclient.pack writes through that copy
+    pack_lib = site / "feedclient" / "libfeedpack.so.0"
+    assert pack_lib.read_bytes() == (LIB / "libfeedpack.so.0").resolve().read_bytes()
+    run([str(py), "-c", "from feedclient import pack; w = pack.Writer('ds', {'n': ('int64', ())}); "
+         "w.write({'n': 7}); w.close()"], env=clean_env(), cwd=tmp_path)
+    assert (tmp_path / "ds" / "manifest.pb").is_file()
 
 
 def test_install_wheel_missing_library_names_each_fix(tmp_path):

@@ -117,3 +117,9 @@ foreach(part analyze user sandbox)
     ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS integration)
 endforeach()
 set_tests_properties(integration_systemd_unit_user PROPERTIES DEPENDS integration_systemd_unit_analyze)
+
+# feedpack wds's worker threads, under every build (TSan's included).
+add_test(NAME integration_wds COMMAND sh ${FEED_IT_DIR}/check_wds.sh ${CMAKE_BINARY_DIR}/bin
+         ${FEED_IMAGES})
+set_tests_properties(integration_wds PROPERTIES ENVIRONMENT "${FEED_TEST_ENV}" TIMEOUT 120
+                     LABELS integration FIXTURES_REQUIRED image_fixtures)

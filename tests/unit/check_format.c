@@ -80,16 +80,14 @@ static void schema_all(struct fmt_schema *s)
 	memcpy(s->fields, f, sizeof(f));
 }
 
-static void write_dataset(const char *dir, const struct fmt_schema *s, uint64_t n,
-			  const struct fmt_writer_opts *o)
+/* Adds records first .. first + n - 1 (their content depends on the index). */
+static void add_range(struct fmt_writer *w, const struct fmt_schema *s, uint64_t first, uint64_t n)
 {
-	struct fmt_writer *w;
 	struct feed_err err = {0};
 	static uint8_t bufs[FMT_MAX_FIELDS][4096];
 	struct fmt_value v[FMT_MAX_FIELDS];
 
-	ck_assert_msg(fmt_writer_new(dir, s, o, &w, &err) == 0, "%s", err.msg);
-	for (uint64_t i = 0; i < n; i++) {
+	for (uint64_t i = first; i < first + n; i++) {
 		for (uint32_t f = 0; f < s->nfields; f++) {
 			v[f].len = rec_len(&s->fields[f], i);
 			rec_fill(bufs[f], v[f].len, f, i);
@@ -97,9 +95,26 @@ static void write_dataset(const char *dir, const struct fmt_schema *s, uint64_t 
 		}
 		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
 	}
+}
+
+/* A dataset of records first .. first + n - 1. */
+static void write_range(const char *dir, const struct fmt_schema *s, uint64_t first, uint64_t n,
+			const struct fmt_writer_opts *o)
+{
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+
+	ck_assert_msg(fmt_writer_new(dir, s, o, &w, &err) == 0, "%s", err.msg);
+	add_range(w, s, first, n);
 	ck_assert_int_eq(fmt_writer_count(w), n);
 	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
 	fmt_writer_free(w);
+}
+
+static void write_dataset(const char *dir, const struct fmt_schema *s, uint64_t n,
+			  const struct fmt_writer_opts *o)
+{
+	write_range(dir, s, 0, n, o);
 }
 
 /* Reads every sample (in the given order) and compares with the source. */
@@ -218,6 +233,40 @@ START_TEST(test_format_version_is_content_hash)
 	fmt_dataset_close(a);
 	fmt_dataset_close(b);
 	fmt_dataset_close(c);
+}
+END_TEST
+
+START_TEST(test_format_writer_adopt_joins_parts)
+{
+	const struct fmt_writer_opts small = {.name = "part", .block_bytes = 1500, .shard_bytes = 4000};
+	struct fmt_schema s, other;
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	char dir[300], pa[300], pb[300], pc[300];
+
+	schema_all(&s);
+	path_in(dir, sizeof(dir), "ds");
+	path_in(pa, sizeof(pa), "pa");
+	path_in(pb, sizeof(pb), "pb");
+	path_in(pc, sizeof(pc), "pc");
+	write_range(pa, &s, 100, 250, &small);   /* several shards */
+	write_range(pb, &s, 400, 600, &(struct fmt_writer_opts){.name = "b"});
+	ck_assert_int_eq(fmt_writer_new(dir, &s, &(struct fmt_writer_opts){.name = "ds"}, &w, &err), 0);
+	add_range(w, &s, 0, 100);
+	ck_assert_msg(fmt_writer_adopt(w, pa, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(fmt_writer_count(w), 350);
+	add_range(w, &s, 350, 50);
+	ck_assert_msg(fmt_writer_adopt(w, pb, &err) == 0, "%s", err.msg);
+	/* another schema is refused, naming the part */
+	other = s;
+	other.fields[1].dtype = FEED_DTYPE_I32;
+	write_range(pc, &other, 0, 3, &small);
+	ck_assert_int_eq(fmt_writer_adopt(w, pc, &err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, pc) && strstr(err.msg, "'label'"), "%s", err.msg);
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+	check_samples(dir, &s, 1000, 0);
+	check_samples(dir, &s, 1000, 1);
 }
 END_TEST
 
@@ -829,6 +878,7 @@ static Suite *format_suite(void)
 	tcase_add_loop_test(tc, test_format_roundtrip_every_kind, 0, 4);
 	tcase_add_test(tc, test_format_blocks_and_manifest);
 	tcase_add_test(tc, test_format_version_is_content_hash);
+	tcase_add_test(tc, test_format_writer_adopt_joins_parts);
 	tcase_add_test(tc, test_format_checksum_mismatch_names_block);
 	tcase_add_test(tc, test_format_truncated_shard_refused_at_open);
 	tcase_add_test(tc, test_format_truncated_after_open_is_error);
