@@ -130,6 +130,15 @@ enum pipe_kind {
 	PIPE_RAND_AUGMENT,
 	PIPE_AUTO_AUGMENT,
 	PIPE_RANDOM_ERASING,
+	/* torchvision's remaining image ops (augment_tv.c), pixel ops too */
+	PIPE_VFLIP,
+	PIPE_PAD,
+	PIPE_RANDOM_PERSPECTIVE,
+	PIPE_GAUSSIAN_NOISE,
+	/* containers over the pixel ops that follow them (pipe_op.nsub) */
+	PIPE_RANDOM_APPLY,
+	PIPE_RANDOM_CHOICE,
+	PIPE_RANDOM_ORDER,
 	PIPE_KIND_COUNT_,
 };
 
@@ -138,6 +147,18 @@ enum pipe_interp {
 	PIPE_INTERP_NEAREST = 0,
 	PIPE_INTERP_BILINEAR = 1,
 };
+
+/* pad's padding modes, as torchvision's padding_mode. */
+enum pipe_pad_mode {
+	PIPE_PAD_CONSTANT = 0,
+	PIPE_PAD_EDGE,
+	PIPE_PAD_REFLECT,
+	PIPE_PAD_SYMMETRIC,
+};
+
+#define PIPE_MAX_SUB 8 /* most transforms of a random_apply / choice / order */
+#define PIPE_SUB_BASIC_MAX 16 /* most basic ops a container's transforms make
+			       * (augment_pixel.h's AUG_PX_MAX) */
 
 /* auto_augment policies, as torchvision's AutoAugmentPolicy. */
 enum pipe_policy {
@@ -199,6 +220,20 @@ struct pipe_op {
 	uint32_t policy;           /* auto_augment: enum pipe_policy */
 	int64_t eratio_ppb[2];     /* random_erasing: ratio_min, ratio_max */
 	int64_t escale_ppb[2];     /* random_erasing: scale_min, scale_max */
+	/* torchvision's forms and the ops of augment_tv.c */
+	uint32_t antialias;        /* resize, random_resized_crop: 0 not given,
+				    * 1 False, 2 True (checked in planning) */
+	bool fill_set;             /* rotate, affine: fill= given; without it no
+				    * mask blend, as F.rotate's fill=None */
+	uint32_t padding[4];       /* pad: left, top, right, bottom */
+	uint32_t padding_mode;     /* pad: enum pipe_pad_mode */
+	int64_t distortion_ppb;    /* random_perspective: distortion_scale */
+	bool clip;                 /* gaussian_noise: clamp to [0, 1] */
+	uint32_t nsub;             /* random_apply/choice/order: the next nsub
+				    * ops of the spec are its transforms */
+	bool sub;                  /* a transform of the container before it */
+	uint32_t nwts;             /* random_choice: weights given (0: uniform) */
+	uint32_t wts_ppb[PIPE_MAX_SUB]; /* random_choice: p per transform */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -270,6 +305,8 @@ struct pipe_stage {
 	size_t out_bytes;          /* bytes the stage writes */
 	bool decode;               /* image: the input is encoded (decode op first) */
 	struct feed_convert cv;    /* normalize: the conversion */
+	size_t px_img_bytes;       /* pixel stages: the largest image any op of
+				    * the stage reads or writes (pad grows it) */
 };
 
 /* A pipeline checked against a schema. Read-only for users (all fields
