@@ -74,6 +74,7 @@ enum pipe_key {
 	PK_DISTORTION_SCALE,
 	PK_CLIP,
 	PK_TRANSFORMS,
+	PK_EXACT,
 	PK_COUNT_,
 };
 #define PKB(k) (1ull << (k))
@@ -86,7 +87,7 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"shear_y", "bits", "threshold", "kernel_size", "sigma", "sigma_min", "sigma_max",
 	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
 	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
-	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms"};
+	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -106,7 +107,7 @@ static const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_RESIZE] = {"resize", {PK_H, PK_W, PK_SHORT, PK_INTERPOLATION, PK_ANTIALIAS,
 				    PK_FIELD}, 5, 0},
 	[PIPE_RANDOM_WINDOW] = {"random_window", {PK_LEN, PK_FIELD}, 1, 1u << PK_LEN},
-	[PIPE_DECODE] = {"decode", {PK_CHANNELS, PK_FIELD}, 1, 0},
+	[PIPE_DECODE] = {"decode", {PK_CHANNELS, PK_EXACT, PK_FIELD}, 2, 0},
 	[PIPE_RANDOM_RESIZED_CROP] = {"random_resized_crop",
 				      {PK_SIZE, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN,
 				       PK_RATIO_MAX, PK_INTERPOLATION, PK_ANTIALIAS, PK_FIELD},
@@ -518,6 +519,8 @@ static int op_set_tv(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key
 		return parse_decimal(sc, k, v, 0, PIPE_P_ONE, &op->distortion_ppb);
 	case PK_CLIP:
 		return parse_bool(sc, k, v, &op->clip);
+	case PK_EXACT:
+		return parse_bool(sc, k, v, &op->exact);
 	case PK_PADDING:
 		rc = parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &u);
 		op->padding[0] = op->padding[1] = op->padding[2] = op->padding[3] = u;
@@ -1403,6 +1406,7 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 		snprintf(out, 160, "distortion_scale=%s", p);
 		return true;
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
+	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
 	case PK_ANTIALIAS:
 		snprintf(out, 160, "antialias=%s", op->antialias == 1 ? "false" : "true");
 		return true;
@@ -1481,6 +1485,8 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 		return false;
 	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE) && k == PK_FILL)
 		return op->fill_set;
+	if (k == PK_EXACT)
+		return op->exact;
 	if (op->kind == PIPE_RANDOM_CHOICE && k == PK_P)
 		return op->nwts > 0;
 	if (op->kind == PIPE_RESIZE)

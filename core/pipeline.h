@@ -229,6 +229,12 @@ struct pipe_op {
 	uint32_t padding_mode;     /* pad: enum pipe_pad_mode */
 	int64_t distortion_ppb;    /* random_perspective: distortion_scale */
 	bool clip;                 /* gaussian_noise: clamp to [0, 1] */
+	bool exact;                /* decode: at full scale, never a reduced DCT
+				    * scale (bit-exact with a full decode) */
+	uint32_t nevalue;          /* random_erasing: values given (1 or one per
+				    * channel) */
+	int64_t evalue_ppb[PIPE_MAX_C]; /* random_erasing: the values as decimals
+				    * (after normalize: in normalised units) */
 	uint32_t nsub;             /* random_apply/choice/order: the next nsub
 				    * ops of the spec are its transforms */
 	bool sub;                  /* a transform of the container before it */

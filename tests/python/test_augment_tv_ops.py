@@ -254,3 +254,33 @@ def test_random_order_is_a_permutation(augment_probe, images):
         for line in lines:
             t = fns[int(line["kind"])](t)
         assert np.array_equal(got, hwc(t))
+
+
+def _fixture_dir(feed_bin):
+    import os
+    import pathlib
+    d = pathlib.Path(os.environ.get("FEED_IMAGES", feed_bin.parent / "images"))
+    if not (d / "photo_00.jpg").exists():
+        pytest.skip(f"no image fixtures in {d} (tests/images/make_fixtures.py makes them)")
+    return d
+
+
+@pytest.mark.parametrize("name", ["photo_00.jpg", "photo_04.jpg", "photo_05.jpg"])
+def test_exact_decode_matches_resize_center_crop(augment_probe, feed_bin, name):
+    """decode(exact=true) never decodes at a reduced DCT scale: Resize(N) +
+    CenterCrop(S) within 1 level inside the crop (its outermost pixels
+    are resampled from the crop alone); the default may be further off where
+    it decodes at 1/2 or 1/4 (measured: up to 10 levels inside)."""
+    Image = pytest.importorskip("PIL.Image")
+    path = _fixture_dir(feed_bin) / name
+    img = Image.open(path).convert("RGB")
+    for short, size in ((256, 224), (96, 96), (64, 56)):
+        ref = np.asarray(F.center_crop(F.resize(img, short, antialias=True), [size, size]))
+        res = subprocess.run([augment_probe, "--decode", f"decode(exact=true) | "
+                              f"resize(short={short}) | center_crop(size={size})", str(path),
+                              "3", "1", "0"], capture_output=True, check=False)
+        assert res.returncode == 0, res.stderr.decode()
+        ours = np.frombuffer(res.stdout.split(b"\n", 1)[1], np.uint8).reshape(size, size, 3)
+        diff = np.abs(ours.astype(int) - ref.astype(int))
+        assert diff[1:-1, 1:-1].max() <= 1, f"{name} {short}/{size}: {diff[1:-1, 1:-1].max()}"
+        assert diff.mean() < 0.2, f"{name} {short}/{size}: mean {diff.mean():.3f}"

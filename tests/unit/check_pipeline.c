@@ -590,6 +590,8 @@ END_TEST
 
 START_TEST(test_pipeline_tv_ops_parse)
 {
+	canon_is("decode(exact=true)", "decode(channels=3, exact=true)");
+	canon_is("decode(exact=false)", "decode(channels=3)"); /* the default, as before */
 	canon_is("pad(4)", "pad(padding=4, fill=0, padding_mode=constant)");
 	canon_is("pad((1, 2), fill=9, padding_mode=reflect)",
 		 "pad(padding=(1, 2, 1, 2), fill=9, padding_mode=reflect)");
