@@ -656,6 +656,8 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 				return rc;
 		} else if (st->kind == PIPE_STAGE_NORMALIZE) {
 			feed_convert_images_cpu(&st->cv, src, 1, NULL, dst);
+			for (uint32_t j = 1; j < st->count; j++) /* random_erasing after it */
+				aug_erase_normalized(p, st, p->stage_ops[st->first + j], ctx, dst);
 		} else if (st->kind == PIPE_STAGE_PIXEL) {
 			aug_pixel_stage(p, st, ctx, src, dst,
 					iscratch + ((p->img_scratch_bytes + 63) & ~(size_t)63));

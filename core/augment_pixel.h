@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "augment_ctx.h"
+#include "philox.h"
 #include "pipeline.h"
 
 #define AUG_PX_MAX 16 /* most basic ops one pipeline op expands to */
@@ -126,6 +127,23 @@ void px_warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float
 		     uint8_t fill, uint8_t *d);
 void px_warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
 		      float fill, bool nomask, uint8_t *d);
+
+/* N(0, 1) number k of op `op`'s draws for this sample: Box-Muller on the
+ * first two words of draw block 8 + k / 2 (erase's value=random, noise). */
+static inline float px_normal(const struct aug_ctx *ctx, uint32_t op, uint32_t k)
+{
+	uint32_t wd[4];
+
+	feed_rand_block(ctx->seed, ctx->epoch, ctx->sample, op, 8 + k / 2, wd);
+	double u1 = ((double)(wd[0] >> 8) + 1.0) * 0x1p-24, u2 = (double)(wd[1] >> 8) * 0x1p-24;
+	double r = sqrt(-2.0 * log(u1));
+	return (float)(k & 1 ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2));
+}
+
+/* augment_tv.c: random_erasing op i after normalize, on the stage's float
+ * output dst (the normalize op's dtype and layout), in normalised units. */
+void aug_erase_normalized(const struct pipe_plan *p, const struct pipe_stage *st, uint32_t i,
+			  const struct aug_ctx *ctx, void *dst);
 
 /* augment_tv.c: vflip, pad, perspective and noise; and the expansion of
  * vflip, pad, random_perspective, gaussian_noise and the containers

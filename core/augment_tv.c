@@ -220,16 +220,6 @@ static void px_perspective(struct aug_px_img *im, const struct aug_px_op *o)
 /* ------------------------------------------------------------------ */
 /* Gaussian noise                                                      */
 
-/* N(0, 1) number k of the op's draws: Box-Muller on a pair of words. */
-static float noise_normal(const struct aug_px_op *o, uint32_t k)
-{
-	uint32_t wd[4];
-
-	feed_rand_block(o->ctx.seed, o->ctx.epoch, o->ctx.sample, o->draw_op, 8 + k / 2, wd);
-	double u1 = ((double)(wd[0] >> 8) + 1.0) * 0x1p-24, u2 = (double)(wd[1] >> 8) * 0x1p-24;
-	double r = sqrt(-2.0 * log(u1));
-	return (float)(k & 1 ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2));
-}
 
 static void px_noise(struct aug_px_img *im, const struct aug_px_op *o)
 {
@@ -242,13 +232,51 @@ static void px_noise(struct aug_px_img *im, const struct aug_px_op *o)
 	uint32_t k = 0;
 	for (uint32_t ch = 0; ch < c; ch++)
 		for (size_t at = ch; at < (size_t)h * w * c; at += c, k++) {
-			float x = (float)s[at] / 255.0f + (mean + noise_normal(o, k) * sigma);
+			float x = (float)s[at] / 255.0f + (mean + px_normal(&o->ctx, o->draw_op, k) * sigma);
 			if (o->clip)
 				x = x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x;
 			float v = x * (255.0f + 1.0f - 1e-3f); /* ToDtype(uint8, scale=True) */
 			d[at] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
 		}
 	im->cur = d;
+}
+
+/* ------------------------------------------------------------------ */
+/* random_erasing after normalize                                      */
+
+static void store_float(void *dst, size_t at, int dtype, float v)
+{
+	if (dtype == FEED_DTYPE_F32)
+		((float *)dst)[at] = v;
+	else if (dtype == FEED_DTYPE_F16)
+		((uint16_t *)dst)[at] = feed_f32_to_f16(v);
+	else
+		((uint16_t *)dst)[at] = feed_f32_to_bf16(v);
+}
+
+void aug_erase_normalized(const struct pipe_plan *p, const struct pipe_stage *st, uint32_t i,
+			  const struct aug_ctx *ctx, void *dst)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	const struct pipe_op *norm = &p->spec.ops[p->stage_ops[st->first]];
+	uint32_t h = st->in_h, w = st->in_w, c = st->c, k = 0;
+	struct aug_px_op box[AUG_PX_MAX];
+
+	if (aug_px_expand(p, i, ctx, h, w, c, box) == 0)
+		return; /* p said no, or no try fitted */
+	const struct aug_px_op *o = &box[0];
+	for (uint32_t ch = 0; ch < c; ch++) /* channel-major, as the value tensor */
+		for (uint32_t y = o->ei; y < o->ei + o->eh; y++)
+			for (uint32_t x = o->ej; x < o->ej + o->ew; x++, k++) {
+				float v = op->value_random
+						  ? px_normal(ctx, i, k)
+						  : (float)((double)op->evalue_ppb[op->nevalue == 1 ? 0 : ch] /
+							    1e9);
+				size_t at = norm->layout == PIPE_LAYOUT_CHW
+						    ? ((size_t)ch * h + y) * w + x
+						    : ((size_t)y * w + x) * c + ch;
+				store_float(dst, at, norm->dtype, v);
+			}
 }
 
 void px_tv(struct aug_px_img *im, const struct aug_px_op *o)

@@ -398,6 +398,25 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 #define PIPE_SIGMA_MAX 100u   /* largest gaussian_blur sigma */
 #define PIPE_KSIZE_MAX 255u   /* largest gaussian_blur kernel_size */
 
+/* random_erasing's value number `item`: a decimal (normalised units after
+ * normalize); op->value keeps it as a u8 level where it is one (the
+ * planner refuses it before normalize otherwise). */
+static int parse_erase_value(struct pipe_scan *sc, struct pipe_op *op, const char *v,
+			     uint32_t item)
+{
+	const int64_t lim = (int64_t)PIPE_NORM_MAX * PIPE_P_ONE;
+	int rc = parse_decimal(sc, "value", v, -lim, lim, &op->evalue_ppb[item]);
+
+	if (rc < 0)
+		return rc;
+	op->nevalue = item + 1;
+	int64_t x = op->evalue_ppb[item];
+	if (item == 0)
+		op->value = x >= 0 && x <= 255 * (int64_t)PIPE_P_ONE && x % PIPE_P_ONE == 0
+				    ? (uint32_t)(x / PIPE_P_ONE) : UINT32_MAX;
+	return 0;
+}
+
 /* value=: 0..255, or `random` where the op draws it (random_erasing). */
 static int parse_fill_value(struct pipe_scan *sc, struct pipe_op *op, const char *v)
 {
@@ -408,6 +427,8 @@ static int parse_fill_value(struct pipe_scan *sc, struct pipe_op *op, const char
 		return 0;
 	}
 	op->value_random = false;
+	if (op->kind == PIPE_RANDOM_ERASING)
+		return parse_erase_value(sc, op, v, 0);
 	return parse_uint(sc, "value", v, 0, 255, &op->value);
 }
 
@@ -833,6 +854,30 @@ static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIP
 	return 0;
 }
 
+/* random_erasing's value=(a, b, c): one per channel. */
+static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
+			    uint32_t n, uint64_t *seen)
+{
+	if (*seen & PKB(PK_VALUE))
+		return scan_fail(sc, "key 'value' given twice");
+	*seen |= PKB(PK_VALUE);
+	if (n > PIPE_MAX_C)
+		return scan_fail(sc, "key 'value': more than %d values", PIPE_MAX_C);
+	op->value_random = false;
+	for (uint32_t k = 0; k < n; k++) {
+		int rc = parse_erase_value(sc, op, vals[k], k);
+		if (rc < 0)
+			return rc;
+		if (op->evalue_ppb[k] != op->evalue_ppb[0])
+			op->value = UINT32_MAX; /* no one u8 level */
+	}
+	bool same = true;
+	for (uint32_t k = 1; k < n; k++)
+		same = same && op->evalue_ppb[k] == op->evalue_ppb[0];
+	op->nevalue = same ? 1 : n; /* (v, v, v) is v, as torchvision fills */
+	return 0;
+}
+
 /* A tuple value of key `name`, in torchvision's forms: size=(h, w),
  * scale=(a, b), ratio=(a, b), sigma=(a, b), degrees=(-a, a), ... */
 static int parse_tuple_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
@@ -858,6 +903,8 @@ static int parse_tuple_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, s
 		return set_padding(sc, op, vals, n, seen);
 	if (!strcmp(name, "p") && op->kind == PIPE_RANDOM_CHOICE)
 		return set_weights(sc, op, vals, n, seen);
+	if (!strcmp(name, "value") && op->kind == PIPE_RANDOM_ERASING)
+		return set_erase_values(sc, op, vals, n, seen);
 	int k = find_key(d, name);
 	if (k < 0)
 		return scan_fail(sc, "unknown key '%s'", name);
@@ -1083,6 +1130,7 @@ static void op_defaults_pixel(struct pipe_op *op)
 	op->escale_ppb[1] = 330000000;
 	op->eratio_ppb[0] = 300000000;          /* ratio=(0.3, 3.3) */
 	op->eratio_ppb[1] = 3300000000;
+	op->nevalue = 1;                        /* value=0 */
 	if (op->kind == PIPE_RANDOM_GRAYSCALE)
 		op->p_ppb = PIPE_P_ONE / 10;    /* RandomGrayscale(p=0.1) */
 	if (op->kind == PIPE_RANDOM_PERSPECTIVE) {
@@ -1364,6 +1412,12 @@ static void format_key_pixel(const struct pipe_op *op, enum pipe_key k, char out
 	}
 	if (k == PK_VALUE && op->value_random) {
 		snprintf(out, 160, "value=random");
+		return;
+	}
+	if (k == PK_VALUE && op->kind == PIPE_RANDOM_ERASING) {
+		char t[128];
+		format_tuple(op->evalue_ppb, op->nevalue, t, sizeof(t));
+		snprintf(out, 160, "value=%s", t);
 		return;
 	}
 	switch (k) {
@@ -1657,6 +1711,7 @@ struct plan_work {
 	bool img_open[FMT_MAX_FIELDS];    /* field's last stage is IMAGE: hflips join it */
 	uint8_t sk[PIPE_MAX_OPS];         /* op i's stage kind */
 	bool join[PIPE_MAX_OPS];          /* op i joins its field's last stage */
+	uint32_t norm_op[FMT_MAX_FIELDS]; /* FS_NORMALIZED: the normalize's op index */
 };
 
 static bool is_encoded_field(const struct pipe_plan *p, const struct plan_work *w, uint32_t f)
@@ -1881,6 +1936,7 @@ static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, 
 	}
 	fd->max_bytes = (uint64_t)h * wd * c * feed_dtype_size(op->dtype);
 	w->st[f] = FS_NORMALIZED;
+	w->norm_op[f] = i;
 	w->sk[i] = PIPE_STAGE_NORMALIZE;
 	return 0;
 }
@@ -1916,6 +1972,27 @@ static int plan_pad(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32
 	dm->in_w = wd;
 	dm->in_c = c;
 	return set_image_out(&p->spec, i, fd, dm, (uint32_t)oh, (uint32_t)ow, c, fd->rank == 3, err);
+}
+
+/* random_erasing after normalize: on the floats, in normalised units (0
+ * is the mean colour), as torchvision's RandomErasing after Normalize;
+ * it joins normalize's stage. */
+static int plan_erase_normalized(struct pipe_plan *p, struct plan_work *w, uint32_t i,
+				 uint32_t f, struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	const struct pipe_dims *nd = &p->dims[w->norm_op[f]];
+	struct pipe_dims *dm = &p->dims[i];
+
+	if (!op->value_random && op->nevalue != 1 && op->nevalue != nd->c)
+		return plan_fail(&p->spec, i, err, "key 'value': %u values for the %u channel%s of "
+				 "'%s' (give 1 or %u)", op->nevalue, nd->c, nd->c == 1 ? "" : "s",
+				 p->out.fields[f].name, nd->c);
+	*dm = *nd;
+	dm->in_c = nd->c;
+	w->sk[i] = PIPE_STAGE_NORMALIZE;
+	w->join[i] = true;
+	return 0;
 }
 
 /* A pixel op on a fixed u8 image: the shape stays (rgb_to_grayscale may
@@ -1981,9 +2058,14 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	struct pipe_dims *dm = &p->dims[i];
 	uint32_t h = fd->shape[0], wd = fd->shape[1];
 
+	if (w->st[f] == FS_NORMALIZED && op->kind == PIPE_RANDOM_ERASING)
+		return plan_erase_normalized(p, w, i, f, err);
 	if (w->st[f] == FS_NORMALIZED)
 		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
-				 "(normalize must be its last op)", fd->name);
+				 "(only random_erasing may follow normalize)", fd->name);
+	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && op->value == UINT32_MAX)
+		return plan_fail(spec, i, err, "key 'value': not one u8 level 0..255 (before "
+				 "normalize; after it values are in normalised units, per channel)");
 	int rc = plan_antialias(spec, i, w->st[f] != FS_AS_IS, err);
 	if (rc < 0)
 		return rc;

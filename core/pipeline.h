@@ -17,8 +17,12 @@
  *                                 to nearest (ties to even, like torch.round);
  *                                 bit-exact with torch 1.13 (aug_resize_u8())
  *   random_window(len)            a random run of len elements of a 1-D field
- *   decode(channels=3)            encoded JPEG/PNG bytes -> u8 HWC, channels
- *                                 1 (gray) or 3 (RGB); sizes vary per image
+ *   decode(channels=3, exact=false)
+ *                                 encoded JPEG/PNG bytes -> u8 HWC, channels
+ *                                 1 (gray) or 3 (RGB); sizes vary per image;
+ *                                 exact=true never decodes at a reduced DCT
+ *                                 scale (augment.h), for an eval path within
+ *                                 1 of torchvision's inside the crop
  *   random_resized_crop(size, scale_min=0.08, scale_max=1, ratio_min=0.75,
  *                       ratio_max=1.3333)
  *                                 torchvision RandomResizedCrop(size, scale,
@@ -31,7 +35,12 @@
  *                                 std in units of x/255, one value per channel
  *                                 (a tuple "(0.485, 0.456, 0.406)" or one
  *                                 number for one channel), dtype f32|f16|bf16,
- *                                 layout chw|hwc; the field's last op
+ *                                 layout chw|hwc; the field's last op but
+ *                                 random_erasing, which then erases the
+ *                                 floats in normalised units (value 0 =
+ *                                 the mean colour, one value per channel,
+ *                                 or random), as RandomErasing after
+ *                                 Normalize; it joins normalize's stage
  *   adjust_brightness(factor) ... random_erasing(p, ...)
  *                                 torchvision's per-sample augmentations
  *                                 (pixel ops: PIPE_ADJUST_BRIGHTNESS and
@@ -41,6 +50,28 @@
  *                                 channels, shape kept (rgb_to_grayscale
  *                                 may make one channel); consecutive ones
  *                                 on a field run as one PIXEL stage
+ *   vflip(p), pad(padding, fill, padding_mode), random_perspective(
+ *   distortion_scale, p, interpolation, fill), gaussian_noise(mean, sigma,
+ *   clip)                         torchvision's RandomVerticalFlip, Pad,
+ *                                 RandomPerspective, v2 GaussianNoise:
+ *                                 pixel ops (augment_tv.c); pad changes the
+ *                                 size
+ *   random_apply(transforms=[op, ...], p=0.5), random_choice(transforms,
+ *   p=(w, ...)), random_order(transforms)
+ *                                 RandomApply / RandomChoice / RandomOrder
+ *                                 over pixel ops that keep the shape; the
+ *                                 transforms follow their container in the
+ *                                 spec (pipe_op.nsub, .sub)
+ * torchvision's forms: a first argument without a key is the op's first
+ * key (resize(256) is short=256, resize((h, w)) is h and w); tuples spread
+ * over key pairs (size=(h, w) of resize, scale=(a, b), ratio=(a, b),
+ * sigma=(a, b)), symmetric ranges (degrees=(-a, a), shear=(-a, a)) and
+ * equal items (size=(n, n) of crops, fill=(v, v, v)) are kept as one
+ * value; interpolation takes torchvision's spellings (BILINEAR,
+ * InterpolationMode.BILINEAR) and antialias is checked against what the op
+ * does. rotate and affine without fill= are F.rotate's fill=None (zeros,
+ * no mask blend). Names random_horizontal_flip and random_vertical_flip
+ * are hflip and vflip.
  * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), or on a
  * field decode made; by default the first such field at that point of the
  * pipeline. decode acts on a field whose records are encoded images (fmt.h

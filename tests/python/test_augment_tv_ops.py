@@ -284,3 +284,71 @@ def test_exact_decode_matches_resize_center_crop(augment_probe, feed_bin, name):
         diff = np.abs(ours.astype(int) - ref.astype(int))
         assert diff[1:-1, 1:-1].max() <= 1, f"{name} {short}/{size}: {diff[1:-1, 1:-1].max()}"
         assert diff.mean() < 0.2, f"{name} {short}/{size}: mean {diff.mean():.3f}"
+
+
+def run_float(probe, pipeline, img, sample, dtype=np.float32):
+    """--pixel on a pipeline ending in normalize: (erase lines, float array
+    in the batch's shape)."""
+    h, w, c = img.shape
+    res = subprocess.run([probe, "--pixel", pipeline, str(h), str(w), str(c), "3", "0",
+                          str(sample)], input=img.tobytes(), capture_output=True, check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    head, rest = res.stdout.split(b"\n", 1)
+    a, b, d, n = (int(v) for v in head.split())
+    lines = []
+    for _ in range(n):
+        line, rest = rest.split(b"\n", 1)
+        lines.append(dict(zip(FIELDS, (float(v) for v in line.split()))))
+    return lines, np.frombuffer(rest, dtype=dtype).reshape(a, b, d)
+
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+NORM = f"normalize(mean={MEAN}, std={STD})"
+
+
+def test_random_erasing_after_normalize_erases_normalised_values(augment_probe, images):
+    """As RandomErasing after Normalize: value 0 is the mean colour, values
+    per channel, value=random N(0, 1) draws; the rest is Normalize's."""
+    img = images[0]
+    ref = F.normalize(chw(img).float() / 255, MEAN, STD).numpy()
+    for sample in range(4):
+        _, plain = run_float(augment_probe, NORM, img, sample)
+        assert np.abs(plain - ref).max() < 1e-5
+        for value, fill in (("0", (0, 0, 0)), ("(1, -2, 0.5)", (1, -2, 0.5))):
+            lines, got = run_float(augment_probe, f"{NORM} | random_erasing(p=1, value={value})",
+                                   img, sample)
+            (e,) = lines
+            i, j, h, w = (int(e[k]) for k in "ijhw")
+            want = plain.copy()
+            want[:, i:i + h, j:j + w] = np.array(fill, np.float32)[:, None, None]
+            assert np.array_equal(got, want), (sample, value)
+    lines, got = run_float(augment_probe, f"{NORM} | random_erasing(p=1, scale=(0.3, 0.33), "
+                           "value=random)", images[0], 1)
+    i, j, h, w = (int(lines[0][k]) for k in "ijhw")
+    box = got[:, i:i + h, j:j + w]
+    assert abs(box.mean()) < 0.15 and abs(box.std() - 1) < 0.15
+
+
+def test_random_erasing_after_normalize_hwc_bf16(augment_probe, images):
+    img = images[0]
+    pipe = f"normalize(mean={MEAN}, std={STD}, dtype=bf16, layout=hwc)"
+    _, plain = run_float(augment_probe, pipe, img, 2, np.uint16)
+    lines, got = run_float(augment_probe, pipe + " | random_erasing(p=1, value=(0.5, 0.5, 0.5))",
+                           img, 2, np.uint16)
+    i, j, h, w = (int(lines[0][k]) for k in "ijhw")
+    want = plain.copy()
+    want[i:i + h, j:j + w, :] = 0x3f00  # bf16 0.5
+    assert np.array_equal(got, want)
+
+
+def test_random_erasing_after_normalize_keeps_channel_means(augment_probe, images):
+    """The issue's figure: erasing after Normalize to value 0 moves the
+    normalised channel means toward 0 (the mean colour), where erasing to
+    black before Normalize moved them toward -mean / std."""
+    img = np.full((40, 40, 3), [124, 116, 104], np.uint8)  # about the ImageNet mean
+    after = np.mean([run_float(augment_probe, f"{NORM} | random_erasing(p=1)", img, s)[1]
+                     for s in range(20)], axis=(0, 2, 3))
+    before = np.mean([run_float(augment_probe, f"random_erasing(p=1) | {NORM}", img, s)[1]
+                      for s in range(20)], axis=(0, 2, 3))
+    assert np.abs(after).max() < 0.02, after
+    assert (before < -0.05).all(), before

@@ -631,6 +631,9 @@ START_TEST(test_pipeline_tv_ops_parse)
 	refused("random_apply([rand_augment(num_ops=16), invert])", "more than 16 basic ops", NULL,
 		NULL);
 	refused("gaussian_noise(mean=(0.1, 0.2))", "key 'mean'", "one value", NULL);
+	canon_is("random_erasing(value=(0.5, -1, 2.25))",
+		 "random_erasing(p=0.5, scale_min=0.02, scale_max=0.33, ratio_min=0.3, "
+		 "ratio_max=3.3, value=(0.5, -1, 2.25))");
 }
 END_TEST
 
@@ -667,6 +670,19 @@ START_TEST(test_pipeline_tv_ops_plan)
 		     "not below the side 6");
 	plan_refused(&s, "random_apply([gaussian_blur(kernel_size=13)], field=rgb)",
 		     "op 2 'gaussian_blur'", "kernel_size", "too large");
+	/* random_erasing follows normalize on its floats; values per channel */
+	p = plan_for("normalize(mean=0.5, std=0.25, field=rgb) | random_erasing(value=(0, -1, 1), "
+		     "field=rgb)", &s);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_uint_eq(p->stages[0].kind, PIPE_STAGE_NORMALIZE);
+	ck_assert_uint_eq(p->stages[0].count, 2);
+	free(p);
+	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | random_erasing(value=(0, 1), "
+		     "field=rgb)", "op 2 'random_erasing'", "2 values for the 3 channels", NULL);
+	plan_refused(&s, "random_erasing(value=-1, field=rgb)", "op 1 'random_erasing'",
+		     "key 'value'", "not one u8 level");
+	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | invert(field=rgb)",
+		     "op 2 'invert'", "only random_erasing may follow normalize", NULL);
 	plan_refused(&s, "resize(h=4, w=4, antialias=true, field=image)", "op 1 'resize'",
 		     "key 'antialias'", "antialias=False");
 	struct fmt_schema e;
