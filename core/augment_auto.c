@@ -309,6 +309,11 @@ static uint32_t expand_erasing(const struct pipe_op *op, const struct aug_ctx *c
 		*o = (struct aug_px_op){.kind = AX_ERASE, .eh = (uint32_t)eh, .ew = (uint32_t)ew,
 					.value = op->value, .value_random = op->value_random,
 					.ctx = *ctx, .draw_op = i};
+		if (op->nevalue > 1 && !op->value_random) {
+			o->nvalues = op->nevalue;
+			for (uint32_t k = 0; k < op->nevalue && k < PIPE_MAX_C; k++)
+				o->cvalue[k] = (uint8_t)(op->evalue_ppb[k] / PIPE_P_ONE);
+		}
 		o->ei = aug_randint(draw(ctx, i, 21), h - o->eh + 1);
 		o->ej = aug_randint(draw(ctx, i, 22), w - o->ew + 1);
 		return 1;

@@ -350,6 +350,7 @@ static void px_erase(struct aug_px_img *im, const struct aug_px_op *o)
 			for (uint32_t x = o->ej; x < x1; x++, k++)
 				d[((size_t)y * im->w + x) * c + ch] =
 					o->value_random ? torch_cast_u8(erase_normal(o, k))
+					: o->nvalues	? o->cvalue[ch < o->nvalues ? ch : 0]
 							: (uint8_t)o->value;
 }
 

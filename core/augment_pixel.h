@@ -76,6 +76,8 @@ struct aug_px_op {
 	struct aug_affine af; /* affine / rotate */
 	uint32_t ei, ej, eh, ew; /* erase box: top, left, height, width */
 	uint32_t value;    /* erase fill value */
+	uint32_t nvalues;  /* erase: 0, or one value per channel in cvalue */
+	uint8_t cvalue[PIPE_MAX_C]; /* erase: the per-channel values */
 	bool value_random; /* erase with N(0, 1) draws cast as torch casts to u8 */
 	struct aug_ctx ctx; /* value_random: the sample's key */
 	uint32_t draw_op;  /* value_random, noise: the op index its draws use */

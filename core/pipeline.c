@@ -2027,6 +2027,17 @@ static int plan_pixel_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	return set_image_out(&p->spec, i, fd, dm, h, wd, oc, fd->rank == 3, err);
 }
 
+/* random_erasing's values are u8 levels (whole numbers 0..255). */
+static bool erase_values_u8(const struct pipe_op *op)
+{
+	for (uint32_t k = 0; k < op->nevalue; k++) {
+		int64_t x = op->evalue_ppb[k];
+		if (x < 0 || x > 255 * (int64_t)PIPE_P_ONE || x % PIPE_P_ONE)
+			return false;
+	}
+	return true;
+}
+
 /* antialias= as given against what op i does: resize(h, w) of a fixed u8
  * image is torch's antialias=False arithmetic; random_resized_crop,
  * resize(short) and any resize of decoded images resample with
@@ -2063,9 +2074,14 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	if (w->st[f] == FS_NORMALIZED)
 		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
 				 "(only random_erasing may follow normalize)", fd->name);
-	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && op->value == UINT32_MAX)
-		return plan_fail(spec, i, err, "key 'value': not one u8 level 0..255 (before "
-				 "normalize; after it values are in normalised units, per channel)");
+	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && !erase_values_u8(op))
+		return plan_fail(spec, i, err, "key 'value': not u8 levels 0..255 (before "
+				 "normalize; after it values are in normalised units)");
+	if (op->kind == PIPE_RANDOM_ERASING && op->nevalue > 1 &&
+	    op->nevalue != (fd->rank == 3 ? fd->shape[2] : 1))
+		return plan_fail(spec, i, err, "key 'value': %u values for the %u channel%s of '%s'",
+				 op->nevalue, fd->rank == 3 ? fd->shape[2] : 1,
+				 fd->rank == 3 && fd->shape[2] == 1 ? "" : "s", fd->name);
 	int rc = plan_antialias(spec, i, w->st[f] != FS_AS_IS, err);
 	if (rc < 0)
 		return rc;

@@ -680,7 +680,12 @@ START_TEST(test_pipeline_tv_ops_plan)
 	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | random_erasing(value=(0, 1), "
 		     "field=rgb)", "op 2 'random_erasing'", "2 values for the 3 channels", NULL);
 	plan_refused(&s, "random_erasing(value=-1, field=rgb)", "op 1 'random_erasing'",
-		     "key 'value'", "not one u8 level");
+		     "key 'value'", "not u8 levels");
+	/* before normalize: u8 levels, one per channel allowed */
+	p = plan_for("random_erasing(value=(1, 2, 3), field=rgb)", &s);
+	free(p);
+	plan_refused(&s, "random_erasing(value=(1, 2), field=rgb)", "op 1 'random_erasing'",
+		     "2 values for the 3 channels", NULL);
 	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | invert(field=rgb)",
 		     "op 2 'invert'", "only random_erasing may follow normalize", NULL);
 	plan_refused(&s, "resize(h=4, w=4, antialias=true, field=image)", "op 1 'resize'",
