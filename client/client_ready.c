@@ -132,7 +132,8 @@ static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm
 		if (total != sf->bytes)
 			return st_bad_field(st, slot, f, "bytes do not match the shape");
 	}
-	v->data = st->data + sf->offset;
+	/* the slot's mapping: the data region, or its alias (client_detach.c) */
+	v->data = st->batches[slot].base + (sf->offset - lo);
 	v->bytes = sf->bytes;
 	v->dtype = (int)sf->dtype;
 	v->rank = sf->rank;

@@ -50,6 +50,11 @@ struct feed_batch {
 	const uint64_t *replaced;  /* its bitmap there (FEED_SLOT_REPLACED), or NULL */
 	uint32_t nreplaced;        /* bits set in it below nsamples */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
+	uint8_t *base;             /* where the slot's bytes are mapped: in the data
+				    * region, or an alias of the slot once a held
+				    * batch was detached from that range
+				    * (client_detach.c); feed_next()'s thread and
+				    * feed_batch_detach() (the caller's: one thread) */
 };
 
 /* One incarnation: what one open of the stream in feedd gave. A reopening
@@ -68,6 +73,9 @@ struct st_inc {
 	struct feed_batch *batches;/* [nslots] */
 	uint32_t nslots;
 	struct cl_ipc *ipc;        /* its device slots, or NULL */
+	uint64_t slot_bytes;       /* its slots' size (fixed) */
+	uint32_t detached;         /* detached batches not yet freed (rel_lock):
+				    * their private copies lie in its mappings */
 };
 
 struct st_hook {
@@ -84,6 +92,7 @@ struct feed_stream {
 	uint32_t nfields;
 	uint32_t batch;            /* largest sample count */
 	int stop;                  /* 0; FEED_END_OF_STREAM; or a sticky error */
+	_Atomic uint64_t ndetached; /* batches feed_batch_detach() moved (a count) */
 	_Atomic uint32_t nheld;    /* this incarnation's batches delivered and not
 				    * released */
 	struct feed_batch *batches;/* [nslots], the current incarnation's */
@@ -164,6 +173,12 @@ int st_batches_new(struct feed_stream *st);
 void st_inc_unmap(struct feed_stream *st, struct st_inc *inc);
 /* st_inc_unmap() if still mapped, then frees inc and its batches. */
 void st_inc_free(struct feed_stream *st, struct st_inc *inc);
+
+/* ---- client_detach.c ---- */
+
+/* Unmaps the aliases inc's slots moved to (client_detach.c). Before the
+ * region goes; no lock held. */
+void st_unmap_aliases(struct st_inc *inc);
 
 /* ---- client_incarnation.c ---- */
 

@@ -318,6 +318,35 @@ FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name
  * already released. */
 FEED_API int feed_release(struct feed_batch *b);
 
+/* A batch detached from its slot (feed_batch_detach); opaque. */
+struct feed_detached;
+
+/*
+ * Detaches held batch b from its slot: the pages under b's views are
+ * replaced, at the same addresses, by a private copy of their bytes (so
+ * every pointer into b stays valid and reads what it read), and the slot
+ * goes back to feedd as by feed_release(b), which b then is. For a trainer
+ * that keeps small views of many batches (a row for logging) without
+ * running out of credits. Costs one copy of the slot.
+ * On success *ret owns the copy until feed_detached_free(*ret), which must
+ * come before feed_stream_close() of b's stream (the copy lies in the
+ * stream's mapping). Call it on the thread that calls feed_next(), not
+ * concurrently with feed_release(b). Returns 0; -EINVAL (b not held or
+ * NULL), -ENOTSUP (a group member's batch, one from before a daemon
+ * restart, feedd's device slots, or slots that share pages: an older
+ * feedd), -EBUSY (the stream's memory is pinned or has device copies
+ * registered: feed/gpu.h), or mmap's error; on failure b is still held.
+ */
+FEED_API int feed_batch_detach(struct feed_batch *b, struct feed_detached **ret);
+
+/* Frees the copy feed_batch_detach() made: every view of that batch is
+ * invalid afterwards. Any thread; NULL is a no-op. */
+FEED_API void feed_detached_free(struct feed_detached *d);
+
+/* How many batches of st feed_batch_detach() has detached so far (for
+ * status lines and metrics). Any thread. */
+FEED_API uint64_t feed_stream_detached(const struct feed_stream *st);
+
 /* The stream's position as an opaque token (at most FEED_RESUME_MAX
  * bytes): the next batch not yet returned by feed_next(). Does not block
  * and talks to nobody; call it from the thread that calls feed_next(),

@@ -363,12 +363,15 @@ class _Slot:
     """Owner of one delivered batch: numpy arrays of the batch have it as
     their base (through __array_interface__), and the Batch holds it. Its
     __del__ runs when the last of them goes, on whatever thread drops it,
-    and releases the slot."""
+    and releases the slot, or, once the batch was detached from its slot
+    (_Stream.detach_oldest: its bytes moved to private memory at the same
+    addresses), frees that copy."""
 
-    __slots__ = ("__array_interface__", "stream", "b")
+    __slots__ = ("__array_interface__", "stream", "b", "d", "__weakref__")
 
     def __init__(self, stream, b):
-        stream.delivered()
+        self.d = None
+        stream.delivered(self)
         self.stream = stream
         self.b = b
 
@@ -376,7 +379,10 @@ class _Slot:
         stream = self.stream
         if stream is not None:
             self.stream = None
-            stream.release(self.b)
+            if self.d is not None:
+                stream.free_detached(self.d)
+            else:
+                stream.release(self.b)
 
 
 class _FieldPlan:
@@ -429,6 +435,8 @@ class _Stream:
         self.lock = threading.Lock()   # refs and held; nothing else is taken under it
         self.refs = 1                  # the Loader's
         self.held = 0                  # batches delivered, not released
+        self.slots = collections.deque()  # weakrefs to the _Slots delivered, oldest first
+        self.detached = 0              # batches detach_oldest() moved off their slots
         info = lib.feed_stream_info(st).contents
         self.batches_per_epoch = info.batches_per_epoch
         self.start_epoch = info.start_epoch
@@ -466,10 +474,50 @@ class _Stream:
                       r, _lib.strerror(r))
         self.pinned = True
 
-    def delivered(self):
+    def delivered(self, slot=None):
         with self.lock:
             self.refs += 1
             self.held += 1
+        if slot is not None:
+            q = self.slots
+            q.append(weakref.ref(slot))
+            while q and q[0]() is None:
+                q.popleft()
+            if len(q) > 4 * (self.credits + self.spare) + 16:  # a batch kept at the front
+                alive = [r for r in q if r() is not None]
+                q.clear()
+                q.extend(alive)
+
+    def detach_oldest(self):
+        """Detaches the oldest batch still held (feed_batch_detach): its
+        views stay valid in private memory, its slot goes back to feedd.
+        True when one was. The loop's thread, lock held."""
+        q = self.slots
+        while q:
+            slot = q.popleft()()
+            if slot is None or slot.d is not None or slot.stream is None:
+                continue
+            d = ctypes.c_void_p()
+            if lib.feed_batch_detach(slot.b, ctypes.byref(d)) < 0:
+                q.appendleft(weakref.ref(slot))
+                return False
+            slot.d = d.value
+            with self.lock:
+                self.held -= 1   # the stream's ref stays until the copy is freed
+            self.detached += 1
+            return True
+        return False
+
+    def free_detached(self, d):
+        """feed_detached_free(d); closes the stream if that was the last reference."""
+        if self.fork_gen != _fork_gen:
+            return
+        lib.feed_detached_free(d)
+        with self.lock:
+            self.refs -= 1
+            last = self.refs == 0
+        if last:
+            self._close()
 
     def release(self, b):
         """feed_release(b); closes the stream if that was the last reference."""
@@ -616,8 +664,14 @@ class Loader:
     fetched); a loop that keeps k batches (a look-ahead prefetcher, a list)
     needs credits >= k. A batch is held while it, or any array or tensor
     viewing it, is alive: an autograd graph over its tensors (an evaluation
-    loop without torch.no_grad() that keeps its outputs) holds it too. More
-    raises CreditsExhausted, with the count held. socket: the daemon's
+    loop without torch.no_grad() that keeps its outputs) holds it too. When
+    the next batch needs a slot that held batches keep, the oldest of them
+    is detached: its bytes move to private memory at the same addresses
+    (every view stays valid: a row kept for logging costs one copy of its
+    batch, no credit) and the slot goes back to feedd (loader.detached
+    counts them). Only where that cannot be done (a group member, pinned
+    memory, device slots) does the loop raise CreditsExhausted, with the
+    count held. socket: the daemon's
     socket (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch:
     batches hold torch tensors over the same memory (torch.from_numpy)
     instead of numpy arrays; integer labels (one integer per sample) become
@@ -915,6 +969,7 @@ class Loader:
         self._transform_threads = transform_threads
         self._pending = None       # the iteration's transform= queue (_EpochIter)
         self._credits = credits
+        self._detached = 0
         self._pin = bool(pin_memory)
         self._dataset = dataset
         self._socket = socket
@@ -1312,6 +1367,13 @@ class Loader:
         return self._credits
 
     @property
+    def detached(self) -> int:
+        """Batches moved off their slots so far: held (a view of one kept)
+        when the loop needed their slot, their bytes now private memory at
+        the same addresses (feed_batch_detach)."""
+        return self._detached
+
+    @property
     def pinned(self) -> bool:
         """pin_memory=True: the data region is registered with the CUDA driver."""
         return self._current().pinned
@@ -1437,6 +1499,9 @@ class _EpochIter:
                 return None
             if r == -errno.ENOBUFS and not block:
                 return _NOTHING
+            if r == -errno.ENOBUFS and s.detach_oldest():
+                loader._detached += 1
+                continue  # a held batch moved off its slot: the slot is feedd's again
             if r == -errno.ENOBUFS and not retried:
                 retried = True
                 gc.collect()  # dead batches in reference cycles hold credits too
