@@ -394,8 +394,13 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 		if (head != st->tail)
 			return st_take(st, head, ret);
 		int r = st_wait(st, timeout_ms, &deadline);
-		if (r == -ECONNRESET)
-			r = st_reopen(st); /* every published batch was taken */
+		if (r == -ECONNRESET) {
+			/* every published batch was taken; reconnecting stays within
+			 * timeout_ms (st_reopen goes on at the next call) */
+			if (timeout_ms >= 0 && deadline < 0)
+				deadline = st_now_ms() + timeout_ms;
+			r = st_reopen(st, timeout_ms < 0 ? -1 : deadline);
+		}
 		if (r != 0)
 			return r;
 	}

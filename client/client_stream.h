@@ -133,6 +133,8 @@ struct feed_stream {
 	uint64_t lv_pos[ST_MAX_LEVELS];
 	uint32_t world;
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
+	int64_t reopen_deadline;   /* reconnecting: st_now_ms() when reconnect_ms
+				    * runs out; 0 when not reconnecting */
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 	char dev_reason[512];      /* without device slots, why ("" when not asked) */
@@ -189,8 +191,11 @@ int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o);
 /* A stream opened with a token starts at the token's position. */
 void st_resume_position(struct feed_stream *st, const void *token, size_t len);
 /* The daemon went away under st: reconnects and reopens the stream at
- * its position (client_incarnation.c says how). feed_next()'s thread. */
-int st_reopen(struct feed_stream *st);
+ * its position within opts.reconnect_ms of the first attempt, and returns
+ * -ETIMEDOUT (not sticky: the next call goes on where this one stopped)
+ * when the caller's deadline until_ms (st_now_ms() clock; -1: none) comes
+ * first (client_incarnation.c says how). feed_next()'s thread. */
+int st_reopen(struct feed_stream *st, int64_t until_ms);
 
 /* ---- client_ready.c ---- */
 

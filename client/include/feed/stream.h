@@ -259,8 +259,12 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * daemon went away; the daemon's code when it stopped the stream (e.g.
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
  * Does not block when a batch is ready. When the daemon goes away, it
- * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
- * says) and returns -ECONNRESET only if the daemon did not come back, or
+ * reconnects for up to opts.reconnect_ms, counted from the first attempt,
+ * within timeout_ms too: past timeout_ms it returns -ETIMEDOUT (feed_errmsg()
+ * says it is reconnecting and how long reconnect_ms has left) and the next
+ * call goes on reconnecting, so a caller that passes short waits stays
+ * responsive (Ctrl-C); it returns -ECONNRESET only if the daemon did not
+ * come back within reconnect_ms, or
  * -ENOMEM if memory ran out while reopening: then the stream and every
  * batch held stay as they were, and the next call tries again. With device
  * slots (feed/gpu.h), a released batch keeps its credit until feedd's

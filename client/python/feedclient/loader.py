@@ -640,7 +640,8 @@ class Loader:
            mixup_alpha=None, cutmix_alpha=None, mix_switch_prob=0.5,
            num_classes=None, label_smoothing=None, order=None, nodes=None,
            node=None, node_deal="rotate", timeout=None, label_dtype="int64",
-           pin_memory=False, transform=None, transform_threads=1)
+           pin_memory=False, transform=None, transform_threads=1,
+           wait_for_daemon=0)
 
     dataset: a name feedd serves (see datasets()). batch_size: samples per
     batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
@@ -679,10 +680,14 @@ class Loader:
     Batch.indices a tensor. reconnect_s (seconds, default 30, 0 to 2147):
     when feedd goes away (a restart), how long to keep reconnecting before
     DaemonGone, to the millisecond; 0: fail at once (the message says
-    reconnecting is off). timeout (seconds, None: no limit): the longest
-    one next() waits for a batch while feedd is there; past it, Timeout
-    names the dataset, the wait and what `feedctl status` shows about the
-    stream (or that feedd does not answer); the Loader stays usable.
+    reconnecting is off); while reconnecting, next() still returns to
+    Python every 0.25 s, so Ctrl-C interrupts it. timeout (seconds, None:
+    no limit): the longest one next() waits for a batch, also while feedd
+    is away and the Loader reconnects; past it, Timeout names the dataset,
+    the wait and what `feedctl status` shows about the stream (or that
+    feedd does not answer); the Loader stays usable. wait_for_daemon
+    (seconds, default 0): how long construction waits for feedd's socket
+    to answer (a job started with its daemon) before DaemonNotRunning.
     label_dtype (default "int64"): the type integer labels take under
     as_torch or device= (a torch or numpy dtype); None keeps the stored
     one (e.g. uint8 of IDX files). pin_memory (default False): the
@@ -857,7 +862,7 @@ class Loader:
                  timeout: Optional[float] = None, label_dtype: Any = "int64",
                  pin_memory: bool = False,
                  transform: Optional[Callable[[Batch], Any]] = None,
-                 transform_threads: int = 1) -> None:
+                 transform_threads: int = 1, wait_for_daemon: float = 0) -> None:
         self._closed = True  # until the first stream is open
         self._dataset = dataset
         self._pool = None    # transform='s threads, made at the first iteration
@@ -907,6 +912,10 @@ class Loader:
                                   f"as long as it takes")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InvalidArgument("pipeline: a str or None is required")
+        if isinstance(wait_for_daemon, bool) or not isinstance(wait_for_daemon, (int, float)) \
+                or not 0 <= wait_for_daemon <= 86400:
+            raise InvalidArgument(f"wait_for_daemon={wait_for_daemon!r}: seconds (0 to 86400) "
+                                  f"to wait for feedd's socket at construction")
         if window is not None:
             _check_int("window", window, 1, 2**32 - 1)
             if not shuffle or eval:
@@ -1029,7 +1038,7 @@ class Loader:
         self._iter_epoch = None    # epoch of the iteration in progress
         self._cur_start = None     # the stream's next batch is this epoch's first
         self._resume = None        # (epoch, token) loaded and not yet iterated
-        stream = self._open(0, None)
+        stream = self._open_waiting(wait_for_daemon)
         try:
             if self._conv is not None:
                 self._conv.check_channels(stream.plan)
@@ -1048,6 +1057,23 @@ class Loader:
         self._closed = False
 
     # ---- the stream ------------------------------------------------------
+
+    def _open_waiting(self, wait_s):
+        """_open(0, None), retrying for up to wait_s seconds while feedd is
+        not running (DaemonNotRunning), in steps of at most 0.1 s so Ctrl-C
+        gets through; the last refusal is raised past wait_s."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                return self._open(0, None)
+            except DaemonNotRunning as e:
+                left = end - time.monotonic()
+                if left <= 0:
+                    if wait_s:
+                        raise DaemonNotRunning(f"{e.detail} (waited wait_for_daemon={wait_s} s)",
+                                               e.code, e.reason, e.socket) from None
+                    raise
+                time.sleep(min(0.1, left))
 
     def _open(self, start_epoch, token):
         """Opens a stream at start_epoch's first batch, or at token's position,
