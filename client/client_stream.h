@@ -48,6 +48,8 @@ struct feed_batch {
 	uint64_t publish_ns;       /* the daemon's CLOCK_MONOTONIC at publish */
 	const uint64_t *samples;   /* in the control region */
 	const uint64_t *replaced;  /* its bitmap there (FEED_SLOT_REPLACED), or NULL */
+	const uint64_t *failed;    /* the failed samples' indices there, by position
+				    * (NULL: none, or a feedd that sends none) */
 	uint32_t nreplaced;        /* bits set in it below nsamples */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
 	uint8_t *base;             /* where the slot's bytes are mapped: in the data

@@ -21,8 +21,9 @@ from ._lib import path as library_path
 from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
                      DaemonNotRunning, Detached, FeedError, GpuUnavailable, InvalidArgument,
-                     LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
-                     Timeout, TransformError, UnknownDataset)
+                     LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused,
+                     SkippedSamplesWarning, StreamStopped, Timeout, TransformError,
+                     UnknownDataset)
 from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
 from .torchvision import from_torchvision
@@ -38,5 +39,5 @@ __all__ = [
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
     "GpuUnavailable", "gpu_info", "status", "DeviceArray", "Timeout", "TransformError",
-    "from_torchvision",
+    "from_torchvision", "SkippedSamplesWarning",
 ]

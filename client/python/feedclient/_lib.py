@@ -341,6 +341,7 @@ _API = {
     "feed_batch_detach": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_void_p)]),
     "feed_detached_free": (None, [_P]),
     "feed_stream_detached": (ctypes.c_uint64, [_P]),
+    "feed_batch_failed": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]),
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,
                                                 ctypes.POINTER(ctypes.c_size_t)]),
     "feed_stream_close": (ctypes.c_int, [_P]),

@@ -40,8 +40,9 @@ import numpy as np
 from . import _lib
 from ._lib import lib
 from .errors import (ConcurrentUse, CreditsExhausted, DaemonNotRunning, FeedError,
-                     InvalidArgument, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
-                     Timeout, TransformError, UnknownDataset, class_for)
+                     InvalidArgument, LimitReached, LoaderClosed, ResumeRefused,
+                     SkippedSamplesWarning, StreamStopped, Timeout, TransformError,
+                     UnknownDataset, class_for)
 
 _NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
 
@@ -763,7 +764,9 @@ class Loader:
     replaces it by the sample at the next position of the epoch's global
     order that builds (the same on every run, for any worker count and
     after load_state_dict()), the batch keeps its size and lists the
-    positions in batch.replaced, and status() counts them ("replaced").
+    positions in batch.replaced, and status() counts them ("replaced");
+    at the epoch's end the Loader warns once (SkippedSamplesWarning) with
+    the count and the files that failed (their recorded paths).
     max_bad (with "skip"): past this many replaced samples in one epoch
     the stream stops (StreamStopped naming them); None: 0.1% of the
     epoch, at least 1.
@@ -1449,9 +1452,10 @@ def _in_worker_check():
 class _EpochIter:
     """The batches of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending")
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed")
 
     def __init__(self, loader, gen, epoch, stream, done=False):
+        self._failed = []   # on_error="skip": dataset indices of the samples that failed
         self._loader = loader
         self._gen = gen
         self._epoch = epoch
@@ -1494,6 +1498,9 @@ class _EpochIter:
         """The epoch's end reached the loop: the Loader's position moves on."""
         loader = self._loader
         self._done = True
+        if self._failed:
+            _warn_skipped(loader, self._epoch, self._failed)
+            self._failed = []
         loader._iter_epoch = None
         loader._cur_start = self._epoch + 1
         if loader._group is not None:
@@ -1534,6 +1541,8 @@ class _EpochIter:
                 continue
             raise self._error(r)
         batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+        if batch.replaced:
+            self._failed += _failed(slot.b, batch.replaced)
         if s.device_slots:
             _device_fields(s, slot, batch, loader._slots_req.device)
         if loader._conv is not None:  # tensors of their own: the slot goes now
@@ -1649,6 +1658,39 @@ def _replaced(lib_, b, n):
         return ()
     words = [bits[k] for k in range((n + 63) // 64)]
     return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
+
+
+def _failed(b, positions):
+    """The dataset indices of the samples that failed at these replaced
+    positions of batch b (feed_batch_failed); None for one feedd did not name."""
+    out = []
+    idx = ctypes.c_uint64()
+    for p in positions:
+        out.append(idx.value if lib.feed_batch_failed(b, p, ctypes.byref(idx)) == 0 else None)
+    return out
+
+
+_SKIP_NAMED = 10  # files a skip warning names; the count covers the rest
+
+
+def _warn_skipped(loader, epoch, failed):
+    """on_error="skip": one warning per epoch, with the count and the files."""
+    import warnings
+    names = []
+    for i in failed[:_SKIP_NAMED]:
+        if i is None:
+            names.append("a sample feedd did not name")
+            continue
+        try:
+            names.append(f"{loader.dataset.path(i)} (sample {i})")
+        except (FeedError, IndexError):
+            names.append(f"sample {i}")
+    more = f" and {len(failed) - _SKIP_NAMED} more" if len(failed) > _SKIP_NAMED else ""
+    warnings.warn(f"feedclient: on_error='skip': {len(failed)} sample"
+                  f"{'s' if len(failed) != 1 else ''} of epoch {epoch} of dataset "
+                  f"'{loader.dataset}' failed and were replaced by the next good ones: "
+                  f"{', '.join(names)}{more} (feedd's log has the decoder's words)",
+                  SkippedSamplesWarning, stacklevel=4)
 
 
 _NOTHING = object()   # _take: no batch ready without waiting
