@@ -190,7 +190,7 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	inc->next = old;
 	/* release: feed_release() on another thread sees inc whole (its ipc) */
 	atomic_store_explicit(&st->cur, inc, memory_order_release);
-	bool unused = old->held == 0;
+	bool unused = old->held == 0 && old->detached == 0; /* detached copies lie in it */
 	feed_mutex_unlock(&st->rel_lock);
 	/* after the lock: closing, unmapping and the driver's unregistering */
 	for (int i = 0; i < ST_NFDS; i++)
