@@ -216,7 +216,7 @@ static int st_adopt(struct feed_stream *st, struct feed_stream *n)
 	inc->next = old;
 	/* release: feed_release() on another thread sees inc whole (its ipc) */
 	atomic_store_explicit(&st->cur, inc, memory_order_release);
-	bool unused = old->held == 0;
+	bool unused = old->held == 0 && old->detached == 0; /* detached copies lie in it */
 	feed_mutex_unlock(&st->rel_lock);
 	/* after the lock: closing, unmapping and the driver's unregistering */
 	for (int i = 0; i < ST_NFDS; i++)
@@ -267,7 +267,15 @@ static bool st_transient(const struct feed_conn *conn, int r)
  * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
  * when nothing was left to deliver, -ENOMEM with st unchanged (the next
  * call tries again), or a sticky error. */
-int st_reopen(struct feed_stream *st)
+/* Reconnecting past the caller's deadline: -ETIMEDOUT, not sticky. */
+static int st_reopen_later(struct feed_stream *st, const char *last)
+{
+	return cl_fail(st->conn, -ETIMEDOUT, "stream %u: reconnecting to feedd at %s, not back "
+		       "yet (%lld ms of reconnect_ms left): %s", st->info.id, st->conn->path,
+		       (long long)(st->reopen_deadline - st_now_ms()), last);
+}
+
+int st_reopen(struct feed_stream *st, int64_t until_ms)
 {
 	struct feed_conn *conn = st->conn;
 	int limit = st->opts.reconnect_ms ? st->opts.reconnect_ms : 30000;
@@ -296,7 +304,9 @@ int st_reopen(struct feed_stream *st)
 	struct feed_stream_opts o = st->opts;
 	o.resume = token;
 	o.resume_len = len;
-	int64_t deadline = st_now_ms() + limit;
+	if (st->reopen_deadline == 0) /* the first call of this reconnection */
+		st->reopen_deadline = st_now_ms() + limit;
+	int64_t deadline = st->reopen_deadline;
 	for (;;) {
 		/* our connection is dead; another stream may have reconnected it */
 		if (conn->opens == st->conn_opens)
@@ -326,6 +336,7 @@ int st_reopen(struct feed_stream *st)
 				if (st_adopt(st, n) == 0) {
 					/* pinned: the new data region too (else pageable, still correct) */
 					st_hooks_map(st);
+					st->reopen_deadline = 0;
 					return 0;
 				}
 				feed_stream_close(n);
@@ -347,7 +358,11 @@ int st_reopen(struct feed_stream *st)
 		if (left <= 0)
 			return st_stop(st, -ECONNRESET, "feedd at %s went away and was not back "
 				       "within %d ms (reconnect_ms) (%s)", conn->path, limit, last);
+		int64_t mine = until_ms < 0 ? left : until_ms - st_now_ms();
+		if (mine <= 0 && left > 0)
+			return st_reopen_later(st, last);
 		/* the last attempt is made at the deadline, not a delay before it */
+		left = mine < left ? mine : left;
 		st_sleep_ms(left < delay ? (int)left : delay);
 		delay = delay < 500 ? delay * 2 : 1000;
 	}

@@ -132,7 +132,8 @@ static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm
 		if (total != sf->bytes)
 			return st_bad_field(st, slot, f, "bytes do not match the shape");
 	}
-	v->data = st->data + sf->offset;
+	/* the slot's mapping: the data region, or its alias (client_detach.c) */
+	v->data = st->batches[slot].base + (sf->offset - lo);
 	v->bytes = sf->bytes;
 	v->dtype = (int)sf->dtype;
 	v->rank = sf->rank;
@@ -150,9 +151,12 @@ static int st_replaced(struct feed_stream *st, uint32_t slot, const struct feed_
 	uint64_t words = FEED_SHM_REPLACED_WORDS(st->batch);
 
 	b->replaced = NULL;
+	b->failed = NULL;
 	b->nreplaced = 0;
 	if (!(h->flags & FEED_SLOT_REPLACED))
 		return 0;
+	if (FEED_SHM_FAILED_END(st->batch) <= st->slot_hdr_bytes) /* else an older feedd */
+		b->failed = feed_shm_failed((struct feed_shm_slot *)h, st->batch);
 	if (sizeof(*h) + 8ull * st->batch + 8 * words > st->slot_hdr_bytes)
 		return st_stop(st, -EPROTO, "slot %u: replaced bitmap past its %llu-byte header",
 			       slot, (unsigned long long)st->slot_hdr_bytes);
@@ -404,8 +408,13 @@ FEED_API int feed_next(struct feed_stream *st, int timeout_ms, struct feed_batch
 		if (head != st->tail)
 			return st_take(st, head, ret);
 		int r = st_wait(st, timeout_ms, &deadline);
-		if (r == -ECONNRESET)
-			r = st_reopen(st); /* every published batch was taken */
+		if (r == -ECONNRESET) {
+			/* every published batch was taken; reconnecting stays within
+			 * timeout_ms (st_reopen goes on at the next call) */
+			if (timeout_ms >= 0 && deadline < 0)
+				deadline = st_now_ms() + timeout_ms;
+			r = st_reopen(st, timeout_ms < 0 ? -1 : deadline);
+		}
 		if (r != 0)
 			return r;
 	}
@@ -444,6 +453,18 @@ FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t
 	if (ret_bits)
 		*ret_bits = b->nreplaced ? b->replaced : NULL;
 	return b->nreplaced;
+}
+
+FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t *ret)
+{
+	if (!b || !ret || i >= b->nsamples)
+		return -EINVAL;
+	if (!b->replaced || !((b->replaced[i / 64] >> (i % 64)) & 1))
+		return -ENOENT;
+	if (!b->failed)
+		return -ENOTSUP;
+	*ret = b->failed[i];
+	return 0;
 }
 
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)

@@ -239,10 +239,12 @@ int st_batches_new(struct feed_stream *st)
 		st->batches[i].st = st;
 		st->batches[i].inc = inc;
 		st->batches[i].slot = i;
+		st->batches[i].base = st->data + (uint64_t)i * st->slot_bytes;
 		atomic_init(&st->batches[i].held, false);
 	}
 	inc->batches = st->batches;
 	inc->nslots = st->nslots;
+	inc->slot_bytes = st->slot_bytes;
 	return 0;
 }
 
@@ -266,6 +268,8 @@ void st_inc_unmap(struct feed_stream *st, struct st_inc *inc)
 	}
 	cl_ipc_close(inc->ipc);
 	inc->ipc = NULL;
+	if (inc->map[1] && inc->batches)
+		st_unmap_aliases(inc);
 	for (int i = 0; i < 3; i++)
 		if (inc->map[i])
 			munmap(inc->map[i], inc->len[i]);

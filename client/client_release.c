@@ -148,7 +148,7 @@ static struct st_inc *st_unused(struct feed_stream *st)
 
 	feed_mutex_lock(&st->rel_lock);
 	for (struct st_inc *inc = st_inc_now(st)->next; inc && !found; inc = inc->next)
-		if (inc->mapped && inc->held == 0)
+		if (inc->mapped && inc->held == 0 && inc->detached == 0)
 			found = inc;
 	feed_mutex_unlock(&st->rel_lock);
 	return found;

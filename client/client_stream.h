@@ -48,8 +48,15 @@ struct feed_batch {
 	uint64_t publish_ns;       /* the daemon's CLOCK_MONOTONIC at publish */
 	const uint64_t *samples;   /* in the control region */
 	const uint64_t *replaced;  /* its bitmap there (FEED_SLOT_REPLACED), or NULL */
+	const uint64_t *failed;    /* the failed samples' indices there, by position
+				    * (NULL: none, or a feedd that sends none) */
 	uint32_t nreplaced;        /* bits set in it below nsamples */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
+	uint8_t *base;             /* where the slot's bytes are mapped: in the data
+				    * region, or an alias of the slot once a held
+				    * batch was detached from that range
+				    * (client_detach.c); feed_next()'s thread and
+				    * feed_batch_detach() (the caller's: one thread) */
 };
 
 /* One incarnation: what one open of the stream in feedd gave. A reopening
@@ -68,6 +75,9 @@ struct st_inc {
 	struct feed_batch *batches;/* [nslots] */
 	uint32_t nslots;
 	struct cl_ipc *ipc;        /* its device slots, or NULL */
+	uint64_t slot_bytes;       /* its slots' size (fixed) */
+	uint32_t detached;         /* detached batches not yet freed (rel_lock):
+				    * their private copies lie in its mappings */
 };
 
 struct st_hook {
@@ -84,6 +94,7 @@ struct feed_stream {
 	uint32_t nfields;
 	uint32_t batch;            /* largest sample count */
 	int stop;                  /* 0; FEED_END_OF_STREAM; or a sticky error */
+	_Atomic uint64_t ndetached; /* batches feed_batch_detach() moved (a count) */
 	_Atomic uint32_t nheld;    /* this incarnation's batches delivered and not
 				    * released */
 	struct feed_batch *batches;/* [nslots], the current incarnation's */
@@ -127,6 +138,8 @@ struct feed_stream {
 	uint64_t lv_pos[ST_MAX_LEVELS];
 	uint32_t world;
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
+	int64_t reopen_deadline;   /* reconnecting: st_now_ms() when reconnect_ms
+				    * runs out; 0 when not reconnecting */
 	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
 	char *opts_mem;
 	char dev_reason[512];      /* without device slots, why ("" when not asked) */
@@ -168,6 +181,12 @@ void st_inc_unmap(struct feed_stream *st, struct st_inc *inc);
 /* st_inc_unmap() if still mapped, then frees inc and its batches. */
 void st_inc_free(struct feed_stream *st, struct st_inc *inc);
 
+/* ---- client_detach.c ---- */
+
+/* Unmaps the aliases inc's slots moved to (client_detach.c). Before the
+ * region goes; no lock held. */
+void st_unmap_aliases(struct st_inc *inc);
+
 /* ---- client_incarnation.c ---- */
 
 /* Whether a batch at (epoch, position: its first sample's global
@@ -181,8 +200,11 @@ int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o);
 /* A stream opened with a token starts at the token's position. */
 void st_resume_position(struct feed_stream *st, const void *token, size_t len);
 /* The daemon went away under st: reconnects and reopens the stream at
- * its position (client_incarnation.c says how). feed_next()'s thread. */
-int st_reopen(struct feed_stream *st);
+ * its position within opts.reconnect_ms of the first attempt, and returns
+ * -ETIMEDOUT (not sticky: the next call goes on where this one stopped)
+ * when the caller's deadline until_ms (st_now_ms() clock; -1: none) comes
+ * first (client_incarnation.c says how). feed_next()'s thread. */
+int st_reopen(struct feed_stream *st, int64_t until_ms);
 
 /* ---- client_ready.c ---- */
 

@@ -560,7 +560,9 @@ static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 	double bx = fr.bx - ib.x, by = fr.by - ib.y, bw = fr.bw, bh = fr.bh;
 	if (dec) {
 		struct img_decoded d;
-		uint32_t scale = fr.copy ? 1 : img_scale_for(ib.w, ib.h, fr.w, fr.h);
+		/* decode(exact=true): full scale, never a reduced DCT scale */
+		bool exact = p->spec.ops[p->stage_ops[st->first]].exact;
+		uint32_t scale = fr.copy || exact ? 1 : img_scale_for(ib.w, ib.h, fr.w, fr.h);
 		if ((rc = img_decode(dec, src, len, &ib, scale, &d, err)) < 0)
 			return image_fail(p, st, ctx, rc, err);
 		double kx = d.box_w / ib.w, ky = d.box_h / ib.h;
@@ -654,6 +656,8 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 				return rc;
 		} else if (st->kind == PIPE_STAGE_NORMALIZE) {
 			feed_convert_images_cpu(&st->cv, src, 1, NULL, dst);
+			for (uint32_t j = 1; j < st->count; j++) /* random_erasing after it */
+				aug_erase_normalized(p, st, p->stage_ops[st->first + j], ctx, dst);
 		} else if (st->kind == PIPE_STAGE_PIXEL) {
 			aug_pixel_stage(p, st, ctx, src, dst,
 					iscratch + ((p->img_scratch_bytes + 63) & ~(size_t)63));

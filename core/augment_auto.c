@@ -309,6 +309,11 @@ static uint32_t expand_erasing(const struct pipe_op *op, const struct aug_ctx *c
 		*o = (struct aug_px_op){.kind = AX_ERASE, .eh = (uint32_t)eh, .ew = (uint32_t)ew,
 					.value = op->value, .value_random = op->value_random,
 					.ctx = *ctx, .draw_op = i};
+		if (op->nevalue > 1 && !op->value_random) {
+			o->nvalues = op->nevalue;
+			for (uint32_t k = 0; k < op->nevalue && k < PIPE_MAX_C; k++)
+				o->cvalue[k] = (uint8_t)(op->evalue_ppb[k] / PIPE_P_ONE);
+		}
 		o->ei = aug_randint(draw(ctx, i, 21), h - o->eh + 1);
 		o->ej = aug_randint(draw(ctx, i, 22), w - o->ew + 1);
 		return 1;
@@ -332,6 +337,7 @@ static uint32_t expand_fixed(const struct pipe_op *op, struct aug_px_op *o)
 		o->af.angle = op->kind == PIPE_ROTATE ? -ppb(op->angle_ppb) : ppb(op->angle_ppb);
 		o->af.interp = op->interp;
 		o->af.fill = op->fill;
+		o->af.nomask = !op->fill_set; /* F.rotate / F.affine's fill=None */
 		if (op->kind == PIPE_AFFINE) {
 			o->af.tx = ppb(op->translate_ppb[0]);
 			o->af.ty = ppb(op->translate_ppb[1]);
@@ -377,6 +383,56 @@ static uint32_t expand_maybe(const struct pipe_op *op, const struct aug_ctx *ctx
 	}
 }
 
+_Static_assert(PIPE_SUB_BASIC_MAX <= AUG_PX_MAX, "a container's transforms fit one expansion");
+
+/* random_choice: the transform drawn (draw 0), uniformly or by the
+ * weights p (random.choices: the first whose running sum exceeds u * sum). */
+static uint32_t choice_of(const struct pipe_op *op, const struct aug_ctx *ctx, uint32_t i)
+{
+	uint32_t u = draw(ctx, i, 0);
+	uint64_t sum = 0, run = 0;
+
+	if (op->nwts == 0)
+		return aug_randint(u, op->nsub);
+	for (uint32_t k = 0; k < op->nwts; k++)
+		sum += op->wts_ppb[k];
+	double at = (double)feed_rand_unit_of(u) * (double)sum;
+	for (uint32_t k = 0; k < op->nwts; k++) {
+		run += op->wts_ppb[k];
+		if (at < (double)run)
+			return k;
+	}
+	return op->nwts - 1;
+}
+
+/* random_apply (draw 0 against p, then every transform in order),
+ * random_choice (one transform, choice_of()), random_order (all, in the
+ * order of a Fisher-Yates shuffle on draws 0..n-2). The transforms (ops
+ * i + 1 .. i + nsub) draw from their own op index. */
+static uint32_t expand_container(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,
+				 uint32_t h, uint32_t w, uint32_t c, struct aug_px_op *out)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	uint32_t order[PIPE_MAX_SUB], n = 0, count = op->nsub;
+
+	for (uint32_t k = 0; k < count; k++)
+		order[k] = k;
+	if (op->kind == PIPE_RANDOM_APPLY && !aug_hflip_decision(draw(ctx, i, 0), op->p_ppb))
+		return 0;
+	if (op->kind == PIPE_RANDOM_CHOICE) {
+		order[0] = choice_of(op, ctx, i);
+		count = 1;
+	}
+	for (uint32_t k = count - 1; op->kind == PIPE_RANDOM_ORDER && k >= 1; k--) {
+		uint32_t j = aug_randint(draw(ctx, i, count - 1 - k), k + 1), t = order[k];
+		order[k] = order[j];
+		order[j] = t;
+	}
+	for (uint32_t k = 0; k < count; k++)
+		n += aug_px_expand(p, i + 1 + order[k], ctx, h, w, c, out + n);
+	return n;
+}
+
 uint32_t aug_px_expand(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,
 		       uint32_t h, uint32_t w, uint32_t c, struct aug_px_op *out)
 {
@@ -403,6 +459,13 @@ uint32_t aug_px_expand(const struct pipe_plan *p, uint32_t i, const struct aug_c
 	case PIPE_RANDOM_AUTOCONTRAST:
 	case PIPE_RANDOM_ADJUST_SHARPNESS:
 	case PIPE_RANDOM_INVERT: return expand_maybe(op, ctx, i, c, out);
+	case PIPE_RANDOM_APPLY:
+	case PIPE_RANDOM_CHOICE:
+	case PIPE_RANDOM_ORDER: return expand_container(p, i, ctx, h, w, c, out);
+	case PIPE_VFLIP:
+	case PIPE_PAD:
+	case PIPE_RANDOM_PERSPECTIVE:
+	case PIPE_GAUSSIAN_NOISE: return aug_tv_expand(p, i, ctx, h, w, c, out);
 	default: return expand_fixed(op, out);
 	}
 }

@@ -326,15 +326,10 @@ static uint8_t torch_cast_u8(float x)
 	return (uint8_t)(int32_t)x;
 }
 
-/* N(0, 1) number k of the erase's draws (Box-Muller on two draws). */
+/* N(0, 1) number k of the erase's draws. */
 static float erase_normal(const struct aug_px_op *o, uint32_t k)
 {
-	uint32_t w[4];
-
-	feed_rand_block(o->ctx.seed, o->ctx.epoch, o->ctx.sample, o->draw_op, 8 + k / 2, w);
-	double u1 = ((double)(w[0] >> 8) + 1.0) * 0x1p-24, u2 = (double)(w[1] >> 8) * 0x1p-24;
-	double r = sqrt(-2.0 * log(u1));
-	return (float)(k & 1 ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2));
+	return px_normal(&o->ctx, o->draw_op, k);
 }
 
 static void px_erase(struct aug_px_img *im, const struct aug_px_op *o)
@@ -355,6 +350,7 @@ static void px_erase(struct aug_px_img *im, const struct aug_px_op *o)
 			for (uint32_t x = o->ej; x < x1; x++, k++)
 				d[((size_t)y * im->w + x) * c + ch] =
 					o->value_random ? torch_cast_u8(erase_normal(o, k))
+					: o->nvalues	? o->cvalue[ch < o->nvalues ? ch : 0]
 							: (uint8_t)o->value;
 }
 

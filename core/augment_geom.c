@@ -44,7 +44,7 @@ void aug_affine_matrix(const struct aug_affine *a, double m[6])
 }
 
 /* One output pixel, nearest: the source pixel or the fill. */
-static void warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
+void px_warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
 			 uint8_t fill, uint8_t *d)
 {
 	float rx = px_round_even(ix), ry = px_round_even(iy);
@@ -61,8 +61,8 @@ static void warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, f
 
 /* One output pixel, bilinear with the mask: torch's vectorised
  * grid_sample weights, ((nw + ne) + sw) + se. */
-static void warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix,
-			  float iy, float fill, uint8_t *d)
+void px_warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
+		      float fill, bool nomask, uint8_t *d)
 {
 	float x0 = floorf(ix), y0 = floorf(iy);
 	float we = ix - x0, ww = 1.0f - we, ns = iy - y0, nn = 1.0f - ns;
@@ -84,7 +84,7 @@ static void warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, 
 		for (int t = 0; t < 4; t++)
 			if (in[t])
 				v = v + (float)s[at[t] + k] * wt[t];
-		float o = v * m + (1.0f - m) * fill;
+		float o = nomask ? v : v * m + (1.0f - m) * fill;
 		d[k] = (uint8_t)px_round_even(o);
 	}
 }
@@ -119,9 +119,9 @@ void px_affine(struct aug_px_img *im, const struct aug_affine *a)
 			float ix = (gx + 1.0f) * sw - 0.5f, iy = (gy + 1.0f) * sh - 0.5f;
 			uint8_t *o = d + ((size_t)y * w + x) * c;
 			if (a->interp == PIPE_INTERP_NEAREST)
-				warp_nearest(s, h, w, c, ix, iy, (uint8_t)a->fill, o);
+				px_warp_nearest(s, h, w, c, ix, iy, (uint8_t)a->fill, o);
 			else
-				warp_bilinear(s, h, w, c, ix, iy, (float)a->fill, o);
+				px_warp_bilinear(s, h, w, c, ix, iy, (float)a->fill, a->nomask, o);
 		}
 	}
 	im->cur = d;

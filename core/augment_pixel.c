@@ -35,6 +35,10 @@ static void px_run(struct aug_px_img *im, const struct aug_px_op *o)
 	case AX_BLUR: px_blur(im, o->ksize, o->f); break;
 	case AX_SHARPNESS: px_sharpness(im, o->f); break;
 	case AX_AFFINE: px_affine(im, &o->af); break;
+	case AX_VFLIP:
+	case AX_PAD:
+	case AX_PERSPECTIVE:
+	case AX_NOISE: px_tv(im, o); break;
 	default: px_color(im, o); break;
 	}
 }
@@ -42,8 +46,7 @@ static void px_run(struct aug_px_img *im, const struct aug_px_op *o)
 void aug_pixel_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		     const struct aug_ctx *ctx, const uint8_t *src, uint8_t *dst, uint8_t *scratch)
 {
-	size_t in_bytes = (size_t)st->in_h * st->in_w * st->in_c;
-	size_t al = (in_bytes + 63) & ~(size_t)63;
+	size_t al = (st->px_img_bytes + 63) & ~(size_t)63; /* pipeline.c's layout */
 	struct aug_px_img im = {.cur = src, .dst = dst, .dst_bytes = st->out_bytes,
 				.buf = {scratch, scratch + al}, .fbuf = (float *)(void *)(scratch + 2 * al),
 				.h = st->in_h, .w = st->in_w, .c = st->in_c};

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "augment_ctx.h"
+#include "philox.h"
 #include "pipeline.h"
 
 #define AUG_PX_MAX 16 /* most basic ops one pipeline op expands to */
@@ -46,6 +47,10 @@ enum aug_px_kind {
 	AX_BLUR,        /* F.gaussian_blur([ksize]*2, [f]*2): f = sigma */
 	AX_AFFINE,      /* F.affine / F.rotate through the inverse matrix */
 	AX_ERASE,       /* F.erase(ei, ej, eh, ew, value) */
+	AX_VFLIP,       /* F.vflip (augment_tv.c, as the three below) */
+	AX_PAD,         /* F.pad(pad, fill, pad_mode) */
+	AX_PERSPECTIVE, /* F.perspective(startpoints, endpoints = pc, interp, fill) */
+	AX_NOISE,       /* v2 F.gaussian_noise(mean, sigma = f, clip) on x / 255 */
 	AX_KIND_COUNT_,
 };
 
@@ -58,6 +63,7 @@ struct aug_affine {
 	double cx, cy;     /* centre relative to the image centre (0, 0) */
 	uint32_t interp;   /* enum pipe_interp */
 	uint32_t fill;     /* fill value 0..255 (a fill list: the mask path) */
+	bool nomask;       /* fill=None: zeros outside, no mask blend */
 };
 
 /* One basic op, parameters fixed. */
@@ -70,9 +76,17 @@ struct aug_px_op {
 	struct aug_affine af; /* affine / rotate */
 	uint32_t ei, ej, eh, ew; /* erase box: top, left, height, width */
 	uint32_t value;    /* erase fill value */
+	uint32_t nvalues;  /* erase: 0, or one value per channel in cvalue */
+	uint8_t cvalue[PIPE_MAX_C]; /* erase: the per-channel values */
 	bool value_random; /* erase with N(0, 1) draws cast as torch casts to u8 */
 	struct aug_ctx ctx; /* value_random: the sample's key */
-	uint32_t draw_op;  /* value_random: the op index its draws use */
+	uint32_t draw_op;  /* value_random, noise: the op index its draws use */
+	uint32_t pad[4];   /* pad: left, top, right, bottom */
+	uint32_t pad_mode; /* pad: enum pipe_pad_mode */
+	double pc[8];      /* perspective: the corners' end points (x, y) for
+			    * top-left, top-right, bottom-right, bottom-left */
+	double mean;       /* noise: mean */
+	bool clip;         /* noise: clamp to [0, 1] */
 };
 
 /* The image a PIXEL stage works on. cur holds the pixels (before lut
@@ -107,6 +121,38 @@ void px_sharpness(struct aug_px_img *im, double factor);
  * in double) and the grid-sampled warp. */
 void aug_affine_matrix(const struct aug_affine *a, double m[6]);
 void px_affine(struct aug_px_img *im, const struct aug_affine *a);
+
+/* augment_geom.c: one output pixel sampled at source (ix, iy) as
+ * grid_sample does (zero padding), with torchvision's fill mask (nomask:
+ * fill=None). */
+void px_warp_nearest(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
+		     uint8_t fill, uint8_t *d);
+void px_warp_bilinear(const uint8_t *s, uint32_t h, uint32_t w, uint32_t c, float ix, float iy,
+		      float fill, bool nomask, uint8_t *d);
+
+/* N(0, 1) number k of op `op`'s draws for this sample: Box-Muller on the
+ * first two words of draw block 8 + k / 2 (erase's value=random, noise). */
+static inline float px_normal(const struct aug_ctx *ctx, uint32_t op, uint32_t k)
+{
+	uint32_t wd[4];
+
+	feed_rand_block(ctx->seed, ctx->epoch, ctx->sample, op, 8 + k / 2, wd);
+	double u1 = ((double)(wd[0] >> 8) + 1.0) * 0x1p-24, u2 = (double)(wd[1] >> 8) * 0x1p-24;
+	double r = sqrt(-2.0 * log(u1));
+	return (float)(k & 1 ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2));
+}
+
+/* augment_tv.c: random_erasing op i after normalize, on the stage's float
+ * output dst (the normalize op's dtype and layout), in normalised units. */
+void aug_erase_normalized(const struct pipe_plan *p, const struct pipe_stage *st, uint32_t i,
+			  const struct aug_ctx *ctx, void *dst);
+
+/* augment_tv.c: vflip, pad, perspective and noise; and the expansion of
+ * vflip, pad, random_perspective, gaussian_noise and the containers
+ * (random_apply / choice / order: their transforms' basic ops). */
+void px_tv(struct aug_px_img *im, const struct aug_px_op *o);
+uint32_t aug_tv_expand(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,
+		       uint32_t h, uint32_t w, uint32_t c, struct aug_px_op *out);
 
 /* augment_auto.c: op i of the plan for this sample on an h x w x c image
  * (its shape at the op) as basic ops; returns how many (<= AUG_PX_MAX). */

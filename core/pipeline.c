@@ -9,6 +9,7 @@
  * Never: allocate, touch sample bytes, depend on the locale.
  */
 #include "pipeline.h"
+#include "pipeline_tv.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -70,9 +71,17 @@ enum pipe_key {
 	PK_SEQ_LEN,
 	PK_PAD_ID,
 	PK_WINDOW,
+	PK_ANTIALIAS,
+	PK_PADDING,
+	PK_PADDING_MODE,
+	PK_DISTORTION_SCALE,
+	PK_CLIP,
+	PK_TRANSFORMS,
+	PK_EXACT,
 	PK_COUNT_,
 };
 #define PKB(k) (1ull << (k))
+_Static_assert(PK_COUNT_ <= 64, "seen masks are 64 bits");
 
 static const char *const pipe_key_names[PK_COUNT_] = {
 	"size", "pad", "p", "h", "w", "len", "field", "short", "channels", "scale_min",
@@ -81,7 +90,8 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"shear_y", "bits", "threshold", "kernel_size", "sigma", "sigma_min", "sigma_max",
 	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
 	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
-	"seq_len", "pad_id", "window"};
+	"seq_len", "pad_id", "window",
+	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -98,13 +108,14 @@ static const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_CENTER_CROP] = {"center_crop", {PK_SIZE, PK_FIELD}, 1, 1u << PK_SIZE},
 	[PIPE_HFLIP] = {"hflip", {PK_P, PK_FIELD}, 1, 0},
 	/* h and w, or short: checked in op_check() */
-	[PIPE_RESIZE] = {"resize", {PK_H, PK_W, PK_SHORT, PK_FIELD}, 3, 0},
+	[PIPE_RESIZE] = {"resize", {PK_H, PK_W, PK_SHORT, PK_INTERPOLATION, PK_ANTIALIAS,
+				    PK_FIELD}, 5, 0},
 	[PIPE_RANDOM_WINDOW] = {"random_window", {PK_LEN, PK_FIELD}, 1, 1u << PK_LEN},
-	[PIPE_DECODE] = {"decode", {PK_CHANNELS, PK_FIELD}, 1, 0},
+	[PIPE_DECODE] = {"decode", {PK_CHANNELS, PK_EXACT, PK_FIELD}, 2, 0},
 	[PIPE_RANDOM_RESIZED_CROP] = {"random_resized_crop",
 				      {PK_SIZE, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN,
-				       PK_RATIO_MAX, PK_FIELD},
-				      5, 1u << PK_SIZE},
+				       PK_RATIO_MAX, PK_INTERPOLATION, PK_ANTIALIAS, PK_FIELD},
+				      7, 1u << PK_SIZE},
 	[PIPE_NORMALIZE] = {"normalize", {PK_MEAN, PK_STD, PK_DTYPE, PK_LAYOUT, PK_FIELD}, 4,
 			    1u << PK_MEAN | 1u << PK_STD},
 	[PIPE_CONCAT] = {"concat", {PK_SEQ_LEN, PK_FIELD}, 1, PKB(PK_SEQ_LEN)},
@@ -159,8 +170,10 @@ static const struct pipe_op_desc pipe_ops[] = {
 				 {PK_P, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN, PK_RATIO_MAX,
 				  PK_VALUE, PK_FIELD},
 				 6, 0},
+	PIPE_TV_OP_ROWS
 };
 #define PIPE_NKINDS (sizeof(pipe_ops) / sizeof(pipe_ops[0]))
+_Static_assert(PIPE_NKINDS == PIPE_KIND_COUNT_, "one row per op kind");
 
 const char *pipe_kind_name(enum pipe_kind kind)
 {
@@ -178,6 +191,8 @@ struct pipe_scan {
 	uint32_t opno;             /* 1-based op being parsed */
 	const char *opname;        /* its name once known, else NULL */
 	struct feed_err *err;
+	struct pipe_spec *spec;    /* where a container's transforms go */
+	uint32_t at;               /* index in spec of the op being parsed */
 };
 
 static void scan_ws(struct pipe_scan *sc)
@@ -389,6 +404,25 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 #define PIPE_SIGMA_MAX 100u   /* largest gaussian_blur sigma */
 #define PIPE_KSIZE_MAX 255u   /* largest gaussian_blur kernel_size */
 
+/* random_erasing's value number `item`: a decimal (normalised units after
+ * normalize); op->value keeps it as a u8 level where it is one (the
+ * planner refuses it before normalize otherwise). */
+static int parse_erase_value(struct pipe_scan *sc, struct pipe_op *op, const char *v,
+			     uint32_t item)
+{
+	const int64_t lim = (int64_t)PIPE_NORM_MAX * PIPE_P_ONE;
+	int rc = parse_decimal(sc, "value", v, -lim, lim, &op->evalue_ppb[item]);
+
+	if (rc < 0)
+		return rc;
+	op->nevalue = item + 1;
+	int64_t x = op->evalue_ppb[item];
+	if (item == 0)
+		op->value = x >= 0 && x <= 255 * (int64_t)PIPE_P_ONE && x % PIPE_P_ONE == 0
+				    ? (uint32_t)(x / PIPE_P_ONE) : UINT32_MAX;
+	return 0;
+}
+
 /* value=: 0..255, or `random` where the op draws it (random_erasing). */
 static int parse_fill_value(struct pipe_scan *sc, struct pipe_op *op, const char *v)
 {
@@ -399,6 +433,8 @@ static int parse_fill_value(struct pipe_scan *sc, struct pipe_op *op, const char
 		return 0;
 	}
 	op->value_random = false;
+	if (op->kind == PIPE_RANDOM_ERASING)
+		return parse_erase_value(sc, op, v, 0);
 	return parse_uint(sc, "value", v, 0, 255, &op->value);
 }
 
@@ -422,6 +458,29 @@ static int parse_scale_key(struct pipe_scan *sc, struct pipe_op *op, enum pipe_k
 	return rc;
 }
 
+/* interpolation: nearest or bilinear, as torchvision names them too
+ * (NEAREST, InterpolationMode.BILINEAR); resize and random_resized_crop
+ * resample bilinear only. */
+static int parse_interp(struct pipe_scan *sc, struct pipe_op *op, const char *v)
+{
+	char low[PIPE_TOK_MAX];
+	size_t n = 0;
+	uint32_t u = 0;
+
+	if (!strncmp(v, "InterpolationMode.", 18))
+		v += 18;
+	for (; v[n] && n + 1 < sizeof(low); n++)
+		low[n] = (char)(v[n] >= 'A' && v[n] <= 'Z' ? v[n] - 'A' + 'a' : v[n]);
+	low[n] = '\0';
+	int rc = parse_name(sc, "interpolation", low, pipe_interp_names, "nearest, bilinear", &u);
+	if (rc == 0 && u != PIPE_INTERP_BILINEAR &&
+	    (op->kind == PIPE_RESIZE || op->kind == PIPE_RANDOM_RESIZED_CROP))
+		return scan_fail(sc, "key 'interpolation': '%s': %s resamples bilinear only", v,
+				 pipe_kind_name(op->kind));
+	op->interp = u;
+	return rc;
+}
+
 /* rotate / affine / random_rotation / random_affine keys; 1 when key is
  * not one of them. */
 static int op_set_geom(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
@@ -430,17 +489,14 @@ static int op_set_geom(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 	const char *k = pipe_key_names[key];
 	const int64_t one = PIPE_P_ONE, fmax = PIPE_FACTOR_MAX * one;
 	const int64_t amax = PIPE_ANGLE_MAX * one, smax = PIPE_SHEAR_MAX * one;
-	uint32_t u = 0;
-	int rc;
 
 	switch (key) {
 	case PK_ANGLE: return parse_decimal(sc, k, v, -amax, amax, &op->angle_ppb);
 	case PK_DEGREES: return parse_decimal(sc, k, v, 0, amax, &op->degrees_ppb);
-	case PK_INTERPOLATION:
-		rc = parse_name(sc, k, v, pipe_interp_names, "nearest, bilinear", &u);
-		op->interp = u;
-		return rc;
-	case PK_FILL: return parse_uint(sc, k, v, 0, 255, &op->fill);
+	case PK_INTERPOLATION: return parse_interp(sc, op, v);
+	case PK_FILL:
+		op->fill_set = true;
+		return parse_uint(sc, k, v, 0, 255, &op->fill);
 	case PK_TRANSLATE_X:
 	case PK_TRANSLATE_Y:
 		return parse_decimal(sc, k, v, -(int64_t)PIPE_DIM_MAX * one,
@@ -452,6 +508,52 @@ static int op_set_geom(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 		return parse_decimal(sc, k, v, -smax, smax, &op->shear_ppb[key - PK_SHEAR_X]);
 	case PK_SHEAR: return parse_decimal(sc, k, v, 0, smax, &op->shear_r_ppb);
 	default: return 1;
+	}
+}
+
+static const char *const pipe_bool_names[] = {"false", "true", "False", "True", "0", "1", NULL};
+static const char *const pipe_pad_mode_names[] = {"constant", "edge", "reflect", "symmetric",
+						  NULL};
+
+static int parse_bool(struct pipe_scan *sc, const char *key, const char *v, bool *ret)
+{
+	uint32_t u = 0;
+	int rc = parse_name(sc, key, v, pipe_bool_names, "true, false", &u);
+
+	*ret = u & 1;
+	return rc;
+}
+
+/* The keys of torchvision's forms and of augment_tv.c's ops. */
+static int op_set_tv(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v)
+{
+	const char *k = pipe_key_names[key];
+	uint32_t u = 0;
+	bool b = false;
+	int rc;
+
+	switch (key) {
+	case PK_ANTIALIAS:
+		rc = parse_bool(sc, k, v, &b);
+		op->antialias = b ? 2 : 1;
+		return rc;
+	case PK_PADDING_MODE:
+		rc = parse_name(sc, k, v, pipe_pad_mode_names, "constant, edge, reflect, symmetric",
+				&u);
+		op->padding_mode = u;
+		return rc;
+	case PK_DISTORTION_SCALE:
+		return parse_decimal(sc, k, v, 0, PIPE_P_ONE, &op->distortion_ppb);
+	case PK_CLIP:
+		return parse_bool(sc, k, v, &op->clip);
+	case PK_EXACT:
+		return parse_bool(sc, k, v, &op->exact);
+	case PK_PADDING:
+		rc = parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &u);
+		op->padding[0] = op->padding[1] = op->padding[2] = op->padding[3] = u;
+		return rc;
+	default:
+		return scan_fail(sc, "key '%s': not handled", k);
 	}
 }
 
@@ -480,7 +582,8 @@ static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key 
 		return rc;
 	case PK_SIGMA:
 		op->sigma_fixed = true;
-		rc = parse_decimal(sc, k, v, 1, PIPE_SIGMA_MAX * one, &op->sigma_ppb[0]);
+		rc = parse_decimal(sc, k, v, op->kind == PIPE_GAUSSIAN_NOISE ? 0 : 1,
+				   PIPE_SIGMA_MAX * one, &op->sigma_ppb[0]);
 		op->sigma_ppb[1] = op->sigma_ppb[0];
 		return rc;
 	case PK_SIGMA_MIN:
@@ -508,7 +611,7 @@ static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key 
 		op->policy = u;
 		return rc;
 	default:
-		return scan_fail(sc, "key '%s': not handled", k);
+		return op_set_tv(sc, op, key, v);
 	}
 }
 
@@ -648,34 +751,348 @@ static int parse_tuple(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 	return 0;
 }
 
-/* One `key = value` inside the parentheses; *seen tracks duplicates. */
+/* Sets key k (one of op's keys) from value v, once: the duplicate check
+ * of every path (keyed, positional, a tuple spread over a key pair). */
+static int set_key(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
+		   enum pipe_key k, const char *v, uint64_t *seen)
+{
+	if (find_key(d, pipe_key_names[k]) < 0)
+		return scan_fail(sc, "key '%s': not taken here", pipe_key_names[k]);
+	if (*seen & PKB(k))
+		return scan_fail(sc, "key '%s' given twice", pipe_key_names[k]);
+	*seen |= PKB(k);
+	return op_set(sc, op, k, v, 0);
+}
+
+#define PIPE_TUPLE_MAX 8 /* most items of a tuple value */
+
+/* `(a, b, ...)` or `[a, b, ...]` of plain values; the cursor is on the
+ * opening bracket and ends after the closing one. */
+static int scan_tuple(struct pipe_scan *sc, const char *key, char vals[][PIPE_TOK_MAX],
+		      uint32_t *ret_n)
+{
+	char close = sc->s[sc->i] == '(' ? ')' : ']', c[8];
+	uint32_t n = 0;
+
+	for (sc->i++;;) {
+		scan_ws(sc);
+		if (sc->s[sc->i] == close && n > 0)
+			break;
+		if (n == PIPE_TUPLE_MAX)
+			return scan_fail(sc, "key '%s': more than %d values", key, PIPE_TUPLE_MAX);
+		size_t len = scan_value(sc, vals[n]);
+		if (len == 0 || len >= PIPE_TOK_MAX)
+			return scan_fail(sc, "key '%s': bad value at column %zu", key, sc->i + 1);
+		n++;
+		scan_ws(sc);
+		if (sc->s[sc->i] == close)
+			break;
+		if (sc->s[sc->i] != ',')
+			return scan_fail(sc, "key '%s': expected ',' or '%c' at column %zu, found %s",
+					 key, close, sc->i + 1, scan_seen(sc, c));
+		sc->i++;
+	}
+	sc->i++;
+	*ret_n = n;
+	return 0;
+}
+
+/* A tuple whose items must all be equal (feedd keeps one value). */
+static int tuple_same(struct pipe_scan *sc, const char *key, char vals[][PIPE_TOK_MAX],
+		      uint32_t n, const char *why)
+{
+	for (uint32_t k = 1; k < n; k++)
+		if (strcmp(vals[k], vals[0]))
+			return scan_fail(sc, "key '%s': values differ ('%s', '%s'): %s", key, vals[0],
+					 vals[k], why);
+	return 0;
+}
+
+/* `(-a, a)`: a range symmetric about 0, kept as a. */
+static int tuple_symmetric(struct pipe_scan *sc, const char *key, char vals[][PIPE_TOK_MAX],
+			   uint32_t n)
+{
+	if (n != 2 || vals[0][0] != '-' || strcmp(vals[0] + 1, vals[1]))
+		return scan_fail(sc, "key '%s': give (-a, a) or a (feedd draws symmetric ranges)",
+				 key);
+	return 0;
+}
+
+static int set_pair(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
+		    enum pipe_key lo, char vals[][PIPE_TOK_MAX], uint32_t n, uint64_t *seen)
+{
+	const char *key = pipe_key_names[lo];
+
+	if (n != 2)
+		return scan_fail(sc, "key '%.*s': give (min, max)", (int)strlen(key) - 4, key);
+	int rc = set_key(sc, d, op, lo, vals[0], seen);
+	return rc < 0 ? rc : set_key(sc, d, op, (enum pipe_key)(lo + 1), vals[1], seen);
+}
+
+/* pad's padding: 1, 2 (left/right, top/bottom) or 4 (left, top, right,
+ * bottom) values, as torchvision's Pad. */
+static int set_padding(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
+		       uint32_t n, uint64_t *seen)
+{
+	static const uint32_t from[3][4] = {{0, 0, 0, 0}, {0, 1, 0, 1}, {0, 1, 2, 3}};
+
+	if (n != 1 && n != 2 && n != 4)
+		return scan_fail(sc, "key 'padding': %u values (give 1, 2 or 4)", n);
+	if (*seen & PKB(PK_PADDING))
+		return scan_fail(sc, "key 'padding' given twice");
+	*seen |= PKB(PK_PADDING);
+	for (uint32_t k = 0; k < 4; k++) {
+		int rc = parse_uint(sc, "padding", vals[from[n / 2][k]], 0, PIPE_DIM_MAX,
+				    &op->padding[k]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* random_choice's p: one probability per transform. */
+static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
+		       uint32_t n, uint64_t *seen)
+{
+	if (*seen & PKB(PK_P))
+		return scan_fail(sc, "key 'p' given twice");
+	*seen |= PKB(PK_P);
+	for (uint32_t k = 0; k < n; k++) {
+		int rc = parse_prob(sc, "p", vals[k], &op->wts_ppb[k]);
+		if (rc < 0)
+			return rc;
+	}
+	op->nwts = n;
+	return 0;
+}
+
+/* random_erasing's value=(a, b, c): one per channel. */
+static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
+			    uint32_t n, uint64_t *seen)
+{
+	if (*seen & PKB(PK_VALUE))
+		return scan_fail(sc, "key 'value' given twice");
+	*seen |= PKB(PK_VALUE);
+	if (n > PIPE_MAX_C)
+		return scan_fail(sc, "key 'value': more than %d values", PIPE_MAX_C);
+	op->value_random = false;
+	for (uint32_t k = 0; k < n; k++) {
+		int rc = parse_erase_value(sc, op, vals[k], k);
+		if (rc < 0)
+			return rc;
+		if (op->evalue_ppb[k] != op->evalue_ppb[0])
+			op->value = UINT32_MAX; /* no one u8 level */
+	}
+	bool same = true;
+	for (uint32_t k = 1; k < n; k++)
+		same = same && op->evalue_ppb[k] == op->evalue_ppb[0];
+	op->nevalue = same ? 1 : n; /* (v, v, v) is v, as torchvision fills */
+	return 0;
+}
+
+/* A tuple value of key `name`, in torchvision's forms: size=(h, w),
+ * scale=(a, b), ratio=(a, b), sigma=(a, b), degrees=(-a, a), ... */
+static int parse_tuple_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
+			   const char *name, uint64_t *seen)
+{
+	char vals[PIPE_TUPLE_MAX][PIPE_TOK_MAX];
+	uint32_t n = 0;
+	int rc = scan_tuple(sc, name, vals, &n);
+
+	if (rc < 0)
+		return rc;
+	if (!strcmp(name, "size") && op->kind == PIPE_RESIZE) {
+		if (n != 2)
+			return scan_fail(sc, "key 'size': give (h, w) or one number");
+		rc = set_key(sc, d, op, PK_H, vals[0], seen);
+		return rc < 0 ? rc : set_key(sc, d, op, PK_W, vals[1], seen);
+	}
+	if (!strcmp(name, "scale") || !strcmp(name, "ratio") || !strcmp(name, "sigma"))
+		return set_pair(sc, d, op, name[0] == 'r' ? PK_RATIO_MIN
+					   : name[1] == 'c' ? PK_SCALE_MIN : PK_SIGMA_MIN,
+				vals, n, seen);
+	if (!strcmp(name, "padding") && op->kind == PIPE_PAD)
+		return set_padding(sc, op, vals, n, seen);
+	if (!strcmp(name, "p") && op->kind == PIPE_RANDOM_CHOICE)
+		return set_weights(sc, op, vals, n, seen);
+	if (!strcmp(name, "value") && op->kind == PIPE_RANDOM_ERASING)
+		return set_erase_values(sc, op, vals, n, seen);
+	int k = find_key(d, name);
+	if (k < 0)
+		return scan_fail(sc, "unknown key '%s'", name);
+	if (k == PK_DEGREES || k == PK_SHEAR)
+		rc = tuple_symmetric(sc, name, vals, n);
+	else if (k == PK_SIZE || k == PK_KERNEL_SIZE)
+		rc = tuple_same(sc, name, vals, n, "feedd's crops and kernels are square");
+	else if (k == PK_FILL || k == PK_VALUE || k == PK_TRANSLATE)
+		rc = tuple_same(sc, name, vals, n, "one value serves every channel and axis");
+	else
+		return scan_fail(sc, "key '%s': takes one value, not a tuple", name);
+	return rc < 0 ? rc : set_key(sc, d, op, (enum pipe_key)k, vals[n - 1], seen);
+}
+
+static int parse_op(struct pipe_scan *sc, struct pipe_op *op);
+
+/* Basic ops a transform of a container expands to, at most. */
+static uint32_t sub_expansion(const struct pipe_op *op)
+{
+	switch (op->kind) {
+	case PIPE_RAND_AUGMENT: return op->num_ops;
+	case PIPE_COLOR_JITTER: return 4;
+	case PIPE_AUTO_AUGMENT: return 2;
+	default: return 1;
+	}
+}
+
+/* A container's transforms must keep the image's shape: pixel ops other
+ * than pad, grayscale to one channel and containers. */
+static int check_sub(struct pipe_scan *sc, const struct pipe_op *ch, uint32_t *budget)
+{
+	enum pipe_kind k = ch->kind;
+
+	if (k < PIPE_ADJUST_BRIGHTNESS || k == PIPE_PAD || k >= PIPE_RANDOM_APPLY ||
+	    (k == PIPE_RGB_TO_GRAYSCALE && ch->out_c == 1))
+		return scan_fail(sc, "key 'transforms': %s cannot be one (transforms are pixel "
+				 "ops that keep the shape, not containers)", pipe_kind_name(k));
+	if (ch->field[0])
+		return scan_fail(sc, "key 'transforms': %s: field= goes on the container",
+				 pipe_kind_name(k));
+	if (sub_expansion(ch) > *budget)
+		return scan_fail(sc, "key 'transforms': more than %d basic ops", PIPE_SUB_BASIC_MAX);
+	*budget -= sub_expansion(ch);
+	return 0;
+}
+
+/* transforms=[op, op, ...] of random_apply / choice / order: parsed into
+ * the spec right after the container (op sc->at). */
+static int parse_transforms(struct pipe_scan *sc, struct pipe_op *op, uint64_t *seen)
+{
+	uint32_t at = sc->at, opno = sc->opno, budget = PIPE_SUB_BASIC_MAX;
+	const char *opname = sc->opname;
+	char c[8];
+
+	if (at == UINT32_MAX)
+		return scan_fail(sc, "key 'transforms': containers do not nest");
+	if (*seen & PKB(PK_TRANSFORMS))
+		return scan_fail(sc, "key 'transforms' given twice");
+	*seen |= PKB(PK_TRANSFORMS);
+	if (sc->s[sc->i] != '[')
+		return scan_fail(sc, "key 'transforms': expected '[' at column %zu, found %s",
+				 sc->i + 1, scan_seen(sc, c));
+	for (sc->i++;;) {
+		scan_ws(sc);
+		if (op->nsub == PIPE_MAX_SUB || at + 1 + op->nsub >= PIPE_MAX_OPS)
+			return scan_fail(sc, "key 'transforms': more than %d transforms or %d ops in "
+					 "all", PIPE_MAX_SUB, PIPE_MAX_OPS);
+		struct pipe_op *ch = &sc->spec->ops[at + 1 + op->nsub];
+		sc->opno = at + 2 + op->nsub;
+		sc->at = UINT32_MAX;
+		int rc = parse_op(sc, ch);
+		if (rc == 0)
+			rc = check_sub(sc, ch, &budget);
+		sc->opno = opno;
+		sc->opname = opname;
+		sc->at = at;
+		if (rc < 0)
+			return rc;
+		ch->sub = true;
+		op->nsub++;
+		scan_ws(sc);
+		if (sc->s[sc->i] == ']')
+			break;
+		if (sc->s[sc->i] != ',')
+			return scan_fail(sc, "key 'transforms': expected ',' or ']' at column %zu, "
+					 "found %s", sc->i + 1, scan_seen(sc, c));
+		sc->i++;
+	}
+	sc->i++;
+	return 0;
+}
+
+/* The key a first argument without `key=` stands for: torchvision's first
+ * parameter (Resize(256), Pad(4), RandomApply([...])). */
+static const char *positional_key(const struct pipe_op_desc *d, enum pipe_kind kind)
+{
+	if (kind == PIPE_RESIZE)
+		return "size";
+	return pipe_key_names[d->keys[0]];
+}
+
+/* Whether the argument at the cursor is `ident ...` other than a value
+ * alone (an identifier followed by ',' or ')', as `bilinear`): `key=value`,
+ * or a key missing its '=' (refused by the keyed path). */
+static bool arg_is_keyed(struct pipe_scan *sc)
+{
+	char key[PIPE_TOK_MAX];
+	size_t at = sc->i;
+	bool keyed = scan_ident(sc, key) > 0;
+
+	scan_ws(sc);
+	keyed = keyed && sc->s[sc->i] != ',' && sc->s[sc->i] != ')';
+	sc->i = at;
+	return keyed;
+}
+
+/* The value of key `name` at the cursor. */
+static int parse_keyed_value(struct pipe_scan *sc, const struct pipe_op_desc *d,
+			     struct pipe_op *op, const char *name, uint64_t *seen)
+{
+	char v[PIPE_TOK_MAX];
+
+	if (!strcmp(name, "transforms") && d->keys[0] == PK_TRANSFORMS)
+		return parse_transforms(sc, op, seen);
+	bool tuple = sc->s[sc->i] == '(' || sc->s[sc->i] == '[';
+	if (tuple && strcmp(name, "mean") && strcmp(name, "std"))
+		return parse_tuple_arg(sc, d, op, name, seen);
+	if (!strcmp(name, "size") && op->kind == PIPE_RESIZE) {
+		size_t n = scan_value(sc, v);
+		if (n == 0 || n >= PIPE_TOK_MAX)
+			return scan_fail(sc, "key 'size': missing value at column %zu", sc->i + 1);
+		return set_key(sc, d, op, PK_SHORT, v, seen);
+	}
+	int k = find_key(d, name);
+	if (k < 0) {
+		char allowed[192];
+		allowed_keys(d, allowed, sizeof(allowed));
+		return scan_fail(sc, "unknown key '%s' (takes: %s)", name, allowed);
+	}
+	if (*seen & PKB(k))
+		return scan_fail(sc, "key '%s' given twice", name);
+	*seen |= PKB(k);
+	if (k == PK_MEAN || k == PK_STD)
+		return parse_tuple(sc, op, (enum pipe_key)k);
+	return parse_value(sc, op, (enum pipe_key)k, 0);
+}
+
+/* One `key = value` inside the parentheses, or a value alone for the
+ * op's next key in order (*pos of them so far; positional arguments come
+ * first, as in Python); *seen tracks duplicates. */
 static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		     uint64_t *seen)
+		     uint64_t *seen, uint32_t *pos)
 {
 	char key[PIPE_TOK_MAX], c[8];
 
 	scan_ws(sc);
+	if (*pos != UINT32_MAX && !arg_is_keyed(sc)) {
+		uint32_t at = (*pos)++;
+		if (at >= d->nkeys || (at > 0 && op->kind == PIPE_RESIZE))
+			return scan_fail(sc, "argument %u at column %zu needs a key (key=value)",
+					 at + 1, sc->i + 1);
+		return parse_keyed_value(sc, d, op,
+					 at ? pipe_key_names[d->keys[at]] : positional_key(d, op->kind),
+					 seen);
+	}
+	*pos = UINT32_MAX;
 	if (!scan_ident(sc, key))
 		return scan_fail(sc, "expected a key at column %zu, found %s", sc->i + 1,
 				 scan_seen(sc, c));
-	int k = find_key(d, key);
-	if (k < 0) {
-		char allowed[128];
-		allowed_keys(d, allowed, sizeof(allowed));
-		return scan_fail(sc, "unknown key '%s' (takes: %s)", key, allowed);
-	}
-	if (*seen & PKB(k))
-		return scan_fail(sc, "key '%s' given twice", key);
-	*seen |= PKB(k);
 	scan_ws(sc);
 	if (sc->s[sc->i] != '=')
 		return scan_fail(sc, "key '%s': expected '=' at column %zu, found %s", key,
 				 sc->i + 1, scan_seen(sc, c));
 	sc->i++;
 	scan_ws(sc);
-	if (k == PK_MEAN || k == PK_STD)
-		return parse_tuple(sc, op, (enum pipe_key)k);
-	return parse_value(sc, op, (enum pipe_key)k, 0);
+	return parse_keyed_value(sc, d, op, key, seen);
 }
 
 /* `( key=value, ... )` after the op name; the cursor is on '('. */
@@ -683,6 +1100,7 @@ static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct
 		      uint64_t *seen)
 {
 	char c[8];
+	uint32_t pos = 0;
 
 	sc->i++;
 	scan_ws(sc);
@@ -691,7 +1109,7 @@ static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct
 		return 0;
 	}
 	for (;;) {
-		int rc = parse_arg(sc, d, op, seen);
+		int rc = parse_arg(sc, d, op, seen, &pos);
 		if (rc < 0)
 			return rc;
 		scan_ws(sc);
@@ -724,8 +1142,17 @@ static void op_defaults_pixel(struct pipe_op *op)
 	op->escale_ppb[1] = 330000000;
 	op->eratio_ppb[0] = 300000000;          /* ratio=(0.3, 3.3) */
 	op->eratio_ppb[1] = 3300000000;
+	op->nevalue = 1;                        /* value=0 */
 	if (op->kind == PIPE_RANDOM_GRAYSCALE)
 		op->p_ppb = PIPE_P_ONE / 10;    /* RandomGrayscale(p=0.1) */
+	if (op->kind == PIPE_RANDOM_PERSPECTIVE) {
+		op->distortion_ppb = PIPE_P_ONE / 2; /* RandomPerspective(0.5, p=0.5) */
+		op->interp = PIPE_INTERP_BILINEAR;
+	} else if (op->kind == PIPE_GAUSSIAN_NOISE) {
+		op->nmean = 1;                  /* GaussianNoise(mean=0, sigma=0.1, clip) */
+		op->sigma_ppb[0] = op->sigma_ppb[1] = PIPE_P_ONE / 10;
+		op->clip = true;
+	}
 }
 
 static void op_defaults(struct pipe_op *op)
@@ -740,6 +1167,9 @@ static void op_defaults(struct pipe_op *op)
 		op->scale_ppb[1] = PIPE_P_ONE;
 		op->ratio_ppb[0] = 750000000;
 		op->ratio_ppb[1] = 1333300000;
+		op->interp = PIPE_INTERP_BILINEAR;
+	} else if (op->kind == PIPE_RESIZE) {
+		op->interp = PIPE_INTERP_BILINEAR;
 	} else if (op->kind == PIPE_NORMALIZE) {
 		op->dtype = FEED_DTYPE_F32;
 		op->layout = PIPE_LAYOUT_CHW;
@@ -779,6 +1209,20 @@ static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64
 		if (check_order(sc, "scale_min", "scale_max", op->escale_ppb[0], op->escale_ppb[1]))
 			return -EINVAL;
 		return check_order(sc, "ratio_min", "ratio_max", op->eratio_ppb[0], op->eratio_ppb[1]);
+	case PIPE_GAUSSIAN_NOISE:
+		if (op->nmean != 1)
+			return scan_fail(sc, "key 'mean': one value (the noise's mean)");
+		return 0;
+	case PIPE_RANDOM_CHOICE:
+		if (op->nwts && op->nwts != op->nsub)
+			return scan_fail(sc, "key 'p': %u values for %u transforms", op->nwts,
+					 op->nsub);
+		uint64_t sum = 0;
+		for (uint32_t k = 0; k < op->nwts; k++)
+			sum += op->wts_ppb[k];
+		if (op->nwts && sum == 0)
+			return scan_fail(sc, "key 'p': every weight is 0");
+		return 0;
 	case PIPE_RAND_AUGMENT:
 		if (op->magnitude >= op->nbins)
 			return scan_fail(sc, "key 'magnitude': %u not below num_magnitude_bins %u",
@@ -821,6 +1265,24 @@ static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint64_t see
 }
 
 /* One op: a name and optional arguments; the cursor ends after them. */
+/* The op named `name` (or one of its torchvision names); PIPE_NKINDS when
+ * none. */
+static uint32_t op_kind_of(const char *name)
+{
+	static const struct {
+		const char *name;
+		enum pipe_kind kind;
+	} aliases[] = {PIPE_TV_ALIASES};
+	uint32_t kind = 0;
+
+	while (kind < PIPE_NKINDS && strcmp(pipe_ops[kind].name, name))
+		kind++;
+	for (size_t a = 0; kind == PIPE_NKINDS && a < sizeof(aliases) / sizeof(aliases[0]); a++)
+		if (!strcmp(aliases[a].name, name))
+			kind = aliases[a].kind;
+	return kind;
+}
+
 static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 {
 	char name[PIPE_TOK_MAX], c[8];
@@ -832,9 +1294,7 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 	if (!scan_ident(sc, name))
 		return scan_fail(sc, "expected an op name at column %zu, found %s", sc->i + 1,
 				 scan_seen(sc, c));
-	uint32_t kind = 0;
-	while (kind < PIPE_NKINDS && strcmp(pipe_ops[kind].name, name))
-		kind++;
+	uint32_t kind = op_kind_of(name);
 	if (kind == PIPE_NKINDS)
 		return feed_err_set(sc->err, -EINVAL,
 				    "pipeline op %u '%s': unknown op (feedd --list-ops lists them)",
@@ -858,7 +1318,7 @@ static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 int pipe_parse(const char *text, struct pipe_spec *ret_spec, struct feed_err *err)
 {
 	struct pipe_spec spec = {0};
-	struct pipe_scan sc = {.s = text, .err = err};
+	struct pipe_scan sc = {.s = text, .err = err, .spec = &spec};
 	char c[8];
 
 	if (strnlen(text, PIPE_TEXT_MAX + 1) > PIPE_TEXT_MAX)
@@ -874,10 +1334,11 @@ int pipe_parse(const char *text, struct pipe_spec *ret_spec, struct feed_err *er
 		if (spec.nops == PIPE_MAX_OPS)
 			return feed_err_set(err, -EINVAL, "pipeline: more than %d ops", PIPE_MAX_OPS);
 		sc.opno = spec.nops + 1;
+		sc.at = spec.nops;
 		int rc = parse_op(&sc, &spec.ops[spec.nops]);
 		if (rc < 0)
 			return rc;
-		spec.nops++;
+		spec.nops += 1 + spec.ops[spec.nops].nsub; /* the op and its transforms */
 		scan_ws(&sc);
 		if (text[sc.i] == '\0')
 			break;
@@ -967,6 +1428,12 @@ static void format_key_pixel(const struct pipe_op *op, enum pipe_key k, char out
 		snprintf(out, 160, "value=random");
 		return;
 	}
+	if (k == PK_VALUE && op->kind == PIPE_RANDOM_ERASING) {
+		char t[128];
+		format_tuple(op->evalue_ppb, op->nevalue, t, sizeof(t));
+		snprintf(out, 160, "value=%s", t);
+		return;
+	}
 	switch (k) {
 	case PK_FILL: u = op->fill; break;
 	case PK_BITS: u = op->bits; break;
@@ -984,10 +1451,52 @@ static void format_key_pixel(const struct pipe_op *op, enum pipe_key k, char out
 	snprintf(out, 160, "%s=%u", name, u);
 }
 
+/* The keys of op_set_tv() and random_choice's weights; false for others. */
+static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[160])
+{
+	char p[32], q[128];
+	size_t n = 0;
+
+	switch (k) {
+	case PK_PADDING:
+		if (op->padding[0] == op->padding[1] && op->padding[1] == op->padding[2] &&
+		    op->padding[2] == op->padding[3])
+			snprintf(out, 160, "padding=%u", op->padding[0]);
+		else
+			snprintf(out, 160, "padding=(%u, %u, %u, %u)", op->padding[0], op->padding[1],
+				 op->padding[2], op->padding[3]);
+		return true;
+	case PK_PADDING_MODE:
+		snprintf(out, 160, "padding_mode=%s", pipe_pad_mode_names[op->padding_mode & 3]);
+		return true;
+	case PK_DISTORTION_SCALE:
+		format_ppb(op->distortion_ppb, p);
+		snprintf(out, 160, "distortion_scale=%s", p);
+		return true;
+	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
+	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
+	case PK_ANTIALIAS:
+		snprintf(out, 160, "antialias=%s", op->antialias == 1 ? "false" : "true");
+		return true;
+	case PK_P:
+		if (op->kind != PIPE_RANDOM_CHOICE)
+			return false;
+		for (uint32_t i = 0; i < op->nwts && n < sizeof(q); i++) {
+			format_ppb(op->wts_ppb[i], p);
+			n += (size_t)snprintf(q + n, sizeof(q) - n, "%s%s", i ? ", " : "", p);
+		}
+		snprintf(out, 160, "p=(%s)", q);
+		return true;
+	default: return false;
+	}
+}
+
 static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 {
 	char p[128];
 
+	if (format_key_tv(op, k, out))
+		return;
 	switch (k) {
 	case PK_SIZE: snprintf(out, 160, "size=%u", op->size); break;
 	case PK_PAD: snprintf(out, 160, "pad=%u", op->pad); break;
@@ -1041,6 +1550,16 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 {
 	if (k == PK_FIELD)
 		return op->field[0] != '\0';
+	/* torchvision's forms that change nothing: what feedd does anyway */
+	if (k == PK_ANTIALIAS || ((op->kind == PIPE_RESIZE || op->kind == PIPE_RANDOM_RESIZED_CROP) &&
+				  k == PK_INTERPOLATION))
+		return false;
+	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE) && k == PK_FILL)
+		return op->fill_set;
+	if (k == PK_EXACT)
+		return op->exact;
+	if (op->kind == PIPE_RANDOM_CHOICE && k == PK_P)
+		return op->nwts > 0;
 	if (op->kind == PIPE_RESIZE)
 		return k == PK_SHORT ? op->short_side != 0 : op->short_side == 0;
 	if (op->kind == PIPE_GAUSSIAN_BLUR && (k == PK_SIGMA || k == PK_SIGMA_MIN ||
@@ -1066,6 +1585,18 @@ static bool canon_put(char *buf, size_t cap, size_t *n, const char *fmt, ...)
 }
 
 /* Appends op's canonical text at buf + *n; returns false when out of room. */
+static bool canon_op(const struct pipe_op *op, char *buf, size_t cap, size_t *n);
+
+/* A container's transforms=[...]: the ops that follow it in the spec. */
+static bool canon_transforms(const struct pipe_op *op, char *buf, size_t cap, size_t *n)
+{
+	bool ok = canon_put(buf, cap, n, "transforms=[");
+
+	for (uint32_t k = 0; ok && k < op->nsub; k++)
+		ok = (k == 0 || canon_put(buf, cap, n, ", ")) && canon_op(op + 1 + k, buf, cap, n);
+	return ok && canon_put(buf, cap, n, "]");
+}
+
 static bool canon_op(const struct pipe_op *op, char *buf, size_t cap, size_t *n)
 {
 	const struct pipe_op_desc *d = &pipe_ops[op->kind];
@@ -1076,8 +1607,13 @@ static bool canon_op(const struct pipe_op *op, char *buf, size_t cap, size_t *n)
 	for (uint32_t k = 0; ok && k <= d->nkeys; k++) {
 		if (!key_shown(op, (enum pipe_key)d->keys[k]))
 			continue;
+		ok = canon_put(buf, cap, n, "%s", shown++ ? ", " : "(");
+		if (ok && d->keys[k] == PK_TRANSFORMS) {
+			ok = canon_transforms(op, buf, cap, n);
+			continue;
+		}
 		format_key(op, (enum pipe_key)d->keys[k], kv);
-		ok = canon_put(buf, cap, n, "%s%s", shown++ ? ", " : "(", kv);
+		ok = ok && canon_put(buf, cap, n, "%s", kv);
 	}
 	return ok && (shown == 0 || canon_put(buf, cap, n, ")"));
 }
@@ -1090,6 +1626,8 @@ int pipe_spec_canonical(const struct pipe_spec *spec, char *buf, size_t cap)
 		return -ENOSPC;
 	buf[0] = '\0';
 	for (uint32_t i = 0; i < spec->nops; i++) {
+		if (spec->ops[i].sub)
+			continue; /* in its container's transforms */
 		if ((i && !canon_put(buf, cap, &n, " | ")) || !canon_op(&spec->ops[i], buf, cap, &n))
 			return -ENOSPC;
 	}
@@ -1115,7 +1653,8 @@ int pipe_op_usage(uint32_t k, char *buf, size_t cap)
 			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
 		else if (k == PIPE_RESIZE || (k == PIPE_GAUSSIAN_BLUR && key == PK_SIGMA))
 			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
-		else if (k == PIPE_NORMALIZE && (key == PK_MEAN || key == PK_STD))
+		else if ((k == PIPE_NORMALIZE && (key == PK_MEAN || key == PK_STD)) ||
+			 (k == PIPE_RANDOM_CHOICE && key == PK_P))
 			snprintf(kv, sizeof(kv), "%s", pipe_key_names[key]);
 		else
 			format_key(&op, key, kv);
@@ -1189,6 +1728,7 @@ struct plan_work {
 	bool img_open[FMT_MAX_FIELDS];    /* field's last stage is IMAGE: hflips join it */
 	uint8_t sk[PIPE_MAX_OPS];         /* op i's stage kind */
 	bool join[PIPE_MAX_OPS];          /* op i joins its field's last stage */
+	uint32_t norm_op[FMT_MAX_FIELDS]; /* FS_NORMALIZED: the normalize's op index */
 };
 
 static bool is_encoded_field(const struct pipe_plan *p, const struct plan_work *w, uint32_t f)
@@ -1413,7 +1953,62 @@ static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, 
 	}
 	fd->max_bytes = (uint64_t)h * wd * c * feed_dtype_size(op->dtype);
 	w->st[f] = FS_NORMALIZED;
+	w->norm_op[f] = i;
 	w->sk[i] = PIPE_STAGE_NORMALIZE;
+	return 0;
+}
+
+/* pad on a fixed u8 h x w x c image: (h + top + bottom) x (w + left +
+ * right); reflect needs each padding below the side, symmetric at most
+ * the side (as torch's pads). */
+static int plan_pad(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+		    struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t h = fd->shape[0], wd = fd->shape[1], c = fd->rank == 3 ? fd->shape[2] : 1;
+	const uint32_t *pd = op->padding; /* left, top, right, bottom */
+
+	for (uint32_t k = 0; k < 4; k++) {
+		uint32_t side = k & 1 ? h : wd;
+		if (op->padding_mode == PIPE_PAD_REFLECT && pd[k] >= side)
+			return plan_fail(&p->spec, i, err, "key 'padding': %u not below the side %u of "
+					 "'%s' (reflect)", pd[k], side, fd->name);
+		if (op->padding_mode == PIPE_PAD_SYMMETRIC && pd[k] > side)
+			return plan_fail(&p->spec, i, err, "key 'padding': %u above the side %u of "
+					 "'%s' (symmetric)", pd[k], side, fd->name);
+	}
+	uint64_t oh = (uint64_t)h + pd[1] + pd[3], ow = (uint64_t)wd + pd[0] + pd[2];
+	if (oh > PIPE_DIM_MAX || ow > PIPE_DIM_MAX)
+		return plan_fail(&p->spec, i, err, "key 'padding': %ux%u padded to a side above %u",
+				 h, wd, PIPE_DIM_MAX);
+	w->sk[i] = PIPE_STAGE_PIXEL;
+	w->img_open[f] = false;
+	dm->in_h = h;
+	dm->in_w = wd;
+	dm->in_c = c;
+	return set_image_out(&p->spec, i, fd, dm, (uint32_t)oh, (uint32_t)ow, c, fd->rank == 3, err);
+}
+
+/* random_erasing after normalize: on the floats, in normalised units (0
+ * is the mean colour), as torchvision's RandomErasing after Normalize;
+ * it joins normalize's stage. */
+static int plan_erase_normalized(struct pipe_plan *p, struct plan_work *w, uint32_t i,
+				 uint32_t f, struct feed_err *err)
+{
+	const struct pipe_op *op = &p->spec.ops[i];
+	const struct pipe_dims *nd = &p->dims[w->norm_op[f]];
+	struct pipe_dims *dm = &p->dims[i];
+
+	if (!op->value_random && op->nevalue != 1 && op->nevalue != nd->c)
+		return plan_fail(&p->spec, i, err, "key 'value': %u values for the %u channel%s of "
+				 "'%s' (give 1 or %u)", op->nevalue, nd->c, nd->c == 1 ? "" : "s",
+				 p->out.fields[f].name, nd->c);
+	*dm = *nd;
+	dm->in_c = nd->c;
+	w->sk[i] = PIPE_STAGE_NORMALIZE;
+	w->join[i] = true;
 	return 0;
 }
 
@@ -1431,10 +2026,15 @@ static int plan_pixel_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	if (c != 1 && c != 3)
 		return plan_fail(&p->spec, i, err, "key 'field': '%s' has %u channels (%s takes 1 "
 				 "or 3)", fd->name, c, pipe_kind_name(op->kind));
-	if (op->kind == PIPE_GAUSSIAN_BLUR && (op->ksize / 2 >= h || op->ksize / 2 >= wd))
-		return plan_fail(&p->spec, i, err, "key 'kernel_size': %u too large for the %ux%u "
-				 "images of '%s' (reflect padding needs kernel_size / 2 below each "
-				 "side)", op->ksize, h, wd, fd->name);
+	for (uint32_t k = 0; k <= op->nsub; k++) {
+		const struct pipe_op *b = op + k; /* the op, then a container's transforms */
+		if (b->kind == PIPE_GAUSSIAN_BLUR && (b->ksize / 2 >= h || b->ksize / 2 >= wd))
+			return plan_fail(&p->spec, i + k, err, "key 'kernel_size': %u too large for "
+					 "the %ux%u images of '%s' (reflect padding needs "
+					 "kernel_size / 2 below each side)", b->ksize, h, wd, fd->name);
+	}
+	if (op->kind == PIPE_PAD)
+		return plan_pad(p, w, i, f, err);
 	w->sk[i] = PIPE_STAGE_PIXEL;
 	w->img_open[f] = false;
 	dm->in_h = h;
@@ -1442,6 +2042,37 @@ static int plan_pixel_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	dm->in_c = c;
 	uint32_t oc = op->kind == PIPE_RGB_TO_GRAYSCALE && op->out_c == 1 ? 1 : c;
 	return set_image_out(&p->spec, i, fd, dm, h, wd, oc, fd->rank == 3, err);
+}
+
+/* random_erasing's values are u8 levels (whole numbers 0..255). */
+static bool erase_values_u8(const struct pipe_op *op)
+{
+	for (uint32_t k = 0; k < op->nevalue; k++) {
+		int64_t x = op->evalue_ppb[k];
+		if (x < 0 || x > 255 * (int64_t)PIPE_P_ONE || x % PIPE_P_ONE)
+			return false;
+	}
+	return true;
+}
+
+/* antialias= as given against what op i does: resize(h, w) of a fixed u8
+ * image is torch's antialias=False arithmetic; random_resized_crop,
+ * resize(short) and any resize of decoded images resample with
+ * antialiasing (torchvision's PIL path, and v2's default). */
+static int plan_antialias(const struct pipe_spec *spec, uint32_t i, bool decoded,
+			  struct feed_err *err)
+{
+	const struct pipe_op *op = &spec->ops[i];
+	bool aa = decoded || op->kind == PIPE_RANDOM_RESIZED_CROP || op->short_side;
+
+	if (op->antialias == 2 && !aa)
+		return plan_fail(spec, i, err, "key 'antialias': resize(h, w) of a fixed u8 image "
+				 "is antialias=False (decode the images, or use resize(short=N))");
+	if (op->antialias == 1 && aa)
+		return plan_fail(spec, i, err, "key 'antialias': %s resamples with antialiasing "
+				 "here (antialias=False only for resize(h, w) of fixed u8 images)",
+				 pipe_kind_name(op->kind));
+	return 0;
 }
 
 /* The image shape op i sees on field f (updated by earlier ops) and the
@@ -1455,9 +2086,22 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	struct pipe_dims *dm = &p->dims[i];
 	uint32_t h = fd->shape[0], wd = fd->shape[1];
 
+	if (w->st[f] == FS_NORMALIZED && op->kind == PIPE_RANDOM_ERASING)
+		return plan_erase_normalized(p, w, i, f, err);
 	if (w->st[f] == FS_NORMALIZED)
 		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
-				 "(normalize must be its last op)", fd->name);
+				 "(only random_erasing may follow normalize)", fd->name);
+	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && !erase_values_u8(op))
+		return plan_fail(spec, i, err, "key 'value': not u8 levels 0..255 (before "
+				 "normalize; after it values are in normalised units)");
+	if (op->kind == PIPE_RANDOM_ERASING && op->nevalue > 1 &&
+	    op->nevalue != (fd->rank == 3 ? fd->shape[2] : 1))
+		return plan_fail(spec, i, err, "key 'value': %u values for the %u channel%s of '%s'",
+				 op->nevalue, fd->rank == 3 ? fd->shape[2] : 1,
+				 fd->rank == 3 && fd->shape[2] == 1 ? "" : "s", fd->name);
+	int rc = plan_antialias(spec, i, w->st[f] != FS_AS_IS, err);
+	if (rc < 0)
+		return rc;
 	if (w->st[f] != FS_AS_IS)
 		return plan_var_op(p, w, i, f, err);
 	if (!is_image_field(fd))
@@ -1595,6 +2239,34 @@ static void plan_convert(struct pipe_plan *p, struct pipe_stage *st)
 	(void)rc;
 }
 
+/* The largest image a pixel stage's ops read or write, in bytes. */
+static size_t plan_pixel_image(const struct pipe_plan *p, const struct pipe_stage *st)
+{
+	size_t most = 0;
+
+	for (uint32_t j = 0; j < st->count; j++) {
+		const struct pipe_dims *dm = &p->dims[p->stage_ops[st->first + j]];
+		size_t in = (size_t)dm->in_h * dm->in_w * dm->in_c;
+		size_t out = (size_t)dm->out_h * dm->out_w * dm->c;
+		most = in > most ? in : most;
+		most = out > most ? out : most;
+	}
+	return most;
+}
+
+/* The widest image of a pixel stage. */
+static size_t plan_pixel_width(const struct pipe_plan *p, const struct pipe_stage *st)
+{
+	size_t most = 0;
+
+	for (uint32_t j = 0; j < st->count; j++) {
+		const struct pipe_dims *dm = &p->dims[p->stage_ops[st->first + j]];
+		most = dm->in_w > most ? dm->in_w : most;
+		most = dm->out_w > most ? dm->out_w : most;
+	}
+	return most;
+}
+
 /* Stages grouped by field (ops keep their order within a field), then the
  * scratch: two ping-pong buffers for intermediate outputs, the resize
  * column table, and the resample scratch of the IMAGE stages. */
@@ -1620,8 +2292,9 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 		if (st->kind == PIPE_STAGE_NORMALIZE)
 			plan_convert(p, st);
 		if (st->kind == PIPE_STAGE_PIXEL) {
-			size_t n = (size_t)st->in_h * st->in_w * st->in_c;
-			size_t nf = n > 2 * (size_t)st->in_w ? n : 2 * (size_t)st->in_w;
+			size_t n = plan_pixel_image(p, st), wmax = plan_pixel_width(p, st);
+			size_t nf = n > 2 * wmax ? n : 2 * wmax;
+			st->px_img_bytes = n;
 			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * nf + 63) & ~(size_t)63);
 			if (n > p->pix_scratch_bytes)
 				p->pix_scratch_bytes = n;
@@ -1691,6 +2364,10 @@ static int plan_ops(struct pipe_plan *p, struct plan_work *w, struct feed_err *e
 		int f;
 		if (op->kind == PIPE_CONCAT || op->kind == PIPE_PACK)
 			return plan_packing(p, i, err);
+		if (op->sub) {
+			p->op_field[i] = -1; /* runs inside its container */
+			continue;
+		}
 		int rc = plan_field(p, w, i, &f, err);
 		if (rc < 0)
 			return rc;

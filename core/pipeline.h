@@ -27,8 +27,12 @@
  * labels, position_ids, document_ids [L] (i64) and cu_seqlens (i32,
  * variable: each row's segment starts as offsets into the flattened batch,
  * the last row's followed by rows * L).
- *   decode(channels=3)            encoded JPEG/PNG bytes -> u8 HWC, channels
- *                                 1 (gray) or 3 (RGB); sizes vary per image
+ *   decode(channels=3, exact=false)
+ *                                 encoded JPEG/PNG bytes -> u8 HWC, channels
+ *                                 1 (gray) or 3 (RGB); sizes vary per image;
+ *                                 exact=true never decodes at a reduced DCT
+ *                                 scale (augment.h), for an eval path within
+ *                                 1 of torchvision's inside the crop
  *   random_resized_crop(size, scale_min=0.08, scale_max=1, ratio_min=0.75,
  *                       ratio_max=1.3333)
  *                                 torchvision RandomResizedCrop(size, scale,
@@ -41,7 +45,12 @@
  *                                 std in units of x/255, one value per channel
  *                                 (a tuple "(0.485, 0.456, 0.406)" or one
  *                                 number for one channel), dtype f32|f16|bf16,
- *                                 layout chw|hwc; the field's last op
+ *                                 layout chw|hwc; the field's last op but
+ *                                 random_erasing, which then erases the
+ *                                 floats in normalised units (value 0 =
+ *                                 the mean colour, one value per channel,
+ *                                 or random), as RandomErasing after
+ *                                 Normalize; it joins normalize's stage
  *   adjust_brightness(factor) ... random_erasing(p, ...)
  *                                 torchvision's per-sample augmentations
  *                                 (pixel ops: PIPE_ADJUST_BRIGHTNESS and
@@ -51,6 +60,28 @@
  *                                 channels, shape kept (rgb_to_grayscale
  *                                 may make one channel); consecutive ones
  *                                 on a field run as one PIXEL stage
+ *   vflip(p), pad(padding, fill, padding_mode), random_perspective(
+ *   distortion_scale, p, interpolation, fill), gaussian_noise(mean, sigma,
+ *   clip)                         torchvision's RandomVerticalFlip, Pad,
+ *                                 RandomPerspective, v2 GaussianNoise:
+ *                                 pixel ops (augment_tv.c); pad changes the
+ *                                 size
+ *   random_apply(transforms=[op, ...], p=0.5), random_choice(transforms,
+ *   p=(w, ...)), random_order(transforms)
+ *                                 RandomApply / RandomChoice / RandomOrder
+ *                                 over pixel ops that keep the shape; the
+ *                                 transforms follow their container in the
+ *                                 spec (pipe_op.nsub, .sub)
+ * torchvision's forms: a first argument without a key is the op's first
+ * key (resize(256) is short=256, resize((h, w)) is h and w); tuples spread
+ * over key pairs (size=(h, w) of resize, scale=(a, b), ratio=(a, b),
+ * sigma=(a, b)), symmetric ranges (degrees=(-a, a), shear=(-a, a)) and
+ * equal items (size=(n, n) of crops, fill=(v, v, v)) are kept as one
+ * value; interpolation takes torchvision's spellings (BILINEAR,
+ * InterpolationMode.BILINEAR) and antialias is checked against what the op
+ * does. rotate and affine without fill= are F.rotate's fill=None (zeros,
+ * no mask blend). Names random_horizontal_flip and random_vertical_flip
+ * are hflip and vflip.
  * Image ops act on a fixed u8 field of shape (H, W) or (H, W, C), or on a
  * field decode made; by default the first such field at that point of the
  * pipeline. decode acts on a field whose records are encoded images (fmt.h
@@ -144,6 +175,15 @@ enum pipe_kind {
 	PIPE_RAND_AUGMENT,
 	PIPE_AUTO_AUGMENT,
 	PIPE_RANDOM_ERASING,
+	/* torchvision's remaining image ops (augment_tv.c), pixel ops too */
+	PIPE_VFLIP,
+	PIPE_PAD,
+	PIPE_RANDOM_PERSPECTIVE,
+	PIPE_GAUSSIAN_NOISE,
+	/* containers over the pixel ops that follow them (pipe_op.nsub) */
+	PIPE_RANDOM_APPLY,
+	PIPE_RANDOM_CHOICE,
+	PIPE_RANDOM_ORDER,
 	PIPE_KIND_COUNT_,
 };
 
@@ -152,6 +192,18 @@ enum pipe_interp {
 	PIPE_INTERP_NEAREST = 0,
 	PIPE_INTERP_BILINEAR = 1,
 };
+
+/* pad's padding modes, as torchvision's padding_mode. */
+enum pipe_pad_mode {
+	PIPE_PAD_CONSTANT = 0,
+	PIPE_PAD_EDGE,
+	PIPE_PAD_REFLECT,
+	PIPE_PAD_SYMMETRIC,
+};
+
+#define PIPE_MAX_SUB 8 /* most transforms of a random_apply / choice / order */
+#define PIPE_SUB_BASIC_MAX 16 /* most basic ops a container's transforms make
+			       * (augment_pixel.h's AUG_PX_MAX) */
 
 /* auto_augment policies, as torchvision's AutoAugmentPolicy. */
 enum pipe_policy {
@@ -216,6 +268,26 @@ struct pipe_op {
 	uint32_t seq_len;          /* concat, pack: tokens per row */
 	uint32_t pad_id;           /* pack: padding token (default 0) */
 	uint32_t window;           /* pack: documents per window (default 1000) */
+	/* torchvision's forms and the ops of augment_tv.c */
+	uint32_t antialias;        /* resize, random_resized_crop: 0 not given,
+				    * 1 False, 2 True (checked in planning) */
+	bool fill_set;             /* rotate, affine: fill= given; without it no
+				    * mask blend, as F.rotate's fill=None */
+	uint32_t padding[4];       /* pad: left, top, right, bottom */
+	uint32_t padding_mode;     /* pad: enum pipe_pad_mode */
+	int64_t distortion_ppb;    /* random_perspective: distortion_scale */
+	bool clip;                 /* gaussian_noise: clamp to [0, 1] */
+	bool exact;                /* decode: at full scale, never a reduced DCT
+				    * scale (bit-exact with a full decode) */
+	uint32_t nevalue;          /* random_erasing: values given (1 or one per
+				    * channel) */
+	int64_t evalue_ppb[PIPE_MAX_C]; /* random_erasing: the values as decimals
+				    * (after normalize: in normalised units) */
+	uint32_t nsub;             /* random_apply/choice/order: the next nsub
+				    * ops of the spec are its transforms */
+	bool sub;                  /* a transform of the container before it */
+	uint32_t nwts;             /* random_choice: weights given (0: uniform) */
+	uint32_t wts_ppb[PIPE_MAX_SUB]; /* random_choice: p per transform */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -287,6 +359,8 @@ struct pipe_stage {
 	size_t out_bytes;          /* bytes the stage writes */
 	bool decode;               /* image: the input is encoded (decode op first) */
 	struct feed_convert cv;    /* normalize: the conversion */
+	size_t px_img_bytes;       /* pixel stages: the largest image any op of
+				    * the stage reads or writes (pad grows it) */
 };
 
 /* A pipeline checked against a schema. Read-only for users (all fields

@@ -683,8 +683,11 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 		sp->group = true;
 		sp->sched.epochs = 0;  /* each member ends at its own epochs */
 	}
+	/* page-sized slots for every stream: a group's members map them
+	 * copy-on-write, and a client detaches a held batch from its slot by
+	 * replacing the slot's pages (client_detach.c) */
 	if ((rc = layout_compute(&ss->plan->out, o->batch, sp->credits, lay, err)) < 0 ||
-	    (sp->group && (rc = layout_page_slots(lay, err)) < 0))
+	    (rc = layout_page_slots(lay, err)) < 0)
 		return rc;
 	ss->shm_bytes = sp->group ? layout_member_bytes(lay) : layout_shm_bytes(lay);
 	ss->batch = o->batch;

@@ -36,8 +36,7 @@ static uint64_t align_sat(uint64_t v)
 static int layout_fields(const struct fmt_schema *out, uint32_t batch, struct slot_layout *l,
 			 uint64_t *ret_data, uint64_t *ret_hdr, struct feed_err *err)
 {
-	uint64_t pos = 0, hdr = sizeof(struct feed_shm_slot) + 8ull * batch +
-			       8ull * FEED_SHM_REPLACED_WORDS(batch);
+	uint64_t pos = 0, hdr = FEED_SHM_FAILED_END(batch); /* samples, bitmap, failed */
 
 	if (out->nfields > FEED_SHM_MAX_FIELDS)
 		return feed_err_set(err, -EINVAL, "pipeline output has %u fields, at most %d",

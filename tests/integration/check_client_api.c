@@ -242,6 +242,57 @@ END_TEST
 #define CR_PIPE "resize(h=96, w=96)"
 #define CR_BATCHES (CR_SAMPLES / CR_BATCH * CR_EPOCHS)
 
+
+/* feed_batch_detach (issue 31): a held batch moves to private memory at
+ * the same addresses and its slot goes back, so a reader that keeps views
+ * of every batch never runs out of credits; every kept view reads what it
+ * read, and the slot's later deliveries (through its alias) are right. */
+START_TEST(test_client_detach_keeps_views_and_frees_the_slot)
+{
+	enum { N = 3 * H_SAMPLES / 2 };
+	struct feed_detached *d[N];
+	const uint8_t *img[N];
+	const int64_t *lab[N];
+	int64_t want[N];
+	struct feed_batch *b;
+	struct feed_view v;
+	int n = 0;
+
+	api_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 2, 1);
+	while (n < N) {
+		int r = feed_next(st, H_DEADLINE_MS, &b);
+		if (r == FEED_END_OF_EPOCH)
+			continue;
+		ck_assert_int_eq(r, 0);
+		ck_assert_int_eq(feed_batch_field(b, 0, &v), 0);
+		img[n] = v.data;
+		ck_assert_int_eq(feed_batch_field(b, 1, &v), 0);
+		lab[n] = v.data;
+		want[n] = lab[n][0];
+		ck_assert_int_eq(img[n][0], (uint8_t)want[n]);
+		ck_assert_int_eq(feed_batch_detach(b, &d[n]), 0);
+		ck_assert_int_eq(feed_release(b), -EINVAL); /* released by the detach */
+		ck_assert_int_eq(feed_batch_detach(b, &d[n]) == -EINVAL, 1);
+		n++;
+	}
+	ck_assert_uint_eq(feed_stream_detached(st), N);
+	for (int k = 0; k < N; k++) {
+		ck_assert_int_eq(lab[k][0], want[k]);
+		for (int i = 0; i < 16; i++)
+			ck_assert_int_eq(img[k][i], (uint8_t)want[k]);
+		for (int i = 0; i < 16; i++)
+			ck_assert_int_eq(img[k][16 + i], (uint8_t)lab[k][1]);
+		feed_detached_free(d[k]);
+	}
+	feed_detached_free(NULL);
+	ck_assert_int_eq(feed_batch_detach(NULL, &d[0]), -EINVAL);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 /* The batches the reading thread handed to the releasing one. */
 struct cr_hand {
 	pthread_mutex_t lock;
@@ -437,6 +488,7 @@ int main(void)
 	tcase_add_test(tc, test_client_next_timeout_names_the_wait);
 	tcase_add_test(tc, test_client_version_is_the_projects);
 	tcase_add_test(tc, test_client_strerror_speaks_feedd);
+	tcase_add_test(tc, test_client_detach_keeps_views_and_frees_the_slot);
 	tcase_add_test(tc, test_client_release_from_another_thread_during_next);
 	tcase_add_test(tc, test_client_release_from_another_thread_across_a_restart);
 	suite_add_tcase(s, tc);

@@ -1,8 +1,10 @@
 """Loader(credits=k) counts what the user holds (issue 21): a plain
 `for batch in loader` works with credits=1 (the loop variable holds the
 previous batch while the next is fetched), a prefetcher that holds k
-batches works with credits=k, and the exhaustion error says how many
-batches are held, the likely cause and the fix.
+batches works with credits=k, batches kept beyond that are detached from
+their slots (issue 31), and where they cannot be (a group), the
+exhaustion error says how many batches are held, the likely cause and the
+fix.
 """
 
 import collections
@@ -51,7 +53,23 @@ def test_prefetcher_holding_k_works_with_k_credits(fc, k):
     assert got == list(range(N_SMALL // 25))
 
 
-def test_exhaustion_names_held_cause_and_fix(fc):
+def test_keeping_batches_detaches_instead_of_exhausting(fc):
+    """Issue 31: batches kept past credits are detached from their slots
+    (their bytes stay, in private memory) rather than exhausting them."""
+    with feedclient.Loader("small", 10, socket=fc.sock, shuffle=False, credits=2) as loader:
+        it = iter(loader)
+        kept = [next(it) for _ in range(5)]
+        assert [b.index for b in kept] == [0, 1, 2, 3, 4]
+        assert [int(b["label"][0]) for b in kept] == [0, 10, 20, 30, 40]
+        assert loader.detached == 2
+
+
+def test_exhaustion_names_held_cause_and_fix(fc, monkeypatch):
+    """Where batches cannot be detached (a group member's copy-on-write
+    view, pinned memory, device slots: feed_batch_detach refuses, as the
+    stand-in here), holding more than credits raises, naming cause and fix."""
+    import feedclient.loader
+    monkeypatch.setattr(feedclient.loader._Stream, "detach_oldest", lambda self: False)
     with feedclient.Loader("small", 10, socket=fc.sock, shuffle=False, credits=2) as loader:
         kept = []
         it = iter(loader)

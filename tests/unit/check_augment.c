@@ -11,7 +11,8 @@
  * runs a pipeline of pixel ops on an H x W x C u8 image from stdin and
  * writes "out_h out_w out_c nops", one line per basic op the sample's
  * draws chose (augment_pixel.h: "op kind f bits ksize out_c angle tx ty
- * scale shx shy cx cy interp fill i j h w value random"), then the bytes;
+ * scale shx shy cx cy interp fill i j h w value random pad_l pad_t pad_r
+ * pad_b pad_mode pc0..pc7 mean clip nomask"), then the bytes;
  *   check_augment --pixel-params PIPELINE H W C SEED N
  * writes those lines for samples 0..N-1 of epoch 0, each prefixed with
  * "sample ", without running the ops (for the parameter distributions).
@@ -681,7 +682,8 @@ START_TEST(test_augment_pixel_keys_refused_by_name)
 		   "imagenet, cifar10, svhn");
 	px_refused("random_erasing(ratio_min=4, ratio_max=3)", "key 'ratio_min'", NULL);
 	px_refused("random_erasing(scale_min=0.5, scale_max=1.5)", "key 'scale_max'", NULL);
-	px_refused("random_erasing(value=-1)", "key 'value'", NULL);
+	/* -1 is a normalised value (after normalize); the planner refuses it on u8 */
+	px_refused("random_erasing(value=1001)", "key 'value'", "not in [-1000, 1000]");
 	px_refused("gamma(x=1)", "op 1 'gamma'", "unknown op");
 }
 END_TEST
@@ -697,7 +699,9 @@ START_TEST(test_augment_pixel_canonical_defaults)
 				   "ratio_min=0.3, ratio_max=3.3, value=0)"},
 		{"random_erasing(value=random)", "random_erasing(p=0.5, scale_min=0.02, "
 		 "scale_max=0.33, ratio_min=0.3, ratio_max=3.3, value=random)"},
-		{"rotate(angle=-7.50)", "rotate(angle=-7.5, interpolation=nearest, fill=0)"},
+		/* no fill: F.rotate's fill=None (no mask blend), shown only when given */
+		{"rotate(angle=-7.50)", "rotate(angle=-7.5, interpolation=nearest)"},
+		{"rotate(angle=-7.50, fill=0)", "rotate(angle=-7.5, interpolation=nearest, fill=0)"},
 		{"gaussian_blur(kernel_size=3)", "gaussian_blur(kernel_size=3, sigma_min=0.1, "
 		 "sigma_max=2)"},
 		{"gaussian_blur(sigma=1.5, kernel_size=5)", "gaussian_blur(kernel_size=5, sigma=1.5)"},
@@ -918,18 +922,22 @@ static uint32_t pixel_lines(const struct pipe_plan *p, const struct aug_ctx *ctx
 	out[0] = '\0';
 	for (uint32_t i = 0; i < p->spec.nops; i++) {
 		const struct pipe_dims *dm = &p->dims[i];
-		if (p->spec.ops[i].kind < PIPE_ADJUST_BRIGHTNESS)
-			continue;
+		if (p->spec.ops[i].kind < PIPE_ADJUST_BRIGHTNESS || p->spec.ops[i].sub)
+			continue; /* a container's transforms come with it */
 		uint32_t k = aug_px_expand(p, i, ctx, dm->in_h, dm->in_w, dm->in_c, ops);
 		for (uint32_t j = 0; j < k && n < cap; j++, total++) {
 			const struct aug_px_op *o = &ops[j];
 			n += (size_t)snprintf(out + n, cap - n,
 					      "%u %d %.17g %u %u %u %.17g %.17g %.17g %.17g %.17g "
-					      "%.17g %.17g %.17g %u %u %u %u %u %u %u %d\n",
+					      "%.17g %.17g %.17g %u %u %u %u %u %u %u %d "
+					      "%u %u %u %u %u %g %g %g %g %g %g %g %g %.17g %d %d\n",
 					      i, (int)o->kind, o->f, o->bits, o->ksize, o->out_c,
 					      o->af.angle, o->af.tx, o->af.ty, o->af.scale, o->af.shx,
 					      o->af.shy, o->af.cx, o->af.cy, o->af.interp, o->af.fill,
-					      o->ei, o->ej, o->eh, o->ew, o->value, (int)o->value_random);
+					      o->ei, o->ej, o->eh, o->ew, o->value, (int)o->value_random,
+					      o->pad[0], o->pad[1], o->pad[2], o->pad[3], o->pad_mode,
+					      o->pc[0], o->pc[1], o->pc[2], o->pc[3], o->pc[4], o->pc[5],
+					      o->pc[6], o->pc[7], o->mean, (int)o->clip, (int)o->af.nomask);
 		}
 	}
 	return total;

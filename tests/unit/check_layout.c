@@ -96,7 +96,7 @@ START_TEST(test_layout_fields_follow_each_other_aligned)
 }
 END_TEST
 
-START_TEST(test_layout_slot_header_holds_samples_bitmap_and_ends)
+START_TEST(test_layout_slot_header_holds_samples_bitmap_failed_and_ends)
 {
 	struct fmt_schema s = mixed_schema();
 	struct slot_layout l;
@@ -104,10 +104,12 @@ START_TEST(test_layout_slot_header_holds_samples_bitmap_and_ends)
 
 	add_field(&s, "tokens", 1, true, 4096); /* a second variable field */
 	ck_assert_int_eq(layout_compute(&s, batch, 2, &l, NULL), 0);
-	/* the header, the sample indices, the bitmap, then each variable
-	 * field's ends[batch + 1] in field order (feed_shm.h) */
+	/* the header, the sample indices, the bitmap, the failed samples'
+	 * indices, then each variable field's ends[batch + 1] in field order
+	 * (feed_shm.h) */
 	uint64_t first = sizeof(struct feed_shm_slot) + 8ull * batch +
-			 8ull * FEED_SHM_REPLACED_WORDS(batch);
+			 8ull * FEED_SHM_REPLACED_WORDS(batch) + 8ull * batch;
+	ck_assert_uint_eq(FEED_SHM_FAILED_END(batch), first);
 	ck_assert_uint_eq(FEED_SHM_REPLACED_WORDS(batch), 2);
 	ck_assert_uint_eq(l.var_off[1], first);
 	ck_assert_uint_eq(l.var_off[3], first + 8ull * (batch + 1));
@@ -325,7 +327,7 @@ static Suite *layout_suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_layout_fields_follow_each_other_aligned);
-	tcase_add_test(tc, test_layout_slot_header_holds_samples_bitmap_and_ends);
+	tcase_add_test(tc, test_layout_slot_header_holds_samples_bitmap_failed_and_ends);
 	tcase_add_test(tc, test_layout_control_region_header_ring_then_slot_headers);
 	tcase_add_test(tc, test_layout_ring_capacities_smallest_power_of_two);
 	tcase_add_test(tc, test_layout_slots_tile_the_data_region);

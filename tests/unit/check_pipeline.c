@@ -366,7 +366,7 @@ START_TEST(test_pipeline_image_ops_parse_errors)
 		"f32, f16, bf16");
 	refused("normalize(mean=0.5, std=1, layout=nchw)", "op 1 'normalize'", "key 'layout'",
 		"chw, hwc");
-	refused("hflip(p=(0.5))", "op 1 'hflip'", "key 'p'", "missing value");
+	refused("hflip(p=(0.5))", "op 1 'hflip'", "key 'p'", "takes one value, not a tuple");
 }
 END_TEST
 
@@ -560,6 +560,183 @@ START_TEST(test_pipeline_packing_ops)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* torchvision's forms, the ops of augment_tv.c, containers            */
+
+START_TEST(test_pipeline_torchvision_forms)
+{
+	/* positional first arguments and tuples map onto the keys */
+	canon_is("resize(256)", "resize(short=256)");
+	canon_is("resize((3, 4))", "resize(h=3, w=4)");
+	canon_is("resize(size=[3, 4], interpolation=InterpolationMode.BILINEAR, antialias=True)",
+		 "resize(h=3, w=4)");
+	canon_is("center_crop(224)", "center_crop(size=224)");
+	canon_is("center_crop((224, 224))", "center_crop(size=224)");
+	canon_is("random_resized_crop(176, scale=(0.08, 1.0), ratio=(0.75, 1.3333), "
+		 "interpolation=bilinear, antialias=true)",
+		 "random_resized_crop(size=176, scale_min=0.08, scale_max=1, ratio_min=0.75, "
+		 "ratio_max=1.3333)");
+	canon_is("hflip(0.25)", "hflip(p=0.25)");
+	canon_is("random_horizontal_flip(p=0.5)", "hflip(p=0.5)");
+	canon_is("random_vertical_flip", "vflip(p=0.5)");
+	canon_is("normalize((0.5, 0.25), (0.5, 0.5))",
+		 "normalize(mean=(0.5, 0.25), std=(0.5, 0.5), dtype=f32, layout=chw)");
+	canon_is("gaussian_blur(5, (0.1, 2.0))",
+		 "gaussian_blur(kernel_size=5, sigma_min=0.1, sigma_max=2)");
+	canon_is("gaussian_blur((3, 3), sigma=1)", "gaussian_blur(kernel_size=3, sigma=1)");
+	canon_is("random_rotation((-30, 30), fill=(0, 0, 0))",
+		 "random_rotation(degrees=30, interpolation=nearest, fill=0)");
+	canon_is("random_affine(10, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=(-5, 5))",
+		 "random_affine(degrees=10, translate=0.1, scale_min=0.9, scale_max=1.1, shear=5, "
+		 "interpolation=nearest, fill=0)");
+	canon_is("random_erasing(0.1, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=(0, 0, 0))",
+		 "random_erasing(p=0.1, scale_min=0.02, scale_max=0.33, ratio_min=0.3, "
+		 "ratio_max=3.3, value=0)");
+	/* rotate's fill as F.rotate's: absent unless given */
+	canon_is("rotate(30, interpolation=BILINEAR)", "rotate(angle=30, interpolation=bilinear)");
+	canon_is("rotate(30, fill=7)", "rotate(angle=30, interpolation=nearest, fill=7)");
+
+	struct pipe_spec spec;
+	ck_assert_int_eq(pipe_parse("rotate(30) | rotate(30, fill=0) | resize(8, antialias=false)",
+				    &spec, NULL), 0);
+	ck_assert(!spec.ops[0].fill_set);
+	ck_assert(spec.ops[1].fill_set);
+	ck_assert_uint_eq(spec.ops[2].antialias, 1);
+	ck_assert_uint_eq(spec.ops[2].short_side, 8);
+}
+END_TEST
+
+START_TEST(test_pipeline_torchvision_forms_refused)
+{
+	refused("center_crop((224, 200))", "op 1 'center_crop'", "key 'size'", "square");
+	refused("resize((1, 2, 3))", "op 1 'resize'", "key 'size'", "(h, w)");
+	refused("resize(8, 9)", "op 1 'resize'", "argument 2", "needs a key");
+	refused("resize(8, short=9)", "op 1 'resize'", "key 'short' given twice", NULL);
+	refused("resize(8, interpolation=nearest)", "op 1 'resize'", "key 'interpolation'",
+		"bilinear only");
+	refused("rotate(30, interpolation=bicubic)", "op 1 'rotate'", "key 'interpolation'",
+		"nearest, bilinear");
+	refused("random_resized_crop(8, scale=(0.5,))", "op 1 'random_resized_crop'",
+		"key 'scale'", "(min, max)");
+	refused("random_rotation((-10, 20))", "op 1 'random_rotation'", "key 'degrees'",
+		"(-a, a)");
+	refused("random_rotation(10, fill=(1, 2, 3))", "key 'fill'", "values differ", NULL);
+	refused("hflip(p=(0.5, 0.5))", "op 1 'hflip'", "key 'p'", "not a tuple");
+	refused("resize(8, antialias=maybe)", "key 'antialias'", "true, false", NULL);
+	refused("hflip(0.5, 0.5)", "op 1 'hflip'", "argument 2", "needs a key");
+	refused("hflip(p=0.5, 0.5)", "op 1 'hflip'", "expected a key", NULL);
+}
+END_TEST
+
+START_TEST(test_pipeline_tv_ops_parse)
+{
+	canon_is("decode(exact=true)", "decode(channels=3, exact=true)");
+	canon_is("decode(exact=false)", "decode(channels=3)"); /* the default, as before */
+	canon_is("pad(4)", "pad(padding=4, fill=0, padding_mode=constant)");
+	canon_is("pad((1, 2), fill=9, padding_mode=reflect)",
+		 "pad(padding=(1, 2, 1, 2), fill=9, padding_mode=reflect)");
+	canon_is("pad(padding=[1, 2, 3, 4], padding_mode=symmetric)",
+		 "pad(padding=(1, 2, 3, 4), fill=0, padding_mode=symmetric)");
+	canon_is("random_perspective",
+		 "random_perspective(distortion_scale=0.5, p=0.5, interpolation=bilinear, fill=0)");
+	canon_is("gaussian_noise(sigma=0.2, clip=False)",
+		 "gaussian_noise(mean=0, sigma=0.2, clip=false)");
+	canon_is("random_apply([invert, rotate(10, fill=0)], p=0.3) | hflip",
+		 "random_apply(transforms=[invert, rotate(angle=10, interpolation=nearest, fill=0)], "
+		 "p=0.3) | hflip(p=0.5)");
+	canon_is("random_choice(transforms=[equalize, posterize(4)], p=(0.2, 0.8))",
+		 "random_choice(transforms=[equalize, posterize(bits=4)], p=(0.2, 0.8))");
+	canon_is("random_choice([equalize, invert])",
+		 "random_choice(transforms=[equalize, invert])");
+	canon_is("random_order([invert, vflip(1)])",
+		 "random_order(transforms=[invert, vflip(p=1)])");
+
+	struct pipe_spec spec;
+	ck_assert_int_eq(pipe_parse("random_apply([invert, equalize]) | vflip", &spec, NULL), 0);
+	ck_assert_uint_eq(spec.nops, 4); /* the container, its two transforms, vflip */
+	ck_assert_uint_eq(spec.ops[0].nsub, 2);
+	ck_assert(spec.ops[1].sub && spec.ops[2].sub && !spec.ops[3].sub);
+	ck_assert_int_eq(spec.ops[3].kind, PIPE_VFLIP);
+
+	refused("pad(padding=(1, 2, 3))", "op 1 'pad'", "key 'padding'", "1, 2 or 4");
+	refused("pad(2, padding_mode=wrap)", "key 'padding_mode'", "reflect", NULL);
+	refused("random_apply([hflip])", "op 2 'hflip'", "transforms", "cannot be one");
+	refused("random_apply([pad(2)])", "op 2 'pad'", "cannot be one", NULL);
+	refused("random_apply([random_order([invert])])", "containers do not nest", NULL, NULL);
+	refused("random_apply(p=0.5)", "op 1 'random_apply'", "missing key 'transforms'", NULL);
+	refused("random_choice([invert, equalize], p=(1,))", "key 'p'", "1 values for 2", NULL);
+	refused("random_choice([invert, equalize], p=(0, 0))", "key 'p'", "every weight is 0",
+		NULL);
+	refused("random_apply([invert(field=x)])", "field= goes on the container", NULL, NULL);
+	refused("random_apply([rand_augment(num_ops=16), invert])", "more than 16 basic ops", NULL,
+		NULL);
+	refused("gaussian_noise(mean=(0.1, 0.2))", "key 'mean'", "one value", NULL);
+	canon_is("random_erasing(value=(0.5, -1, 2.25))",
+		 "random_erasing(p=0.5, scale_min=0.02, scale_max=0.33, ratio_min=0.3, "
+		 "ratio_max=3.3, value=(0.5, -1, 2.25))");
+}
+END_TEST
+
+static struct pipe_plan *plan_for(const char *text, const struct fmt_schema *s)
+{
+	struct pipe_plan *p = plan_new();
+	struct feed_err err = {0};
+
+	ck_assert_msg(pipe_plan_text(text, s, p, &err) == 0, "'%s': %s", text, err.msg);
+	return p;
+}
+
+START_TEST(test_pipeline_tv_ops_plan)
+{
+	struct fmt_schema s;
+	schema_mixed(&s);
+	/* pad grows the image; the pixel stage's buffers hold the largest */
+	struct pipe_plan *p = plan_for("pad((1, 2, 3, 4), field=rgb) | invert(field=rgb)", &s);
+	const struct fmt_field *f = &p->out.fields[3];
+	ck_assert_uint_eq(f->shape[0], 8 + 2 + 4);
+	ck_assert_uint_eq(f->shape[1], 6 + 1 + 3);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_uint_eq(p->stages[0].px_img_bytes, 14 * 10 * 3);
+	free(p);
+	/* a container's transforms run inside it: one op with a field */
+	p = plan_for("random_apply([invert, equalize], field=image) | vflip(field=image)", &s);
+	ck_assert_int_eq(p->op_field[0], 1);
+	ck_assert_int_eq(p->op_field[1], -1);
+	ck_assert_int_eq(p->op_field[2], -1);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_uint_eq(p->stages[0].count, 2);
+	free(p);
+	plan_refused(&s, "pad(8, padding_mode=reflect, field=rgb)", "op 1 'pad'", "key 'padding'",
+		     "not below the side 6");
+	plan_refused(&s, "random_apply([gaussian_blur(kernel_size=13)], field=rgb)",
+		     "op 2 'gaussian_blur'", "kernel_size", "too large");
+	/* random_erasing follows normalize on its floats; values per channel */
+	p = plan_for("normalize(mean=0.5, std=0.25, field=rgb) | random_erasing(value=(0, -1, 1), "
+		     "field=rgb)", &s);
+	ck_assert_uint_eq(p->nstages, 1);
+	ck_assert_uint_eq(p->stages[0].kind, PIPE_STAGE_NORMALIZE);
+	ck_assert_uint_eq(p->stages[0].count, 2);
+	free(p);
+	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | random_erasing(value=(0, 1), "
+		     "field=rgb)", "op 2 'random_erasing'", "2 values for the 3 channels", NULL);
+	plan_refused(&s, "random_erasing(value=-1, field=rgb)", "op 1 'random_erasing'",
+		     "key 'value'", "not u8 levels");
+	/* before normalize: u8 levels, one per channel allowed */
+	p = plan_for("random_erasing(value=(1, 2, 3), field=rgb)", &s);
+	free(p);
+	plan_refused(&s, "random_erasing(value=(1, 2), field=rgb)", "op 1 'random_erasing'",
+		     "2 values for the 3 channels", NULL);
+	plan_refused(&s, "normalize(mean=0.5, std=0.25, field=rgb) | invert(field=rgb)",
+		     "op 2 'invert'", "only random_erasing may follow normalize", NULL);
+	plan_refused(&s, "resize(h=4, w=4, antialias=true, field=image)", "op 1 'resize'",
+		     "key 'antialias'", "antialias=False");
+	struct fmt_schema e;
+	schema_encoded(&e);
+	plan_refused(&e, "decode | random_resized_crop(8, antialias=false)",
+		     "op 2 'random_resized_crop'", "key 'antialias'", "with antialiasing");
+}
+END_TEST
+
 static Suite *pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -578,6 +755,10 @@ static Suite *pipeline_suite(void)
 	tcase_add_test(tc, test_pipeline_image_plan);
 	tcase_add_test(tc, test_pipeline_image_plan_errors);
 	tcase_add_test(tc, test_pipeline_packing_ops);
+	tcase_add_test(tc, test_pipeline_torchvision_forms);
+	tcase_add_test(tc, test_pipeline_torchvision_forms_refused);
+	tcase_add_test(tc, test_pipeline_tv_ops_parse);
+	tcase_add_test(tc, test_pipeline_tv_ops_plan);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -259,8 +259,12 @@ FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_strea
  * daemon went away; the daemon's code when it stopped the stream (e.g.
  * -EBADMSG for a corrupt shard, with shard and block in feed_errmsg()).
  * Does not block when a batch is ready. When the daemon goes away, it
- * blocks reconnecting for up to opts.reconnect_ms (whatever timeout_ms
- * says) and returns -ECONNRESET only if the daemon did not come back, or
+ * reconnects for up to opts.reconnect_ms, counted from the first attempt,
+ * within timeout_ms too: past timeout_ms it returns -ETIMEDOUT (feed_errmsg()
+ * says it is reconnecting and how long reconnect_ms has left) and the next
+ * call goes on reconnecting, so a caller that passes short waits stays
+ * responsive (Ctrl-C); it returns -ECONNRESET only if the daemon did not
+ * come back within reconnect_ms, or
  * -ENOMEM if memory ran out while reopening: then the stream and every
  * batch held stay as they were, and the next call tries again. With device
  * slots (feed/gpu.h), a released batch keeps its credit until feedd's
@@ -296,6 +300,12 @@ FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-
  * there. With ret_bits, *ret_bits is set to the bitmap (bit i % 64 of
  * word i / 64: position i), owned by the batch, or NULL when none. */
 FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t **ret_bits);
+/* The dataset index of the sample that failed at replaced position i
+ * into *ret (feed_batch_replaced() says which positions), to name its
+ * file. Returns 0; -ENOENT when position i holds no replacement, -ENOTSUP
+ * from a feedd that does not send it, -EINVAL for a bad argument. Any
+ * thread that holds b; does not block. */
+FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t *ret);
 /* The daemon's CLOCK_MONOTONIC (ns) when it published the batch. */
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 
@@ -317,6 +327,35 @@ FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name
  * have (feed/gpu.h). Any thread. Returns 0, or -EINVAL for a batch
  * already released. */
 FEED_API int feed_release(struct feed_batch *b);
+
+/* A batch detached from its slot (feed_batch_detach); opaque. */
+struct feed_detached;
+
+/*
+ * Detaches held batch b from its slot: the pages under b's views are
+ * replaced, at the same addresses, by a private copy of their bytes (so
+ * every pointer into b stays valid and reads what it read), and the slot
+ * goes back to feedd as by feed_release(b), which b then is. For a trainer
+ * that keeps small views of many batches (a row for logging) without
+ * running out of credits. Costs one copy of the slot.
+ * On success *ret owns the copy until feed_detached_free(*ret), which must
+ * come before feed_stream_close() of b's stream (the copy lies in the
+ * stream's mapping). Call it on the thread that calls feed_next(), not
+ * concurrently with feed_release(b). Returns 0; -EINVAL (b not held or
+ * NULL), -ENOTSUP (a group member's batch, one from before a daemon
+ * restart, feedd's device slots, or slots that share pages: an older
+ * feedd), -EBUSY (the stream's memory is pinned or has device copies
+ * registered: feed/gpu.h), or mmap's error; on failure b is still held.
+ */
+FEED_API int feed_batch_detach(struct feed_batch *b, struct feed_detached **ret);
+
+/* Frees the copy feed_batch_detach() made: every view of that batch is
+ * invalid afterwards. Any thread; NULL is a no-op. */
+FEED_API void feed_detached_free(struct feed_detached *d);
+
+/* How many batches of st feed_batch_detach() has detached so far (for
+ * status lines and metrics). Any thread. */
+FEED_API uint64_t feed_stream_detached(const struct feed_stream *st);
 
 /* The stream's position as an opaque token (at most FEED_RESUME_MAX
  * bytes): the next batch not yet returned by feed_next(). Does not block

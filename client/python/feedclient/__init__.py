@@ -21,10 +21,12 @@ from ._lib import path as library_path
 from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
                      DaemonNotRunning, Detached, FeedError, GpuUnavailable, InvalidArgument,
-                     LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
-                     Timeout, TransformError, UnknownDataset)
+                     LibraryNotFound, LimitReached, LoaderClosed, ResumeRefused,
+                     SkippedSamplesWarning, StreamStopped, Timeout, TransformError,
+                     UnknownDataset)
 from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
+from .torchvision import from_torchvision
 
 __version__ = "0.1.0"
 library_version: str = _lib_handle.feed_version().decode()
@@ -37,4 +39,5 @@ __all__ = [
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
     "GpuUnavailable", "gpu_info", "status", "DeviceArray", "Timeout", "TransformError",
+    "from_torchvision", "SkippedSamplesWarning",
 ]

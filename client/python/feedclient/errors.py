@@ -54,6 +54,11 @@ class DaemonNotRunning(FeedError):
         return (type(self), (self.detail, self.code, self.reason, self.socket))
 
 
+class SkippedSamplesWarning(UserWarning):
+    """Loader(on_error="skip"): once per epoch, how many samples failed and
+    were replaced, naming their files (dataset paths, or sample indices)."""
+
+
 class UnknownDataset(FeedError):
     """The daemon serves no dataset of that name (or it failed to open there)."""
 

@@ -40,8 +40,9 @@ import numpy as np
 from . import _lib
 from ._lib import lib
 from .errors import (ConcurrentUse, CreditsExhausted, DaemonNotRunning, FeedError,
-                     InvalidArgument, LimitReached, LoaderClosed, ResumeRefused, StreamStopped,
-                     Timeout, TransformError, UnknownDataset, class_for)
+                     InvalidArgument, LimitReached, LoaderClosed, ResumeRefused,
+                     SkippedSamplesWarning, StreamStopped, Timeout, TransformError,
+                     UnknownDataset, class_for)
 
 _NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
 
@@ -368,12 +369,15 @@ class _Slot:
     """Owner of one delivered batch: numpy arrays of the batch have it as
     their base (through __array_interface__), and the Batch holds it. Its
     __del__ runs when the last of them goes, on whatever thread drops it,
-    and releases the slot."""
+    and releases the slot, or, once the batch was detached from its slot
+    (_Stream.detach_oldest: its bytes moved to private memory at the same
+    addresses), frees that copy."""
 
-    __slots__ = ("__array_interface__", "stream", "b")
+    __slots__ = ("__array_interface__", "stream", "b", "d", "__weakref__")
 
     def __init__(self, stream, b):
-        stream.delivered()
+        self.d = None
+        stream.delivered(self)
         self.stream = stream
         self.b = b
 
@@ -381,7 +385,10 @@ class _Slot:
         stream = self.stream
         if stream is not None:
             self.stream = None
-            stream.release(self.b)
+            if self.d is not None:
+                stream.free_detached(self.d)
+            else:
+                stream.release(self.b)
 
 
 class _FieldPlan:
@@ -442,6 +449,8 @@ class _Stream:
         self.lock = threading.Lock()   # refs and held; nothing else is taken under it
         self.refs = 1                  # the Loader's
         self.held = 0                  # batches delivered, not released
+        self.slots = collections.deque()  # weakrefs to the _Slots delivered, oldest first
+        self.detached = 0              # batches detach_oldest() moved off their slots
         info = lib.feed_stream_info(st).contents
         self.batches_per_epoch = info.batches_per_epoch
         self.start_epoch = info.start_epoch
@@ -482,10 +491,50 @@ class _Stream:
                       r, _lib.strerror(r))
         self.pinned = True
 
-    def delivered(self):
+    def delivered(self, slot=None):
         with self.lock:
             self.refs += 1
             self.held += 1
+        if slot is not None:
+            q = self.slots
+            q.append(weakref.ref(slot))
+            while q and q[0]() is None:
+                q.popleft()
+            if len(q) > 4 * (self.credits + self.spare) + 16:  # a batch kept at the front
+                alive = [r for r in q if r() is not None]
+                q.clear()
+                q.extend(alive)
+
+    def detach_oldest(self):
+        """Detaches the oldest batch still held (feed_batch_detach): its
+        views stay valid in private memory, its slot goes back to feedd.
+        True when one was. The loop's thread, lock held."""
+        q = self.slots
+        while q:
+            slot = q.popleft()()
+            if slot is None or slot.d is not None or slot.stream is None:
+                continue
+            d = ctypes.c_void_p()
+            if lib.feed_batch_detach(slot.b, ctypes.byref(d)) < 0:
+                q.appendleft(weakref.ref(slot))
+                return False
+            slot.d = d.value
+            with self.lock:
+                self.held -= 1   # the stream's ref stays until the copy is freed
+            self.detached += 1
+            return True
+        return False
+
+    def free_detached(self, d):
+        """feed_detached_free(d); closes the stream if that was the last reference."""
+        if self.fork_gen != _fork_gen:
+            return
+        lib.feed_detached_free(d)
+        with self.lock:
+            self.refs -= 1
+            last = self.refs == 0
+        if last:
+            self._close()
 
     def release(self, b):
         """feed_release(b); closes the stream if that was the last reference."""
@@ -608,7 +657,8 @@ class Loader:
            mixup_alpha=None, cutmix_alpha=None, mix_switch_prob=0.5,
            num_classes=None, label_smoothing=None, order=None, nodes=None,
            node=None, node_deal="rotate", timeout=None, label_dtype="int64",
-           pin_memory=False, transform=None, transform_threads=1)
+           pin_memory=False, transform=None, transform_threads=1,
+           wait_for_daemon=0)
 
     dataset: a name feedd serves (see datasets()). batch_size: samples per
     batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
@@ -632,8 +682,14 @@ class Loader:
     fetched); a loop that keeps k batches (a look-ahead prefetcher, a list)
     needs credits >= k. A batch is held while it, or any array or tensor
     viewing it, is alive: an autograd graph over its tensors (an evaluation
-    loop without torch.no_grad() that keeps its outputs) holds it too. More
-    raises CreditsExhausted, with the count held. socket: the daemon's
+    loop without torch.no_grad() that keeps its outputs) holds it too. When
+    the next batch needs a slot that held batches keep, the oldest of them
+    is detached: its bytes move to private memory at the same addresses
+    (every view stays valid: a row kept for logging costs one copy of its
+    batch, no credit) and the slot goes back to feedd (loader.detached
+    counts them). Only where that cannot be done (a group member, pinned
+    memory, device slots) does the loop raise CreditsExhausted, with the
+    count held. socket: the daemon's
     socket (None: $FEEDD_SOCKET, else /run/feedd/feedd.sock). as_torch:
     batches hold torch tensors over the same memory (torch.from_numpy)
     instead of numpy arrays; integer labels (one integer per sample) become
@@ -641,10 +697,14 @@ class Loader:
     Batch.indices a tensor. reconnect_s (seconds, default 30, 0 to 2147):
     when feedd goes away (a restart), how long to keep reconnecting before
     DaemonGone, to the millisecond; 0: fail at once (the message says
-    reconnecting is off). timeout (seconds, None: no limit): the longest
-    one next() waits for a batch while feedd is there; past it, Timeout
-    names the dataset, the wait and what `feedctl status` shows about the
-    stream (or that feedd does not answer); the Loader stays usable.
+    reconnecting is off); while reconnecting, next() still returns to
+    Python every 0.25 s, so Ctrl-C interrupts it. timeout (seconds, None:
+    no limit): the longest one next() waits for a batch, also while feedd
+    is away and the Loader reconnects; past it, Timeout names the dataset,
+    the wait and what `feedctl status` shows about the stream (or that
+    feedd does not answer); the Loader stays usable. wait_for_daemon
+    (seconds, default 0): how long construction waits for feedd's socket
+    to answer (a job started with its daemon) before DaemonNotRunning.
     label_dtype (default "int64"): the type integer labels take under
     as_torch or device= (a torch or numpy dtype); None keeps the stored
     one (e.g. uint8 of IDX files). pin_memory (default False): the
@@ -720,7 +780,9 @@ class Loader:
     replaces it by the sample at the next position of the epoch's global
     order that builds (the same on every run, for any worker count and
     after load_state_dict()), the batch keeps its size and lists the
-    positions in batch.replaced, and status() counts them ("replaced").
+    positions in batch.replaced, and status() counts them ("replaced");
+    at the epoch's end the Loader warns once (SkippedSamplesWarning) with
+    the count and the files that failed (their recorded paths).
     max_bad (with "skip"): past this many replaced samples in one epoch
     the stream stops (StreamStopped naming them); None: 0.1% of the
     epoch, at least 1.
@@ -819,7 +881,7 @@ class Loader:
                  timeout: Optional[float] = None, label_dtype: Any = "int64",
                  pin_memory: bool = False,
                  transform: Optional[Callable[[Batch], Any]] = None,
-                 transform_threads: int = 1) -> None:
+                 transform_threads: int = 1, wait_for_daemon: float = 0) -> None:
         self._closed = True  # until the first stream is open
         self._dataset = dataset
         self._pool = None    # transform='s threads, made at the first iteration
@@ -869,6 +931,10 @@ class Loader:
                                   f"as long as it takes")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InvalidArgument("pipeline: a str or None is required")
+        if isinstance(wait_for_daemon, bool) or not isinstance(wait_for_daemon, (int, float)) \
+                or not 0 <= wait_for_daemon <= 86400:
+            raise InvalidArgument(f"wait_for_daemon={wait_for_daemon!r}: seconds (0 to 86400) "
+                                  f"to wait for feedd's socket at construction")
         if window is not None:
             _check_int("window", window, 1, 2**32 - 1)
             if not shuffle or eval:
@@ -931,6 +997,7 @@ class Loader:
         self._transform_threads = transform_threads
         self._pending = None       # the iteration's transform= queue (_EpochIter)
         self._credits = credits
+        self._detached = 0
         self._pin = bool(pin_memory)
         self._dataset = dataset
         self._socket = socket
@@ -990,7 +1057,7 @@ class Loader:
         self._iter_epoch = None    # epoch of the iteration in progress
         self._cur_start = None     # the stream's next batch is this epoch's first
         self._resume = None        # (epoch, token) loaded and not yet iterated
-        stream = self._open(0, None)
+        stream = self._open_waiting(wait_for_daemon)
         try:
             if self._conv is not None:
                 self._conv.check_channels(stream.plan)
@@ -1009,6 +1076,23 @@ class Loader:
         self._closed = False
 
     # ---- the stream ------------------------------------------------------
+
+    def _open_waiting(self, wait_s):
+        """_open(0, None), retrying for up to wait_s seconds while feedd is
+        not running (DaemonNotRunning), in steps of at most 0.1 s so Ctrl-C
+        gets through; the last refusal is raised past wait_s."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                return self._open(0, None)
+            except DaemonNotRunning as e:
+                left = end - time.monotonic()
+                if left <= 0:
+                    if wait_s:
+                        raise DaemonNotRunning(f"{e.detail} (waited wait_for_daemon={wait_s} s)",
+                                               e.code, e.reason, e.socket) from None
+                    raise
+                time.sleep(min(0.1, left))
 
     def _open(self, start_epoch, token):
         """Opens a stream at start_epoch's first batch, or at token's position,
@@ -1328,6 +1412,13 @@ class Loader:
         return self._credits
 
     @property
+    def detached(self) -> int:
+        """Batches moved off their slots so far: held (a view of one kept)
+        when the loop needed their slot, their bytes now private memory at
+        the same addresses (feed_batch_detach)."""
+        return self._detached
+
+    @property
     def pinned(self) -> bool:
         """pin_memory=True: the data region is registered with the CUDA driver."""
         return self._current().pinned
@@ -1377,9 +1468,10 @@ def _in_worker_check():
 class _EpochIter:
     """The batches of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending")
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed")
 
     def __init__(self, loader, gen, epoch, stream, done=False):
+        self._failed = []   # on_error="skip": dataset indices of the samples that failed
         self._loader = loader
         self._gen = gen
         self._epoch = epoch
@@ -1422,6 +1514,9 @@ class _EpochIter:
         """The epoch's end reached the loop: the Loader's position moves on."""
         loader = self._loader
         self._done = True
+        if self._failed:
+            _warn_skipped(loader, self._epoch, self._failed)
+            self._failed = []
         loader._iter_epoch = None
         loader._cur_start = self._epoch + 1
         if loader._group is not None:
@@ -1453,12 +1548,17 @@ class _EpochIter:
                 return None
             if r == -errno.ENOBUFS and not block:
                 return _NOTHING
+            if r == -errno.ENOBUFS and s.detach_oldest():
+                loader._detached += 1
+                continue  # a held batch moved off its slot: the slot is feedd's again
             if r == -errno.ENOBUFS and not retried:
                 retried = True
                 gc.collect()  # dead batches in reference cycles hold credits too
                 continue
             raise self._error(r)
         batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+        if batch.replaced:
+            self._failed += _failed(slot.b, batch.replaced)
         if s.device_slots:
             _device_fields(s, slot, batch, loader._slots_req.device)
         if loader._conv is not None:  # tensors of their own: the slot goes now
@@ -1574,6 +1674,39 @@ def _replaced(lib_, b, n):
         return ()
     words = [bits[k] for k in range((n + 63) // 64)]
     return tuple(i for i in range(n) if words[i // 64] >> (i % 64) & 1)
+
+
+def _failed(b, positions):
+    """The dataset indices of the samples that failed at these replaced
+    positions of batch b (feed_batch_failed); None for one feedd did not name."""
+    out = []
+    idx = ctypes.c_uint64()
+    for p in positions:
+        out.append(idx.value if lib.feed_batch_failed(b, p, ctypes.byref(idx)) == 0 else None)
+    return out
+
+
+_SKIP_NAMED = 10  # files a skip warning names; the count covers the rest
+
+
+def _warn_skipped(loader, epoch, failed):
+    """on_error="skip": one warning per epoch, with the count and the files."""
+    import warnings
+    names = []
+    for i in failed[:_SKIP_NAMED]:
+        if i is None:
+            names.append("a sample feedd did not name")
+            continue
+        try:
+            names.append(f"{loader.dataset.path(i)} (sample {i})")
+        except (FeedError, IndexError):
+            names.append(f"sample {i}")
+    more = f" and {len(failed) - _SKIP_NAMED} more" if len(failed) > _SKIP_NAMED else ""
+    warnings.warn(f"feedclient: on_error='skip': {len(failed)} sample"
+                  f"{'s' if len(failed) != 1 else ''} of epoch {epoch} of dataset "
+                  f"'{loader.dataset}' failed and were replaced by the next good ones: "
+                  f"{', '.join(names)}{more} (feedd's log has the decoder's words)",
+                  SkippedSamplesWarning, stacklevel=4)
 
 
 _NOTHING = object()   # _take: no batch ready without waiting
