@@ -40,6 +40,8 @@
 #define CFG_FILE_MAX (1u << 20)  /* a config file larger than this is refused */
 #define CFG_MAX_DATASETS 256
 #define CFG_MAX_PIPELINES 256
+#define CFG_MAX_MIXTURES 256
+#define CFG_MAX_MIXTURE_SOURCES 8  /* delivery/mixture.h MIXT_MAX_SOURCES */
 #define CFG_MAX_FLAG_DATASETS 64 /* --dataset flags per command line */
 
 /* Per-user limits; each user gets these. */
@@ -80,7 +82,7 @@ struct cfg_mixture_source {
 struct cfg_mixture {
 	char name[CFG_NAME_MAX];   /* unique among datasets and mixtures */
 	uint64_t samples_per_epoch; /* 0: the sum of its sources' epochs */
-	size_t nsources;           /* 1 .. 8 */
+	size_t nsources;           /* 1 .. CFG_MAX_MIXTURE_SOURCES */
 	struct cfg_mixture_source *sources;
 };
 

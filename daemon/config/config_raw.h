@@ -39,6 +39,20 @@ struct cfg_raw_pipeline {
 	char *ops;
 };
 
+struct cfg_raw_mixture_source {
+	char *dataset;
+	char *weight;
+	char *repeat;
+	char *choose;
+};
+
+struct cfg_raw_mixture {
+	char *name;
+	char *samples_per_epoch;
+	struct cfg_raw_mixture_source *sources;
+	unsigned sources_count;
+};
+
 struct cfg_raw {
 	char *socket;
 	char *socket_group;
@@ -58,6 +72,8 @@ struct cfg_raw {
 	unsigned datasets_count;
 	struct cfg_raw_pipeline *pipelines;
 	unsigned pipelines_count;
+	struct cfg_raw_mixture *mixtures;
+	unsigned mixtures_count;
 };
 
 /* Where values come from, for messages. */
@@ -96,5 +112,10 @@ int cfg_datasets(struct cfg *c, const struct cfg_raw *raw, const char *file,
 int cfg_flag_datasets(struct cfg *c, const struct cfg_overrides *ov, struct feed_err *err);
 int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
 		  struct feed_err *err);
+
+/* config_mixtures.c: the mixtures section (after the datasets: each
+ * source must name one). */
+int cfg_mixtures(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
+		 struct feed_err *err);
 
 #endif

@@ -261,18 +261,35 @@ static bool mix_same(const struct ses_mix *m, const Feed__MixtureState *st, cons
 	return true;
 }
 
+/* The token's source that source s continues: the one at its index when
+ * of the same dataset version, else the first unused one of that version;
+ * -1 for none (a new source). */
+static int mix_match(const struct ses_mix *m, const Feed__MixtureState *st, uint32_t s,
+		     const bool *used)
+{
+	uint64_t v = mix_version_num(m->spec.src[s].version);
+
+	if (s < st->n_versions && st->versions[s] == v && !used[s])
+		return (int)s;
+	for (size_t i = 0; i < st->n_versions; i++)
+		if (st->versions[i] == v && !used[i])
+			return (int)i;
+	return -1;
+}
+
 /* Each source's rows before the token's row g, under the token's blend,
  * taken over by the source of the same dataset version (0 for a new one). */
 static void mix_carry(struct ses_mix *m, const Feed__MixtureState *st, uint64_t g)
 {
 	uint64_t c[MIXT_MAX_SOURCES];
+	bool used[MIXT_MAX_SOURCES] = {false};
 
 	mixt_blend_counts(st->units, (uint32_t)st->n_units, g - st->base_row, c);
 	for (uint32_t s = 0; s < m->n; s++) {
-		m->spec.src[s].base = 0;
-		for (size_t i = 0; i < st->n_versions; i++)
-			if (st->versions[i] == mix_version_num(m->spec.src[s].version))
-				m->spec.src[s].base = st->given[i] + c[i];
+		int i = mix_match(m, st, s, used);
+		m->spec.src[s].base = i < 0 ? 0 : st->given[i] + c[i];
+		if (i >= 0)
+			used[i] = true;
 	}
 }
 
