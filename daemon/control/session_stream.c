@@ -623,6 +623,9 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	const struct fmt_schema *schema = ss->e->info->schema;
 
 	ses_spec(se, o, ss->e, sp);
+	if (!ss->mix && o->samples_per_epoch)
+		return feed_err_set(err, -EINVAL, "samples_per_epoch: only a mixture's epoch is "
+				    "set so");
 	if (ss->mix && (rc = ses_mix_spec(ss->mix, o, sp, &mixed, err)) < 0)
 		return rc;
 	if (ss->mix)

@@ -19,7 +19,7 @@ static bool units_exact(const double *w, uint32_t n, double sum, uint32_t p, uin
 
 	for (uint32_t s = 0; s < n; s++) {
 		double x = w[s] / sum * p, r = nearbyint(x);
-		if (fabs(x - r) > 1e-9 * p)
+		if (fabs(x - r) > 1e-9 * p || (w[s] > 0.0 && r < 1.0))
 			return false;
 		u[s] = (uint32_t)r;
 		tot += u[s];
@@ -48,6 +48,16 @@ static void units_round(const double *w, uint32_t n, double sum, uint32_t *u)
 		u[best]++;
 		rem[best] = -1.0;
 	}
+	/* a weight above 0 is never rounded away: its unit comes from the largest */
+	for (uint32_t s = 0; s < n; s++)
+		if (w[s] > 0.0 && u[s] == 0) {
+			uint32_t big = 0;
+			for (uint32_t k = 1; k < n; k++)
+				if (u[k] > u[big])
+					big = k;
+			u[big]--;
+			u[s] = 1;
+		}
 }
 
 int mixt_units(const double *w, uint32_t n, uint32_t *ret_units, uint32_t *ret_period,

@@ -68,7 +68,8 @@ struct mixture {
 
 /* Weights into integer units summing to *ret_period <= MIXT_PERIOD_MAX: the
  * smallest period that holds every share within 1e-9, else
- * MIXT_PERIOD_MAX with the largest remainders rounded up. -EINVAL naming
+ * MIXT_PERIOD_MAX with the largest remainders rounded up (a weight above 0
+ * keeps at least one unit, taken from the largest). -EINVAL naming
  * the source for a weight that is negative or not finite, or when none is
  * above 0. */
 int mixt_units(const double *w, uint32_t n, uint32_t *ret_units, uint32_t *ret_period,

@@ -53,6 +53,13 @@ START_TEST(test_mixture_units_exact_for_simple_weights)
 	ck_assert_uint_eq(p, MIXT_PERIOD_MAX);
 	ck_assert_uint_eq(u[0] + u[1] + u[2], MIXT_PERIOD_MAX);
 	ck_assert(fabs(u[0] / 65536.0 - M_PI / (M_PI + M_E + 1.0)) < 1.0 / 65536);
+	/* a tiny weight keeps one unit: a source asked for is never left out */
+	ck_assert_int_eq(mixt_units((double[]){1.0, 1e-9 * M_PI}, 2, u, &p, NULL), 0);
+	ck_assert_uint_eq(p, MIXT_PERIOD_MAX);
+	ck_assert_uint_eq(u[1], 1);
+	ck_assert_uint_eq(u[0], MIXT_PERIOD_MAX - 1);
+	ck_assert_int_eq(mixt_units((double[]){1.0, 1e-12}, 2, u, &p, NULL), 0);
+	ck_assert_uint_eq(u[1], 1);
 }
 END_TEST
 
