@@ -6,14 +6,18 @@
  * within a row at every prefix, and each source's rows are its own
  * sequence (the same as that source read alone). A resume token carries
  * every source's position: reopened with other weights each source goes on
- * from there. Refused, naming what: a source whose schema differs, a
+ * from there, and a feedd killed and restarted under a reading client
+ * costs no row and repeats none (the client reopens with its sources and
+ * the token). Refused, naming what: a source whose schema differs, a
  * group, a dataset's token given to a mixture.
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "feed/client.h"
 #include "feed/stream.h"
@@ -23,6 +27,8 @@
 #define M_BATCH 8
 
 static const uint64_t m_size[3] = {40, 24, 16};
+
+static const char *m_cfg;  /* the config file, for a restart */
 
 static void m_setup(void)
 {
@@ -36,7 +42,7 @@ static void m_setup(void)
 	}
 	snprintf(path, sizeof(path), "%s/kinds", h.dir);
 	h_make_kinds_dataset(path);
-	const char *cfg = h_write_file("feedd.yaml",
+	m_cfg = h_write_file("feedd.yaml",
 		"datasets:\n"
 		"  - {name: web, path: web}\n  - {name: code, path: code}\n"
 		"  - {name: books, path: books}\n  - {name: kinds, path: kinds}\n"
@@ -46,7 +52,7 @@ static void m_setup(void)
 		"      - {dataset: web, weight: 0.5}\n"
 		"      - {dataset: code, weight: 0.25}\n"
 		"      - {dataset: books, weight: 0.25}\n");
-	h_start((const char *[]){"--config", cfg, "--workers", "2", NULL});
+	h_start((const char *[]){"--config", m_cfg, "--workers", "2", NULL});
 }
 
 /* Rows read: each one's source and sample. */
@@ -182,6 +188,35 @@ START_TEST(test_mixture_resume_with_other_weights)
 }
 END_TEST
 
+/* feedd is killed and started again after 2 batches: the client reopens
+ * the mixture (its sources kept, the blend's token) and the epoch goes
+ * on exactly as an uninterrupted one. */
+START_TEST(test_mixture_survives_a_restart)
+{
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream_opts o = m_opts(m_w1, 3);
+	static struct m_rows want, got;
+
+	struct feed_stream *st = h_stream_open(c, &o);
+	m_read(st, &want, 0);
+	feed_stream_close(st);
+	o.reconnect_ms = H_DEADLINE_MS;
+	st = h_stream_open(c, &o);
+	m_read(st, &got, 2);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+	h.pid = 0;
+	snprintf(h.log, sizeof(h.log), "%s/feedd.2.log", h.dir);
+	h_start((const char *[]){"--config", m_cfg, "--workers", "2", NULL});
+	m_read(st, &got, 0);
+	feed_stream_close(st);
+	ck_assert_uint_eq(got.n, want.n);
+	ck_assert(!memcmp(got.source, want.source, want.n * sizeof(want.source[0])));
+	ck_assert(!memcmp(got.sample, want.sample, want.n * sizeof(want.sample[0])));
+	feed_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_mixture_refusals)
 {
 	struct feed_conn *c = h_conn_new();
@@ -222,6 +257,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_mixture_configured_by_name);
 	tcase_add_test(tc, test_mixture_resume_with_other_weights);
+	tcase_add_test(tc, test_mixture_survives_a_restart);
 	tcase_add_test(tc, test_mixture_refusals);
 	suite_add_tcase(s, tc);
 	return h_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
