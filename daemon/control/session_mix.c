@@ -70,6 +70,25 @@ static int mix_source_rows(const struct mix_ask *a, uint64_t n, uint64_t *ret, s
 	return 0;
 }
 
+/* What messages call the mixture: its configured name, else its sources. */
+static void mix_name(struct ses_mix *m, const Feed__OpenStream *o)
+{
+	char buf[sizeof(m->name)];
+	size_t k;
+
+	if (!o->n_mixture) {
+		snprintf(m->name, sizeof(m->name), "mixture '%s'", o->dataset);
+		return;
+	}
+	k = (size_t)snprintf(buf, sizeof(buf), "mixture (");
+	for (uint32_t s = 0; s < m->n && k < sizeof(buf); s++)
+		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s", s ? ", " : "",
+				      m->spec.src[s].name);
+	if (k < sizeof(buf))
+		snprintf(buf + k, sizeof(buf) - k, ")");
+	memcpy(m->name, buf, sizeof(buf));
+}
+
 int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct ses_mix **ret)
 {
 	struct mix_ask ask[MIXT_MAX_SOURCES + 1];
@@ -114,6 +133,7 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 	m->spec.nsrc = m->n;
 	if (rows)
 		m->epoch_rows = rows;  /* samples_per_epoch */
+	mix_name(m, o);
 	*ret = m;
 	return 0;
 }

@@ -24,6 +24,7 @@ struct ses;
 #define SES_MIX_STATE_MAX 192   /* a packed MixtureState of MIXT_MAX_SOURCES */
 
 struct ses_mix {
+	char name[96];              /* for messages: "mixture 'lm'", "mixture (web, code)" */
 	uint32_t n;
 	const struct cat_entry *e[MIXT_MAX_SOURCES]; /* a reference each */
 	struct mixt_spec spec;      /* sources' ds borrowed from e[] */

@@ -515,7 +515,10 @@ static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const
 {
 	char text[FEED_ERR_MSG_MAX + 80];
 
-	snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
+	if (ss->mix)
+		snprintf(text, sizeof(text), "%s: %s", ss->mix->name, msg);
+	else
+		snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
 	ses_log_refusal(se, text);
 	ses_error(se, ss->req_id, rc, text, SES_REFUSAL);
 	ses_stream_drop(ss);
@@ -818,7 +821,10 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	if (rc < 0) {
 		ses_group_unref(ss->grp);
 		ss->shm_bytes = 0;
-		feed_err_prefix(&err, "dataset '%s'", ss->e->name);
+		if (ss->mix)
+			feed_err_prefix(&err, "%s", ss->mix->name);
+		else
+			feed_err_prefix(&err, "dataset '%s'", ss->e->name);
 		ses_log_refusal(se, err.msg);
 		ses_error(se, id, rc, err.msg, SES_REFUSAL);
 		free(ss->plan);

@@ -225,7 +225,8 @@ START_TEST(test_mixture_refusals)
 	struct feed_stream *st = NULL;
 
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EINVAL);
-	ck_assert_msg(strstr(feed_errmsg(c), "source 'kinds'") && strstr(feed_errmsg(c), "field"),
+	ck_assert_msg(strstr(feed_errmsg(c), "mixture (web, kinds)") &&
+		      strstr(feed_errmsg(c), "source 'kinds'") && strstr(feed_errmsg(c), "field"),
 		      "%s", feed_errmsg(c));
 	o = m_opts(m_w1, 3);
 	o.group = "g";

@@ -190,7 +190,9 @@ def test_resume_with_another_batch_size(mx):
 def test_mixture_schema_mismatch_refused(mx):
     with pytest.raises(feedclient.InvalidArgument) as e:
         feedclient.Loader({"web": 1, "odd": 1}, 4, socket=mx.sock)
-    assert "'odd'" in str(e.value) and "'x'" in str(e.value) and "dtype" in str(e.value)
+    msg = str(e.value)
+    assert "mixture (web, odd)" in msg and "source 'odd'" in msg, msg
+    assert "'x'" in msg and "dtype" in msg, msg
 
 
 def test_mixture_bad_arguments_refused(mx):
