@@ -204,3 +204,19 @@ def test_mixture_bad_arguments_refused(mx):
         feedclient.Loader({"web": 1, "nope": 1}, 4, socket=mx.sock)
     with pytest.raises(feedclient.InvalidArgument, match="samples_per_epoch"):
         feedclient.Loader("web", 4, socket=mx.sock, samples_per_epoch=10)
+
+
+def test_mixture_resume_on_another_world_size(mx):
+    """A mixture's state taken by one rank after 3 batches of 10 (row 30)
+    is continued by 2 ranks with batches of 5: together they read the
+    rest of the epoch's rows, as the world size changes for any dataset."""
+    with feedclient.Loader(W3, 10, socket=mx.sock, seed=5) as ld:
+        want = rows(ld)
+    head, state = state_after(mx, W3, 10, 3)
+    assert head == want[:30]
+    got = []
+    for r in range(2):
+        with feedclient.Loader(W3, 5, socket=mx.sock, seed=5, rank=r, world_size=2) as ld:
+            ld.load_state_dict(state)
+            got += rows(ld)
+    assert sorted(got) == sorted(want[30:])
