@@ -41,6 +41,8 @@ int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_le
 	t.drop_last = st->opts.drop_last;
 	t.pad_last = st->opts.pad_last;
 	t.eval = st->opts.eval;
+	t.mixture.data = (uint8_t *)st->mix_state;  /* the daemon's, carried back */
+	t.mixture.len = st->mix_len;
 	if (st->opts.order == FEED_ORDER_NODE) {
 		t.nodes = st->opts.nodes ? st->opts.nodes : 1;
 		t.node_deal = st->opts.node_deal == FEED_NODE_DEAL_FIXED ?
@@ -70,7 +72,8 @@ FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, s
 /* Keeps opts (and its strings) for reopening. */
 int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
 {
-	size_t nd = strlen(o->dataset) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
+	const char *ds = o->dataset ? o->dataset : "";  /* NULL: a mixture's sources */
+	size_t nd = strlen(ds) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
 	size_t ng = o->group ? strlen(o->group) + 1 : 0;
 
 	st->opts_mem = malloc(nd + np + ng);
@@ -79,9 +82,14 @@ int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
 	st->opts = *o;
 	st->opts.resume = NULL;
 	st->opts.resume_len = 0;
-	st->opts.dataset = memcpy(st->opts_mem, o->dataset, nd);
+	st->opts.dataset = memcpy(st->opts_mem, ds, nd);
+	st->opts.mixture = NULL;
+	st->opts.nmixture = 0;
 	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
 	st->opts.group = ng ? memcpy(st->opts_mem + nd + np, o->group, ng) : NULL;
+	if (st_mixture_keep(st, o) < 0)
+		return -ENOMEM;
+	st->opts.nmixture = o->nmixture;
 	return 0;
 }
 
@@ -191,6 +199,8 @@ static void st_take_regions(struct feed_stream *st, struct feed_stream *n)
 	st->take_max = n->take_max;
 	memcpy(st->dev_reason, n->dev_reason, sizeof(st->dev_reason));
 	st->conn_opens = n->conn_opens;
+	memcpy(st->mix_state, n->mix_state, n->mix_len);  /* the blend reopened */
+	st->mix_len = n->mix_len;
 	for (uint32_t i = 0; i < st->nslots; i++)
 		st->batches[i].st = st;
 }

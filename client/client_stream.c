@@ -34,8 +34,13 @@ static int st_check_opts(struct feed_conn *conn, const struct feed_stream_opts *
 {
 	uint32_t world = o->world ? o->world : 1;
 
-	if (!o->dataset || !*o->dataset || strlen(o->dataset) > 63)
+	/* a mixture's sources name the datasets: dataset may be NULL or "" */
+	bool named = o->dataset && *o->dataset;
+	if ((named || !o->nmixture) && (!named || strlen(o->dataset) > 63))
 		return cl_fail(conn, -EINVAL, "option dataset: a name of 1 to 63 bytes is required");
+	int r = st_mixture_check(conn, o);
+	if (r < 0)
+		return r;
 	if (o->batch == 0)
 		return cl_fail(conn, -EINVAL, "option batch: must be at least 1");
 	if (o->credits > ST_MAX_CREDITS)
@@ -101,7 +106,7 @@ int st_order(int order)
 
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 {
-	os->dataset = (char *)o->dataset;
+	os->dataset = (char *)(o->dataset ? o->dataset : "");
 	os->batch = o->batch;
 	os->credits = o->credits ? o->credits : ST_DEFAULT_CREDITS;
 	os->epochs = o->epochs;
@@ -231,6 +236,7 @@ void st_free(struct feed_stream *st)
 	pthread_mutex_destroy(&st->rel_lock);
 	free(st->info_mem);
 	free(st->opts_mem);
+	free(st->mix_mem);
 	free(st);
 }
 
@@ -291,7 +297,8 @@ static int st_from_reply(struct feed_conn *conn, const struct feed_stream_opts *
 
 	if (!st)
 		return cl_fail(conn, -ENOMEM, "out of memory for a stream");
-	if ((r = st_info(st, so)) < 0 || (r = st_map(st, os->batch, os->credits)) < 0 ||
+	if ((r = st_info(st, so)) < 0 || (r = st_mixture_state(st, so)) < 0 ||
+	    (r = st_map(st, os->batch, os->credits)) < 0 ||
 	    (r = st_batches_new(st)) < 0)
 		goto fail;
 	st->conn_opens = conn->opens;
@@ -314,6 +321,7 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct 
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
 	Feed__DeviceRequest dr = FEED__DEVICE_REQUEST__INIT;
+	Feed__MixtureSource ms[FEED_MIXTURE_MAX], *mp[FEED_MIXTURE_MAX];
 	Feed__Reply *rep = NULL;
 	struct feed_stream *st = NULL;
 	uint8_t uuid[16];
@@ -325,6 +333,7 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct 
 	if ((r = st_check_opts(conn, opts)) < 0)
 		return r;
 	st_request(opts, &os);
+	st_mixture_request(opts, &os, ms, mp);
 	st_job_id(job);
 	os.job = job;
 	if (opts->device.enable &&

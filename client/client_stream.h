@@ -30,6 +30,7 @@
 
 #define ST_NFDS 5                /* control, data, release, ready, release doorbell */
 #define ST_MAX_LEVELS 8          /* node order: core/order.h ORD_MAX_LEVELS */
+#define ST_MIX_STATE_MAX 192     /* daemon/control/session_mix.h SES_MIX_STATE_MAX */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
 
@@ -140,8 +141,14 @@ struct feed_stream {
 	uint32_t conn_opens;       /* conn->opens of the connection it lives on */
 	int64_t reopen_deadline;   /* reconnecting: st_now_ms() when reconnect_ms
 				    * runs out; 0 when not reconnecting */
-	struct feed_stream_opts opts; /* as opened; strings in opts_mem */
+	struct feed_stream_opts opts; /* as opened; strings in opts_mem, a
+				    * mixture's sources in mix_mem */
 	char *opts_mem;
+	void *mix_mem;
+	/* a mixture's blend as the daemon last said (StreamOpened.mixture),
+	 * copied into each token (client_mixture.c); mix_len 0: none */
+	uint8_t mix_state[ST_MIX_STATE_MAX];
+	size_t mix_len;
 	char dev_reason[512];      /* without device slots, why ("" when not asked) */
 };
 
@@ -197,6 +204,16 @@ bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t posit
 int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len);
 /* Keeps opts (and its strings) for reopening. -ENOMEM. */
 int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o);
+
+/* Mixtures (client_mixture.c): the options checked (-EINVAL naming the
+ * source); the request's sources (in caller storage of FEED_MIXTURE_MAX);
+ * a copy of the sources for reopening (st->mix_mem, freed by st_free);
+ * the reply's blend kept for the tokens (-EPROTO when too large). */
+int st_mixture_check(struct feed_conn *conn, const struct feed_stream_opts *o);
+void st_mixture_request(const struct feed_stream_opts *o, Feed__OpenStream *os,
+			Feed__MixtureSource *srcs, Feed__MixtureSource **ptrs);
+int st_mixture_keep(struct feed_stream *st, const struct feed_stream_opts *o);
+int st_mixture_state(struct feed_stream *st, const Feed__StreamOpened *so);
 /* A stream opened with a token starts at the token's position. */
 void st_resume_position(struct feed_stream *st, const void *token, size_t len);
 /* The daemon went away under st: reconnects and reopens the stream at

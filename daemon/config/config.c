@@ -489,7 +489,8 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	    !cfg_stage(r = cfg_datasets(c, rw, file, &src, err), &src, err) ||
 	    !cfg_stage(r = cfg_flag_datasets(c, ov, err), &src, err) ||
 	    !cfg_stage(r = cfg_sharing(c, rw, &src, err), &src, err) ||
-	    !cfg_stage(r = cfg_pipelines(c, rw, &src, err), &src, err))
+	    !cfg_stage(r = cfg_pipelines(c, rw, &src, err), &src, err) ||
+	    !cfg_stage(r = cfg_mixtures(c, rw, &src, err), &src, err))
 		goto fail;
 	if (errs && (errs->n || errs->more)) {
 		r = feed_err_set(err, -EINVAL, "%s", errs->msg[0]);
@@ -537,6 +538,9 @@ void cfg_free(struct cfg *c)
 	for (size_t i = 0; i < c->npipelines; i++)
 		free(c->pipelines[i].ops);
 	free(c->pipelines);
+	for (size_t i = 0; i < c->nmixtures; i++)
+		free(c->mixtures[i].sources);
+	free(c->mixtures);
 	free(c->socket_path);
 	free(c->metrics);
 	free(c->cache_dir);

@@ -40,6 +40,8 @@
 #define CFG_FILE_MAX (1u << 20)  /* a config file larger than this is refused */
 #define CFG_MAX_DATASETS 256
 #define CFG_MAX_PIPELINES 256
+#define CFG_MAX_MIXTURES 256
+#define CFG_MAX_MIXTURE_SOURCES 8  /* delivery/mixture.h MIXT_MAX_SOURCES */
 #define CFG_MAX_FLAG_DATASETS 64 /* --dataset flags per command line */
 #define CFG_MAX_SHARED_GROUPS 64 /* shared_groups per dataset */
 
@@ -76,6 +78,21 @@ struct cfg_pipeline {
 				    * planned against any dataset */
 };
 
+/* A named mixture (`mixtures:`; OpenStream.dataset may name it). */
+struct cfg_mixture_source {
+	char dataset[CFG_NAME_MAX]; /* a dataset of the file (checked at load) */
+	double weight;             /* >= 0, finite */
+	double repeat;             /* Mosaic's repeat: 0 means 1 */
+	uint64_t choose;           /* Mosaic's choose: 0 means none */
+};
+
+struct cfg_mixture {
+	char name[CFG_NAME_MAX];   /* unique among datasets and mixtures */
+	uint64_t samples_per_epoch; /* 0: the sum of its sources' epochs */
+	size_t nsources;           /* 1 .. CFG_MAX_MIXTURE_SOURCES */
+	struct cfg_mixture_source *sources;
+};
+
 struct cfg {
 	_Atomic unsigned refs;     /* cfg_ref()/cfg_free(); the last frees, on any thread */
 	char *file;                /* the file loaded, NULL for built-in defaults */
@@ -106,6 +123,8 @@ struct cfg {
 	struct cfg_dataset *datasets;   /* in file order, then flag order */
 	size_t npipelines;
 	struct cfg_pipeline *pipelines;
+	size_t nmixtures;
+	struct cfg_mixture *mixtures;   /* in file order */
 };
 
 /* What the command line says; NULL/0 means "not given". Strings are the

@@ -41,6 +41,20 @@ struct cfg_raw_pipeline {
 	char *ops;
 };
 
+struct cfg_raw_mixture_source {
+	char *dataset;
+	char *weight;
+	char *repeat;
+	char *choose;
+};
+
+struct cfg_raw_mixture {
+	char *name;
+	char *samples_per_epoch;
+	struct cfg_raw_mixture_source *sources;
+	unsigned sources_count;
+};
+
 struct cfg_raw {
 	char *socket;
 	char *socket_group;
@@ -62,6 +76,8 @@ struct cfg_raw {
 	unsigned datasets_count;
 	struct cfg_raw_pipeline *pipelines;
 	unsigned pipelines_count;
+	struct cfg_raw_mixture *mixtures;
+	unsigned mixtures_count;
 };
 
 /* Where values come from, for messages. */
@@ -112,5 +128,10 @@ int cfg_pipelines(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src
  * cfg_datasets(): a dataset that failed there has no sharing). */
 int cfg_sharing(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
 		struct feed_err *err);
+
+/* config_mixtures.c: the mixtures section (after the datasets: each
+ * source must name one). */
+int cfg_mixtures(struct cfg *c, const struct cfg_raw *raw, const struct cfg_src *src,
+		 struct feed_err *err);
 
 #endif

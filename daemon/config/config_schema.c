@@ -63,6 +63,33 @@ static const cyaml_schema_value_t cfg_sch_pipeline_v = {
 	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_pipeline, cfg_sch_pipeline),
 };
 
+static const cyaml_schema_field_t cfg_sch_mix_source[] = {
+	CYAML_FIELD_STRING_PTR("dataset", CYAML_FLAG_POINTER, struct cfg_raw_mixture_source, dataset,
+			       1, 255),
+	CYAML_FIELD_STRING_PTR("weight", CYAML_FLAG_POINTER, struct cfg_raw_mixture_source, weight,
+			       1, 64),
+	CYAML_FIELD_STRING_PTR("repeat", OPT, struct cfg_raw_mixture_source, repeat, 1, 64),
+	CYAML_FIELD_STRING_PTR("choose", OPT, struct cfg_raw_mixture_source, choose, 1, 64),
+	CYAML_FIELD_END,
+};
+
+static const cyaml_schema_value_t cfg_sch_mix_source_v = {
+	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_mixture_source, cfg_sch_mix_source),
+};
+
+static const cyaml_schema_field_t cfg_sch_mixture[] = {
+	CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, struct cfg_raw_mixture, name, 1, 255),
+	CYAML_FIELD_STRING_PTR("samples_per_epoch", OPT, struct cfg_raw_mixture, samples_per_epoch,
+			       1, 64),
+	CYAML_FIELD_SEQUENCE("sources", CYAML_FLAG_POINTER, struct cfg_raw_mixture, sources,
+			     &cfg_sch_mix_source_v, 1, CFG_MAX_MIXTURE_SOURCES),
+	CYAML_FIELD_END,
+};
+
+static const cyaml_schema_value_t cfg_sch_mixture_v = {
+	CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, struct cfg_raw_mixture, cfg_sch_mixture),
+};
+
 static const cyaml_schema_field_t cfg_sch_top[] = {
 	CYAML_FIELD_STRING_PTR("socket", OPT, struct cfg_raw, socket, 1, STR_MAX),
 	CYAML_FIELD_STRING_PTR("socket_group", OPT, struct cfg_raw, socket_group, 1, 255),
@@ -84,6 +111,8 @@ static const cyaml_schema_field_t cfg_sch_top[] = {
 			     CFG_MAX_DATASETS),
 	CYAML_FIELD_SEQUENCE("pipelines", OPT, struct cfg_raw, pipelines, &cfg_sch_pipeline_v, 0,
 			     CFG_MAX_PIPELINES),
+	CYAML_FIELD_SEQUENCE("mixtures", OPT, struct cfg_raw, mixtures, &cfg_sch_mixture_v, 0,
+			     CFG_MAX_MIXTURES),
 	CYAML_FIELD_END,
 };
 

@@ -25,6 +25,7 @@
 #include "quota.h"
 #include "session.h"
 #include "session_group.h"
+#include "session_mix.h"
 #include "stats.h"
 #include "wire.h"
 
@@ -52,7 +53,8 @@ struct ses_stream {
 	uint64_t resume_epoch, resume_position;
 	struct pipe_plan *plan;    /* owned until the reply is sent */
 	const struct cat_entry *e; /* the dataset: a reference (a reload may retire it:
-				    * we go on reading its files) */
+				    * we go on reading its files); a mixture's first source */
+	struct ses_mix *mix;       /* a mixture (session_mix.h), or NULL */
 	char note[256];            /* advice for the open reply */
 	uv_poll_t poll;            /* the release doorbell, once open */
 	bool poll_live;            /* poll initialised: uv_close() frees us */
@@ -99,6 +101,7 @@ static void ses_stream_free(struct ses_stream *ss)
 		quota_device_give(&ss->d->quota, ss->uid, ss->dev_bytes);
 	free(ss->pipeline);
 	free(ss->plan);
+	ses_mix_free(ss->mix);
 	cat_entry_unref(ss->e);  /* after the group's last word, which names it */
 	free(ss);
 }
@@ -331,7 +334,7 @@ static int ses_resume_node(const Feed__ResumeToken *t, struct dlv_spec *sp, stru
 }
 
 /* Applies a resume token (feed.proto ResumeToken) to sp, or says why not. */
-static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
+static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e, struct ses_mix *mix,
 		      const struct pipe_plan *plan, struct dlv_spec *sp, struct feed_err *err)
 {
 	Feed__ResumeToken *t = NULL;
@@ -339,7 +342,13 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 
 	if (rc < 0)
 		return rc;
-	if (strcmp(t->dataset_version, e->info->version)) {
+	if (!mix && t->mixture.len) {
+		rc = feed_err_set(err, -EINVAL, "resume token: taken on a mixture, not a dataset");
+		goto out;
+	}
+	if (mix && (rc = ses_mix_resume(mix, t, err)) < 0)
+		goto out;
+	if (!mix && strcmp(t->dataset_version, e->info->version)) {
 		rc = feed_err_set(err, -ESTALE, "resume token: taken on dataset version %.16s, the "
 				  "dataset is now version %s", t->dataset_version, e->info->version);
 		goto out;
@@ -351,8 +360,10 @@ static int ses_resume(const Feed__OpenStream *o, const struct cat_entry *e,
 				  (unsigned long long)plan->hash);
 		goto out;
 	}
+	/* another batch size, like another world size, continues from the
+	 * token's global position (schedule.h lays the rest of its epoch out
+	 * from there when it is not a batch boundary) */
 	if ((rc = ses_resume_same("seed", t->seed, o->seed, err)) < 0 ||
-	    (rc = ses_resume_same("batch", t->batch, o->batch, err)) < 0 ||
 	    (rc = ses_resume_same("order", (uint64_t)t->order, (uint64_t)o->order, err)) < 0 ||
 	    (rc = ses_resume_same("drop_last", t->drop_last, o->drop_last, err)) < 0 ||
 	    (rc = ses_resume_same("pad_last", t->pad_last, o->pad_last, err)) < 0 ||
@@ -417,6 +428,10 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	so.pipeline_hash = ss->plan->hash;
 	so.dataset_version = (char *)ss->e->info->version;
 	so.note = ss->note;
+	if (ss->mix) {
+		so.mixture.data = ss->mix->state;
+		so.mixture.len = ss->mix->state_len;
+	}
 	Feed__DeviceSlots ds = FEED__DEVICE_SLOTS__INIT;
 	if (ss->dev_asked) {
 		if (ss->dev)
@@ -510,7 +525,10 @@ static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const
 {
 	char text[FEED_ERR_MSG_MAX + 80];
 
-	snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
+	if (ss->mix)
+		snprintf(text, sizeof(text), "%s: %s", ss->mix->name, msg);
+	else
+		snprintf(text, sizeof(text), "dataset '%s': %s", ss->e->cfg->name, msg);
 	ses_log_refusal(se, text);
 	ses_error(se, ss->req_id, rc, text, SES_REFUSAL);
 	ses_stream_drop(ss);
@@ -651,10 +669,20 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 
 	const char *text = NULL;
 
+	struct fmt_schema mixed;
+	const struct fmt_schema *schema = ss->e->info->schema;
+
 	ses_spec(se, o, ss->e, sp);
+	if (!ss->mix && o->samples_per_epoch)
+		return feed_err_set(err, -EINVAL, "samples_per_epoch: only a mixture's epoch is "
+				    "set so");
+	if (ss->mix && (rc = ses_mix_spec(ss->mix, o, sp, &mixed, err)) < 0)
+		return rc;
+	if (ss->mix)
+		schema = &mixed;
 	if ((rc = ses_pipeline_text(se->d, o->pipeline, &text, err)) < 0)
 		return rc;
-	if ((rc = pipe_plan_text(text, ss->e->info->schema, ss->plan, err)) < 0) {
+	if ((rc = pipe_plan_text(text, schema, ss->plan, err)) < 0) {
 		/* the planner's own "pipeline: ..." messages say so already */
 		if (strncmp(err->msg, "pipeline", 8))
 			feed_err_prefix(err, "pipeline");
@@ -662,7 +690,12 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	}
 	if ((rc = ses_rows(ss->e, ss->plan, sp, err)) < 0)
 		return rc;
-	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->plan, sp, err)) < 0)
+	if (ss->mix && ss->plan->pack.mode != PK_MODE_NONE)
+		return feed_err_set(err, -EINVAL, "pipeline: concat and pack do not take a mixture "
+				    "yet: pack each source's rows in a stream of its own");
+	if (ss->mix && (rc = ses_mix_plan(ss->plan, &sp->mix_field, err)) < 0)
+		return rc;
+	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->mix, ss->plan, sp, err)) < 0)
 		return rc;
 	ss->resumed = o->resume.len > 0;
 	ss->resume_epoch = sp->sched.start_epoch;
@@ -752,6 +785,25 @@ static void ses_entry_unref(void *e)
 	cat_entry_unref(e);
 }
 
+/* A mixture's delivery: its blend, and a reference on every source
+ * (instead of the one dataset's) until it goes. */
+static int ses_open_mix(struct ses_stream *ss, struct dlv_spec *sp, struct feed_err *err)
+{
+	void *refs = ses_mix_refs_get(ss->mix);
+	int rc;
+
+	if (!refs)
+		return feed_err_set(err, -ENOMEM, "open_stream: out of memory");
+	if ((rc = ses_mix_make(ss->mix, sp, err)) < 0) {
+		ses_mix_refs_put(refs);
+		return rc;
+	}
+	cat_entry_unref(ss->e);  /* the one ses_open_delivery took: refs hold it */
+	sp->on_free = ses_mix_refs_put;
+	sp->on_free_arg = refs;
+	return 0;
+}
+
 /* The delivery the stream joins: its own, a group's that exists, or a new
  * group's. On failure the caller refuses (ses_open_refuse frees it). */
 static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
@@ -771,9 +823,15 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	}
 	sp->on_free = ses_entry_unref;  /* the delivery's own reference on the dataset */
 	sp->on_free_arg = (void *)cat_entry_ref(ss->e);
+	if (ss->mix && (rc = ses_open_mix(ss, sp, err)) < 0) {
+		cat_entry_unref(ss->e);
+		dsl_free(sp->dev, NULL);
+		return rc;
+	}
 	if ((rc = dlv_new(ss->e->ds, ss->plan, lay, sp, se->d->cache, se->d->pool, &ss->dlv,
 			  err)) < 0) {
-		cat_entry_unref(ss->e);
+		sp->on_free(sp->on_free_arg);
+		mixt_free(sp->mix);
 		dsl_free(sp->dev, NULL);
 		return rc;
 	}
@@ -795,16 +853,22 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	struct feed_err err = {0};
 	struct dlv_spec sp;
 	struct slot_layout lay;
-	const struct cat_entry *e = ses_dataset(se, id, o->dataset);
+	struct ses_mix *mix = NULL;
+	const struct cat_entry *e = NULL;
 	struct ses_stream *ss;
 
-	if (!e)
-		return;
+	if (ses_mix_asked(se, o) ? ses_mix_open(se, id, o, &mix) < 0 :
+				   !(e = ses_dataset(se, id, o->dataset)))
+		return;  /* answered */
+	if (mix)
+		e = mix->e[0];
 	if (!(ss = calloc(1, sizeof(*ss))) || !(ss->plan = malloc(sizeof(*ss->plan)))) {
 		free(ss);
+		ses_mix_free(mix);
 		ses_error(se, id, -ENOMEM, "open_stream: out of memory", SES_REFUSAL);
 		return;
 	}
+	ss->mix = mix;
 	ss->se = se;
 	ss->d = se->d;
 	ss->e = cat_entry_ref(e);
@@ -815,10 +879,14 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	if (rc < 0) {
 		ses_group_unref(ss->grp);
 		ss->shm_bytes = 0;
-		feed_err_prefix(&err, "dataset '%s'", o->dataset);
+		if (ss->mix)
+			feed_err_prefix(&err, "%s", ss->mix->name);
+		else
+			feed_err_prefix(&err, "dataset '%s'", ss->e->name);
 		ses_log_refusal(se, err.msg);
 		ses_error(se, id, rc, err.msg, SES_REFUSAL);
 		free(ss->plan);
+		ses_mix_free(ss->mix);
 		cat_entry_unref(ss->e);
 		free(ss);
 		return;

@@ -228,9 +228,16 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 {
 	uint32_t world = o->world ? o->world : 1;
 
-	if (!wire_name_ok(o->dataset))
+	if ((o->dataset[0] || !o->n_mixture) && !wire_name_ok(o->dataset))
 		return feed_err_set(err, -EINVAL, "open_stream.dataset: not a dataset name "
 				    "(1..63 of A-Z a-z 0-9 _ . -)");
+	if (o->n_mixture > WIRE_MIXTURE_MAX)
+		return feed_err_set(err, -EINVAL, "open_stream.mixture: %zu sources, at most %d",
+				    o->n_mixture, WIRE_MIXTURE_MAX);
+	for (size_t i = 0; i < o->n_mixture; i++)
+		if (!wire_name_ok(o->mixture[i]->dataset))
+			return feed_err_set(err, -EINVAL, "open_stream.mixture[%zu].dataset: not a "
+					    "dataset name (1..63 of A-Z a-z 0-9 _ . -)", i);
 	if (o->batch < 1 || o->batch > WIRE_BATCH_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.batch: %u, allowed 1..%d", o->batch,
 				    WIRE_BATCH_MAX);

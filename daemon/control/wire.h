@@ -39,6 +39,7 @@
 #define WIRE_WINDOW_MAX (1 << 20)
 #define WIRE_PIPELINE_MAX 4096
 #define WIRE_RESUME_MAX 1024
+#define WIRE_MIXTURE_MAX 8          /* sources of a mixture (delivery/mixture.h MIXT_MAX_SOURCES) */
 #define WIRE_JOB_MAX 128             /* open_stream.job: printable ASCII bytes */
 
 /* What one wire_recv() saw besides the bytes. */

@@ -102,6 +102,11 @@ struct dlv {
 	_Atomic int refs;          /* the loop's + one per job in flight */
 	_Atomic bool closed_flag;  /* closing, readable without the lock */
 	const struct fmt_dataset *ds;
+	struct mixture *mix;       /* a mixture's blend (owned, immutable), or NULL */
+	const struct fmt_dataset *srcs[MIXT_MAX_SOURCES]; /* its sources' datasets */
+	uint32_t mix_field;        /* the out field `source` */
+	struct bld_row *rows;      /* a mixture: batch rows per slot, each the
+				    * job's of that slot while it builds */
 	struct pipe_plan *plan;    /* our copy: the request that made it is gone */
 	void (*on_free)(void *arg);/* spec->on_free, called when we are gone */
 	void *on_free_arg;
@@ -209,6 +214,8 @@ static void dlv_destroy(struct dlv *d)
 	free(d->seam_blocks);  /* after the schedule, which borrowed it */
 #endif
 	free(d->hdrs);
+	free(d->rows);
+	mixt_free(d->mix);
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->data_mu);
@@ -337,6 +344,14 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		d->jobs[i].d = d;
 		d->jobs[i].slot = i;
 	}
+	if (spec->mix && !(d->rows = calloc((size_t)lay->nslots * lay->batch, sizeof(d->rows[0])))) {
+		dlv_destroy(d);
+		return feed_err_set(err, -ENOMEM, "stream: out of memory");
+	}
+	d->mix = spec->mix;
+	d->mix_field = spec->mix_field;
+	for (uint32_t s = 0; d->mix && s < d->mix->spec.nsrc; s++)
+		d->srcs[s] = d->mix->spec.src[s].ds;
 	d->dev = d->dev_own = spec->dev; /* ours from here: nothing fails after */
 	d->dev_ops = spec->dev_ops;
 	d->on_free = spec->on_free;
@@ -1054,6 +1069,31 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 	};
 }
 
+/* A mixture's batch: which source and sample each row reads (mixture.h),
+ * into the slot's rows. Worker, no lock: the mixture is immutable and the
+ * slot's rows are this job's. */
+static int job_rows(struct dlv *d, struct dlv_job *j, struct bld_batch *b, struct feed_err *err)
+{
+	struct bld_row *rows = d->rows + (size_t)j->slot * d->lay.batch;
+	uint64_t base = j->pos.epoch * d->sched.spec.ord.n;
+	struct mixt_cursor c;
+	int rc = 0;
+
+	memset(c.valid, 0, sizeof(c.valid));
+	for (uint32_t i = 0; i < j->pos.nsamples && rc == 0; i++) {
+		/* padding past the epoch's end reads the rows after it: a repeat */
+		uint64_t k, g = base + ord_global_position(j->pos.ord, j->pos.batch, i);
+		rows[i].source = mixt_row(d->mix, g, &k);
+		rc = mixt_sample(d->mix, &c, rows[i].source, k, &rows[i].sample, err);
+	}
+	mixt_cursor_fini(&c);
+	b->mix_rows = rows;
+	b->srcs = d->srcs;
+	b->nsrcs = d->mix->spec.nsrc;
+	b->src_field = d->mix_field;
+	return rc;
+}
+
 static void job_run(struct pool_job *pj, struct pool_worker *w)
 {
 	struct dlv_job *j = (struct dlv_job *)pj;
@@ -1070,7 +1110,8 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 		job_batch(d, j, &b);
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
-		if (!d->dev || (rc = d->dev_ops->before_build(d->dev, j->slot, &err)) == 0)
+		rc = d->mix ? job_rows(d, j, &b, &err) : 0;
+		if (rc == 0 && (!d->dev || (rc = d->dev_ops->before_build(d->dev, j->slot, &err)) == 0))
 			rc = bld_build(&b, w, &j->bytes, &err);
 		if (rc == 0 && d->dev)
 			rc = d->dev_ops->after_build(d->dev, j->slot, b.hdr, d->data.map,

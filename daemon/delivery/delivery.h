@@ -38,6 +38,7 @@
 
 #include "feed_err.h"
 #include "feed_shm.h"
+#include "mixture.h"
 #include "schedule.h"
 
 struct dlv;
@@ -122,6 +123,14 @@ struct dlv_spec {
 	/* Where its jobs go (copied), or NULL: pool_try_submit() on dlv_new()'s
 	 * pool. */
 	const struct dlv_runner *runner;
+	/* A mixture (mixture.h), or NULL: the delivery's once dlv_new()
+	 * succeeds (freed with it), the caller's if it fails. Its positions
+	 * are sched.ord's (sequential over the mixture's epoch rows): row p of
+	 * epoch e is mixture row e * ord.n + p; its sources' datasets must
+	 * live until on_free is called. The plan's out schema ends with the
+	 * int32 field `source` (index mix_field). */
+	struct mixture *mix;
+	uint32_t mix_field;
 };
 
 /* The descriptors a member needs; owned by the delivery (send copies). */

@@ -172,14 +172,39 @@ static bool sample_bad(int rc)
 /* The prefix every sample error carries: the dataset and, when ingest
  * recorded it, the file ("dataset 'x': train/a/b.JPEG: sample 12: field
  * 'image': JPEG: ..."). */
-static int sample_err(const struct bld_batch *b, uint64_t idx, struct feed_err *err)
+static int sample_err(const struct fmt_dataset *ds, uint64_t idx, struct feed_err *err)
 {
-	const char *path = fmt_dataset_sample_path(b->ds, idx);
+	const char *path = fmt_dataset_sample_path(ds, idx);
 
 	if (path)
-		return feed_err_prefix(err, "dataset '%s': %s", fmt_dataset_info(b->ds)->name,
-				       path);
-	return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->ds)->name);
+		return feed_err_prefix(err, "dataset '%s': %s", fmt_dataset_info(ds)->name, path);
+	return feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(ds)->name);
+}
+
+/* The dataset row i reads: its source's in a mixture. */
+static const struct fmt_dataset *row_ds(const struct bld_batch *b, uint32_t i)
+{
+	return b->mix_rows ? b->srcs[b->mix_rows[i].source] : b->ds;
+}
+
+/* Rows from i0 on that read one dataset, at most n (a chunk pins one's
+ * blocks). */
+static uint32_t row_run(const struct bld_batch *b, uint32_t i0, uint32_t n)
+{
+	uint32_t k = 1;
+
+	while (b->mix_rows && k < n && b->mix_rows[i0 + k].source == b->mix_rows[i0].source)
+		k++;
+	return b->mix_rows ? k : n;
+}
+
+/* A mixture's source field: each row's source index (int32). */
+static void source_fill(const struct bld_batch *b)
+{
+	int32_t *v = (int32_t *)(void *)(b->data + b->lay->field_off[b->src_field]);
+
+	for (uint32_t i = 0; i < b->nsamples; i++)
+		v[i] = (int32_t)b->mix_rows[i].source;
 }
 
 /* Notes position i's failure in b->bad (its message, cut to fit). */
@@ -225,12 +250,12 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 		}
 		if (!sample_bad(rc)) {
 			*err = e;
-			return sample_err(b, idx, err);
+			return sample_err(b->ds, idx, err);
 		}
 	}
 	feed_err_set(err, -EBADMSG, "sample %llu: no good sample to replace it within %llu positions",
 		     (unsigned long long)b->hdr->sample[i], (unsigned long long)b->max_search);
-	return sample_err(b, b->hdr->sample[i], err);
+	return sample_err(b->ds, b->hdr->sample[i], err);
 }
 
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
@@ -250,27 +275,29 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	struct cache_entry *ent[CACHE_PIN_MAX];
 	int rc = 0;
 
+	const struct fmt_dataset *ds = row_ds(b, i0);  /* every row's: row_run() */
+
 	for (uint32_t k = 0; k < n; k++) {
 		struct fmt_loc loc;
-		idx[k] = ord_sample(b->ord, b->ord_batch, i0 + k);
+		idx[k] = b->mix_rows ? b->mix_rows[i0 + k].sample : ord_sample(b->ord, b->ord_batch, i0 + k);
 		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[i0 + k] = idx[k];
-		fmt_dataset_locate(b->ds, idx[k], &loc);
+		fmt_dataset_locate(ds, idx[k], &loc);
 		block[k] = loc.block;
 		rec[k] = loc.record;
 	}
-	if (cache_pin_many(b->cache, b->ds, block, n, blk, ent) < n) {
+	if (cache_pin_many(b->cache, ds, block, n, blk, ent) < n) {
 		uint64_t miss[CACHE_PIN_MAX];
 		size_t nmiss = 0;
 		for (uint32_t k = 0; k < n; k++)
 			if (!ent[k])
 				miss[nmiss++] = block[k];
 		/* a remote dataset fetches them together; a directory: nothing */
-		fmt_dataset_prefetch(b->ds, miss, nmiss);
+		fmt_dataset_prefetch(ds, miss, nmiss);
 		for (uint32_t k = 0; k < n; k++) {
 			if (ent[k])
 				continue;
-			rc = cache_get(b->cache, b->ds, block[k], cw, &blk[k], &ent[k], err);
+			rc = cache_get(b->cache, ds, block[k], cw, &blk[k], &ent[k], err);
 			if (rc < 0) {
 				feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
 				goto out;
@@ -281,7 +308,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	for (uint32_t k = 0; k < n && rc == 0; k++) {
 		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
 		if (rc < 0)
-			sample_err(b, idx[k], err);
+			sample_err(ds, idx[k], err);
 		if (rc < 0 && b->on_error == BLD_ON_ERROR_SKIP && sample_bad(rc)) {
 			feed_shm_failed(b->hdr, b->lay->batch)[i0 + k] = idx[k];
 			bad_note(b, i0 + k, err);
@@ -484,12 +511,15 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	      struct feed_err *err)
 {
 	assert_worker();
-	const struct fmt_info *in = fmt_dataset_info(b->ds);
+	uint64_t comp = fmt_dataset_info(b->ds)->max_block_comp;
 	uint64_t cursor[FMT_MAX_FIELDS] = {0};
 	bool padded = false;
 	int rc = 0;
 
-	if (worker_reserve(&w->comp, &w->comp_cap, in->max_block_comp) < 0 ||
+	for (uint32_t s = 0; b->mix_rows && s < b->nsrcs; s++)
+		if (fmt_dataset_info(b->srcs[s])->max_block_comp > comp)
+			comp = fmt_dataset_info(b->srcs[s])->max_block_comp;
+	if (worker_reserve(&w->comp, &w->comp_cap, comp) < 0 ||
 	    worker_reserve(&w->scratch, &w->scratch_cap, pipe_scratch_bytes(b->plan) + 64) < 0)
 		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
 	struct aug_img ai = {0};
@@ -513,7 +543,8 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 		       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
 	}
 	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0;) {
-		uint32_t n = b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 : CACHE_PIN_MAX;
+		uint32_t n = row_run(b, i0, b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 :
+									   CACHE_PIN_MAX);
 		uint32_t done = 0;
 		bool failed = false;
 		rc = chunk_build(b, w, &ai, &cw, i0, n, cursor, &padded, &done, &failed, err);
@@ -524,6 +555,8 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 					    ord_global_position(b->ord, b->ord_batch, i0 - 1), cursor,
 					    err);
 	}
+	if (rc == 0 && b->mix_rows)
+		source_fill(b);
 	if (rc == 0)
 		*ret_bytes = header_fill(b, cursor, padded, b->bad && b->bad->n);
 	return rc;

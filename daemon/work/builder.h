@@ -37,6 +37,12 @@ struct bld_bad {
 	char what[FEED_ERR_MSG_MAX]; /* "sample N: <decoder's words>; ..." (cut) */
 };
 
+/* A row of a mixture's batch: which source, which of its samples. */
+struct bld_row {
+	uint32_t source;             /* index into bld_batch.srcs */
+	uint64_t sample;             /* in that source */
+};
+
 /* What to build. Every pointer is borrowed for the call. */
 struct bld_batch {
 	const struct fmt_dataset *ds;
@@ -63,6 +69,14 @@ struct bld_batch {
 	/* packing (plan->pack.mode): ord's samples are rows */
 	const struct pk_source *rows; /* the stream's documents and their order */
 	struct pk_cursor pk;         /* at the batch's first row (schedule.h) */
+	/* a mixture (delivery/mixture.h): row i reads mix_rows[i].sample of
+	 * srcs[mix_rows[i].source] (ds is srcs[0]), and out field src_field (int32,
+	 * one per row) gets mix_rows[i].source; NULL: every row from ds at ord's
+	 * sample. Skip is not offered with rows. */
+	const struct bld_row *mix_rows;
+	const struct fmt_dataset *const *srcs;
+	uint32_t nsrcs;
+	uint32_t src_field;
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error

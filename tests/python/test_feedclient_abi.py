@@ -22,6 +22,7 @@ MIRRORS = {
     L.DatasetList: ("feed_dataset_list", "feed/client.h"),
     L.StreamDevice: ("feed_stream_device", "feed/stream.h"),
     L.StreamOpts: ("feed_stream_opts", "feed/stream.h"),
+    L.MixtureSource: ("feed_mixture_source", "feed/stream.h"),
     L.StreamInfo: ("feed_stream_info", "feed/stream.h"),
     L.View: ("feed_view", "feed/client.h"),
     L.GpuDevice: ("feed_gpu_device", "feed/gpu.h"),

@@ -281,6 +281,49 @@ START_TEST(test_config_sharing_keys)
 }
 END_TEST
 
+/* Named mixtures: sources that name datasets of the file, weights, Mosaic's
+ * repeat and choose, an epoch; each mistake refused naming file, line and
+ * key. */
+START_TEST(test_config_mixtures)
+{
+	static const char ds[] = "datasets:\n  - name: web\n    path: /w\n"
+				 "  - name: code\n    path: /c\n";
+	char text[512];
+	struct feed_err err;
+	struct cfg *c = NULL;
+
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: lm\n    samples_per_epoch: 1000\n"
+		 "    sources:\n      - {dataset: web, weight: 0.7}\n"
+		 "      - {dataset: code, weight: 0.3, repeat: 2, choose: 50}\n", ds);
+	ck_assert_msg(load_text(text, &c, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(c->nmixtures, 1);
+	const struct cfg_mixture *m = &c->mixtures[0];
+	ck_assert_str_eq(m->name, "lm");
+	ck_assert_uint_eq(m->samples_per_epoch, 1000);
+	ck_assert_uint_eq(m->nsources, 2);
+	ck_assert_str_eq(m->sources[0].dataset, "web");
+	ck_assert(m->sources[0].weight == 0.7 && m->sources[0].repeat == 0);
+	ck_assert(m->sources[1].repeat == 2 && m->sources[1].choose == 50);
+	cfg_free(c);
+
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: lm\n    sources:\n"
+		 "      - {dataset: books, weight: 1}\n", ds);
+	refused(text, 9, "mixtures[0].sources[0].dataset: no dataset named 'books'");
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: lm\n    sources:\n"
+		 "      - {dataset: web, weight: -1}\n", ds);
+	refused(text, 9, "mixtures[0].sources[0].weight: '-1': a finite number >= 0");
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: web\n    sources:\n"
+		 "      - {dataset: web, weight: 1}\n", ds);
+	refused(text, 7, "mixtures[0].name: 'web' is a dataset's name too");
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: lm\n    sources:\n"
+		 "      - {dataset: web, weight: 0}\n", ds);
+	refused(text, 8, "mixtures[0].sources: mixture 'lm': at least one weight");
+	snprintf(text, sizeof(text), "%smixtures:\n  - name: lm\n    sources:\n"
+		 "      - {dataset: web, weight: 1, choose: 0}\n", ds);
+	refused(text, 9, "mixtures[0].sources[0].choose: '0'");
+}
+END_TEST
+
 /* A configured pipeline is parsed at load: an unknown op or key is refused
  * naming the file, line, pipeline, op and key, at --check-config and at
  * start alike (both load the config this way). */
@@ -612,6 +655,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_config_env_socket);
 	tcase_add_test(tc, test_config_empty_file);
 	tcase_add_test(tc, test_config_full_file);
+	tcase_add_test(tc, test_config_mixtures);
 	tcase_add_test(tc, test_config_unknown_key);
 	tcase_add_test(tc, test_config_wrong_type);
 	tcase_add_test(tc, test_config_out_of_range);

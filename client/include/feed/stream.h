@@ -186,6 +186,35 @@ struct feed_stream_opts {
 				   * must be rank / (world / nodes) (-EINVAL
 				   * naming both otherwise) */
 	int node_deal;            /* FEED_ORDER_NODE: FEED_NODE_DEAL_* */
+	/* A mixture (DESIGN.md "Mixtures"): nmixture sources (1 to
+	 * FEED_MIXTURE_MAX) read as one stream, or NULL / 0. Each row comes
+	 * from one source, the next going to the source furthest below its
+	 * share (weight / sum of weights) of the rows so far; each batch has
+	 * an int32 field "source" (the row's source index here), and
+	 * feed_batch_samples() gives each row's sample in its source. Each
+	 * source keeps its own epochs (a source that runs out starts its
+	 * next, reshuffled); the mixture's epoch holds samples_per_epoch
+	 * rows (0: its sources' epochs together). dataset may then be NULL,
+	 * or a configured mixture's name with nmixture 0. The sources'
+	 * schemas must agree (a mismatch is refused naming source and
+	 * field); order FULL or SEQUENTIAL; no group, on_error FAIL. A
+	 * resume token carries every source's position: opened with other
+	 * weights it continues each source from there under the new shares.
+	 * The array and its strings are copied at the open. */
+	const struct feed_mixture_source *mixture;
+	uint32_t nmixture;
+	uint64_t samples_per_epoch;
+};
+
+/* One source of a mixture (feed_stream_opts.mixture). */
+#define FEED_MIXTURE_MAX 8
+struct feed_mixture_source {
+	const char *dataset;      /* a name from feed_list_datasets() */
+	double weight;            /* >= 0, finite; at least one above 0 */
+	double repeat;            /* Mosaic's repeat: the source's epoch is
+				   * repeat x its samples; 0 = 1 */
+	uint64_t choose;          /* Mosaic's choose: its epoch is this many
+				   * rows (overrides repeat); 0 = none */
 };
 
 /* feed_next() on a group member the daemon detached (it released nothing

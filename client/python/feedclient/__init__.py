@@ -27,6 +27,7 @@ from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted,
 from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
 from .torchvision import from_torchvision
+from .mixture import Source
 
 __version__ = "0.1.0"
 library_version: str = _lib_handle.feed_version().decode()
@@ -39,5 +40,5 @@ __all__ = [
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
     "GpuUnavailable", "gpu_info", "status", "DeviceArray", "Timeout", "TransformError",
-    "from_torchvision", "SkippedSamplesWarning",
+    "from_torchvision", "SkippedSamplesWarning", "Source",
 ]

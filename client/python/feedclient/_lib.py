@@ -99,6 +99,19 @@ class StreamDevice(ctypes.Structure):
     ]
 
 
+class MixtureSource(ctypes.Structure):
+    """struct feed_mixture_source"""
+    _fields_ = [
+        ("dataset", ctypes.c_char_p),
+        ("weight", ctypes.c_double),
+        ("repeat", ctypes.c_double),
+        ("choose", ctypes.c_uint64),
+    ]
+
+
+FEED_MIXTURE_MAX = 8
+
+
 class StreamOpts(ctypes.Structure):
     """struct feed_stream_opts"""
     _fields_ = [
@@ -128,6 +141,9 @@ class StreamOpts(ctypes.Structure):
         ("nodes", ctypes.c_uint32),
         ("node", ctypes.c_uint32),
         ("node_deal", ctypes.c_int),
+        ("mixture", ctypes.POINTER(MixtureSource)),
+        ("nmixture", ctypes.c_uint32),
+        ("samples_per_epoch", ctypes.c_uint64),
     ]
 
 

@@ -658,9 +658,12 @@ class Loader:
            num_classes=None, label_smoothing=None, order=None, nodes=None,
            node=None, node_deal="rotate", timeout=None, label_dtype="int64",
            pin_memory=False, transform=None, transform_threads=1,
-           wait_for_daemon=0)
+           wait_for_daemon=0, samples_per_epoch=None)
 
-    dataset: a name feedd serves (see datasets()). batch_size: samples per
+    dataset: a name feedd serves (see datasets()), or a mixture: a mapping
+    of names to weights (or feedclient.Source), one stream whose rows come
+    from each source by its share, with a "source" field (feedclient.mixture;
+    samples_per_epoch: its epoch's rows). batch_size: samples per
     batch. pipeline: ops on the samples, e.g. "random_crop(size=28, pad=2)
     | hflip(p=0.5)", or the name of a pipeline in feedd's config; None: the
     records as stored. shuffle: a new permutation of the dataset each epoch
@@ -863,7 +866,7 @@ class Loader:
     stream; feedd frees it once every batch still alive is gone too.
     """
 
-    def __init__(self, dataset: str, batch_size: int, *, pipeline: Optional[str] = None,
+    def __init__(self, dataset: Any, batch_size: int, *, pipeline: Optional[str] = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  pad_last: bool = False, eval: bool = False, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
@@ -881,8 +884,17 @@ class Loader:
                  timeout: Optional[float] = None, label_dtype: Any = "int64",
                  pin_memory: bool = False,
                  transform: Optional[Callable[[Batch], Any]] = None,
-                 transform_threads: int = 1, wait_for_daemon: float = 0) -> None:
+                 transform_threads: int = 1, wait_for_daemon: float = 0,
+                 samples_per_epoch: Optional[int] = None) -> None:
         self._closed = True  # until the first stream is open
+        self._mixture = None
+        from collections.abc import Mapping as _Mapping
+        if isinstance(dataset, _Mapping):  # a mixture: feedclient.mixture
+            from .mixture import Mixture
+            self._mixture = Mixture(dataset, samples_per_epoch)
+            dataset = self._mixture.label
+        elif samples_per_epoch is not None:
+            raise InvalidArgument("samples_per_epoch: a mixture's (dataset={name: weight})")
         self._dataset = dataset
         self._pool = None    # transform='s threads, made at the first iteration
         # device= (feedclient.device): converted tensors on "cuda" or "cpu"
@@ -911,7 +923,7 @@ class Loader:
                                   "device='cuda' or device='cpu' too")
         if not isinstance(dataset, str) or not dataset:
             raise InvalidArgument("dataset: a non-empty name (str) is required")
-        if "/" in dataset:
+        if "/" in dataset and self._mixture is None:
             raise InvalidArgument(f"dataset={dataset!r}: a name feedd serves, not a path; have "
                                   f"feedd serve the packed directory (feedd --dataset "
                                   f"NAME={dataset}, or a datasets: entry in its config) and "
@@ -1010,6 +1022,8 @@ class Loader:
         self._dataset_b = dataset.encode()
         self._pipeline_b = pipeline.encode() if pipeline is not None else None
         o.dataset = self._dataset_b
+        if self._mixture is not None:
+            self._mixture.apply(o)
         o.batch = batch_size
         # one slot more than credits: the batch being fetched while the loop
         # still holds the previous one (and transform='s batches in flight)
@@ -1293,7 +1307,10 @@ class Loader:
                 not isinstance(state.get("epoch"), int) or \
                 not isinstance(state.get("token"), (bytes, type(None))):
             raise InvalidArgument("load_state_dict: not a feedclient.Loader state_dict")
-        if state.get("dataset") != self._dataset:
+        # a mixture's state goes to a mixture of other weights or sources
+        # too: the daemon carries each source's position over by version
+        if state.get("dataset") != self._dataset and not (
+                self._mixture is not None and str(state.get("dataset")).startswith("mixture(")):
             raise InvalidArgument(f"load_state_dict: the state is of dataset "
                                   f"{state.get('dataset')!r}, this Loader reads "
                                   f"{self._dataset!r}")
