@@ -1,6 +1,7 @@
 /*
  * session_reload.c: the Reload request of a connection (feedctl reload).
- * Who may ask (root, or a member of the config's admin_group: reaching
+ * Who may ask (root, feedd's own user, or a member of the config's
+ * admin_group: reaching
  * the socket is what every trainer may do, reloading is not), starting
  * the reload (reload.h) and answering with what it did once it ends,
  * naming only the datasets the asker may read (the rest are counted).
@@ -24,13 +25,15 @@ struct ses_reload_wait {
 	uint32_t id;               /* the request answered */
 };
 
-/* Root, or a member of admin_group (none configured: root alone). */
+/* Root, feedd's own user (which may signal it with SIGHUP anyway: a
+ * unit's ExecReload or a pod's reloader running as that user), or a
+ * member of admin_group (none configured: those two alone). */
 static bool ses_reload_allowed(const struct ses *se)
 {
 	const struct acl_peer *p = &se->conn->peer;
 	const struct cfg *c = se->d->cfg;
 
-	if (p->uid == 0)
+	if (p->uid == 0 || p->uid == se->d->self_uid)
 		return true;
 	if (!c->has_admin_group)
 		return false;
