@@ -263,11 +263,12 @@ static void st_sleep_ms(int ms)
  * daemon not (yet) there, or gone again. An answer from feedd itself
  * (the connection still up: an Error reply) is its word and final, "no
  * such dataset" after a reload and restart among them, except -EAGAIN
- * (try again) and -ENOMEM (the caller's next call tries again). */
+ * (try again), -ESHUTDOWN (a feedd on its way out) and -ENOMEM (the
+ * caller's next call tries again). */
 static bool st_transient(const struct feed_conn *conn, int r)
 {
 	if (conn->sock >= 0)
-		return r == -EAGAIN;
+		return r == -EAGAIN || r == -ESHUTDOWN;  /* not yet, or one stopping */
 	return r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN ||
 	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
 }

@@ -7,7 +7,9 @@
  * the pool's own, run before any batch); the loop thread then only swaps
  * pointers (cat_reload_commit(), d->cfg) and logs. What a reload changes:
  * datasets (added, removed, repointed to a new directory), access lists,
- * limits (for what is opened from then on), pipelines, group_timeout_ms.
+ * limits (for what is opened from then on), pipelines, group_timeout_ms,
+ * admin_group (the next reload request), shared_groups (groups opened
+ * from then on).
  * What needs a restart (socket, socket_group, workers, cache_bytes,
  * cache_dir, cache_dir_bytes, log_level, metrics) keeps its running
  * value, with a warning when the file changed it. A file that does not load, or a new or repointed dataset

@@ -13,7 +13,8 @@
  * after every batch before it; a group's slot is reused only once every
  * member it went to has released it; a detached member keeps what it had
  * taken and gives back the rest; idleness counts releases, never clock
- * readings of other threads; a release ring whose head moves
+ * readings of other threads; a group member resumed at its own position
+ * skips to it, or is refused when the group is past it; a release ring whose head moves
  * backwards or past its capacity stops that member (and a plain stream)
  * with an error, and nothing crashes.
  */
@@ -208,19 +209,11 @@ static void on_ready(void *arg, int rc, const char *msg)
 	ck_assert_msg(rc == 0, "ready: %s", msg);
 }
 
-/* Joins d (its regions made by the queued job, run here), adds the
- * member and maps its regions. */
-static void join(struct dlv *d, struct mem *m, uint64_t epochs, uint32_t credits)
+/* Maps an added member's regions as a client does. */
+static void map_member(struct mem *m)
 {
-	struct feed_err err = {0};
 	struct dlv_fds fds;
-	uint64_t epoch, index;
 
-	memset(m, 0, sizeof(*m));
-	ck_assert_int_eq(dlv_join(d, epochs, credits, on_ready, m, &m->m, &err), 0);
-	q_drain();
-	ck_assert(m->ready);
-	ck_assert_msg(dlv_member_add(m->m, &epoch, &index, &err) == 0, "%s", err.msg);
 	dlv_member_fds(m->m, &fds);
 	m->ctl = mmap(NULL, t.lay.ctl_bytes, PROT_READ, MAP_SHARED, fds.ctl, 0);
 	m->rel = mmap(NULL, t.lay.rel_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds.rel, 0);
@@ -235,6 +228,21 @@ static void join(struct dlv *d, struct mem *m, uint64_t epochs, uint32_t credits
 		.head = &m->rel->rel_head,
 		.waiting = &m->rel->daemon_waiting,
 		.cap = t.lay.rel_cap};
+}
+
+/* Joins d (its regions made by the queued job, run here), adds the
+ * member and maps its regions. */
+static void join(struct dlv *d, struct mem *m, uint64_t epochs, uint32_t credits)
+{
+	struct feed_err err = {0};
+	uint64_t epoch, index;
+
+	memset(m, 0, sizeof(*m));
+	ck_assert_int_eq(dlv_join(d, epochs, credits, on_ready, m, &m->m, &err), 0);
+	q_drain();
+	ck_assert(m->ready);
+	ck_assert_msg(dlv_member_add(m->m, &epoch, &index, &err) == 0, "%s", err.msg);
+	map_member(m);
 }
 
 static void unmap(struct mem *m)
@@ -556,6 +564,51 @@ START_TEST(test_delivery_unit_detach_counts_releases)
 }
 END_TEST
 
+/* A group member resumed from its own token: ahead of the group it lets
+ * the group's batches before its position go past it and receives from
+ * exactly there; behind the group it is refused (those batches are gone),
+ * naming both positions. */
+START_TEST(test_delivery_unit_resumed_member_own_position)
+{
+	struct dlv *d = open_dlv(2, true, 0);
+	struct feed_err err = {0};
+	struct mem m[2], late;
+	uint64_t epoch, index;
+
+	join(d, &m[0], 0, 2);
+	dlv_start(d);
+	q_drain();
+	ck_assert_uint_eq(head(&m[0]), 2);  /* batches 0 and 1 */
+	/* resumed at batch 4 (position 4 * BATCH): skips 2 and 3 */
+	memset(&m[1], 0, sizeof(m[1]));
+	ck_assert_int_eq(dlv_join(d, 0, 2, on_ready, &m[1], &m[1].m, &err), 0);
+	q_drain();
+	dlv_member_resume_at(m[1].m, 0, 4 * BATCH);
+	ck_assert_msg(dlv_member_add(m[1].m, &epoch, &index, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(epoch, 0);
+	ck_assert_uint_eq(index, 4);
+	map_member(&m[1]);
+	for (uint64_t i = 0; i < 4; i++) {  /* member 0 reads batches 0..3 */
+		release(&m[0], i);
+		q_drain();
+	}
+	ck_assert_uint_ge(head(&m[1]), 1);
+	const struct feed_shm_slot *h = header(&m[1], feed_ring_slot(entry(&m[1], 0)));
+	ck_assert_uint_eq(h->index, 4);  /* its first: exactly its own position */
+	ck_assert_uint_eq(h->position, 4 * BATCH);
+	/* resumed at batch 1: the group published past it */
+	memset(&late, 0, sizeof(late));
+	ck_assert_int_eq(dlv_join(d, 0, 2, on_ready, &late, &late.m, &err), 0);
+	q_drain();
+	dlv_member_resume_at(late.m, 0, 1 * BATCH);
+	ck_assert_int_eq(dlv_member_add(late.m, &epoch, &index, &err), -EALREADY);
+	ck_assert_msg(strstr(err.msg, "past this stream's resume position (epoch 0 position 4)"),
+		      "%s", err.msg);
+	dlv_member_leave(late.m);
+	close_dlv(d, m, 2);
+}
+END_TEST
+
 /* A plain stream whose client writes its release head backwards, or past
  * the ring's capacity, is stopped with an error naming it. */
 static void tampered(uint64_t (*bad)(uint64_t cap), const char *needle)
@@ -620,6 +673,7 @@ static Suite *delivery_unit_suite(void)
 	tcase_add_test(tc, test_delivery_unit_group_masks);
 	tcase_add_test(tc, test_delivery_unit_detach);
 	tcase_add_test(tc, test_delivery_unit_detach_counts_releases);
+	tcase_add_test(tc, test_delivery_unit_resumed_member_own_position);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads_past_capacity);
 	suite_add_tcase(s, tc);
