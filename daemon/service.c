@@ -78,8 +78,13 @@ static void svc_status(struct svc *s, char *buf, size_t cap)
 	uint64_t dt = now - s->last_ms;
 	double rate = dt && samples > s->last_samples
 		? (double)(samples - s->last_samples) * 1000.0 / (double)dt : 0.0;
-	snprintf(buf, cap, "serving %zu datasets, %u streams, %.0f samples/s", cat_ready_count(s->d->cat),
-		 streams, rate);
+	size_t ready = cat_ready_count(s->d->cat), opening = 0;
+	for (size_t i = 0; i < s->d->cat->n; i++)
+		opening += cat_entry_state(s->d->cat->e[i], NULL) == CAT_PENDING;
+	int n = snprintf(buf, cap, "serving %zu datasets, %u streams, %.0f samples/s", ready,
+			 streams, rate);
+	if (opening && n > 0 && (size_t)n < cap)  /* remote ones still opening */
+		snprintf(buf + n, cap - (size_t)n, ", %zu pending", opening);
 	s->last_samples = samples;
 	s->last_ms = now;
 }

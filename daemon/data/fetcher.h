@@ -100,9 +100,11 @@ struct fetch_src_opts {
 /* A dataset's share of f, freed with fetch_src_free(). -ENOMEM. */
 int fetch_src_new(struct fetcher *f, const struct fetch_src_opts *o, struct fetch_src **ret);
 
-/* Drops the source's queued and landed requests and cancels its running
- * ones; returns once the fetcher holds none of them. No fetch_get() on it
- * may be waiting. Accepts NULL. */
+/* Lets the source go: its queued and landed requests are dropped and its
+ * running ones cancelled by the fetcher thread, which frees the source
+ * with the last of them. Never waits (it may run on the loop thread, when
+ * a reload drops a dataset). No fetch_get() on it may be waiting. Accepts
+ * NULL. */
 void fetch_src_free(struct fetch_src *s);
 
 /* One request: len bytes at off of file (head: only its size). */
