@@ -469,7 +469,9 @@ int cfg_load_all(const char *file, const struct cfg_overrides *ov, const char *e
 	if (file) {
 		r = cfg_parse_file(file, &src, &text, &raw, err);
 		if (r < 0) {
-			cfg_err_keep(&src, r, err);
+			/* unknown keys found before libcyaml refused: they come first */
+			if (cfg_err_keep(&src, r, err) && errs->n > 1)
+				feed_err_set(err, r, "%s", errs->msg[0]);
 			goto fail;
 		}
 		c->file = strdup(file);

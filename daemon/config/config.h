@@ -155,8 +155,9 @@ int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_s
 
 /* Like cfg_load(), but goes on past an error to find the others: every
  * refusal lands in errs (the first in err too), at most CFG_ERRS_MAX of
- * them, the rest counted. A file that is not YAML, or that libcyaml's
- * schema refuses, has one error: nothing past it can be read. */
+ * them, the rest counted. A file that is not YAML has one error; one
+ * that libcyaml's schema refuses has its unknown keys (every one) and
+ * then that refusal: nothing past it can be read. */
 #define CFG_ERRS_MAX 32
 struct cfg_errs {
 	unsigned n;                /* messages in msg */
