@@ -615,6 +615,19 @@ static int op_set_pixel(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key 
 	}
 }
 
+/* concat's and pack's keys. */
+static int op_set_pack(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		       const char *v)
+{
+	const char *k = pipe_key_names[key];
+
+	if (key == PK_SEQ_LEN)
+		return parse_uint(sc, k, v, 1, PK_SEQ_LEN_MAX, &op->seq_len);
+	if (key == PK_PAD_ID)
+		return parse_uint(sc, k, v, 0, UINT32_MAX, &op->pad_id);
+	return parse_uint(sc, k, v, 1, PK_WINDOW_MAX, &op->window);
+}
+
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
 static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
 		  uint32_t item)
@@ -670,11 +683,9 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 	case PK_FIELD:
 		return parse_field_name(sc, v, op->field);
 	case PK_SEQ_LEN:
-		return parse_uint(sc, k, v, 1, PK_SEQ_LEN_MAX, &op->seq_len);
 	case PK_PAD_ID:
-		return parse_uint(sc, k, v, 0, UINT32_MAX, &op->pad_id);
 	case PK_WINDOW:
-		return parse_uint(sc, k, v, 1, PK_WINDOW_MAX, &op->window);
+		return op_set_pack(sc, op, key, v);
 	default:
 		return op_set_pixel(sc, op, key, v);
 	}

@@ -167,6 +167,9 @@ def test_packing_refusals(pk):
         feedclient.Loader("tiny", 1, socket=sock, pipeline="concat(seq_len=8)")
     with pytest.raises(feedclient.FeedError, match="only op"):
         feedclient.Loader("docs", 2, socket=sock, pipeline="concat(seq_len=8) | identity")
+    with feedclient.Loader("tiny", 4, socket=sock, pipeline="pack(seq_len=8)") as loader:
+        with pytest.raises(feedclient.FeedError, match="epoch 0 has 1 rows, not a batch of 4"):
+            next(iter(loader))
 
 
 def test_concat_first_batch_of_a_million_documents(feedpack, feedd_factory, tmp_path):

@@ -114,7 +114,13 @@ struct feed_stream_opts {
 	uint32_t rank, world;     /* this process's share; world 0 = 1 */
 	bool eval;                /* sequential, each sample once across ranks */
 	const char *pipeline;     /* "random_crop(size=28, pad=2) | hflip(p=0.5)",
-				   * a configured pipeline's name, or NULL */
+				   * a configured pipeline's name, or NULL;
+				   * "concat(seq_len=L)" or "pack(seq_len=L, ...)"
+				   * on a token-document dataset: samples are rows
+				   * (fields input_ids, labels, position_ids,
+				   * document_ids, and cu_seqlens, variable int32:
+				   * the field's bytes are the batch's flattened
+				   * cu_seqlens, rows * L last) */
 	uint64_t start_epoch;     /* first batch to deliver */
 	uint64_t start_batch;
 	const void *resume;       /* a token from feed_stream_resume_token():
