@@ -463,7 +463,12 @@ FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t 
 		return -ENOENT;
 	if (!b->failed)
 		return -ENOTSUP;
-	*ret = b->failed[i];
+	uint32_t k = 0; /* i is the k-th replaced position */
+	for (uint32_t j = 0; j < i; j++)
+		k += (b->replaced[j / 64] >> (j % 64)) & 1;
+	if (k >= FEED_SHM_FAILED_MAX)
+		return -ERANGE;
+	*ret = b->failed[k];
 	return 0;
 }
 

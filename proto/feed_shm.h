@@ -104,9 +104,10 @@ struct feed_shm_field {
  * uint64_t replaced[FEED_SHM_REPLACED_WORDS(batch)] (bit i of word i / 64:
  * position i holds a replacement for a sample that failed, on_error skip;
  * meaningful only with FEED_SLOT_REPLACED, and sample[i] is then the
- * replacement's index), then uint64_t failed[batch] (at a replaced
- * position i, the index of the sample that failed there: what a trainer's
- * warning names), then the variable fields' ends tables. */
+ * replacement's index), then uint64_t failed[FEED_SHM_FAILED_MAX] (the
+ * indices of the batch's first samples that failed, in position order:
+ * the k-th replaced position's failed sample is failed[k], what a
+ * trainer's warning names), then the variable fields' ends tables. */
 struct feed_shm_slot {
 	uint32_t gen;             /* matches the ready entry's generation */
 	uint32_t nsamples;
@@ -130,15 +131,18 @@ static inline uint64_t *feed_shm_replaced(struct feed_shm_slot *h, uint32_t batc
 	return &h->sample[batch];
 }
 
-/* The failed samples' indices, after the bitmap (bytes of the header up to
- * their end: FEED_SHM_FAILED_END). */
+/* The failed samples' indices, after the bitmap: FEED_SHM_FAILED_MAX of
+ * them at most per batch (the rest are counted by the bitmap, unnamed),
+ * so a large batch's headers grow by 512 bytes only. FEED_SHM_FAILED_END:
+ * the header's bytes up to their end. */
+#define FEED_SHM_FAILED_MAX 64
 static inline uint64_t *feed_shm_failed(struct feed_shm_slot *h, uint32_t batch)
 {
 	return &h->sample[batch + FEED_SHM_REPLACED_WORDS(batch)];
 }
 #define FEED_SHM_FAILED_END(batch) \
 	(sizeof(struct feed_shm_slot) + 8ull * (batch) + 8ull * FEED_SHM_REPLACED_WORDS(batch) + \
-	 8ull * (batch))
+	 8ull * FEED_SHM_FAILED_MAX)
 
 /* Release region header, at offset 0 of the release memfd; the ring of
  * uint64_t entries follows at rel_off. Client-writable: never trusted. */

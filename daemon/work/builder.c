@@ -310,7 +310,8 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		if (rc < 0)
 			sample_err(ds, idx[k], err);
 		if (rc < 0 && b->on_error == BLD_ON_ERROR_SKIP && sample_bad(rc)) {
-			feed_shm_failed(b->hdr, b->lay->batch)[i0 + k] = idx[k];
+			if (b->bad->n < FEED_SHM_FAILED_MAX) /* bad_note counts it */
+				feed_shm_failed(b->hdr, b->lay->batch)[b->bad->n] = idx[k];
 			bad_note(b, i0 + k, err);
 			*err = (struct feed_err){0};
 			*ret_failed = true;

@@ -2,9 +2,11 @@
 
 A slot is released only when the batch and every array or tensor viewing it
 (views of views included) are gone, whichever goes last, on whatever thread
-drops it. Observed through credits: with all of them held by live views
-the next step raises CreditsExhausted saying how many are held; dropping
-the last view lets the iteration go on. A stream closes when the Loader is
+drops it. Observed through credits, with detaching off (the Loader
+otherwise detaches a held batch from its slot, issue 31: see
+test_feedclient_held_views.py): with all of them held by live views the
+next step raises CreditsExhausted saying how many are held; dropping the
+last view lets the iteration go on. A stream closes when the Loader is
 closed or collected and no batch of it is alive: observed through a daemon
 that allows one stream per user, where a second Loader is refused while
 the first stream lives and opens as soon as it is gone.
@@ -17,6 +19,13 @@ import numpy as np
 import pytest
 
 import feedclient
+import feedclient.loader
+
+
+@pytest.fixture(autouse=True)
+def no_detaching(monkeypatch):
+    """Held batches keep their slots here, as a stream that cannot detach."""
+    monkeypatch.setattr(feedclient.loader._Stream, "detach_oldest", lambda self: False)
 
 
 def test_slot_released_only_after_last_view(fc):

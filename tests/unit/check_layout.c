@@ -108,7 +108,7 @@ START_TEST(test_layout_slot_header_holds_samples_bitmap_failed_and_ends)
 	 * indices, then each variable field's ends[batch + 1] in field order
 	 * (feed_shm.h) */
 	uint64_t first = sizeof(struct feed_shm_slot) + 8ull * batch +
-			 8ull * FEED_SHM_REPLACED_WORDS(batch) + 8ull * batch;
+			 8ull * FEED_SHM_REPLACED_WORDS(batch) + 8ull * FEED_SHM_FAILED_MAX;
 	ck_assert_uint_eq(FEED_SHM_FAILED_END(batch), first);
 	ck_assert_uint_eq(FEED_SHM_REPLACED_WORDS(batch), 2);
 	ck_assert_uint_eq(l.var_off[1], first);

@@ -337,9 +337,10 @@ FEED_API bool feed_batch_padded(const struct feed_batch *b);      /* holds wrap-
 FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t **ret_bits);
 /* The dataset index of the sample that failed at replaced position i
  * into *ret (feed_batch_replaced() says which positions), to name its
- * file. Returns 0; -ENOENT when position i holds no replacement, -ENOTSUP
- * from a feedd that does not send it, -EINVAL for a bad argument. Any
- * thread that holds b; does not block. */
+ * file. Returns 0; -ENOENT when position i holds no replacement, -ERANGE
+ * past the batch's first 64 failures (counted, not named), -ENOTSUP from a
+ * feedd that does not send them, -EINVAL for a bad argument. Any thread
+ * that holds b; does not block. */
 FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t *ret);
 /* The daemon's CLOCK_MONOTONIC (ns) when it published the batch. */
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);

@@ -509,6 +509,8 @@ class _Stream:
         """Detaches the oldest batch still held (feed_batch_detach): its
         views stay valid in private memory, its slot goes back to feedd.
         True when one was. The loop's thread, lock held."""
+        if self.fork_gen != _fork_gen:
+            return False  # a forked child: the slots are the parent's
         q = self.slots
         while q:
             slot = q.popleft()()
