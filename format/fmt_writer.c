@@ -518,6 +518,24 @@ static void adopt_maxima(struct fmt_writer *w, const struct fmt_info *in)
 	}
 }
 
+/* A token-document part's lengths, after ours (FMT_LENGTHS_FILE). */
+static int adopt_lens(struct fmt_writer *w, const struct fmt_dataset *ds, const char *dir,
+		      uint64_t n, struct feed_err *err)
+{
+	const uint32_t *lens;
+	uint64_t total;
+
+	if (w->tok_field < 0)
+		return 0;
+	int rc = fmt_dataset_doc_lens(ds, &lens, &total);
+	if (rc < 0)
+		return feed_err_set(err, rc, "%s: no %s to join (written before lengths were "
+				    "kept?)", dir, FMT_LENGTHS_FILE);
+	if (n > SIZE_MAX / 4 || buf_append(&w->lens, lens, (size_t)n * 4) < 0)
+		return feed_err_set(err, -ENOMEM, "out of memory");
+	return 0;
+}
+
 int fmt_writer_adopt(struct fmt_writer *w, const char *dir, struct feed_err *err)
 {
 	struct fmt_dataset *ds = NULL;
@@ -534,6 +552,8 @@ int fmt_writer_adopt(struct fmt_writer *w, const char *dir, struct feed_err *err
 		rc = feed_err_set(err, -ENOTSUP, "%s: datasets with paths cannot be joined", dir);
 		goto out;
 	}
+	if ((rc = adopt_lens(w, ds, dir, in->num_samples, err)) < 0)
+		goto out;
 	adopt_maxima(w, in);
 	for (uint32_t i = 0; i < in->num_shards && rc == 0; i++)
 		rc = adopt_shard(w, dir, fmt_dataset_shard_file(ds, i), err);
