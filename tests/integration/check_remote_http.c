@@ -588,7 +588,8 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 {
 	int port, lfd = mute_listener(&port);
 	char cfg[1024];
-	const char *fmt = "metrics: 127.0.0.1:0\nremote_timeout_ms: 1000\nremote_retries: 1\n"
+	/* each try waits 3 s: pending for about 7 s (slow sanitizer builds too) */
+	const char *fmt = "metrics: 127.0.0.1:0\nremote_timeout_ms: 3000\nremote_retries: 1\n"
 			  "datasets:\n"
 			  "  - name: tiny\n    path: %s/tiny\n"
 			  "  - name: mute\n    path: http://127.0.0.1:%d/mute\n%s";
@@ -603,9 +604,15 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 	ck_assert_int_eq(feed_stream_open(c, &o, &st), -EAGAIN);
 	ck_assert_msg(strstr(feed_errmsg(c), "dataset 'mute'") && strstr(feed_errmsg(c), "pending"),
 		      "%s", feed_errmsg(c));
-	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
 	ck_assert_msg(strstr(metrics_text(), "feedd_dataset_state{dataset=\"mute\",state=\"pending\"} 1"),
 		      "%s", metrics_text());
+	char out[200];  /* feedctl says so too */
+	snprintf(out, sizeof(out), "%s/feedctl.out", h.dir);
+	ck_assert_int_ne(h_run_tool("feedctl", (const char *[]){"--socket", h.sock, "datasets",
+								 "mute", NULL}, out), 0);
+	ck_assert_msg(h_file_has(out, "dataset 'mute'") && strstr(h_file_text(out), "pending"),
+		      "%s", h_file_text(out));
+	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
 
 	char more[128];
 	snprintf(more, sizeof(more), "  - name: mute2\n    path: http://127.0.0.1:%d/other\n", port);
