@@ -187,7 +187,7 @@ static int fb_epoch_end(struct fb_run *r)
 /* One batch in hand: verify, touch, release. */
 static int fb_consume(struct fb_run *r, struct feed_batch *b)
 {
-	uint64_t bytes;
+	uint64_t bytes = 0;
 	uint32_t n = feed_batch_size(b);
 	int rc;
 
@@ -195,12 +195,13 @@ static int fb_consume(struct fb_run *r, struct feed_batch *b)
 		r->res->local_ok = false; /* keep reading: the stream must still end */
 	if ((rc = fb_touch(r, b, &bytes)))
 		return rc;
+	uint64_t replaced = feed_batch_replaced(b, NULL); /* b is gone once released */
 	if ((rc = feed_release(b)) < 0)
 		return fb_lib_fail(r, "release", rc);
 	r->index++;
 	r->res->batches++;
 	r->res->samples += n;
-	r->res->replaced += feed_batch_replaced(b, NULL);
+	r->res->replaced += replaced;
 	r->res->bytes += bytes;
 	if (r->t_first) {
 		r->res->timed_samples += n;
