@@ -75,7 +75,7 @@ def test_install_wheel_carries_the_library(tmp_path):
     assert out[1] == os.environ["FEED_VERSION"]
     # libfeedpack travels too, and feedclient.pack writes through that copy
     pack_lib = site / "feedclient" / "libfeedpack.so.0"
-    assert pack_lib.read_bytes() == (LIB / "libfeedpack.so.0").resolve().read_bytes()
+    assert pack_lib.read_bytes() == (RELEASE_LIB / "libfeedpack.so.0").resolve().read_bytes()
     run([str(py), "-c", "from feedclient import pack; w = pack.Writer('ds', {'n': ('int64', ())}); "
          "w.write({'n': 7}); w.close()"], env=clean_env(), cwd=tmp_path)
     assert (tmp_path / "ds" / "manifest.pb").is_file()
@@ -113,7 +113,8 @@ def fake_checkout(tmp_path, build_lib, release_lib):
                        (release_lib, root / "build" / "release" / "lib")):
         if lib is not None:
             where.mkdir(parents=True)
-            shutil.copyfile((lib / "libfeedclient.so.0").resolve(), where / "libfeedclient.so.0")
+            for so in ("libfeedclient.so.0", "libfeedpack.so.0"):
+                shutil.copyfile((lib / so).resolve(), where / so)
     return root
 
 

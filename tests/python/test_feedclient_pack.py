@@ -164,7 +164,11 @@ def test_feedclient_pack_from_iterable_same_for_any_workers(feedpack, tmp_path):
         versions.add(ds.version)
         assert len(ds.manifest["shards"]) > 5   # many parts joined
         files = sorted(p.name for p in out.iterdir())
-        assert files == sorted(["manifest.pb"] + [s["file"] for s in ds.manifest["shards"]])
+        # a `tokens` field: the documents' lengths too, joined from every part
+        assert files == sorted(["manifest.pb", "lengths.u32"] +
+                               [s["file"] for s in ds.manifest["shards"]])
+        lens = np.fromfile(out / "lengths.u32", "<u4")
+        assert lens.tolist() == [len(s["tokens"]) for s in want]
     assert len(versions) == 1
     check_same(ff.Dataset(tmp_path / "w5"), want)
     verify(feedpack, tmp_path / "w5")
