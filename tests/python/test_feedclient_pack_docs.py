@@ -1,4 +1,4 @@
-"""docs-ingest.md ("Getting your data in"): every example runs as written.
+"""README.md's "Getting your data in": every example runs as written.
 
 Each ### section's code blocks run in order in a directory of their own,
 python blocks with this Python and sh blocks under bash -e with the
@@ -27,13 +27,21 @@ from conftest import BIN, LIB, PYPKG, SRC
 sys.path.insert(0, str(SRC / "bench"))
 import feedformat as ff  # noqa: E402
 
-DOC = SRC / "docs-ingest.md"
+DOC = SRC / "README.md"
+
+
+def doc_text():
+    """The README's section "Getting your data in", up to the next ## heading."""
+    text = DOC.read_text()
+    start = text.index("\n## Getting your data in\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def sections():
     """{heading: [(lang, code), ...]} of the document."""
     out, cur = {}, None
-    for part in re.split(r"^### ", DOC.read_text(), flags=re.M)[1:]:
+    for part in re.split(r"^### ", doc_text(), flags=re.M)[1:]:
         cur = part.split("\n", 1)[0].strip()
         out[cur] = re.findall(r"^```(python|sh)\n(.*?)^```", part, flags=re.M | re.S)
     return out
