@@ -332,6 +332,24 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	}
 }
 
+/* st->pending: s's names, each cut to a dataset name's size, in one block. */
+static int cl_status_pending(struct feed_status *st, const Feed__Stats *s)
+{
+	enum { NAME = 64 };
+	size_t n = s->n_pending > 256 ? 256 : s->n_pending;
+	char **names = calloc(1, n * (sizeof(char *) + NAME));
+	if (!names)
+		return -ENOMEM;
+	char *text = (char *)(names + n);
+	for (size_t i = 0; i < n; i++) {
+		names[i] = text + i * NAME;
+		cl_text(names[i], NAME, s->pending[i]);
+	}
+	st->npending = n;
+	st->pending = (const char *const *)names;
+	return 0;
+}
+
 FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 {
 	Feed__Reply *rep = NULL;
@@ -386,6 +404,11 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 		st->ngpus = s->n_gpus;
 		st->gpus = g;
 	}
+	if (s->n_pending && cl_status_pending(st, s) < 0) {
+		feed__reply__free_unpacked(rep, NULL);
+		feed_status_free(st);
+		return -ENOMEM;
+	}
 	feed__reply__free_unpacked(rep, NULL);
 	*ret = st;
 	return 0;
@@ -397,5 +420,6 @@ FEED_API void feed_status_free(struct feed_status *st)
 		return;
 	free((void *)st->streams);
 	free((void *)st->gpus);
+	free((void *)st->pending);
 	free(st);
 }

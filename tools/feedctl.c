@@ -99,6 +99,9 @@ static int cmd_status(struct feed_conn *conn)
 	printf("connections: %u (%u yours)\n", st->connections, st->user_connections);
 	printf("workers:     %u\n", st->workers);
 	printf("datasets:    %u readable by you\n", st->datasets);
+	for (size_t i = 0; i < full->npending; i++)
+		printf("%s%s%s", i ? ", " : "pending:     ", full->pending[i],
+		       i + 1 == full->npending ? " (remote, still opening)\n" : "");
 	printf("requests:    %llu answered, %llu refused\n", (unsigned long long)st->requests,
 	       (unsigned long long)st->rejected);
 	printf("cache:       %.1f of %.1f MB in %llu blocks; %llu hits, %llu misses, "
@@ -119,12 +122,19 @@ static int cmd_status(struct feed_conn *conn)
 }
 
 /* A JSON string: our text is printable ASCII, so only " and \ need care. */
-static void json_str(const char *key, const char *v, const char *sep)
+static void json_str_value(const char *v)
 {
-	printf("\"%s\": \"", key);
+	putchar('"');
 	for (; *v; v++)
 		printf(*v == '"' || *v == '\\' ? "\\%c" : "%c", *v);
-	printf("\"%s", sep);
+	putchar('"');
+}
+
+static void json_str(const char *key, const char *v, const char *sep)
+{
+	printf("\"%s\": ", key);
+	json_str_value(v);
+	printf("%s", sep);
 }
 
 static void json_u64(const char *key, unsigned long long v, const char *sep)
@@ -210,6 +220,11 @@ static int cmd_status_json(struct feed_conn *conn)
 		       g->allowed ? "true" : "false", g->context ? "true" : "false",
 		       g->failed ? "true" : "false");
 		json_u64("slot_bytes", g->slot_bytes, "}");
+	}
+	printf("],\n  \"pending\": [");
+	for (size_t i = 0; i < full->npending; i++) {
+		printf("%s", i ? ", " : "");
+		json_str_value(full->pending[i]);
 	}
 	printf("],\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)

@@ -240,6 +240,12 @@ static void ses_stats(struct ses *se, uint32_t id)
 	st.workers = pool_size(d->pool);
 	st.requests = d->requests;
 	st.rejected = d->rejected;
+	char *pending[CFG_MAX_DATASETS];
+	for (size_t i = 0; i < d->cat->n && st.n_pending < CFG_MAX_DATASETS; i++)
+		if (ses_may_read(se, d->cat->e[i]->cfg) &&
+		    cat_entry_state(d->cat->e[i], NULL) == CAT_PENDING)
+			pending[st.n_pending++] = (char *)d->cat->e[i]->cfg->name;
+	st.pending = pending;
 	struct dsl_dev_info dev[SES_MAX_GPUS];
 	Feed__GpuStatus gs[SES_MAX_GPUS], *gp[SES_MAX_GPUS];
 	st.n_gpus = (size_t)dsl_gpu_devices(d->gpu, dev, SES_MAX_GPUS);

@@ -613,6 +613,11 @@ START_TEST(test_remote_start_and_reload_never_wait_on_a_host)
 	ck_assert_msg(h_file_has(out, "dataset 'mute'") && strstr(h_file_text(out), "pending"),
 		      "%s", h_file_text(out));
 	read_epochs("tiny", H_SAMPLES, 1);  /* served meanwhile */
+	struct feed_status *fs;  /* status lists it as pending, and only it */
+	ck_assert_int_eq(feed_status(c, &fs), 0);
+	ck_assert_uint_eq(fs->npending, 1);
+	ck_assert_str_eq(fs->pending[0], "mute");
+	feed_status_free(fs);
 
 	char more[128];
 	snprintf(more, sizeof(more), "  - name: mute2\n    path: http://127.0.0.1:%d/other\n", port);

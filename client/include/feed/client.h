@@ -277,6 +277,10 @@ struct feed_status {
 	const struct feed_stream_status *streams;
 	size_t ngpus;                       /* GPUs (0 with no driver) */
 	const struct feed_gpu_status *gpus;
+	size_t npending;                    /* remote datasets you may read that are
+					     * still opening (not in count's streams
+					     * nor in feed_list_datasets() yet) */
+	const char *const *pending;         /* their names */
 };
 
 /* The daemon's counters with every stream and group over a dataset the

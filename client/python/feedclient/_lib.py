@@ -344,6 +344,8 @@ class Status(ctypes.Structure):
         ("streams", ctypes.POINTER(StreamStatus)),
         ("ngpus", ctypes.c_size_t),
         ("gpus", ctypes.POINTER(GpuStatus)),
+        ("npending", ctypes.c_size_t),
+        ("pending", ctypes.POINTER(ctypes.c_char_p)),
     ]
 
 

@@ -352,6 +352,8 @@ def _status(socket, timeout_ms):
                 streams.append(d)
             out["streams"] = streams
             out["gpus"] = [_record(st.contents.gpus[i]) for i in range(st.contents.ngpus)]
+            out["pending"] = [st.contents.pending[i].decode("ascii", "replace")
+                              for i in range(st.contents.npending)]
             return out
         finally:
             lib.feed_status_free(st)
