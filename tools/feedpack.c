@@ -98,6 +98,7 @@ static const char pack_ingest_help[] =
 	"      --block-records N  at most N records per block (1: one per block)\n"
 	"      --level L          zstd level 1..19 (default 3)\n"
 	"      --shard-bytes N    start a new shard past N bytes (default 256M)\n"
+	"      --quiet            no progress line (drawn only on a terminal)\n"
 	"Numbers take an optional k, M or G suffix (powers of 1024).\n";
 
 static const char pack_images_help[] =
@@ -119,7 +120,7 @@ static const char pack_tokens_help[] =
 
 enum { OPT_NAME = 256, OPT_BLOCK_BYTES, OPT_BLOCK_RECORDS, OPT_LEVEL, OPT_SHARD_BYTES,
        OPT_DTYPE, OPT_SEQ_LEN, OPT_SKIP_BAD, OPT_CHECK, OPT_DECODE, OPT_DOC_SEP,
-       OPT_VOCAB_SIZE };
+       OPT_VOCAB_SIZE, OPT_QUIET };
 
 static const struct option pack_long_opts[] = {
 	{"output", required_argument, NULL, 'o'},
@@ -135,6 +136,7 @@ static const struct option pack_long_opts[] = {
 	{"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
 	{"check", no_argument, NULL, OPT_CHECK},
 	{"decode", no_argument, NULL, OPT_DECODE},
+	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -224,6 +226,7 @@ static int apply_opt(struct pack_opts *o, int opt, const char *arg, char *msg, s
 	case OPT_SKIP_BAD: o->skip_bad = true; return 0;
 	case OPT_CHECK: o->check = true; return 0;
 	case OPT_DECODE: o->decode = true; return 0;
+	case OPT_QUIET: o->quiet = true; return 0;
 	case OPT_DTYPE:
 		o->tok_dtype = feed_dtype_parse(arg);
 		if (o->tok_dtype != FEED_DTYPE_U16 && o->tok_dtype != FEED_DTYPE_U32)

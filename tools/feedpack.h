@@ -50,6 +50,7 @@ struct pack_opts {
 	bool decode;               /* verify --decode: decode every image too */
 	bool level_set;            /* --level was given */
 	bool block_bytes_set;      /* --block-bytes was given */
+	bool quiet;                /* --quiet: no progress line, even on a terminal */
 	int npos;                  /* positional arguments */
 	char **pos;                /* ... and their values (argv) */
 	char out_buf[PATH_MAX];    /* storage for out_dir */

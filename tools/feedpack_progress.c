@@ -1,6 +1,7 @@
 /*
  * feedpack_progress.c: the progress line on stderr. Draws only when stderr
- * is a terminal, at most 10 times a second, and clears itself at the end, so
+ * is a terminal (and no --quiet), at the first tick, then at most 10 times
+ * a second, and clears itself at the end, so
  * logs and pipes never see it. Never touches stdout. One thread.
  */
 #include <stdio.h>
@@ -30,6 +31,7 @@ void progress_start(struct pack_progress *p, const char *what, const char *unit,
 	};
 	clock_gettime(CLOCK_MONOTONIC, &p->start);
 	p->last = p->start;
+	p->last.tv_sec -= 1; /* the first tick draws: a short run shows its line too */
 }
 
 static void progress_draw(struct pack_progress *p, uint64_t done, uint64_t count)

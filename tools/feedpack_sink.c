@@ -123,6 +123,7 @@ int sink_open_classes(struct pack_sink *s, const struct pack_opts *o,
 		return blame_output(err, rc, o->out_dir);
 	}
 	progress_start(&s->prog, "packing", "samples", total_in);
+	s->prog.on = s->prog.on && !o->quiet;
 	return 0;
 }
 

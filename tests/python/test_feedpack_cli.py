@@ -113,6 +113,38 @@ def test_idx_gz_round_trip(feedpack, tmp_path, mnist):
     assert "shard-00000.fsh" in text
 
 
+def on_terminal(feedpack, *args):
+    """feedpack with stderr on a pseudo-terminal: (exit code, what it drew)."""
+    master, slave = os.openpty()
+    try:
+        res = subprocess.run([feedpack, *map(str, args)], stdout=subprocess.DEVNULL,
+                             stderr=slave, timeout=60)
+        os.close(slave)
+        slave = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's writer is gone
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        return res.returncode, drawn.decode(errors="replace")
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def test_progress_on_a_terminal_and_quiet(feedpack, tmp_path, mnist):
+    """A terminal gets the progress line; --quiet keeps it off."""
+    rc, drawn = on_terminal(feedpack, "idx", *mnist, "-o", tmp_path / "a")
+    assert rc == 0 and "packing" in drawn and "samples" in drawn, drawn
+    rc, drawn = on_terminal(feedpack, "idx", *mnist, "-o", tmp_path / "b", "--quiet")
+    assert rc == 0 and drawn == "", drawn
+
+
 def test_idx_plain_one_record_per_block(feedpack, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
