@@ -53,6 +53,32 @@ skip() { echo "skipped: $*"; exit 77; }
 need() { command -v "$1" >/dev/null 2>&1 || skip "$1 absent (Debian package ${2:-systemd})"; }
 key() { sed -n "s/^$1=//p" "$2" | tail -n 1; }
 
+# The sandbox's PrivateTmp= hides /tmp and /var/tmp: a tree checked out or
+# built there (a CI clone, say) is staged under /var/lib first (not /run,
+# whose parent may be made a fresh tmpfs for /run/feedd), with what the
+# sandbox reads (this script, deploy/, configs/, feedd, feedctl and
+# libfeedclient), and the test runs from that copy.
+under_tmp() {
+	case "$(cd "$1" && pwd -P)/" in /tmp/*|/var/tmp/*) return 0 ;; esac
+	return 1
+}
+if [ "${1:-}" = sandbox ] && [ -z "${FEED_UNIT_STAGED:-}" ] &&
+	{ under_tmp "$SRC" || under_tmp "$BIN"; }; then
+	stage=$(mktemp -d /var/lib/feedd_unit_stage.XXXXXX)
+	mkdir -p "$stage/src/tests/integration" "$stage/bin" "$stage/lib"
+	cp -r "$SRC/deploy" "$SRC/configs" "$stage/src/"
+	cp "$0" "$stage/src/tests/integration/"
+	cp "$BIN/feedd" "$BIN/feedctl" "$stage/bin/"
+	cp -P "$BIN"/../lib/libfeedclient.so* "$stage/lib/"
+	chmod -R a+rX "$stage"
+	rc=0
+	FEED_UNIT_STAGED=1 FEED_SRC="$stage/src" FEED_BIN="$stage/bin" \
+		LD_LIBRARY_PATH="$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		sh "$stage/src/tests/integration/check_systemd_unit.sh" sandbox || rc=$?
+	rm -rf "$stage"
+	exit "$rc"
+fi
+
 PIDS=""
 cleanup() {
 	for p in $PIDS; do kill -KILL "$p" 2>/dev/null || true; done
