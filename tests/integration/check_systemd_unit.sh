@@ -70,6 +70,13 @@ if [ "${1:-}" = sandbox ] && [ -z "${FEED_UNIT_STAGED:-}" ] &&
 	cp "$0" "$stage/src/tests/integration/"
 	cp "$BIN/feedd" "$BIN/feedctl" "$stage/bin/"
 	cp -P "$BIN"/../lib/libfeedclient.so* "$stage/lib/"
+	# a sanitizer's suppressions file under /tmp would vanish too
+	supp=$(printf '%s' "${TSAN_OPTIONS:-}" | sed -n 's/.*suppressions=\([^:]*\).*/\1/p')
+	if [ -n "$supp" ] && [ -f "$supp" ]; then
+		cp "$supp" "$stage/tsan.supp"
+		TSAN_OPTIONS=$(printf '%s' "$TSAN_OPTIONS" | sed "s|suppressions=[^:]*|suppressions=$stage/tsan.supp|")
+		export TSAN_OPTIONS
+	fi
 	chmod -R a+rX "$stage"
 	rc=0
 	FEED_UNIT_STAGED=1 FEED_SRC="$stage/src" FEED_BIN="$stage/bin" \
