@@ -41,6 +41,7 @@ struct dt_file {
 	uint64_t key, hash;           /* the file's name */
 	uint64_t size;                /* bytes */
 	enum dt_state state;
+	uint64_t seq;                 /* which entry of this name: a later put's differs */
 	struct dt_file *chain;        /* next in the bucket */
 	struct dt_file *prev, *next;  /* LRU (ready only): sentinel's next is the oldest */
 };
@@ -54,6 +55,7 @@ struct dtier {
 	struct dt_file lru;           /* sentinel */
 	struct dtier_stats st;
 	uint64_t tmp_seq;             /* temporary names */
+	uint64_t entry_seq;           /* the last dt_file.seq given */
 };
 
 static void dt_name(char *buf, uint64_t key, uint64_t hash)
@@ -113,6 +115,7 @@ static void dt_insert(struct dtier *t, struct dt_file *f)
 {
 	struct dt_file **b = dt_bucket(t, f->key);
 
+	f->seq = ++t->entry_seq;
 	f->chain = *b;
 	*b = f;
 	if (f->state == DT_READY)
@@ -354,12 +357,14 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 {
 	char name[DT_NAME_MAX];
 	struct dt_file *f;
+	uint64_t seq = 0;
 
 	feed_mutex_lock(&t->mu);
 	f = dt_lookup(t, key, hash);
 	if (f && f->state == DT_READY) {  /* most recently used from now on */
 		dt_unlink_lru(f);
 		dt_push_lru(t, f);
+		seq = f->seq;
 	} else {
 		f = NULL;  /* absent, or being written or unlinked */
 		t->st.misses++;
@@ -374,8 +379,10 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 		t->st.hits++;
 	} else {
 		t->st.misses++;
-		f = dt_lookup(t, key, hash);  /* may have been evicted meanwhile */
-		if (f && f->state == DT_READY) {
+		/* may have been evicted meanwhile, and put again since: only the
+		 * entry that was read is bad, never a later put's fresh file */
+		f = dt_lookup(t, key, hash);
+		if (f && f->state == DT_READY && f->seq == seq) {
 			t->st.corrupt++;
 			dt_retire(t, f);
 		} else {
