@@ -1346,7 +1346,7 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
  * than timeout_ns of the timer's clock. Idleness is counted from the
  * timer's own readings (one thread, one clock) at which it saw m's
  * release count change, never from times other threads wrote. */
-static bool member_idle_locked(struct dlv_member *m, uint64_t now, uint64_t timeout_ns)
+static bool member_quiet_locked(struct dlv_member *m, uint64_t now, uint64_t timeout_ns)
 {
 	if (!m->watched || !m->held || m->releases != m->seen_releases || now < m->quiet_since) {
 		m->watched = true;
@@ -1355,6 +1355,24 @@ static bool member_idle_locked(struct dlv_member *m, uint64_t now, uint64_t time
 		return false;
 	}
 	return now - m->quiet_since > timeout_ns;
+}
+
+/* Whether quiet m holds the group up: batches sent to it wait untaken
+ * (its untrusted ready tail short of what we sent, or a lie), it holds
+ * all it may take, or the group is stalled (no slot free, none being
+ * built). A member that took everything and may take more waits for
+ * the daemon's next batch: a slow build is not its idleness. */
+static bool member_holds_up_locked(const struct dlv *d, const struct dlv_member *m)
+{
+	const struct feed_shm_rel *r = m->rel.map;
+	uint64_t tail = atomic_load_explicit(&r->ready_tail, memory_order_relaxed);
+	uint32_t may_take = m->credits < d->lay.nslots ? m->credits : d->lay.nslots;
+
+	if (tail != m->ready_head)
+		return true;
+	if ((uint32_t)__builtin_popcountll(m->held) >= may_take)
+		return true;
+	return d->nfree == 0 && d->pub_seq == d->sched_seq;
 }
 
 unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const char *name)
@@ -1369,8 +1387,9 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
-		if (!m || !member_idle_locked(m, now, timeout_ns) ||
-		    (m->state != DLV_MEMBER_ACTIVE && m->state != DLV_MEMBER_DONE))
+		if (!m || !member_quiet_locked(m, now, timeout_ns) ||
+		    (m->state != DLV_MEMBER_ACTIVE && m->state != DLV_MEMBER_DONE) ||
+		    !member_holds_up_locked(d, m))
 			continue;
 		snprintf(msg, sizeof(msg), "group '%s': detached after releasing nothing for %llu ms "
 			 "(the group timeout); the batches it holds stay valid until released, "

@@ -216,8 +216,10 @@ void dlv_member_on_release(struct dlv_member *m);
  * dlv_member_add() or none); accepts NULL. */
 void dlv_member_leave(struct dlv_member *m);
 
-/* Detaches every member that holds a slot and released nothing for
- * timeout_ns (DESIGN.md: the group timeout), measured on the caller's
+/* Detaches every member that holds a slot, holds the group up (batches
+ * wait untaken for it, it holds all it may take, or no slot is free and
+ * none is being built: a member waiting for a slow build is not idle) and
+ * released nothing for timeout_ns (DESIGN.md: the group timeout), measured on the caller's
  * clock (now_ns, monotonic, read by this one caller only) from the call
  * that first saw its release count where it still is: a call only samples
  * each member's releases, so the first call detaches nobody, and a

@@ -564,6 +564,41 @@ START_TEST(test_delivery_unit_detach_counts_releases)
 }
 END_TEST
 
+/* A member that took every batch sent to it and may take more waits for
+ * the daemon: however slow the next build (here: queued, not run), it is
+ * not idle, even holding a batch (the client keeps its last while asking
+ * for the next; issue 28's CI: a build slowed past the group timeout
+ * detached the member waiting for it). Once built batches wait untaken
+ * for it, the same quiet time detaches it. */
+START_TEST(test_delivery_unit_detach_spares_member_waiting_for_build)
+{
+	struct dlv *d = open_dlv(4, true, 0);
+	struct dlv_member_stats ms;
+	struct mem m[1];
+	const uint64_t timeout = 1000000000ull;
+
+	join(d, &m[0], 0, 4);
+	dlv_start(d);
+	q_drain();
+	ck_assert_uint_eq(head(&m[0]), 4);
+	atomic_store(&m[0].rel->ready_tail, 4);  /* took all four */
+	for (uint64_t i = 0; i < 3; i++)
+		release(&m[0], i);  /* keeps the last */
+	ck_assert_uint_eq(t.nq, 3);  /* three builds under way, none done */
+	uint64_t now = mono_ns();
+	for (uint64_t k = 0; k <= 4; k++)
+		ck_assert_uint_eq(dlv_detach_idle(d, now + k * timeout, timeout, "g"), 0);
+	dlv_member_stats(m[0].m, &ms);
+	ck_assert_int_eq(ms.state, DLV_MEMBER_ACTIVE);
+	q_drain();  /* built: three batches wait for it, untaken */
+	ck_assert_uint_eq(head(&m[0]), 7);
+	ck_assert_uint_eq(dlv_detach_idle(d, now + 5 * timeout, timeout, "g"), 1);
+	dlv_member_stats(m[0].m, &ms);
+	ck_assert_int_eq(ms.state, DLV_MEMBER_DETACHED);
+	close_dlv(d, m, 1);
+}
+END_TEST
+
 /* A group member resumed from its own token: ahead of the group it lets
  * the group's batches before its position go past it and receives from
  * exactly there; behind the group it is refused (those batches are gone),
@@ -673,6 +708,7 @@ static Suite *delivery_unit_suite(void)
 	tcase_add_test(tc, test_delivery_unit_group_masks);
 	tcase_add_test(tc, test_delivery_unit_detach);
 	tcase_add_test(tc, test_delivery_unit_detach_counts_releases);
+	tcase_add_test(tc, test_delivery_unit_detach_spares_member_waiting_for_build);
 	tcase_add_test(tc, test_delivery_unit_resumed_member_own_position);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads);
 	tcase_add_test(tc, test_delivery_unit_tampered_heads_past_capacity);
