@@ -173,9 +173,9 @@ static int wds_reserve(struct wds_buf *b, size_t need)
 {
 	if (b->cap >= need)
 		return 0;
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap < need)
-		cap *= 2;
+	/* a member's size is known before it is read: grow to it (plus half,
+	 * so that members of about one size settle after a few) */
+	size_t cap = need + need / 2;
 	uint8_t *p = realloc(b->p, cap);
 	if (!p)
 		return -ENOMEM;
