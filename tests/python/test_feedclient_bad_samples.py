@@ -166,20 +166,17 @@ def test_skip_counted_in_status_and_logged_by_file(bad_set, bs_epochs):
 def test_skip_counted_in_metrics(bad_set, bs_epochs, feedd_factory, tmp_path):
     """feedd_samples_replaced_total counts the replacements published, and
     keeps them once the stream has closed."""
-    import re
-    import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
+    from promtext import fetch, metrics_base, samples
     (tmp_path / "d").mkdir()
     d = feedd_factory(tmp_path / "d", "--workers", 1, "--dataset", f"bad={bad_set.dir}",
                       "--metrics", "127.0.0.1:0")
-    base = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", d.log_text())[1]
+    base = metrics_base(d)
     with feedclient.Loader("bad", BATCH, pipeline=PIPE, seed=11, socket=d.sock,
                            on_error="skip", max_bad=10) as ld:
         assert epoch(ld) == bs_epochs[1][0]
-    text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
-    got = [s.value for f in text_string_to_metric_families(text)
-           if f.name == "feedd_samples_replaced" for s in f.samples
-           if s.name == "feedd_samples_replaced_total" and s.labels.get("dataset") == "bad"]
+    text = fetch(base, timeout=10)
+    got = [v for (name, labels), v in samples(text).items()
+           if name == "feedd_samples_replaced_total" and ("dataset", "bad") in labels]
     ahead = [len(r) for _, r, _, _ in bs_epochs[1][1]]
     assert len(got) == 1, text
     assert got[0] in {len(bad_set.bad) + sum(ahead[:k]) for k in range(5)}

@@ -15,18 +15,15 @@ utilisation for the client's pid, and null without NVML.
 
 import json
 import os
-import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
-import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import feedclient
-from conftest import pack
+from promtext import families, fetch, metrics_base, pack_images, samples
 
 N = 600          # samples of 'm'
 BLOCK = 10       # records a block
@@ -38,10 +35,7 @@ WAIT_S = 30      # longest a condition below may take to hold
 def mdir(feedpack, tmp_path_factory):
     """The dataset 'm' (N samples), packed once."""
     d = tmp_path_factory.mktemp("metrics")
-    np.save(d / "image.npy", (np.arange(N * 64) % 251).astype(np.uint8).reshape(N, 8, 8))
-    np.save(d / "label.npy", np.arange(N, dtype=np.int64))
-    pack(feedpack, "npy", f"image={d / 'image.npy'}", f"label={d / 'label.npy'}",
-         "--block-records", BLOCK, "-o", d / "m")
+    pack_images(feedpack, d, "m", N, 8, BLOCK)
     return d
 
 
@@ -51,29 +45,11 @@ def served(feedd_factory, mdir, tmp_path):
     returns (daemon, base URL)."""
     daemon = feedd_factory(tmp_path, "--dataset", f"m={mdir / 'm'}", "--workers", 2,
                            "--metrics", "127.0.0.1:0")
-    m = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", daemon.log_text())
-    assert m, daemon.log_text()
-    return daemon, m.group(1)
+    return daemon, metrics_base(daemon)
 
 
 def scrape(base, path="/metrics"):
-    with urllib.request.urlopen(base + path, timeout=WAIT_S) as r:
-        assert r.status == 200
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        return r.read().decode()
-
-
-def samples(text):
-    """{(sample name, frozenset of labels): value}, through prometheus_client's parser."""
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def families(text):
-    return {f.name: f.type for f in text_string_to_metric_families(text)}
+    return fetch(base, path, WAIT_S)
 
 
 def labels(job, group=""):

@@ -13,17 +13,13 @@ addresses, 127.0.0.x, to stand for several peers).
 """
 
 import os
-import re
 import socket
 import time
-import urllib.request
 
-import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import feedclient
-from conftest import pack
+from promtext import metrics_port, pack_images, samples
 
 N = 200                 # samples of 'h'
 STATS_SERIES_MAX = 4096   # daemon/stats/stats.h
@@ -35,10 +31,7 @@ WAIT_S = 60
 @pytest.fixture(scope="module")
 def hdir(feedpack, tmp_path_factory):
     d = tmp_path_factory.mktemp("hygiene")
-    np.save(d / "image.npy", (np.arange(N * 16) % 251).astype(np.uint8).reshape(N, 4, 4))
-    np.save(d / "label.npy", np.arange(N, dtype=np.int64))
-    pack(feedpack, "npy", f"image={d / 'image.npy'}", f"label={d / 'label.npy'}",
-         "--block-records", 20, "-o", d / "h")
+    pack_images(feedpack, d, "h", N, 4, 20)
     return d
 
 
@@ -46,9 +39,7 @@ def hdir(feedpack, tmp_path_factory):
 def served(feedd_factory, hdir, tmp_path):
     daemon = feedd_factory(tmp_path, "--dataset", f"h={hdir / 'h'}", "--workers", 2,
                            "--metrics", "127.0.0.1:0")
-    m = re.search(r"metrics: serving http://127\.0\.0\.1:(\d+)/metrics", daemon.log_text())
-    assert m, daemon.log_text()
-    return daemon, int(m.group(1))
+    return daemon, metrics_port(daemon)
 
 
 def scrape(port, source="127.0.0.1"):
@@ -70,14 +61,6 @@ def try_scrape(port, source):
         return scrape(port, source)
     except (ConnectionResetError, BrokenPipeError, AssertionError):
         return None
-
-
-def samples(text):
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
 
 
 def stream_series(s, job=None):

@@ -13,19 +13,15 @@ family is absent without NVML.
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
 import time
-import urllib.request
 
-import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import feedclient
-from conftest import pack
+from promtext import families, fetch, metrics_base, pack_images, samples
 
 N = 120
 WAIT_S = 60
@@ -35,10 +31,7 @@ CACHE_BYTES = 64 << 20
 @pytest.fixture(scope="module")
 def sdir(feedpack, tmp_path_factory):
     d = tmp_path_factory.mktemp("sre")
-    np.save(d / "image.npy", (np.arange(N * 16) % 251).astype(np.uint8).reshape(N, 4, 4))
-    np.save(d / "label.npy", np.arange(N, dtype=np.int64))
-    pack(feedpack, "npy", f"image={d / 'image.npy'}", f"label={d / 'label.npy'}",
-         "--block-records", 10, "-o", d / "s")
+    pack_images(feedpack, d, "s", N, 4, 10)
     (d / "junk").mkdir()
     (d / "junk" / "manifest.pb").write_bytes(b"not a manifest")
     return d
@@ -60,22 +53,11 @@ def served(feedd_factory, sdir, tmp_path):
     config(cfg, sdir)
     daemon = feedd_factory(tmp_path, "--config", cfg, "--workers", 2, "--metrics",
                            "127.0.0.1:0", "--cache-bytes", CACHE_BYTES)
-    m = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", daemon.log_text())
-    assert m, daemon.log_text()
-    return daemon, m.group(1), cfg
+    return daemon, metrics_base(daemon), cfg
 
 
 def scrape(base):
-    with urllib.request.urlopen(base + "/metrics", timeout=WAIT_S) as r:
-        return r.read().decode()
-
-
-def samples(text):
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
+    return fetch(base, timeout=WAIT_S)
 
 
 def one(s, name, **labels):
@@ -113,7 +95,7 @@ def test_promtool_finds_nothing_to_lint(served, monkeypatch):
                          text=True, timeout=60)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), \
         res.stdout + res.stderr
-    fam = {f.name: f.type for f in text_string_to_metric_families(text)}
+    fam = families(text)
     for name in ("process_cpu_seconds", "feedd_dataset_samples"):
         assert fam[name] == "counter", name
     for name in ("process_resident_memory_bytes", "process_open_fds",
@@ -243,8 +225,7 @@ def gpu_feedd(feedd_factory, sdir, tmp_path, monkeypatch, lib, **env):
     monkeypatch.setenv("FEED_NVML_LIBRARY", str(lib))
     daemon = feedd_factory(tmp_path, "--dataset", f"s={sdir / 's'}", "--metrics",
                            "127.0.0.1:0")
-    m = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", daemon.log_text())
-    return samples(scrape(m.group(1)))
+    return samples(scrape(metrics_base(daemon)))
 
 
 def test_gpu_memory_per_gpu_from_nvml(feedd_factory, sdir, tmp_path, monkeypatch, feed_bin):
@@ -270,8 +251,7 @@ def test_oldest_worker_job_age(feedd_factory, sdir, tmp_path, monkeypatch, feed_
     monkeypatch.setenv("FEEDD_TEST_STALL", str(stall))
     daemon = feedd_factory(tmp_path, "--dataset", f"s={sdir / 's'}", "--workers", 1,
                            "--metrics", "127.0.0.1:0")
-    base = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics",
-                     daemon.log_text()).group(1)
+    base = metrics_base(daemon)
     bench = subprocess.Popen([str(feed_bin / "feedbench"), "--socket", daemon.sock,
                               "--dataset", "s", "--batch", "4", "--epochs", "1"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

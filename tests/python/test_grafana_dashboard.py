@@ -15,13 +15,11 @@ import re
 import shutil
 import subprocess
 import time
-import urllib.request
 
-import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import SRC, pack
+from conftest import SRC
+from promtext import fetch, metrics_base, pack_images, samples
 
 DASHBOARD = SRC / "deploy" / "grafana" / "feedd.json"
 N = 400
@@ -67,30 +65,21 @@ def dash():
 
 @pytest.fixture
 def live(feedd_factory, feedpack, feed_bin, tmp_path):
-    np.save(tmp_path / "image.npy", (np.arange(N * 16) % 251).astype(np.uint8).reshape(N, 4, 4))
-    np.save(tmp_path / "label.npy", np.arange(N, dtype=np.int64))
-    pack(feedpack, "npy", f"image={tmp_path / 'image.npy'}", f"label={tmp_path / 'label.npy'}",
-         "--block-records", 10, "-o", tmp_path / "g")
+    pack_images(feedpack, tmp_path, "g", N, 4, 10)
     daemon = feedd_factory(tmp_path, "--dataset", f"g={tmp_path / 'g'}", "--workers", 2,
                            "--metrics", "127.0.0.1:0")
-    m = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+)/metrics", daemon.log_text())
-    assert m, daemon.log_text()
+    base = metrics_base(daemon)
     bench = subprocess.Popen([str(feed_bin / "feedbench"), "--socket", daemon.sock,
                               "--dataset", "g", "--batch", "4", "--epochs", "100000",
                               "--step-ms", "5"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    yield daemon, m.group(1), bench
+    yield daemon, base, bench
     bench.kill()
     bench.wait()
 
 
 def scrape_names(base):
-    with urllib.request.urlopen(base + "/metrics", timeout=WAIT_S) as r:
-        text = r.read().decode()
-    names = set()
-    for fam in text_string_to_metric_families(text):
-        names |= {s.name for s in fam.samples}
-    return names
+    return {name for name, _ in samples(fetch(base, timeout=WAIT_S))}
 
 
 def test_every_metric_the_dashboard_queries_is_exposed(dash, live):
