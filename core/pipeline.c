@@ -20,6 +20,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "mix.h"
+
 enum pipe_key {
 	PK_SIZE = 0,
 	PK_PAD,
@@ -78,6 +80,11 @@ enum pipe_key {
 	PK_CLIP,
 	PK_TRANSFORMS,
 	PK_EXACT,
+	PK_MIXUP_ALPHA,
+	PK_CUTMIX_ALPHA,
+	PK_SWITCH_PROB,
+	PK_NUM_CLASSES,
+	PK_LABEL_SMOOTHING,
 	PK_COUNT_,
 };
 #define PKB(k) (1ull << (k))
@@ -91,7 +98,8 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
 	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
 	"seq_len", "pad_id", "window",
-	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact"};
+	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact",
+	"mixup_alpha", "cutmix_alpha", "switch_prob", "num_classes", "label_smoothing"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -171,6 +179,10 @@ static const struct pipe_op_desc pipe_ops[] = {
 				  PK_VALUE, PK_FIELD},
 				 6, 0},
 	PIPE_TV_OP_ROWS
+	[PIPE_MIX] = {"mix",
+		      {PK_NUM_CLASSES, PK_MIXUP_ALPHA, PK_CUTMIX_ALPHA, PK_SWITCH_PROB,
+		       PK_LABEL_SMOOTHING, PK_FIELD},
+		      5, PKB(PK_NUM_CLASSES)},
 };
 #define PIPE_NKINDS (sizeof(pipe_ops) / sizeof(pipe_ops[0]))
 _Static_assert(PIPE_NKINDS == PIPE_KIND_COUNT_, "one row per op kind");
@@ -403,6 +415,8 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 #define PIPE_FACTOR_MAX 100u  /* largest adjust_* factor and jitter */
 #define PIPE_SIGMA_MAX 100u   /* largest gaussian_blur sigma */
 #define PIPE_KSIZE_MAX 255u   /* largest gaussian_blur kernel_size */
+#define PIPE_MIX_ALPHA_MAX 1000 /* largest mixup_alpha, cutmix_alpha */
+#define PIPE_MIX_CLASSES_MAX (1u << 24) /* widest soft labels */
 
 /* random_erasing's value number `item`: a decimal (normalised units after
  * normalize); op->value keeps it as a u8 level where it is one (the
@@ -628,6 +642,32 @@ static int op_set_pack(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 	return parse_uint(sc, k, v, 1, PK_WINDOW_MAX, &op->window);
 }
 
+/* mix's keys: alphas >= 0 (0 turns the op off), probabilities, a width. */
+static int op_set_mix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		      const char *v)
+{
+	const char *k = pipe_key_names[key];
+	int64_t x = 0;
+	int rc;
+
+	switch (key) {
+	case PK_MIXUP_ALPHA:
+		return parse_decimal(sc, k, v, 0, PIPE_MIX_ALPHA_MAX * (int64_t)PIPE_P_ONE,
+				     &op->mixup_ppb);
+	case PK_CUTMIX_ALPHA:
+		return parse_decimal(sc, k, v, 0, PIPE_MIX_ALPHA_MAX * (int64_t)PIPE_P_ONE,
+				     &op->cutmix_ppb);
+	case PK_SWITCH_PROB:
+		return parse_prob(sc, k, v, &op->switch_ppb);
+	case PK_NUM_CLASSES:
+		return parse_uint(sc, k, v, 1, PIPE_MIX_CLASSES_MAX, &op->num_classes);
+	default:
+		rc = parse_decimal(sc, k, v, 0, PIPE_P_ONE - 1, &x);
+		op->smoothing_ppb = (uint32_t)x;
+		return rc;
+	}
+}
+
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
 static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
 		  uint32_t item)
@@ -686,6 +726,12 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 	case PK_PAD_ID:
 	case PK_WINDOW:
 		return op_set_pack(sc, op, key, v);
+	case PK_MIXUP_ALPHA:
+	case PK_CUTMIX_ALPHA:
+	case PK_SWITCH_PROB:
+	case PK_NUM_CLASSES:
+	case PK_LABEL_SMOOTHING:
+		return op_set_mix(sc, op, key, v);
 	default:
 		return op_set_pixel(sc, op, key, v);
 	}
@@ -1186,6 +1232,8 @@ static void op_defaults(struct pipe_op *op)
 		op->layout = PIPE_LAYOUT_CHW;
 	} else if (op->kind == PIPE_CONCAT || op->kind == PIPE_PACK) {
 		op->window = PK_WINDOW_DEFAULT;
+	} else if (op->kind == PIPE_MIX) {
+		op->switch_ppb = PIPE_P_ONE / 2; /* torchvision's RandomChoice of the two */
 	} else {
 		op_defaults_pixel(op);
 	}
@@ -1486,6 +1534,18 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 		return true;
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
 	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
+	case PK_NUM_CLASSES: snprintf(out, 160, "num_classes=%u", op->num_classes); return true;
+	case PK_MIXUP_ALPHA:
+	case PK_CUTMIX_ALPHA:
+	case PK_SWITCH_PROB:
+	case PK_LABEL_SMOOTHING:
+		format_ppb(k == PK_MIXUP_ALPHA    ? op->mixup_ppb
+			   : k == PK_CUTMIX_ALPHA ? op->cutmix_ppb
+			   : k == PK_SWITCH_PROB  ? (int64_t)op->switch_ppb
+						  : (int64_t)op->smoothing_ppb,
+			   p);
+		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
+		return true;
 	case PK_ANTIALIAS:
 		snprintf(out, 160, "antialias=%s", op->antialias == 1 ? "false" : "true");
 		return true;
@@ -1697,7 +1757,7 @@ static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *
 
 static bool is_pixel_op(enum pipe_kind k)
 {
-	return k >= PIPE_ADJUST_BRIGHTNESS && k < PIPE_KIND_COUNT_;
+	return k >= PIPE_ADJUST_BRIGHTNESS && k < PIPE_MIX;
 }
 
 static bool is_image_op(enum pipe_kind k)
@@ -2289,7 +2349,8 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 	for (uint32_t f = 0; f < p->in.nfields; f++) {
 		p->field_stage[f] = p->nstages;
 		for (uint32_t i = 0; i < p->spec.nops; i++)
-			if (p->op_field[i] == (int)f && p->spec.ops[i].kind != PIPE_IDENTITY)
+			if (p->op_field[i] == (int)f && p->spec.ops[i].kind != PIPE_IDENTITY &&
+			    p->spec.ops[i].kind != PIPE_MIX)
 				plan_add_to_stage(p, w, i, &nops);
 		p->field_nstages[f] = p->nstages - p->field_stage[f];
 		for (uint32_t s = p->field_stage[f]; s + 1 < p->nstages; s++)
@@ -2321,6 +2382,80 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
 	p->scratch_bytes = 2 * inter + ((p->table_bytes + 63) & ~(size_t)63) +
 			   ((p->img_scratch_bytes + 63) & ~(size_t)63) + p->pix_scratch_bytes;
+}
+
+/* The integer field `label` mix makes soft labels of: its index, or an
+ * error naming it. */
+static int plan_mix_label(struct pipe_plan *p, uint32_t i, struct feed_err *err)
+{
+	static const int types[][2] = {
+		{FEED_DTYPE_U8, FEED_MIX_LABEL_U8},   {FEED_DTYPE_I8, FEED_MIX_LABEL_I8},
+		{FEED_DTYPE_U16, FEED_MIX_LABEL_U16}, {FEED_DTYPE_I16, FEED_MIX_LABEL_I16},
+		{FEED_DTYPE_U32, FEED_MIX_LABEL_U32}, {FEED_DTYPE_I32, FEED_MIX_LABEL_I32},
+		{FEED_DTYPE_U64, FEED_MIX_LABEL_U64}, {FEED_DTYPE_I64, FEED_MIX_LABEL_I64},
+	};
+	int f = fmt_schema_find(&p->in, PIPE_MIX_LABEL);
+	const struct fmt_field *fd = f < 0 ? NULL : &p->in.fields[f];
+
+	if (!fd)
+		return plan_fail(&p->spec, i, err, "soft labels are made from the field '%s', "
+				 "which the dataset lacks", PIPE_MIX_LABEL);
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		if (fd->dtype != types[t][0] || fd->variable ||
+		    !(fd->rank == 0 || (fd->rank == 1 && fd->shape[0] == 1)))
+			continue;
+		p->bmix.label_type = (uint32_t)types[t][1];
+		p->bmix.label_bytes = (uint32_t)feed_dtype_size(fd->dtype);
+		return f;
+	}
+	return plan_fail(&p->spec, i, err, "soft labels are made from the field '%s', which is "
+			 "%s%s, not one integer per sample", PIPE_MIX_LABEL,
+			 feed_dtype_name(fd->dtype), fd->variable ? " (variable)" : "");
+}
+
+/* mix: the last op, on a field normalize made; `label` becomes f32
+ * [num_classes]. */
+static int plan_mix(struct pipe_plan *p, struct plan_work *w, uint32_t i, struct feed_err *err)
+{
+	struct pipe_op *op = &p->spec.ops[i];
+	int f = -1;
+
+	if (i + 1 != p->spec.nops)
+		return plan_fail(&p->spec, i, err, "a batch op: it must be the pipeline's last");
+	if (op->field[0] && (f = fmt_schema_find(&p->in, op->field)) < 0)
+		return plan_fail(&p->spec, i, err, "key 'field': no field '%s' in the dataset",
+				 op->field);
+	for (uint32_t k = 0; f < 0 && k < p->in.nfields; k++)
+		if (w->st[k] == FS_NORMALIZED)
+			f = (int)k;
+	if (f < 0 || w->st[f] != FS_NORMALIZED)
+		return plan_fail(&p->spec, i, err, "mixes normalized images: put normalize(...) "
+				 "on %s%s%s before it", f < 0 ? "the image field" : "'",
+				 f < 0 ? "" : p->in.fields[f].name, f < 0 ? "" : "'");
+	int lf = plan_mix_label(p, i, err);
+	if (lf < 0)
+		return lf;
+	if (p->bmix.label_bytes > 4ull * op->num_classes)
+		return plan_fail(&p->spec, i, err, "key 'num_classes': %u soft labels are smaller "
+				 "than the %u-byte label they replace", op->num_classes,
+				 p->bmix.label_bytes);
+	struct fmt_field *lo = &p->out.fields[lf];
+	lo->dtype = FEED_DTYPE_F32;
+	lo->rank = 1;
+	lo->shape[0] = op->num_classes;
+	lo->max_bytes = 4ull * op->num_classes;
+	strcpy(op->field, p->in.fields[f].name);
+	p->op_field[i] = f;
+	p->bmix = (struct pipe_bmix){
+		.on = true, .op = i, .img_field = (uint32_t)f, .label_field = (uint32_t)lf,
+		.label_type = p->bmix.label_type, .label_bytes = p->bmix.label_bytes,
+		.mixup_alpha = (double)op->mixup_ppb / PIPE_P_ONE,
+		.cutmix_alpha = (double)op->cutmix_ppb / PIPE_P_ONE,
+		.switch_prob = (double)op->switch_ppb / PIPE_P_ONE,
+		.label_smoothing = (double)op->smoothing_ppb / PIPE_P_ONE,
+		.num_classes = op->num_classes,
+	};
+	return 0;
 }
 
 /* Resolves every op's field and shapes, in op order; then refuses fields
@@ -2377,6 +2512,12 @@ static int plan_ops(struct pipe_plan *p, struct plan_work *w, struct feed_err *e
 			return plan_packing(p, i, err);
 		if (op->sub) {
 			p->op_field[i] = -1; /* runs inside its container */
+			continue;
+		}
+		if (op->kind == PIPE_MIX) {
+			int rc = plan_mix(p, w, i, err);
+			if (rc < 0)
+				return rc;
 			continue;
 		}
 		int rc = plan_field(p, w, i, &f, err);
@@ -2438,6 +2579,10 @@ int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 	}
 	if (p->pack.mode == PK_MODE_NONE)
 		plan_stages(p, &w);
+	if (p->bmix.on) {
+		uint32_t f = p->bmix.img_field;
+		p->bmix.cv = p->stages[p->field_stage[f] + p->field_nstages[f] - 1].cv;
+	}
 	rc = pipe_spec_canonical(&p->spec, p->canonical, sizeof(p->canonical));
 	if (rc < 0) {
 		memset(p, 0, sizeof(*p));
