@@ -14,6 +14,9 @@ agree within a point on one synthetic run, now that next() converts
 nothing.
 """
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -121,3 +124,50 @@ def test_cpu_workers_label_out_of_range_stops_the_stream(cpud):
 def test_cpu_workers_bad_convert_on(cpud):
     with pytest.raises(feedclient.InvalidArgument, match="convert_on='gpu'"):
         feedclient.Loader("cpu", 4, socket=cpud.sock, device="cpu", convert_on="gpu")
+
+
+def spin(ms):
+    """A training step's work: the loop's thread busy for ms."""
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def slow_transform(batch):
+    spin(4)
+    return batch
+
+
+def test_cpu_workers_wait_share_is_the_loops_own(cpud):
+    """One synthetic run: a transform= thread makes each batch wait about
+    4 ms, the loop works about 4 ms between next() calls. The loop's own
+    measure (time inside next() / wall time since the Loader opened) and
+    `feedctl top`'s (status()'s reader_wait_share of this stream) are the
+    same figure within a point; before, feedd counted only feed_next()'s
+    sleeps, never the wait for transform= nor next()'s own work."""
+    with feedclient.Loader("cpu", 5, socket=cpud.sock, shuffle=True, device="cpu",
+                           mixup_alpha=1.0, num_classes=CLASSES, transform=slow_transform,
+                           credits=2) as ld:
+        t_start = time.perf_counter()
+        in_next, batches = 0.0, 0
+        while batches < 120:
+            it = iter(ld)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    in_next += time.perf_counter() - t0
+                    break
+                in_next += time.perf_counter() - t0
+                batches += 1
+                spin(4)
+                del b
+        wall = time.perf_counter() - t_start
+        mine = [s for s in feedclient.status(cpud.sock)["streams"]
+                if s["pid"] == os.getpid() and s["batch"] == 5 and s["dataset"] == "cpu"]
+    assert len(mine) == 1, mine
+    loop, top = in_next / wall, mine[0]["reader_wait_share"]
+    print(f"WAIT%: loop {100 * loop:.2f}, feedctl top {100 * top:.2f}")
+    assert 0.2 < loop < 0.8, loop  # the run waits and works: a test of both
+    assert abs(top - loop) < 0.01, (top, loop)

@@ -1547,6 +1547,7 @@ class _EpochIter:
         after a daemon restart, up to reconnect_s; or timeout= passes).
         Raises StopIteration at the epoch's end, CreditsExhausted,
         DaemonGone, StreamStopped, Timeout, TransformError."""
+        t0 = time.perf_counter_ns()
         loader = self._loader
         loader._enter()
         try:
@@ -1563,6 +1564,7 @@ class _EpochIter:
                 raise StopIteration
             return batch
         finally:
+            _note_next(loader, time.perf_counter_ns() - t0)
             loader._lock.release()
 
     def _end(self):
@@ -1720,6 +1722,15 @@ class _EpochIter:
         if type(err) in (FeedError, InvalidArgument, UnknownDataset):
             err = StreamStopped(err.detail, err.code, err.reason)
         return err
+
+
+def _note_next(loader, ns):
+    """The loop's time in next() becomes the stream's reader wait
+    (feed_stream_note_next): `feedctl top`'s WAIT% is then the loop's own
+    measure, time in next() over wall time. Lock held."""
+    s = loader._box[0]
+    if s is not None and s.st is not None and s.fork_gen == _fork_gen:
+        lib.feed_stream_note_next(s.st, ns)
 
 
 def _replaced(lib_, b, n):
