@@ -85,10 +85,17 @@ enum pipe_key {
 	PK_SWITCH_PROB,
 	PK_NUM_CLASSES,
 	PK_LABEL_SMOOTHING,
+	PK_SEVERITY,
+	PK_MIXTURE_WIDTH,
+	PK_CHAIN_DEPTH,
+	PK_ALPHA,
+	PK_ALL_OPS,
 	PK_COUNT_,
 };
-#define PKB(k) (1ull << (k))
-_Static_assert(PK_COUNT_ <= 64, "seen masks are 64 bits");
+/* A set of keys (the keys an op requires, the keys a text gave). */
+__extension__ typedef unsigned __int128 pk_mask;
+#define PKB(k) ((pk_mask)1 << (k))
+_Static_assert(PK_COUNT_ <= 128, "key sets are 128 bits");
 
 static const char *const pipe_key_names[PK_COUNT_] = {
 	"size", "pad", "p", "h", "w", "len", "field", "short", "channels", "scale_min",
@@ -99,7 +106,8 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
 	"seq_len", "pad_id", "window",
 	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact",
-	"mixup_alpha", "cutmix_alpha", "switch_prob", "num_classes", "label_smoothing"};
+	"mixup_alpha", "cutmix_alpha", "switch_prob", "num_classes", "label_smoothing",
+	"severity", "mixture_width", "chain_depth", "alpha", "all_ops"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -107,7 +115,7 @@ struct pipe_op_desc {
 	const char *name;
 	uint32_t keys[10];         /* enum pipe_key, terminated by PK_FIELD */
 	uint32_t nkeys;            /* keys before field */
-	uint64_t required;         /* bit mask over enum pipe_key (PKB) */
+	pk_mask required;          /* bit mask over enum pipe_key (PKB) */
 };
 
 static const struct pipe_op_desc pipe_ops[] = {
@@ -179,6 +187,10 @@ static const struct pipe_op_desc pipe_ops[] = {
 				  PK_VALUE, PK_FIELD},
 				 6, 0},
 	PIPE_TV_OP_ROWS
+	[PIPE_AUG_MIX] = {"aug_mix",
+			  {PK_SEVERITY, PK_MIXTURE_WIDTH, PK_CHAIN_DEPTH, PK_ALPHA, PK_ALL_OPS,
+			   PK_INTERPOLATION, PK_FILL, PK_FIELD},
+			  7, 0},
 	[PIPE_MIX] = {"mix",
 		      {PK_NUM_CLASSES, PK_MIXUP_ALPHA, PK_CUTMIX_ALPHA, PK_SWITCH_PROB,
 		       PK_LABEL_SMOOTHING, PK_FIELD},
@@ -668,6 +680,30 @@ static int op_set_mix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key ke
 	}
 }
 
+/* aug_mix's own keys (interpolation and fill are the pixel ops'). */
+static int op_set_augmix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+			 const char *v)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE;
+	int64_t x = 0;
+	int rc;
+
+	switch (key) {
+	case PK_SEVERITY: return parse_uint(sc, k, v, 1, 10, &op->severity);
+	case PK_MIXTURE_WIDTH: return parse_uint(sc, k, v, 1, PIPE_AUGMIX_WIDTH_MAX, &op->mix_width);
+	case PK_CHAIN_DEPTH:
+		rc = parse_decimal(sc, k, v, -one, PIPE_AUGMIX_DEPTH_MAX * one, &x);
+		if (rc == 0 && (x % one || x == 0))
+			return scan_fail(sc, "key 'chain_depth': -1 (1 to 3 drawn) or a whole "
+					 "number 1..%d", PIPE_AUGMIX_DEPTH_MAX);
+		op->chain_depth = (int32_t)(x / one);
+		return rc;
+	case PK_ALPHA: return parse_decimal(sc, k, v, 1, PIPE_MIX_ALPHA_MAX * one, &op->alpha_ppb);
+	default: return parse_bool(sc, k, v, &op->all_ops);
+	}
+}
+
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
 static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
 		  uint32_t item)
@@ -732,6 +768,12 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 	case PK_NUM_CLASSES:
 	case PK_LABEL_SMOOTHING:
 		return op_set_mix(sc, op, key, v);
+	case PK_SEVERITY:
+	case PK_MIXTURE_WIDTH:
+	case PK_CHAIN_DEPTH:
+	case PK_ALPHA:
+	case PK_ALL_OPS:
+		return op_set_augmix(sc, op, key, v);
 	default:
 		return op_set_pixel(sc, op, key, v);
 	}
@@ -811,7 +853,7 @@ static int parse_tuple(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 /* Sets key k (one of op's keys) from value v, once: the duplicate check
  * of every path (keyed, positional, a tuple spread over a key pair). */
 static int set_key(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		   enum pipe_key k, const char *v, uint64_t *seen)
+		   enum pipe_key k, const char *v, pk_mask *seen)
 {
 	if (find_key(d, pipe_key_names[k]) < 0)
 		return scan_fail(sc, "key '%s': not taken here", pipe_key_names[k]);
@@ -876,7 +918,7 @@ static int tuple_symmetric(struct pipe_scan *sc, const char *key, char vals[][PI
 }
 
 static int set_pair(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		    enum pipe_key lo, char vals[][PIPE_TOK_MAX], uint32_t n, uint64_t *seen)
+		    enum pipe_key lo, char vals[][PIPE_TOK_MAX], uint32_t n, pk_mask *seen)
 {
 	const char *key = pipe_key_names[lo];
 
@@ -889,7 +931,7 @@ static int set_pair(struct pipe_scan *sc, const struct pipe_op_desc *d, struct p
 /* pad's padding: 1, 2 (left/right, top/bottom) or 4 (left, top, right,
  * bottom) values, as torchvision's Pad. */
 static int set_padding(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-		       uint32_t n, uint64_t *seen)
+		       uint32_t n, pk_mask *seen)
 {
 	static const uint32_t from[3][4] = {{0, 0, 0, 0}, {0, 1, 0, 1}, {0, 1, 2, 3}};
 
@@ -909,7 +951,7 @@ static int set_padding(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIP
 
 /* random_choice's p: one probability per transform. */
 static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-		       uint32_t n, uint64_t *seen)
+		       uint32_t n, pk_mask *seen)
 {
 	if (*seen & PKB(PK_P))
 		return scan_fail(sc, "key 'p' given twice");
@@ -925,7 +967,7 @@ static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIP
 
 /* random_erasing's value=(a, b, c): one per channel. */
 static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-			    uint32_t n, uint64_t *seen)
+			    uint32_t n, pk_mask *seen)
 {
 	if (*seen & PKB(PK_VALUE))
 		return scan_fail(sc, "key 'value' given twice");
@@ -950,7 +992,7 @@ static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[
 /* A tuple value of key `name`, in torchvision's forms: size=(h, w),
  * scale=(a, b), ratio=(a, b), sigma=(a, b), degrees=(-a, a), ... */
 static int parse_tuple_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-			   const char *name, uint64_t *seen)
+			   const char *name, pk_mask *seen)
 {
 	char vals[PIPE_TUPLE_MAX][PIPE_TOK_MAX];
 	uint32_t n = 0;
@@ -1022,7 +1064,7 @@ static int check_sub(struct pipe_scan *sc, const struct pipe_op *ch, uint32_t *b
 
 /* transforms=[op, op, ...] of random_apply / choice / order: parsed into
  * the spec right after the container (op sc->at). */
-static int parse_transforms(struct pipe_scan *sc, struct pipe_op *op, uint64_t *seen)
+static int parse_transforms(struct pipe_scan *sc, struct pipe_op *op, pk_mask *seen)
 {
 	uint32_t at = sc->at, opno = sc->opno, budget = PIPE_SUB_BASIC_MAX;
 	const char *opname = sc->opname;
@@ -1092,7 +1134,7 @@ static bool arg_is_keyed(struct pipe_scan *sc)
 
 /* The value of key `name` at the cursor. */
 static int parse_keyed_value(struct pipe_scan *sc, const struct pipe_op_desc *d,
-			     struct pipe_op *op, const char *name, uint64_t *seen)
+			     struct pipe_op *op, const char *name, pk_mask *seen)
 {
 	char v[PIPE_TOK_MAX];
 
@@ -1125,7 +1167,7 @@ static int parse_keyed_value(struct pipe_scan *sc, const struct pipe_op_desc *d,
  * op's next key in order (*pos of them so far; positional arguments come
  * first, as in Python); *seen tracks duplicates. */
 static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		     uint64_t *seen, uint32_t *pos)
+		     pk_mask *seen, uint32_t *pos)
 {
 	char key[PIPE_TOK_MAX], c[8];
 
@@ -1154,7 +1196,7 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 
 /* `( key=value, ... )` after the op name; the cursor is on '('. */
 static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		      uint64_t *seen)
+		      pk_mask *seen)
 {
 	char c[8];
 	uint32_t pos = 0;
@@ -1209,6 +1251,13 @@ static void op_defaults_pixel(struct pipe_op *op)
 		op->nmean = 1;                  /* GaussianNoise(mean=0, sigma=0.1, clip) */
 		op->sigma_ppb[0] = op->sigma_ppb[1] = PIPE_P_ONE / 10;
 		op->clip = true;
+	} else if (op->kind == PIPE_AUG_MIX) {
+		op->severity = 3;               /* AugMix(3, 3, -1, 1.0, True, BILINEAR) */
+		op->mix_width = 3;
+		op->chain_depth = -1;
+		op->alpha_ppb = PIPE_P_ONE;
+		op->all_ops = true;
+		op->interp = PIPE_INTERP_BILINEAR;
 	}
 }
 
@@ -1252,7 +1301,7 @@ static int check_order(struct pipe_scan *sc, const char *key, const char *other,
 	return scan_fail(sc, "key '%s': %s above %s %s", key, a, other, b);
 }
 
-static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
+static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, pk_mask seen)
 {
 	bool range = seen & (PKB(PK_SIGMA_MIN) | PKB(PK_SIGMA_MAX));
 
@@ -1293,7 +1342,7 @@ static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64
 }
 
 /* Checks between keys, once all are read. */
-static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
+static int op_check(struct pipe_scan *sc, const struct pipe_op *op, pk_mask seen)
 {
 	if (op->kind == PIPE_RESIZE) {
 		bool hw = seen & (1u << PK_H | 1u << PK_W);
@@ -1345,7 +1394,7 @@ static uint32_t op_kind_of(const char *name)
 static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 {
 	char name[PIPE_TOK_MAX], c[8];
-	uint64_t seen = 0;
+	pk_mask seen = 0;
 
 	memset(op, 0, sizeof(*op));
 	sc->opname = NULL;
@@ -1535,6 +1584,13 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
 	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
 	case PK_NUM_CLASSES: snprintf(out, 160, "num_classes=%u", op->num_classes); return true;
+	case PK_SEVERITY: snprintf(out, 160, "severity=%u", op->severity); return true;
+	case PK_MIXTURE_WIDTH: snprintf(out, 160, "mixture_width=%u", op->mix_width); return true;
+	case PK_CHAIN_DEPTH: snprintf(out, 160, "chain_depth=%d", op->chain_depth); return true;
+	case PK_ALPHA: format_ppb(op->alpha_ppb, p); snprintf(out, 160, "alpha=%s", p); return true;
+	case PK_ALL_OPS:
+		snprintf(out, 160, "all_ops=%s", op->all_ops ? "true" : "false");
+		return true;
 	case PK_MIXUP_ALPHA:
 	case PK_CUTMIX_ALPHA:
 	case PK_SWITCH_PROB:
@@ -1625,7 +1681,8 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 	if (k == PK_ANTIALIAS || ((op->kind == PIPE_RESIZE || op->kind == PIPE_RANDOM_RESIZED_CROP) &&
 				  k == PK_INTERPOLATION))
 		return false;
-	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE) && k == PK_FILL)
+	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE || op->kind == PIPE_AUG_MIX) &&
+	    k == PK_FILL)
 		return op->fill_set;
 	if (k == PK_EXACT)
 		return op->exact;
@@ -2325,6 +2382,16 @@ static size_t plan_pixel_image(const struct pipe_plan *p, const struct pipe_stag
 	return most;
 }
 
+/* Whether stage st runs an op of kind k. */
+static bool plan_stage_has(const struct pipe_plan *p, const struct pipe_stage *st,
+			   enum pipe_kind k)
+{
+	for (uint32_t j = 0; j < st->count; j++)
+		if (p->spec.ops[p->stage_ops[st->first + j]].kind == k)
+			return true;
+	return false;
+}
+
 /* The widest image of a pixel stage. */
 static size_t plan_pixel_width(const struct pipe_plan *p, const struct pipe_stage *st)
 {
@@ -2367,7 +2434,12 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 			size_t n = plan_pixel_image(p, st), wmax = plan_pixel_width(p, st);
 			size_t nf = n > 2 * wmax ? n : 2 * wmax;
 			st->px_img_bytes = n;
-			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * nf + 63) & ~(size_t)63);
+			size_t al = (n + 63) & ~(size_t)63;
+			n = 2 * al + ((4 * nf + 63) & ~(size_t)63);
+			if (plan_stage_has(p, st, PIPE_AUG_MIX)) { /* its chains and sum */
+				st->px_mix_off = n;
+				n += 3 * al + ((4 * st->px_img_bytes + 63) & ~(size_t)63);
+			}
 			if (n > p->pix_scratch_bytes)
 				p->pix_scratch_bytes = n;
 		}

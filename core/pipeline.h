@@ -66,6 +66,10 @@
  *                                 RandomPerspective, v2 GaussianNoise:
  *                                 pixel ops (augment_tv.c); pad changes the
  *                                 size
+ *   aug_mix(severity=3, mixture_width=3, chain_depth=-1, alpha=1,
+ *           all_ops=true, interpolation=bilinear, fill)
+ *                                 torchvision's AugMix: a pixel op on a
+ *                                 fixed u8 image (augment_augmix.c)
  *   random_apply(transforms=[op, ...], p=0.5), random_choice(transforms,
  *   p=(w, ...)), random_order(transforms)
  *                                 RandomApply / RandomChoice / RandomOrder
@@ -144,6 +148,8 @@
 #define PIPE_NORM_MAX 1000u    /* largest |mean| and std */
 #define PIPE_MAX_C 4           /* most channels normalize takes */
 #define PIPE_MIX_LABEL "label" /* the field mix makes soft labels of */
+#define PIPE_AUGMIX_WIDTH_MAX 8  /* largest aug_mix mixture_width */
+#define PIPE_AUGMIX_DEPTH_MAX 10 /* largest aug_mix chain_depth */
 
 enum pipe_kind {
 	PIPE_IDENTITY = 0,
@@ -197,6 +203,8 @@ enum pipe_kind {
 	PIPE_RANDOM_APPLY,
 	PIPE_RANDOM_CHOICE,
 	PIPE_RANDOM_ORDER,
+	/* torchvision's AugMix: a pixel op (augment_augmix.c) */
+	PIPE_AUG_MIX,
 	/* batch ops (augment_mix.c): after the samples, on the whole batch */
 	PIPE_MIX,
 	PIPE_KIND_COUNT_,
@@ -303,6 +311,12 @@ struct pipe_op {
 	bool sub;                  /* a transform of the container before it */
 	uint32_t nwts;             /* random_choice: weights given (0: uniform) */
 	uint32_t wts_ppb[PIPE_MAX_SUB]; /* random_choice: p per transform */
+	uint32_t severity;         /* aug_mix: 1..10 */
+	uint32_t mix_width;        /* aug_mix: mixture_width, 1..PIPE_AUGMIX_WIDTH_MAX */
+	int32_t chain_depth;       /* aug_mix: -1 (1..3 drawn) or 1..10 */
+	int64_t alpha_ppb;         /* aug_mix: the Dirichlet / Beta alpha, > 0 */
+	bool all_ops;              /* aug_mix: brightness, color, contrast,
+				    * sharpness too */
 	int64_t mixup_ppb;         /* mix: mixup_alpha (0: off) */
 	int64_t cutmix_ppb;        /* mix: cutmix_alpha (0: off) */
 	uint32_t switch_ppb;       /* mix: switch_prob (cutmix's share, both on) */
@@ -381,6 +395,9 @@ struct pipe_stage {
 	struct feed_convert cv;    /* normalize: the conversion */
 	size_t px_img_bytes;       /* pixel stages: the largest image any op of
 				    * the stage reads or writes (pad grows it) */
+	size_t px_mix_off;         /* pixel stages with aug_mix: where its
+				    * scratch (three images and a float image)
+				    * starts in the stage's scratch; 0 without */
 };
 
 /* The batch mix of a plan (the op `mix`, pipeline's last): mixup / cutmix

@@ -227,6 +227,15 @@ def _trivial(t):
     return [f"trivial_augment_wide(num_magnitude_bins={int(t.num_magnitude_bins)})"]
 
 
+def _aug_mix(t):
+    fill = _fill(t, None)
+    depth = int(t.chain_depth)
+    return [f"aug_mix(severity={int(t.severity)}, mixture_width={int(t.mixture_width)}, "
+            f"chain_depth={depth if depth > 0 else -1}, alpha={_num(t.alpha)}, "
+            f"all_ops={'true' if t.all_ops else 'false'}, interpolation={_interp(t)}"
+            + ("" if fill is None else f", fill={fill}") + ")"]
+
+
 def _rand_augment(t):
     _auto_fill_nearest(t)
     return [f"rand_augment(num_ops={int(t.num_ops)}, magnitude={int(t.magnitude)}, "
@@ -293,6 +302,7 @@ _SAMPLE = {
     "RandomAutocontrast": _simple("random_autocontrast({})", "p"),
     "RandomEqualize": _simple("random_equalize({})", "p"),
     "TrivialAugmentWide": _trivial,
+    "AugMix": _aug_mix,
     "RandAugment": _rand_augment,
     "AutoAugment": _auto_augment,
     "RandomErasing": _erasing,
@@ -392,7 +402,6 @@ def _sample_ops(t, state, inner=False) -> List[str]:
     if fn is None:
         why = {"Lambda": "arbitrary Python cannot run on feedd's workers (give it to "
                          "Loader(transform=) as a batch function)",
-               "AugMix": "feedd has no aug_mix op yet",
                "CutMix": "a batch transform: pass it as from_torchvision's second argument",
                "MixUp": "a batch transform: pass it as from_torchvision's second argument"}
         raise _Refused(why.get(n, "feedd has no op for it (feedclient.ops() lists them)"))
