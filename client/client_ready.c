@@ -33,6 +33,16 @@
 _Static_assert(FEED_EDETACHED == -ENOLINK, "feed/stream.h spells ENOLINK out");
 
 /* off + len fits in size, without overflow. */
+/* Adds ns to the reader wait feedd displays, and to what
+ * feed_stream_note_next() tops up. feed_next()'s thread. */
+static void st_add_wait(struct feed_stream *st, uint64_t ns)
+{
+	/* relaxed: a count the daemon only displays; we are its one writer
+	 * per thread and fetch_add keeps concurrent readers' sums whole */
+	atomic_fetch_add_explicit(&st->rel->reader_wait_ns, ns, memory_order_relaxed);
+	st->wait_unnoted_ns += ns;
+}
+
 static bool st_fits(uint64_t off, uint64_t len, uint64_t size)
 {
 	return off <= size && len <= size - off;
@@ -313,9 +323,7 @@ static int st_wait_converted(struct feed_stream *st, int timeout_ms, int64_t *de
 		}
 		slice = slice * 2 < ST_SLICE_MAX_NS ? slice * 2 : ST_SLICE_MAX_NS;
 	}
-	/* relaxed: a count the daemon only displays (see st_wait) */
-	atomic_fetch_add_explicit(&st->rel->reader_wait_ns, (uint64_t)(st_now_ns() - t0),
-				  memory_order_relaxed);
+	st_add_wait(st, (uint64_t)(st_now_ns() - t0));
 	return r;
 }
 
@@ -365,10 +373,7 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 			      {.fd = conn->sock, .events = 0}}; /* 0: hang-up only */
 	int64_t t0 = st_now_ns();
 	int n = poll(p, 2, left);
-	/* relaxed: a count the daemon only displays; we are its one writer
-	 * per thread and fetch_add keeps concurrent readers' sums whole */
-	atomic_fetch_add_explicit(&st->rel->reader_wait_ns, (uint64_t)(st_now_ns() - t0),
-				  memory_order_relaxed);
+	st_add_wait(st, (uint64_t)(st_now_ns() - t0));
 	if (n < 0 && errno != EINTR)
 		return cl_fail(conn, -errno, "stream %u: poll: %s", st->info.id,
 			       cl_os_strerror(errno));
@@ -379,6 +384,16 @@ static int st_wait(struct feed_stream *st, int timeout_ms, int64_t *deadline)
 	if ((p[1].revents & (POLLHUP | POLLERR)) &&
 	    feed_ring_head(&st->ready) == st->tail)
 		return cl_fail(conn, -ECONNRESET, "stream %u: feedd went away", st->info.id);
+	return 0;
+}
+
+FEED_API int feed_stream_note_next(struct feed_stream *st, uint64_t ns)
+{
+	if (!st)
+		return -EINVAL;
+	if (ns > st->wait_unnoted_ns)
+		st_add_wait(st, ns - st->wait_unnoted_ns);
+	st->wait_unnoted_ns = 0;
 	return 0;
 }
 

@@ -109,6 +109,9 @@ struct feed_stream {
 	pthread_mutex_t rel_lock;
 	struct feed_shm_rel *rel;  /* client-writable mapping */
 	struct feed_ring release;  /* the release ring, we produce */
+	uint64_t wait_unnoted_ns;  /* feed_next()'s blocked time added to
+				    * rel->reader_wait_ns since the last
+				    * feed_stream_note_next() (its thread only) */
 	uint64_t rel_head;         /* private copy of rel->rel_head */
 	int fd[ST_NFDS];           /* the current incarnation's */
 	/* the current incarnation (head of the list of all of them): swapped

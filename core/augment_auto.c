@@ -50,6 +50,11 @@ static float tlinspace(float start, float end, uint32_t n, uint32_t k)
 	return k < n / 2 ? start + step * (float)k : end - step * (float)(n - 1 - k);
 }
 
+float aug_linspace(float start, float end, uint32_t n, uint32_t k)
+{
+	return tlinspace(start, end, n, k);
+}
+
 /* The auto-augment op names, in torchvision's dict order. */
 enum aa_op {
 	AA_IDENTITY = 0,
@@ -466,6 +471,7 @@ uint32_t aug_px_expand(const struct pipe_plan *p, uint32_t i, const struct aug_c
 	case PIPE_PAD:
 	case PIPE_RANDOM_PERSPECTIVE:
 	case PIPE_GAUSSIAN_NOISE: return aug_tv_expand(p, i, ctx, h, w, c, out);
+	case PIPE_AUG_MIX: return 0; /* augment_augmix.c: blends, not a list */
 	default: return expand_fixed(op, out);
 	}
 }

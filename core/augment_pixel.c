@@ -28,7 +28,7 @@ uint8_t *px_target(struct aug_px_img *im, bool in_place)
 	return im->cur == im->buf[0] ? im->buf[1] : im->buf[0];
 }
 
-static void px_run(struct aug_px_img *im, const struct aug_px_op *o)
+void px_run(struct aug_px_img *im, const struct aug_px_op *o)
 {
 	switch (o->kind) {
 	case AX_IDENTITY: break;
@@ -54,6 +54,12 @@ void aug_pixel_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 
 	for (uint32_t j = 0; j < st->count; j++) {
 		uint32_t i = p->stage_ops[st->first + j];
+		if (p->spec.ops[i].kind == PIPE_AUG_MIX) { /* a blend of chains, not a list */
+			struct aug_mix_draws d;
+			aug_mix_draw(&p->spec.ops[i], i, ctx, im.h, im.w, &d);
+			px_aug_mix(&im, &p->spec.ops[i], &d, scratch + st->px_mix_off, al);
+			continue;
+		}
 		uint32_t n = aug_px_expand(p, i, ctx, im.h, im.w, im.c, ops);
 		for (uint32_t k = 0; k < n; k++)
 			px_run(&im, &ops[k]);

@@ -154,6 +154,33 @@ void px_tv(struct aug_px_img *im, const struct aug_px_op *o);
 uint32_t aug_tv_expand(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,
 		       uint32_t h, uint32_t w, uint32_t c, struct aug_px_op *out);
 
+/* augment_pixel.c: runs one basic op on im. */
+void px_run(struct aug_px_img *im, const struct aug_px_op *o);
+
+/* augment_auto.c: torch.linspace(start, end, n)[k] in float32. */
+float aug_linspace(float start, float end, uint32_t n, uint32_t k);
+
+/* augment_augmix.c: aug_mix's draws for one sample (see there) and AugMix
+ * on the stage's image: mix_scratch holds three images of al bytes and
+ * then a float image (pipe_stage.px_mix_off). */
+struct aug_mix_chain {
+	uint32_t depth;                        /* ops in the chain */
+	uint32_t op[PIPE_AUGMIX_DEPTH_MAX];    /* AugMix's op index, dict order */
+	double mag[PIPE_AUGMIX_DEPTH_MAX];     /* its magnitude, sign applied */
+	uint32_t bin[PIPE_AUGMIX_DEPTH_MAX];   /* its bin (0 for ops without bins) */
+	bool neg[PIPE_AUGMIX_DEPTH_MAX];       /* sign drawn negative (signed ops) */
+};
+struct aug_mix_draws {
+	float m0, m1;                          /* Beta weights: original, chains */
+	uint32_t width;                        /* chains */
+	float w[PIPE_AUGMIX_WIDTH_MAX];        /* chain k's weight (times m1) */
+	struct aug_mix_chain chain[PIPE_AUGMIX_WIDTH_MAX];
+};
+void aug_mix_draw(const struct pipe_op *op, uint32_t i, const struct aug_ctx *ctx, uint32_t h,
+		  uint32_t w, struct aug_mix_draws *ret);
+void px_aug_mix(struct aug_px_img *im, const struct pipe_op *op, const struct aug_mix_draws *d,
+		uint8_t *mix_scratch, size_t al);
+
 /* augment_auto.c: op i of the plan for this sample on an h x w x c image
  * (its shape at the op) as basic ops; returns how many (<= AUG_PX_MAX). */
 uint32_t aug_px_expand(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "mix.h"
+
 enum pipe_key {
 	PK_SIZE = 0,
 	PK_PAD,
@@ -78,10 +80,22 @@ enum pipe_key {
 	PK_CLIP,
 	PK_TRANSFORMS,
 	PK_EXACT,
+	PK_MIXUP_ALPHA,
+	PK_CUTMIX_ALPHA,
+	PK_SWITCH_PROB,
+	PK_NUM_CLASSES,
+	PK_LABEL_SMOOTHING,
+	PK_SEVERITY,
+	PK_MIXTURE_WIDTH,
+	PK_CHAIN_DEPTH,
+	PK_ALPHA,
+	PK_ALL_OPS,
 	PK_COUNT_,
 };
-#define PKB(k) (1ull << (k))
-_Static_assert(PK_COUNT_ <= 64, "seen masks are 64 bits");
+/* A set of keys (the keys an op requires, the keys a text gave). */
+__extension__ typedef unsigned __int128 pk_mask;
+#define PKB(k) ((pk_mask)1 << (k))
+_Static_assert(PK_COUNT_ <= 128, "key sets are 128 bits");
 
 static const char *const pipe_key_names[PK_COUNT_] = {
 	"size", "pad", "p", "h", "w", "len", "field", "short", "channels", "scale_min",
@@ -91,7 +105,9 @@ static const char *const pipe_key_names[PK_COUNT_] = {
 	"num_output_channels", "i", "j", "value", "brightness", "contrast", "saturation", "hue",
 	"degrees", "translate", "shear", "num_magnitude_bins", "num_ops", "magnitude", "policy",
 	"seq_len", "pad_id", "window",
-	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact"};
+	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact",
+	"mixup_alpha", "cutmix_alpha", "switch_prob", "num_classes", "label_smoothing",
+	"severity", "mixture_width", "chain_depth", "alpha", "all_ops"};
 
 /* One row per op: its name, the keys it takes (in canonical order), which
  * of them are required, and the defaults of the others. */
@@ -99,7 +115,7 @@ struct pipe_op_desc {
 	const char *name;
 	uint32_t keys[10];         /* enum pipe_key, terminated by PK_FIELD */
 	uint32_t nkeys;            /* keys before field */
-	uint64_t required;         /* bit mask over enum pipe_key (PKB) */
+	pk_mask required;          /* bit mask over enum pipe_key (PKB) */
 };
 
 static const struct pipe_op_desc pipe_ops[] = {
@@ -171,6 +187,14 @@ static const struct pipe_op_desc pipe_ops[] = {
 				  PK_VALUE, PK_FIELD},
 				 6, 0},
 	PIPE_TV_OP_ROWS
+	[PIPE_AUG_MIX] = {"aug_mix",
+			  {PK_SEVERITY, PK_MIXTURE_WIDTH, PK_CHAIN_DEPTH, PK_ALPHA, PK_ALL_OPS,
+			   PK_INTERPOLATION, PK_FILL, PK_FIELD},
+			  7, 0},
+	[PIPE_MIX] = {"mix",
+		      {PK_NUM_CLASSES, PK_MIXUP_ALPHA, PK_CUTMIX_ALPHA, PK_SWITCH_PROB,
+		       PK_LABEL_SMOOTHING, PK_FIELD},
+		      5, PKB(PK_NUM_CLASSES)},
 };
 #define PIPE_NKINDS (sizeof(pipe_ops) / sizeof(pipe_ops[0]))
 _Static_assert(PIPE_NKINDS == PIPE_KIND_COUNT_, "one row per op kind");
@@ -403,6 +427,8 @@ static int parse_field_name(struct pipe_scan *sc, const char *v, char out[FMT_NA
 #define PIPE_FACTOR_MAX 100u  /* largest adjust_* factor and jitter */
 #define PIPE_SIGMA_MAX 100u   /* largest gaussian_blur sigma */
 #define PIPE_KSIZE_MAX 255u   /* largest gaussian_blur kernel_size */
+#define PIPE_MIX_ALPHA_MAX 1000 /* largest mixup_alpha, cutmix_alpha */
+#define PIPE_MIX_CLASSES_MAX (1u << 24) /* widest soft labels */
 
 /* random_erasing's value number `item`: a decimal (normalised units after
  * normalize); op->value keeps it as a u8 level where it is one (the
@@ -628,6 +654,56 @@ static int op_set_pack(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 	return parse_uint(sc, k, v, 1, PK_WINDOW_MAX, &op->window);
 }
 
+/* mix's keys: alphas >= 0 (0 turns the op off), probabilities, a width. */
+static int op_set_mix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		      const char *v)
+{
+	const char *k = pipe_key_names[key];
+	int64_t x = 0;
+	int rc;
+
+	switch (key) {
+	case PK_MIXUP_ALPHA:
+		return parse_decimal(sc, k, v, 0, PIPE_MIX_ALPHA_MAX * (int64_t)PIPE_P_ONE,
+				     &op->mixup_ppb);
+	case PK_CUTMIX_ALPHA:
+		return parse_decimal(sc, k, v, 0, PIPE_MIX_ALPHA_MAX * (int64_t)PIPE_P_ONE,
+				     &op->cutmix_ppb);
+	case PK_SWITCH_PROB:
+		return parse_prob(sc, k, v, &op->switch_ppb);
+	case PK_NUM_CLASSES:
+		return parse_uint(sc, k, v, 1, PIPE_MIX_CLASSES_MAX, &op->num_classes);
+	default:
+		rc = parse_decimal(sc, k, v, 0, PIPE_P_ONE - 1, &x);
+		op->smoothing_ppb = (uint32_t)x;
+		return rc;
+	}
+}
+
+/* aug_mix's own keys (interpolation and fill are the pixel ops'). */
+static int op_set_augmix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+			 const char *v)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE;
+	int64_t x = 0;
+	int rc;
+
+	switch (key) {
+	case PK_SEVERITY: return parse_uint(sc, k, v, 1, 10, &op->severity);
+	case PK_MIXTURE_WIDTH: return parse_uint(sc, k, v, 1, PIPE_AUGMIX_WIDTH_MAX, &op->mix_width);
+	case PK_CHAIN_DEPTH:
+		rc = parse_decimal(sc, k, v, -one, PIPE_AUGMIX_DEPTH_MAX * one, &x);
+		if (rc == 0 && (x % one || x == 0))
+			return scan_fail(sc, "key 'chain_depth': -1 (1 to 3 drawn) or a whole "
+					 "number 1..%d", PIPE_AUGMIX_DEPTH_MAX);
+		op->chain_depth = (int32_t)(x / one);
+		return rc;
+	case PK_ALPHA: return parse_decimal(sc, k, v, 1, PIPE_MIX_ALPHA_MAX * one, &op->alpha_ppb);
+	default: return parse_bool(sc, k, v, &op->all_ops);
+	}
+}
+
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
 static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
 		  uint32_t item)
@@ -686,6 +762,18 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 	case PK_PAD_ID:
 	case PK_WINDOW:
 		return op_set_pack(sc, op, key, v);
+	case PK_MIXUP_ALPHA:
+	case PK_CUTMIX_ALPHA:
+	case PK_SWITCH_PROB:
+	case PK_NUM_CLASSES:
+	case PK_LABEL_SMOOTHING:
+		return op_set_mix(sc, op, key, v);
+	case PK_SEVERITY:
+	case PK_MIXTURE_WIDTH:
+	case PK_CHAIN_DEPTH:
+	case PK_ALPHA:
+	case PK_ALL_OPS:
+		return op_set_augmix(sc, op, key, v);
 	default:
 		return op_set_pixel(sc, op, key, v);
 	}
@@ -765,7 +853,7 @@ static int parse_tuple(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key k
 /* Sets key k (one of op's keys) from value v, once: the duplicate check
  * of every path (keyed, positional, a tuple spread over a key pair). */
 static int set_key(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		   enum pipe_key k, const char *v, uint64_t *seen)
+		   enum pipe_key k, const char *v, pk_mask *seen)
 {
 	if (find_key(d, pipe_key_names[k]) < 0)
 		return scan_fail(sc, "key '%s': not taken here", pipe_key_names[k]);
@@ -830,7 +918,7 @@ static int tuple_symmetric(struct pipe_scan *sc, const char *key, char vals[][PI
 }
 
 static int set_pair(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		    enum pipe_key lo, char vals[][PIPE_TOK_MAX], uint32_t n, uint64_t *seen)
+		    enum pipe_key lo, char vals[][PIPE_TOK_MAX], uint32_t n, pk_mask *seen)
 {
 	const char *key = pipe_key_names[lo];
 
@@ -843,7 +931,7 @@ static int set_pair(struct pipe_scan *sc, const struct pipe_op_desc *d, struct p
 /* pad's padding: 1, 2 (left/right, top/bottom) or 4 (left, top, right,
  * bottom) values, as torchvision's Pad. */
 static int set_padding(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-		       uint32_t n, uint64_t *seen)
+		       uint32_t n, pk_mask *seen)
 {
 	static const uint32_t from[3][4] = {{0, 0, 0, 0}, {0, 1, 0, 1}, {0, 1, 2, 3}};
 
@@ -863,7 +951,7 @@ static int set_padding(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIP
 
 /* random_choice's p: one probability per transform. */
 static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-		       uint32_t n, uint64_t *seen)
+		       uint32_t n, pk_mask *seen)
 {
 	if (*seen & PKB(PK_P))
 		return scan_fail(sc, "key 'p' given twice");
@@ -879,7 +967,7 @@ static int set_weights(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIP
 
 /* random_erasing's value=(a, b, c): one per channel. */
 static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[][PIPE_TOK_MAX],
-			    uint32_t n, uint64_t *seen)
+			    uint32_t n, pk_mask *seen)
 {
 	if (*seen & PKB(PK_VALUE))
 		return scan_fail(sc, "key 'value' given twice");
@@ -904,7 +992,7 @@ static int set_erase_values(struct pipe_scan *sc, struct pipe_op *op, char vals[
 /* A tuple value of key `name`, in torchvision's forms: size=(h, w),
  * scale=(a, b), ratio=(a, b), sigma=(a, b), degrees=(-a, a), ... */
 static int parse_tuple_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-			   const char *name, uint64_t *seen)
+			   const char *name, pk_mask *seen)
 {
 	char vals[PIPE_TUPLE_MAX][PIPE_TOK_MAX];
 	uint32_t n = 0;
@@ -976,7 +1064,7 @@ static int check_sub(struct pipe_scan *sc, const struct pipe_op *ch, uint32_t *b
 
 /* transforms=[op, op, ...] of random_apply / choice / order: parsed into
  * the spec right after the container (op sc->at). */
-static int parse_transforms(struct pipe_scan *sc, struct pipe_op *op, uint64_t *seen)
+static int parse_transforms(struct pipe_scan *sc, struct pipe_op *op, pk_mask *seen)
 {
 	uint32_t at = sc->at, opno = sc->opno, budget = PIPE_SUB_BASIC_MAX;
 	const char *opname = sc->opname;
@@ -1046,7 +1134,7 @@ static bool arg_is_keyed(struct pipe_scan *sc)
 
 /* The value of key `name` at the cursor. */
 static int parse_keyed_value(struct pipe_scan *sc, const struct pipe_op_desc *d,
-			     struct pipe_op *op, const char *name, uint64_t *seen)
+			     struct pipe_op *op, const char *name, pk_mask *seen)
 {
 	char v[PIPE_TOK_MAX];
 
@@ -1079,7 +1167,7 @@ static int parse_keyed_value(struct pipe_scan *sc, const struct pipe_op_desc *d,
  * op's next key in order (*pos of them so far; positional arguments come
  * first, as in Python); *seen tracks duplicates. */
 static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		     uint64_t *seen, uint32_t *pos)
+		     pk_mask *seen, uint32_t *pos)
 {
 	char key[PIPE_TOK_MAX], c[8];
 
@@ -1108,7 +1196,7 @@ static int parse_arg(struct pipe_scan *sc, const struct pipe_op_desc *d, struct 
 
 /* `( key=value, ... )` after the op name; the cursor is on '('. */
 static int parse_args(struct pipe_scan *sc, const struct pipe_op_desc *d, struct pipe_op *op,
-		      uint64_t *seen)
+		      pk_mask *seen)
 {
 	char c[8];
 	uint32_t pos = 0;
@@ -1163,6 +1251,13 @@ static void op_defaults_pixel(struct pipe_op *op)
 		op->nmean = 1;                  /* GaussianNoise(mean=0, sigma=0.1, clip) */
 		op->sigma_ppb[0] = op->sigma_ppb[1] = PIPE_P_ONE / 10;
 		op->clip = true;
+	} else if (op->kind == PIPE_AUG_MIX) {
+		op->severity = 3;               /* AugMix(3, 3, -1, 1.0, True, BILINEAR) */
+		op->mix_width = 3;
+		op->chain_depth = -1;
+		op->alpha_ppb = PIPE_P_ONE;
+		op->all_ops = true;
+		op->interp = PIPE_INTERP_BILINEAR;
 	}
 }
 
@@ -1186,6 +1281,8 @@ static void op_defaults(struct pipe_op *op)
 		op->layout = PIPE_LAYOUT_CHW;
 	} else if (op->kind == PIPE_CONCAT || op->kind == PIPE_PACK) {
 		op->window = PK_WINDOW_DEFAULT;
+	} else if (op->kind == PIPE_MIX) {
+		op->switch_ppb = PIPE_P_ONE / 2; /* torchvision's RandomChoice of the two */
 	} else {
 		op_defaults_pixel(op);
 	}
@@ -1204,7 +1301,7 @@ static int check_order(struct pipe_scan *sc, const char *key, const char *other,
 	return scan_fail(sc, "key '%s': %s above %s %s", key, a, other, b);
 }
 
-static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
+static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, pk_mask seen)
 {
 	bool range = seen & (PKB(PK_SIGMA_MIN) | PKB(PK_SIGMA_MAX));
 
@@ -1245,7 +1342,7 @@ static int op_check_pixel(struct pipe_scan *sc, const struct pipe_op *op, uint64
 }
 
 /* Checks between keys, once all are read. */
-static int op_check(struct pipe_scan *sc, const struct pipe_op *op, uint64_t seen)
+static int op_check(struct pipe_scan *sc, const struct pipe_op *op, pk_mask seen)
 {
 	if (op->kind == PIPE_RESIZE) {
 		bool hw = seen & (1u << PK_H | 1u << PK_W);
@@ -1297,7 +1394,7 @@ static uint32_t op_kind_of(const char *name)
 static int parse_op(struct pipe_scan *sc, struct pipe_op *op)
 {
 	char name[PIPE_TOK_MAX], c[8];
-	uint64_t seen = 0;
+	pk_mask seen = 0;
 
 	memset(op, 0, sizeof(*op));
 	sc->opname = NULL;
@@ -1486,6 +1583,25 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 		return true;
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
 	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
+	case PK_NUM_CLASSES: snprintf(out, 160, "num_classes=%u", op->num_classes); return true;
+	case PK_SEVERITY: snprintf(out, 160, "severity=%u", op->severity); return true;
+	case PK_MIXTURE_WIDTH: snprintf(out, 160, "mixture_width=%u", op->mix_width); return true;
+	case PK_CHAIN_DEPTH: snprintf(out, 160, "chain_depth=%d", op->chain_depth); return true;
+	case PK_ALPHA: format_ppb(op->alpha_ppb, p); snprintf(out, 160, "alpha=%s", p); return true;
+	case PK_ALL_OPS:
+		snprintf(out, 160, "all_ops=%s", op->all_ops ? "true" : "false");
+		return true;
+	case PK_MIXUP_ALPHA:
+	case PK_CUTMIX_ALPHA:
+	case PK_SWITCH_PROB:
+	case PK_LABEL_SMOOTHING:
+		format_ppb(k == PK_MIXUP_ALPHA    ? op->mixup_ppb
+			   : k == PK_CUTMIX_ALPHA ? op->cutmix_ppb
+			   : k == PK_SWITCH_PROB  ? (int64_t)op->switch_ppb
+						  : (int64_t)op->smoothing_ppb,
+			   p);
+		snprintf(out, 160, "%s=%s", pipe_key_names[k], p);
+		return true;
 	case PK_ANTIALIAS:
 		snprintf(out, 160, "antialias=%s", op->antialias == 1 ? "false" : "true");
 		return true;
@@ -1565,7 +1681,8 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 	if (k == PK_ANTIALIAS || ((op->kind == PIPE_RESIZE || op->kind == PIPE_RANDOM_RESIZED_CROP) &&
 				  k == PK_INTERPOLATION))
 		return false;
-	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE) && k == PK_FILL)
+	if ((op->kind == PIPE_ROTATE || op->kind == PIPE_AFFINE || op->kind == PIPE_AUG_MIX) &&
+	    k == PK_FILL)
 		return op->fill_set;
 	if (k == PK_EXACT)
 		return op->exact;
@@ -1697,7 +1814,7 @@ static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *
 
 static bool is_pixel_op(enum pipe_kind k)
 {
-	return k >= PIPE_ADJUST_BRIGHTNESS && k < PIPE_KIND_COUNT_;
+	return k >= PIPE_ADJUST_BRIGHTNESS && k < PIPE_MIX;
 }
 
 static bool is_image_op(enum pipe_kind k)
@@ -2265,6 +2382,16 @@ static size_t plan_pixel_image(const struct pipe_plan *p, const struct pipe_stag
 	return most;
 }
 
+/* Whether stage st runs an op of kind k. */
+static bool plan_stage_has(const struct pipe_plan *p, const struct pipe_stage *st,
+			   enum pipe_kind k)
+{
+	for (uint32_t j = 0; j < st->count; j++)
+		if (p->spec.ops[p->stage_ops[st->first + j]].kind == k)
+			return true;
+	return false;
+}
+
 /* The widest image of a pixel stage. */
 static size_t plan_pixel_width(const struct pipe_plan *p, const struct pipe_stage *st)
 {
@@ -2289,7 +2416,8 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 	for (uint32_t f = 0; f < p->in.nfields; f++) {
 		p->field_stage[f] = p->nstages;
 		for (uint32_t i = 0; i < p->spec.nops; i++)
-			if (p->op_field[i] == (int)f && p->spec.ops[i].kind != PIPE_IDENTITY)
+			if (p->op_field[i] == (int)f && p->spec.ops[i].kind != PIPE_IDENTITY &&
+			    p->spec.ops[i].kind != PIPE_MIX)
 				plan_add_to_stage(p, w, i, &nops);
 		p->field_nstages[f] = p->nstages - p->field_stage[f];
 		for (uint32_t s = p->field_stage[f]; s + 1 < p->nstages; s++)
@@ -2306,7 +2434,12 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 			size_t n = plan_pixel_image(p, st), wmax = plan_pixel_width(p, st);
 			size_t nf = n > 2 * wmax ? n : 2 * wmax;
 			st->px_img_bytes = n;
-			n = 2 * ((n + 63) & ~(size_t)63) + ((4 * nf + 63) & ~(size_t)63);
+			size_t al = (n + 63) & ~(size_t)63;
+			n = 2 * al + ((4 * nf + 63) & ~(size_t)63);
+			if (plan_stage_has(p, st, PIPE_AUG_MIX)) { /* its chains and sum */
+				st->px_mix_off = n;
+				n += 3 * al + ((4 * st->px_img_bytes + 63) & ~(size_t)63);
+			}
 			if (n > p->pix_scratch_bytes)
 				p->pix_scratch_bytes = n;
 		}
@@ -2321,6 +2454,80 @@ static void plan_stages(struct pipe_plan *p, const struct plan_work *w)
 	size_t inter = (p->inter_bytes + 63) & ~(size_t)63;
 	p->scratch_bytes = 2 * inter + ((p->table_bytes + 63) & ~(size_t)63) +
 			   ((p->img_scratch_bytes + 63) & ~(size_t)63) + p->pix_scratch_bytes;
+}
+
+/* The integer field `label` mix makes soft labels of: its index, or an
+ * error naming it. */
+static int plan_mix_label(struct pipe_plan *p, uint32_t i, struct feed_err *err)
+{
+	static const int types[][2] = {
+		{FEED_DTYPE_U8, FEED_MIX_LABEL_U8},   {FEED_DTYPE_I8, FEED_MIX_LABEL_I8},
+		{FEED_DTYPE_U16, FEED_MIX_LABEL_U16}, {FEED_DTYPE_I16, FEED_MIX_LABEL_I16},
+		{FEED_DTYPE_U32, FEED_MIX_LABEL_U32}, {FEED_DTYPE_I32, FEED_MIX_LABEL_I32},
+		{FEED_DTYPE_U64, FEED_MIX_LABEL_U64}, {FEED_DTYPE_I64, FEED_MIX_LABEL_I64},
+	};
+	int f = fmt_schema_find(&p->in, PIPE_MIX_LABEL);
+	const struct fmt_field *fd = f < 0 ? NULL : &p->in.fields[f];
+
+	if (!fd)
+		return plan_fail(&p->spec, i, err, "soft labels are made from the field '%s', "
+				 "which the dataset lacks", PIPE_MIX_LABEL);
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		if (fd->dtype != types[t][0] || fd->variable ||
+		    !(fd->rank == 0 || (fd->rank == 1 && fd->shape[0] == 1)))
+			continue;
+		p->bmix.label_type = (uint32_t)types[t][1];
+		p->bmix.label_bytes = (uint32_t)feed_dtype_size(fd->dtype);
+		return f;
+	}
+	return plan_fail(&p->spec, i, err, "soft labels are made from the field '%s', which is "
+			 "%s%s, not one integer per sample", PIPE_MIX_LABEL,
+			 feed_dtype_name(fd->dtype), fd->variable ? " (variable)" : "");
+}
+
+/* mix: the last op, on a field normalize made; `label` becomes f32
+ * [num_classes]. */
+static int plan_mix(struct pipe_plan *p, struct plan_work *w, uint32_t i, struct feed_err *err)
+{
+	struct pipe_op *op = &p->spec.ops[i];
+	int f = -1;
+
+	if (i + 1 != p->spec.nops)
+		return plan_fail(&p->spec, i, err, "a batch op: it must be the pipeline's last");
+	if (op->field[0] && (f = fmt_schema_find(&p->in, op->field)) < 0)
+		return plan_fail(&p->spec, i, err, "key 'field': no field '%s' in the dataset",
+				 op->field);
+	for (uint32_t k = 0; f < 0 && k < p->in.nfields; k++)
+		if (w->st[k] == FS_NORMALIZED)
+			f = (int)k;
+	if (f < 0 || w->st[f] != FS_NORMALIZED)
+		return plan_fail(&p->spec, i, err, "mixes normalized images: put normalize(...) "
+				 "on %s%s%s before it", f < 0 ? "the image field" : "'",
+				 f < 0 ? "" : p->in.fields[f].name, f < 0 ? "" : "'");
+	int lf = plan_mix_label(p, i, err);
+	if (lf < 0)
+		return lf;
+	if (p->bmix.label_bytes > 4ull * op->num_classes)
+		return plan_fail(&p->spec, i, err, "key 'num_classes': %u soft labels are smaller "
+				 "than the %u-byte label they replace", op->num_classes,
+				 p->bmix.label_bytes);
+	struct fmt_field *lo = &p->out.fields[lf];
+	lo->dtype = FEED_DTYPE_F32;
+	lo->rank = 1;
+	lo->shape[0] = op->num_classes;
+	lo->max_bytes = 4ull * op->num_classes;
+	strcpy(op->field, p->in.fields[f].name);
+	p->op_field[i] = f;
+	p->bmix = (struct pipe_bmix){
+		.on = true, .op = i, .img_field = (uint32_t)f, .label_field = (uint32_t)lf,
+		.label_type = p->bmix.label_type, .label_bytes = p->bmix.label_bytes,
+		.mixup_alpha = (double)op->mixup_ppb / PIPE_P_ONE,
+		.cutmix_alpha = (double)op->cutmix_ppb / PIPE_P_ONE,
+		.switch_prob = (double)op->switch_ppb / PIPE_P_ONE,
+		.label_smoothing = (double)op->smoothing_ppb / PIPE_P_ONE,
+		.num_classes = op->num_classes,
+	};
+	return 0;
 }
 
 /* Resolves every op's field and shapes, in op order; then refuses fields
@@ -2377,6 +2584,12 @@ static int plan_ops(struct pipe_plan *p, struct plan_work *w, struct feed_err *e
 			return plan_packing(p, i, err);
 		if (op->sub) {
 			p->op_field[i] = -1; /* runs inside its container */
+			continue;
+		}
+		if (op->kind == PIPE_MIX) {
+			int rc = plan_mix(p, w, i, err);
+			if (rc < 0)
+				return rc;
 			continue;
 		}
 		int rc = plan_field(p, w, i, &f, err);
@@ -2438,6 +2651,10 @@ int pipe_plan(const struct pipe_spec *spec, const struct fmt_schema *in,
 	}
 	if (p->pack.mode == PK_MODE_NONE)
 		plan_stages(p, &w);
+	if (p->bmix.on) {
+		uint32_t f = p->bmix.img_field;
+		p->bmix.cv = p->stages[p->field_stage[f] + p->field_nstages[f] - 1].cv;
+	}
 	rc = pipe_spec_canonical(&p->spec, p->canonical, sizeof(p->canonical));
 	if (rc < 0) {
 		memset(p, 0, sizeof(*p));

@@ -66,12 +66,28 @@
  *                                 RandomPerspective, v2 GaussianNoise:
  *                                 pixel ops (augment_tv.c); pad changes the
  *                                 size
+ *   aug_mix(severity=3, mixture_width=3, chain_depth=-1, alpha=1,
+ *           all_ops=true, interpolation=bilinear, fill)
+ *                                 torchvision's AugMix: a pixel op on a
+ *                                 fixed u8 image (augment_augmix.c)
  *   random_apply(transforms=[op, ...], p=0.5), random_choice(transforms,
  *   p=(w, ...)), random_order(transforms)
  *                                 RandomApply / RandomChoice / RandomOrder
  *                                 over pixel ops that keep the shape; the
  *                                 transforms follow their container in the
  *                                 spec (pipe_op.nsub, .sub)
+ *   mix(num_classes, mixup_alpha=0, cutmix_alpha=0, switch_prob=0.5,
+ *       label_smoothing=0)
+ *                                 a batch op, the pipeline's last, after the
+ *                                 image field's normalize: torchvision's
+ *                                 MixUp / CutMix (a RandomChoice of both
+ *                                 with switch_prob cutmix's share) on the
+ *                                 normalized batch rolled by one, and the
+ *                                 integer field `label` made soft labels,
+ *                                 f32 [num_classes] (timm's smoothing);
+ *                                 kernels/mix.h's draws and arithmetic, the
+ *                                 same bits as the Loader's conversion
+ *                                 (augment_mix.c)
  * torchvision's forms: a first argument without a key is the op's first
  * key (resize(256) is short=256, resize((h, w)) is h and w); tuples spread
  * over key pairs (size=(h, w) of resize, scale=(a, b), ratio=(a, b),
@@ -131,6 +147,9 @@
 #define PIPE_RATIO_MAX 100u    /* largest ratio_max */
 #define PIPE_NORM_MAX 1000u    /* largest |mean| and std */
 #define PIPE_MAX_C 4           /* most channels normalize takes */
+#define PIPE_MIX_LABEL "label" /* the field mix makes soft labels of */
+#define PIPE_AUGMIX_WIDTH_MAX 8  /* largest aug_mix mixture_width */
+#define PIPE_AUGMIX_DEPTH_MAX 10 /* largest aug_mix chain_depth */
 
 enum pipe_kind {
 	PIPE_IDENTITY = 0,
@@ -184,6 +203,10 @@ enum pipe_kind {
 	PIPE_RANDOM_APPLY,
 	PIPE_RANDOM_CHOICE,
 	PIPE_RANDOM_ORDER,
+	/* torchvision's AugMix: a pixel op (augment_augmix.c) */
+	PIPE_AUG_MIX,
+	/* batch ops (augment_mix.c): after the samples, on the whole batch */
+	PIPE_MIX,
 	PIPE_KIND_COUNT_,
 };
 
@@ -288,6 +311,17 @@ struct pipe_op {
 	bool sub;                  /* a transform of the container before it */
 	uint32_t nwts;             /* random_choice: weights given (0: uniform) */
 	uint32_t wts_ppb[PIPE_MAX_SUB]; /* random_choice: p per transform */
+	uint32_t severity;         /* aug_mix: 1..10 */
+	uint32_t mix_width;        /* aug_mix: mixture_width, 1..PIPE_AUGMIX_WIDTH_MAX */
+	int32_t chain_depth;       /* aug_mix: -1 (1..3 drawn) or 1..10 */
+	int64_t alpha_ppb;         /* aug_mix: the Dirichlet / Beta alpha, > 0 */
+	bool all_ops;              /* aug_mix: brightness, color, contrast,
+				    * sharpness too */
+	int64_t mixup_ppb;         /* mix: mixup_alpha (0: off) */
+	int64_t cutmix_ppb;        /* mix: cutmix_alpha (0: off) */
+	uint32_t switch_ppb;       /* mix: switch_prob (cutmix's share, both on) */
+	uint32_t num_classes;      /* mix: the soft labels' width */
+	uint32_t smoothing_ppb;    /* mix: label_smoothing, in [0, 1) */
 	char field[FMT_NAME_MAX];  /* field=NAME, "" for the default */
 };
 
@@ -361,6 +395,24 @@ struct pipe_stage {
 	struct feed_convert cv;    /* normalize: the conversion */
 	size_t px_img_bytes;       /* pixel stages: the largest image any op of
 				    * the stage reads or writes (pad grows it) */
+	size_t px_mix_off;         /* pixel stages with aug_mix: where its
+				    * scratch (three images and a float image)
+				    * starts in the stage's scratch; 0 without */
+};
+
+/* The batch mix of a plan (the op `mix`, pipeline's last): mixup / cutmix
+ * of the normalized image field and soft labels from the field `label`,
+ * as kernels/mix.h computes them for the Loader's conversion. */
+struct pipe_bmix {
+	bool on;                   /* the pipeline ends with mix */
+	uint32_t op;               /* its op index */
+	uint32_t img_field;        /* the normalized image field (out schema) */
+	uint32_t label_field;      /* `label`: in an integer, out f32 [num_classes] */
+	uint32_t label_type;       /* kernels/mix.h enum feed_mix_label_type */
+	uint32_t label_bytes;      /* the label's size in the dataset */
+	struct feed_convert cv;    /* the normalize's conversion (dtype, layout) */
+	double mixup_alpha, cutmix_alpha, switch_prob, label_smoothing;
+	uint32_t num_classes;
 };
 
 /* A pipeline checked against a schema. Read-only for users (all fields
@@ -389,6 +441,8 @@ struct pipe_plan {
 	uint32_t dec_channels_mask;
 	char canonical[PIPE_CANON_MAX]; /* canonical text, fields resolved */
 	uint64_t hash;             /* xxh64(canonical), seed 0 */
+	/* mix (on = false without one): the batch op run after the samples */
+	struct pipe_bmix bmix;
 	/* concat / pack (mode PK_MODE_NONE otherwise): the rows' shape, and
 	 * the dataset's token field they read */
 	struct pk_spec pack;

@@ -1053,6 +1053,7 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.ds = d->ds, .plan = d->plan, .lay = &d->lay, .cache = d->cache, .seed = d->seed,
 		.epoch = j->pos.epoch, .index = j->pos.index, .ord = j->pos.ord,
 		.ord_batch = j->pos.batch, .nsamples = j->pos.nsamples,
+		.mix_batch = j->pos.index * d->sched.spec.ord.world + d->sched.spec.ord.rank,
 		.data = (uint8_t *)d->data.map + layout_slot_off(&d->lay, j->slot),
 		.data_off = layout_slot_off(&d->lay, j->slot),
 		/* built in our copy, copied into each member's control region at publish */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "augment.h"
+#include "augment_mix.h"
 #include "cache.h"
 #include "feed_shm.h"
 #include "fmt.h"
@@ -558,6 +559,11 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	}
 	if (rc == 0 && b->mix_rows)
 		source_fill(b);
+	if (rc == 0 && b->plan->bmix.on) /* the batch op, once every sample is in */
+		rc = aug_batch_mix(b->plan, b->seed, b->epoch, b->mix_batch,
+				   b->data + b->lay->field_off[b->plan->bmix.img_field],
+				   b->data + b->lay->field_off[b->plan->bmix.label_field],
+				   b->nsamples, b->hdr->sample, err);
 	if (rc == 0)
 		*ret_bytes = header_fill(b, cursor, padded, b->bad && b->bad->n);
 	return rc;

@@ -54,6 +54,8 @@ struct bld_batch {
 	uint64_t epoch, index;       /* written in the header */
 	const struct ord_epoch *ord; /* which samples */
 	uint64_t ord_batch;          /* batch in ord's layout */
+	uint64_t mix_batch;          /* the pipeline's mix draws for batch number
+				      * index * world + rank (augment_mix.h) */
 	uint32_t nsamples;
 	/* destination */
 	uint8_t *data;               /* the slot's bytes (lay->slot_bytes) */

@@ -249,6 +249,13 @@ def test_mix_refusals(mixd):
     small = int(mixd.src["label"].max())  # some label equals it: out of range
     with feedclient.Loader("mix", N, socket=mixd.sock, shuffle=False, device="cpu",
                            mixup_alpha=0.2, num_classes=small) as loader:
+        # feedd's workers mix (convert_on="feedd"): the build fails naming it
+        with pytest.raises(feedclient.StreamStopped,
+                           match=rf"mix: sample \d+ \(row \d+ of the batch\): field "
+                                 rf"'label' {small} not in \[0, num_classes={small}\)"):
+            next(iter(loader))
+    with feedclient.Loader("mix", N, socket=mixd.sock, shuffle=False, device="cpu",
+                           mixup_alpha=0.2, num_classes=small, convert_on="loader") as loader:
         with pytest.raises(feedclient.InvalidArgument,
                            match=rf"num_classes={small}: field 'label': .* is not in "
                                  rf"\[0, num_classes {small}\)"):

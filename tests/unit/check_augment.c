@@ -13,6 +13,9 @@
  * draws chose (augment_pixel.h: "op kind f bits ksize out_c angle tx ty
  * scale shx shy cx cy interp fill i j h w value random pad_l pad_t pad_r
  * pad_b pad_mode pc0..pc7 mean clip nomask"), then the bytes;
+ *   check_augment --aug-mix PIPELINE H W C SEED EPOCH SAMPLE
+ * runs a pipeline with aug_mix on an H x W x C u8 image from stdin and
+ * writes "h w c", the first aug_mix's draws (augmix_probe), the bytes;
  *   check_augment --pixel-params PIPELINE H W C SEED N
  * writes those lines for samples 0..N-1 of epoch 0, each prefixed with
  * "sample ", without running the ops (for the parameter distributions).
@@ -1011,6 +1014,65 @@ static int pixel_probe(int argc, char **argv)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* --aug-mix: the pipeline's first aug_mix op's draws for the sample
+ * ("width m0 m1 w0 .. w(width-1)", then one line per chain "depth" and
+ * "op bin neg magnitude" for each op), after the output's "out_h out_w out_c", then the
+ * output bytes. */
+static int augmix_probe(int argc, char **argv)
+{
+	if (argc != 9) {
+		fprintf(stderr, "usage: %s --aug-mix PIPELINE H W C SEED EPOCH SAMPLE\n", argv[0]);
+		return 2;
+	}
+	uint32_t h = (uint32_t)atoi(argv[3]), w = (uint32_t)atoi(argv[4]), c = (uint32_t)atoi(argv[5]);
+	struct aug_ctx ctx = {strtoull(argv[6], NULL, 0), strtoull(argv[7], NULL, 0),
+			      strtoull(argv[8], NULL, 0)};
+	struct fmt_schema s;
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	struct feed_err err = {0};
+	size_t len = (size_t)h * w * c;
+	uint8_t *img = malloc(len + 1);
+
+	image_schema(&s, h, w, c);
+	if (pipe_plan_text(argv[2], &s, p, &err) < 0 || fread(img, 1, len, stdin) != len) {
+		fprintf(stderr, "probe: %s\n", err.msg[0] ? err.msg : "short input");
+		return 1;
+	}
+	size_t cap = p->out.fields[0].max_bytes, got = 0;
+	uint8_t *out = malloc(cap), *scratch = aligned_alloc(64, (pipe_scratch_bytes(p) + 64) & ~63ul);
+	struct aug_in in = {img, len};
+	struct aug_out o = {out, cap, &got};
+	if (aug_apply(p, &ctx, &in, &o, scratch, &err) < 0) {
+		fprintf(stderr, "probe: %s\n", err.msg);
+		return 1;
+	}
+	printf("%u %u %u\n", h, w, c);
+	for (uint32_t i = 0; i < p->spec.nops; i++) {
+		if (p->spec.ops[i].kind != PIPE_AUG_MIX)
+			continue;
+		struct aug_mix_draws d;
+		aug_mix_draw(&p->spec.ops[i], i, &ctx, h, w, &d);
+		printf("%u %.9g %.9g", d.width, d.m0, d.m1);
+		for (uint32_t k = 0; k < d.width; k++)
+			printf(" %.9g", d.w[k]);
+		printf("\n");
+		for (uint32_t k = 0; k < d.width; k++) {
+			printf("%u", d.chain[k].depth);
+			for (uint32_t t = 0; t < d.chain[k].depth; t++)
+				printf(" %u %u %d %.17g", d.chain[k].op[t], d.chain[k].bin[t],
+				       d.chain[k].neg[t], d.chain[k].mag[t]);
+			printf("\n");
+		}
+		break;
+	}
+	fwrite(out, 1, got, stdout);
+	free(out);
+	free(scratch);
+	free(img);
+	free(p);
+	return fflush(stdout) ? 1 : 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Image ops                                                           */
 
@@ -1516,6 +1578,8 @@ int main(int argc, char **argv)
 		return probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--pixel"))
 		return pixel_probe(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--aug-mix"))
+		return augmix_probe(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--pixel-params"))
 		return pixel_params(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--decode"))

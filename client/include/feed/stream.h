@@ -424,6 +424,16 @@ FEED_API int feed_stream_group_start(const struct feed_stream *st, uint64_t *ret
  * went away: call it with a timeout now and then to find out. */
 FEED_API int feed_stream_fd(const struct feed_stream *st);
 
+/* Tells feedd how long the caller's own next() took, from its entry to
+ * its return, ns, around one or more feed_next() calls: the stream's
+ * reader wait (status' reader_wait_ns, `feedctl top`'s WAIT%) then counts
+ * the whole of it, as the loop's own measure does (time in next() over
+ * wall time), not only the time feed_next() slept: what feed_next()
+ * counted since the last note is topped up to ns (never taken back).
+ * Without calls, the reader wait is feed_next()'s sleeps alone. Returns 0,
+ * or -EINVAL for a NULL st. The thread that calls feed_next(). */
+FEED_API int feed_stream_note_next(struct feed_stream *st, uint64_t ns);
+
 /* Pins the stream's data region for the caller's own copies: registers
  * it with the CUDA driver loaded at run time (cuMemHostRegister, PORTABLE,
  * in device's primary context, which the stream retains until closed), so

@@ -369,6 +369,7 @@ _API = {
     "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
     "feed_stream_info": (ctypes.POINTER(StreamInfo), [_P]),
     "feed_next": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
+    "feed_stream_note_next": (ctypes.c_int, [_P, ctypes.c_uint64]),
     "feed_batch_epoch": (ctypes.c_uint64, [_P]),
     "feed_batch_index": (ctypes.c_uint64, [_P]),
     "feed_batch_size": (ctypes.c_uint32, [_P]),

@@ -87,6 +87,21 @@ def _number(name, v, lo, hi, hi_open=False):
     return float(v)
 
 
+def _exact_floats(vals, kind):
+    """vals as the pipeline text writes numbers (at most 9 decimals, one
+    value or a tuple), or None when that text would not give back the
+    same value of numpy type kind (float32 for mean/std: what the
+    conversion computes with)."""
+    out = []
+    for v in vals:
+        t = f"{float(v):.9f}".rstrip("0").rstrip(".")
+        t = "0" if t in ("", "-0") else t
+        if kind(float(t)) != kind(v) or abs(float(t)) > 1000:
+            return None
+        out.append(t)
+    return out[0] if len(out) == 1 else "(" + ", ".join(out) + ")"
+
+
 LABEL_FIELD = "label"
 _LABEL_DTYPES = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64")
 
@@ -200,6 +215,40 @@ class Conversion:
         else:
             self.to.device = _lib.FEED_DEVICE_CPU
 
+    def worker_ops(self, plan, fields):
+        """The pipeline ops that make feedd's workers do this conversion
+        (device="cpu"): " | normalize(...)" and, with a mix, " | mix(...)",
+        appended to the stream's pipeline; None when these batches need the
+        Loader's own conversion (no u8 image field or more than one, token
+        fields it widens to int64, values the pipeline text cannot write
+        exactly, another device). The workers run the same CPU twins on the
+        same float32 mean and std, so the batches are the same bits."""
+        if self.device.type != "cpu":
+            return None
+        images = [p for p in plan if self._image(p) is not None]
+        if len(images) != 1 or any(not p.variable and p.dtype in (np.uint16, np.uint32)
+                                   for p in plan):
+            return None
+        img = images[0]
+        dt = {self.torch.float32: "f32", self.torch.float16: "f16",
+              self.torch.bfloat16: "bf16"}[self.dtype]
+        mean = _exact_floats(self.mean or [0.0], np.float32)
+        std = _exact_floats(self.std or [1.0], np.float32)
+        if mean is None or std is None:
+            return None
+        ops = (f" | normalize(mean={mean}, std={std}, dtype={dt}, "
+               f"layout={'chw' if self.layout == 'NCHW' else 'hwc'}, field={img.name})")
+        if self.mix is not None:
+            sp = self.mix.spec
+            vals = [_exact_floats([v], np.float64) for v in
+                    (sp.mixup_alpha, sp.cutmix_alpha, sp.switch_prob, sp.label_smoothing)]
+            if None in vals:
+                return None
+            ops += (f" | mix(num_classes={sp.num_classes}, mixup_alpha={vals[0]}, "
+                    f"cutmix_alpha={vals[1]}, switch_prob={vals[2]}, "
+                    f"label_smoothing={vals[3]})")
+        return ops
+
     def check_channels(self, plan):
         """Refuses mean= or std= whose count fits no image field of the
         stream (1 value, or one per channel), naming the field."""
@@ -217,6 +266,8 @@ class Conversion:
 
     def describe(self, p, dtype, shape):
         """(dtype, shape) of field p's tensors after the conversion."""
+        if self.mix is not None and p.name == LABEL_FIELD:  # soft labels
+            return "f32", (self.mix.spec.num_classes,)
         img = self._image(p)
         if img is not None:
             h, w, c = img

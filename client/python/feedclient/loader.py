@@ -662,7 +662,7 @@ class Loader:
            num_classes=None, label_smoothing=None, order=None, nodes=None,
            node=None, node_deal="rotate", timeout=None, label_dtype="int64",
            pin_memory=False, transform=None, transform_threads=1,
-           wait_for_daemon=0, samples_per_epoch=None)
+           wait_for_daemon=0, samples_per_epoch=None, convert_on="feedd")
 
     dataset: a name feedd serves (see datasets()), or a mixture: a mapping
     of names to weights (or feedclient.Source), one stream whose rows come
@@ -780,6 +780,14 @@ class Loader:
     GPU path is not usable Loader raises GpuUnavailable with the reason
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
+    convert_on: where device="cpu" converts (and mixes): "feedd" (default)
+    appends normalize(...) and mix(...) to the stream's pipeline, so
+    feedd's workers publish float batches with soft labels and next() only
+    hands them over (tensors viewing the slot, as as_torch's); "loader"
+    runs the same CPU twins on the loop's thread, into tensors of their
+    own. Both give the same bits. "feedd" falls back to "loader" for a
+    group, a mixture, batches with more than one u8 image field or with
+    u16 / u32 fields, and values the pipeline text cannot write exactly.
 
     on_error: what a sample the pipeline cannot take (an image that does
     not decode) does: "fail" (default, as DataLoader) stops the stream,
@@ -889,7 +897,7 @@ class Loader:
                  pin_memory: bool = False,
                  transform: Optional[Callable[[Batch], Any]] = None,
                  transform_threads: int = 1, wait_for_daemon: float = 0,
-                 samples_per_epoch: Optional[int] = None) -> None:
+                 samples_per_epoch: Optional[int] = None, convert_on: str = "feedd") -> None:
         self._closed = True  # until the first stream is open
         self._mixture = None
         from collections.abc import Mapping as _Mapping
@@ -914,6 +922,10 @@ class Loader:
         if given and device is None:
             raise InvalidArgument(f"{given[0]}: mixup, cutmix and soft labels work on converted "
                                   f"batches: give device='cuda' or device='cpu' too")
+        if convert_on not in ("feedd", "loader"):
+            raise InvalidArgument(f"convert_on={convert_on!r}: 'feedd' (its workers convert "
+                                  f"for device='cpu') or 'loader' (this thread converts)")
+        self._convert_on = convert_on
         if device is not None:
             from .device import Conversion, MixPlan
             mix = MixPlan(mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
@@ -1081,6 +1093,7 @@ class Loader:
                 self._conv.check_channels(stream.plan)
                 if self._conv.mix is not None:
                     self._conv.mix.check_fields(stream.fields)
+                stream = self._to_workers(stream)
             if self._pin:
                 stream.pin()
         except BaseException:
@@ -1094,6 +1107,27 @@ class Loader:
         self._closed = False
 
     # ---- the stream ------------------------------------------------------
+
+    def _to_workers(self, stream):
+        """device="cpu": reopens the stream with the conversion (normalize,
+        mix) appended to its pipeline, so feedd's workers publish float
+        batches and next() converts nothing (convert_on="feedd"); the
+        stream as it is when the Loader must convert (convert_on="loader",
+        a group, batches the pipeline cannot convert: Conversion.worker_ops)."""
+        ops = None
+        if self._convert_on == "feedd" and self._group is None and self._mixture is None:
+            ops = self._conv.worker_ops(stream.plan, stream.fields)
+        if ops is None:
+            return stream
+        self._pipeline_b = (stream.pipeline + ops).encode()
+        self._opts.pipeline = self._pipeline_b
+        conv, self._conv = self._conv, None
+        self._as_torch = True
+        try:
+            return self._open(0, None)
+        except BaseException:
+            self._conv = conv
+            raise
 
     def _open_waiting(self, wait_s):
         """_open(0, None), retrying for up to wait_s seconds while feedd is
@@ -1417,7 +1451,7 @@ class Loader:
                 dtype, shape = self._conv.describe(p, dtype, shape)
             elif s.device_slots:
                 dtype, shape = _slots_describe(self._slots_req, p, dtype, shape)
-            if p.label is not None:
+            if p.label is not None and dtype[0] in "iu":  # not soft labels (f32)
                 dtype = _SHORT.get(np.dtype(p.label).str.lstrip("<|"), dtype)
             if (dtype, shape) != (f.dtype, f.shape):
                 size = _SIZES.get(dtype, 1)
@@ -1513,6 +1547,7 @@ class _EpochIter:
         after a daemon restart, up to reconnect_s; or timeout= passes).
         Raises StopIteration at the epoch's end, CreditsExhausted,
         DaemonGone, StreamStopped, Timeout, TransformError."""
+        t0 = time.perf_counter_ns()
         loader = self._loader
         loader._enter()
         try:
@@ -1529,6 +1564,7 @@ class _EpochIter:
                 raise StopIteration
             return batch
         finally:
+            _note_next(loader, time.perf_counter_ns() - t0)
             loader._lock.release()
 
     def _end(self):
@@ -1686,6 +1722,15 @@ class _EpochIter:
         if type(err) in (FeedError, InvalidArgument, UnknownDataset):
             err = StreamStopped(err.detail, err.code, err.reason)
         return err
+
+
+def _note_next(loader, ns):
+    """The loop's time in next() becomes the stream's reader wait
+    (feed_stream_note_next): `feedctl top`'s WAIT% is then the loop's own
+    measure, time in next() over wall time. Lock held."""
+    s = loader._box[0]
+    if s is not None and s.st is not None and s.fork_gen == _fork_gen:
+        lib.feed_stream_note_next(s.st, ns)
 
 
 def _replaced(lib_, b, n):

@@ -13,9 +13,10 @@ what the batch holds at the end: float32 NCHW normalised on feedd's
 workers (the pipeline's last normalize, so the loop receives floats and
 does no conversion), or, with device="cuda", u8 batches the Loader
 converts on the GPU (device=, dtype, mean, std). CutMix / MixUp (or a
-RandomChoice of them) become mixup_alpha, cutmix_alpha, mix_switch_prob
-and num_classes (those run on converted batches: device="cpu" when no
-device is given).
+RandomChoice of them) become the pipeline's batch op mix(...) after the
+normalize, run on feedd's workers too (the loop does no conversion and no
+mixing); with device="cuda" they become the Loader's mixup_alpha,
+cutmix_alpha, mix_switch_prob and num_classes, run on the GPU.
 
 Transforms are recognised by their class name and attributes, so the
 classes of torchvision.transforms (v1) and torchvision.transforms.v2 both
@@ -226,6 +227,15 @@ def _trivial(t):
     return [f"trivial_augment_wide(num_magnitude_bins={int(t.num_magnitude_bins)})"]
 
 
+def _aug_mix(t):
+    fill = _fill(t, None)
+    depth = int(t.chain_depth)
+    return [f"aug_mix(severity={int(t.severity)}, mixture_width={int(t.mixture_width)}, "
+            f"chain_depth={depth if depth > 0 else -1}, alpha={_num(t.alpha)}, "
+            f"all_ops={'true' if t.all_ops else 'false'}, interpolation={_interp(t)}"
+            + ("" if fill is None else f", fill={fill}") + ")"]
+
+
 def _rand_augment(t):
     _auto_fill_nearest(t)
     return [f"rand_augment(num_ops={int(t.num_ops)}, magnitude={int(t.magnitude)}, "
@@ -292,6 +302,7 @@ _SAMPLE = {
     "RandomAutocontrast": _simple("random_autocontrast({})", "p"),
     "RandomEqualize": _simple("random_equalize({})", "p"),
     "TrivialAugmentWide": _trivial,
+    "AugMix": _aug_mix,
     "RandAugment": _rand_augment,
     "AutoAugment": _auto_augment,
     "RandomErasing": _erasing,
@@ -391,7 +402,6 @@ def _sample_ops(t, state, inner=False) -> List[str]:
     if fn is None:
         why = {"Lambda": "arbitrary Python cannot run on feedd's workers (give it to "
                          "Loader(transform=) as a batch function)",
-               "AugMix": "feedd has no aug_mix op yet",
                "CutMix": "a batch transform: pass it as from_torchvision's second argument",
                "MixUp": "a batch transform: pass it as from_torchvision's second argument"}
         raise _Refused(why.get(n, "feedd has no op for it (feedclient.ops() lists them)"))
@@ -451,10 +461,12 @@ def from_torchvision(transform: Any, batch_transform: Any = None, *,
     decodes at full scale, decode(exact=true), for an eval path within 1
     level of torchvision's) and "as_torch",
     plus, as the transform ends: with Normalize (or ToTensor / ToDtype) and
-    no device, the pipeline's normalize (float32 NCHW from feedd's workers);
-    with device="cuda" (or a batch transform), device, dtype, mean, std and
-    layout for the Loader's conversion instead; a batch transform adds
-    mixup_alpha, cutmix_alpha, mix_switch_prob and num_classes.
+    no device (or device="cpu"), the pipeline's normalize (float32 NCHW from
+    feedd's workers), and a batch transform the pipeline's last op,
+    mix(...), so the workers mix and make soft labels too; with
+    device="cuda", device, dtype, mean, std and layout for the Loader's
+    conversion instead, and a batch transform adds mixup_alpha,
+    cutmix_alpha, mix_switch_prob and num_classes.
 
     Raises InvalidArgument naming the transform (its class and place in
     the Compose) and why feedd cannot do it.
@@ -500,6 +512,12 @@ def _loader_args(ops, state, mix, device) -> Dict[str, Any]:
         ops = body + [_norm_text(state, dt)] + tail
         if device is not None:
             out["device"] = device  # float fields: copied to the device
+    elif device in (None, "cpu"):
+        # CutMix / MixUp on feedd's workers too: the pipeline's batch op
+        # after normalize, so the loop receives mixed floats and soft labels
+        dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[kind]
+        ops = body + [_norm_text(state, dt)] + tail + [_mix_text(mix)]
+        mix = {}
     else:
         # the Loader converts (and mixes) u8 images; erasing after Normalize
         # erases the u8 levels nearest its normalised values
@@ -528,6 +546,17 @@ def _erase_u8(op, state):
     levels = [min(255, max(0, round((pick(mean, k) + pick(vals, k) * pick(std, k)) * 255)))
               for k in range(c)]
     return f"{head}value={_tuple(levels)})"
+
+
+def _mix_text(mix) -> str:
+    """The pipeline's mix op for _mix()'s Loader arguments."""
+    if "num_classes" not in mix:
+        raise InvalidArgument("from_torchvision: CutMix / MixUp without num_classes: give "
+                              "num_classes= (the soft labels' width)")
+    return (f"mix(num_classes={mix['num_classes']}, "
+            f"mixup_alpha={_num(mix.get('mixup_alpha', 0.0))}, "
+            f"cutmix_alpha={_num(mix.get('cutmix_alpha', 0.0))}, "
+            f"switch_prob={_num(mix.get('mix_switch_prob', 0.5))})")
 
 
 def _norm_text(state, dt) -> str:

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""How long a training loop spends in next() when a batch is ready, for
+Loader(device="cpu") with normalize and mixup/cutmix (issue 31 item 5).
+
+    PYTHONPATH=client/python /usr/bin/python3 bench/next_ready.py --bin build/bin
+        [--batch 64] [--size 128] [--batches 200] [--step-ms 20] [--json]
+
+Packs a small dataset of random u8 images (size x size x 3) and labels into
+a temporary directory, starts build/bin/feedd on a private socket (2
+workers), and for convert_on="feedd" (the workers convert and mix) and
+"loader" (the loop's thread does, as before) runs a loop that spins
+--step-ms after each batch, as a training step would, so the next batch is
+built by the time next() is called; prints the median and 99th percentile
+of next()'s time (us), and WAIT% as feedctl top reads it (status()'s
+reader_wait_share) beside the loop's own (time in next() / wall) for the
+same run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import feedclient
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def serve(bin_dir, d, size, n):
+    rng = np.random.default_rng(0)
+    np.save(os.path.join(d, "image.npy"),
+            rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8))
+    np.save(os.path.join(d, "label.npy"), rng.integers(0, 1000, n).astype(np.int64))
+    subprocess.run([os.path.join(bin_dir, "feedpack"), "npy",
+                    f"image={d}/image.npy", f"label={d}/label.npy", "-o", f"{d}/ds"],
+                   check=True, capture_output=True)
+    sock = os.path.join(d, "feedd.sock")
+    proc = subprocess.Popen([os.path.join(bin_dir, "feedd"), "--socket", sock, "--workers", "2",
+                             "--dataset", f"ds={d}/ds"], stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)  # feedd starting: its socket appears when it serves
+    return proc, sock
+
+
+def run(sock, args, convert_on):
+    kw = dict(socket=sock, device="cpu", mean=MEAN, std=STD, mixup_alpha=0.8,
+              cutmix_alpha=1.0, num_classes=1000, credits=4, convert_on=convert_on)
+    us = []
+    with feedclient.Loader("ds", args.batch, **kw) as ld:
+        it = iter(ld)
+        t_start = time.perf_counter()
+        in_next = 0.0
+        for i in range(args.batches):
+            t0 = time.perf_counter()
+            try:
+                b = next(it)
+            except StopIteration:
+                it = iter(ld)
+                b = next(it)
+            dt = time.perf_counter() - t0
+            in_next += dt
+            if i >= 4:   # the first batches are built while the loop waits
+                us.append(dt * 1e6)
+            spin(args.step_ms)
+            del b
+        wall = time.perf_counter() - t_start
+        st = [s for s in feedclient.status(sock)["streams"] if s["pipeline"] == ld.pipeline]
+    us.sort()
+    return {"convert_on": convert_on, "next_us_p50": statistics.median(us),
+            "next_us_p99": us[int(0.99 * (len(us) - 1))],
+            "loop_wait_pct": 100 * in_next / wall,
+            "top_wait_pct": 100 * st[0]["reader_wait_share"] if st else None}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bin", default="build/bin")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        proc, sock = serve(args.bin, d, args.size, 4 * args.batch)
+        try:
+            out = [run(sock, args, c) for c in ("feedd", "loader")]
+        finally:
+            proc.terminate()
+            proc.wait()
+    for r in out:
+        if args.json:
+            print(json.dumps(r))
+        else:
+            print(f"convert_on={r['convert_on']:6s} next() with a batch ready: p50 "
+                  f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us; WAIT% loop "
+                  f"{r['loop_wait_pct']:.2f}, feedctl top {r['top_wait_pct']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
