@@ -104,7 +104,8 @@ struct feed_shm_field {
  * uint64_t replaced[FEED_SHM_REPLACED_WORDS(batch)] (bit i of word i / 64:
  * position i holds a replacement for a sample that failed, on_error skip;
  * meaningful only with FEED_SLOT_REPLACED, and sample[i] is then the
- * replacement's index), then uint64_t failed[FEED_SHM_FAILED_MAX] (the
+ * replacement's index; with FEED_SLOT_DROPPED instead, position i's
+ * sample was dropped), then uint64_t failed[FEED_SHM_FAILED_MAX] (the
  * indices of the batch's first samples that failed, in position order:
  * the k-th replaced position's failed sample is failed[k], what a
  * trainer's warning names), then the variable fields' ends tables. */
@@ -123,6 +124,12 @@ struct feed_shm_slot {
 };
 #define FEED_SLOT_PADDED 1u        /* holds wrap-around padding samples */
 #define FEED_SLOT_REPLACED 2u      /* some positions hold replacements (bitmap) */
+/* Eval with on_error skip: samples that failed were left out (a
+ * replacement would deliver a sample twice). nsamples counts those built
+ * (0 when all failed); the bitmap marks the positions dropped, of the
+ * batch as it was laid out (ctl->batch bits at most, beyond nsamples
+ * too), and failed[k] is the k-th dropped sample's index. */
+#define FEED_SLOT_DROPPED 4u
 #define FEED_SHM_REPLACED_WORDS(batch) (((uint64_t)(batch) + 63) / 64)
 
 /* The replaced bitmap of a slot header of a stream of `batch` samples. */

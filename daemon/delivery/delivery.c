@@ -727,7 +727,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		mask |= 1ull << i;
 		m->batches++;
 		d->st.delivered++;
-		m->samples += j->pos.nsamples;
+		m->samples += h->nsamples;  /* what was built: less any dropped */
 		m->bytes += j->bytes;
 		if (j->pos.last_of_epoch)
 			ring_push(m, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
@@ -738,7 +738,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		}
 	}
 	atomic_fetch_add_explicit(&d->pub_batches, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&d->pub_samples, j->pos.nsamples, memory_order_relaxed);
+	atomic_fetch_add_explicit(&d->pub_samples, h->nsamples, memory_order_relaxed);
 	atomic_fetch_add_explicit(&d->pub_bytes, j->bytes, memory_order_relaxed);
 	d->slots[s].members = mask;
 	if (mask) {
@@ -1060,7 +1060,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
 		.gen = d->slots[j->slot].gen,
-		.on_error = (enum bld_on_error)d->on_error,
+		/* eval delivers each sample once: a failed one is dropped, not replaced */
+		.on_error = d->on_error == BLD_ON_ERROR_SKIP && d->sched.spec.ord.eval
+				    ? BLD_ON_ERROR_DROP : (enum bld_on_error)d->on_error,
 		.max_search = d->max_bad + 1,
 		.bad = &j->bad,
 		/* immutable after sched_init(): read without the lock */

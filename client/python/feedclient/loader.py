@@ -202,7 +202,11 @@ class Batch(dict):
     under as_torch; made at first use), padded (bool: holds wrap-around
     repeats of samples), replaced (tuple of int: the positions whose sample
     failed and hold the next good sample of the epoch instead,
-    Loader(on_error="skip"); indices names what is there).
+    Loader(on_error="skip"); indices names what is there), dropped (tuple
+    of int: under Loader(eval=True, on_error="skip") the dataset indices of
+    the samples that failed and were left out, so the batch is that much
+    shorter and the epoch holds every good sample once; None for one past
+    the batch's first 64, which feedd counts without naming).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
@@ -216,7 +220,8 @@ class Batch(dict):
     loaded batch holds no slot either.
     """
 
-    __slots__ = ("epoch", "index", "padded", "replaced", "_slot", "_indices", "_torch")
+    __slots__ = ("epoch", "index", "padded", "replaced", "dropped", "_slot", "_indices",
+                 "_torch")
 
     @property
     def indices(self) -> Any:
@@ -236,7 +241,8 @@ class Batch(dict):
 
     def copy(self) -> "Batch":
         """A Batch whose arrays and tensors own their memory (copies), with
-        epoch, index, indices, padded and replaced kept; it holds no slot."""
+        epoch, index, indices, padded, replaced and dropped kept; it holds no
+        slot."""
         out = Batch()
         for k, v in self.items():
             out[k] = _own(v)
@@ -244,6 +250,7 @@ class Batch(dict):
         out.index = getattr(self, "index", None)
         out.padded = getattr(self, "padded", False)
         out.replaced = getattr(self, "replaced", ())
+        out.dropped = getattr(self, "dropped", ())
         out._indices = _own(self.indices)
         return out
 
@@ -255,7 +262,8 @@ class Batch(dict):
 
     def __reduce__(self) -> Tuple[Any, ...]:
         c = self.copy()
-        return (_rebuild_batch, (dict(c), c.epoch, c.index, c._indices, c.padded, c.replaced))
+        return (_rebuild_batch, (dict(c), c.epoch, c.index, c._indices, c.padded, c.replaced,
+                                 c.dropped))
 
     def __repr__(self) -> str:
         epoch = getattr(self, "epoch", "?")
@@ -266,11 +274,12 @@ class Batch(dict):
         return f"<feedclient.Batch epoch {epoch} index {index}, {n} samples, {{{fields}}}>"
 
 
-def _rebuild_batch(fields, epoch, index, indices, padded, replaced=()):
+def _rebuild_batch(fields, epoch, index, indices, padded, replaced=(), dropped=()):
     """Unpickles a Batch (Batch.__reduce__)."""
     out = Batch(fields)
     out.epoch, out.index, out._indices, out.padded = epoch, index, indices, padded
     out.replaced = replaced
+    out.dropped = dropped
     return out
 
 
@@ -1536,7 +1545,7 @@ class _EpochIter:
         loader = self._loader
         self._done = True
         if self._failed:
-            _warn_skipped(loader, self._epoch, self._failed)
+            _warn_skipped(loader, self._epoch, self._failed, bool(loader._opts.eval))
             self._failed = []
         loader._iter_epoch = None
         loader._cur_start = self._epoch + 1
@@ -1580,6 +1589,8 @@ class _EpochIter:
         batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
         if batch.replaced:
             self._failed += _failed(slot.b, batch.replaced)
+        if batch.dropped:
+            self._failed += batch.dropped
         if s.device_slots:
             _device_fields(s, slot, batch, loader._slots_req.device)
         if loader._conv is not None:  # tensors of their own: the slot goes now
@@ -1710,7 +1721,18 @@ def _failed(b, positions):
 _SKIP_NAMED = 10  # files a skip warning names; the count covers the rest
 
 
-def _warn_skipped(loader, epoch, failed):
+def _dropped(lib_, b):
+    """The dataset indices of the samples left out of batch b (eval skip,
+    feed_batch_dropped); None for one feedd did not name."""
+    n = lib_.feed_batch_dropped(b)
+    if not n:
+        return ()
+    idx = ctypes.c_uint64()
+    return tuple(idx.value if lib_.feed_batch_dropped_sample(b, k, ctypes.byref(idx)) == 0
+                 else None for k in range(n))
+
+
+def _warn_skipped(loader, epoch, failed, dropped=False):
     """on_error="skip": one warning per epoch, with the count and the files."""
     import warnings
     names = []
@@ -1725,7 +1747,8 @@ def _warn_skipped(loader, epoch, failed):
     more = f" and {len(failed) - _SKIP_NAMED} more" if len(failed) > _SKIP_NAMED else ""
     warnings.warn(f"feedclient: on_error='skip': {len(failed)} sample"
                   f"{'s' if len(failed) != 1 else ''} of epoch {epoch} of dataset "
-                  f"'{loader.dataset}' failed and were replaced by the next good ones: "
+                  f"'{loader.dataset}' failed and were "
+                  f"{'dropped (eval)' if dropped else 'replaced by the next good ones'}: "
                   f"{', '.join(names)}{more} (feedd's log has the decoder's words)",
                   SkippedSamplesWarning, stacklevel=4)
 
@@ -1745,6 +1768,7 @@ def _make_batch(s, slot, as_torch):
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
     batch.replaced = _replaced(lib_, b, n)
+    batch.dropped = _dropped(lib_, b)
     batch._indices = None   # made at first use (Batch.indices)
     torch = sys.modules["torch"] if as_torch else None
     batch._torch = torch
@@ -1760,11 +1784,13 @@ def _make_batch(s, slot, as_torch):
             lo = data if lo is None or data < lo else lo
             end = data + nbytes
             hi = end if hi is None or end > hi else hi
-    if lo is None:
-        lo = hi = 0
-    slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,), "typestr": "|u1",
-                                "version": 3}
-    span = np.asarray(slot)
+    if lo is None:  # no bytes at all (eval skip dropped every sample): no view
+        lo = 0
+        span = np.empty(0, np.uint8)
+    else:
+        slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,),
+                                    "typestr": "|u1", "version": 3}
+        span = np.asarray(slot)
     for p, data, nbytes, ends in views:
         off = data - lo
         if not p.variable:
