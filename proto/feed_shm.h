@@ -167,7 +167,11 @@ struct feed_shm_rel {
 	 * cumulative; the client adds, the daemon only shows it (untrusted).
 	 * Each group member has its own release region, hence its own. */
 	_Atomic uint64_t reader_wait_ns;
-	uint8_t pad0[24];
+	/* Batches the client moved off their slots into private memory
+	 * (feed_batch_detach: held views), cumulative; the client adds, the
+	 * daemon only shows it, clamped to the batches published (untrusted). */
+	_Atomic uint64_t detached_batches;
+	uint8_t pad0[16];
 	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
 	uint8_t pad1[56];
 	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
@@ -198,6 +202,7 @@ _Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
 _Static_assert(sizeof(struct feed_shm_rel) == 256 &&
 	       offsetof(struct feed_shm_rel, ready_tail) == 24 &&
 	       offsetof(struct feed_shm_rel, reader_wait_ns) == 32 &&
+	       offsetof(struct feed_shm_rel, detached_batches) == 40 &&
 	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
 	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
 	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,

@@ -390,6 +390,7 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
 	atomic_init(&r->reader_wait_ns, 0);
+	atomic_init(&r->detached_batches, 0);
 	m->ready = (struct feed_ring){
 		.entry = (_Atomic uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off),
 		.head = &c->ready_head, .waiting = &r->client_waiting, .cap = d->lay.ring_cap};
@@ -1455,6 +1456,9 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 		 * once the member is prepared */
 		.reader_wait_ns = m->rel.map ? atomic_load_explicit(
 			&((struct feed_shm_rel *)m->rel.map)->reader_wait_ns, memory_order_relaxed) : 0,
+		/* relaxed, likewise */
+		.detached = m->rel.map ? atomic_load_explicit(
+			&((struct feed_shm_rel *)m->rel.map)->detached_batches, memory_order_relaxed) : 0,
 	};
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
 	feed_mutex_unlock(&d->lock);

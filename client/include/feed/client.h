@@ -249,6 +249,9 @@ struct feed_stream_status {
 	uint64_t batches_per_epoch; /* of this rank; 0: not known */
 	uint64_t epochs;          /* asked for; 0: no end */
 	uint64_t start_epoch, start_batch; /* where it started (resumed, or joined late) */
+	uint64_t detached_batches; /* batches its readers moved into private memory
+				    * (feed_batch_detach(): held views), as their
+				    * clients report it; display only */
 };
 
 /* The block cache shared by every stream. */

@@ -334,7 +334,9 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
     member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
     TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
     reader_wait_share_10s over the last 10 s, rank and world, slot_bytes,
-    batches_per_epoch, epochs, start_epoch, start_batch, ...), and "gpus":
+    batches_per_epoch, epochs, start_epoch, start_batch, detached_batches —
+    batches its readers moved to private memory because a view of them was
+    still held when the slot was needed, their own count —, ...), and "gpus":
     one dict per GPU the daemon's driver shows (ordinal, name, allowed,
     context: whether feedd holds a context there, failed, slot_bytes).
     Blocks until the daemon answers (at most 10 s). Any thread. Raises as
