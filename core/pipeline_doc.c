@@ -22,6 +22,8 @@ static const char *const pipe_op_summaries[PIPE_KIND_COUNT_] = {
 	[PIPE_NORMALIZE] = "(x / 255 - mean) / std as f32, f16 or bf16, in chw or hwc layout "
 			   "(ToDtype + Normalize)",
 	[PIPE_CONCAT] = "concatenates token documents into rows of seq_len tokens",
+	[PIPE_TO_CHW] = "moves a u8 image's channels first, HWC to CHW (PILToTensor, "
+			"ToImage)",
 	[PIPE_PACK] = "packs whole token documents into rows of seq_len tokens, best fit over "
 		      "a window, padded with pad_id",
 	[PIPE_ADJUST_BRIGHTNESS] = "multiplies the brightness by factor",

@@ -667,7 +667,7 @@ class Loader:
            drop_last=False, pad_last=False, eval=False, window=None,
            rank=None, world_size=None, credits=4, socket=None,
            as_torch=False, reconnect_s=30, group=None, device=None,
-           dtype=None, mean=None, std=None, layout="NCHW",
+           dtype=None, mean=None, std=None, layout=None,
            device_slots=None, on_error="fail", max_bad=None,
            mixup_alpha=None, cutmix_alpha=None, mix_switch_prob=0.5,
            num_classes=None, label_smoothing=None, order=None, nodes=None,
@@ -780,8 +780,8 @@ class Loader:
     device, dtype, mean, std, layout: converted batches (feedclient.device):
     device="cuda" (or "cuda:N") or "cpu"; each u8 image field, (h, w) or
     (h, w, c) with c <= 4, becomes a tensor of dtype (torch.float32, the
-    default, torch.float16 or torch.bfloat16) in layout "NCHW" (default) or
-    "NHWC", normalized as torchvision's Normalize after ToTensor with mean
+    default, torch.float16 or torch.bfloat16) in layout "NCHW" (None, the
+    default, means it) or "NHWC", normalized as torchvision's Normalize after ToTensor with mean
     and std (one value per channel, or one for all; units of x/255; None:
     x/255; mean and std are checked against the channels when the Loader
     is made); u16 / u32 fields become int64, integer labels label_dtype;
@@ -791,6 +791,10 @@ class Loader:
     GPU path is not usable Loader raises GpuUnavailable with the reason
     (feedclient.gpu_info()). On "cpu" the same conversion runs on the CPU.
     Such batches hold no slot: it goes back once the conversion has run.
+    Without device=, layout="NCHW" makes the u8 image field NCHW uint8 (as
+    torchvision's PILToTensor / ToImage): feedd's workers write it so,
+    contiguous (the pipeline gets "| to_chw"; a pipeline ending in
+    normalize has its own layout key); None or "NHWC" keeps it as stored.
 
     on_error: what a sample the pipeline cannot take (an image that does
     not decode) does: "fail" (default, as DataLoader) stops the stream,
@@ -889,7 +893,8 @@ class Loader:
                  reconnect_s: float = 30, group: Optional[str] = None,
                  device: Optional[str] = None, dtype: Any = None,
                  mean: Union[None, float, Sequence[float]] = None,
-                 std: Union[None, float, Sequence[float]] = None, layout: str = "NCHW",
+                 std: Union[None, float, Sequence[float]] = None,
+                 layout: Optional[str] = None,
                  device_slots: Optional[int] = None, on_error: str = "fail",
                  max_bad: Optional[int] = None, mixup_alpha: Optional[float] = None,
                  cutmix_alpha: Optional[float] = None, mix_switch_prob: float = 0.5,
@@ -929,10 +934,10 @@ class Loader:
             from .device import Conversion, MixPlan
             mix = MixPlan(mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
                           label_smoothing) if given else None
-            self._conv = Conversion(device, dtype, mean, std, layout, mix)
+            self._conv = Conversion(device, dtype, mean, std, layout or "NCHW", mix)
         elif device_slots is not None:
             from .device import slots_request
-            self._slots_req = slots_request(device_slots, dtype, mean, std, layout)
+            self._slots_req = slots_request(device_slots, dtype, mean, std, layout or "NCHW")
         elif dtype is not None or mean is not None or std is not None:
             raise InvalidArgument("dtype, mean and std convert batches for a device: give "
                                   "device='cuda' or device='cpu' too")
@@ -1035,6 +1040,7 @@ class Loader:
         self._opts = _lib.StreamOpts()
         o = self._opts
         self._dataset_b = dataset.encode()
+        pipeline = _u8_layout(pipeline, layout, device, device_slots)
         self._pipeline_b = pipeline.encode() if pipeline is not None else None
         o.dataset = self._dataset_b
         if self._mixture is not None:
@@ -1487,6 +1493,20 @@ class Loader:
     def _current(self):
         self._check_usable()
         return self._box[0]
+
+
+def _u8_layout(pipeline, layout, device, device_slots):
+    """The pipeline text with layout= applied to u8 images: without a
+    conversion (device=, device_slots=), layout="NCHW" has feedd's workers
+    write the image field channels first (to_chw, its last op), contiguous,
+    rather than this process making a strided view or a copy."""
+    if layout not in (None, "NCHW", "NHWC"):
+        raise InvalidArgument(f"layout: 'NCHW' or 'NHWC', not {layout!r}")
+    if layout != "NCHW" or device is not None or device_slots is not None:
+        return pipeline
+    if pipeline and "normalize" in pipeline:
+        return pipeline  # floats: normalize(layout=chw|hwc) says where channels go
+    return f"{pipeline} | to_chw" if pipeline else "to_chw"
 
 
 def _in_worker_check():
