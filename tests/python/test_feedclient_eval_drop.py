@@ -71,3 +71,19 @@ def test_train_skip_still_replaces(bad_set):  # noqa: F811
     assert all(d == () for _, d, _ in got)
     assert sum(r for *_, r in got) == len(bad_set.bad)
     assert sum(k for k, _, _ in got) == bad_set.n
+
+
+def test_eval_skip_empty_batches_convert_on_the_cpu(bad_set):  # noqa: F811
+    """device="cpu": a batch whose only sample was dropped converts to
+    empty tensors of the right shape, and names what it dropped."""
+    torch = pytest.importorskip("torch")
+    with feedclient.Loader("bad", 1, pipeline=PIPE, eval=True, on_error="skip", max_bad=10,
+                           device="cpu", socket=bad_set.daemons[1].sock) as ld:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = [(b.dropped, tuple(b["image"].shape), b["image"].dtype) for b in ld]
+    assert len(got) == bad_set.n
+    for i, (d, shape, dtype) in enumerate(got):
+        assert dtype == torch.float32
+        assert (d, shape) == (((i,), (0, 3, 24, 24)) if i in bad_set.bad else
+                              ((), (1, 3, 24, 24)))
