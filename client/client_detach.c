@@ -106,6 +106,8 @@ int feed_batch_detach(struct feed_batch *b, struct feed_detached **ret)
 	inc->detached++;
 	feed_mutex_unlock(&st->rel_lock);
 	atomic_fetch_add_explicit(&st->ndetached, 1, memory_order_relaxed);
+	/* relaxed: a count feedd only displays (status, metrics) */
+	atomic_fetch_add_explicit(&st->rel->detached_batches, 1, memory_order_relaxed);
 	r = feed_release(b); /* the slot to feedd; its views now read the copy */
 	*ret = d;
 	return r < 0 ? r : 0;

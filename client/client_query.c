@@ -316,6 +316,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	o->reader_wait_share_10s = s->reader_wait_share_10s;
 	cl_text(o->job, sizeof(o->job), s->job);
 	o->replaced = s->replaced;
+	o->detached_batches = s->detached_batches;
 	o->rank = s->rank;
 	o->world = s->world;
 	o->slot_bytes = s->slot_bytes;

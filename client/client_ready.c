@@ -153,24 +153,37 @@ static int st_field(struct feed_stream *st, uint32_t slot, const struct feed_shm
 	return 0;
 }
 
-/* The positions of slot's batch that hold replacements (on_error skip):
- * the bitmap after the sample list, checked to lie inside the header. */
+/* The positions of slot's batch that hold replacements (on_error skip)
+ * or whose samples were dropped (skip under eval): the bitmap after the
+ * sample list, checked to lie inside the header. */
 static int st_replaced(struct feed_stream *st, uint32_t slot, const struct feed_shm_slot *h,
 		       struct feed_batch *b)
 {
 	uint64_t words = FEED_SHM_REPLACED_WORDS(st->batch);
+	bool dropped = h->flags & FEED_SLOT_DROPPED;
 
 	b->replaced = NULL;
 	b->failed = NULL;
 	b->nreplaced = 0;
-	if (!(h->flags & FEED_SLOT_REPLACED))
+	b->ndropped = 0;
+	if (!(h->flags & FEED_SLOT_REPLACED) && !dropped)
 		return 0;
+	if ((h->flags & FEED_SLOT_REPLACED) && dropped)
+		return st_stop(st, -EPROTO, "slot %u: both replaced and dropped samples", slot);
 	if (FEED_SHM_FAILED_END(st->batch) <= st->slot_hdr_bytes) /* else an older feedd */
 		b->failed = feed_shm_failed((struct feed_shm_slot *)h, st->batch);
 	if (sizeof(*h) + 8ull * st->batch + 8 * words > st->slot_hdr_bytes)
 		return st_stop(st, -EPROTO, "slot %u: replaced bitmap past its %llu-byte header",
 			       slot, (unsigned long long)st->slot_hdr_bytes);
 	b->replaced = &h->sample[st->batch];
+	if (dropped) { /* positions of the batch as laid out: up to batch */
+		for (uint32_t i = 0; i < st->batch; i++)
+			b->ndropped += (b->replaced[i / 64] >> (i % 64)) & 1;
+		if (b->ndropped == 0 || h->nsamples + b->ndropped > st->batch)
+			return st_stop(st, -EPROTO, "slot %u: %u samples and %u dropped (batch %u)",
+				       slot, h->nsamples, b->ndropped, st->batch);
+		return 0;
+	}
 	for (uint32_t i = 0; i < h->nsamples; i++)
 		b->nreplaced += (b->replaced[i / 64] >> (i % 64)) & 1;
 	return 0;
@@ -193,7 +206,9 @@ static int st_deliver(struct feed_stream *st, uint32_t slot, uint32_t gen, struc
 	if (h->gen != gen)
 		return st_stop(st, -EPROTO, "slot %u: header generation %u, ready entry %u", slot,
 			       h->gen, gen);
-	if (h->nsamples == 0 || h->nsamples > st->batch || h->nfields != st->nfields)
+	/* no sample at all only when every one failed and was dropped */
+	if ((h->nsamples == 0 && !(h->flags & FEED_SLOT_DROPPED)) || h->nsamples > st->batch ||
+	    h->nfields != st->nfields)
 		return st_stop(st, -EPROTO, "slot %u: %u samples, %u fields (batch %u, %u fields)",
 			       slot, h->nsamples, h->nfields, st->batch, st->nfields);
 	/* a group shares one sequence: a batch elsewhere than where this
@@ -474,13 +489,32 @@ FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t 
 {
 	if (!b || !ret || i >= b->nsamples)
 		return -EINVAL;
-	if (!b->replaced || !((b->replaced[i / 64] >> (i % 64)) & 1))
-		return -ENOENT;
+	if (!b->replaced || b->ndropped || !((b->replaced[i / 64] >> (i % 64)) & 1))
+		return -ENOENT; /* dropped samples: feed_batch_dropped_sample() */
 	if (!b->failed)
 		return -ENOTSUP;
 	uint32_t k = 0; /* i is the k-th replaced position */
 	for (uint32_t j = 0; j < i; j++)
 		k += (b->replaced[j / 64] >> (j % 64)) & 1;
+	if (k >= FEED_SHM_FAILED_MAX)
+		return -ERANGE;
+	*ret = b->failed[k];
+	return 0;
+}
+
+FEED_API uint32_t feed_batch_dropped(const struct feed_batch *b)
+{
+	return b ? b->ndropped : 0;
+}
+
+FEED_API int feed_batch_dropped_sample(const struct feed_batch *b, uint32_t k, uint64_t *ret)
+{
+	if (!b || !ret)
+		return -EINVAL;
+	if (k >= b->ndropped)
+		return -ENOENT;
+	if (!b->failed)
+		return -ENOTSUP;
 	if (k >= FEED_SHM_FAILED_MAX)
 		return -ERANGE;
 	*ret = b->failed[k];

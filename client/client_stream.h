@@ -52,6 +52,8 @@ struct feed_batch {
 	const uint64_t *failed;    /* the failed samples' indices there, by position
 				    * (NULL: none, or a feedd that sends none) */
 	uint32_t nreplaced;        /* bits set in it below nsamples */
+	uint32_t ndropped;         /* FEED_SLOT_DROPPED: bits set in it (below the
+				    * stream's batch), samples left out */
 	struct feed_view view[FEED_SHM_MAX_FIELDS]; /* checked at delivery */
 	uint8_t *base;             /* where the slot's bytes are mapped: in the data
 				    * region, or an alias of the slot once a held

@@ -623,6 +623,16 @@ static int no_room(const struct pipe_plan *p, uint32_t f, size_t need, size_t ca
 			    p->in.fields[f].name, need, cap);
 }
 
+/* to_chw: u8 h x w x c into c x h x w. */
+static void chw_stage(const struct pipe_stage *st, const uint8_t *src, uint8_t *dst)
+{
+	size_t hw = (size_t)st->out_h * st->out_w;
+
+	for (uint32_t ch = 0; ch < st->c; ch++)
+		for (size_t k = 0; k < hw; k++)
+			dst[ch * hw + k] = src[k * st->c + ch];
+}
+
 /* Runs field f's stages: the last one writes out->dst, the others
  * alternate between the two scratch buffers (the plan sized them, and
  * scratch is only touched when a field has more than one stage or a
@@ -658,6 +668,8 @@ static int run_field(const struct pipe_plan *p, uint32_t f, const struct aug_ctx
 			feed_convert_images_cpu(&st->cv, src, 1, NULL, dst);
 			for (uint32_t j = 1; j < st->count; j++) /* random_erasing after it */
 				aug_erase_normalized(p, st, p->stage_ops[st->first + j], ctx, dst);
+		} else if (st->kind == PIPE_STAGE_CHW) {
+			chw_stage(st, src, dst);
 		} else if (st->kind == PIPE_STAGE_PIXEL) {
 			aug_pixel_stage(p, st, ctx, src, dst,
 					iscratch + ((p->img_scratch_bytes + 63) & ~(size_t)63));

@@ -136,6 +136,7 @@ static const struct pipe_op_desc pipe_ops[] = {
 			    1u << PK_MEAN | 1u << PK_STD},
 	[PIPE_CONCAT] = {"concat", {PK_SEQ_LEN, PK_FIELD}, 1, PKB(PK_SEQ_LEN)},
 	[PIPE_PACK] = {"pack", {PK_SEQ_LEN, PK_PAD_ID, PK_WINDOW, PK_FIELD}, 3, PKB(PK_SEQ_LEN)},
+	[PIPE_TO_CHW] = {"to_chw", {PK_FIELD}, 0, 0},
 	[PIPE_ADJUST_BRIGHTNESS] = {"adjust_brightness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_CONTRAST] = {"adjust_contrast", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_SATURATION] = {"adjust_saturation", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
@@ -1821,7 +1822,7 @@ static bool is_image_op(enum pipe_kind k)
 {
 	return k == PIPE_RANDOM_CROP || k == PIPE_CENTER_CROP || k == PIPE_HFLIP ||
 	       k == PIPE_RESIZE || k == PIPE_RANDOM_RESIZED_CROP || k == PIPE_NORMALIZE ||
-	       is_pixel_op(k);
+	       k == PIPE_TO_CHW || is_pixel_op(k);
 }
 
 static bool is_image_field(const struct fmt_field *f)
@@ -1847,6 +1848,7 @@ enum plan_fstate {
 	FS_DECODED,       /* decoded: size varies, bounded by out.fields[f].shape */
 	FS_SHORT,         /* decoded, then resize(short): must be center-cropped */
 	FS_NORMALIZED,    /* normalize ran: the field takes no more ops */
+	FS_CHW,           /* to_chw ran: likewise */
 };
 
 /* The planner's working state (on the stack: nothing allocates). */
@@ -2004,7 +2006,8 @@ static int plan_var_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uin
 	dm->c = c;
 	w->sk[i] = PIPE_STAGE_IMAGE;
 	w->join[i] = true;
-	if (op->kind == PIPE_RANDOM_CROP || op->kind == PIPE_NORMALIZE || is_pixel_op(op->kind))
+	if (op->kind == PIPE_RANDOM_CROP || op->kind == PIPE_NORMALIZE ||
+	    op->kind == PIPE_TO_CHW || is_pixel_op(op->kind))
 		return plan_fail(spec, i, err, "decoded images of '%s' vary in size: put %s "
 				 "before %s", fd->name, pipe_fixers, pipe_kind_name(op->kind));
 	if (op->kind == PIPE_HFLIP)
@@ -2083,6 +2086,27 @@ static int plan_normalize(struct pipe_plan *p, struct plan_work *w, uint32_t i, 
 	w->st[f] = FS_NORMALIZED;
 	w->norm_op[f] = i;
 	w->sk[i] = PIPE_STAGE_NORMALIZE;
+	return 0;
+}
+
+/* to_chw on a fixed u8 h x w (x c) image: c x h x w, the field's last op
+ * (a 2-d image becomes 1 x h x w, as PILToTensor makes it). */
+static int plan_to_chw(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f)
+{
+	struct fmt_field *fd = &p->out.fields[f];
+	struct pipe_dims *dm = &p->dims[i];
+	uint32_t h = fd->shape[0], wd = fd->shape[1], c = fd->rank == 3 ? fd->shape[2] : 1;
+
+	dm->in_h = dm->out_h = h;
+	dm->in_w = dm->out_w = wd;
+	dm->in_c = dm->c = c;
+	fd->rank = 3;
+	fd->shape[0] = c;
+	fd->shape[1] = h;
+	fd->shape[2] = wd;
+	w->st[f] = FS_CHW;
+	w->img_open[f] = false;
+	w->sk[i] = PIPE_STAGE_CHW;
 	return 0;
 }
 
@@ -2219,6 +2243,9 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 	if (w->st[f] == FS_NORMALIZED)
 		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
 				 "(only random_erasing may follow normalize)", fd->name);
+	if (w->st[f] == FS_CHW)
+		return plan_fail(spec, i, err, "key 'field': '%s' is CHW already (to_chw is a "
+				 "field's last op)", fd->name);
 	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && !erase_values_u8(op))
 		return plan_fail(spec, i, err, "key 'value': not u8 levels 0..255 (before "
 				 "normalize; after it values are in normalised units)");
@@ -2243,6 +2270,8 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 				 "are not supported", fd->name, h, wd, PIPE_DIM_MAX);
 	if (op->kind == PIPE_NORMALIZE)
 		return plan_normalize(p, w, i, f, err);
+	if (op->kind == PIPE_TO_CHW)
+		return plan_to_chw(p, w, i, f);
 	if (is_pixel_op(op->kind))
 		return plan_pixel_op(p, w, i, f, err);
 	uint32_t c = fd->rank == 3 ? fd->shape[2] : 1, oh = h, ow = wd;

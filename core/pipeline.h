@@ -70,6 +70,10 @@
  *           all_ops=true, interpolation=bilinear, fill)
  *                                 torchvision's AugMix: a pixel op on a
  *                                 fixed u8 image (augment_augmix.c)
+ *   to_chw                        a fixed u8 image's channels first (HWC ->
+ *                                 CHW, as PILToTensor / ToImage give): the
+ *                                 field's last op; Loader(layout="NCHW")
+ *                                 without device= appends it
  *   random_apply(transforms=[op, ...], p=0.5), random_choice(transforms,
  *   p=(w, ...)), random_order(transforms)
  *                                 RandomApply / RandomChoice / RandomOrder
@@ -164,6 +168,8 @@ enum pipe_kind {
 	/* packing of token documents (packing.h): the pipeline's only op */
 	PIPE_CONCAT,
 	PIPE_PACK,
+	/* u8 HWC -> u8 CHW (PILToTensor's layout): a fixed image field's last op */
+	PIPE_TO_CHW,
 	/* pixel ops (augment_pixel.c): fixed u8 images, shape kept */
 	PIPE_ADJUST_BRIGHTNESS,
 	PIPE_ADJUST_CONTRAST,
@@ -366,6 +372,7 @@ enum pipe_stage_kind {
 	PIPE_STAGE_PIXEL,     /* a run of pixel ops (colour, filters, rotate,
 			       * affine, erase, the auto-augment policies) on a
 			       * fixed u8 image: augment_pixel.c */
+	PIPE_STAGE_CHW,       /* to_chw: u8 HWC -> u8 CHW, one transposing copy */
 };
 
 /* Shape of a field before and after one op (images: h, w, c; windows:

@@ -104,7 +104,8 @@ struct feed_shm_field {
  * uint64_t replaced[FEED_SHM_REPLACED_WORDS(batch)] (bit i of word i / 64:
  * position i holds a replacement for a sample that failed, on_error skip;
  * meaningful only with FEED_SLOT_REPLACED, and sample[i] is then the
- * replacement's index), then uint64_t failed[FEED_SHM_FAILED_MAX] (the
+ * replacement's index; with FEED_SLOT_DROPPED instead, position i's
+ * sample was dropped), then uint64_t failed[FEED_SHM_FAILED_MAX] (the
  * indices of the batch's first samples that failed, in position order:
  * the k-th replaced position's failed sample is failed[k], what a
  * trainer's warning names), then the variable fields' ends tables. */
@@ -123,6 +124,12 @@ struct feed_shm_slot {
 };
 #define FEED_SLOT_PADDED 1u        /* holds wrap-around padding samples */
 #define FEED_SLOT_REPLACED 2u      /* some positions hold replacements (bitmap) */
+/* Eval with on_error skip: samples that failed were left out (a
+ * replacement would deliver a sample twice). nsamples counts those built
+ * (0 when all failed); the bitmap marks the positions dropped, of the
+ * batch as it was laid out (ctl->batch bits at most, beyond nsamples
+ * too), and failed[k] is the k-th dropped sample's index. */
+#define FEED_SLOT_DROPPED 4u
 #define FEED_SHM_REPLACED_WORDS(batch) (((uint64_t)(batch) + 63) / 64)
 
 /* The replaced bitmap of a slot header of a stream of `batch` samples. */
@@ -160,7 +167,11 @@ struct feed_shm_rel {
 	 * cumulative; the client adds, the daemon only shows it (untrusted).
 	 * Each group member has its own release region, hence its own. */
 	_Atomic uint64_t reader_wait_ns;
-	uint8_t pad0[24];
+	/* Batches the client moved off their slots into private memory
+	 * (feed_batch_detach: held views), cumulative; the client adds, the
+	 * daemon only shows it, clamped to the batches published (untrusted). */
+	_Atomic uint64_t detached_batches;
+	uint8_t pad0[16];
 	_Alignas(64) _Atomic uint64_t rel_head;      /* client bumps */
 	uint8_t pad1[56];
 	_Alignas(64) _Atomic uint32_t client_waiting; /* client sets, daemon clears */
@@ -191,6 +202,7 @@ _Static_assert(offsetof(struct feed_shm_slot, field) == 48 &&
 _Static_assert(sizeof(struct feed_shm_rel) == 256 &&
 	       offsetof(struct feed_shm_rel, ready_tail) == 24 &&
 	       offsetof(struct feed_shm_rel, reader_wait_ns) == 32 &&
+	       offsetof(struct feed_shm_rel, detached_batches) == 40 &&
 	       offsetof(struct feed_shm_rel, rel_head) == 64 &&
 	       offsetof(struct feed_shm_rel, client_waiting) == 128 &&
 	       offsetof(struct feed_shm_rel, daemon_waiting) == 192,

@@ -81,6 +81,10 @@ static void print_streams(const struct feed_status *st)
 		if (s->replaced)
 			printf("%-16s %llu bad samples replaced (on_error skip)\n", "",
 			       (unsigned long long)s->replaced);
+		if (s->detached_batches)
+			printf("%-16s %llu batches moved to private memory (views held past "
+			       "their slot; the client's count)\n", "",
+			       (unsigned long long)s->detached_batches);
 	}
 }
 
@@ -176,6 +180,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_str("device", s->device, ", ");
 	json_u64("device_bytes", s->device_bytes, ", ");
 	json_u64("replaced", s->replaced, ", ");
+	json_u64("detached_batches", s->detached_batches, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);
 	printf("\"samples_per_s_10s\": %.3f, \"mb_per_s_10s\": %.6f, "
 	       "\"reader_wait_share_10s\": %.6f, ", s->samples_per_s_10s, s->mb_per_s_10s,

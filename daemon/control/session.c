@@ -298,6 +298,9 @@ static void ses_dispatch(struct ses *se, const Feed__Request *req)
 	case FEED__REQUEST__BODY_RELOAD:
 		ses_reload(se, req->id, req->reload);
 		break;
+	case FEED__REQUEST__BODY_LIST_OPS:
+		ses_list_ops(se, req->id);
+		break;
 	default:  /* wire_request_check() let an unknown kind through: a bug */
 		ses_error(se, req->id, -EOPNOTSUPP, "unknown request", SES_MALFORMED);
 		break;

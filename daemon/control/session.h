@@ -106,4 +106,7 @@ void ses_reload(struct ses *se, uint32_t id, const Feed__Reload *q);
 void ses_reload_forget(struct ses *se);
 void ses_close_stream(struct ses *se, uint32_t id, const Feed__CloseStream *q);
 
+/* ListOps (session_ops.c): every pipeline op, answered at once. */
+void ses_list_ops(struct ses *se, uint32_t id);
+
 #endif

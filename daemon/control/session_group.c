@@ -55,7 +55,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 {
 	struct ses_group *g = (struct ses_group *)((char *)en - offsetof(struct ses_group, stat));
 	struct dlv_stats st;
-	uint64_t most = 0;
+	uint64_t most = 0, detached = 0;
 
 	dlv_stats(g->dlv, &st);
 	for (uint32_t i = 0; i < g->nmembers; i++) {
@@ -65,6 +65,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 		g->waits[i] = v.m.reader_wait_ns;
 		if (v.m.reader_wait_ns > most)
 			most = v.m.reader_wait_ns;
+		detached += v.m.detached;
 	}
 	*ret = (struct stats_sample){
 		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
@@ -72,7 +73,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 		.credits = st.credits, .credits_in_use = st.credits_in_use,
 		.members = g->nmembers, .member_pids = g->nmembers ? g->pids : NULL,
 		.member_reader_wait_ns = g->nmembers ? g->waits : NULL,
-		.replaced = st.replaced,
+		.replaced = st.replaced, .detached = detached,
 	};
 }
 

@@ -461,7 +461,7 @@ static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
 		.batches = st.batches, .samples = st.samples, .bytes = st.bytes,
 		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
 		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
-		.replaced = st.replaced,
+		.replaced = st.replaced, .detached = ms.detached,
 	};
 }
 

@@ -304,6 +304,7 @@ int wire_request_check(const Feed__Request *req, struct feed_err *err)
 		return wire_open_stream_check(req->open_stream, err);
 	case FEED__REQUEST__BODY_CLOSE_STREAM:
 	case FEED__REQUEST__BODY_RELOAD:
+	case FEED__REQUEST__BODY_LIST_OPS:
 		return 0;
 	case FEED__REQUEST__BODY_DATASET_INFO:
 		if (!wire_name_ok(req->dataset_info->name))

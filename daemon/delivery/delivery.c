@@ -390,6 +390,7 @@ static void headers_init(struct dlv *d, struct dlv_member *m)
 	atomic_init(&r->client_waiting, 0);
 	atomic_init(&r->daemon_waiting, 0);
 	atomic_init(&r->reader_wait_ns, 0);
+	atomic_init(&r->detached_batches, 0);
 	m->ready = (struct feed_ring){
 		.entry = (_Atomic uint64_t *)((uint8_t *)m->ctl.map + d->lay.ring_off),
 		.head = &c->ready_head, .waiting = &r->client_waiting, .cap = d->lay.ring_cap};
@@ -727,7 +728,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		mask |= 1ull << i;
 		m->batches++;
 		d->st.delivered++;
-		m->samples += j->pos.nsamples;
+		m->samples += h->nsamples;  /* what was built: less any dropped */
 		m->bytes += j->bytes;
 		if (j->pos.last_of_epoch)
 			ring_push(m, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
@@ -738,7 +739,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		}
 	}
 	atomic_fetch_add_explicit(&d->pub_batches, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&d->pub_samples, j->pos.nsamples, memory_order_relaxed);
+	atomic_fetch_add_explicit(&d->pub_samples, h->nsamples, memory_order_relaxed);
 	atomic_fetch_add_explicit(&d->pub_bytes, j->bytes, memory_order_relaxed);
 	d->slots[s].members = mask;
 	if (mask) {
@@ -1061,7 +1062,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
 		.gen = d->slots[j->slot].gen,
-		.on_error = (enum bld_on_error)d->on_error,
+		/* eval delivers each sample once: a failed one is dropped, not replaced */
+		.on_error = d->on_error == BLD_ON_ERROR_SKIP && d->sched.spec.ord.eval
+				    ? BLD_ON_ERROR_DROP : (enum bld_on_error)d->on_error,
 		.max_search = d->max_bad + 1,
 		.bad = &j->bad,
 		/* immutable after sched_init(): read without the lock */
@@ -1454,6 +1457,9 @@ void dlv_member_stats(struct dlv_member *m, struct dlv_member_stats *ret_stats)
 		 * once the member is prepared */
 		.reader_wait_ns = m->rel.map ? atomic_load_explicit(
 			&((struct feed_shm_rel *)m->rel.map)->reader_wait_ns, memory_order_relaxed) : 0,
+		/* relaxed, likewise */
+		.detached = m->rel.map ? atomic_load_explicit(
+			&((struct feed_shm_rel *)m->rel.map)->detached_batches, memory_order_relaxed) : 0,
 	};
 	snprintf(ret_stats->error_msg, sizeof(ret_stats->error_msg), "%s", m->error_msg);
 	feed_mutex_unlock(&d->lock);

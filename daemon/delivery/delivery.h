@@ -275,6 +275,9 @@ struct dlv_member_stats {
 	uint64_t reader_wait_ns;           /* its client's own report of time blocked
 					    * (its release region): untrusted,
 					    * unchecked; for display only */
+	uint64_t detached;                 /* its client's own count of batches it
+					    * moved to private memory (held views):
+					    * likewise untrusted, for display only */
 	int error;                         /* 0, or why it stopped receiving */
 	char error_msg[256];
 };

@@ -171,6 +171,9 @@ static const struct met_stream_family met_stream_families[] = {
 	 "batches.", MET_AT(worker_ns), true, false, false},
 	{"feedd_samples_replaced_total", "counter", "Samples that failed to decode and were "
 	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false, false},
+	{"feedd_batches_detached_total", "counter", "Batches the readers moved off their slots "
+	 "into private memory (views held past their slot), as their clients report it.",
+	 MET_AT(detached), false, false, false},
 	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
 	 MET_AT(credits), false, true, false},
 	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",
@@ -241,6 +244,8 @@ static const struct met_stream_family met_dataset_families[] = {
 	 "building the dataset's batches.", MET_TOT(worker_ns), true, false, false},
 	{"feedd_dataset_samples_replaced_total", "counter", "Samples of the dataset replaced "
 	 "(on_error skip).", MET_TOT(replaced), false, false, false},
+	{"feedd_dataset_batches_detached_total", "counter", "Batches of the dataset's streams "
+	 "their readers moved into private memory.", MET_TOT(detached), false, false, false},
 	{"feedd_dataset_streams_closed_total", "counter", "Streams and groups over the dataset "
 	 "that closed.", MET_TOT(closed), false, false, false},
 };

@@ -37,12 +37,17 @@ void stats_read(struct stats_entry *en, uint64_t now_ms, struct stats_sample *re
 	/* the client's word: anything past the stream's age is a lie or a bug */
 	if (x.reader_wait_ns > age_ns)
 		x.reader_wait_ns = age_ns;
+	/* likewise: a batch is detached at most once by each reader it went to */
+	uint64_t most = x.batches * (x.members ? x.members : 1);
+	if (x.detached > most)
+		x.detached = most;
 	x.batches = stats_max(&h->max_batches, x.batches);
 	x.samples = stats_max(&h->max_samples, x.samples);
 	x.bytes = stats_max(&h->max_bytes, x.bytes);
 	x.worker_ns = stats_max(&h->max_worker_ns, x.worker_ns);
 	x.jobs = stats_max(&h->max_jobs, x.jobs);
 	x.reader_wait_ns = stats_max(&h->max_wait_ns, x.reader_wait_ns);
+	x.detached = stats_max(&h->max_detached, x.detached);
 	*ret = x;
 }
 
@@ -197,6 +202,7 @@ static void stats_series_add(struct stats_series *s, const struct stats_sample *
 	s->worker_ns += x->worker_ns;
 	s->reader_wait_ns += x->reader_wait_ns;
 	s->replaced += x->replaced;
+	s->detached += x->detached;
 }
 
 /* The gauges a live entry adds to its series. */
@@ -247,6 +253,7 @@ static void stats_total_add(struct stats_dataset_total *t, const struct stats_sa
 	t->worker_ns += x->worker_ns;
 	t->reader_wait_ns += x->reader_wait_ns;
 	t->replaced += x->replaced;
+	t->detached += x->detached;
 }
 
 /* Keeps what en counted under its labels: "_other" past STATS_SERIES_MAX
@@ -470,6 +477,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->jobs = x.jobs;
 	s->reader_wait_ns = x.reader_wait_ns;  /* clamped by stats_read() */
 	s->replaced = x.replaced;
+	s->detached_batches = x.detached;  /* clamped by stats_read() */
 	s->reader_wait_share = age_ms ? (double)s->reader_wait_ns / ((double)age_ms * 1e6) : 0.0;
 	s->rank = en->rank;
 	s->world = en->world;

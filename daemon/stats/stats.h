@@ -37,6 +37,9 @@ struct stats_sample {
 	uint64_t worker_ns, jobs;
 	uint64_t reader_wait_ns;       /* as the client wrote it: stats_read() clamps */
 	uint64_t replaced;             /* samples replaced (on_error skip) */
+	uint64_t detached;             /* batches its clients moved to private memory
+					* (held views), as they wrote it:
+					* stats_read() clamps */
 	uint32_t credits, credits_in_use;
 	uint32_t members;              /* 0 counts as 1 */
 	const int32_t *member_pids;    /* members of them, or NULL; valid until the
@@ -63,6 +66,7 @@ struct stats_hist {
 	unsigned n;                         /* samples held, 1..STATS_RATE_S + 1 */
 	uint64_t max_batches, max_samples, max_bytes; /* the most shown so far */
 	uint64_t max_worker_ns, max_jobs, max_wait_ns; /* likewise */
+	uint64_t max_detached;              /* likewise */
 };
 
 /* One stream or group being served; embedded in its owner, which fills the
@@ -108,6 +112,7 @@ struct stats_series {
 	uint64_t batches, samples, bytes; /* counters, as struct stats_sample */
 	uint64_t worker_ns, reader_wait_ns; /* likewise, in ns */
 	uint64_t replaced;             /* counter: samples replaced (on_error skip) */
+	uint64_t detached;             /* counter: batches detached (the clients' word) */
 	uint32_t credits, credits_in_use; /* gauges: the live streams' sum (0 once all closed) */
 	uint32_t readers;              /* gauge: the live streams' readers (a group's members) */
 	uint64_t shm_bytes;            /* gauge: the live streams' regions */
@@ -120,6 +125,7 @@ struct stats_series {
 struct stats_dataset_total {
 	char dataset[STATS_LABEL_MAX]; /* its configured name; "_other" past the bound */
 	uint64_t batches, samples, bytes, worker_ns, reader_wait_ns, replaced;
+	uint64_t detached;             /* batches detached (the clients' word) */
 	uint64_t closed;               /* streams and groups closed */
 };
 

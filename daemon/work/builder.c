@@ -1,6 +1,7 @@
 /*
  * builder.c: one batch into one destination (see builder.h), and with
- * on_error skip the deterministic replacement of samples that fail.
+ * on_error skip the deterministic replacement of samples that fail (or,
+ * in an eval stream, their drop: the batch comes out shorter).
  * Worker thread, no lock of ours; the cache takes its own.
  */
 #include "builder.h"
@@ -93,19 +94,27 @@ static void out_dest(const struct bld_batch *b, uint32_t f, uint32_t i, const ui
 	}
 }
 
-/* Writes the slot header's field table once the bytes are in place; the
- * generation goes last. Returns the field bytes. */
-static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, bool padded,
-			    bool replaced)
+/* The header flag for the batch's failed samples: replaced or dropped. */
+static uint32_t header_bad_flag(const struct bld_batch *b)
+{
+	if (!b->bad || !b->bad->n)
+		return 0;
+	return b->on_error == BLD_ON_ERROR_DROP ? FEED_SLOT_DROPPED : FEED_SLOT_REPLACED;
+}
+
+/* Writes the slot header's field table once the bytes are in place (n
+ * samples built); the generation goes last. Returns the field bytes. */
+static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, uint32_t n,
+			    bool padded)
 {
 	const struct fmt_schema *out = &b->plan->out;
 	struct feed_shm_slot *h = b->hdr;
 	uint64_t bytes = 0;
 
-	h->nsamples = b->nsamples;
+	h->nsamples = n;
 	h->epoch = b->epoch;
 	h->index = b->index;
-	h->flags = (padded ? FEED_SLOT_PADDED : 0) | (replaced ? FEED_SLOT_REPLACED : 0);
+	h->flags = (padded ? FEED_SLOT_PADDED : 0) | header_bad_flag(b);
 	h->position = ord_position_of(b->ord, b->ord_batch);
 	h->nfields = out->nfields;
 	for (uint32_t f = 0; f < out->nfields; f++) {
@@ -114,11 +123,13 @@ static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, b
 		memset(sf, 0, sizeof(*sf));
 		sf->dtype = (uint32_t)fd->dtype;
 		sf->rank = fd->rank + 1;
-		sf->shape[0] = b->nsamples;
+		sf->shape[0] = n;
 		for (uint32_t d = 0; d < fd->rank; d++)
 			sf->shape[d + 1] = fd->shape[d];
 		sf->offset = b->data_off + b->lay->field_off[f];
 		if (fd->variable) {
+			/* every sample dropped: ends[0] alone, written nowhere else */
+			((uint64_t *)((uint8_t *)h + b->lay->var_off[f]))[0] = 0;
 			sf->bytes = cursor[f];
 			sf->var_off = b->hdr_off + b->lay->var_off[f];
 			/* the variable axis: shape[1] = 0, element shape after it */
@@ -126,7 +137,7 @@ static uint64_t header_fill(const struct bld_batch *b, const uint64_t *cursor, b
 			memmove(&sf->shape[2], &sf->shape[1], fd->rank * sizeof(uint64_t));
 			sf->shape[1] = 0;
 		} else {
-			sf->bytes = (uint64_t)b->nsamples * fd->max_bytes;
+			sf->bytes = (uint64_t)n * fd->max_bytes;
 		}
 		bytes += sf->bytes;
 	}
@@ -199,16 +210,21 @@ static uint32_t row_run(const struct bld_batch *b, uint32_t i0, uint32_t n)
 	return b->mix_rows ? k : n;
 }
 
-/* A mixture's source field: each row's source index (int32). */
+/* A mixture's source field: each row's source index (int32), the rows
+ * dropped (drop) left out. */
 static void source_fill(const struct bld_batch *b)
 {
 	int32_t *v = (int32_t *)(void *)(b->data + b->lay->field_off[b->src_field]);
+	const uint64_t *gone = feed_shm_replaced(b->hdr, b->lay->batch);
+	bool drop = b->on_error == BLD_ON_ERROR_DROP;
 
-	for (uint32_t i = 0; i < b->nsamples; i++)
-		v[i] = (int32_t)b->mix_rows[i].source;
+	for (uint32_t i = 0, o = 0; i < b->nsamples; i++)
+		if (!drop || !((gone[i / 64] >> (i % 64)) & 1))
+			v[o++] = (int32_t)b->mix_rows[i].source;
 }
 
-/* Notes position i's failure in b->bad (its message, cut to fit). */
+/* Notes position i's failure in b->bad (its message, cut to fit): i is
+ * the position as laid out (a dropped sample's too). */
 static void bad_note(const struct bld_batch *b, uint32_t i, const struct feed_err *e)
 {
 	struct bld_bad *bad = b->bad;
@@ -259,16 +275,18 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 	return sample_err(b->ds, b->hdr->sample[i], err);
 }
 
-/* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX: locates
- * them, pins their blocks with one trip to the cache for all that are
- * cached (the others one by one, decoding), builds, unpins. *ret_done:
- * the samples done; with skip, the chunk stops after one that fails
- * (noted, *ret_failed set) so that its replacement, built next, goes in
- * order (variable fields are laid out in order) with one pin of its own. */
+/* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX, into
+ * output positions [o0, o0 + n) (o0 < i0 once samples were dropped):
+ * locates them, pins their blocks with one trip to the cache for all that
+ * are cached (the others one by one, decoding), builds, unpins. *ret_done:
+ * the samples done; with skip or drop, the chunk stops after one that
+ * fails (noted, *ret_failed set) so that its replacement, built next, or
+ * the sample after it, goes in order (variable fields are laid out in
+ * order) with one pin of its own. */
 static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
-		       const struct aug_img *ai, struct cache_worker *cw, uint32_t i0, uint32_t n,
-		       uint64_t *cursor, bool *padded, uint32_t *ret_done, bool *ret_failed,
-		       struct feed_err *err)
+		       const struct aug_img *ai, struct cache_worker *cw, uint32_t i0, uint32_t o0,
+		       uint32_t n, uint64_t *cursor, bool *padded, uint32_t *ret_done,
+		       bool *ret_failed, struct feed_err *err)
 {
 	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
@@ -282,7 +300,7 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		struct fmt_loc loc;
 		idx[k] = b->mix_rows ? b->mix_rows[i0 + k].sample : ord_sample(b->ord, b->ord_batch, i0 + k);
 		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
-		b->hdr->sample[i0 + k] = idx[k];
+		b->hdr->sample[o0 + k] = idx[k];
 		fmt_dataset_locate(ds, idx[k], &loc);
 		block[k] = loc.block;
 		rec[k] = loc.record;
@@ -307,10 +325,10 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 	}
 	*ret_done = n;
 	for (uint32_t k = 0; k < n && rc == 0; k++) {
-		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], i0 + k, cursor, err);
+		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], o0 + k, cursor, err);
 		if (rc < 0)
 			sample_err(ds, idx[k], err);
-		if (rc < 0 && b->on_error == BLD_ON_ERROR_SKIP && sample_bad(rc)) {
+		if (rc < 0 && b->on_error != BLD_ON_ERROR_FAIL && sample_bad(rc)) {
 			if (b->bad->n < FEED_SHM_FAILED_MAX) /* bad_note counts it */
 				feed_shm_failed(b->hdr, b->lay->batch)[b->bad->n] = idx[k];
 			bad_note(b, i0 + k, err);
@@ -505,7 +523,7 @@ static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct c
 	rows_unpin(&f);
 	ord_epoch_fini(&order);
 	if (rc == 0)
-		*ret_bytes = header_fill(b, cursor, padded, false);
+		*ret_bytes = header_fill(b, cursor, b->nsamples, padded);
 	return rc;
 }
 
@@ -537,23 +555,27 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 		}
 		return rows_build(b, w, &cw, ret_bytes, err);
 	}
-	assert(b->on_error != BLD_ON_ERROR_SKIP || b->bad);
+	assert(b->on_error == BLD_ON_ERROR_FAIL || b->bad);
 	if (b->bad) {
 		b->bad->n = 0;
 		b->bad->what[0] = '\0';
 		memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
 		       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
 	}
+	uint32_t out = 0;  /* samples in place: i0 less those dropped */
 	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0;) {
 		uint32_t n = row_run(b, i0, b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 :
 									   CACHE_PIN_MAX);
 		uint32_t done = 0;
 		bool failed = false;
-		rc = chunk_build(b, w, &ai, &cw, i0, n, cursor, &padded, &done, &failed, err);
+		rc = chunk_build(b, w, &ai, &cw, i0, out, n, cursor, &padded, &done, &failed, err);
 		i0 += done;
+		out += done;
+		if (rc == 0 && failed && b->on_error == BLD_ON_ERROR_DROP)
+			out--;  /* the next sample takes its place */
 		/* after the chunk's pins are dropped: a replacement pins one block */
-		if (rc == 0 && failed)
-			rc = sample_replace(b, w, &ai, &cw, i0 - 1,
+		else if (rc == 0 && failed)
+			rc = sample_replace(b, w, &ai, &cw, out - 1,
 					    ord_global_position(b->ord, b->ord_batch, i0 - 1), cursor,
 					    err);
 	}
@@ -565,6 +587,6 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 				   b->data + b->lay->field_off[b->plan->bmix.label_field],
 				   b->nsamples, b->hdr->sample, err);
 	if (rc == 0)
-		*ret_bytes = header_fill(b, cursor, padded, b->bad && b->bad->n);
+		*ret_bytes = header_fill(b, cursor, out, padded);
 	return rc;
 }

@@ -29,11 +29,13 @@ struct slot_layout;
 enum bld_on_error {
 	BLD_ON_ERROR_FAIL = 0, /* the build fails naming it (DataLoader's way) */
 	BLD_ON_ERROR_SKIP = 1, /* replaced by the next good sample of the epoch */
+	BLD_ON_ERROR_DROP = 2, /* skip under eval: dropped, the batch shorter */
 };
 
-/* The samples of one batch that failed and were replaced (skip). */
+/* The samples of one batch that failed and were replaced (skip) or
+ * dropped (drop). */
 struct bld_bad {
-	uint32_t n;                  /* positions replaced */
+	uint32_t n;                  /* positions replaced or dropped */
 	char what[FEED_ERR_MSG_MAX]; /* "sample N: <decoder's words>; ..." (cut) */
 };
 
@@ -67,7 +69,7 @@ struct bld_batch {
 	enum bld_on_error on_error;
 	uint64_t max_search;         /* skip: positions tried for one replacement */
 	struct bld_bad *bad;         /* filled in (n = 0 when none); required
-				      * with skip, may be NULL with fail */
+				      * with skip and drop, may be NULL with fail */
 	/* packing (plan->pack.mode): ord's samples are rows */
 	const struct pk_source *rows; /* the stream's documents and their order */
 	struct pk_cursor pk;         /* at the batch's first row (schedule.h) */
@@ -97,6 +99,14 @@ struct bld_batch {
  * Its header marks the position (FEED_SLOT_REPLACED, the bitmap) and
  * b->bad lists what failed; past max_search positions tried, the build
  * fails naming the sample.
+ *
+ * With BLD_ON_ERROR_DROP (skip in an eval stream, where a replacement
+ * would be a sample delivered twice), a sample that fails so is left out:
+ * the samples after it move up, the header's nsamples is what was built
+ * (0 when every sample failed), FEED_SLOT_DROPPED is set, the bitmap
+ * marks the positions dropped (of the batch as laid out, b->nsamples of
+ * them) and failed[] names them in order (a mixture's source field
+ * keeps to the rows built).
  *
  * With packing (plan->pack), sample i is row ord_sample(i) of the epoch's
  * concat or pack stream, walked to from b->pk: its documents' tokens are read one

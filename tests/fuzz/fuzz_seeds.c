@@ -104,6 +104,7 @@ static void seeds_requests(void)
 	Feed__ListDatasets l = FEED__LIST_DATASETS__INIT;
 	Feed__StatsQuery st = FEED__STATS_QUERY__INIT;
 	Feed__Reload rl = FEED__RELOAD__INIT;
+	Feed__ListOps lo = FEED__LIST_OPS__INIT;
 	static uint8_t uuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 	static float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
 	uint8_t tok[512];
@@ -118,6 +119,8 @@ static void seeds_requests(void)
 	r.body_case = FEED__REQUEST__BODY_STATS, r.stats = &st;
 	seed_request(&r);
 	r.body_case = FEED__REQUEST__BODY_RELOAD, r.reload = &rl;
+	seed_request(&r);
+	r.body_case = FEED__REQUEST__BODY_LIST_OPS, r.list_ops = &lo;
 	seed_request(&r);
 	q.name = "mnist", q.sample = 3, q.want_path = true;
 	r.body_case = FEED__REQUEST__BODY_DATASET_INFO, r.dataset_info = &q;

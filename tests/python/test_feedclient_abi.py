@@ -20,6 +20,8 @@ MIRRORS = {
     L.Field: ("feed_field", "feed/client.h"),
     L.Dataset: ("feed_dataset", "feed/client.h"),
     L.DatasetList: ("feed_dataset_list", "feed/client.h"),
+    L.Op: ("feed_op", "feed/client.h"),
+    L.OpList: ("feed_op_list", "feed/client.h"),
     L.StreamDevice: ("feed_stream_device", "feed/stream.h"),
     L.StreamOpts: ("feed_stream_opts", "feed/stream.h"),
     L.MixtureSource: ("feed_mixture_source", "feed/stream.h"),

@@ -174,6 +174,34 @@ START_TEST(test_pipeline_plan_errors_name_op_and_key)
 }
 END_TEST
 
+/* to_chw: the u8 image's channels first, in a stage of its own, and
+ * nothing after it on that field; a 2-d image gets one channel. */
+START_TEST(test_pipeline_plan_to_chw)
+{
+	struct fmt_schema s;
+	struct pipe_plan *p = plan_new();
+	struct feed_err err = {0};
+
+	schema_mixed(&s);
+	ck_assert_msg(pipe_plan_text("center_crop(size=5, field=rgb) | to_chw(field=rgb) | "
+				     "to_chw", &s, p, &err) == 0, "%s", err.msg);
+	const struct fmt_field *rgb = &p->out.fields[3], *img = &p->out.fields[1];
+	ck_assert_uint_eq(rgb->rank, 3);
+	ck_assert_uint_eq(rgb->shape[0], 3);
+	ck_assert_uint_eq(rgb->shape[1], 5);
+	ck_assert_uint_eq(rgb->shape[2], 5);
+	ck_assert_uint_eq(rgb->max_bytes, 75);
+	ck_assert_uint_eq(img->rank, 3);
+	ck_assert_uint_eq(img->shape[0], 1);
+	ck_assert_int_eq(p->stages[p->field_stage[3] + 1].kind, PIPE_STAGE_CHW);
+	ck_assert_uint_eq(p->field_nstages[3], 2);
+	ck_assert_int_eq(pipe_plan_text("to_chw(field=rgb) | hflip(field=rgb)", &s, p, &err),
+			 -EINVAL);
+	ck_assert_msg(strstr(err.msg, "'rgb' is CHW already"), "%s", err.msg);
+	free(p);
+}
+END_TEST
+
 START_TEST(test_pipeline_plan_shapes)
 {
 	struct fmt_schema s;
@@ -748,6 +776,7 @@ static Suite *pipeline_suite(void)
 	tcase_add_test(tc, test_pipeline_parse_errors_name_op_and_key);
 	tcase_add_test(tc, test_pipeline_plan_errors_name_op_and_key);
 	tcase_add_test(tc, test_pipeline_plan_shapes);
+	tcase_add_test(tc, test_pipeline_plan_to_chw);
 	tcase_add_test(tc, test_pipeline_plan_fuses_stages);
 	tcase_add_test(tc, test_pipeline_canonical_hash_stable);
 	tcase_add_test(tc, test_pipeline_image_ops_canonical);

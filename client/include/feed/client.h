@@ -188,6 +188,33 @@ FEED_API int feed_sample_path(struct feed_conn *conn, const char *dataset, uint6
 /* Accepts NULL. */
 FEED_API void feed_dataset_list_free(struct feed_dataset_list *list);
 
+/* One pipeline op the daemon knows. */
+struct feed_op {
+	const char *name;         /* "hflip" */
+	const char *usage;        /* its keys with their defaults, as `feedd
+				   * --list-ops` prints it: "hflip(p=0.5, field)" */
+	const char *summary;      /* one line saying what it does */
+};
+
+/* The daemon's pipeline ops. Everything it points to belongs to it and
+ * lives until feed_op_list_free(). Read-only for the caller. */
+struct feed_op_list {
+	size_t count;
+	const struct feed_op *ops;
+};
+
+/* Every pipeline op the daemon on conn accepts, in its own order (that of
+ * `feedd --list-ops`), text printable ASCII. *ret (written only on
+ * success) is freed with feed_op_list_free(). Blocks up to the timeout.
+ * Returns 0, -EINVAL for NULL arguments, -ENOMEM, -EPROTO (a malformed
+ * reply), -EOPNOTSUPP (a feedd too old to know the request), or the
+ * connection's errors as feed_list_datasets(); feed_errmsg() says more.
+ * The thread that owns conn. */
+FEED_API int feed_list_ops(struct feed_conn *conn, struct feed_op_list **ret);
+
+/* Accepts NULL. */
+FEED_API void feed_op_list_free(struct feed_op_list *list);
+
 /* ------------------------------------------------------------------ */
 /* Daemon status                                                       */
 
@@ -249,6 +276,9 @@ struct feed_stream_status {
 	uint64_t batches_per_epoch; /* of this rank; 0: not known */
 	uint64_t epochs;          /* asked for; 0: no end */
 	uint64_t start_epoch, start_batch; /* where it started (resumed, or joined late) */
+	uint64_t detached_batches; /* batches its readers moved into private memory
+				    * (feed_batch_detach(): held views), as their
+				    * clients report it; display only */
 };
 
 /* The block cache shared by every stream. */

@@ -178,7 +178,9 @@ struct feed_stream_opts {
 				   * same on every run, for any worker count and
 				   * after a resume); the batch keeps its size and
 				   * says where (feed_batch_replaced()); feedctl
-				   * status counts them. With FAIL, feed_next()
+				   * status counts them. Under eval the sample is
+				   * dropped instead, the batch shorter
+				   * (feed_batch_dropped()). With FAIL, feed_next()
 				   * returns the error (-EBADMSG, ...), naming the
 				   * sample, once the batches before it are read */
 	uint64_t max_bad;         /* SKIP: past this many replaced samples in an
@@ -342,6 +344,18 @@ FEED_API uint32_t feed_batch_replaced(const struct feed_batch *b, const uint64_t
  * feedd that does not send them, -EINVAL for a bad argument. Any thread
  * that holds b; does not block. */
 FEED_API int feed_batch_failed(const struct feed_batch *b, uint32_t i, uint64_t *ret);
+/* The samples left out of b (Eval with FEED_ON_ERROR_SKIP: a sample that
+ * fails is dropped, never replaced, so the batch holds fewer, possibly
+ * none, and every good sample of the epoch exactly once). Returns their
+ * count (0 outside eval skip). Any thread that holds b; does not block. */
+FEED_API uint32_t feed_batch_dropped(const struct feed_batch *b);
+/* The dataset index of b's k-th dropped sample (0 .. feed_batch_dropped()
+ * - 1, in the order they were laid out) into *ret, to name its file.
+ * Returns 0; -ENOENT past the count, -ERANGE past the batch's first 64
+ * failures (counted, not named), -ENOTSUP from a feedd that does not send
+ * them, -EINVAL for a bad argument. Any thread that holds b; does not
+ * block. */
+FEED_API int feed_batch_dropped_sample(const struct feed_batch *b, uint32_t k, uint64_t *ret);
 /* The daemon's CLOCK_MONOTONIC (ns) when it published the batch. */
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b);
 

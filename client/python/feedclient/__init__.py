@@ -28,6 +28,7 @@ from .device import DeviceArray, gpu_info
 from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets, status
 from .torchvision import from_torchvision
 from .mixture import Source
+from .ops import Op, ops
 
 __version__ = "0.1.0"
 library_version: str = _lib_handle.feed_version().decode()
@@ -40,5 +41,5 @@ __all__ = [
     "ResumeRefused", "LimitReached", "CreditsExhausted", "DaemonGone", "StreamStopped",
     "Detached", "LoaderClosed", "ConcurrentUse", "library_path", "library_version",
     "GpuUnavailable", "gpu_info", "status", "DeviceArray", "Timeout", "TransformError",
-    "from_torchvision", "SkippedSamplesWarning", "Source",
+    "from_torchvision", "SkippedSamplesWarning", "Source", "ops", "Op",
 ]

@@ -78,6 +78,23 @@ class Dataset(ctypes.Structure):
     ]
 
 
+class Op(ctypes.Structure):
+    """struct feed_op (feed/client.h)"""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("usage", ctypes.c_char_p),
+        ("summary", ctypes.c_char_p),
+    ]
+
+
+class OpList(ctypes.Structure):
+    """struct feed_op_list (feed/client.h)"""
+    _fields_ = [
+        ("count", ctypes.c_size_t),
+        ("ops", ctypes.POINTER(Op)),
+    ]
+
+
 class DatasetList(ctypes.Structure):
     """struct feed_dataset_list"""
     _fields_ = [
@@ -314,6 +331,7 @@ class StreamStatus(ctypes.Structure):
         ("epochs", ctypes.c_uint64),
         ("start_epoch", ctypes.c_uint64),
         ("start_batch", ctypes.c_uint64),
+        ("detached_batches", ctypes.c_uint64),
     ]
 
 
@@ -364,6 +382,8 @@ _API = {
     "feed_dataset_info": (ctypes.c_int, [_P, ctypes.c_char_p,
                                          ctypes.POINTER(ctypes.POINTER(DatasetList))]),
     "feed_dataset_list_free": (None, [ctypes.POINTER(DatasetList)]),
+    "feed_list_ops": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.POINTER(OpList))]),
+    "feed_op_list_free": (None, [ctypes.POINTER(OpList)]),
     "feed_sample_path": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
                                         ctypes.c_size_t]),
     "feed_stream_open": (ctypes.c_int, [_P, ctypes.POINTER(StreamOpts), ctypes.POINTER(_P)]),
@@ -382,6 +402,9 @@ _API = {
     "feed_detached_free": (None, [_P]),
     "feed_stream_detached": (ctypes.c_uint64, [_P]),
     "feed_batch_failed": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]),
+    "feed_batch_dropped": (ctypes.c_uint32, [_P]),
+    "feed_batch_dropped_sample": (ctypes.c_int, [_P, ctypes.c_uint32,
+                                                 ctypes.POINTER(ctypes.c_uint64)]),
     "feed_stream_resume_token": (ctypes.c_int, [_P, ctypes.c_void_p, ctypes.c_size_t,
                                                 ctypes.POINTER(ctypes.c_size_t)]),
     "feed_stream_close": (ctypes.c_int, [_P]),

@@ -344,8 +344,8 @@ class Conversion:
         dev = self.device if self.device.type == "cpu" else torch.device("cuda", self.index)
         stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else None
         out = type(batch)()
-        out.epoch, out.index, out.padded, out.replaced = \
-            batch.epoch, batch.index, batch.padded, batch.replaced
+        out.epoch, out.index, out.padded, out.replaced, out.dropped = \
+            batch.epoch, batch.index, batch.padded, batch.replaced, batch.dropped
         out._indices = batch.indices   # made (a copy) before the slot goes
         n = len(out._indices)
         mix = None

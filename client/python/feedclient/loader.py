@@ -202,7 +202,11 @@ class Batch(dict):
     under as_torch; made at first use), padded (bool: holds wrap-around
     repeats of samples), replaced (tuple of int: the positions whose sample
     failed and hold the next good sample of the epoch instead,
-    Loader(on_error="skip"); indices names what is there).
+    Loader(on_error="skip"); indices names what is there), dropped (tuple
+    of int: under Loader(eval=True, on_error="skip") the dataset indices of
+    the samples that failed and were left out, so the batch is that much
+    shorter and the epoch holds every good sample once; None for one past
+    the batch's first 64, which feedd counts without naming).
 
     Lifetime: the arrays view the batch's slot in shared memory with no
     copy. The slot goes back to feedd when this dict and every array or
@@ -216,7 +220,8 @@ class Batch(dict):
     loaded batch holds no slot either.
     """
 
-    __slots__ = ("epoch", "index", "padded", "replaced", "_slot", "_indices", "_torch")
+    __slots__ = ("epoch", "index", "padded", "replaced", "dropped", "_slot", "_indices",
+                 "_torch")
 
     @property
     def indices(self) -> Any:
@@ -236,7 +241,8 @@ class Batch(dict):
 
     def copy(self) -> "Batch":
         """A Batch whose arrays and tensors own their memory (copies), with
-        epoch, index, indices, padded and replaced kept; it holds no slot."""
+        epoch, index, indices, padded, replaced and dropped kept; it holds no
+        slot."""
         out = Batch()
         for k, v in self.items():
             out[k] = _own(v)
@@ -244,6 +250,7 @@ class Batch(dict):
         out.index = getattr(self, "index", None)
         out.padded = getattr(self, "padded", False)
         out.replaced = getattr(self, "replaced", ())
+        out.dropped = getattr(self, "dropped", ())
         out._indices = _own(self.indices)
         return out
 
@@ -255,7 +262,8 @@ class Batch(dict):
 
     def __reduce__(self) -> Tuple[Any, ...]:
         c = self.copy()
-        return (_rebuild_batch, (dict(c), c.epoch, c.index, c._indices, c.padded, c.replaced))
+        return (_rebuild_batch, (dict(c), c.epoch, c.index, c._indices, c.padded, c.replaced,
+                                 c.dropped))
 
     def __repr__(self) -> str:
         epoch = getattr(self, "epoch", "?")
@@ -266,11 +274,12 @@ class Batch(dict):
         return f"<feedclient.Batch epoch {epoch} index {index}, {n} samples, {{{fields}}}>"
 
 
-def _rebuild_batch(fields, epoch, index, indices, padded, replaced=()):
+def _rebuild_batch(fields, epoch, index, indices, padded, replaced=(), dropped=()):
     """Unpickles a Batch (Batch.__reduce__)."""
     out = Batch(fields)
     out.epoch, out.index, out._indices, out.padded = epoch, index, indices, padded
     out.replaced = replaced
+    out.dropped = dropped
     return out
 
 
@@ -325,7 +334,9 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
     member_pids, job — the job its client named: FEED_JOB_ID, SLURM_JOB_ID or
     TORCHELASTIC_RUN_ID — and samples_per_s_10s, mb_per_s_10s,
     reader_wait_share_10s over the last 10 s, rank and world, slot_bytes,
-    batches_per_epoch, epochs, start_epoch, start_batch, ...), and "gpus":
+    batches_per_epoch, epochs, start_epoch, start_batch, detached_batches —
+    batches its readers moved to private memory because a view of them was
+    still held when the slot was needed, their own count —, ...), and "gpus":
     one dict per GPU the daemon's driver shows (ordinal, name, allowed,
     context: whether feedd holds a context there, failed, slot_bytes).
     Blocks until the daemon answers (at most 10 s). Any thread. Raises as
@@ -656,7 +667,7 @@ class Loader:
            drop_last=False, pad_last=False, eval=False, window=None,
            rank=None, world_size=None, credits=4, socket=None,
            as_torch=False, reconnect_s=30, group=None, device=None,
-           dtype=None, mean=None, std=None, layout="NCHW",
+           dtype=None, mean=None, std=None, layout=None,
            device_slots=None, on_error="fail", max_bad=None,
            mixup_alpha=None, cutmix_alpha=None, mix_switch_prob=0.5,
            num_classes=None, label_smoothing=None, order=None, nodes=None,
@@ -769,8 +780,8 @@ class Loader:
     device, dtype, mean, std, layout: converted batches (feedclient.device):
     device="cuda" (or "cuda:N") or "cpu"; each u8 image field, (h, w) or
     (h, w, c) with c <= 4, becomes a tensor of dtype (torch.float32, the
-    default, torch.float16 or torch.bfloat16) in layout "NCHW" (default) or
-    "NHWC", normalized as torchvision's Normalize after ToTensor with mean
+    default, torch.float16 or torch.bfloat16) in layout "NCHW" (None, the
+    default, means it) or "NHWC", normalized as torchvision's Normalize after ToTensor with mean
     and std (one value per channel, or one for all; units of x/255; None:
     x/255; mean and std are checked against the channels when the Loader
     is made); u16 / u32 fields become int64, integer labels label_dtype;
@@ -788,6 +799,10 @@ class Loader:
     own. Both give the same bits. "feedd" falls back to "loader" for a
     group, a mixture, batches with more than one u8 image field or with
     u16 / u32 fields, and values the pipeline text cannot write exactly.
+    Without device=, layout="NCHW" makes the u8 image field NCHW uint8 (as
+    torchvision's PILToTensor / ToImage): feedd's workers write it so,
+    contiguous (the pipeline gets "| to_chw"; a pipeline ending in
+    normalize has its own layout key); None or "NHWC" keeps it as stored.
 
     on_error: what a sample the pipeline cannot take (an image that does
     not decode) does: "fail" (default, as DataLoader) stops the stream,
@@ -886,7 +901,8 @@ class Loader:
                  reconnect_s: float = 30, group: Optional[str] = None,
                  device: Optional[str] = None, dtype: Any = None,
                  mean: Union[None, float, Sequence[float]] = None,
-                 std: Union[None, float, Sequence[float]] = None, layout: str = "NCHW",
+                 std: Union[None, float, Sequence[float]] = None,
+                 layout: Optional[str] = None,
                  device_slots: Optional[int] = None, on_error: str = "fail",
                  max_bad: Optional[int] = None, mixup_alpha: Optional[float] = None,
                  cutmix_alpha: Optional[float] = None, mix_switch_prob: float = 0.5,
@@ -930,10 +946,10 @@ class Loader:
             from .device import Conversion, MixPlan
             mix = MixPlan(mixup_alpha, cutmix_alpha, mix_switch_prob, num_classes,
                           label_smoothing) if given else None
-            self._conv = Conversion(device, dtype, mean, std, layout, mix)
+            self._conv = Conversion(device, dtype, mean, std, layout or "NCHW", mix)
         elif device_slots is not None:
             from .device import slots_request
-            self._slots_req = slots_request(device_slots, dtype, mean, std, layout)
+            self._slots_req = slots_request(device_slots, dtype, mean, std, layout or "NCHW")
         elif dtype is not None or mean is not None or std is not None:
             raise InvalidArgument("dtype, mean and std convert batches for a device: give "
                                   "device='cuda' or device='cpu' too")
@@ -1036,6 +1052,7 @@ class Loader:
         self._opts = _lib.StreamOpts()
         o = self._opts
         self._dataset_b = dataset.encode()
+        pipeline = _u8_layout(pipeline, layout, device, device_slots)
         self._pipeline_b = pipeline.encode() if pipeline is not None else None
         o.dataset = self._dataset_b
         if self._mixture is not None:
@@ -1512,6 +1529,20 @@ class Loader:
         return self._box[0]
 
 
+def _u8_layout(pipeline, layout, device, device_slots):
+    """The pipeline text with layout= applied to u8 images: without a
+    conversion (device=, device_slots=), layout="NCHW" has feedd's workers
+    write the image field channels first (to_chw, its last op), contiguous,
+    rather than this process making a strided view or a copy."""
+    if layout not in (None, "NCHW", "NHWC"):
+        raise InvalidArgument(f"layout: 'NCHW' or 'NHWC', not {layout!r}")
+    if layout != "NCHW" or device is not None or device_slots is not None:
+        return pipeline
+    if pipeline and "normalize" in pipeline:
+        return pipeline  # floats: normalize(layout=chw|hwc) says where channels go
+    return f"{pipeline} | to_chw" if pipeline else "to_chw"
+
+
 def _in_worker_check():
     """Refuses iteration inside a torch DataLoader worker, naming the fix."""
     data = sys.modules.get("torch.utils.data")
@@ -1572,7 +1603,7 @@ class _EpochIter:
         loader = self._loader
         self._done = True
         if self._failed:
-            _warn_skipped(loader, self._epoch, self._failed)
+            _warn_skipped(loader, self._epoch, self._failed, bool(loader._opts.eval))
             self._failed = []
         loader._iter_epoch = None
         loader._cur_start = self._epoch + 1
@@ -1616,6 +1647,8 @@ class _EpochIter:
         batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
         if batch.replaced:
             self._failed += _failed(slot.b, batch.replaced)
+        if batch.dropped:
+            self._failed += batch.dropped
         if s.device_slots:
             _device_fields(s, slot, batch, loader._slots_req.device)
         if loader._conv is not None:  # tensors of their own: the slot goes now
@@ -1755,7 +1788,18 @@ def _failed(b, positions):
 _SKIP_NAMED = 10  # files a skip warning names; the count covers the rest
 
 
-def _warn_skipped(loader, epoch, failed):
+def _dropped(lib_, b):
+    """The dataset indices of the samples left out of batch b (eval skip,
+    feed_batch_dropped); None for one feedd did not name."""
+    n = lib_.feed_batch_dropped(b)
+    if not n:
+        return ()
+    idx = ctypes.c_uint64()
+    return tuple(idx.value if lib_.feed_batch_dropped_sample(b, k, ctypes.byref(idx)) == 0
+                 else None for k in range(n))
+
+
+def _warn_skipped(loader, epoch, failed, dropped=False):
     """on_error="skip": one warning per epoch, with the count and the files."""
     import warnings
     names = []
@@ -1770,7 +1814,8 @@ def _warn_skipped(loader, epoch, failed):
     more = f" and {len(failed) - _SKIP_NAMED} more" if len(failed) > _SKIP_NAMED else ""
     warnings.warn(f"feedclient: on_error='skip': {len(failed)} sample"
                   f"{'s' if len(failed) != 1 else ''} of epoch {epoch} of dataset "
-                  f"'{loader.dataset}' failed and were replaced by the next good ones: "
+                  f"'{loader.dataset}' failed and were "
+                  f"{'dropped (eval)' if dropped else 'replaced by the next good ones'}: "
                   f"{', '.join(names)}{more} (feedd's log has the decoder's words)",
                   SkippedSamplesWarning, stacklevel=4)
 
@@ -1790,6 +1835,7 @@ def _make_batch(s, slot, as_torch):
     batch.index = lib_.feed_batch_index(b)
     batch.padded = bool(lib_.feed_batch_padded(b))
     batch.replaced = _replaced(lib_, b, n)
+    batch.dropped = _dropped(lib_, b)
     batch._indices = None   # made at first use (Batch.indices)
     torch = sys.modules["torch"] if as_torch else None
     batch._torch = torch
@@ -1805,11 +1851,13 @@ def _make_batch(s, slot, as_torch):
             lo = data if lo is None or data < lo else lo
             end = data + nbytes
             hi = end if hi is None or end > hi else hi
-    if lo is None:
-        lo = hi = 0
-    slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,), "typestr": "|u1",
-                                "version": 3}
-    span = np.asarray(slot)
+    if lo is None:  # no bytes at all (eval skip dropped every sample): no view
+        lo = 0
+        span = np.empty(0, np.uint8)
+    else:
+        slot.__array_interface__ = {"data": (lo, False), "shape": (hi - lo,),
+                                    "typestr": "|u1", "version": 3}
+        span = np.asarray(slot)
     for p, data, nbytes, ends in views:
         off = data - lo
         if not p.variable:
