@@ -74,6 +74,10 @@ static const char *const pipe_op_summaries[PIPE_KIND_COUNT_] = {
 	[PIPE_RANDOM_CHOICE] = "applies one of its transforms, drawn with weights p "
 			       "(RandomChoice)",
 	[PIPE_RANDOM_ORDER] = "applies its transforms in a random order (RandomOrder)",
+	[PIPE_AUG_MIX] = "blends mixture_width chains of severity-scaled augmentations with the "
+			 "image, weights drawn from Dirichlet and Beta(alpha) (AugMix)",
+	[PIPE_MIX] = "the batch's last op: MixUp or CutMix of the normalized batch, labels made "
+		     "soft over num_classes (MixUp, CutMix)",
 };
 
 const char *pipe_op_summary(uint32_t k)
