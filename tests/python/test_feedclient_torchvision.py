@@ -263,6 +263,20 @@ def test_eval_compose_matches_torchvision_per_sample(jpeg_folder):
     assert n == N_IMAGES
 
 
+def test_uint8_compose_comes_channels_first(jpeg_folder):
+    """A transform ending in PILToTensor gives uint8 C x H x W, as torchvision
+    does: the same bytes (CenterCrop of an exact decode), channels first."""
+    comp = T.Compose([T.CenterCrop(64), T.PILToTensor()])
+    args = from_torchvision(comp, exact=True)
+    assert args["layout"] == "NCHW"
+    with feedclient.Loader("tvjpeg", 8, socket=jpeg_folder.sock, shuffle=False, **args) as ld:
+        b = next(iter(ld))
+        x = b["image"]
+        assert x.dtype == torch.uint8 and tuple(x.shape[1:]) == (3, 64, 64)
+        for k, i in enumerate(b.indices.tolist()):
+            assert torch.equal(x[k], comp(pil(jpeg_folder.paths[i]))), i
+
+
 def channel_stats(batches):
     xs = torch.cat([x.reshape(x.shape[0], 3, -1) for x in batches])
     return xs.mean(dim=(0, 2)), xs.std(dim=(0, 2))

@@ -507,6 +507,8 @@ def _loader_args(ops, state, mix, device) -> Dict[str, Any]:
             raise InvalidArgument(f"from_torchvision: device={device!r}: the transform ends "
                                   f"with uint8 images (add ToDtype(float32, scale=True))")
         ops = body + tail
+        if kind == "uint8":
+            out["layout"] = "NCHW"  # ToImage / PILToTensor: channels first
     elif not mix and (device is None or tail):
         dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[kind]
         ops = body + [_norm_text(state, dt)] + tail
