@@ -16,6 +16,7 @@
 #include "delivery.h"
 #include "feed_shm.h"
 #include "feedd.h"
+#include "pack_stream.h"
 #include "pipeline.h"
 #include "session.h"
 
@@ -119,6 +120,8 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 		s->n = e->info->num_samples;
 		snprintf(s->version, sizeof(s->version), "%s", e->info->version);
 		s->weight = ask[i].weight;
+		m->repeat[i] = ask[i].repeat;
+		m->choose[i] = ask[i].choose;
 		int rc = mix_source_rows(&ask[i], s->n, &s->epoch_rows, &err);
 		if (rc == 0 && s->epoch_rows > ORD_MAX_SAMPLES - rows)
 			rc = feed_err_set(&err, -EINVAL, "mixture: its sources' epochs hold more "
@@ -131,10 +134,59 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 		m->epoch_rows += s->epoch_rows;
 	}
 	m->spec.nsrc = m->n;
+	m->asked_rows = rows;
 	if (rows)
 		m->epoch_rows = rows;  /* samples_per_epoch */
 	mix_name(m, o);
 	*ret = m;
+	return 0;
+}
+
+/* Source s's rows: its documents, its rows per pass, its epoch in rows. */
+static int mix_source_pack(struct ses_mix *m, uint32_t s, const struct pk_spec *pk, bool shuffle,
+			   struct feed_err *err)
+{
+	struct mixt_source *src = &m->spec.src[s];
+	struct mix_ask ask = {.dataset = src->name, .repeat = m->repeat[s], .choose = m->choose[s]};
+	const uint32_t *lens;
+	uint64_t total;
+	int rc;
+
+	if (fmt_dataset_doc_lens(src->ds, &lens, &total) < 0)
+		return feed_err_set(err, -EINVAL, "no document lengths (%s): pack it again with "
+				    "this feedpack", FMT_LENGTHS_FILE);
+	if ((rc = pk_source_init(&src->rows, pk, lens, src->n, total, src->version, m->spec.seed,
+				 shuffle ? ORD_FULL : ORD_SEQUENTIAL, err)) < 0 ||
+	    (rc = pks_spec_check(&(struct pks_spec){.src = &src->rows}, err)) < 0)
+		return rc;
+	if (pk->mode == PK_MODE_PACK && (ask.choose || (ask.repeat != 0.0 && ask.repeat != 1.0)))
+		return pks_spec_check(&(struct pks_spec){.src = &src->rows, .cap = 1}, err);
+	/* concat: rows per pass; pack: their least (a pass's count is known
+	 * only once placed), its epoch one pass whatever it holds */
+	src->n = pk->mode == PK_MODE_CONCAT ? (total - 1) / pk->seq_len :
+					      (total + pk->seq_len - 1) / pk->seq_len;
+	return mix_source_rows(&ask, src->n, &src->epoch_rows, err);
+}
+
+int ses_mix_rows(struct ses_mix *m, const struct pipe_plan *plan, struct dlv_spec *sp,
+		 struct feed_err *err)
+{
+	bool shuffle = m->spec.shuffle && !sp->sched.ord.eval;
+	uint64_t rows = 0;
+	int rc;
+
+	if (plan->pack.mode == PK_MODE_NONE)
+		return 0;
+	for (uint32_t s = 0; s < m->n; s++) {
+		if ((rc = mix_source_pack(m, s, &plan->pack, shuffle, err)) < 0)
+			return feed_err_prefix(err, "mixture: source '%s'", m->spec.src[s].name);
+		if (m->spec.src[s].epoch_rows > ORD_MAX_SAMPLES - rows)
+			return feed_err_set(err, -EINVAL, "mixture: its sources' epochs hold more "
+					    "than 2^62 rows");
+		rows += m->spec.src[s].epoch_rows;
+	}
+	m->epoch_rows = m->asked_rows ? m->asked_rows : rows;
+	sp->sched.ord.n = m->epoch_rows;
 	return 0;
 }
 

@@ -688,11 +688,10 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 			feed_err_prefix(err, "pipeline");
 		return rc;
 	}
-	if ((rc = ses_rows(ss->e, ss->plan, sp, err)) < 0)
+	/* a mixture's sources are packed each over its own documents */
+	rc = ss->mix ? ses_mix_rows(ss->mix, ss->plan, sp, err) : ses_rows(ss->e, ss->plan, sp, err);
+	if (rc < 0)
 		return rc;
-	if (ss->mix && ss->plan->pack.mode != PK_MODE_NONE)
-		return feed_err_set(err, -EINVAL, "pipeline: concat and pack do not take a mixture "
-				    "yet: pack each source's rows in a stream of its own");
 	if (ss->mix && (rc = ses_mix_plan(ss->plan, &sp->mix_field, err)) < 0)
 		return rc;
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->mix, ss->plan, sp, err)) < 0)
