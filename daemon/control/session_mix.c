@@ -79,8 +79,13 @@ static void mix_name(struct ses_mix *m, const Feed__OpenStream *o)
 
 	if (!o->n_mixture) {
 		snprintf(m->name, sizeof(m->name), "mixture '%s'", o->dataset);
+		snprintf(m->label, sizeof(m->label), "%s", o->dataset);
 		return;
 	}
+	k = 0;
+	for (uint32_t s = 0; s < m->n && k < sizeof(m->label); s++)
+		k += (size_t)snprintf(m->label + k, sizeof(m->label) - k, "%s%s", s ? "+" : "",
+				      m->spec.src[s].name);
 	k = (size_t)snprintf(buf, sizeof(buf), "mixture (");
 	for (uint32_t s = 0; s < m->n && k < sizeof(buf); s++)
 		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s", s ? ", " : "",
@@ -190,41 +195,18 @@ int ses_mix_rows(struct ses_mix *m, const struct pipe_plan *plan, struct dlv_spe
 	return 0;
 }
 
-/* Whether field g of another source is field f of the first. */
-static const char *mix_field_differs(const struct fmt_field *f, const struct fmt_field *g)
-{
-	if (strcmp(f->name, g->name))
-		return "name";
-	if (f->dtype != g->dtype)
-		return "dtype";
-	if (f->variable != g->variable)
-		return "variable length";
-	if (f->rank != g->rank || memcmp(f->shape, g->shape, f->rank * sizeof(f->shape[0])))
-		return "shape";
-	if (f->image != g->image)
-		return "encoded images";
-	return NULL;
-}
-
-/* The sources' schemas agree field by field; *ret holds the largest
- * records of each field over all of them. */
+/* The sources' schemas agree field by field (fmt_schema_agree); *ret
+ * holds the largest records of each field over all of them. */
 static int mix_schema(const struct ses_mix *m, struct fmt_schema *ret, struct feed_err *err)
 {
 	*ret = *m->e[0]->info->schema;
 	for (uint32_t s = 1; s < m->n; s++) {
 		const struct fmt_schema *o = m->e[s]->info->schema;
-		if (o->nfields != ret->nfields)
-			return feed_err_set(err, -EINVAL, "mixture: source '%s' has %u fields, source "
-					    "'%s' %u: the schemas must agree", m->e[s]->name,
-					    o->nfields, m->e[0]->name, ret->nfields);
+		if (fmt_schema_agree(ret, m->e[0]->name, o, m->e[s]->name, err) < 0)
+			return feed_err_prefix(err, "mixture");
 		for (uint32_t f = 0; f < o->nfields; f++) {
 			struct fmt_field *a = &ret->fields[f];
 			const struct fmt_field *b = &o->fields[f];
-			const char *what = mix_field_differs(a, b);
-			if (what)
-				return feed_err_set(err, -EINVAL, "mixture: source '%s': field '%s' "
-						    "differs from source '%s''s field '%s' (%s)",
-						    m->e[s]->name, b->name, m->e[0]->name, a->name, what);
 			a->max_bytes = b->max_bytes > a->max_bytes ? b->max_bytes : a->max_bytes;
 			a->max_width = b->max_width > a->max_width ? b->max_width : a->max_width;
 			a->max_height = b->max_height > a->max_height ? b->max_height : a->max_height;

@@ -25,6 +25,7 @@ struct ses;
 
 struct ses_mix {
 	char name[96];              /* for messages: "mixture 'lm'", "mixture (web, code)" */
+	char label[64];             /* for status and metrics: "lm", "web+code" (cut) */
 	uint32_t n;
 	const struct cat_entry *e[MIXT_MAX_SOURCES]; /* a reference each */
 	struct mixt_spec spec;      /* sources' ds borrowed from e[] */

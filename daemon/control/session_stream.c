@@ -471,7 +471,8 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 	ss->pipeline = strdup(ss->plan->canonical);
 	ss->stat = (struct stats_entry){
 		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
-		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
+		.id = ss->id, .e = ss->e, .label = ss->mix ? ss->mix->label : NULL,
+		.pipeline = ss->pipeline, .batch = ss->batch,
 		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
 		.device = !ss->dev_asked ? "" : ss->dev ? "ipc" : ss->dev_reason,
 		.device_bytes = ss->dev_bytes, .job = ss->job, .slot_bytes = ss->slot_bytes,

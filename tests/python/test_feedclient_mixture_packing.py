@@ -19,6 +19,7 @@ continues each source from its own position. Refusals name the source.
 
 import collections
 import pickle
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -60,7 +61,7 @@ def mp(feedpack, feedd_factory, tmp_path_factory):
     args += ["--dataset", f"plain={d / 'plain'}"]
     (d / "run").mkdir()
     daemon = feedd_factory(d / "run", "--workers", 2, *args)
-    return SimpleNamespace(sock=daemon.sock, docs=docs)
+    return SimpleNamespace(sock=daemon.sock, docs=docs, dir=d)
 
 
 def batch_rows(b):
@@ -248,3 +249,36 @@ def test_packed_mixture_refusals(mp):
     with pytest.raises(feedclient.FeedError, match="source 'code'.*repeat and choose"):
         feedclient.Loader({"web": 1, "code": feedclient.Source(1, repeat=2)}, B,
                           socket=mp.sock, pipeline="pack(seq_len=16)")
+
+
+def test_status_labels_a_mixture_stream_by_the_mixture(mp):
+    with feedclient.Loader(W3, B, socket=mp.sock, pipeline="concat(seq_len=16)") as ld:
+        next(iter(ld))
+        mine = [s for s in feedclient.status(mp.sock)["streams"]
+                if s["pipeline"] == "concat(seq_len=16)"]
+    assert [s["dataset"] for s in mine] == ["web+code+books"]
+
+
+def test_check_config_names_a_mixture_source_whose_schema_differs(mp, feed_bin):
+    """feedd --check-config opens a configured mixture's sources and names
+    the source and field whose schema is not the first source's."""
+    cfg = mp.dir / "mixtures.yaml"
+    cfg.write_text(
+        f"socket: {mp.dir / 'check.sock'}\n"
+        "datasets:\n"
+        + "".join(f"  - {{name: {n}, path: {mp.dir / n}}}\n" for n in (*SIZES, "plain")) +
+        "mixtures:\n"
+        "  - name: lm\n"
+        "    sources:\n"
+        "      - {dataset: web, weight: 0.7}\n"
+        "      - {dataset: books, weight: 0.3}\n"
+        "  - name: broken\n"
+        "    sources:\n"
+        "      - {dataset: code, weight: 1}\n"
+        "      - {dataset: plain, weight: 1}\n")
+    res = subprocess.run([str(feed_bin / "feedd"), "--check-config", str(cfg), "--strict"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert "mixture 'broken': source 'plain': field 'input_ids' differs from source " \
+           "'code''s field 'tokens' (name)" in res.stderr, res.stderr
+    assert "mixture 'lm'" not in res.stderr
