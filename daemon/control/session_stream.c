@@ -585,7 +585,8 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 			 ss->plan->canonical);
 	else
 		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
-			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
+			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
+			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
 			 ss->credits, ss->plan->canonical,
 			 ss->dev ? ", device slots (CUDA IPC)" : "",
 			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
