@@ -6,8 +6,9 @@ Everything is made here from local text: Debian's python3-doc reST sources
 each file one document. A byte-level BPE tokenizer (written below, no
 package needed) is trained on a sample of both, the corpora are tokenized
 into flat files with an end-of-document token after each document, packed
-by feedpack into one token-document dataset, served by a private feedd,
-and read as concat(seq_len=L) rows:
+by feedpack into two token-document datasets (rst, man), served by a
+private feedd, and read as one packed mixture of concat(seq_len=L) rows,
+70% from rst and 30% from man (each row from one corpus, its `source`):
 
     python3 examples/train_gpt.py --bin build/bin --workdir /tmp/gpt
 
@@ -171,11 +172,11 @@ class GPT(nn.Module):
 # ---- feedd ----------------------------------------------------------------
 
 def prepare(args):
-    """Tokenizer, token files, the packed dataset; returns (dir, vocab)."""
+    """Tokenizer, token files, the packed datasets; returns ({name: dir}, eos)."""
     os.makedirs(args.workdir, exist_ok=True)
-    out = os.path.join(args.workdir, "corpus")
+    out = {name: os.path.join(args.workdir, name) for name in ("rst", "man")}
     eos = args.vocab - 1
-    if os.path.exists(out):
+    if all(os.path.exists(d) for d in out.values()):
         return out, eos
     rst, man = rst_docs(args.corpus_bytes), man_docs(args.corpus_bytes // 2)
     sample = b"".join(d[:4000] + b"\0" for d in (rst[::4] + man[::4]))[:args.sample_bytes]
@@ -184,16 +185,14 @@ def prepare(args):
     t0 = time.monotonic()
     merges = train_bpe(s, args.vocab, eos)
     print(f"BPE: {len(merges)} merges on {len(sample)} bytes in {time.monotonic() - t0:.1f} s")
-    files = []
     for name, docs in (("rst", rst), ("man", man)):
         ids = encode(docs, merges, eos)
         path = os.path.join(args.workdir, f"{name}.bin")
         ids.tofile(path)
-        files.append(path)
         print(f"{name}: {len(docs)} documents, {len(ids)} tokens")
-    subprocess.run([os.path.join(args.bin, "feedpack"), "tokens", *files, "--dtype", "uint16",
-                    "--doc-sep", str(eos), "--vocab-size", str(args.vocab), "-o", out],
-                   check=True)
+        subprocess.run([os.path.join(args.bin, "feedpack"), "tokens", path, "--dtype", "uint16",
+                        "--doc-sep", str(eos), "--vocab-size", str(args.vocab), "-o",
+                        out[name]], check=True)
     return out, eos
 
 
@@ -215,14 +214,16 @@ def main():
     data, _ = prepare(args)
     sock = os.path.join(args.workdir, "feedd.sock")
     feedd = subprocess.Popen([os.path.join(args.bin, "feedd"), "--socket", sock,
-                              "--dataset", f"corpus={data}"])
+                              *[a for n, d in data.items() for a in ("--dataset", f"{n}={d}")]])
     try:
         for _ in range(500):   # until it answers (at most 10 s)
             if os.path.exists(sock):
                 break
             time.sleep(0.02)
-        loader = feedclient.Loader("corpus", args.batch, socket=sock, as_torch=True,
-                                   pipeline=f"concat(seq_len={args.seq_len})", seed=1)
+        # a packed mixture: each row from one corpus, each corpus its own passes
+        loader = feedclient.Loader({"rst": 0.7, "man": 0.3}, args.batch, socket=sock,
+                                   as_torch=True, pipeline=f"concat(seq_len={args.seq_len})",
+                                   seed=1)
         model = GPT(args.vocab, args.seq_len)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         losses, step = [], 0

@@ -87,6 +87,14 @@ int fmt_schema_check(const struct fmt_schema *s, struct feed_err *err);
 /* Returns the index of the field called name, or -ENOENT. */
 int fmt_schema_find(const struct fmt_schema *s, const char *name);
 
+/* Whether one stream can read datasets of schemas a and b as one (a
+ * mixture's sources): the same fields in the same order, each of the same
+ * name, dtype, variable length, shape and encoding (record sizes may
+ * differ). 0, or -EINVAL with err saying "source 'bname': field 'F'
+ * differs from source 'aname''s field 'G' (dtype)" or the field counts. */
+int fmt_schema_agree(const struct fmt_schema *a, const char *aname, const struct fmt_schema *b,
+		     const char *bname, struct feed_err *err);
+
 /* The index of s's token field: FMT_TOKENS_FIELD, variable, rank 0, of
  * dtype u16, u32 or i32; -ENOENT when s has none such. */
 int fmt_schema_tokens(const struct fmt_schema *s);

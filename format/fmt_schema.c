@@ -95,6 +95,38 @@ int fmt_schema_find(const struct fmt_schema *s, const char *name)
 	return -ENOENT;
 }
 
+/* What differs between fields f and g, or NULL. */
+static const char *field_differs(const struct fmt_field *f, const struct fmt_field *g)
+{
+	if (strcmp(f->name, g->name))
+		return "name";
+	if (f->dtype != g->dtype)
+		return "dtype";
+	if (f->variable != g->variable)
+		return "variable length";
+	if (f->rank != g->rank || memcmp(f->shape, g->shape, f->rank * sizeof(f->shape[0])))
+		return "shape";
+	if (f->image != g->image)
+		return "encoded images";
+	return NULL;
+}
+
+int fmt_schema_agree(const struct fmt_schema *a, const char *aname, const struct fmt_schema *b,
+		     const char *bname, struct feed_err *err)
+{
+	if (a->nfields != b->nfields)
+		return feed_err_set(err, -EINVAL, "source '%s' has %u fields, source '%s' %u: the "
+				    "schemas must agree", bname, b->nfields, aname, a->nfields);
+	for (uint32_t f = 0; f < a->nfields; f++) {
+		const char *what = field_differs(&a->fields[f], &b->fields[f]);
+		if (what)
+			return feed_err_set(err, -EINVAL, "source '%s': field '%s' differs from "
+					    "source '%s''s field '%s' (%s)", bname, b->fields[f].name,
+					    aname, a->fields[f].name, what);
+	}
+	return 0;
+}
+
 int fmt_schema_tokens(const struct fmt_schema *s)
 {
 	int f = fmt_schema_find(s, FMT_TOKENS_FIELD);

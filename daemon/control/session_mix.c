@@ -16,6 +16,7 @@
 #include "delivery.h"
 #include "feed_shm.h"
 #include "feedd.h"
+#include "pack_stream.h"
 #include "pipeline.h"
 #include "session.h"
 
@@ -78,8 +79,13 @@ static void mix_name(struct ses_mix *m, const Feed__OpenStream *o)
 
 	if (!o->n_mixture) {
 		snprintf(m->name, sizeof(m->name), "mixture '%s'", o->dataset);
+		snprintf(m->label, sizeof(m->label), "%s", o->dataset);
 		return;
 	}
+	k = 0;
+	for (uint32_t s = 0; s < m->n && k < sizeof(m->label); s++)
+		k += (size_t)snprintf(m->label + k, sizeof(m->label) - k, "%s%s", s ? "+" : "",
+				      m->spec.src[s].name);
 	k = (size_t)snprintf(buf, sizeof(buf), "mixture (");
 	for (uint32_t s = 0; s < m->n && k < sizeof(buf); s++)
 		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s", s ? ", " : "",
@@ -119,6 +125,8 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 		s->n = e->info->num_samples;
 		snprintf(s->version, sizeof(s->version), "%s", e->info->version);
 		s->weight = ask[i].weight;
+		m->repeat[i] = ask[i].repeat;
+		m->choose[i] = ask[i].choose;
 		int rc = mix_source_rows(&ask[i], s->n, &s->epoch_rows, &err);
 		if (rc == 0 && s->epoch_rows > ORD_MAX_SAMPLES - rows)
 			rc = feed_err_set(&err, -EINVAL, "mixture: its sources' epochs hold more "
@@ -131,6 +139,7 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 		m->epoch_rows += s->epoch_rows;
 	}
 	m->spec.nsrc = m->n;
+	m->asked_rows = rows;
 	if (rows)
 		m->epoch_rows = rows;  /* samples_per_epoch */
 	mix_name(m, o);
@@ -138,41 +147,66 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
 	return 0;
 }
 
-/* Whether field g of another source is field f of the first. */
-static const char *mix_field_differs(const struct fmt_field *f, const struct fmt_field *g)
+/* Source s's rows: its documents, its rows per pass, its epoch in rows. */
+static int mix_source_pack(struct ses_mix *m, uint32_t s, const struct pk_spec *pk, bool shuffle,
+			   struct feed_err *err)
 {
-	if (strcmp(f->name, g->name))
-		return "name";
-	if (f->dtype != g->dtype)
-		return "dtype";
-	if (f->variable != g->variable)
-		return "variable length";
-	if (f->rank != g->rank || memcmp(f->shape, g->shape, f->rank * sizeof(f->shape[0])))
-		return "shape";
-	if (f->image != g->image)
-		return "encoded images";
-	return NULL;
+	struct mixt_source *src = &m->spec.src[s];
+	struct mix_ask ask = {.dataset = src->name, .repeat = m->repeat[s], .choose = m->choose[s]};
+	const uint32_t *lens;
+	uint64_t total;
+	int rc;
+
+	if (fmt_dataset_doc_lens(src->ds, &lens, &total) < 0)
+		return feed_err_set(err, -EINVAL, "no document lengths (%s): pack it again with "
+				    "this feedpack", FMT_LENGTHS_FILE);
+	if ((rc = pk_source_init(&src->rows, pk, lens, src->n, total, src->version, m->spec.seed,
+				 shuffle ? ORD_FULL : ORD_SEQUENTIAL, err)) < 0 ||
+	    (rc = pks_spec_check(&(struct pks_spec){.src = &src->rows}, err)) < 0)
+		return rc;
+	if (pk->mode == PK_MODE_PACK && (ask.choose || (ask.repeat != 0.0 && ask.repeat != 1.0)))
+		return pks_spec_check(&(struct pks_spec){.src = &src->rows, .cap = 1}, err);
+	/* concat: rows per pass; pack: their least (a pass's count is known
+	 * only once placed), its epoch one pass whatever it holds */
+	src->n = pk->mode == PK_MODE_CONCAT ? (total - 1) / pk->seq_len :
+					      (total + pk->seq_len - 1) / pk->seq_len;
+	return mix_source_rows(&ask, src->n, &src->epoch_rows, err);
 }
 
-/* The sources' schemas agree field by field; *ret holds the largest
- * records of each field over all of them. */
+int ses_mix_rows(struct ses_mix *m, const struct pipe_plan *plan, struct dlv_spec *sp,
+		 struct feed_err *err)
+{
+	bool shuffle = m->spec.shuffle && !sp->sched.ord.eval;
+	uint64_t rows = 0;
+	int rc;
+
+	if (plan->pack.mode == PK_MODE_NONE)
+		return 0;
+	for (uint32_t s = 0; s < m->n; s++) {
+		if ((rc = mix_source_pack(m, s, &plan->pack, shuffle, err)) < 0)
+			return feed_err_prefix(err, "mixture: source '%s'", m->spec.src[s].name);
+		if (m->spec.src[s].epoch_rows > ORD_MAX_SAMPLES - rows)
+			return feed_err_set(err, -EINVAL, "mixture: its sources' epochs hold more "
+					    "than 2^62 rows");
+		rows += m->spec.src[s].epoch_rows;
+	}
+	m->epoch_rows = m->asked_rows ? m->asked_rows : rows;
+	sp->sched.ord.n = m->epoch_rows;
+	return 0;
+}
+
+/* The sources' schemas agree field by field (fmt_schema_agree); *ret
+ * holds the largest records of each field over all of them. */
 static int mix_schema(const struct ses_mix *m, struct fmt_schema *ret, struct feed_err *err)
 {
 	*ret = *m->e[0]->info->schema;
 	for (uint32_t s = 1; s < m->n; s++) {
 		const struct fmt_schema *o = m->e[s]->info->schema;
-		if (o->nfields != ret->nfields)
-			return feed_err_set(err, -EINVAL, "mixture: source '%s' has %u fields, source "
-					    "'%s' %u: the schemas must agree", m->e[s]->name,
-					    o->nfields, m->e[0]->name, ret->nfields);
+		if (fmt_schema_agree(ret, m->e[0]->name, o, m->e[s]->name, err) < 0)
+			return feed_err_prefix(err, "mixture");
 		for (uint32_t f = 0; f < o->nfields; f++) {
 			struct fmt_field *a = &ret->fields[f];
 			const struct fmt_field *b = &o->fields[f];
-			const char *what = mix_field_differs(a, b);
-			if (what)
-				return feed_err_set(err, -EINVAL, "mixture: source '%s': field '%s' "
-						    "differs from source '%s''s field '%s' (%s)",
-						    m->e[s]->name, b->name, m->e[0]->name, a->name, what);
 			a->max_bytes = b->max_bytes > a->max_bytes ? b->max_bytes : a->max_bytes;
 			a->max_width = b->max_width > a->max_width ? b->max_width : a->max_width;
 			a->max_height = b->max_height > a->max_height ? b->max_height : a->max_height;

@@ -25,10 +25,14 @@ struct ses;
 
 struct ses_mix {
 	char name[96];              /* for messages: "mixture 'lm'", "mixture (web, code)" */
+	char label[64];             /* for status and metrics: "lm", "web+code" (cut) */
 	uint32_t n;
 	const struct cat_entry *e[MIXT_MAX_SOURCES]; /* a reference each */
 	struct mixt_spec spec;      /* sources' ds borrowed from e[] */
 	uint64_t epoch_rows;        /* the mixture's epoch */
+	uint64_t asked_rows;        /* samples_per_epoch, 0: the sources' sum */
+	double repeat[MIXT_MAX_SOURCES]; /* each source's caps as asked */
+	uint64_t choose[MIXT_MAX_SOURCES];
 	uint8_t state[SES_MIX_STATE_MAX]; /* StreamOpened.mixture, once made */
 	size_t state_len;
 };
@@ -46,6 +50,15 @@ int ses_mix_open(struct ses *se, uint32_t id, const Feed__OpenStream *o, struct 
  * records over every source) to plan the pipeline on. */
 int ses_mix_spec(struct ses_mix *m, const Feed__OpenStream *o, struct dlv_spec *sp,
 		 struct fmt_schema *ret_schema, struct feed_err *err);
+
+/* Packing (plan->pack concat or pack; else nothing): each source's rows
+ * cut from its own documents (its lengths.u32) over its own passes, its
+ * epoch counted in rows (concat: its rows per pass times repeat, or
+ * choose; pack: the least rows a pass holds, every row full, and no
+ * repeat or choose), and sp's positions over the mixture's rows. -EINVAL
+ * naming the source. O(sources). */
+int ses_mix_rows(struct ses_mix *m, const struct pipe_plan *plan, struct dlv_spec *sp,
+		 struct feed_err *err);
 
 /* Appends the int32 field `source` to plan's out schema (*ret_field). */
 int ses_mix_plan(struct pipe_plan *plan, uint32_t *ret_field, struct feed_err *err);

@@ -471,7 +471,8 @@ static void ses_stream_register(struct ses *se, struct ses_stream *ss)
 	ss->pipeline = strdup(ss->plan->canonical);
 	ss->stat = (struct stats_entry){
 		.kind = "stream", .uid = ss->uid, .pid = se->conn->peer.pid, .conn = se->conn->id,
-		.id = ss->id, .e = ss->e, .pipeline = ss->pipeline, .batch = ss->batch,
+		.id = ss->id, .e = ss->e, .label = ss->mix ? ss->mix->label : NULL,
+		.pipeline = ss->pipeline, .batch = ss->batch,
 		.shm_bytes = ss->shm_bytes, .opened_ms = uv_now(&ss->d->loop), .read = ses_stream_read,
 		.device = !ss->dev_asked ? "" : ss->dev ? "ipc" : ss->dev_reason,
 		.device_bytes = ss->dev_bytes, .job = ss->job, .slot_bytes = ss->slot_bytes,
@@ -584,7 +585,8 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 			 ss->plan->canonical);
 	else
 		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
-			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ss->batch,
+			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
+			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
 			 ss->credits, ss->plan->canonical,
 			 ss->dev ? ", device slots (CUDA IPC)" : "",
 			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
@@ -688,11 +690,10 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 			feed_err_prefix(err, "pipeline");
 		return rc;
 	}
-	if ((rc = ses_rows(ss->e, ss->plan, sp, err)) < 0)
+	/* a mixture's sources are packed each over its own documents */
+	rc = ss->mix ? ses_mix_rows(ss->mix, ss->plan, sp, err) : ses_rows(ss->e, ss->plan, sp, err);
+	if (rc < 0)
 		return rc;
-	if (ss->mix && ss->plan->pack.mode != PK_MODE_NONE)
-		return feed_err_set(err, -EINVAL, "pipeline: concat and pack do not take a mixture "
-				    "yet: pack each source's rows in a stream of its own");
 	if (ss->mix && (rc = ses_mix_plan(ss->plan, &sp->mix_field, err)) < 0)
 		return rc;
 	if (o->resume.len && (rc = ses_resume(o, ss->e, ss->mix, ss->plan, sp, err)) < 0)

@@ -398,6 +398,48 @@ static void cat_say_warning(void *ctx, const char *msg)
 	fprintf(sf->out, "feedd: %s: warning: %s\n", sf->file, msg);
 }
 
+/* The opened entry of cat called name, or NULL. */
+static const struct cat_entry *cat_ready_named(const struct cat *cat, const char *name)
+{
+	for (size_t i = 0; i < cat->n; i++)
+		if (!strcmp(cat->e[i]->name, name) && cat_entry_state(cat->e[i], NULL) == CAT_READY)
+			return cat->e[i];
+	return NULL;
+}
+
+/* Says (through say) which configured mixtures have a source whose schema
+ * disagrees with the first's (fmt_schema_agree: the source and the field),
+ * which every open of it would be refused for; sources left out were said
+ * already. Returns how many lines. */
+static int cat_mixture_schemas(const struct cat *cat, const struct cfg *c,
+			       void (*say)(void *ctx, const char *msg), void *ctx)
+{
+	char msg[FEED_ERR_MSG_MAX + 128];
+	int bad = 0;
+
+	for (size_t i = 0; i < c->nmixtures; i++) {
+		const struct cfg_mixture *m = &c->mixtures[i];
+		const struct cat_entry *first = NULL;
+		for (size_t s = 0; s < m->nsources; s++) {
+			const struct cat_entry *e = cat_ready_named(cat, m->sources[s].dataset);
+			struct feed_err err = {0};
+			if (!e || !first) {
+				first = first ? first : e;
+				continue;
+			}
+			if (fmt_schema_agree(first->info->schema, first->name, e->info->schema, e->name,
+					     &err) == 0)
+				continue;
+			snprintf(msg, sizeof(msg), "mixture '%s': %s; every open of it is refused",
+				 m->name, err.msg);
+			say(ctx, msg);
+			bad++;
+			break;
+		}
+	}
+	return bad;
+}
+
 int cat_check(const struct cfg *c, FILE *out)
 {
 	struct cat_say_file sf = {.out = out, .file = c->file ? c->file : "config"};
@@ -421,6 +463,8 @@ int cat_check(const struct cfg *c, FILE *out)
 		}
 	}
 	int r = cat_unfit_pipelines(cat, c, cat_say_warning, &sf);
+	if (r >= 0)
+		r += cat_mixture_schemas(cat, c, cat_say_warning, &sf);
 	cat_free(cat);
 	return r < 0 ? r : warnings + r;
 }

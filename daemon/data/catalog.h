@@ -113,7 +113,10 @@ int cat_open(const struct cfg *c, struct cache *cache, const struct cat_remote *
  * dataset 'x' (DIR): why; left out" for a dataset that does not open
  * (start-up leaves it out too), "feedd: FILE: warning: pipeline 'p' plans
  * against none of ..." for a pipeline that fits none of the datasets that
- * opened. Returns the number of warnings, or -ENOMEM. Blocking. */
+ * opened, "feedd: FILE: warning: mixture 'm': source 's': field 'f'
+ * differs from ..." for a configured mixture whose sources' schemas
+ * disagree (every open of it is refused). Returns the number of warnings,
+ * or -ENOMEM. Blocking. */
 int cat_check(const struct cfg *c, FILE *out);
 
 /* How many of cat's datasets the pipeline text plans against, in *ret_n;

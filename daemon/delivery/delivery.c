@@ -52,6 +52,8 @@ struct dlv_job {
 	uint64_t bytes;            /* field bytes written */
 	bool built;                /* finished, waiting for its turn (lock) */
 	struct bld_bad bad;        /* on_error skip: what it replaced */
+	/* a packed mixture: each source's stream at the batch's first row */
+	struct pks_pos mpk[MIXT_MAX_SOURCES];
 };
 
 /* One reader: its control region (ready ring, copies of the slot headers),
@@ -107,6 +109,10 @@ struct dlv {
 	uint32_t mix_field;        /* the out field `source` */
 	struct bld_row *rows;      /* a mixture: batch rows per slot, each the
 				    * job's of that slot while it builds */
+	/* a packed mixture (mixt_packed()): its sources' streams, and the walk
+	 * that starts each batch's (lock), in the order batches are handed out */
+	struct pks_spec mpk_spec[MIXT_MAX_SOURCES];
+	struct mixt_walk mwalk;
 	struct pipe_plan *plan;    /* our copy: the request that made it is gone */
 	void (*on_free)(void *arg);/* spec->on_free, called when we are gone */
 	void *on_free_arg;
@@ -215,6 +221,7 @@ static void dlv_destroy(struct dlv *d)
 #endif
 	free(d->hdrs);
 	free(d->rows);
+	mixt_walk_fini(&d->mwalk);
 	mixt_free(d->mix);
 	free(d->plan);
 	pthread_mutex_destroy(&d->lock);
@@ -350,8 +357,10 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	}
 	d->mix = spec->mix;
 	d->mix_field = spec->mix_field;
-	for (uint32_t s = 0; d->mix && s < d->mix->spec.nsrc; s++)
+	for (uint32_t s = 0; d->mix && s < d->mix->spec.nsrc; s++) {
 		d->srcs[s] = d->mix->spec.src[s].ds;
+		mixt_pks_spec(d->mix, s, &d->mpk_spec[s]);
+	}
 	d->dev = d->dev_own = spec->dev; /* ours from here: nothing fails after */
 	d->dev_ops = spec->dev_ops;
 	d->on_free = spec->on_free;
@@ -942,6 +951,17 @@ static void want_release_locked(struct dlv *d)
 	d->want_recheck = true;
 }
 
+/* A packed mixture's batch: where each source's stream stands at its
+ * first row (the walk moves on under the lock as batches are handed out:
+ * O(rows between) and the lengths of the documents passed). */
+static int job_mix_start_locked(struct dlv *d, struct dlv_job *j, struct feed_err *err)
+{
+	uint64_t g = j->pos.epoch * d->sched.spec.ord.n +
+		     ord_global_position(j->pos.ord, j->pos.batch, 0);
+
+	return mixt_walk_to(&d->mwalk, d->mix, g, j->mpk, err);
+}
+
 /* Hands free slots to the next positions; returns the jobs to submit (once
  * the lock is dropped) as a list. */
 static struct pool_job *pump_locked(struct dlv *d)
@@ -957,6 +977,8 @@ static struct pool_job *pump_locked(struct dlv *d)
 			break;
 		if (rc == 0)  /* now: pos.ord may be another epoch's by publication */
 			j->position = ord_position_of(j->pos.ord, j->pos.batch);
+		if (rc == 0 && d->mix && mixt_packed(d->mix))
+			rc = job_mix_start_locked(d, j, &err);
 		if (rc < 0) {  /* after the batches already scheduled */
 			d->fail_code = rc;
 			d->fail_seq = d->sched_seq;
@@ -1081,6 +1103,7 @@ static int job_rows(struct dlv *d, struct dlv_job *j, struct bld_batch *b, struc
 	struct bld_row *rows = d->rows + (size_t)j->slot * d->lay.batch;
 	uint64_t base = j->pos.epoch * d->sched.spec.ord.n;
 	struct mixt_cursor c;
+	bool packed = mixt_packed(d->mix);
 	int rc = 0;
 
 	memset(c.valid, 0, sizeof(c.valid));
@@ -1088,13 +1111,20 @@ static int job_rows(struct dlv *d, struct dlv_job *j, struct bld_batch *b, struc
 		/* padding past the epoch's end reads the rows after it: a repeat */
 		uint64_t k, g = base + ord_global_position(j->pos.ord, j->pos.batch, i);
 		rows[i].source = mixt_row(d->mix, g, &k);
-		rc = mixt_sample(d->mix, &c, rows[i].source, k, &rows[i].sample, err);
+		if (packed)  /* the row of its source's stream: the builder cuts it */
+			rows[i].sample = k;
+		else
+			rc = mixt_sample(d->mix, &c, rows[i].source, k, &rows[i].sample, err);
 	}
 	mixt_cursor_fini(&c);
 	b->mix_rows = rows;
 	b->srcs = d->srcs;
 	b->nsrcs = d->mix->spec.nsrc;
 	b->src_field = d->mix_field;
+	if (packed) {
+		b->mix_pk_spec = d->mpk_spec;
+		b->mix_pk = j->mpk;
+	}
 	return rc;
 }
 

@@ -223,3 +223,59 @@ void mixt_cursor_fini(struct mixt_cursor *c)
 			ord_epoch_fini(&c->ord[s]);
 	memset(c->valid, 0, sizeof(c->valid));
 }
+
+bool mixt_packed(const struct mixture *m)
+{
+	return m->spec.src[0].rows.spec.mode != PK_MODE_NONE;
+}
+
+void mixt_pks_spec(const struct mixture *m, uint32_t s, struct pks_spec *ret)
+{
+	const struct mixt_source *src = &m->spec.src[s];
+
+	*ret = (struct pks_spec){.src = &src->rows,
+				 .cap = src->rows.spec.mode == PK_MODE_CONCAT ? src->epoch_rows : 0};
+}
+
+/* w's counts moved to row g: row by row when g is within a period ahead,
+ * else computed afresh. */
+static void walk_counts(struct mixt_walk *w, const struct mixture *m, uint64_t g)
+{
+	if (w->valid && g >= w->g && g - w->g <= m->period) {
+		for (uint64_t r = w->g; r < g; r++) {
+			uint64_t k;
+			uint32_t s = mixt_row(m, r, &k);
+			w->k[s] = k + 1;
+		}
+	} else {
+		mixt_counts(m, g, w->k);
+	}
+	w->g = g;
+	w->valid = true;
+}
+
+int mixt_walk_to(struct mixt_walk *w, const struct mixture *m, uint64_t g, struct pks_pos *ret,
+		 struct feed_err *err)
+{
+	int rc;
+
+	walk_counts(w, m, g);
+	for (uint32_t s = 0; s < m->spec.nsrc; s++) {
+		struct pks_spec sp;
+		mixt_pks_spec(m, s, &sp);
+		pks_stream_use(&w->st[s], &sp);
+		if ((rc = pks_seek(&w->st[s], &w->pos[s], w->k[s], err)) < 0) {
+			w->valid = false;
+			return feed_err_prefix(err, "mixture: source '%s'", m->spec.src[s].name);
+		}
+		ret[s] = w->pos[s];
+	}
+	return 0;
+}
+
+void mixt_walk_fini(struct mixt_walk *w)
+{
+	for (uint32_t s = 0; s < MIXT_MAX_SOURCES; s++)
+		pks_stream_fini(&w->st[s]);
+	memset(w, 0, sizeof(*w));
+}

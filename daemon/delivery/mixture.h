@@ -32,11 +32,13 @@
 
 #include "feed_err.h"
 #include "order.h"
+#include "pack_stream.h"
 
 struct fmt_dataset;
 
 #define MIXT_MAX_SOURCES 8          /* what a resume token of FEED_RESUME_MAX holds */
 #define MIXT_PERIOD_MAX 65536u      /* finest share: 1 / 65536 */
+_Static_assert(MIXT_MAX_SOURCES <= PKS_STREAMS_MAX, "a worker keeps a stream per source");
 
 /* One source as the session resolved it. */
 struct mixt_source {
@@ -47,6 +49,11 @@ struct mixt_source {
 	double weight;              /* >= 0, finite */
 	uint64_t epoch_rows;        /* its epoch: choose, or repeat * n (>= 1) */
 	uint64_t base;              /* rows it gave before base_row */
+	/* packing (concat or pack; mode PK_MODE_NONE: samples): its rows, cut
+	 * from its own documents over its own passes (core/pack_stream.h);
+	 * n is then its rows per pass (concat), or their least (pack: every
+	 * row full), and epoch_rows counts rows */
+	struct pk_source rows;
 };
 
 struct mixt_spec {
@@ -105,5 +112,31 @@ struct mixt_cursor {
 int mixt_sample(const struct mixture *m, struct mixt_cursor *c, uint32_t s, uint64_t k,
 		uint64_t *ret_sample, struct feed_err *err);
 void mixt_cursor_fini(struct mixt_cursor *c);
+
+/* Packed mixtures (every source's rows.spec.mode is concat or pack): a
+ * source's k-th row is the k-th row of its pack stream (pack_stream.h),
+ * whose source epoch is epoch_rows rows under concat (choose, repeat) and
+ * one pass under pack. */
+bool mixt_packed(const struct mixture *m);
+void mixt_pks_spec(const struct mixture *m, uint32_t s, struct pks_spec *ret);
+
+/* Each source walked along the mixture's rows (the delivery's, under its
+ * lock): zero it before first use, mixt_walk_fini() after. */
+struct mixt_walk {
+	bool valid;                 /* k holds the counts before row g */
+	uint64_t g;
+	uint64_t k[MIXT_MAX_SOURCES];
+	struct pks_stream st[MIXT_MAX_SOURCES];
+	struct pks_pos pos[MIXT_MAX_SOURCES];
+};
+
+/* Where each source's first row at or after mixture row g (>= base_row)
+ * stands, into ret[nsrc]: its rows before g. Moves w forward from where
+ * it stood (O(rows between) for the blend, the lengths of the documents
+ * passed; pack places the windows it passes), or from the sources'
+ * starts when g is behind it. 0, or -ENOMEM / -EINVAL (err). */
+int mixt_walk_to(struct mixt_walk *w, const struct mixture *m, uint64_t g, struct pks_pos *ret,
+		 struct feed_err *err);
+void mixt_walk_fini(struct mixt_walk *w);
 
 #endif

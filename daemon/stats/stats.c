@@ -161,7 +161,7 @@ static void stats_labels(const struct stats_entry *en, struct stats_series *ret)
 {
 	memset(ret, 0, sizeof(*ret));
 	ret->uid = en->uid;
-	snprintf(ret->dataset, sizeof(ret->dataset), "%s", en->e->cfg->name);
+	snprintf(ret->dataset, sizeof(ret->dataset), "%s", en->label ? en->label : en->e->cfg->name);
 	snprintf(ret->job, sizeof(ret->job), "%s", en->job ? en->job : "");
 	snprintf(ret->group, sizeof(ret->group), "%s", en->group ? en->group : "");
 }
@@ -444,7 +444,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->pid = (int32_t)en->pid;
 	s->conn = en->conn;
 	s->stream = en->id;
-	s->dataset = (char *)en->e->cfg->name;
+	s->dataset = (char *)(en->label ? en->label : en->e->cfg->name);
 	s->group = (char *)(en->group ? en->group : "");
 	s->pipeline = (char *)(en->pipeline ? en->pipeline : "");
 	s->members = x.members ? x.members : 1;

@@ -80,6 +80,9 @@ struct stats_entry {
 	uint64_t conn;                 /* connection number, 0 for a group */
 	uint32_t id;                   /* stream id on it */
 	const struct cat_entry *e;     /* its dataset (the catalog outlives it) */
+	const char *label;             /* NULL, or what status and the dataset label
+				        * call it instead of e (a mixture's name);
+				        * lives as long as the entry */
 	const char *group;             /* NULL or "": not in a group */
 	const char *pipeline;          /* canonical text; lives as long as the entry */
 	uint32_t batch;

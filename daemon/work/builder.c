@@ -349,12 +349,15 @@ out:
 /* Packed rows                                                         */
 
 /* A row's token reads: one block pinned at a time, kept while the next
- * read is in the same block. */
+ * read is in the same block of the same dataset. */
 struct rows_fetch {
 	const struct bld_batch *b;
 	struct cache_worker *cw;
 	uint32_t field;              /* the dataset's token field */
 	int dtype;                   /* its dtype */
+	const struct fmt_dataset *ds; /* the row's dataset (a mixture's source) */
+	const uint32_t *lens;        /* its document lengths */
+	const struct fmt_dataset *pin_ds; /* the pinned block's dataset */
 	uint64_t block;              /* pinned block, UINT64_MAX when none */
 	const struct fmt_block *blk;
 	struct cache_entry *ent;
@@ -373,24 +376,24 @@ static int rows_fetch(void *ctx, uint64_t doc, uint64_t start, uint32_t n, uint3
 		      struct feed_err *err)
 {
 	struct rows_fetch *f = ctx;
-	const struct bld_batch *b = f->b;
 	struct fmt_loc loc;
 	size_t len;
 	int rc;
 
-	fmt_dataset_locate(b->ds, doc, &loc);
-	if (loc.block != f->block) {
+	fmt_dataset_locate(f->ds, doc, &loc);
+	if (loc.block != f->block || f->pin_ds != f->ds) {
 		rows_unpin(f);
-		if ((rc = cache_get(b->cache, b->ds, loc.block, f->cw, &f->blk, &f->ent, err)) < 0)
+		if ((rc = cache_get(f->b->cache, f->ds, loc.block, f->cw, &f->blk, &f->ent, err)) < 0)
 			return feed_err_prefix(err, "document %llu", (unsigned long long)doc);
 		f->block = loc.block;
+		f->pin_ds = f->ds;
 	}
 	const uint8_t *p = fmt_block_field(f->blk, f->field, loc.record, &len);
 	size_t es = feed_dtype_size(f->dtype);
-	if (len / es != b->rows->lens[doc] || start + n > len / es)
+	if (len / es != f->lens[doc] || start + n > len / es)
 		return feed_err_set(err, -EBADMSG, "dataset '%s': document %llu holds %zu tokens, "
-				    "its recorded length is %u", fmt_dataset_info(b->ds)->name,
-				    (unsigned long long)doc, len / es, b->rows->lens[doc]);
+				    "its recorded length is %u", fmt_dataset_info(f->ds)->name,
+				    (unsigned long long)doc, len / es, f->lens[doc]);
 	for (uint32_t k = 0; k < n; k++) {
 		if (es == 2) {
 			uint16_t t;
@@ -463,67 +466,125 @@ static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const str
 			    (unsigned long long)g);
 }
 
-/* Builds row i (global row g) from cursor c, its segment starts appended
- * to cu_seqlens (and, after the batch's last row, rows * L). */
-static int rows_one(const struct bld_batch *b, struct pool_worker *w, struct rows_fetch *f,
-		    const struct pk_docs *docs, struct pk_cursor *c, uint64_t g, uint32_t i,
-		    uint64_t *cursor, struct feed_err *err)
-{
-	const struct pk_spec *sp = &b->plan->pack;
+/* A batch of rows being built: the worker's scratch cut for one row, the
+ * token reads, the variable fields' cursors. */
+struct rows_ctx {
+	const struct bld_batch *b;
+	struct pool_worker *w;
+	struct rows_fetch f;
+	uint64_t cursor[FMT_MAX_FIELDS];
 	uint32_t *ids, *tmp;
 	struct pk_seg *segs;
+};
+
+/* Fills row i from its nseg segments in x->segs (row `sample` of its
+ * stream), its segment starts appended to cu_seqlens (and, after the
+ * batch's last row, rows * L). */
+static int rows_put(struct rows_ctx *x, const struct pk_docs *docs, uint32_t nseg,
+		    uint64_t sample, uint32_t i, struct feed_err *err)
+{
+	const struct bld_batch *b = x->b;
+	const struct pk_spec *sp = &b->plan->pack;
 	struct pk_row_out o;
 	int rc;
 
-	pk_scratch_split(w->scratch, sp->seq_len, &ids, &tmp, &segs);
 	rows_out(b, i, &o);
-	int32_t *cu = (int32_t *)(b->data + b->lay->field_off[4] + cursor[4]);
+	int32_t *cu = (int32_t *)(b->data + b->lay->field_off[4] + x->cursor[4]);
 	o.cu = cu;
-	int nseg = rows_segs(b, w, docs, c, g, segs, err);
-	if (nseg < 0)
-		return nseg;
-	if ((rc = pk_row_fill(sp, docs, segs, (uint32_t)nseg, rows_fetch, f, ids, tmp, &o,
+	if ((rc = pk_row_fill(sp, docs, x->segs, nseg, rows_fetch, &x->f, x->ids, x->tmp, &o,
 			      err)) < 0)
-		return feed_err_prefix(err, "row %llu", (unsigned long long)g);
-	rows_ids(b, i, ids);
+		return feed_err_prefix(err, "row %llu", (unsigned long long)sample);
+	rows_ids(b, i, x->ids);
 	if (i + 1 == b->nsamples)
 		cu[o.ncu++] = (int32_t)((i + 1) * sp->seq_len);
 	uint64_t *ends = (uint64_t *)((uint8_t *)b->hdr + b->lay->var_off[4]);
-	cursor[4] += (uint64_t)o.ncu * 4;
+	x->cursor[4] += (uint64_t)o.ncu * 4;
 	ends[0] = 0;
-	ends[i + 1] = cursor[4];
-	b->hdr->sample[i] = g;
+	ends[i + 1] = x->cursor[4];
+	b->hdr->sample[i] = sample;
 	return 0;
+}
+
+/* The rows of one stream (plan->pack over b->rows), row i at ord's
+ * sample i, walked from b->pk. */
+static int rows_stream(struct rows_ctx *x, bool *padded, struct feed_err *err)
+{
+	const struct bld_batch *b = x->b;
+	struct ord_epoch order;
+	struct pk_docs docs;
+	struct pk_cursor c = b->pk;
+	int rc;
+
+	if ((rc = pk_source_epoch(b->rows, b->epoch, &order, &docs, err)) < 0)
+		return rc;
+	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
+		uint64_t g = ord_sample(b->ord, b->ord_batch, i);
+		int nseg = rows_segs(b, x->w, &docs, &c, g, x->segs, err);
+		*padded |= ord_padding(b->ord, b->ord_batch, i);
+		rc = nseg < 0 ? nseg : rows_put(x, &docs, (uint32_t)nseg, g, i, err);
+		pool_yield(x->w);
+	}
+	ord_epoch_fini(&order);
+	return rc;
+}
+
+/* A packed mixture's rows: row i is row mix_rows[i].sample of its
+ * source's stream, each source walked from where the batch starts it
+ * (b->mix_pk) with the worker's pass and window of that source. */
+static int rows_mixture(struct rows_ctx *x, bool *padded, struct feed_err *err)
+{
+	const struct bld_batch *b = x->b;
+	struct pks_pos pos[PKS_STREAMS_MAX];
+	int rc = 0;
+
+	assert(b->nsrcs <= PKS_STREAMS_MAX);
+	for (uint32_t s = 0; s < b->nsrcs; s++) {
+		pks_stream_use(&x->w->mix_pk[s], &b->mix_pk_spec[s]);
+		pos[s] = b->mix_pk[s];
+	}
+	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
+		uint32_t s = b->mix_rows[i].source;
+		uint64_t k = b->mix_rows[i].sample;
+		const struct pk_docs *docs;
+		int nseg = 0;
+		x->f.ds = b->srcs[s];
+		x->f.lens = b->mix_pk_spec[s].src->lens;
+		*padded |= ord_padding(b->ord, b->ord_batch, i);
+		if ((rc = pks_seek(&x->w->mix_pk[s], &pos[s], k, err)) == 0 &&
+		    (rc = nseg = pks_row(&x->w->mix_pk[s], &pos[s], x->segs, &docs, err)) > 0)
+			rc = rows_put(x, docs, (uint32_t)nseg, k, i, err);
+		if (rc < 0)
+			feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->srcs[s])->name);
+		pool_yield(x->w);
+	}
+	return rc;
 }
 
 static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct cache_worker *cw,
 		      uint64_t *ret_bytes, struct feed_err *err)
 {
-	uint64_t cursor[FMT_MAX_FIELDS] = {0};
-	struct rows_fetch f = {.b = b, .cw = cw, .field = b->plan->pack_field,
-			       .dtype = b->plan->in.fields[b->plan->pack_field].dtype,
-			       .block = UINT64_MAX};
-	struct ord_epoch order;
-	struct pk_docs docs;
-	struct pk_cursor c = b->pk;
+	struct rows_ctx x = {.b = b, .w = w,
+			     .f = {.b = b, .cw = cw, .field = b->plan->pack_field,
+				   .dtype = b->plan->in.fields[b->plan->pack_field].dtype,
+				   .ds = b->ds, .block = UINT64_MAX}};
 	bool padded = false;
 	int rc;
 
 	if ((uint64_t)b->nsamples * b->plan->pack.seq_len > INT32_MAX)
 		return feed_err_set(err, -EINVAL, "%u rows of %u tokens: more than cu_seqlens' "
 				    "int32 holds", b->nsamples, b->plan->pack.seq_len);
-	if ((rc = pk_source_epoch(b->rows, b->epoch, &order, &docs, err)) < 0)
-		return rc;
-	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
-		padded |= ord_padding(b->ord, b->ord_batch, i);
-		rc = rows_one(b, w, &f, &docs, &c, ord_sample(b->ord, b->ord_batch, i), i, cursor,
-			      err);
-		pool_yield(w);
+	pk_scratch_split(w->scratch, b->plan->pack.seq_len, &x.ids, &x.tmp, &x.segs);
+	if (b->mix_rows) {
+		rc = rows_mixture(&x, &padded, err);
+	} else {
+		x.f.lens = b->rows->lens;
+		rc = rows_stream(&x, &padded, err);
 	}
-	rows_unpin(&f);
-	ord_epoch_fini(&order);
+	rows_unpin(&x.f);
+	if (rc == 0 && b->mix_rows)
+		source_fill(b);
 	if (rc == 0)
-		*ret_bytes = header_fill(b, cursor, b->nsamples, padded);
+		*ret_bytes = header_fill(b, x.cursor, b->nsamples, padded);
 	return rc;
 }
 

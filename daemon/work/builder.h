@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "feed_err.h"
+#include "pack_stream.h"
 #include "packing.h"
 
 struct cache;
@@ -81,6 +82,11 @@ struct bld_batch {
 	const struct fmt_dataset *const *srcs;
 	uint32_t nsrcs;
 	uint32_t src_field;
+	/* a packed mixture (with mix_rows and plan->pack): source s's rows are
+	 * mix_pk_spec[s]'s stream, mix_pk[s] where it stands at the batch's
+	 * first row, and mix_rows[i].sample the row's index in that stream */
+	const struct pks_spec *mix_pk_spec;
+	const struct pks_pos *mix_pk;
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error

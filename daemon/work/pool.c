@@ -574,12 +574,16 @@ static void pool_join(struct pool *p)
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
 		pk_window_free(&p->threads[i].w.pack_win);
+		for (uint32_t s = 0; s < PKS_STREAMS_MAX; s++)
+			pks_stream_fini(&p->threads[i].w.mix_pk[s]);
 		fmt_decoder_free(p->threads[i].w2.dec);
 		img_decoder_free(p->threads[i].w2.img_dec[0]);
 		img_decoder_free(p->threads[i].w2.img_dec[1]);
 		free(p->threads[i].w2.comp);
 		free(p->threads[i].w2.scratch);
 		pk_window_free(&p->threads[i].w2.pack_win);
+		for (uint32_t s = 0; s < PKS_STREAMS_MAX; s++)
+			pks_stream_fini(&p->threads[i].w2.mix_pk[s]);
 	}
 	p->n = 0;
 	feed_mutex_lock(&p->mu);

@@ -46,6 +46,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
+#include "pack_stream.h"
 #include "packing.h"
 #include "feed_shm.h"
 #include "image.h"
@@ -103,6 +104,10 @@ struct pool_worker {
 	struct pk_source pack_src;
 	uint64_t pack_epoch;
 	bool pack_valid;
+	/* a packed mixture: each source's pass and window (pack_stream.h),
+	 * kept while the next batch reads the same rows; freed when the pool
+	 * stops */
+	struct pks_stream mix_pk[PKS_STREAMS_MAX];
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };

@@ -267,6 +267,72 @@ START_TEST(test_mixture_each_source_keeps_its_own_epochs)
 }
 END_TEST
 
+/* A packed mixture's walk (mixt_walk_to): at each batch's first row g,
+ * every source stands at its rows before g (the blend's count) and where a
+ * fresh pack stream seeks that row; forward batch after batch, backward,
+ * from a base (a resume under other weights), for concat and pack. */
+static void check_walk(enum pk_mode mode)
+{
+	static uint32_t lens[3][50];
+	uint64_t total[3] = {0};
+	struct mixt_spec sp = spec_of((double[]){0.5, 0.3, 0.2}, 3, 1);
+	struct pk_spec pk = {.mode = mode, .seq_len = 8, .window = 7};
+	struct mixture *m;
+	struct mixt_walk w = {0};
+	struct pks_pos at[MIXT_MAX_SOURCES];
+
+	for (uint32_t s = 0; s < 3; s++) {
+		uint64_t n = 10 + 20 * s;
+		for (uint64_t i = 0; i < n; i++)
+			total[s] += lens[s][i] = (uint32_t)((i * 37 + s * 11) % 23);
+		ck_assert_int_eq(pk_source_init(&sp.src[s].rows, &pk, lens[s], n, total[s],
+						sp.src[s].version, 5, ORD_FULL, NULL), 0);
+		sp.src[s].n = sp.src[s].epoch_rows = (total[s] - 1) / 8;
+	}
+	sp.base_row = 10;
+	sp.src[0].base = 4;
+	sp.src[2].base = 9;
+	ck_assert_int_eq(mixt_new(&sp, &m, NULL), 0);
+	ck_assert(mixt_packed(m));
+	uint64_t gs[] = {10, 14, 18, 22, 90, 94, 12, 300, 10};
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++) {
+		uint64_t c[MIXT_MAX_SOURCES];
+		mixt_counts(m, gs[i], c);
+		ck_assert_int_eq(mixt_walk_to(&w, m, gs[i], at, NULL), 0);
+		for (uint32_t s = 0; s < 3; s++) {
+			struct pks_spec ps;
+			struct pks_stream st = {0};
+			struct pks_pos q = {0};
+			mixt_pks_spec(m, s, &ps);
+			pks_stream_use(&st, &ps);
+			ck_assert_int_eq(pks_seek(&st, &q, c[s], NULL), 0);
+			ck_assert_uint_eq(at[s].k, c[s]);
+			ck_assert_uint_eq(at[s].pass, q.pass);
+			ck_assert_uint_eq(at[s].c.row, q.c.row);
+			ck_assert_uint_eq(at[s].c.pos, q.c.pos);
+			ck_assert_uint_eq(at[s].c.off, q.c.off);
+			pks_stream_fini(&st);
+		}
+	}
+	ck_assert_uint_eq(at[0].k, 4);   /* back at the base */
+	ck_assert_uint_eq(at[1].k, 0);
+	ck_assert_uint_eq(at[2].k, 9);
+	mixt_walk_fini(&w);
+	mixt_free(m);
+}
+
+START_TEST(test_mixture_walk_concat_sources_stand_at_their_rows)
+{
+	check_walk(PK_MODE_CONCAT);
+}
+END_TEST
+
+START_TEST(test_mixture_walk_pack_sources_stand_at_their_rows)
+{
+	check_walk(PK_MODE_PACK);
+}
+END_TEST
+
 static Suite *mixture_suite(void)
 {
 	Suite *s = suite_create("mixture");
@@ -280,6 +346,8 @@ static Suite *mixture_suite(void)
 	tcase_add_test(tc, test_mixture_counts_and_rows_agree_from_a_base);
 	tcase_add_test(tc, test_mixture_blend_is_deterministic);
 	tcase_add_test(tc, test_mixture_each_source_keeps_its_own_epochs);
+	tcase_add_test(tc, test_mixture_walk_concat_sources_stand_at_their_rows);
+	tcase_add_test(tc, test_mixture_walk_pack_sources_stand_at_their_rows);
 	suite_add_tcase(s, tc);
 	return s;
 }
