@@ -248,6 +248,8 @@ def write(doc, out):
               "", "## Targets (issue 23)", ""] + targets(doc) + [""]
     for wl in WORKLOADS:
         md += table(doc, wl)
+    import lm_report
+    md += lm_report.table(doc)
     lim = doc["limits"]
     md += ["## Limits", "", "| what | figure | command |", "|---|---|---|"]
     for wl in ("fmnist", "jpeg", "recipe", "tokens"):
