@@ -126,13 +126,18 @@ def litdata_dir(a):
     return os.path.join(a.data, "litdata-lm")
 
 
+_OPEN = {}
+
+
 def litdata_doc(i, prefix):
     """Document i as litdata.optimize stores it (module level: pickled): a
     numpy array (TokensLoader reads tensors through torch >= 2.1's
     dtype.itemsize, which Debian's torch 1.13 lacks), int16 to keep 2 bytes
     a token where the collate step needs a dtype torch 1.13 has (ids < 257)."""
-    sizes, pointers = lm_corpus.read_idx(prefix + ".idx")
-    data = np.memmap(prefix + ".bin", np.uint16, "r")
+    if _OPEN.get("prefix") != prefix:  # once per process (optimize calls this per document)
+        _OPEN.update(prefix=prefix, idx=lm_corpus.read_idx(prefix + ".idx"),
+                     data=np.memmap(prefix + ".bin", np.uint16, "r"))
+    (sizes, pointers), data = _OPEN["idx"], _OPEN["data"]
     return np.asarray(data[pointers[i] // 2:pointers[i] // 2 + sizes[i]]).astype(np.int16)
 
 
