@@ -41,7 +41,10 @@ Contenders (NAME):
                    Megatron caches it; --prepare megatron builds it and
                    writes its time (index_build_ms); DataLoader(num_workers=N)
 first_batch_ms: from constructing the dataset and loader (Megatron's index
-already cached) to the first batch in hand. epoch_samples: rows in one
+already cached) to the first batch in hand. conversion_s: how long the
+one-time conversion of the corpus into this contender's format took when
+bench/run made it (feedpack megatron; litdata.optimize; MDSWriter), from
+DIR/lm-conversions.json. epoch_samples: rows in one
 pass over the corpus for this contender, so cpu_s_per_epoch is per pass.
 """
 import argparse
@@ -320,12 +323,46 @@ def make(a):
     raise SystemExit("lm_peers: unknown contender '%s' (one of %s)" % (a.name, ", ".join(NAMES)))
 
 
+# The one-time conversion each contender's format needs from the corpus's
+# .bin/.idx (Megatron reads those as they are; its index is timed apart).
+CONVERSION = {"feedd-concat": "feedpack", "feedd-pack": "feedpack",
+              "litdata-tokens": "litdata", "mosaic-concat": "mosaic"}
+
+
+def conversions_path(data):
+    return corpus_prefix(data) + "-conversions.json"
+
+
+def record_conversion(data, fmt, seconds):
+    """Keeps how long converting the corpus to fmt took (DIR/lm-conversions.json)."""
+    path = conversions_path(data)
+    rec = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            rec = json.load(f)
+    rec[fmt] = seconds
+    with open(path, "w") as f:
+        json.dump(rec, f)
+
+
+def conversion_s(data, name):
+    """The recorded conversion time of contender name's format, or None."""
+    try:
+        with open(conversions_path(data)) as f:
+            return json.load(f).get(CONVERSION.get(name))
+    except (OSError, ValueError):
+        return None
+
+
 def prepare(a):
     fn = {"litdata": prepare_litdata, "mosaic": prepare_mosaic,
           "megatron": prepare_megatron}[a.prepare]
     t0 = time.perf_counter()
     fn(a)
-    print(json.dumps({"prepare": a.prepare, "prepare_s": time.perf_counter() - t0}))
+    took = time.perf_counter() - t0
+    if a.prepare != "megatron":
+        record_conversion(a.data, a.prepare, took)
+    print(json.dumps({"prepare": a.prepare, "prepare_s": took}))
 
 
 def main():
@@ -357,6 +394,7 @@ def main():
     except ImportError as e:
         print("not installed: %s" % e, file=sys.stderr)
         return 4
+    a.extra["conversion_s"] = conversion_s(a.data, a.name)
     r.update(a.extra, name=a.name, workload="lm", workers=a.workers, batch=a.batch,
              seq_len=a.seq_len, epoch_samples=n, tokens_per_s=r["samples_per_s"] * a.seq_len)
     r["epochs_timed"] = r["samples"] / n

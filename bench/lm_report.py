@@ -9,6 +9,14 @@ tokens/s, the peer's over feedd's for CPU, so above 1× is feedd ahead).
 from run_report import code, fmt, med, sig, spread
 
 FEEDD = ("feedd-concat", "feedd-pack")
+NOTE = ("One corpus for every row (bench/lm_corpus.py: %s). CPU s/epoch: every process of "
+        "the contender (and feedd's for feedd rows) per pass over the corpus (rows per "
+        "epoch: %s). First batch: from constructing the dataset and loader to the first "
+        "batch in hand (Megatron's index already built; its build is the index column, "
+        "redone each run). Conversion: the one-time conversion of the corpus's Megatron "
+        ".bin/.idx into the row's own format, timed when bench/run made it (feedpack "
+        "megatron; litdata.optimize; Mosaic's MDSWriter). feedd ÷ peer: tokens/s feedd's "
+        "over the peer's, CPU the peer's over feedd's (above 1× feedd ahead).")
 TITLE = ("### Language-model documents: rows of %s tokens, batch %s, input_ids + labels "
          "as torch int64")
 
@@ -30,7 +38,7 @@ def feedd_figures(rows):
 def line(r, feedd):
     """One table row."""
     if not r["runs"]:
-        return "| %s | %s | | | | | | %s |" % (
+        return "| %s | %s | | | | | | | %s |" % (
             r["name"], " ".join((r["error"] or "no runs").replace("|", "/").split())[-300:],
             code(r.get("command")))
     rate, cpu = med(r, "tokens_per_s"), med(r, "cpu_s_per_epoch")
@@ -43,9 +51,10 @@ def line(r, feedd):
                 vs.append("%s: %s tokens/s, %s CPU" % (name.split("-")[1], ratio(f_rate, rate),
                                                         ratio(cpu, f_cpu)))
     name = "**%s**" % r["name"] if r["name"] in FEEDD else r["name"]
-    return "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s |" % (
+    return "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s |" % (
         name, fmt(rate), fmt(lo), fmt(hi), sig(cpu), fmt(med(r, "first_batch_ms"), 1),
-        fmt(med(r, "index_build_ms"), 1), fmt((med(r, "rss_kib") or 0) / 1024),
+        fmt(med(r, "index_build_ms"), 1), fmt(med(r, "conversion_s"), 1),
+        fmt((med(r, "rss_kib") or 0) / 1024),
         "; ".join(vs) or "–", code(r["command"]))
 
 
@@ -67,15 +76,10 @@ def table(doc):
     epoch = {r["name"]: r["runs"][0].get("epoch_samples") for r in ran}
     feedd = feedd_figures(rows)
     out = [TITLE % (seq, batch), "",
-           "One corpus for every row (bench/lm_corpus.py: %s). CPU s/epoch: every process of "
-           "the contender (and feedd's for feedd rows) per pass over the corpus (rows per "
-           "epoch: %s). First batch: from constructing the dataset and loader to the first "
-           "batch in hand (Megatron's index already built; its build is the index column, "
-           "redone each run). feedd ÷ peer: tokens/s feedd's over the peer's, CPU the peer's "
-           "over feedd's (above 1× feedd ahead)." % (
+           NOTE % (
                doc.get("lm_corpus") or "see its header",
                ", ".join("%s %s" % kv for kv in epoch.items()) or "–"), "",
            "| contender | tokens/s (min–max) | CPU s/epoch | first batch ms | index build ms "
-           "| RssAnon+RssShmem MiB | feedd ÷ this | command |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| conversion s | RssAnon+RssShmem MiB | feedd ÷ this | command |",
+           "|---|---|---|---|---|---|---|---|---|"]
     return out + [line(r, feedd) for r in rows] + [""]

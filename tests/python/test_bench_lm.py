@@ -128,6 +128,7 @@ def row(name, tokens_per_s, cpu, **extra):
 def test_bench_lm_report_ratios():
     doc = {"rows": [row("feedd-concat", 1000.0, 0.01), row("feedd-pack", 500.0, 0.02),
                     row("megatron-memmap", 250.0, 0.08, index_build_ms=3.5),
+                    row("litdata-tokens", 100.0, 0.1, conversion_s=12.25),
                     {"workload": "lm", "name": "mosaic-concat", "kind": "peer", "runs": [],
                      "error": "skipped: PyPI peers\nleft out | here", "command": "x"}],
            "lm_corpus": "3 documents"}
@@ -135,8 +136,22 @@ def test_bench_lm_report_ratios():
     meg = next(l for l in md.splitlines() if l.startswith("| megatron-memmap"))
     assert "concat: 4.0× tokens/s, 8.0× CPU" in meg
     assert "pack: 2.0× tokens/s, 4.0× CPU" in meg
-    assert "| 3.5 |" in meg
+    assert "| 3.5 | – |" in meg
+    lit = next(l for l in md.splitlines() if l.startswith("| litdata-tokens"))
+    assert "| – | 12.2 |" in lit and "concat: 10.0× tokens/s, 10.0× CPU" in lit
     skipped = next(l for l in md.splitlines() if l.startswith("| mosaic-concat"))
     assert "skipped: PyPI peers left out / here" in skipped   # one line, no stray |
     assert skipped.count("|") == md.splitlines()[4].count("|")
     assert "3 documents" in md and "rows of 64 tokens, batch 4" in md
+
+
+def test_bench_lm_conversion_times_follow_the_format(tmp_path):
+    d = str(tmp_path)
+    assert lm_peers.conversion_s(d, "feedd-concat") is None
+    lm_peers.record_conversion(d, "feedpack", 1.5)
+    lm_peers.record_conversion(d, "litdata", 7.0)
+    assert lm_peers.conversion_s(d, "feedd-concat") == 1.5
+    assert lm_peers.conversion_s(d, "feedd-pack") == 1.5
+    assert lm_peers.conversion_s(d, "litdata-tokens") == 7.0
+    assert lm_peers.conversion_s(d, "mosaic-concat") is None
+    assert lm_peers.conversion_s(d, "megatron-memmap") is None   # reads .bin/.idx as they are
