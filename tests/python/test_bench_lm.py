@@ -1,7 +1,8 @@
 """bench/run's language-model rows: the corpus files (Megatron's .bin/.idx,
 byte-level tokens with EOD), the Megatron-style GPTDataset and its index,
-feedd reading the same corpus through feedpack megatron, and the table's
-ratios. The peers from PyPI (LitData, Mosaic) run only in bench/run."""
+the conversion times and the table's ratios (feedd reading the same
+corpus: test_feedclient_bench_lm.py). The peers from PyPI (LitData,
+Mosaic) run only in bench/run."""
 import gzip
 import json
 import os
@@ -10,8 +11,6 @@ import types
 
 import numpy as np
 
-import feedclient
-from conftest import pack
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import lm_corpus  # noqa: E402
@@ -98,24 +97,6 @@ def test_bench_lm_megatron_windows_overlap_by_one(tmp_path):
     for i in range(n):
         j = ds.shuffle_idx[i]
         np.testing.assert_array_equal(ds[i], stream[j * L:j * L + L + 1])
-
-
-def test_bench_lm_feedd_reads_the_megatron_corpus(tmp_path, feedpack, feedd_factory):
-    """feedd's rows come from the same files: feedpack megatron of the
-    corpus, read unshuffled with concat(seq_len=L), tile its token stream."""
-    docs = random_docs(3)
-    prefix = str(tmp_path / "lm")
-    write_corpus(prefix, docs)
-    pack(feedpack, "megatron", prefix, "-o", tmp_path / "lm.feed", "--name", "lm")
-    daemon = feedd_factory(tmp_path, "--dataset", f"lm={tmp_path / 'lm.feed'}")
-    stream = np.concatenate(docs).astype(np.int64)
-    with feedclient.Loader("lm", 4, socket=daemon.sock, shuffle=False, as_torch=True,
-                           pipeline=f"concat(seq_len={L})") as loader:
-        b = next(iter(loader))
-        ids, lab = b["input_ids"].numpy(), b["labels"].numpy()
-    for r in range(4):
-        np.testing.assert_array_equal(ids[r], stream[r * L:r * L + L])
-        np.testing.assert_array_equal(lab[r], stream[r * L + 1:r * L + L + 1])
 
 
 def row(name, tokens_per_s, cpu, **extra):
