@@ -66,6 +66,9 @@ def progress(row, i, total):
     c = med(row, "cpu_s_per_epoch")
     if c is not None:
         s += ", %s CPU s/epoch" % sig(c)
+    t = med(row, "tokens_per_s")   # the lm rows (bench/lm_peers.py)
+    if t is not None:
+        s += ", %s tokens/s" % short(t)
     return s
 
 
