@@ -66,6 +66,9 @@ def progress(row, i, total):
     c = med(row, "cpu_s_per_epoch")
     if c is not None:
         s += ", %s CPU s/epoch" % sig(c)
+    t = med(row, "tokens_per_s")   # the lm rows (bench/lm_peers.py)
+    if t is not None:
+        s += ", %s tokens/s" % short(t)
     return s
 
 
@@ -248,6 +251,8 @@ def write(doc, out):
               "", "## Targets (issue 23)", ""] + targets(doc) + [""]
     for wl in WORKLOADS:
         md += table(doc, wl)
+    import lm_report
+    md += lm_report.table(doc)
     lim = doc["limits"]
     md += ["## Limits", "", "| what | figure | command |", "|---|---|---|"]
     for wl in ("fmnist", "jpeg", "recipe", "tokens"):

@@ -52,7 +52,7 @@ def main():
         if len(progress) != len(doc["rows"]):
             fail("%d progress lines for %d rows" % (len(progress), len(doc["rows"])))
         workloads = {row["workload"] for row in doc["rows"]}
-        if workloads != {"fmnist", "jpeg", "recipe", "tokens", "jobs4"}:
+        if workloads != {"fmnist", "jpeg", "recipe", "tokens", "jobs4", "lm"}:
             fail("workloads %s" % sorted(workloads))
         for row in doc["rows"]:
             where = "%s/%s" % (row["workload"], row["name"])
@@ -84,7 +84,15 @@ def main():
                 fail("no single-threaded limit for " + wl)
         if not doc["limits"]["memcpy"]["gb_s"] or not doc["limits"]["zstd"]:
             fail("no memcpy or zstd limit")
-        for head in ("## Summary", "## Limits", "## Stall at 80% load"):
+        for row in doc["rows"]:  # the language-model rows: tokens/s, Megatron's index
+            if row["workload"] == "lm" and row["runs"]:
+                keys = ["tokens_per_s", "first_batch_ms"] + (
+                    ["index_build_ms"] if row["name"] == "megatron-memmap" else [])
+                for key in keys:
+                    if not all(run.get(key, 0) > 0 for run in row["runs"]):
+                        fail("lm/%s: no %s" % (row["name"], key))
+        for head in ("## Summary", "## Limits", "## Stall at 80% load",
+                     "### Language-model documents"):
             if head not in md:
                 fail("latest.md lacks " + head)
     print("check_bench_run: ok (%d rows)" % len(doc["rows"]))
