@@ -126,6 +126,10 @@ struct cudrv_api {
 				       unsigned flags);               /* cuStreamWriteValue32_v2 */
 	CUresult (*StreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
 				      unsigned flags);                /* cuStreamWaitValue32_v2 */
+	/* optional, NULL when absent: copies back to the host (feedd's
+	 * nvJPEG decode, daemon/gpu/hybrid.c) */
+	CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n,
+				    CUstream s);                      /* cuMemcpyDtoHAsync_v2 */
 };
 
 /* One device as the driver names it. */
