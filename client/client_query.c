@@ -404,6 +404,7 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 		st->ngpus = s->n_gpus;
 		st->gpus = g;
 	}
+	cl_text(st->jpeg_decode, sizeof(st->jpeg_decode), s->jpeg_decode);
 	if (s->n_pending && cl_status_pending(st, s) < 0) {
 		feed__reply__free_unpacked(rep, NULL);
 		feed_status_free(st);

@@ -116,6 +116,8 @@ static int cmd_status(struct feed_conn *conn)
 		if (g->context)
 			printf("             device slots %.1f MB\n", g->slot_bytes / 1e6);
 	}
+	if (full->jpeg_decode[0])
+		printf("jpeg decode: %s\n", full->jpeg_decode);
 	print_streams(full);
 	feed_status_free(full);
 	return 0;
@@ -226,7 +228,9 @@ static int cmd_status_json(struct feed_conn *conn)
 		printf("%s", i ? ", " : "");
 		json_str_value(full->pending[i]);
 	}
-	printf("],\n  \"streams\": [\n");
+	printf("],\n  \"jpeg_decode\": ");
+	json_str_value(full->jpeg_decode);
+	printf(",\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)
 		json_stream(&full->streams[i], i + 1 < full->count ? "," : "");
 	printf("  ]\n}\n");

@@ -107,6 +107,19 @@ const char *hyb_unusable_reason(void)
 	return hyb_why_p;
 }
 
+const char *hyb_describe(char *buf, size_t cap)
+{
+	const char *why = hyb_unusable_reason();
+	const struct njl *nv = njl_get();
+
+	if (why)
+		snprintf(buf, cap, "CPU only: %s", why);
+	else
+		snprintf(buf, cap, "nvJPEG %d.%d.%d (%s)", nv->version / 1000, nv->version % 1000 / 10,
+			 nv->version % 10, nv->path);
+	return buf;
+}
+
 /* ------------------------------------------------------------------ */
 /* The per-worker decoder                                              */
 

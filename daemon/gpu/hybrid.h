@@ -37,6 +37,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "feed_err.h"
@@ -85,6 +86,11 @@ const char *hyb_sched_reason(const struct hyb_sched *s);
  * NULL when it can: what status shows daemon-wide. Any thread (loads the
  * driver and nvJPEG on first use). */
 const char *hyb_unusable_reason(void);
+
+/* What status shows daemon-wide, in buf (cap bytes; returns buf): "nvJPEG
+ * <version> (<library>)" where the GPU path can decode JPEGs, else "CPU
+ * only: " and hyb_unusable_reason(). Any thread. */
+const char *hyb_describe(char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ */
 /* The per-worker decoder                                              */

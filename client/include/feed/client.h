@@ -281,6 +281,9 @@ struct feed_status {
 					     * still opening (not in count's streams
 					     * nor in feed_list_datasets() yet) */
 	const char *const *pending;         /* their names */
+	/* where the daemon can decode JPEGs: "nvJPEG 13.0.1 (libnvjpeg.so.13)",
+	 * or "CPU only: " and why not ("" from a daemon that does not say) */
+	char jpeg_decode[320];
 };
 
 /* The daemon's counters with every stream and group over a dataset the

@@ -346,6 +346,7 @@ class Status(ctypes.Structure):
         ("gpus", ctypes.POINTER(GpuStatus)),
         ("npending", ctypes.c_size_t),
         ("pending", ctypes.POINTER(ctypes.c_char_p)),
+        ("jpeg_decode", ctypes.c_char * 320),
     ]
 
 
