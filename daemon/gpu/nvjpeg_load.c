@@ -108,7 +108,19 @@ static void *njl_open_wheel(const char *root, char *path, size_t pcap, char *tri
 			if (lib)
 				return lib;
 		}
-	return NULL;
+	/* torchvision's wheels carry their own copy, under a hashed name */
+	char pat[240];
+	glob_t g;
+	void *lib = NULL;
+	snprintf(pat, sizeof(pat), "%s/torchvision.libs/libnvjpeg*.so*", root);
+	if (glob(pat, 0, NULL, &g) != 0)
+		return NULL;
+	for (size_t i = 0; i < g.gl_pathc && !lib; i++) {
+		snprintf(path, pcap, "%s", g.gl_pathv[i]);
+		lib = njl_open(path, tried, cap);
+	}
+	globfree(&g);
+	return lib;
 }
 
 /* Steps 2-4 of the search (nvjpeg_load.h); the path opened into path. */

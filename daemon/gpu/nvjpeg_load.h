@@ -17,7 +17,8 @@
  *      (the CUDA toolkit's lib64 when ld.so.conf lists it, LD_LIBRARY_PATH)
  *   3. /usr/local/cuda/lib64 (the toolkit where ld.so.conf does not list it)
  *   4. the `nvidia-nvjpeg` wheels' folders (nvidia/cu13/lib for CUDA 13,
- *      nvidia/nvjpeg/lib for nvidia-nvjpeg-cu12) under $VIRTUAL_ENV's and
+ *      nvidia/nvjpeg/lib for nvidia-nvjpeg-cu12), then torchvision's own
+ *      copy (torchvision.libs/libnvjpeg*.so*), under $VIRTUAL_ENV's and
  *      the system's site- and dist-packages.
  *
  * Threads: njl_get() loads once (pthread_once) on whichever thread asks
