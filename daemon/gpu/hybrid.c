@@ -123,6 +123,7 @@ const char *hyb_describe(char *buf, size_t cap)
 /* ------------------------------------------------------------------ */
 /* The per-worker decoder                                              */
 
+#define HYB_RUN_MAX 64   /* images per hyb_stream_run (a chunk: CACHE_PIN_MAX) */
 #define HYB_OLD_MAX 8     /* outgrown device buffers kept until hyb_dec_free */
 #define HYB_ALIGN 256u    /* each box's offset in the device buffer */
 
@@ -447,4 +448,80 @@ int hyb_decode(struct hyb_dec *d, const struct hyb_image *im, uint32_t n, uint32
 						.c = channels, .stride = (size_t)b->w * channels};
 	}
 	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* A stream's hybrid decode                                            */
+
+/* The calling worker's decoder (one device at a time: a worker that
+ * builds for a stream on another device remakes it), freed at the
+ * thread's end by hyb_tl_key's destructor. */
+static _Thread_local struct hyb_dec *hyb_tl_dec;
+static _Thread_local int hyb_tl_dev = -1;
+static pthread_key_t hyb_tl_key;
+static pthread_once_t hyb_tl_once = PTHREAD_ONCE_INIT;
+
+static void hyb_tl_free(void *p)
+{
+	hyb_dec_free(p);
+}
+
+static void hyb_tl_make_key(void)
+{
+	(void)pthread_key_create(&hyb_tl_key, hyb_tl_free);
+}
+
+void hyb_stream_init(struct hyb_stream *s, int dev)
+{
+	hyb_sched_init(&s->sched, hyb_unusable_reason());
+	s->dev = dev;
+}
+
+/* This worker's decoder for dev, made if need be. */
+static struct hyb_dec *hyb_tl_get(int dev, struct feed_err *err)
+{
+	if (hyb_tl_dec && hyb_tl_dev == dev)
+		return hyb_tl_dec;
+	pthread_once(&hyb_tl_once, hyb_tl_make_key);
+	hyb_dec_free(hyb_tl_dec);
+	hyb_tl_dec = NULL;
+	hyb_tl_dev = -1;
+	(void)pthread_setspecific(hyb_tl_key, NULL);
+	struct hyb_dec *d;
+	if (hyb_dec_new(njl_get(), cudrv_get(), dev, &d, err) < 0)
+		return NULL;
+	hyb_tl_dec = d;
+	hyb_tl_dev = dev;
+	(void)pthread_setspecific(hyb_tl_key, d);
+	return d;
+}
+
+uint32_t hyb_stream_run(void *arg, const struct bld_pre_image *im, uint32_t n, uint32_t c,
+			struct aug_pre *out)
+{
+	struct hyb_stream *s = arg;
+	struct hyb_image hi[HYB_RUN_MAX] = {0};
+	struct hyb_result res[HYB_RUN_MAX];
+	struct feed_err err = {0};
+	uint32_t got = 0;
+
+	if (n > HYB_RUN_MAX)
+		n = HYB_RUN_MAX;
+	struct hyb_dec *d = hyb_tl_get(s->dev, &err);
+	if (!d) {
+		hyb_sched_fail(&s->sched, "nvJPEG on GPU %d: %s", s->dev, err.msg);
+		return 0;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		hi[k] = (struct hyb_image){im[k].data, im[k].len, im[k].box};
+	if (hyb_decode(d, hi, n, c, res, &err) < 0) {
+		hyb_sched_fail(&s->sched, "nvJPEG on GPU %d: %s", s->dev, err.msg);
+		return 0;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (res[k].ok) {
+			out[k].view = res[k].view;
+			got++;
+		}
+	return got;
 }

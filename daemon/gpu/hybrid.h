@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
+#include "builder.h"
 #include "feed_err.h"
 #include "image.h"
 
@@ -140,5 +142,28 @@ bool hyb_dec_hardware(const struct hyb_dec *d);
  */
 int hyb_decode(struct hyb_dec *d, const struct hyb_image *im, uint32_t n, uint32_t channels,
 	       struct hyb_result *out, struct feed_err *err);
+
+/* ------------------------------------------------------------------ */
+/* A stream's hybrid decode, as the builder's decode dispatch calls it  */
+
+/* One stream converted on the GPU: its scheduler and its device. */
+struct hyb_stream {
+	struct hyb_sched sched;
+	int dev;                   /* the device ordinal its conversions use */
+};
+
+/* Starts s on device dev: on the CPU, or failed with the process's reason
+ * (hyb_unusable_reason) when JPEGs cannot decode on a GPU here. */
+void hyb_stream_init(struct hyb_stream *s, int dev);
+
+/* The builder's hook (struct bld_predecode.run; arg: the hyb_stream): the
+ * n images decoded by the calling worker's decoder for the stream's device
+ * (made on first use, freed when the worker thread ends), out[k].view set
+ * for each one decoded. A decoder that cannot be made, or a call the
+ * device or nvJPEG fails, moves the stream to the CPU for good
+ * (hyb_sched_fail, with why) and decodes nothing: the samples decode
+ * their images themselves. Worker thread, no lock held. */
+uint32_t hyb_stream_run(void *arg, const struct bld_pre_image *im, uint32_t n, uint32_t c,
+			struct aug_pre *out);
 
 #endif /* FEEDD_HYBRID_H */

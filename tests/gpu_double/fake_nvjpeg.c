@@ -24,13 +24,20 @@
  *   FAKE_NVJPEG_FAIL_AFTER N: nvjpegDecodeBatchedEx calls after the first N
  *                          fail with NVJPEG_STATUS_EXECUTION_FAILED (a
  *                          device fault); default: never
+ *   FAKE_NVJPEG_STATS      a file: the counters live there (created and
+ *                          zeroed at the first call: feedd's load), for another
+ *                          process (a test reading feedd's) to map
  * fake_nvjpeg_stats() (dlsym on the same handle) says what it saw.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "image.h"
 
@@ -67,8 +74,27 @@ struct fake_nvjpeg_stats {
 	int device_faults;    /* calls failed by FAKE_NVJPEG_FAIL_AFTER */
 };
 
-static struct fake_nvjpeg_stats stats;
-#define ADD(f) atomic_fetch_add_explicit((_Atomic int *)&stats.f, 1, memory_order_relaxed)
+static struct fake_nvjpeg_stats local_stats;
+static struct fake_nvjpeg_stats *stats = &local_stats;
+static pthread_once_t stats_once = PTHREAD_ONCE_INIT;
+#define ADD(f) atomic_fetch_add_explicit((_Atomic int *)&stats->f, 1, memory_order_relaxed)
+
+/* FAKE_NVJPEG_STATS=file: the counters live there, for another process */
+static void stats_map(void)
+{
+	const char *path = getenv("FAKE_NVJPEG_STATS");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	void *m = MAP_FAILED;
+	if (ftruncate(fd, sizeof(*stats)) == 0)
+		m = mmap(NULL, sizeof(*stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m != MAP_FAILED)
+		stats = m;
+}
 
 struct nvjpegHandle {
 	int backend;
@@ -85,7 +111,8 @@ struct nvjpegDecodeParams {
 
 EXPORT const struct fake_nvjpeg_stats *fake_nvjpeg_stats(void)
 {
-	return &stats;
+	pthread_once(&stats_once, stats_map);
+	return stats;
 }
 
 static int env_int(const char *name, int dflt)
@@ -98,6 +125,7 @@ EXPORT nvjpegStatus_t nvjpegGetProperty(int type, int *value)
 {
 	const char *v = getenv("FAKE_NVJPEG_VERSION");
 	int p[3] = {13, 0, 1};
+	pthread_once(&stats_once, stats_map);
 	if (v && *v && sscanf(v, "%d.%d.%d", &p[0], &p[1], &p[2]) != 3)
 		return ST_INVALID_PARAMETER;
 	if (type < 0 || type > 2 || !value)
@@ -112,6 +140,7 @@ EXPORT nvjpegStatus_t nvjpegCreateEx(int backend, void *dev_alloc, void *pinned_
 	(void)dev_alloc;
 	(void)pinned_alloc;
 	(void)flags;
+	pthread_once(&stats_once, stats_map);
 	int st = env_int("FAKE_NVJPEG_CREATE", 0);
 	if (st != ST_SUCCESS)
 		return st;

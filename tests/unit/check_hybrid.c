@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "augment.h"
 #include "check_util.h"
+#include "dtype.h"
+#include "pipeline.h"
 #include "cudrv.h"
 #include "fake_cuda.h"
 #include "hybrid.h"
@@ -329,6 +332,100 @@ START_TEST(test_hybrid_decode_device_fault_moves_stream_to_cpu)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* The decode dispatch's seam (core/augment.h: aug_image_box, aug_pre)  */
+
+static struct pipe_plan *plan_for(const char *text, uint32_t w, uint32_t h)
+{
+	struct fmt_schema s;
+	struct feed_err err = {0};
+	struct pipe_plan *p = calloc(1, sizeof(*p));
+	memset(&s, 0, sizeof(s));
+	s.nfields = 1;
+	strcpy(s.fields[0].name, "image");
+	s.fields[0].dtype = FEED_DTYPE_U8;
+	s.fields[0].variable = true;
+	s.fields[0].max_bytes = 1u << 24;
+	s.fields[0].image = true;
+	s.fields[0].max_width = w;
+	s.fields[0].max_height = h;
+	s.fields[0].max_pixels = (uint64_t)w * h;
+	ck_assert_msg(pipe_plan_text(text, &s, p, &err) == 0, "'%s': %s", text, err.msg);
+	return p;
+}
+
+static void apply(const struct pipe_plan *p, const struct aug_ctx *ctx, const uint8_t *src,
+		  size_t len, const struct aug_pre *pre, uint8_t *dst, size_t cap)
+{
+	struct aug_img ai = {.pre = pre};
+	struct feed_err err = {0};
+	void *scratch = malloc(pipe_scratch_bytes(p) + 1);
+	struct aug_in in = {src, len};
+	struct aug_out out = {dst, cap, NULL};
+	ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &ai.dec3, NULL), 0);
+	ck_assert_msg(aug_apply_img(p, ctx, &in, &out, scratch, &ai, &err) == 0, "%s", err.msg);
+	img_decoder_free(ai.dec3);
+	free(scratch);
+}
+
+/* An image decoded ahead over aug_image_box's box at full scale gives the
+ * sample what the CPU path gives at full scale (decode(exact=true)): same
+ * box, same flip, same pixels; a box that is not the stage's is ignored;
+ * the pixels handed are the ones used. */
+START_TEST(test_hybrid_predecoded_image_is_the_samples)
+{
+	static const char *const files[] = {"photo_00.jpg", "photo_02.jpg", "rgb420.jpg"};
+	enum { S = 64, B = S * S * 3 };
+	for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+		size_t len;
+		uint8_t *src = fixture(files[k], &len);
+		struct img_info info;
+		ck_assert_int_eq(img_probe(src, len, &info, NULL), 0);
+		struct pipe_plan *p = plan_for("decode | random_resized_crop(size=64) | hflip",
+					       info.width, info.height);
+		struct pipe_plan *px = plan_for("decode(exact=true) | random_resized_crop(size=64) | hflip",
+						info.width, info.height);
+		struct img_decoder *dec;
+		ck_assert_int_eq(img_decoder_new(&p->dec_lim, 3, &dec, NULL), 0);
+		for (uint64_t smp = 0; smp < 6; smp++) {
+			struct aug_ctx ctx = {.seed = 5, .epoch = 1, .sample = smp};
+			struct aug_pre pre = {.field = 0};
+			struct img_decoded d;
+			uint32_t c = 0;
+			uint8_t got[B], want[B], cpu[B], zero[B];
+			ck_assert_int_eq(aug_image_box(p, 0, &ctx, src, len, &pre.box, &c), 1);
+			ck_assert_uint_eq(c, 3);
+			ck_assert_int_eq(img_decode(dec, src, len, &pre.box, 1, &d, NULL), 0);
+			pre.view = d.view;
+			pre.view.px += (size_t)d.box_y * d.view.stride + (size_t)d.box_x * 3;
+			pre.view.w = pre.box.w;
+			pre.view.h = pre.box.h;
+			apply(p, &ctx, src, len, &pre, got, B);
+			apply(px, &ctx, src, len, NULL, want, B);
+			ck_assert_msg(!memcmp(got, want, B), "%s sample %u", files[k], (unsigned)smp);
+			/* not the stage's box: ignored, the sample decodes itself */
+			apply(p, &ctx, src, len, NULL, cpu, B);
+			pre.box.x++;
+			apply(p, &ctx, src, len, &pre, got, B);
+			ck_assert(!memcmp(got, cpu, B));
+			pre.box.x--;
+			/* the pixels handed are the ones used */
+			uint8_t *blank = calloc((size_t)pre.box.w * pre.box.h, 3);
+			pre.view.px = blank;
+			pre.view.stride = (size_t)pre.box.w * 3;
+			apply(p, &ctx, src, len, &pre, got, B);
+			memset(zero, 0, B);
+			ck_assert(!memcmp(got, zero, B));
+			free(blank);
+		}
+		img_decoder_free(dec);
+		free(p);
+		free(px);
+		free(src);
+	}
+}
+END_TEST
+
 static Suite *hybrid_suite(void)
 {
 	Suite *s = suite_create("hybrid");
@@ -344,6 +441,7 @@ static Suite *hybrid_suite(void)
 	tcase_add_test(t, test_hybrid_decode_uses_the_jpeg_engines);
 	tcase_add_test(t, test_hybrid_decode_bad_image_left_to_cpu);
 	tcase_add_test(t, test_hybrid_decode_device_fault_moves_stream_to_cpu);
+	tcase_add_test(t, test_hybrid_predecoded_image_is_the_samples);
 	suite_add_tcase(s, t);
 	return s;
 }
