@@ -78,6 +78,8 @@ static void print_streams(const struct feed_status *st)
 			       s->device_bytes / 1e6);
 		else if (s->device[0])
 			printf("%-16s host slots only: %s\n", "", s->device);
+		if (s->jpeg_decode[0])
+			printf("%-16s JPEG decode: %s\n", "", s->jpeg_decode);
 		if (s->replaced)
 			printf("%-16s %llu bad samples replaced (on_error skip)\n", "",
 			       (unsigned long long)s->replaced);
@@ -176,6 +178,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("reader_wait_ns", s->reader_wait_ns, ", ");
 	json_u64("shm_bytes", s->shm_bytes, ", ");
 	json_str("device", s->device, ", ");
+	json_str("jpeg_decode", s->jpeg_decode, ", ");
 	json_u64("device_bytes", s->device_bytes, ", ");
 	json_u64("replaced", s->replaced, ", ");
 	printf("\"reader_wait_share\": %.6f, ", s->reader_wait_share);

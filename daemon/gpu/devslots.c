@@ -893,6 +893,11 @@ void dsl_abandon(struct dsl *s)
 					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
+const char *dsl_jpeg_describe(const struct dsl *s, char *buf, size_t cap)
+{
+	return hyb_stream_describe(&s->hyb, buf, cap);
+}
+
 /* The decode dispatch (dlv_dev_ops.predecode): the share of the batch's
  * images the stream's scheduler sends to the GPU. Worker. */
 static bool dsl_predecode(struct dsl *s, uint32_t batch, uint32_t ready,

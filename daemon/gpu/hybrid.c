@@ -525,3 +525,16 @@ uint32_t hyb_stream_run(void *arg, const struct bld_pre_image *im, uint32_t n, u
 		}
 	return got;
 }
+
+const char *hyb_stream_describe(const struct hyb_stream *s, char *buf, size_t cap)
+{
+	const char *why = hyb_sched_reason(&s->sched);
+	/* relaxed: a figure for people */
+	uint32_t step = atomic_load_explicit(&s->sched.step, memory_order_relaxed);
+
+	if (*why)
+		snprintf(buf, cap, "CPU: %s", why);
+	else
+		snprintf(buf, cap, "nvJPEG: %u/%u of each batch", step, HYB_STEPS);
+	return buf;
+}

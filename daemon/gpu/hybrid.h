@@ -156,6 +156,11 @@ struct hyb_stream {
  * (hyb_unusable_reason) when JPEGs cannot decode on a GPU here. */
 void hyb_stream_init(struct hyb_stream *s, int dev);
 
+/* s in words, into buf (cap bytes; returns buf): "CPU: <why>" once
+ * failed, else "nvJPEG: N/8 of each batch" (the share sent now). Any
+ * thread. */
+const char *hyb_stream_describe(const struct hyb_stream *s, char *buf, size_t cap);
+
 /* The builder's hook (struct bld_predecode.run; arg: the hyb_stream): the
  * n images decoded by the calling worker's decoder for the stream's device
  * (made on first use, freed when the worker thread ends), out[k].view set

@@ -10,8 +10,8 @@
  *   is what core's aug_apply_img() makes of its record for the stream's
  *   seed, epoch and sample: the same order and draws either way;
  * - with nvJPEG failing every decode (a device fault), the stream moves
- *   to the CPU once, says nothing to the reader, and its batches are the
- *   same.
+ *   to the CPU once, its batches are the same, and its status says why
+ *   (StreamStatus.jpeg_decode; "nvJPEG: N/8 of each batch" otherwise).
  * Skipped (passes, saying so) where this build has no kernels: the driver
  * double is then not usable and no stream gets device slots.
  */
@@ -117,9 +117,21 @@ static bool start(const struct fake_nvjpeg_stats **ret_stats)
 	return true;
 }
 
+/* The stream's jpeg_decode in feed_status() starts with want. */
+static void expect_status(struct feed_conn *c, const char *want)
+{
+	struct feed_status *fs;
+	ck_assert_int_eq(feed_status(c, &fs), 0);
+	ck_assert_uint_eq(fs->count, 1);
+	ck_assert_msg(!strncmp(fs->streams[0].jpeg_decode, want, strlen(want)),
+		      "jpeg_decode '%s', want '%s...'", fs->streams[0].jpeg_decode, want);
+	feed_status_free(fs);
+}
+
 /* Reads every batch of EPOCHS epochs of a device-slot stream and checks
- * each sample's host copy against core's own build of it. */
-static void read_and_check(void)
+ * each sample's host copy against core's own build of it; then that its
+ * status says want_status. */
+static void read_and_check(const char *want_status)
 {
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream_opts o = {.dataset = "jpegs", .batch = 4, .credits = 4,
@@ -175,6 +187,7 @@ static void read_and_check(void)
 		ck_assert_int_eq(feed_release(b), 0);
 	}
 	ck_assert_uint_eq(checked, EPOCHS * NFILES);
+	expect_status(c, want_status);
 	ck_assert_int_eq(feed_stream_close(st), 0);
 	feed_disconnect(c);
 	for (uint64_t i = 0; i < NFILES; i++)
@@ -190,7 +203,7 @@ START_TEST(test_hybrid_stream_same_batches_with_gpu_decode)
 	const struct fake_nvjpeg_stats *nv;
 	if (!start(&nv))
 		return;
-	read_and_check();
+	read_and_check("nvJPEG: ");
 	/* the reader drained the queue at the start: images went to the GPU */
 	ck_assert_int_ge(__atomic_load_n(&nv->images_decoded, __ATOMIC_ACQUIRE), 1);
 	ck_assert_int_ge(__atomic_load_n(&nv->roi_decodes, __ATOMIC_ACQUIRE), 1);
@@ -204,7 +217,8 @@ START_TEST(test_hybrid_stream_device_fault_goes_on_on_cpu)
 	setenv("FAKE_NVJPEG_FAIL_AFTER", "0", 1);
 	if (!start(&nv))
 		return;
-	read_and_check();
+	read_and_check("CPU: nvJPEG on GPU 0: nvjpegDecodeBatchedEx failed: "
+		       "NVJPEG_STATUS_EXECUTION_FAILED (6)");
 	/* each worker's first call failed, then the stream stayed on the CPU */
 	int faults = __atomic_load_n(&nv->device_faults, __ATOMIC_ACQUIRE);
 	ck_assert_int_ge(faults, 1);

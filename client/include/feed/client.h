@@ -249,6 +249,9 @@ struct feed_stream_status {
 	uint64_t batches_per_epoch; /* of this rank; 0: not known */
 	uint64_t epochs;          /* asked for; 0: no end */
 	uint64_t start_epoch, start_batch; /* where it started (resumed, or joined late) */
+	char jpeg_decode[200];    /* with device slots: "nvJPEG: N/8 of each batch"
+				   * decode on the GPU now, or "CPU: " and why
+				   * only there; "" without device slots */
 };
 
 /* The block cache shared by every stream. */

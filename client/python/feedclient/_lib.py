@@ -314,6 +314,7 @@ class StreamStatus(ctypes.Structure):
         ("epochs", ctypes.c_uint64),
         ("start_epoch", ctypes.c_uint64),
         ("start_batch", ctypes.c_uint64),
+        ("jpeg_decode", ctypes.c_char * 200),
     ]
 
 
