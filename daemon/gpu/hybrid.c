@@ -87,15 +87,15 @@ static pthread_once_t hyb_why_once = PTHREAD_ONCE_INIT;
 static void hyb_why_make(void)
 {
 	const struct cudrv *cu = cudrv_get();
-	const struct njl *nv = njl_get();
 
+	/* nvJPEG (tens of MB) is loaded only where a GPU could use it */
 	if (!cu->info.usable)
 		snprintf(hyb_why, sizeof(hyb_why), "no GPU: %s", cu->info.reason);
 	else if (!cu->api.MemcpyDtoHAsync || !cu->api.StreamCreate || !cu->api.StreamSynchronize)
 		snprintf(hyb_why, sizeof(hyb_why), "the CUDA driver has no cuMemcpyDtoHAsync_v2 "
 			 "or no stream calls");
-	else if (!nv->usable)
-		snprintf(hyb_why, sizeof(hyb_why), "%s", nv->reason);
+	else if (!njl_get()->usable)
+		snprintf(hyb_why, sizeof(hyb_why), "%s", njl_get()->reason);
 	else
 		return;
 	hyb_why_p = hyb_why;
@@ -110,13 +110,14 @@ const char *hyb_unusable_reason(void)
 const char *hyb_describe(char *buf, size_t cap)
 {
 	const char *why = hyb_unusable_reason();
-	const struct njl *nv = njl_get();
 
-	if (why)
+	if (why) {
 		snprintf(buf, cap, "CPU only: %s", why);
-	else
-		snprintf(buf, cap, "nvJPEG %d.%d.%d (%s)", nv->version / 1000, nv->version % 1000 / 10,
-			 nv->version % 10, nv->path);
+	} else {
+		const struct njl *nv = njl_get();
+		snprintf(buf, cap, "nvJPEG %d.%d.%d (%s)", nv->version / 1000,
+			 nv->version % 1000 / 10, nv->version % 10, nv->path);
+	}
 	return buf;
 }
 
