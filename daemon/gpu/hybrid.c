@@ -313,6 +313,17 @@ static int hyb_buffers(struct hyb_dec *d, size_t bytes, struct feed_err *err)
 	return 0;
 }
 
+/* Whether the JPEG engines (the hardware backend) decode an image of
+ * chroma subsampling sub: baseline or extended sequential, not 4:1:0 or
+ * 4:1:1 (nvjpeg.h's NVJPEG_CSS_411, _410, _410V). */
+static bool hyb_engine_takes(const void *data, size_t len, int sub)
+{
+	struct img_info info;
+	struct feed_err err;
+	return sub != 4 && sub != 5 && sub != 7 && img_probe(data, len, &info, &err) == 0 &&
+	       !info.progressive;
+}
+
 /* Which images go in the batch (the others are left to the CPU, with
  * why), where each box lands; the bytes needed into *ret_bytes, the
  * batch's size into *ret_m. */
@@ -335,6 +346,12 @@ static void hyb_plan(struct hyb_dec *d, const struct hyb_image *im, uint32_t n, 
 		if (nc != 1 && nc != 3) {
 			/* CMYK/YCCK: the CPU path converts as PIL does */
 			snprintf(out[i].why, sizeof(out[i].why), "%d components", nc);
+			continue;
+		}
+		if (d->hardware && !hyb_engine_takes(im[i].data, im[i].len, sub)) {
+			/* found here, not by failing the whole batch on the engines */
+			snprintf(out[i].why, sizeof(out[i].why),
+				 "progressive or 4:1:x: not for the JPEG engines");
 			continue;
 		}
 		if (!b->w || !b->h || b->x + b->w > (uint32_t)w[0] || b->y + b->h > (uint32_t)h[0]) {

@@ -18,7 +18,9 @@
  *                          (default 13.0.1)
  *   FAKE_NVJPEG_CREATE     the status nvjpegCreateEx returns (default 0)
  *   FAKE_NVJPEG_HARDWARE   1: the hardware backend exists (an A100/H100's
- *                          JPEG engines); default: nvjpegCreateEx with
+ *                          JPEG engines, baseline only: a progressive image
+ *                          fails its batch with NVJPEG_STATUS_JPEG_NOT_SUPPORTED,
+ *                          as there); default: nvjpegCreateEx with
  *                          NVJPEG_BACKEND_HARDWARE fails with
  *                          NVJPEG_STATUS_ARCH_MISMATCH, as on other GPUs
  *   FAKE_NVJPEG_FAIL_AFTER N: nvjpegDecodeBatchedEx calls after the first N
@@ -248,13 +250,16 @@ EXPORT nvjpegStatus_t nvjpegDecodeBatchedInitialize(struct nvjpegHandle *h,
 }
 
 /* One image into dst, as p says, with the CPU decoder at full scale. */
-static nvjpegStatus_t decode_one(const unsigned char *data, size_t len, const nvjpegImage_t *dst,
+static nvjpegStatus_t decode_one(const struct nvjpegHandle *h, const unsigned char *data,
+				 size_t len, const nvjpegImage_t *dst,
 				 const struct nvjpegDecodeParams *p)
 {
 	struct img_info info;
 	struct feed_err err = {0};
 	if (img_probe(data, len, &info, &err) < 0 || info.format != IMG_FORMAT_JPEG)
 		return ST_BAD_JPEG;
+	if (h->backend == BACKEND_HARDWARE && info.progressive)
+		return ST_JPEG_NOT_SUPPORTED; /* the engines take baseline only */
 	struct img_box box = {0, 0, info.width, info.height};
 	if (p->w > 0 && p->h > 0)
 		box = (struct img_box){(uint32_t)p->x, (uint32_t)p->y, (uint32_t)p->w, (uint32_t)p->h};
@@ -300,7 +305,7 @@ EXPORT nvjpegStatus_t nvjpegDecodeBatchedEx(struct nvjpegHandle *h, struct nvjpe
 	for (int i = 0; i < s->batch; i++) {
 		if (params[i]->fmt != s->fmt)
 			return ST_INVALID_PARAMETER;
-		nvjpegStatus_t st = decode_one(data[i], lens[i], &dst[i], params[i]);
+		nvjpegStatus_t st = decode_one(h, data[i], lens[i], &dst[i], params[i]);
 		if (st != ST_SUCCESS) {
 			ADD(bad_images);
 			if (first == ST_SUCCESS)

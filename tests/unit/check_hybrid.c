@@ -270,6 +270,24 @@ START_TEST(test_hybrid_decode_uses_the_jpeg_engines)
 		return;
 	ck_assert(hyb_dec_hardware(d));
 	ck_assert_int_eq(nv_stats()->hardware_creates, 1);
+	/* a progressive image is left to the CPU up front, not found by
+	 * failing the batch on the engines */
+	const char *names[] = {"photo_00.jpg", "progressive.jpg", "rgb444.jpg"};
+	struct hyb_image im[3];
+	struct hyb_result out[3];
+	struct feed_err err = {0};
+	for (uint32_t i = 0; i < 3; i++) {
+		im[i].data = fixture(names[i], &im[i].len);
+		im[i].box = (struct img_box){3, 2, 90, 70};
+	}
+	ck_assert_int_eq(hyb_decode(d, im, 3, 3, out, &err), 0);
+	ck_assert(out[0].ok && !out[1].ok && out[2].ok);
+	ck_assert_msg(strstr(out[1].why, "progressive"), "%s", out[1].why);
+	ck_assert_int_eq(nv_stats()->batched_calls, 1);
+	ck_assert_int_eq(nv_stats()->bad_images, 0);
+	same_as_cpu(im[2].data, im[2].len, &im[2].box, 3, &out[2].view);
+	for (uint32_t i = 0; i < 3; i++)
+		free((void *)im[i].data);
 	hyb_dec_free(d);
 }
 END_TEST
