@@ -134,6 +134,8 @@ struct hyb_dec {
 	CUdevice dev;
 	CUcontext ctx;             /* dev's primary context (retained) */
 	CUstream stream;           /* ours, non-blocking: nothing of a client's waits on it */
+	CUevent done;              /* recorded after a call's copy; blocking sync: the
+				    * worker sleeps while the device works, not spins */
 	nvjpegHandle_t h;
 	nvjpegJpegState_t st;
 	bool hardware;             /* h is the hardware backend's */
@@ -181,6 +183,9 @@ static int hyb_dec_open(struct hyb_dec *d, int dev, struct feed_err *err)
 		return hyb_cu_fail(d, e, "cuCtxSetCurrent", err);
 	if ((e = a->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
 		return hyb_cu_fail(d, e, "cuStreamCreate", err);
+	if ((e = a->EventCreate(&d->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING)) !=
+	    CUDA_SUCCESS)
+		return hyb_cu_fail(d, e, "cuEventCreate", err);
 	/* the JPEG engines where the device has them (else ARCH_MISMATCH) */
 	s = d->nv->api.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_DEFAULT, &d->h);
 	d->hardware = s == NVJPEG_STATUS_SUCCESS;
@@ -234,6 +239,8 @@ void hyb_dec_free(struct hyb_dec *d)
 		(void)a->StreamSynchronize(d->stream);
 		(void)a->StreamDestroy(d->stream);
 	}
+	if (d->done)
+		(void)a->EventDestroy(d->done);
 	for (uint32_t i = 0; i < d->nold; i++)
 		(void)a->MemFree(d->old[i]);
 	if (d->buf)
@@ -453,9 +460,12 @@ int hyb_decode(struct hyb_dec *d, const struct hyb_image *im, uint32_t n, uint32
 		return rc;
 	if ((e = a->MemcpyDtoHAsync(d->host, d->buf, bytes, d->stream)) != CUDA_SUCCESS)
 		return hyb_cu_fail(d, e, "cuMemcpyDtoHAsync", err);
-	/* our own stream: waits for our decode and copy, nothing of a client's */
-	if ((e = a->StreamSynchronize(d->stream)) != CUDA_SUCCESS)
-		return hyb_cu_fail(d, e, "cuStreamSynchronize", err);
+	/* our own stream: waits for our decode and copy, nothing of a client's;
+	 * on a blocking-sync event, so the worker sleeps meanwhile */
+	if ((e = a->EventRecord(d->done, d->stream)) != CUDA_SUCCESS)
+		return hyb_cu_fail(d, e, "cuEventRecord", err);
+	if ((e = a->EventSynchronize(d->done)) != CUDA_SUCCESS)
+		return hyb_cu_fail(d, e, "cuEventSynchronize", err);
 	for (uint32_t k = 0; k < m; k++) {
 		uint32_t i = d->idx[k];
 		if (d->off[i] == SIZE_MAX)
