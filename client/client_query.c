@@ -310,6 +310,7 @@ static void cl_stream_status(const Feed__StreamStatus *s, struct feed_stream_sta
 	cl_text(o->pipeline, sizeof(o->pipeline), s->pipeline);
 	o->shm_bytes = s->shm_bytes;
 	cl_text(o->device, sizeof(o->device), s->device);
+	cl_text(o->jpeg_decode, sizeof(o->jpeg_decode), s->jpeg_decode);
 	o->device_bytes = s->device_bytes;
 	o->samples_per_s_10s = s->samples_per_s_10s;
 	o->mb_per_s_10s = s->mb_per_s_10s;
@@ -405,6 +406,7 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 		st->ngpus = s->n_gpus;
 		st->gpus = g;
 	}
+	cl_text(st->jpeg_decode, sizeof(st->jpeg_decode), s->jpeg_decode);
 	if (s->n_pending && cl_status_pending(st, s) < 0) {
 		feed__reply__free_unpacked(rep, NULL);
 		feed_status_free(st);

@@ -558,7 +558,13 @@ static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		return 0;
 	}
 	double bx = fr.bx - ib.x, by = fr.by - ib.y, bw = fr.bw, bh = fr.bh;
-	if (dec) {
+	const struct aug_pre *pre = img ? img->pre : NULL;
+	if (dec && pre && pre->field == st->field && pre->box.x == ib.x && pre->box.y == ib.y &&
+	    pre->box.w == ib.w && pre->box.h == ib.h && pre->view.c == st->c) {
+		/* decoded ahead, at full scale: the view is the box, as a
+		 * scale-1 decode's once offset to it (below) */
+		v = pre->view;
+	} else if (dec) {
 		struct img_decoded d;
 		/* decode(exact=true): full scale, never a reduced DCT scale */
 		bool exact = p->spec.ops[p->stage_ops[st->first]].exact;
@@ -594,6 +600,31 @@ static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 	else
 		img_resample_u8(&v, bx, by, bw, bh, dst, fr.w, fr.h, fr.flip, iscratch);
 	return 0;
+}
+
+int aug_image_box(const struct pipe_plan *p, uint32_t f, const struct aug_ctx *ctx,
+		  const void *src, size_t len, struct img_box *ret_box, uint32_t *ret_c)
+{
+	if (f >= p->in.nfields || !p->field_nstages[f])
+		return 0;
+	const struct pipe_stage *st = &p->stages[p->field_stage[f]];
+	struct aug_frame fr = {.copy = true};
+	struct img_info info;
+	struct img_box ib;
+	struct feed_err err;
+
+	if (st->kind != PIPE_STAGE_IMAGE || !st->decode ||
+	    img_probe(src, len, &info, &err) < 0 || info.format != IMG_FORMAT_JPEG)
+		return 0;
+	/* as image_stage plans it */
+	fr.src_w = fr.w = fr.bw = info.width;
+	fr.src_h = fr.h = fr.bh = info.height;
+	frame_plan(p, st, ctx, &fr);
+	if (!frame_enclosing(&fr, &ib))
+		return 0;
+	*ret_box = ib;
+	*ret_c = st->c;
+	return 1;
 }
 
 /* ------------------------------------------------------------------ */

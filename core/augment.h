@@ -74,7 +74,27 @@ struct aug_out {
 struct aug_img {
 	struct img_decoder *dec1;  /* channels=1, or NULL */
 	struct img_decoder *dec3;  /* channels=3, or NULL */
+	const struct aug_pre *pre; /* this sample's image decoded elsewhere, or NULL */
 };
+
+/* An image decoded ahead of its sample (hybrid JPEG decode: nvJPEG on a
+ * GPU, daemon/gpu/hybrid.c): the box aug_image_box() gave, decoded at full
+ * scale. The image stage of that field uses it in place of its own decode
+ * when the box is the one it would decode; else it decodes as ever. The
+ * draws are the same either way (a function of the aug_ctx alone). */
+struct aug_pre {
+	uint32_t field;            /* the schema field */
+	struct img_box box;        /* full-resolution coordinates */
+	struct img_view view;      /* box.w x box.h pixels of the stage's channels */
+};
+
+/* The box field f's decode would decode for the sample ctx names, from
+ * its encoded bytes (src, len): 1 and *ret_box, *ret_c (channels) when f
+ * is decoded from a JPEG and the crop reaches the image; 0 when there is
+ * nothing to decode ahead (not a decoded field, not a JPEG, a crop wholly
+ * in the padding, a header the stage will refuse). Pure. */
+int aug_image_box(const struct pipe_plan *plan, uint32_t f, const struct aug_ctx *ctx,
+		  const void *src, size_t len, struct img_box *ret_box, uint32_t *ret_c);
 
 /*
  * Builds one sample: in[f] and out[f] for every field f of the plan's input

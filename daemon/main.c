@@ -29,6 +29,7 @@
 #include "devslots.h"
 #include "disktier.h"
 #include "fetcher.h"
+#include "hybrid.h"
 #include "opener.h"
 #include "remote.h"
 #include "check_config.h"
@@ -238,6 +239,9 @@ static int main_serve(struct feedd *d, int sd_fd)
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
 	log_info(&d->log, "%s", gpu_line);
+	/* nvJPEG, loaded once here too: status says where JPEGs can decode */
+	char jpeg_line[400];
+	log_info(&d->log, "jpeg decode: %s", hyb_describe(jpeg_line, sizeof(jpeg_line)));
 	if (main_datasets(d, &err) < 0)
 		goto fail;
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {

@@ -104,6 +104,10 @@ static const struct cu_sym cu_ipc_syms[] = {
 	S(StreamWriteValue32, "cuStreamWriteValue32_v2"),
 	S(StreamWaitValue32, "cuStreamWaitValue32_v2"),
 };
+/* Each on its own, NULL when absent (cudrv_api says who needs it). */
+static const struct cu_sym cu_opt_syms[] = {
+	S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+};
 #undef S
 
 /* Resolves the n entry points of syms into a; the name of the first one
@@ -183,6 +187,8 @@ static void cu_load(void)
 	if (no_ipc)
 		snprintf(cu->info.ipc_reason, sizeof(cu->info.ipc_reason),
 			 "%s has no %s: no CUDA IPC", path, no_ipc);
+	for (size_t i = 0; i < sizeof(cu_opt_syms) / sizeof(cu_opt_syms[0]); i++)
+		(void)cu_resolve(lib, &cu_opt_syms[i], 1, &cu->api);
 	int v = 0;
 	if (cu->api.DriverGetVersion(&v) == CUDA_SUCCESS)
 		cu->info.driver_version = v;

@@ -59,6 +59,7 @@ typedef struct { char bytes[16]; } CUuuid;
 #define CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED 125
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+#define CU_EVENT_BLOCKING_SYNC 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_EVENT_INTERPROCESS 0x4
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
@@ -126,6 +127,10 @@ struct cudrv_api {
 				       unsigned flags);               /* cuStreamWriteValue32_v2 */
 	CUresult (*StreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
 				      unsigned flags);                /* cuStreamWaitValue32_v2 */
+	/* optional, NULL when absent: copies back to the host (feedd's
+	 * nvJPEG decode, daemon/gpu/hybrid.c) */
+	CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n,
+				    CUstream s);                      /* cuMemcpyDtoHAsync_v2 */
 };
 
 /* One device as the driver names it. */

@@ -78,6 +78,8 @@ static void print_streams(const struct feed_status *st)
 			       s->device_bytes / 1e6);
 		else if (s->device[0])
 			printf("%-16s host slots only: %s\n", "", s->device);
+		if (s->jpeg_decode[0])
+			printf("%-16s JPEG decode: %s\n", "", s->jpeg_decode);
 		if (s->replaced)
 			printf("%-16s %llu bad samples replaced (on_error skip)\n", "",
 			       (unsigned long long)s->replaced);
@@ -120,6 +122,8 @@ static int cmd_status(struct feed_conn *conn)
 		if (g->context)
 			printf("             device slots %.1f MB\n", g->slot_bytes / 1e6);
 	}
+	if (full->jpeg_decode[0])
+		printf("jpeg decode: %s\n", full->jpeg_decode);
 	print_streams(full);
 	feed_status_free(full);
 	return 0;
@@ -178,6 +182,7 @@ static void json_stream(const struct feed_stream_status *s, const char *sep)
 	json_u64("reader_wait_ns", s->reader_wait_ns, ", ");
 	json_u64("shm_bytes", s->shm_bytes, ", ");
 	json_str("device", s->device, ", ");
+	json_str("jpeg_decode", s->jpeg_decode, ", ");
 	json_u64("device_bytes", s->device_bytes, ", ");
 	json_u64("replaced", s->replaced, ", ");
 	json_u64("detached_batches", s->detached_batches, ", ");
@@ -231,7 +236,9 @@ static int cmd_status_json(struct feed_conn *conn)
 		printf("%s", i ? ", " : "");
 		json_str_value(full->pending[i]);
 	}
-	printf("],\n  \"streams\": [\n");
+	printf("],\n  \"jpeg_decode\": ");
+	json_str_value(full->jpeg_decode);
+	printf(",\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)
 		json_stream(&full->streams[i], i + 1 < full->count ? "," : "");
 	printf("  ]\n}\n");

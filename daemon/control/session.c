@@ -13,6 +13,7 @@
 #include "catalog.h"
 #include "devslots.h"
 #include "fault_seam.h"
+#include "hybrid.h"
 #include "pool.h"
 #include "quota.h"
 #include "stats.h"
@@ -260,6 +261,9 @@ static void ses_stats(struct ses *se, uint32_t id)
 		gp[i] = &gs[i];
 	}
 	st.gpus = gp;
+	char jpeg[400];
+	hyb_describe(jpeg, sizeof(jpeg));
+	st.jpeg_decode = jpeg;
 	reply.id = id;
 	reply.body_case = FEED__REPLY__BODY_STATS;
 	reply.stats = &st;

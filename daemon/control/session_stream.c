@@ -70,6 +70,7 @@ struct ses_stream {
 	struct dsl *dev;           /* its device slots (the delivery's), or NULL:
 				    * dev_reason says why */
 	char dev_reason[FEED_ERR_MSG_MAX];
+	char jpeg[200];            /* its hybrid JPEG decode in words (ses_stream_read) */
 	uint64_t slot_bytes;       /* one data slot, for status and metrics */
 	uint32_t rank, world;      /* OpenStream's, for status */
 	uint64_t epochs;           /* OpenStream.epochs (0: no end), for status */
@@ -462,6 +463,8 @@ static void ses_stream_read(struct stats_entry *en, struct stats_sample *ret)
 		.worker_ns = st.worker_ns, .jobs = st.jobs, .reader_wait_ns = ms.reader_wait_ns,
 		.credits = st.credits, .credits_in_use = st.credits_in_use, .members = 1,
 		.replaced = st.replaced, .detached = ms.detached,
+		/* the device slots are the delivery's, alive while it is */
+		.jpeg_decode = ss->dev ? dsl_jpeg_describe(ss->dev, ss->jpeg, sizeof(ss->jpeg)) : NULL,
 	};
 }
 

@@ -1128,6 +1128,19 @@ static int job_rows(struct dlv *d, struct dlv_job *j, struct bld_batch *b, struc
 	return rc;
 }
 
+/* The slots published and not yet released (ready, or held by the
+ * reader): how far the builders stand ahead of the reader. Slots being
+ * built do not count: while the workers fall behind, they are many. */
+static uint32_t job_ready(struct dlv *d)
+{
+	uint32_t n = 0;
+	feed_mutex_lock(&d->lock);
+	for (uint32_t i = 0; i < d->lay.nslots; i++)
+		n += d->slots[i].state == SLOT_CLIENT;
+	feed_mutex_unlock(&d->lock);
+	return n;
+}
+
 static void job_run(struct pool_job *pj, struct pool_worker *w)
 {
 	struct dlv_job *j = (struct dlv_job *)pj;
@@ -1142,6 +1155,10 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 	if (w && !atomic_load_explicit(&d->closed_flag, memory_order_relaxed)) {
 		assert_worker();
 		job_batch(d, j, &b);
+		struct bld_predecode pre;
+		if (d->dev && d->dev_ops->predecode &&
+		    d->dev_ops->predecode(d->dev, b.nsamples, job_ready(d), &pre))
+			b.pre = &pre;
 		/* with device slots: the device has read the slot's last batch
 		 * before we overwrite it, and reads this one before it is published */
 		rc = d->mix ? job_rows(d, j, &b, &err) : 0;

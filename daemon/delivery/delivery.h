@@ -71,6 +71,7 @@ struct dlv_runner {
 
 /* What a client asked for, checked by the session before dlv_new(). */
 struct dsl;                 /* device slots: gpu/devslots.h, a layer above */
+struct bld_predecode;       /* work/builder.h */
 struct feed_shm_slot;
 
 /* What a delivery does with its device slots. The layer that makes them
@@ -86,6 +87,12 @@ struct dlv_dev_ops {
 	/* dsl_after_build: copy and convert the built slot (worker) */
 	int (*after_build)(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
 			   uint8_t *data, uint64_t data_bytes, struct feed_err *err);
+	/* dsl_predecode: the decode dispatch of the batch about to be built,
+	 * with ready of the stream's slots built and not yet released (worker):
+	 * true and *ret when some of its images decode ahead (hybrid JPEG
+	 * decode, gpu/hybrid.c). NULL: never */
+	bool (*predecode)(struct dsl *s, uint32_t batch, uint32_t ready,
+			  struct bld_predecode *ret);
 	/* dsl_abandon: the client is gone, release every wait (loop thread) */
 	void (*abandon)(struct dsl *s);
 	/* dsl_free: takes the data region (left empty) and unmaps it when

@@ -72,7 +72,9 @@
 #include "feed_lock.h"
 #include "cudrv.h"
 #include "dtype.h"
+#include "builder.h"
 #include "fmt.h"
+#include "hybrid.h"
 #include "keeper.h"
 #include "layout.h"
 #include "region.h"
@@ -160,6 +162,7 @@ struct dsl {
 	uint64_t reg_bytes;
 	struct gk_job reg_job;     /* the keeper's registration of it */
 	struct gk_job free_job;    /* the keeper's dsl_free */
+	struct hyb_stream hyb;     /* hybrid JPEG decode of its images (hybrid.h) */
 	struct region data;        /* the host region, given by dsl_free: unmapped
 				    * by the keeper after its unregistration */
 
@@ -484,6 +487,7 @@ int dsl_plan(struct dsl_gpu *g, const struct dsl_request *req, const struct fmt_
 	s->ord = ord;
 	s->nslots = lay->nslots;
 	s->nfields = out->nfields;
+	hyb_stream_init(&s->hyb, ord);
 	bool any = false;
 	for (uint32_t f = 0; f < out->nfields; f++) {
 		struct dsl_field *df = &s->field[f];
@@ -889,8 +893,26 @@ void dsl_abandon(struct dsl *s)
 					      CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
+const char *dsl_jpeg_describe(const struct dsl *s, char *buf, size_t cap)
+{
+	return hyb_stream_describe(&s->hyb, buf, cap);
+}
+
+/* The decode dispatch (dlv_dev_ops.predecode): the share of the batch's
+ * images the stream's scheduler sends to the GPU. Worker. */
+static bool dsl_predecode(struct dsl *s, uint32_t batch, uint32_t ready,
+			  struct bld_predecode *ret)
+{
+	uint32_t n = hyb_sched_gpu_images(&s->hyb.sched, batch, ready, s->nslots);
+	if (!n)
+		return false;
+	*ret = (struct bld_predecode){.run = hyb_stream_run, .arg = &s->hyb, .n_first = n};
+	return true;
+}
+
 const struct dlv_dev_ops dsl_dlv_ops = {
 	.make = dsl_make,
+	.predecode = dsl_predecode,
 	.before_build = dsl_before_build,
 	.after_build = dsl_after_build,
 	.abandon = dsl_abandon,

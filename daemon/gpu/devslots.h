@@ -174,4 +174,9 @@ void dsl_free(struct dsl *s, struct region *data);
  * functions above. */
 extern const struct dlv_dev_ops dsl_dlv_ops;
 
+/* The stream's hybrid JPEG decode in words, in buf (cap bytes; returns
+ * buf): "nvJPEG: N/8 of each batch", or "CPU: " and why (hybrid.h). Any
+ * thread, while the device slots live. */
+const char *dsl_jpeg_describe(const struct dsl *s, char *buf, size_t cap);
+
 #endif

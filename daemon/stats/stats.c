@@ -464,6 +464,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->batch = en->batch;
 	s->shm_bytes = en->shm_bytes;
 	s->device = (char *)(en->device ? en->device : "");
+	s->jpeg_decode = (char *)(x.jpeg_decode ? x.jpeg_decode : "");
 	s->device_bytes = en->device_bytes;
 	s->credits = x.credits;
 	s->credits_in_use = x.credits_in_use;

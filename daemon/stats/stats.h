@@ -45,6 +45,8 @@ struct stats_sample {
 	const int32_t *member_pids;    /* members of them, or NULL; valid until the
 					* reply is sent (the loop turn) */
 	const uint64_t *member_reader_wait_ns; /* likewise, with member_pids */
+	const char *jpeg_decode;       /* hybrid JPEG decode's state, or NULL;
+					* valid until the reply is sent */
 };
 
 struct cat_entry;

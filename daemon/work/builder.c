@@ -275,6 +275,47 @@ static int sample_replace(const struct bld_batch *b, struct pool_worker *w,
 	return sample_err(b->ds, b->hdr->sample[i], err);
 }
 
+/* The decode dispatch: the chunk's samples at batch positions below
+ * b->pre->n_first have their image decoded ahead, together (hybrid JPEG
+ * decode), into pre[k] (view.px NULL: the sample decodes it itself).
+ * Returns how many leading entries of pre are set. Draws are the sample's
+ * own (aug_image_box), so the batch is the same whichever decodes. */
+static uint32_t chunk_predecode(const struct bld_batch *b, const struct fmt_block *const *blk,
+				const uint32_t *rec, const uint64_t *idx, uint32_t i0, uint32_t n,
+				struct aug_pre *pre)
+{
+	struct bld_pre_image im[CACHE_PIN_MAX];
+	struct aug_pre got[CACHE_PIN_MAX];
+	uint32_t at[CACHE_PIN_MAX], m = 0, c = 0, f = 0;
+
+	if (!b->pre || i0 >= b->pre->n_first)
+		return 0;
+	n = n < b->pre->n_first - i0 ? n : b->pre->n_first - i0;
+	while (f < b->plan->in.nfields && !b->plan->field_nstages[f])
+		f++;  /* the first field with stages: the one a decode can lead */
+	for (uint32_t k = 0; k < n; k++) {
+		struct aug_ctx ctx = {.seed = b->seed, .epoch = b->epoch, .sample = idx[k]};
+		uint32_t kc;
+		memset(&pre[k], 0, sizeof(pre[k]));
+		im[m].data = fmt_block_field(blk[k], f, rec[k], &im[m].len);
+		if (aug_image_box(b->plan, f, &ctx, im[m].data, im[m].len, &im[m].box, &kc) <= 0 ||
+		    (m && kc != c))
+			continue;
+		c = kc;
+		at[m++] = k;
+	}
+	if (m == 0)
+		return 0;
+	memset(got, 0, m * sizeof(got[0]));
+	b->pre->run(b->pre->arg, im, m, c, got);
+	for (uint32_t j = 0; j < m; j++) {
+		pre[at[j]] = got[j];
+		pre[at[j]].field = f;
+		pre[at[j]].box = im[j].box;
+	}
+	return n;
+}
+
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX, into
  * output positions [o0, o0 + n) (o0 < i0 once samples were dropped):
  * locates them, pins their blocks with one trip to the cache for all that
@@ -324,8 +365,12 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		}
 	}
 	*ret_done = n;
+	struct aug_pre pre[CACHE_PIN_MAX];
+	struct aug_img aik = *ai;
+	uint32_t npre = chunk_predecode(b, blk, rec, idx, i0, n, pre);
 	for (uint32_t k = 0; k < n && rc == 0; k++) {
-		rc = sample_build(b, ai, w->scratch, blk[k], rec[k], idx[k], o0 + k, cursor, err);
+		aik.pre = k < npre && pre[k].view.px ? &pre[k] : NULL;
+		rc = sample_build(b, &aik, w->scratch, blk[k], rec[k], idx[k], o0 + k, cursor, err);
 		if (rc < 0)
 			sample_err(ds, idx[k], err);
 		if (rc < 0 && b->on_error != BLD_ON_ERROR_FAIL && sample_bad(rc)) {

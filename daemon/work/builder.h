@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "augment.h"
 #include "feed_err.h"
 #include "pack_stream.h"
 #include "packing.h"
@@ -87,6 +88,30 @@ struct bld_batch {
 	 * first row, and mix_rows[i].sample the row's index in that stream */
 	const struct pks_spec *mix_pk_spec;
 	const struct pks_pos *mix_pk;
+	/* hybrid JPEG decode (the decode dispatch): the batch's first images
+	 * decoded elsewhere, ahead of their samples; NULL: none */
+	const struct bld_predecode *pre;
+};
+
+/* An image to decode ahead: its encoded bytes (borrowed for the call) and
+ * the box its sample's image stage decodes (aug_image_box). */
+struct bld_pre_image {
+	const void *data;
+	size_t len;
+	struct img_box box;
+};
+
+/* Decoding ahead of the samples, supplied from above (daemon/gpu/
+ * hybrid.c, through the delivery): run decodes n images as c channels on
+ * the calling worker and fills out[k].view for those it decoded, returning
+ * how many (out[k].view.px NULL: decoded by the sample itself, as ever);
+ * it never fails the batch. The samples at positions < n_first of the
+ * batch are sent, chunk by chunk. */
+struct bld_predecode {
+	uint32_t (*run)(void *arg, const struct bld_pre_image *im, uint32_t n, uint32_t c,
+			struct aug_pre *out);
+	void *arg;
+	uint32_t n_first;
 };
 
 /* Builds b. Returns 0 with *ret_bytes the field bytes written, or an error

@@ -27,7 +27,7 @@ P=$work/pack
 size=$(du -sm "$P" | cut -f1)
 [ "$size" -lt 64 ] || fail "the pack is $size MiB"
 for f in run e2e_torch.py e2e_resnet.py data/jpeg_files bin/feedd bin/feedctl bin/feedpack bin/feedbench bin/check_convert_gpu \
-         bin/check_client_gpu_device bin/check_ipc_gpu bin/check_ipc_event_gpu bin/gpu_convert lib/libfeedclient.so.0 \
+         bin/check_client_gpu_device bin/check_ipc_gpu bin/check_ipc_event_gpu bin/check_nvjpeg_gpu bin/gpu_convert lib/libfeedclient.so.0 \
          python/feedclient/__init__.py data/fmnist/manifest.pb data/jpeg/manifest.pb; do
   [ -e "$P/$f" ] || fail "the pack lacks $f"
 done

@@ -10,7 +10,8 @@
 #      (done-gated reuse, a killed consumer, one killed behind never-run
 #      work);
 #   2. bench/gpu_convert: conversion throughput as a share of the device's
-#      memory bandwidth;
+#      memory bandwidth; tests/gpu/check_nvjpeg_gpu.c: nvJPEG's decoded and
+#      resized pixels against the CPU path's (max and mean |difference|);
 #   3. tests/gpu/e2e_torch.py: Fashion-MNIST and a JPEG set through
 #      Loader(device="cuda") and device slots against torchvision on the
 #      GPU (within 1 bf16 ulp), mixup/cutmix on the GPU against the CPU
@@ -100,6 +101,10 @@ step ipc_event_gpu 60 "$DIR/bin/check_ipc_event_gpu"
 step client_gpu_device 60 "$DIR/bin/check_client_gpu_device"
 step ipc_gpu 90 "$DIR/bin/check_ipc_gpu"
 step gpu_convert 60 "$DIR/bin/gpu_convert"
+# hybrid JPEG decode: nvJPEG's pixels against the CPU path's on the held-out
+# set (bounds in tests/gpu/check_nvjpeg_gpu.c); needs libnvjpeg on the
+# machine (the toolkit, the nvidia-nvjpeg wheel or torchvision's copy)
+step nvjpeg_gpu 120 "$DIR/bin/check_nvjpeg_gpu" "$DIR/data/jpeg_files"
 PY=$(command -v python3)
 step e2e_torch 150 env -u LD_LIBRARY_PATH PYTHONPATH="$DIR/python" FEEDCLIENT_LIB="$DIR/lib/libfeedclient.so.0" PYTHONUNBUFFERED=1 \
   "$PY" "$DIR/e2e_torch.py" --feedd "$DIR/bin/feedd" --libdir "$DIR/lib" --data "$DIR/data" \
@@ -130,6 +135,11 @@ failed=0
   echo "## gpu_convert"
   echo '```'
   cat "$REPORT/gpu_convert.log"
+  echo '```'
+  echo
+  echo "## nvjpeg_gpu (hybrid decode against the CPU path)"
+  echo '```'
+  grep '^nvjpeg' "$REPORT/nvjpeg_gpu.log"
   echo '```'
   echo
   echo "## e2e_torch"

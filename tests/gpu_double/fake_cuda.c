@@ -709,6 +709,12 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
 	return copy_on((void *)(uintptr_t)dst, src, n, stream);
 }
 
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream)
+{
+	ADD(dtoh_copies, 1);
+	return copy_on(dst, (const void *)(uintptr_t)src, n, stream);
+}
+
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream)
 {
 	ADD(dtod_copies, 1);

@@ -108,6 +108,7 @@ struct fake_cuda_stats {
 	int stream_waits_blocked;     /* cuStreamWaitEvent on another process's pending event */
 	int streams_created, streams_destroyed;
 	int dtod_copies;              /* cuMemcpyDtoDAsync */
+	int dtoh_copies;              /* cuMemcpyDtoHAsync (feedd's nvJPEG decode) */
 	int value_writes;             /* cuStreamWriteValue32_v2 stored */
 	int value_writes_held;        /* ... kept behind a caller's stream's work */
 	int value_waits_blocked;      /* cuStreamWaitValue32_v2 that had to block (or queue) */

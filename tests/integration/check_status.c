@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed/gpu.h"
 #include "feed/stream.h"
 #include "feed_shm.h"
 #include "feedd_harness.h"
@@ -49,7 +50,9 @@ static const char *feedctl_status(const char *flag)
 	snprintf(out, sizeof(out), "%s/feedctl.out", h.dir);
 	unlink(out);
 	const char *args[] = {"--socket", h.sock, "status", flag, NULL};
-	ck_assert_int_eq(h_run_tool("feedctl", args, out), 0);
+	int rc = h_run_tool("feedctl", args, out);
+	ck_assert_msg(rc == 0, "feedctl status %s: exit %d:\n%s", flag ? flag : "", rc,
+		      h_file_text(out));
 	return h_file_text(out);
 }
 
@@ -425,6 +428,44 @@ START_TEST(test_status_memory_within_budget)
 }
 END_TEST
 
+/* Where JPEGs can decode (daemon/gpu/hybrid.c): with the driver's double
+ * and no nvJPEG, status says CPU only and why; with nvJPEG's double, its
+ * version and library. A build without kernels has no usable driver: then
+ * that is the reason given. */
+START_TEST(test_status_jpeg_decode_says_where)
+{
+	const char *cu = getenv("FEED_FAKE_CUDA"), *nv = getenv("FEED_FAKE_NVJPEG");
+	struct feed_gpu_info gi;
+	char want[400];
+
+	ck_assert_msg(cu && nv, "FEED_FAKE_CUDA and FEED_FAKE_NVJPEG must be set (ctest does)");
+	setenv("FEED_CUDA_DRIVER", cu, 1);
+	setenv("FAKE_CUDA_EVENTS", "auto", 1);
+	setenv("FEED_NVJPEG_LIBRARY", "/nonexistent/libnvjpeg.so.13", 1);
+	ck_assert_int_eq(feed_gpu_query(&gi), 0);
+	start_tiny(NULL);
+	const char *t = feedctl_status(NULL);
+	ck_assert_msg(strstr(t, gi.kernels ? "\njpeg decode: CPU only: nvJPEG not found (tried "
+					     "/nonexistent/libnvjpeg.so.13" :
+					     "\njpeg decode: CPU only: no GPU: built without CUDA kernels"),
+		      "feedctl status:\n%s", t);
+	json_object *root = json_tokener_parse(feedctl_status("--json"));
+	ck_assert_ptr_nonnull(root);
+	ck_assert_msg(!strncmp(json_object_get_string(jget(root, "jpeg_decode")), "CPU only: ", 10),
+		      "%s", json_object_get_string(jget(root, "jpeg_decode")));
+	json_object_put(root);
+	ck_assert_int_eq(h_stop(), 0);
+
+	setenv("FEED_NVJPEG_LIBRARY", nv, 1);
+	ck_assert_int_eq(truncate(h.log, 0), 0); /* h_start waits for a new "ready:" */
+	start_tiny(NULL);
+	t = feedctl_status(NULL);
+	snprintf(want, sizeof(want), "\njpeg decode: nvJPEG 13.0.1 (%s)\n", nv);
+	if (gi.kernels)
+		ck_assert_msg(strstr(t, want), "feedctl status:\n%s", t);
+}
+END_TEST
+
 static Suite *status_suite(void)
 {
 	Suite *s = suite_create("status");
@@ -438,6 +479,7 @@ static Suite *status_suite(void)
 	tcase_add_test(tc, test_status_warm_dataset_decodes_nothing);
 	tcase_add_test(tc, test_status_small_cache_every_sample_once);
 	tcase_add_test(tc, test_status_memory_within_budget);
+	tcase_add_test(tc, test_status_jpeg_decode_says_where);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -68,6 +68,22 @@ add_dependencies(check_client_gpu fake_cuda)
 set_tests_properties(integration_client_gpu PROPERTIES ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>")
 
+# nvJPEG's test double (decodes with core/image.h), which feedd loads
+# through FEED_NVJPEG_LIBRARY (daemon/gpu/nvjpeg_load.h).
+add_library(fake_nvjpeg SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double/fake_nvjpeg.c)
+target_link_libraries(fake_nvjpeg PRIVATE feed_core)
+set_target_properties(fake_nvjpeg PROPERTIES C_VISIBILITY_PRESET hidden)
+# hybrid JPEG decode in a stream with device slots, on both doubles
+feed_integration_test(hybrid_stream feed_core feed_format)
+add_dependencies(check_hybrid_stream fake_cuda fake_nvjpeg)
+set_tests_properties(integration_hybrid_stream PROPERTIES FIXTURES_REQUIRED image_fixtures
+  ENVIRONMENT
+  "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>;FEED_FAKE_NVJPEG=$<TARGET_FILE:fake_nvjpeg>")
+# status says where JPEGs decode (check_status: test_status_jpeg_decode_says_where)
+add_dependencies(check_status fake_cuda fake_nvjpeg)
+set_tests_properties(integration_status PROPERTIES ENVIRONMENT
+  "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>;FEED_FAKE_NVJPEG=$<TARGET_FILE:fake_nvjpeg>")
+
 # NVML's test double, which `feedctl top` loads through FEED_NVML_LIBRARY
 # (tests/python/test_metrics.py sets it).
 add_library(fake_nvml SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu_double/fake_nvml.c)

@@ -25,6 +25,8 @@ def test_status_lists_a_stream_and_drops_it_when_closed(fc):
         assert set(st["cache"]) == {"hits", "misses", "evictions", "bytes", "entries",
                                     "budget"}
         assert st["cache"]["misses"] >= 1       # a block was read
+        # where JPEGs can decode: nvJPEG's version, or why the CPU only
+        assert st["jpeg_decode"].startswith(("nvJPEG ", "CPU only: ")), st["jpeg_decode"]
         (s,) = mine(st, 9)
         assert s["kind"] == "stream" and s["dataset"] == "small" and s["group"] == ""
         # the daemon grants the Loader credits + 1: the batch being fetched

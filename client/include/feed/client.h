@@ -279,6 +279,9 @@ struct feed_stream_status {
 	uint64_t detached_batches; /* batches its readers moved into private memory
 				    * (feed_batch_detach(): held views), as their
 				    * clients report it; display only */
+	char jpeg_decode[200];    /* with device slots: "nvJPEG: N/8 of each batch"
+				   * decode on the GPU now, or "CPU: " and why
+				   * only there; "" without device slots */
 };
 
 /* The block cache shared by every stream. */
@@ -311,6 +314,9 @@ struct feed_status {
 					     * still opening (not in count's streams
 					     * nor in feed_list_datasets() yet) */
 	const char *const *pending;         /* their names */
+	/* where the daemon can decode JPEGs: "nvJPEG 13.0.1 (libnvjpeg.so.13)",
+	 * or "CPU only: " and why not ("" from a daemon that does not say) */
+	char jpeg_decode[320];
 };
 
 /* The daemon's counters with every stream and group over a dataset the

@@ -332,6 +332,7 @@ class StreamStatus(ctypes.Structure):
         ("start_epoch", ctypes.c_uint64),
         ("start_batch", ctypes.c_uint64),
         ("detached_batches", ctypes.c_uint64),
+        ("jpeg_decode", ctypes.c_char * 200),
     ]
 
 
@@ -364,6 +365,7 @@ class Status(ctypes.Structure):
         ("gpus", ctypes.POINTER(GpuStatus)),
         ("npending", ctypes.c_size_t),
         ("pending", ctypes.POINTER(ctypes.c_char_p)),
+        ("jpeg_decode", ctypes.c_char * 320),
     ]
 
 

@@ -365,6 +365,7 @@ def _status(socket, timeout_ms):
             out["gpus"] = [_record(st.contents.gpus[i]) for i in range(st.contents.ngpus)]
             out["pending"] = [st.contents.pending[i].decode("ascii", "replace")
                               for i in range(st.contents.npending)]
+            out["jpeg_decode"] = st.contents.jpeg_decode.decode("utf-8", "replace")
             return out
         finally:
             lib.feed_status_free(st)
