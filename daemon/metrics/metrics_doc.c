@@ -3,7 +3,7 @@
  * metrics_doc.h). Main thread, before anything starts; never allocates.
  *
  * The rows say what metrics.c, metrics_process.c and metrics_gpu.c render,
- * in their order; tests/python/test_docs_metrics.py scrapes a real feedd
+ * in their order; tests/python/test_feedclient_docs_metrics.py scrapes a real feedd
  * and fails on any family, type, help text or label that differs.
  */
 #include "metrics_doc.h"

@@ -1,5 +1,8 @@
 """`feedd --list-metrics` says what a real feedd exports (issue 34 item 6).
 
+Named test_feedclient_* because it opens a stream through feedclient (the
+ASan build preloads its runtime for those).
+
 The docs' metrics table is generated from `feedd --list-metrics`
 (metrics/metrics_doc.c); this test keeps that table true to the code that
 renders the exposition. A feedd with a dataset served, one left out, a disk
