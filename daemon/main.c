@@ -34,8 +34,10 @@
 #include "remote.h"
 #include "check_config.h"
 #include "cmdline.h"
+#include "config_doc.h"
 #include "feedd.h"
 #include "metrics.h"
+#include "metrics_doc.h"
 #include "pipeline.h"
 #include "pool.h"
 #include "reload.h"
@@ -299,6 +301,19 @@ static int main_list_ops(void)
 	return fflush(stdout) ? 1 : 0;
 }
 
+/* feedd --list-config-keys: every key of feedd.yaml, its default and
+ * whether a reload applies it (scripts/gen-docs writes the docs' tables). */
+static int main_list_config_keys(void)
+{
+	struct feed_err err = {0};
+
+	if (cfg_doc_print(stdout, &err) < 0) {
+		fprintf(stderr, "feedd: %s\n", err.msg);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct feedd d = {.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
@@ -308,6 +323,10 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && !strcmp(argv[1], "--list-ops"))
 		return main_list_ops();
+	if (argc == 2 && !strcmp(argv[1], "--list-config-keys"))
+		return main_list_config_keys();
+	if (argc == 2 && !strcmp(argv[1], "--list-metrics"))
+		return met_doc_print(stdout) < 0 ? 1 : 0;
 	if (cli_parse(argc, argv, &cli, &err) < 0) {
 		fprintf(stderr, "feedd: %s\n%s", err.msg, cli_usage);
 		return 2;

@@ -18,6 +18,8 @@ const char cli_usage[] =
 	"             the systemd unit file UNIT's sandbox, user and socket unit; every\n"
 	"             error is reported; warnings too, which --strict makes errors)\n"
 	"       feedd --list-ops   (the pipeline ops, their keys and defaults)\n"
+	"       feedd --list-config-keys | --list-metrics   (feedd.yaml's keys, the\n"
+	"             metrics: the tables the docs print)\n"
 	"Flags override the config file; without one, built-in defaults apply.\n"
 	"The default socket is $FEEDD_SOCKET, or " CFG_DEFAULT_SOCKET ".\n";
 

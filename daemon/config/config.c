@@ -90,6 +90,19 @@ static const struct cfg_num {
 	 NO_FLAG, false, 1, (uint64_t)IMG_DIM_MAX * IMG_DIM_MAX, IMG_MAX_PIXELS_DEFAULT},
 };
 
+int cfg_num_row(size_t i, const char **ret_key, uint64_t *ret_min, uint64_t *ret_max,
+		uint64_t *ret_def, bool *ret_bytes)
+{
+	if (i >= sizeof(cfg_nums) / sizeof(cfg_nums[0]))
+		return -ENOENT;
+	*ret_key = cfg_nums[i].key;
+	*ret_min = cfg_nums[i].min;
+	*ret_max = cfg_nums[i].max;
+	*ret_def = cfg_nums[i].def;
+	*ret_bytes = cfg_nums[i].bytes;
+	return 0;
+}
+
 int cfg_parse_bytes(const char *s, uint64_t *ret)
 {
 	static const char units[] = "KMGT";

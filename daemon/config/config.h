@@ -198,6 +198,12 @@ bool cfg_group_shared(const struct cfg_dataset *d, const char *group);
 /* True if name is a valid dataset or pipeline name. */
 bool cfg_name_ok(const char *name);
 
+/* Row i of the numeric keys' table (for feedd --list-config-keys): its
+ * key path, range, default (0 for workers: the online CPUs) and whether
+ * it is a byte count. 0, or -ENOENT past the last row. Any thread. */
+int cfg_num_row(size_t i, const char **ret_key, uint64_t *ret_min, uint64_t *ret_max,
+		uint64_t *ret_def, bool *ret_bytes);
+
 /* Parses a byte count: decimal digits, optionally followed by K, M, G or T
  * (powers of 1024). -EINVAL if not a number, -ERANGE past UINT64_MAX. */
 int cfg_parse_bytes(const char *s, uint64_t *ret);
