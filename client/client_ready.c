@@ -48,31 +48,6 @@ static bool st_fits(uint64_t off, uint64_t len, uint64_t size)
 	return off <= size && len <= size - off;
 }
 
-int64_t st_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t st_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(st->stop_msg, sizeof(st->stop_msg), fmt, ap);
-	va_end(ap);
-	st->stop = code;
-	return cl_fail(st->conn, code, "stream %u: %s", st->info.id, st->stop_msg);
-}
-
 static int st_stopped(struct feed_stream *st)
 {
 	if (st->stop < 0)
@@ -524,14 +499,6 @@ FEED_API int feed_batch_dropped_sample(const struct feed_batch *b, uint32_t k, u
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)
 {
 	return b->publish_ns;
-}
-
-FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret)
-{
-	if (!b || !ret || i >= b->st->nfields)
-		return -EINVAL;
-	*ret = b->view[i];
-	return 0;
 }
 
 FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name)
