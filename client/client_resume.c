@@ -1,7 +1,8 @@
 /*
  * client_resume.c: a stream's position as a resume token (feed.proto
- * ResumeToken) and the position a stream opened with one starts at; which
- * batch may come next (st_in_sequence). Used by opening
+ * ResumeToken), the position a stream opened with one starts at (the
+ * daemon's word, from the open reply: the client computes no layout), and
+ * which batch may come next (st_in_sequence). Used by opening
  * (client_stream.c), reopening (client_incarnation.c) and feed_next
  * (client_ready.c); calls none of them.
  *
@@ -9,7 +10,6 @@
  * Takes no lock.
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "client_stream.h"
@@ -61,45 +61,22 @@ FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, s
 	return st_token(st, buf, cap, ret_len);
 }
 
-/* Node order: the layouts the daemon reads the token's epoch under, as
- * daemon/delivery/schedule.c decides: the token's own when it was taken
- * with this node count at a batch boundary of this layout, else those
- * plus the token's (nodes, position), counting again from position 0. */
-static void st_resume_levels(struct feed_stream *st, const Feed__ResumeToken *t)
+/* A stream opened with a token starts at its position as the daemon's
+ * schedule counts it (feed.proto StreamOpened.resume_*: one taken after
+ * an epoch's last batch first delivers that epoch's end; node order's
+ * layouts, which the token carries on, are the schedule's word too). */
+void st_resume_position(struct feed_stream *st, const Feed__StreamOpened *so)
 {
-	uint32_t nodes = st->opts.nodes ? st->opts.nodes : 1;
-	uint64_t stride = (uint64_t)st->batch * st->world;
-
-	st->lv_epoch = t->epoch;
-	st->nlv = 0;
-	for (size_t i = 0; i < t->n_level_nodes && i < t->n_level_positions &&
-			   st->nlv < ST_MAX_LEVELS; i++) {
-		st->lv_nodes[st->nlv] = t->level_nodes[i];
-		st->lv_pos[st->nlv++] = t->level_positions[i];
-	}
-	if (t->nodes == nodes && t->position % stride == 0)
-		return;
-	if (st->nlv < ST_MAX_LEVELS) { /* else the daemon refused it */
-		st->lv_nodes[st->nlv] = t->nodes;
-		st->lv_pos[st->nlv++] = t->position;
-	}
-	st->pos_position = 0;
-}
-
-/* A stream opened with a token starts at the token's position (one taken
- * after an epoch's last batch first delivers that epoch's end). */
-void st_resume_position(struct feed_stream *st, const void *token, size_t len)
-{
-	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, len, token);
-
-	if (!t)
-		return; /* the daemon accepted it, so this does not happen */
-	st->pos_epoch = t->epoch;
-	st->pos_position = t->position;
+	st->pos_epoch = so->resume_epoch;
+	st->pos_position = so->resume_position;
 	st->pos_known = true;
-	if (st->opts.order == FEED_ORDER_NODE)
-		st_resume_levels(st, t);
-	feed__resume_token__free_unpacked(t, NULL);
+	st->lv_epoch = so->resume_epoch;
+	st->nlv = 0;
+	for (size_t i = 0; i < so->n_level_nodes && i < so->n_level_positions &&
+			   st->nlv < ST_MAX_LEVELS; i++) {
+		st->lv_nodes[st->nlv] = so->level_nodes[i];
+		st->lv_pos[st->nlv++] = so->level_positions[i];
+	}
 }
 
 /* Whether a batch at (epoch, position) may come next for st: its

@@ -297,6 +297,8 @@ static int st_from_reply(struct feed_conn *conn, const struct feed_stream_opts *
 	st->world = opts->world ? opts->world : 1;
 	st->pos_epoch = st->info.start_epoch;
 	st->pos_position = st->info.start_batch * st->batch * st->world;
+	if (so->resumed && st->info.group_members <= 1) /* a joiner starts where told */
+		st_resume_position(st, so);
 	if ((r = st_device(st, opts, os, so, why, cap)) < 0)
 		goto fail;
 	*ret = st;
@@ -396,8 +398,6 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 		feed_stream_close(st);
 		return r;
 	}
-	if (opts->resume && st->info.group_members <= 1) /* a joiner starts where told */
-		st_resume_position(st, opts->resume, opts->resume_len);
 	*ret = st;
 	return 0;
 }

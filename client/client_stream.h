@@ -220,8 +220,8 @@ void st_unmap_aliases(struct st_inc *inc);
 bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t position);
 /* The token of st's position into buf (-ENOSPC past cap). */
 int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len);
-/* A stream opened with a token starts at the token's position. */
-void st_resume_position(struct feed_stream *st, const void *token, size_t len);
+/* A stream opened with a token starts where the open reply so says. */
+void st_resume_position(struct feed_stream *st, const Feed__StreamOpened *so);
 
 /* ---- client_mixture.c ---- */
 
