@@ -1,7 +1,8 @@
 /*
  * client_ready.c: the ready ring's consumer (feed_next) with its eventfd
  * doorbell (proto/feed_ring.h), the check of each delivered batch's
- * header, and the batch accessors (feed/stream.h).
+ * header, and the batch accessors (feed/stream.h; feed_batch_field,
+ * which the files below use too, is client_stream_base.c's).
  *
  * Threads: feed_next() on the caller's thread, one at a time per stream;
  * the accessors on any thread that holds the batch. Takes no lock: the

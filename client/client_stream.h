@@ -6,10 +6,10 @@
  *   client_incarnation.c  reopening after a daemon restart, retired
  *                         incarnations
  *   client_stream.c       opening and closing
- *   client_resume.c       position, resume tokens
- *   client_release.c      the release ring's producer (feed_release)
  *   client_detach.c       batches detached from their slots
+ *   client_release.c      the release ring's producer (feed_release)
  *   client_region.c       checking and mapping the regions feedd sends
+ *   client_resume.c       position, resume tokens
  *   client_stream_base.c  the hooks (client_internal.h), getters, st_stop
  *
  * Each file calls only files below it in this list (and client.c,
@@ -209,8 +209,8 @@ int st_batches_new(struct feed_stream *st);
 void st_inc_unmap(struct feed_stream *st, struct st_inc *inc);
 /* st_inc_unmap() if still mapped, then frees inc and its batches. */
 void st_inc_free(struct feed_stream *st, struct st_inc *inc);
-/* Unmaps the aliases inc's slots moved to (client_detach.c). Before the
- * region goes; no lock held. */
+/* Unmaps the aliases inc's slots moved to (client_detach.c makes them).
+ * Before the region goes; no lock held. */
 void st_unmap_aliases(struct st_inc *inc);
 
 /* ---- client_resume.c ---- */
