@@ -139,13 +139,3 @@ uint64_t feed_stream_detached(const struct feed_stream *st)
 					 memory_order_relaxed)
 		  : 0;
 }
-
-void st_unmap_aliases(struct st_inc *inc)
-{
-	for (uint32_t i = 0; i < inc->nslots; i++) {
-		uint8_t *home = (uint8_t *)inc->map[1] + (uint64_t)i * inc->slot_bytes;
-		if (inc->batches[i].base != home)
-			munmap(inc->batches[i].base, (size_t)inc->slot_bytes);
-		inc->batches[i].base = home;
-	}
-}

@@ -409,6 +409,37 @@ static int gpu_cpu(const struct gpu_job *j, const struct feed_view *v, void *dst
 	}
 }
 
+/* The context current now, which must be device's, or else device's
+ * primary one, retained (*ret_retained) and made current. */
+static int gpu_context(const struct cudrv *cu, struct feed_conn *conn, int device,
+		       CUcontext *ret_ctx, CUdevice *ret_dev, bool *ret_retained)
+{
+	const struct cudrv_api *api = &cu->api;
+	CUresult e;
+
+	if ((e = FEED_CU(api, CtxGetCurrent, ret_ctx)) != CUDA_SUCCESS)
+		return gpu_fail_cu(conn, cu, e, "cuCtxGetCurrent");
+	if (*ret_ctx) {
+		if ((e = FEED_CU(api, CtxGetDevice, ret_dev)) != CUDA_SUCCESS)
+			return gpu_fail_cu(conn, cu, e, "cuCtxGetDevice");
+		if (*ret_dev != device)
+			return cl_fail(conn, -EINVAL, "device %d asked, but the current context is "
+				       "device %d's", device, *ret_dev);
+		return 0;
+	}
+	if ((e = FEED_CU(api, DeviceGet, ret_dev, device)) != CUDA_SUCCESS)
+		return cl_fail(conn, -EINVAL, "no CUDA device %d (%u found)", device,
+			       cu->info.num_devices);
+	if ((e = FEED_CU(api, DevicePrimaryCtxRetain, ret_ctx, *ret_dev)) != CUDA_SUCCESS)
+		return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
+	if ((e = FEED_CU(api, CtxSetCurrent, *ret_ctx)) != CUDA_SUCCESS) {
+		FEED_CU(api, DevicePrimaryCtxRelease, *ret_dev);
+		return gpu_fail_cu(conn, cu, e, "cuCtxSetCurrent");
+	}
+	*ret_retained = true;
+	return 0;
+}
+
 /* The stream's GPU state, made at its first device call in the context
  * current now (or the device's primary one). */
 static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device,
@@ -421,29 +452,12 @@ static int gpu_stream(struct feed_stream *st, struct feed_conn *conn, int device
 	CUdevice dev;
 	CUresult e;
 	bool retained = false;
+	int r;
 
 	if (!cu->info.usable)
 		return cl_fail(conn, -ENODEV, "GPU path not usable: %s", cu->info.reason);
-	if ((e = FEED_CU(api, CtxGetCurrent, &ctx)) != CUDA_SUCCESS)
-		return gpu_fail_cu(conn, cu, e, "cuCtxGetCurrent");
-	if (ctx) {
-		if ((e = FEED_CU(api, CtxGetDevice, &dev)) != CUDA_SUCCESS)
-			return gpu_fail_cu(conn, cu, e, "cuCtxGetDevice");
-		if (dev != device)
-			return cl_fail(conn, -EINVAL, "device %d asked, but the current context is "
-				       "device %d's", device, dev);
-	} else {
-		if ((e = FEED_CU(api, DeviceGet, &dev, device)) != CUDA_SUCCESS)
-			return cl_fail(conn, -EINVAL, "no CUDA device %d (%u found)", device,
-				       cu->info.num_devices);
-		if ((e = FEED_CU(api, DevicePrimaryCtxRetain, &ctx, dev)) != CUDA_SUCCESS)
-			return gpu_fail_cu(conn, cu, e, "cuDevicePrimaryCtxRetain");
-		if ((e = FEED_CU(api, CtxSetCurrent, ctx)) != CUDA_SUCCESS) {
-			FEED_CU(api, DevicePrimaryCtxRelease, dev);
-			return gpu_fail_cu(conn, cu, e, "cuCtxSetCurrent");
-		}
-		retained = true;
-	}
+	if ((r = gpu_context(cu, conn, device, &ctx, &dev, &retained)) < 0)
+		return r;
 	if (g) {
 		if (retained) /* ours holds it already */
 			FEED_CU(api, DevicePrimaryCtxRelease, dev);

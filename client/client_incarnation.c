@@ -1,6 +1,6 @@
 /*
- * client_incarnation.c: a stream's position (resume tokens) and its
- * incarnations: after a daemon restart the stream reconnects, reopens at
+ * client_incarnation.c: a stream's incarnations (its position and resume
+ * tokens are client_resume.c's): after a daemon restart the stream reconnects, reopens at
  * its position and adopts the new regions as its next incarnation, while
  * the earlier one stays mapped until the caller has released every batch
  * from it (then feed_next()'s thread unmaps it: st_reap).
@@ -22,118 +22,6 @@
 #include "client_stream.h"
 #include "feed_lock.h"
 
-/* The token of the stream's position (feed.proto ResumeToken) into buf,
- * its length into *ret_len; -ENOSPC (nothing written) past cap. */
-int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len)
-{
-	Feed__ResumeToken t = FEED__RESUME_TOKEN__INIT;
-
-	t.magic = FEED_RESUME_MAGIC;
-	t.dataset_version = (char *)st->info.dataset_version;
-	t.pipeline_hash = st->info.pipeline_hash;
-	t.seed = st->opts.seed;
-	t.batch = st->opts.batch;
-	t.world = st->world;
-	t.epoch = st->pos_epoch;
-	t.position = st->pos_position;
-	t.order = st_order(st->opts.order);
-	t.window = st->opts.window;
-	t.drop_last = st->opts.drop_last;
-	t.pad_last = st->opts.pad_last;
-	t.eval = st->opts.eval;
-	t.mixture.data = (uint8_t *)st->mix_state;  /* the daemon's, carried back */
-	t.mixture.len = st->mix_len;
-	if (st->opts.order == FEED_ORDER_NODE) {
-		t.nodes = st->opts.nodes ? st->opts.nodes : 1;
-		t.node_deal = st->opts.node_deal == FEED_NODE_DEAL_FIXED ?
-				      FEED__NODE_DEAL__NODE_DEAL_FIXED : FEED__NODE_DEAL__NODE_DEAL_ROTATE;
-		if (st->nlv && st->lv_epoch == st->pos_epoch) {
-			t.n_level_nodes = t.n_level_positions = st->nlv;
-			t.level_nodes = (uint32_t *)st->lv_nodes;
-			t.level_positions = (uint64_t *)st->lv_pos;
-		}
-	}
-	size_t n = feed__resume_token__get_packed_size(&t);
-	if (n > cap)
-		return -ENOSPC;
-	feed__resume_token__pack(&t, buf);
-	*ret_len = n;
-	return 0;
-}
-
-FEED_API int feed_stream_resume_token(const struct feed_stream *st, void *buf, size_t cap,
-				      size_t *ret_len)
-{
-	if (!st || !buf || !ret_len)
-		return -EINVAL;
-	return st_token(st, buf, cap, ret_len);
-}
-
-/* Keeps opts (and its strings) for reopening. */
-int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
-{
-	const char *ds = o->dataset ? o->dataset : "";  /* NULL: a mixture's sources */
-	size_t nd = strlen(ds) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
-	size_t ng = o->group ? strlen(o->group) + 1 : 0;
-
-	st->opts_mem = malloc(nd + np + ng);
-	if (!st->opts_mem)
-		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's options");
-	st->opts = *o;
-	st->opts.resume = NULL;
-	st->opts.resume_len = 0;
-	st->opts.dataset = memcpy(st->opts_mem, ds, nd);
-	st->opts.mixture = NULL;
-	st->opts.nmixture = 0;
-	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
-	st->opts.group = ng ? memcpy(st->opts_mem + nd + np, o->group, ng) : NULL;
-	if (st_mixture_keep(st, o) < 0)
-		return -ENOMEM;
-	st->opts.nmixture = o->nmixture;
-	return 0;
-}
-
-/* Node order: the layouts the daemon reads the token's epoch under, as
- * daemon/delivery/schedule.c decides: the token's own when it was taken
- * with this node count at a batch boundary of this layout, else those
- * plus the token's (nodes, position), counting again from position 0. */
-static void st_resume_levels(struct feed_stream *st, const Feed__ResumeToken *t)
-{
-	uint32_t nodes = st->opts.nodes ? st->opts.nodes : 1;
-	uint64_t stride = (uint64_t)st->batch * st->world;
-
-	st->lv_epoch = t->epoch;
-	st->nlv = 0;
-	for (size_t i = 0; i < t->n_level_nodes && i < t->n_level_positions &&
-			   st->nlv < ST_MAX_LEVELS; i++) {
-		st->lv_nodes[st->nlv] = t->level_nodes[i];
-		st->lv_pos[st->nlv++] = t->level_positions[i];
-	}
-	if (t->nodes == nodes && t->position % stride == 0)
-		return;
-	if (st->nlv < ST_MAX_LEVELS) { /* else the daemon refused it */
-		st->lv_nodes[st->nlv] = t->nodes;
-		st->lv_pos[st->nlv++] = t->position;
-	}
-	st->pos_position = 0;
-}
-
-/* A stream opened with a token starts at the token's position (one taken
- * after an epoch's last batch first delivers that epoch's end). */
-void st_resume_position(struct feed_stream *st, const void *token, size_t len)
-{
-	Feed__ResumeToken *t = feed__resume_token__unpack(NULL, len, token);
-
-	if (!t)
-		return; /* the daemon accepted it, so this does not happen */
-	st->pos_epoch = t->epoch;
-	st->pos_position = t->position;
-	st->pos_known = true;
-	if (st->opts.order == FEED_ORDER_NODE)
-		st_resume_levels(st, t);
-	feed__resume_token__free_unpacked(t, NULL);
-}
-
 /* n's schema is st's: the same fields, dtypes, shapes and batch. */
 static bool st_same_schema(const struct feed_stream *st, const struct feed_stream *n)
 {
@@ -147,19 +35,6 @@ static bool st_same_schema(const struct feed_stream *st, const struct feed_strea
 		       !memcmp(a->fields[f].shape, b->fields[f].shape,
 			       sizeof(a->fields[f].shape[0]) * a->fields[f].rank);
 	return same;
-}
-
-/* Whether a batch at (epoch, position) may come next for st: its
- * position, or the next epoch's start when st's position is at its
- * epoch's end (a token taken after the last batch). */
-bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t position)
-{
-	uint64_t stride = (uint64_t)st->batch * st->world;
-
-	if (epoch == st->pos_epoch && position == st->pos_position)
-		return true;
-	return epoch == st->pos_epoch + 1 && position == 0 &&
-	       st->pos_position >= st->info.batches_per_epoch * stride;
 }
 
 /* Whether n, a group member reopened for st, starts where st stands: a
@@ -273,11 +148,6 @@ static bool st_transient(const struct feed_conn *conn, int r)
 	       r == -EPIPE || r == -ETIMEDOUT || r == -EAGAIN;
 }
 
-/* The daemon went away under st (every batch it published has been
- * returned): reconnects to the same socket and reopens the stream at its
- * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
- * when nothing was left to deliver, -ENOMEM with st unchanged (the next
- * call tries again), or a sticky error. */
 /* Reconnecting past the caller's deadline: -ETIMEDOUT, not sticky. */
 static int st_reopen_later(struct feed_stream *st, const char *last)
 {
@@ -286,6 +156,66 @@ static int st_reopen_later(struct feed_stream *st, const char *last)
 		       (long long)(st->reopen_deadline - st_now_ms()), last);
 }
 
+/* One reopening on conn, connected: 0 with n adopted, or a failure;
+ * *ret_final when that is st's answer (sticky), not one to retry. */
+static int st_reopen_once(struct feed_stream *st, struct feed_stream_opts *o, bool *ret_final)
+{
+	struct feed_conn *conn = st->conn;
+	struct feed_stream *n;
+	int r = st_open(conn, o, &n);
+
+	if (r == -EALREADY && o->group) {
+		/* the group is past our position: resume there on our own
+		 * (the same batches); the next reopen tries the group again */
+		o->group = NULL;
+		o->group_depth = 0;
+		r = st_open(conn, o, &n);
+	}
+	*ret_final = true;
+	if (r == 0 && !st_group_start_ok(st, n)) {
+		uint64_t e = n->info.start_epoch, b = n->info.start_batch;
+		feed_stream_close(n);
+		return st_stop(st, -EPROTO, "feedd came back with group '%s' at epoch %llu "
+			       "batch %llu, not at this stream's position (epoch %llu "
+			       "position %llu): batches would be lost or repeated",
+			       st->opts.group, (unsigned long long)e, (unsigned long long)b,
+			       (unsigned long long)st->pos_epoch,
+			       (unsigned long long)st->pos_position);
+	}
+	if (r == 0) {
+		if (st_adopt(st, n) == 0) {
+			/* pinned: the new data region too (else pageable, still correct) */
+			st_hooks_map(st);
+			st->reopen_deadline = 0;
+			return 0;
+		}
+		feed_stream_close(n);
+		return st_stop(st, -EPROTO, "feedd came back with another schema for "
+			       "dataset '%s'", st->opts.dataset);
+	}
+	if (r != -ENOMEM && !st_transient(conn, r))
+		return st_stop(st, r, "feedd came back but the stream could not be "
+			       "reopened: %s", conn->errmsg);
+	*ret_final = false;
+	return r;
+}
+
+/* The connection's last error into buf without its "stream N: ", which
+ * st_stop puts back once. */
+static void st_last_error(const struct feed_stream *st, char *buf, size_t cap)
+{
+	const char *msg = st->conn->errmsg;
+	char pre[32];
+	int npre = snprintf(pre, sizeof(pre), "stream %u: ", st->info.id);
+
+	snprintf(buf, cap, "%s", strncmp(msg, pre, (size_t)npre) ? msg : msg + npre);
+}
+
+/* The daemon went away under st (every batch it published has been
+ * returned): reconnects to the same socket and reopens the stream at its
+ * position, retrying for up to opts.reconnect_ms. 0, FEED_END_OF_STREAM
+ * when nothing was left to deliver, -ENOMEM with st unchanged (the next
+ * call tries again), or a sticky error. */
 int st_reopen(struct feed_stream *st, int64_t until_ms)
 {
 	struct feed_conn *conn = st->conn;
@@ -301,11 +231,7 @@ int st_reopen(struct feed_stream *st, int64_t until_ms)
 		st->stop = FEED_END_OF_STREAM;
 		return FEED_END_OF_STREAM;
 	}
-	/* the detail without its "stream N: ", which st_stop puts back once */
-	char pre[32];
-	int npre = snprintf(pre, sizeof(pre), "stream %u: ", st->info.id);
-	snprintf(last, sizeof(last), "%s",
-		 strncmp(conn->errmsg, pre, (size_t)npre) ? conn->errmsg : conn->errmsg + npre);
+	st_last_error(st, last, sizeof(last));
 	if (st->opts.reconnect_ms < 0)
 		return st_stop(st, -ECONNRESET, "%s; reconnecting is off (reconnect_ms < 0)", last);
 	if (!conn->path[0])
@@ -324,39 +250,10 @@ int st_reopen(struct feed_stream *st, int64_t until_ms)
 			cl_close(conn);
 		r = conn->sock >= 0 ? 0 : feed_conn_open(conn, conn->path);
 		if (r == 0) {
-			struct feed_stream *n;
-			r = st_open(conn, &o, &n);
-			if (r == -EALREADY && o.group) {
-				/* the group is past our position: resume there on our own
-				 * (the same batches); the next reopen tries the group again */
-				o.group = NULL;
-				o.group_depth = 0;
-				r = st_open(conn, &o, &n);
-			}
-			if (r == 0 && !st_group_start_ok(st, n)) {
-				uint64_t e = n->info.start_epoch, b = n->info.start_batch;
-				feed_stream_close(n);
-				return st_stop(st, -EPROTO, "feedd came back with group '%s' at epoch %llu "
-					       "batch %llu, not at this stream's position (epoch %llu "
-					       "position %llu): batches would be lost or repeated",
-					       st->opts.group, (unsigned long long)e,
-					       (unsigned long long)b, (unsigned long long)st->pos_epoch,
-					       (unsigned long long)st->pos_position);
-			}
-			if (r == 0) {
-				if (st_adopt(st, n) == 0) {
-					/* pinned: the new data region too (else pageable, still correct) */
-					st_hooks_map(st);
-					st->reopen_deadline = 0;
-					return 0;
-				}
-				feed_stream_close(n);
-				return st_stop(st, -EPROTO, "feedd came back with another schema for "
-					       "dataset '%s'", st->opts.dataset);
-			}
-			if (r != -ENOMEM && !st_transient(conn, r))
-				return st_stop(st, r, "feedd came back but the stream could not be "
-					       "reopened: %s", conn->errmsg);
+			bool final = false;
+			r = st_reopen_once(st, &o, &final);
+			if (final)
+				return r;
 		}
 		if (r == -ENOMEM) {
 			/* not sticky: st is as it was, so the next call tries again */

@@ -92,7 +92,7 @@ const char *cl_os_strerror(int code);
 int cl_bad_reply(struct feed_conn *conn, const char *what);
 
 /* ------------------------------------------------------------------ */
-/* What a stream offers the parts above it (client_stream.c owns it)   */
+/* What a stream offers the parts above it (client_stream_base.c)     */
 
 struct feed_stream;
 struct feed_batch;

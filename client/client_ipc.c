@@ -1,7 +1,8 @@
 /*
  * client_ipc.c: a stream's device slots, the consumer side of feedd's
  * CUDA IPC delivery (feed/gpu.h: feed_stream_device and feed_batch_device,
- * whose public halves are the stream's, client_stream.c;
+ * whose public halves are the stream's, client_stream_base.c and
+ * client_stream.c;
  * daemon/delivery/devslots.h is the producer).
  *
  * Owns, per stream granted device slots (struct cl_ipc): the context the

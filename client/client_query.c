@@ -352,6 +352,27 @@ static int cl_status_pending(struct feed_status *st, const Feed__Stats *s)
 	return 0;
 }
 
+/* st's GPUs from the stats s; -ENOMEM. */
+static int cl_status_gpus(struct feed_status *st, const Feed__Stats *s)
+{
+	struct feed_gpu_status *g = calloc(s->n_gpus, sizeof(*g));
+
+	if (!g)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->n_gpus; i++) {
+		const Feed__GpuStatus *in = s->gpus[i];
+		g[i] = (struct feed_gpu_status){
+			.ordinal = in->ordinal, .allowed = in->allowed,
+			.context = in->context, .failed = in->failed,
+			.slot_bytes = in->slot_bytes,
+		};
+		cl_text(g[i].name, sizeof(g[i].name), in->name);
+	}
+	st->ngpus = s->n_gpus;
+	st->gpus = g;
+	return 0;
+}
+
 FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 {
 	Feed__Reply *rep = NULL;
@@ -387,27 +408,9 @@ FEED_API int feed_status(struct feed_conn *conn, struct feed_status **ret)
 		cl_stream_status(s->streams[i], &list[i]);
 	st->count = s->n_streams;
 	st->streams = list;
-	if (s->n_gpus) {
-		struct feed_gpu_status *g = calloc(s->n_gpus, sizeof(*g));
-		if (!g) {
-			feed__reply__free_unpacked(rep, NULL);
-			feed_status_free(st);
-			return -ENOMEM;
-		}
-		for (size_t i = 0; i < s->n_gpus; i++) {
-			const Feed__GpuStatus *in = s->gpus[i];
-			g[i] = (struct feed_gpu_status){
-				.ordinal = in->ordinal, .allowed = in->allowed,
-				.context = in->context, .failed = in->failed,
-				.slot_bytes = in->slot_bytes,
-			};
-			cl_text(g[i].name, sizeof(g[i].name), in->name);
-		}
-		st->ngpus = s->n_gpus;
-		st->gpus = g;
-	}
 	cl_text(st->jpeg_decode, sizeof(st->jpeg_decode), s->jpeg_decode);
-	if (s->n_pending && cl_status_pending(st, s) < 0) {
+	if ((s->n_gpus && cl_status_gpus(st, s) < 0) ||
+	    (s->n_pending && cl_status_pending(st, s) < 0)) {
 		feed__reply__free_unpacked(rep, NULL);
 		feed_status_free(st);
 		return -ENOMEM;

@@ -1,7 +1,8 @@
 /*
  * client_ready.c: the ready ring's consumer (feed_next) with its eventfd
  * doorbell (proto/feed_ring.h), the check of each delivered batch's
- * header, and the batch accessors (feed/stream.h).
+ * header, and the batch accessors (feed/stream.h; feed_batch_field,
+ * which the files below use too, is client_stream_base.c's).
  *
  * Threads: feed_next() on the caller's thread, one at a time per stream;
  * the accessors on any thread that holds the batch. Takes no lock: the
@@ -46,31 +47,6 @@ static void st_add_wait(struct feed_stream *st, uint64_t ns)
 static bool st_fits(uint64_t off, uint64_t len, uint64_t size)
 {
 	return off <= size && len <= size - off;
-}
-
-int64_t st_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t st_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(st->stop_msg, sizeof(st->stop_msg), fmt, ap);
-	va_end(ap);
-	st->stop = code;
-	return cl_fail(st->conn, code, "stream %u: %s", st->info.id, st->stop_msg);
 }
 
 static int st_stopped(struct feed_stream *st)
@@ -524,14 +500,6 @@ FEED_API int feed_batch_dropped_sample(const struct feed_batch *b, uint32_t k, u
 FEED_API uint64_t feed_batch_publish_ns(const struct feed_batch *b)
 {
 	return b->publish_ns;
-}
-
-FEED_API int feed_batch_field(const struct feed_batch *b, uint32_t i, struct feed_view *ret)
-{
-	if (!b || !ret || i >= b->st->nfields)
-		return -EINVAL;
-	*ret = b->view[i];
-	return 0;
 }
 
 FEED_API int feed_batch_field_index(const struct feed_batch *b, const char *name)

@@ -282,3 +282,13 @@ void st_inc_free(struct feed_stream *st, struct st_inc *inc)
 	free(inc->batches);
 	free(inc);
 }
+
+void st_unmap_aliases(struct st_inc *inc)
+{
+	for (uint32_t i = 0; i < inc->nslots; i++) {
+		uint8_t *home = (uint8_t *)inc->map[1] + (uint64_t)i * inc->slot_bytes;
+		if (inc->batches[i].base != home)
+			munmap(inc->batches[i].base, (size_t)inc->slot_bytes);
+		inc->batches[i].base = home;
+	}
+}

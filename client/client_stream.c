@@ -1,11 +1,11 @@
 /*
  * client_stream.c: libfeedclient's streams (feed/stream.h): the options
  * and the open request, the open reply's schema, opening (the regions are
- * checked by client_region.c before anything uses them) and closing, and
- * the hooks through which the parts above a stream (client_gpu.c) keep
- * released batches and follow its regions (client_internal.h). The other
- * jobs of the stream module have their own files (client_stream.h lists
- * them).
+ * checked by client_region.c before anything uses them), closing, and a
+ * batch's device slot (feed_batch_device). The other jobs of the stream
+ * module have their own files (client_stream.h lists them); the hooks
+ * through which the parts above a stream (client_gpu.c) keep released
+ * batches and follow its regions are in client_stream_base.c.
  *
  * Threads: open and close on the caller's thread, one at a time per
  * stream (feed_next()'s); the hooks are registered there and read on any
@@ -94,14 +94,6 @@ static void st_job_id(char job[FEED_JOB_MAX + 1])
 	for (; v && v[i] && i < FEED_JOB_MAX; i++)
 		job[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
 	job[i] = '\0';
-}
-
-int st_order(int order)
-{
-	return order == FEED_ORDER_FULL	       ? FEED__ORDER__ORDER_FULL :
-	       order == FEED_ORDER_BLOCK_WINDOW ? FEED__ORDER__ORDER_BLOCK_WINDOW :
-	       order == FEED_ORDER_NODE		? FEED__ORDER__ORDER_NODE :
-						  FEED__ORDER__ORDER_SEQUENTIAL;
 }
 
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
@@ -305,12 +297,28 @@ static int st_from_reply(struct feed_conn *conn, const struct feed_stream_opts *
 	st->world = opts->world ? opts->world : 1;
 	st->pos_epoch = st->info.start_epoch;
 	st->pos_position = st->info.start_batch * st->batch * st->world;
+	if (so->resumed && st->info.group_members <= 1) /* a joiner starts where told */
+		st_resume_position(st, so);
 	if ((r = st_device(st, opts, os, so, why, cap)) < 0)
 		goto fail;
 	*ret = st;
 	return r;
 fail:
 	st_free(st);
+	return r;
+}
+
+/* The daemon holds the stream of rep, which failed here with r: tells it
+ * to close it, keeping our message; frees rep, returns r. */
+static int st_refuse(struct feed_conn *conn, Feed__Reply *rep, int r)
+{
+	char msg[CL_ERRMSG_MAX];
+	uint32_t id = rep->stream_opened->stream;
+
+	feed__reply__free_unpacked(rep, NULL);
+	memcpy(msg, conn->errmsg, sizeof(msg));
+	st_tell_close(conn, id);
+	memcpy(conn->errmsg, msg, sizeof(msg));
 	return r;
 }
 
@@ -356,7 +364,7 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct 
 		return cl_bad_reply(conn, "expected stream_opened");
 	}
 	if ((r = st_from_reply(conn, opts, &os, rep->stream_opened, fds, why, sizeof(why), &st)) < 0)
-		goto refuse;
+		return st_refuse(conn, rep, r);
 	feed__reply__free_unpacked(rep, NULL);
 	if (r == 1) {
 		/* granted, but the handles would not open here: feedd must not
@@ -371,16 +379,6 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct 
 	memcpy(st->dev_reason, why, sizeof(st->dev_reason));
 	*ret = st;
 	return 0;
-refuse: {
-	/* the daemon holds a stream we will not use: tell it, keep our message */
-	char msg[CL_ERRMSG_MAX];
-	uint32_t id = rep->stream_opened->stream;
-	feed__reply__free_unpacked(rep, NULL);
-	memcpy(msg, conn->errmsg, sizeof(msg));
-	st_tell_close(conn, id);
-	memcpy(conn->errmsg, msg, sizeof(msg));
-	return r;
-}
 }
 
 FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
@@ -400,15 +398,8 @@ FEED_API int feed_stream_open(struct feed_conn *conn, const struct feed_stream_o
 		feed_stream_close(st);
 		return r;
 	}
-	if (opts->resume && st->info.group_members <= 1) /* a joiner starts where told */
-		st_resume_position(st, opts->resume, opts->resume_len);
 	*ret = st;
 	return 0;
-}
-
-FEED_API const struct feed_stream_info *feed_stream_info(const struct feed_stream *st)
-{
-	return st ? &st->info : NULL;
 }
 
 FEED_API int feed_stream_group_start(const struct feed_stream *st, uint64_t *ret_epoch,
@@ -457,82 +448,7 @@ FEED_API int feed_stream_close(struct feed_stream *st)
 }
 
 /* ------------------------------------------------------------------ */
-/* The hooks and getters (client_internal.h)                           */
-
-int cl_stream_hook(struct feed_stream *st, enum cl_hook_id id, const struct cl_hook *h,
-		   void *self)
-{
-	if (atomic_load_explicit(&st->hook[id].self, memory_order_relaxed))
-		return -EEXIST;
-	st->hook[id].ops = *h;
-	/* release: a reader that sees self sees ops whole */
-	atomic_store_explicit(&st->hook[id].self, self, memory_order_release);
-	return 0;
-}
-
-void *cl_stream_hooked(const struct feed_stream *st, enum cl_hook_id id)
-{
-	/* acquire: pairs with cl_stream_hook's release */
-	return atomic_load_explicit((_Atomic(void *) *)&st->hook[id].self, memory_order_acquire);
-}
-
-void *st_hook_get(const struct feed_stream *st, enum cl_hook_id id, struct cl_hook *ret_ops)
-{
-	void *self = cl_stream_hooked(st, id);
-	if (self)
-		*ret_ops = st->hook[id].ops;
-	return self;
-}
-
-struct feed_conn *cl_stream_conn(struct feed_stream *st)
-{
-	return st->conn;
-}
-
-struct feed_stream *cl_batch_stream(struct feed_batch *b)
-{
-	return b->st;
-}
-
-bool cl_batch_held(struct feed_batch *b)
-{
-	return atomic_load_explicit(&b->held, memory_order_acquire);
-}
-
-void cl_batch_region(const struct feed_batch *b, void **ret_base, size_t *ret_len)
-{
-	/* b's incarnation is mapped while b is held */
-	*ret_base = b->inc->map[1];
-	*ret_len = b->inc->len[1];
-}
-
-void cl_stream_region(const struct feed_stream *st, void **ret_base, size_t *ret_len)
-{
-	*ret_base = st->data;
-	*ret_len = st_inc_now(st)->len[1];
-}
-
-void cl_batch_mix_key(const struct feed_batch *b, uint64_t *ret_seed, uint64_t *ret_epoch,
-		      uint64_t *ret_batch)
-{
-	*ret_seed = b->st->opts.seed;
-	*ret_epoch = b->epoch;
-	*ret_batch = b->index * b->st->world + b->st->opts.rank;
-}
-
-
-/* ------------------------------------------------------------------ */
 /* Device slots (feed/gpu.h), through client_ipc.h                     */
-
-FEED_API int feed_stream_device(const struct feed_stream *st, const char **ret_reason)
-{
-	if (!st)
-		return -EINVAL;
-	bool on = st_inc_now(st)->ipc != NULL;
-	if (ret_reason)
-		*ret_reason = on ? "" : st->dev_reason;
-	return on ? 1 : 0;
-}
 
 FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *stream,
 			       struct feed_view *ret)
@@ -556,4 +472,28 @@ FEED_API int feed_batch_device(struct feed_batch *b, uint32_t field, void *strea
 			       st->info.num_fields);
 	return cl_ipc_tie(ipc, st->conn, b, b->slot, field, st->info.fields[field].name, &v, stream,
 			  ret);
+}
+
+/* Keeps opts (and its strings) for reopening. */
+int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o)
+{
+	const char *ds = o->dataset ? o->dataset : "";  /* NULL: a mixture's sources */
+	size_t nd = strlen(ds) + 1, np = o->pipeline ? strlen(o->pipeline) + 1 : 0;
+	size_t ng = o->group ? strlen(o->group) + 1 : 0;
+
+	st->opts_mem = malloc(nd + np + ng);
+	if (!st->opts_mem)
+		return cl_fail(st->conn, -ENOMEM, "out of memory for the stream's options");
+	st->opts = *o;
+	st->opts.resume = NULL;
+	st->opts.resume_len = 0;
+	st->opts.dataset = memcpy(st->opts_mem, ds, nd);
+	st->opts.mixture = NULL;
+	st->opts.nmixture = 0;
+	st->opts.pipeline = np ? memcpy(st->opts_mem + nd, o->pipeline, np) : NULL;
+	st->opts.group = ng ? memcpy(st->opts_mem + nd + np, o->group, ng) : NULL;
+	if (st_mixture_keep(st, o) < 0)
+		return -ENOMEM;
+	st->opts.nmixture = o->nmixture;
+	return 0;
 }

@@ -2,12 +2,19 @@
  * client_stream.h: a stream's insides, shared by the files that make up
  * the stream module and by no one else:
  *
- *   client_stream.c       opening and closing, the hooks (client_internal.h)
- *   client_region.c       checking and mapping the regions feedd sends
- *   client_incarnation.c  position, resume tokens, reopening after a
- *                         daemon restart, retired incarnations
  *   client_ready.c        the ready ring's consumer (feed_next) and batches
+ *   client_incarnation.c  reopening after a daemon restart, retired
+ *                         incarnations
+ *   client_stream.c       opening and closing
+ *   client_detach.c       batches detached from their slots
  *   client_release.c      the release ring's producer (feed_release)
+ *   client_region.c       checking and mapping the regions feedd sends
+ *   client_resume.c       position, resume tokens
+ *   client_stream_base.c  the hooks (client_internal.h), getters, st_stop
+ *
+ * Each file calls only files below it in this list (and client.c,
+ * client_ipc.c, client_mixture.c): they form a DAG that
+ * scripts/check-layers checks from the build.
  *
  * The parts above the stream (client_gpu.c) see it only through
  * client_internal.h; the device slots below it (client_ipc.h) know
@@ -165,6 +172,18 @@ static inline struct st_inc *st_inc_now(const struct feed_stream *st)
 	return atomic_load_explicit((_Atomic(struct st_inc *) *)&st->cur, memory_order_relaxed);
 }
 
+/* ---- client_stream_base.c ---- */
+
+/* The order of the Feed__Order enum for a FEED_ORDER_* value. */
+int st_order(int order);
+/* The hook id's callbacks and self, when registered (acquire). */
+void *st_hook_get(const struct feed_stream *st, enum cl_hook_id id, struct cl_hook *ret_ops);
+/* Stops the stream for good: every later feed_next() returns code. */
+int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int64_t st_now_ms(void);
+int64_t st_now_ns(void);
+
 /* ---- client_stream.c ---- */
 
 /* Opens a stream on conn: the request, the reply, the regions; no copy of
@@ -173,10 +192,8 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts,
 	    struct feed_stream **ret);
 /* Frees a stream that st_adopt() emptied, or one partly built. */
 void st_free(struct feed_stream *st);
-/* The order of the Feed__Order enum for a FEED_ORDER_* value. */
-int st_order(int order);
-/* The hook id's callbacks and self, when registered (acquire). */
-void *st_hook_get(const struct feed_stream *st, enum cl_hook_id id, struct cl_hook *ret_ops);
+/* Keeps opts (and its strings) for reopening. -ENOMEM. */
+int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o);
 
 /* ---- client_region.c ---- */
 
@@ -192,49 +209,40 @@ int st_batches_new(struct feed_stream *st);
 void st_inc_unmap(struct feed_stream *st, struct st_inc *inc);
 /* st_inc_unmap() if still mapped, then frees inc and its batches. */
 void st_inc_free(struct feed_stream *st, struct st_inc *inc);
-
-/* ---- client_detach.c ---- */
-
-/* Unmaps the aliases inc's slots moved to (client_detach.c). Before the
- * region goes; no lock held. */
+/* Unmaps the aliases inc's slots moved to (client_detach.c makes them).
+ * Before the region goes; no lock held. */
 void st_unmap_aliases(struct st_inc *inc);
 
-/* ---- client_incarnation.c ---- */
+/* ---- client_resume.c ---- */
 
 /* Whether a batch at (epoch, position: its first sample's global
- * position) is the one st expects next (client_incarnation.c). */
+ * position) is the one st expects next. */
 bool st_in_sequence(const struct feed_stream *st, uint64_t epoch, uint64_t position);
-
 /* The token of st's position into buf (-ENOSPC past cap). */
 int st_token(const struct feed_stream *st, void *buf, size_t cap, size_t *ret_len);
-/* Keeps opts (and its strings) for reopening. -ENOMEM. */
-int st_keep_opts(struct feed_stream *st, const struct feed_stream_opts *o);
+/* A stream opened with a token starts where the open reply so says. */
+void st_resume_position(struct feed_stream *st, const Feed__StreamOpened *so);
 
-/* Mixtures (client_mixture.c): the options checked (-EINVAL naming the
- * source); the request's sources (in caller storage of FEED_MIXTURE_MAX);
- * a copy of the sources for reopening (st->mix_mem, freed by st_free);
- * the reply's blend kept for the tokens (-EPROTO when too large). */
+/* ---- client_mixture.c ---- */
+
+/* Mixtures: the options checked (-EINVAL naming the source); the
+ * request's sources (in caller storage of FEED_MIXTURE_MAX); a copy of
+ * the sources for reopening (st->mix_mem, freed by st_free); the reply's
+ * blend kept for the tokens (-EPROTO when too large). */
 int st_mixture_check(struct feed_conn *conn, const struct feed_stream_opts *o);
 void st_mixture_request(const struct feed_stream_opts *o, Feed__OpenStream *os,
 			Feed__MixtureSource *srcs, Feed__MixtureSource **ptrs);
 int st_mixture_keep(struct feed_stream *st, const struct feed_stream_opts *o);
 int st_mixture_state(struct feed_stream *st, const Feed__StreamOpened *so);
-/* A stream opened with a token starts at the token's position. */
-void st_resume_position(struct feed_stream *st, const void *token, size_t len);
+
+/* ---- client_incarnation.c ---- */
+
 /* The daemon went away under st: reconnects and reopens the stream at
  * its position within opts.reconnect_ms of the first attempt, and returns
  * -ETIMEDOUT (not sticky: the next call goes on where this one stopped)
  * when the caller's deadline until_ms (st_now_ms() clock; -1: none) comes
  * first (client_incarnation.c says how). feed_next()'s thread. */
 int st_reopen(struct feed_stream *st, int64_t until_ms);
-
-/* ---- client_ready.c ---- */
-
-/* Stops the stream for good: every later feed_next() returns code. */
-int st_stop(struct feed_stream *st, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-int64_t st_now_ms(void);
-int64_t st_now_ns(void);
 
 /* ---- client_release.c ---- */
 

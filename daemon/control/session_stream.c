@@ -51,6 +51,7 @@ struct ses_stream {
 	bool resumed;              /* opened with a resume token: a group member then
 				    * starts at its own position (dlv_member_resume_at) */
 	uint64_t resume_epoch, resume_position;
+	bool joined;               /* dlv is a group's that was there before us */
 	struct pipe_plan *plan;    /* owned until the reply is sent */
 	const struct cat_entry *e; /* the dataset: a reference (a reload may retire it:
 				    * we go on reading its files); a mixture's first source */
@@ -405,6 +406,29 @@ static void ses_note(const struct feedd *d, const struct cat_entry *e, const str
 			 (unsigned long long)d->cfg->cache_bytes);
 }
 
+/* A resumed stream's position as its schedule counts it (schedule.h
+ * sched_resume_layout(), the one place that decides), for the client's
+ * tokens and sequence checks; a joiner's schedule is the group's. */
+static void ses_opened_resume(struct ses_stream *ss, Feed__StreamOpened *so, uint32_t *nodes,
+			      uint64_t *pos)
+{
+	struct ord_level lv[ORD_MAX_LEVELS];
+	uint32_t n = 0;
+
+	so->resumed = true;
+	so->resume_epoch = ss->resume_epoch;
+	so->resume_position = ss->resume_position;
+	if (!ss->joined)
+		so->resume_position = dlv_resume_layout(ss->dlv, lv, &n);
+	for (uint32_t i = 0; i < n; i++) {
+		nodes[i] = lv[i].nodes;
+		pos[i] = lv[i].pos;
+	}
+	so->n_level_nodes = so->n_level_positions = n;
+	so->level_nodes = nodes;
+	so->level_positions = pos;
+}
+
 /* Replies StreamOpened with the stream's descriptors. */
 static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 {
@@ -429,6 +453,10 @@ static void ses_opened_reply(struct ses *se, struct ses_stream *ss)
 	so.pipeline_hash = ss->plan->hash;
 	so.dataset_version = (char *)ss->e->info->version;
 	so.note = ss->note;
+	uint32_t lv_nodes[ORD_MAX_LEVELS];
+	uint64_t lv_pos[ORD_MAX_LEVELS];
+	if (ss->resumed)
+		ses_opened_resume(ss, &so, lv_nodes, lv_pos);
 	if (ss->mix) {
 		so.mixture.data = ss->mix->state;
 		so.mixture.len = ss->mix->state_len;
@@ -823,6 +851,7 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	sp->dev_ops = &dsl_dlv_ops;
 	if (ss->grp) {
 		ss->dlv = ses_group_dlv(ss->grp);
+		ss->joined = true;
 		return 0;
 	}
 	sp->on_free = ses_entry_unref;  /* the delivery's own reference on the dataset */

@@ -553,6 +553,11 @@ struct dsl *dlv_device(const struct dlv *d, const char **ret_why)
 	return d->dev;
 }
 
+uint64_t dlv_resume_layout(struct dlv *d, struct ord_level *lv, uint32_t *ret_n)
+{
+	return sched_resume_layout(&d->sched, lv, ret_n);  /* set by sched_init(): no lock */
+}
+
 uint64_t dlv_batches_per_epoch(struct dlv *d)
 {
 	/* under the lock: a group's workers move the schedule to its next

@@ -207,6 +207,8 @@ struct dsl *dlv_device(const struct dlv *d, const char **ret_why);
 /* Batches of this rank in the start epoch (true count). Takes d's lock
  * (a group's schedule moves on while a member joins). */
 uint64_t dlv_batches_per_epoch(struct dlv *d);
+/* sched_resume_layout() of d's schedule (immutable after dlv_new()). */
+uint64_t dlv_resume_layout(struct dlv *d, struct ord_level *lv, uint32_t *ret_n);
 
 /* Schedules the first batches. Loop thread, after the first member was
  * added; once. */

@@ -99,8 +99,8 @@ static int epoch_make_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *re
  * at a batch boundary of this layout; otherwise the remaining positions
  * are laid out again over this stream's nodes from position 0 (a level
  * more: core/order.h "Node order"), indices counting on from the batch
- * the position falls in. The client mirrors this (client_stream.c
- * st_resume_levels()). */
+ * the position falls in. The open reply tells the client
+ * (sched_resume_layout()). */
 static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, bool *ret_end,
 			      struct feed_err *err)
 {
@@ -118,12 +118,17 @@ static int epoch_make_node_at(struct sched *s, uint64_t epoch, uint64_t pos, boo
 			return rc;
 		e->valid = true;
 		e->epoch = epoch;
+		s->resume_nlevels = sp->nlevels;
+		memcpy(s->resume_levels, lv, sp->nlevels * sizeof(lv[0]));
 		if (epoch_seek(s, e, pos, ret_end))
 			return 0;
 	}
 	lv[sp->nlevels] = (struct ord_level){.nodes = sp->start_nodes, .pos = pos};
 	if ((rc = ord_epoch_init_levels(&e->ord, &sp->ord, epoch, lv, sp->nlevels + 1, err)) < 0)
 		return rc;
+	s->resume_from = 0;  /* ord_epoch_init_levels took at most ORD_MAX_LEVELS */
+	s->resume_nlevels = sp->nlevels + 1;
+	memcpy(s->resume_levels, lv, s->resume_nlevels * sizeof(lv[0]));
 	e->valid = true;
 	e->epoch = epoch;
 	e->base = pos / stride;
@@ -144,6 +149,7 @@ static int sched_start(struct sched *s, bool *ret_empty, struct feed_err *err)
 	s->next_batch = sp->start_batch;
 	if (!sp->at_position)
 		return epoch_make(s, sp->start_epoch, err);
+	s->resume_from = sp->start_position;
 	if (sp->ord.mode == ORD_NODE && !sp->ord.eval)
 		rc = epoch_make_node_at(s, sp->start_epoch, sp->start_position, &end, err);
 	else
@@ -436,6 +442,13 @@ uint64_t sched_start_epoch(const struct sched *s)
 uint64_t sched_start_index(const struct sched *s)
 {
 	return s->first_index;
+}
+
+uint64_t sched_resume_layout(const struct sched *s, struct ord_level *lv, uint32_t *ret_n)
+{
+	memcpy(lv, s->resume_levels, s->resume_nlevels * sizeof(lv[0]));
+	*ret_n = s->resume_nlevels;
+	return s->resume_from;
 }
 
 bool sched_empty(const struct sched *s)

@@ -90,6 +90,11 @@ struct sched {
 	bool empty;                /* nothing to deliver at all: only STREAM_END */
 	uint64_t first_epoch;      /* the first position delivered */
 	uint64_t first_index;
+	/* resumed at a position: where the start epoch's positions count
+	 * from, and node order's layouts of it (sched_resume_layout()) */
+	uint64_t resume_from;
+	uint32_t resume_nlevels;
+	struct ord_level resume_levels[ORD_MAX_LEVELS];
 	struct sched_epoch ep[2];  /* by epoch & 1 */
 	/* block-window position tables (order.h "Position table") */
 	bool building;             /* sched_table_want() asked for one, not put yet */
@@ -165,6 +170,12 @@ void sched_done(struct sched *s, const struct sched_pos *p);
 uint64_t sched_batches_per_epoch(const struct sched *s);
 uint64_t sched_start_epoch(const struct sched *s);
 uint64_t sched_start_index(const struct sched *s);
+/* Resumed at a position: where positions count from in the start epoch
+ * (node order laid out again from the token's position: 0), and node
+ * order's layouts of that epoch into lv (ORD_MAX_LEVELS), their count
+ * into *ret_n. The one place this is decided: the open reply carries it
+ * to the client (feed.proto StreamOpened.resume_*). */
+uint64_t sched_resume_layout(const struct sched *s, struct ord_level *lv, uint32_t *ret_n);
 
 /* True when the stream has nothing to deliver (a token taken after the
  * last epoch's last batch): its only entry is STREAM_END. */

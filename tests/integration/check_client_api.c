@@ -351,6 +351,29 @@ static void cr_restart(const char *arg)
 	h_start((const char *[]){"--dataset", arg, "--workers", "1", NULL});
 }
 
+/* b is batch in_epoch of epoch, in order, each label its sample's index;
+ * counts its samples in seen. */
+static void cr_check_batch(struct feed_batch *b, uint64_t epoch, uint64_t in_epoch,
+			   uint8_t seen[CR_SAMPLES])
+{
+	struct feed_view lab;
+	int li = feed_batch_field_index(b, "label");
+
+	ck_assert_uint_eq(feed_batch_epoch(b), epoch);
+	ck_assert_uint_eq(feed_batch_index(b), in_epoch);
+	ck_assert_uint_eq(feed_batch_size(b), CR_BATCH);
+	ck_assert_int_ge(li, 0);
+	ck_assert_int_eq(feed_batch_field(b, (uint32_t)li, &lab), 0);
+	for (uint32_t i = 0; i < CR_BATCH; i++) {
+		uint64_t s = feed_batch_samples(b)[i];
+		int64_t label;
+		ck_assert_uint_eq(s, in_epoch * CR_BATCH + i);
+		memcpy(&label, (const uint8_t *)lab.data + 8 * i, 8);
+		ck_assert_int_eq(label, (int64_t)s);
+		seen[s]++;
+	}
+}
+
 /* Every batch of every epoch comes exactly once (samples, epoch ends and
  * labels checked) while another thread releases each as it comes; the
  * reader never waits past the deadline, so a lost wake-up fails the test
@@ -413,21 +436,7 @@ static void cr_run(uint64_t restart_after)
 			break;
 		ck_assert_msg(r == 0, "batch %llu: %s: %s", (unsigned long long)delivered,
 			      feed_strerror(r), feed_errmsg(c));
-		ck_assert_uint_eq(feed_batch_epoch(b), epoch);
-		ck_assert_uint_eq(feed_batch_index(b), in_epoch);
-		ck_assert_uint_eq(feed_batch_size(b), CR_BATCH);
-		struct feed_view lab;
-		int li = feed_batch_field_index(b, "label");
-		ck_assert_int_ge(li, 0);
-		ck_assert_int_eq(feed_batch_field(b, (uint32_t)li, &lab), 0);
-		for (uint32_t i = 0; i < CR_BATCH; i++) {
-			uint64_t s = feed_batch_samples(b)[i];
-			int64_t label;
-			ck_assert_uint_eq(s, in_epoch * CR_BATCH + i);
-			memcpy(&label, (const uint8_t *)lab.data + 8 * i, 8);
-			ck_assert_int_eq(label, (int64_t)s);
-			seen[epoch][s]++;
-		}
+		cr_check_batch(b, epoch, in_epoch, seen[epoch]);
 		in_epoch++;
 		pthread_mutex_lock(&hd.lock);
 		hd.q[hd.head++ % CR_CREDITS] = b; /* b is the releaser's from here on */

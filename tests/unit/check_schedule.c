@@ -445,6 +445,48 @@ START_TEST(test_schedule_node_order_resumes_on_other_node_counts)
 }
 END_TEST
 
+/* The open reply's resume layout (sched_resume_layout): a token of 2
+ * nodes resumed on 2 nodes at a batch boundary goes on in the token's
+ * layouts from its position; on 1 node its position becomes a level more
+ * and positions count from 0; without node order, from the position. */
+START_TEST(test_schedule_resume_layout_says_where_positions_count_from)
+{
+	const uint64_t n = 192, pos = 2 * 4 * 4;
+	struct ord_level lv[ORD_MAX_LEVELS];
+	uint32_t nlv = 99;
+	struct sched s;
+
+	for (uint32_t nodes = 2; nodes >= 1; nodes--) {
+		struct sched_spec sp = spec_of(n, ORD_NODE, 4, 0, 4);
+		sp.ord.nodes = nodes;
+		sp.epochs = 1;
+		sp.at_position = true;
+		sp.start_position = pos;
+		sp.start_nodes = 2;  /* the token's */
+		sp.nlevels = 1;      /* and one earlier layout of its epoch */
+		sp.levels[0] = (struct ord_level){.nodes = 4, .pos = 16};
+		ck_assert_int_eq(sched_init(&s, &sp, NULL), 0);
+		uint64_t from = sched_resume_layout(&s, lv, &nlv);
+		ck_assert_uint_eq(from, nodes == 2 ? pos : 0);
+		ck_assert_uint_eq(nlv, nodes == 2 ? 1 : 2);
+		ck_assert_uint_eq(lv[0].nodes, 4);
+		ck_assert_uint_eq(lv[0].pos, 16);
+		if (nodes == 1) {
+			ck_assert_uint_eq(lv[1].nodes, 2);
+			ck_assert_uint_eq(lv[1].pos, pos);
+		}
+		sched_fini(&s);
+	}
+	struct sched_spec sp = spec_of(n, ORD_FULL, 4, 0, 1);
+	sp.at_position = true;
+	sp.start_position = 12;
+	ck_assert_int_eq(sched_init(&s, &sp, NULL), 0);
+	ck_assert_uint_eq(sched_resume_layout(&s, lv, &nlv), 12);
+	ck_assert_uint_eq(nlv, 0);
+	sched_fini(&s);
+}
+END_TEST
+
 /* A token taken once an epoch was done starts the next epoch with no
  * END_OF_EPOCH first; after the last epoch asked for, the stream is empty. */
 START_TEST(test_schedule_resume_at_an_epoch_end)
@@ -552,6 +594,7 @@ static Suite *schedule_suite(void)
 	tcase_add_test(tc, test_schedule_resume_at_a_position_on_the_same_layout);
 	tcase_add_test(tc, test_schedule_resume_at_a_position_with_another_world);
 	tcase_add_test(tc, test_schedule_node_order_resumes_on_other_node_counts);
+	tcase_add_test(tc, test_schedule_resume_layout_says_where_positions_count_from);
 	tcase_add_test(tc, test_schedule_resume_at_an_epoch_end);
 	tcase_add_test(tc, test_schedule_impossible_starts_refused);
 	tcase_add_test(tc, test_schedule_start_epoch_near_wrap_refused);

@@ -337,6 +337,18 @@ class Conversion:
             raise cls(f"field '{p.name}': {detail}", r, _lib.strerror(r))
         return t
 
+    def _mix_of(self, s, b):
+        """The batch's mix (_lib.Mix) when mixing or soft labels were asked for, else None."""
+        if self.mix is None:
+            return None
+        if self.mix.mixing:
+            mix = self._mix_draw(s, b)
+        else:  # soft labels only: one-hot, smoothed
+            mix = _lib.Mix(op=_lib.FEED_MIX_NONE, lam=1.0)
+        mix.num_classes = self.mix.spec.num_classes
+        mix.label_smoothing = self.mix.spec.label_smoothing
+        return mix
+
     def convert(self, s, b, batch):
         """A new Batch of tensors on self.device from batch (numpy views of
         the delivered slot b of stream s), which the caller then drops."""
@@ -348,14 +360,7 @@ class Conversion:
             batch.epoch, batch.index, batch.padded, batch.replaced, batch.dropped
         out._indices = batch.indices   # made (a copy) before the slot goes
         n = len(out._indices)
-        mix = None
-        if self.mix is not None:
-            if self.mix.mixing:
-                mix = self._mix_draw(s, b)
-            else:  # soft labels only: one-hot, smoothed
-                mix = _lib.Mix(op=_lib.FEED_MIX_NONE, lam=1.0)
-            mix.num_classes = self.mix.spec.num_classes
-            mix.label_smoothing = self.mix.spec.label_smoothing
+        mix = self._mix_of(s, b)
         mix_ptr = ctypes.pointer(mix) if mix is not None and self.mix.mixing else None
         for p in s.plan:
             v = batch[p.name]

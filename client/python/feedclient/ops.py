@@ -11,7 +11,7 @@ from typing import List, NamedTuple, Optional
 
 from . import _lib
 from ._lib import lib
-from .loader import _connect, _error
+from ._conn import _connect, _error
 
 
 class Op(NamedTuple):

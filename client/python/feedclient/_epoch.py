@@ -1,0 +1,269 @@
+"""feedclient._epoch: iterating one epoch of a Loader (_EpochIter):
+feed_next() in slices so Ctrl-C gets through, the timeout and its
+diagnosis, on_error="skip"'s warning, and transform= running ahead on the
+Loader's pool (its threads never call into the stream, only drop
+batches). Runs on the Loader's thread with its lock held."""
+
+import collections
+import concurrent.futures
+import errno
+import gc
+import os
+import time
+
+from . import _lib
+from ._lib import lib
+from .errors import (CreditsExhausted, FeedError, InvalidArgument, SkippedSamplesWarning,
+                     StreamStopped, Timeout, TransformError, UnknownDataset)
+from ._conn import _error, _status
+from ._batch import Batch, _device_fields, _failed, _make_batch
+from ._stream import _Slot
+from . import _stream
+
+
+_NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
+
+
+class _EpochIter:
+    """The batches of one epoch of a Loader."""
+
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed")
+
+    def __init__(self, loader, gen, epoch, stream, done=False):
+        self._failed = []   # on_error="skip": dataset indices of the samples that failed
+        self._loader = loader
+        self._gen = gen
+        self._epoch = epoch
+        self._stream = stream
+        self._done = done
+        # transform=: (future or _END, epoch, index, token before it), in order
+        self._pending = collections.deque() if loader._transform is not None else None
+        loader._pending = self._pending
+
+    def __iter__(self) -> "_EpochIter":
+        return self
+
+    def __len__(self) -> int:
+        return self._loader._len
+
+    def __next__(self) -> Batch:
+        """The next batch: blocks until feedd has it ready (or reconnects
+        after a daemon restart, up to reconnect_s; or timeout= passes).
+        Raises StopIteration at the epoch's end, CreditsExhausted,
+        DaemonGone, StreamStopped, Timeout, TransformError."""
+        t0 = time.perf_counter_ns()
+        loader = self._loader
+        loader._enter()
+        try:
+            if self._gen != loader._gen:
+                raise FeedError("this iterator of feedclient.Loader was superseded by a later "
+                                "iter(loader), load_state_dict() or close()")
+            if self._done:
+                raise StopIteration
+            if self._pending is not None:
+                return self._next_transformed()
+            batch = self._take(True)
+            if batch is None:
+                self._end()
+                raise StopIteration
+            return batch
+        finally:
+            _note_next(loader, time.perf_counter_ns() - t0)
+            loader._lock.release()
+
+    def _end(self):
+        """The epoch's end reached the loop: the Loader's position moves on."""
+        loader = self._loader
+        self._done = True
+        if self._failed:
+            _warn_skipped(loader, self._epoch, self._failed, bool(loader._opts.eval))
+            self._failed = []
+        loader._iter_epoch = None
+        loader._cur_start = self._epoch + 1
+        if loader._group is not None:
+            loader._epoch_next = self._epoch + 1
+
+    def _take(self, block):
+        """The stream's next batch; None at the epoch's end; _NOTHING when
+        not block and none is ready (or no credit is free). Lock held."""
+        loader = self._loader
+        s = self._stream
+        retried = False
+        wait = _NEXT_SLICE_MS if block else 0
+        end = time.monotonic() + loader._timeout if block and loader._timeout else None
+        while True:
+            r = lib.feed_next(s.st, wait, s.bp_ref)
+            if r == 0:
+                slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
+                break
+            if r == -errno.ETIMEDOUT:
+                if not block:
+                    return _NOTHING
+                if end is not None:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise self._timeout_error()
+                    wait = max(1, min(_NEXT_SLICE_MS, int(left * 1000 + 0.999)))
+                continue
+            if r == _lib.FEED_END_OF_EPOCH:
+                return None
+            if r == -errno.ENOBUFS and not block:
+                return _NOTHING
+            if r == -errno.ENOBUFS and s.detach_oldest():
+                loader._detached += 1
+                continue  # a held batch moved off its slot: the slot is feedd's again
+            if r == -errno.ENOBUFS and not retried:
+                retried = True
+                gc.collect()  # dead batches in reference cycles hold credits too
+                continue
+            raise self._error(r)
+        batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
+        if batch.replaced:
+            self._failed += _failed(slot.b, batch.replaced)
+        if batch.dropped:
+            self._failed += batch.dropped
+        if s.device_slots:
+            _device_fields(s, slot, batch, loader._slots_req.device)
+        if loader._conv is not None:  # tensors of their own: the slot goes now
+            batch = loader._conv.convert(s, slot.b, batch)
+            del slot
+        if batch.epoch != self._epoch:
+            raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
+                                f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))
+        return batch
+
+    def _next_transformed(self):
+        """transform=: the next batch fn made, fn running ahead on the pool."""
+        loader = self._loader
+        q = self._pending
+        if not q:
+            self._fill(True)
+        self._fill(False)
+        fut, epoch, index, _ = q.popleft()
+        if fut is _END:
+            self._end()
+            raise StopIteration
+        try:
+            return fut.result()
+        except Exception as e:
+            raise TransformError(f"transform={getattr(loader._transform, '__name__', 'fn')} "
+                                 f"raised {type(e).__name__}: {e}, on batch {index} of epoch "
+                                 f"{epoch} of dataset '{loader._dataset}'", epoch=epoch,
+                                 index=index) from e
+
+    def _fill(self, block):
+        """Tops the queue up to transform_threads batches: the first waits
+        when block, the rest only if ready."""
+        loader = self._loader
+        q = self._pending
+        if loader._pool is None:
+            loader._pool = concurrent.futures.ThreadPoolExecutor(
+                loader._transform_threads, thread_name_prefix="feedclient-transform")
+        while len(q) < loader._transform_threads and not (q and q[-1][0] is _END):
+            token = loader._token()
+            b = self._take(block and not q)
+            if b is _NOTHING:
+                return
+            if b is None:
+                q.append((_END, self._epoch, None, token))
+                return
+            q.append((loader._pool.submit(loader._transform, b), b.epoch, b.index, token))
+            del b   # the worker's reference is the only one: fn's output decides
+
+    def _timeout_error(self):
+        loader = self._loader
+        s = self._stream
+        try:
+            st = _status(loader._socket, 1000)
+            pid = os.getpid()
+            mine = [d for d in st["streams"] if d["dataset"] == loader._dataset and
+                    (d["pid"] == pid or pid in d["member_pids"])]
+            if mine:
+                d = mine[0]
+                kind = "this stream" if d["kind"] == "stream" else \
+                    f"its group '{d['group']}' ({d['members']} members)"
+                shown = (f"feedctl status shows {kind}: {d['credits_in_use']} of "
+                         f"{d['credits']} credits in use, {d['batches']} batches built, "
+                         f"{d['samples_per_s']:.0f} samples/s, reader_wait_share "
+                         f"{d['reader_wait_share']:.2f}; feedd has {st['workers']} workers")
+            else:
+                shown = (f"feedctl status lists no stream of this process over "
+                         f"'{loader._dataset}' (feedd restarted or dropped it)")
+        except FeedError as e:
+            shown = (f"feedctl status got no answer within 1 s ({e.detail}): feedd is hung "
+                     f"or stopped (SIGSTOP, a debugger, swapping)")
+        return Timeout(f"no batch of dataset '{loader._dataset}' within timeout="
+                       f"{loader._timeout} s ({s.held} batches held by this process); {shown}",
+                       -errno.ETIMEDOUT, _lib.strerror(-errno.ETIMEDOUT))
+
+    def _error(self, r):
+        s = self._stream
+        loader = self._loader
+        if r == -errno.ENOBUFS:
+            held = s.held
+            alive = "1 batch of this stream is" if held == 1 else \
+                f"{held} batches of this stream are"
+            err = CreditsExhausted(
+                         f"credits={s.credits}: {alive} still alive while the next is fetched "
+                         f"(a batch, or an array or tensor viewing one, holds its slot; a "
+                         f"plain `for batch in loader` holds 1). Likely cause: batches or "
+                         f"tensors kept past the loop body, in a list or in an autograd graph "
+                         f"(outputs of a model kept without torch.no_grad() keep their inputs "
+                         f"alive). Fix: drop them (batch.copy() gives arrays of their own to "
+                         f"keep; wrap evaluation in torch.no_grad()), or open the Loader with "
+                         f"credits={held} or more", r, _lib.strerror(r), held)
+            return err
+        if r == -errno.ECONNRESET:
+            if loader._reconnect_s == 0:
+                return _error(s.conn, r, "reconnect_s=0 turned it off; pass reconnect_s=S to "
+                                         "ride through a restart of up to S seconds")
+            return _error(s.conn, r, f"that is reconnect_s={loader._reconnect_s} of this "
+                                     f"Loader; raise it to ride through longer restarts")
+        if r == _lib.FEED_END_OF_STREAM:
+            return StreamStopped("feedd ended an endless stream", -errno.EPROTO,
+                                 _lib.strerror(-errno.EPROTO))
+        err = _error(s.conn, r)
+        if r == -errno.ENOMEM:   # the stream is as it was: the next call tries again
+            return err
+        if type(err) in (FeedError, InvalidArgument, UnknownDataset):
+            err = StreamStopped(err.detail, err.code, err.reason)
+        return err
+
+
+def _note_next(loader, ns):
+    """The loop's time in next() becomes the stream's reader wait
+    (feed_stream_note_next): `feedctl top`'s WAIT% is then the loop's own
+    measure, time in next() over wall time. Lock held."""
+    s = loader._box[0]
+    if s is not None and s.st is not None and s.fork_gen == _stream._fork_gen:
+        lib.feed_stream_note_next(s.st, ns)
+
+
+_SKIP_NAMED = 10  # files a skip warning names; the count covers the rest
+
+
+def _warn_skipped(loader, epoch, failed, dropped=False):
+    """on_error="skip": one warning per epoch, with the count and the files."""
+    import warnings
+    names = []
+    for i in failed[:_SKIP_NAMED]:
+        if i is None:
+            names.append("a sample feedd did not name")
+            continue
+        try:
+            names.append(f"{loader.dataset.path(i)} (sample {i})")
+        except (FeedError, IndexError):
+            names.append(f"sample {i}")
+    more = f" and {len(failed) - _SKIP_NAMED} more" if len(failed) > _SKIP_NAMED else ""
+    warnings.warn(f"feedclient: on_error='skip': {len(failed)} sample"
+                  f"{'s' if len(failed) != 1 else ''} of epoch {epoch} of dataset "
+                  f"'{loader.dataset}' failed and were "
+                  f"{'dropped (eval)' if dropped else 'replaced by the next good ones'}: "
+                  f"{', '.join(names)}{more} (feedd's log has the decoder's words)",
+                  SkippedSamplesWarning, stacklevel=4)
+
+
+_NOTHING = object()   # _take: no batch ready without waiting
+
+
+_END = object()       # transform= queue: the epoch's end
