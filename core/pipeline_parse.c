@@ -495,13 +495,11 @@ static int op_set_augmix(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key
 }
 
 /* Stores value v of key into op (item `item` of a tuple for mean/std). */
-static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
-		  uint32_t item)
+/* The sizes of crops, resizes and windows, and decode's channels. */
+static int op_set_size(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		       const char *v)
 {
 	const char *k = pipe_key_names[key];
-	const int64_t one = PIPE_P_ONE;
-	uint32_t u = 0;
-	int64_t x = 0;
 	int rc;
 
 	switch (key) {
@@ -509,8 +507,6 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->size);
 	case PK_PAD:
 		return parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &op->pad);
-	case PK_P:
-		return parse_prob(sc, k, v, &op->p_ppb);
 	case PK_H:
 		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->h);
 	case PK_W:
@@ -519,14 +515,25 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		return parse_uint(sc, k, v, 1, PIPE_DIM_MAX, &op->short_side);
 	case PK_LEN:
 		return parse_uint(sc, k, v, 1, PIPE_LEN_MAX, &op->len);
-	case PK_CHANNELS:
+	default: /* PK_CHANNELS */
 		rc = parse_uint(sc, k, v, 1, 3, &op->channels);
 		if (rc == 0 && op->channels == 2)
 			return scan_fail(sc, "key 'channels': 2 is not 1 (gray) or 3 (RGB)");
 		return rc;
-	case PK_SCALE_MIN:
-	case PK_SCALE_MAX:
-		return parse_scale_key(sc, op, key, v);
+	}
+}
+
+/* random_resized_crop's ratio, and normalize's keys (item: a tuple's). */
+static int op_set_norm(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key,
+		       const char *v, uint32_t item)
+{
+	const char *k = pipe_key_names[key];
+	const int64_t one = PIPE_P_ONE;
+	uint32_t u = 0;
+	int64_t x = 0;
+	int rc;
+
+	switch (key) {
 	case PK_RATIO_MIN:
 	case PK_RATIO_MAX:
 		rc = parse_decimal(sc, k, v, 1, PIPE_RATIO_MAX * one, &x);
@@ -542,10 +549,37 @@ static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, c
 		rc = parse_name(sc, k, v, pipe_dtype_names, "f32, f16, bf16", &u);
 		op->dtype = pipe_dtypes[u];
 		return rc;
-	case PK_LAYOUT:
+	default: /* PK_LAYOUT */
 		rc = parse_name(sc, k, v, pipe_layout_names, "chw, hwc", &u);
 		op->layout = u;
 		return rc;
+	}
+}
+
+static int op_set(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key, const char *v,
+		  uint32_t item)
+{
+	switch (key) {
+	case PK_SIZE:
+	case PK_PAD:
+	case PK_H:
+	case PK_W:
+	case PK_SHORT:
+	case PK_LEN:
+	case PK_CHANNELS:
+		return op_set_size(sc, op, key, v);
+	case PK_P:
+		return parse_prob(sc, pipe_key_names[key], v, &op->p_ppb);
+	case PK_SCALE_MIN:
+	case PK_SCALE_MAX:
+		return parse_scale_key(sc, op, key, v);
+	case PK_RATIO_MIN:
+	case PK_RATIO_MAX:
+	case PK_MEAN:
+	case PK_STD:
+	case PK_DTYPE:
+	case PK_LAYOUT:
+		return op_set_norm(sc, op, key, v, item);
 	case PK_FIELD:
 		return parse_field_name(sc, v, op->field);
 	case PK_SEQ_LEN:

@@ -450,51 +450,15 @@ static int plan_antialias(const struct pipe_spec *spec, uint32_t i, bool decoded
 
 /* The image shape op i sees on field f (updated by earlier ops) and the
  * shape it leaves. */
-static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
-			 struct feed_err *err)
+/* A crop, resize or hflip of a fixed image: its stage kind and output. */
+static int plan_geo_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+		       struct feed_err *err)
 {
 	const struct pipe_spec *spec = &p->spec;
 	const struct pipe_op *op = &spec->ops[i];
 	struct fmt_field *fd = &p->out.fields[f];
 	struct pipe_dims *dm = &p->dims[i];
 	uint32_t h = fd->shape[0], wd = fd->shape[1];
-
-	if (w->st[f] == FS_NORMALIZED && op->kind == PIPE_RANDOM_ERASING)
-		return plan_erase_normalized(p, w, i, f, err);
-	if (w->st[f] == FS_NORMALIZED)
-		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
-				 "(only random_erasing may follow normalize)", fd->name);
-	if (w->st[f] == FS_CHW)
-		return plan_fail(spec, i, err, "key 'field': '%s' is CHW already (to_chw is a "
-				 "field's last op)", fd->name);
-	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && !erase_values_u8(op))
-		return plan_fail(spec, i, err, "key 'value': not u8 levels 0..255 (before "
-				 "normalize; after it values are in normalised units)");
-	if (op->kind == PIPE_RANDOM_ERASING && op->nevalue > 1 &&
-	    op->nevalue != (fd->rank == 3 ? fd->shape[2] : 1))
-		return plan_fail(spec, i, err, "key 'value': %u values for the %u channel%s of '%s'",
-				 op->nevalue, fd->rank == 3 ? fd->shape[2] : 1,
-				 fd->rank == 3 && fd->shape[2] == 1 ? "" : "s", fd->name);
-	int rc = plan_antialias(spec, i, w->st[f] != FS_AS_IS, err);
-	if (rc < 0)
-		return rc;
-	if (w->st[f] != FS_AS_IS)
-		return plan_var_op(p, w, i, f, err);
-	if (!is_image_field(fd))
-		return plan_fail(spec, i, err,
-				 is_encoded_field(p, w, f)
-					 ? "key 'field': '%s' holds encoded images: decode them first"
-					 : "key 'field': '%s' is not an image (fixed u8 HxW or HxWxC)",
-				 fd->name);
-	if (h > PIPE_DIM_MAX || wd > PIPE_DIM_MAX)
-		return plan_fail(spec, i, err, "key 'field': image '%s' is %ux%u, sides above %u "
-				 "are not supported", fd->name, h, wd, PIPE_DIM_MAX);
-	if (op->kind == PIPE_NORMALIZE)
-		return plan_normalize(p, w, i, f, err);
-	if (op->kind == PIPE_TO_CHW)
-		return plan_to_chw(p, w, i, f);
-	if (is_pixel_op(op->kind))
-		return plan_pixel_op(p, w, i, f, err);
 	uint32_t c = fd->rank == 3 ? fd->shape[2] : 1, oh = h, ow = wd;
 	dm->in_h = h;
 	dm->in_w = wd;
@@ -534,6 +498,53 @@ static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, u
 		w->img_open[f] = true;
 	}
 	return set_image_out(spec, i, fd, dm, oh, ow, c, fd->rank == 3, err);
+}
+
+static int plan_image_op(struct pipe_plan *p, struct plan_work *w, uint32_t i, uint32_t f,
+			 struct feed_err *err)
+{
+	const struct pipe_spec *spec = &p->spec;
+	const struct pipe_op *op = &spec->ops[i];
+	struct fmt_field *fd = &p->out.fields[f];
+	uint32_t h = fd->shape[0], wd = fd->shape[1];
+
+	if (w->st[f] == FS_NORMALIZED && op->kind == PIPE_RANDOM_ERASING)
+		return plan_erase_normalized(p, w, i, f, err);
+	if (w->st[f] == FS_NORMALIZED)
+		return plan_fail(spec, i, err, "key 'field': '%s' is normalized already "
+				 "(only random_erasing may follow normalize)", fd->name);
+	if (w->st[f] == FS_CHW)
+		return plan_fail(spec, i, err, "key 'field': '%s' is CHW already (to_chw is a "
+				 "field's last op)", fd->name);
+	if (op->kind == PIPE_RANDOM_ERASING && !op->value_random && !erase_values_u8(op))
+		return plan_fail(spec, i, err, "key 'value': not u8 levels 0..255 (before "
+				 "normalize; after it values are in normalised units)");
+	if (op->kind == PIPE_RANDOM_ERASING && op->nevalue > 1 &&
+	    op->nevalue != (fd->rank == 3 ? fd->shape[2] : 1))
+		return plan_fail(spec, i, err, "key 'value': %u values for the %u channel%s of '%s'",
+				 op->nevalue, fd->rank == 3 ? fd->shape[2] : 1,
+				 fd->rank == 3 && fd->shape[2] == 1 ? "" : "s", fd->name);
+	int rc = plan_antialias(spec, i, w->st[f] != FS_AS_IS, err);
+	if (rc < 0)
+		return rc;
+	if (w->st[f] != FS_AS_IS)
+		return plan_var_op(p, w, i, f, err);
+	if (!is_image_field(fd))
+		return plan_fail(spec, i, err,
+				 is_encoded_field(p, w, f)
+					 ? "key 'field': '%s' holds encoded images: decode them first"
+					 : "key 'field': '%s' is not an image (fixed u8 HxW or HxWxC)",
+				 fd->name);
+	if (h > PIPE_DIM_MAX || wd > PIPE_DIM_MAX)
+		return plan_fail(spec, i, err, "key 'field': image '%s' is %ux%u, sides above %u "
+				 "are not supported", fd->name, h, wd, PIPE_DIM_MAX);
+	if (op->kind == PIPE_NORMALIZE)
+		return plan_normalize(p, w, i, f, err);
+	if (op->kind == PIPE_TO_CHW)
+		return plan_to_chw(p, w, i, f);
+	if (is_pixel_op(op->kind))
+		return plan_pixel_op(p, w, i, f, err);
+	return plan_geo_op(p, w, i, f, err);
 }
 
 static int plan_window_op(const struct pipe_spec *spec, uint32_t i, struct fmt_field *fd,
