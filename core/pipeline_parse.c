@@ -9,15 +9,12 @@
 #include "pipeline_priv.h"
 #include "pipeline_tv.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "mix.h"
 
 /* ------------------------------------------------------------------ */
 /* Scanner                                                             */
