@@ -14,7 +14,7 @@
 
 #include "pipeline.h"
 
-
+/* The keys an op may take, in pipe_key_names's order. */
 enum pipe_key {
 	PK_SIZE = 0,
 	PK_PAD,
