@@ -27,12 +27,6 @@
 /* ------------------------------------------------------------------ */
 /* Draws to parameters                                                 */
 
-uint32_t aug_randint(uint32_t u, uint32_t n)
-{
-	assert(n >= 1);
-	return (uint32_t)(((uint64_t)u * n) >> 32);
-}
-
 void aug_random_crop_offsets(uint32_t h, uint32_t w, uint32_t size, uint32_t pad,
 			     uint32_t u_top, uint32_t u_left, uint32_t *ret_top,
 			     uint32_t *ret_left)
@@ -49,13 +43,6 @@ int64_t aug_center_crop_offset(uint32_t n, uint32_t size)
 	uint32_t d = n - size, k = d / 2;
 	/* d/2 = k + 0.5 when d is odd: Python's round goes to the even one */
 	return (int64_t)((d & 1) && (k & 1) ? k + 1 : k);
-}
-
-bool aug_hflip_decision(uint32_t u, uint32_t p_ppb)
-{
-	/* u>>8 < p * 2^24  <=>  u>>8 < ceil(p_ppb * 2^24 / 1e9) (integers) */
-	uint64_t thr = ((uint64_t)p_ppb * (1u << 24) + PIPE_P_ONE - 1) / PIPE_P_ONE;
-	return (uint64_t)(u >> 8) < thr;
 }
 
 /* U(a, b) from one draw, in double. */
@@ -524,6 +511,46 @@ static bool frame_enclosing(const struct aug_frame *fr, struct img_box *b)
 	return true;
 }
 
+/* An encoded source: its decoder (for the stage's channels) and its size
+ * into v. */
+static int image_probe(const struct pipe_plan *p, const struct pipe_stage *st,
+		       const struct aug_ctx *ctx, const uint8_t *src, size_t len,
+		       const struct aug_img *img, struct img_view *v, struct img_decoder **ret_dec,
+		       struct feed_err *err)
+{
+	struct img_decoder *dec = img ? (st->c == 1 ? img->dec1 : img->dec3) : NULL;
+	struct img_info info;
+	int rc;
+
+	if (!dec)
+		return feed_err_set(err, -EINVAL, "field '%s': no %u-channel image decoder",
+				    p->in.fields[st->field].name, st->c);
+	if ((rc = img_probe(src, len, &info, err)) < 0)
+		return image_fail(p, st, ctx, rc, err);
+	v->w = info.width;
+	v->h = info.height;
+	*ret_dec = dec;
+	return 0;
+}
+
+/* A fixed u8 source: v the box ib of it to copy, or (a resample) the whole
+ * image with the frame's box in its coordinates. */
+static void fixed_view(const struct pipe_stage *st, const uint8_t *src,
+		       const struct aug_frame *fr, const struct img_box *ib, struct img_view *v,
+		       double *bx, double *by)
+{
+	v->px += (size_t)ib->y * v->stride + (size_t)ib->x * v->c;
+	v->w = ib->w;
+	v->h = ib->h;
+	if (!fr->copy) {
+		/* resample from the whole image: the box in its coordinates */
+		*v = (struct img_view){.px = src, .w = st->in_w, .h = st->in_h, .c = st->c,
+				       .stride = (size_t)st->in_w * st->c};
+		*bx = fr->bx;
+		*by = fr->by;
+	}
+}
+
 /* One IMAGE stage: source bytes (encoded, or a fixed u8 image) to dst. */
 static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		       const struct aug_ctx *ctx, const uint8_t *src, size_t len, uint8_t *dst,
@@ -533,20 +560,11 @@ static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 	struct img_view v = {.px = src, .w = st->in_w, .h = st->in_h, .c = st->c,
 			     .stride = (size_t)st->in_w * st->c};
 	struct img_decoder *dec = NULL;
-	struct img_info info;
 	struct img_box ib;
 	int rc;
 
-	if (st->decode) {
-		dec = img ? (st->c == 1 ? img->dec1 : img->dec3) : NULL;
-		if (!dec)
-			return feed_err_set(err, -EINVAL, "field '%s': no %u-channel image decoder",
-					    p->in.fields[st->field].name, st->c);
-		if ((rc = img_probe(src, len, &info, err)) < 0)
-			return image_fail(p, st, ctx, rc, err);
-		v.w = info.width;
-		v.h = info.height;
-	}
+	if (st->decode && (rc = image_probe(p, st, ctx, src, len, img, &v, &dec, err)) < 0)
+		return rc;
 	fr.src_w = fr.w = v.w;
 	fr.src_h = fr.h = v.h;
 	fr.bw = v.w;
@@ -584,16 +602,7 @@ static int image_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		bw *= kx;
 		bh *= ky;
 	} else {
-		v.px += (size_t)ib.y * v.stride + (size_t)ib.x * v.c;
-		v.w = ib.w;
-		v.h = ib.h;
-		if (!fr.copy) {
-			/* resample from the whole image: the box in its coordinates */
-			v = (struct img_view){.px = src, .w = st->in_w, .h = st->in_h, .c = st->c,
-					      .stride = (size_t)st->in_w * st->c};
-			bx = fr.bx;
-			by = fr.by;
-		}
+		fixed_view(st, src, &fr, &ib, &v, &bx, &by);
 	}
 	if (fr.copy)
 		frame_copy(&fr, &v, ib.x, ib.y, dst);

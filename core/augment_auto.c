@@ -41,20 +41,6 @@ static double ppb(int64_t v)
 	return (double)v / 1e9;
 }
 
-/* torch.linspace(start, end, n)[k] in float32, as its CPU kernel. */
-static float tlinspace(float start, float end, uint32_t n, uint32_t k)
-{
-	if (n == 1)
-		return start;
-	float step = (end - start) / (float)(n - 1);
-	return k < n / 2 ? start + step * (float)k : end - step * (float)(n - 1 - k);
-}
-
-float aug_linspace(float start, float end, uint32_t n, uint32_t k)
-{
-	return tlinspace(start, end, n, k);
-}
-
 /* The auto-augment op names, in torchvision's dict order. */
 enum aa_op {
 	AA_IDENTITY = 0,
@@ -86,21 +72,21 @@ static double aa_magnitude(enum aa_op op, bool wide, uint32_t nbins, uint32_t bi
 	*ret_signed = true;
 	switch (op) {
 	case AA_SHEARX:
-	case AA_SHEARY: return tlinspace(0.0f, wide ? 0.99f : 0.3f, nbins, bin);
+	case AA_SHEARY: return aug_linspace(0.0f, wide ? 0.99f : 0.3f, nbins, bin);
 	case AA_TRANSLATEX:
-		return tlinspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * w), nbins, bin);
+		return aug_linspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * w), nbins, bin);
 	case AA_TRANSLATEY:
-		return tlinspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * h), nbins, bin);
-	case AA_ROTATE: return tlinspace(0.0f, wide ? 135.0f : 30.0f, nbins, bin);
+		return aug_linspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * h), nbins, bin);
+	case AA_ROTATE: return aug_linspace(0.0f, wide ? 135.0f : 30.0f, nbins, bin);
 	case AA_BRIGHTNESS:
 	case AA_COLOR:
 	case AA_CONTRAST:
-	case AA_SHARPNESS: return tlinspace(0.0f, lin, nbins, bin);
+	case AA_SHARPNESS: return aug_linspace(0.0f, lin, nbins, bin);
 	case AA_POSTERIZE:
 		*ret_signed = false;
 		return 8.0 - (double)nearbyintf((float)bin /
 						(float)((nbins - 1) / (wide ? 6.0 : 4.0)));
-	case AA_SOLARIZE: *ret_signed = false; return tlinspace(255.0f, 0.0f, nbins, bin);
+	case AA_SOLARIZE: *ret_signed = false; return aug_linspace(255.0f, 0.0f, nbins, bin);
 	default: *ret_signed = false; return 0.0;
 	}
 }

@@ -177,27 +177,6 @@ static void lut_point(struct aug_px_img *im, const struct aug_px_op *o)
 		}
 }
 
-void px_flush(struct aug_px_img *im)
-{
-	if (!im->lut_on)
-		return;
-	size_t n = (size_t)im->h * im->w;
-	const uint8_t *s = im->cur;
-	uint8_t *d = px_target(im, true);
-
-	if (im->c == 1)
-		for (size_t i = 0; i < n; i++)
-			d[i] = im->lut[0][s[i]];
-	else
-		for (size_t i = 0; i < 3 * n; i += 3) {
-			d[i] = im->lut[0][s[i]];
-			d[i + 1] = im->lut[1][s[i + 1]];
-			d[i + 2] = im->lut[2][s[i + 2]];
-		}
-	im->cur = d;
-	im->lut_on = false;
-}
-
 /* ------------------------------------------------------------------ */
 /* Passes that read through the table                                  */
 

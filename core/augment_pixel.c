@@ -1,8 +1,8 @@
 /*
  * augment_pixel.c: runs a PIXEL stage (pipeline.h) on one sample: each op
  * expanded into basic ops for this sample (augment_auto.c), each basic op
- * run on the image in turn, table ops composed (augment_color.c), the
- * result left in the stage's destination.
+ * run on the image in turn (augment_pxrun.c), table ops composed
+ * (augment_color.c), the result left in the stage's destination.
  *
  * Buffers: the stage's source is read-only; passes write to the
  * destination when the current shape fits it, else to one of two scratch
@@ -17,36 +17,10 @@
 
 #include "augment_pixel.h"
 
-uint8_t *px_target(struct aug_px_img *im, bool in_place)
-{
-	size_t need = (size_t)im->h * im->w * im->c;
-
-	if (need <= im->dst_bytes && (in_place || im->dst != im->cur))
-		return im->dst;
-	if (in_place && (im->cur == im->buf[0] || im->cur == im->buf[1]))
-		return (uint8_t *)im->cur;
-	return im->cur == im->buf[0] ? im->buf[1] : im->buf[0];
-}
-
-void px_run(struct aug_px_img *im, const struct aug_px_op *o)
-{
-	switch (o->kind) {
-	case AX_IDENTITY: break;
-	case AX_BLUR: px_blur(im, o->ksize, o->f); break;
-	case AX_SHARPNESS: px_sharpness(im, o->f); break;
-	case AX_AFFINE: px_affine(im, &o->af); break;
-	case AX_VFLIP:
-	case AX_PAD:
-	case AX_PERSPECTIVE:
-	case AX_NOISE: px_tv(im, o); break;
-	default: px_color(im, o); break;
-	}
-}
-
 void aug_pixel_stage(const struct pipe_plan *p, const struct pipe_stage *st,
 		     const struct aug_ctx *ctx, const uint8_t *src, uint8_t *dst, uint8_t *scratch)
 {
-	size_t al = (st->px_img_bytes + 63) & ~(size_t)63; /* pipeline.c's layout */
+	size_t al = (st->px_img_bytes + 63) & ~(size_t)63; /* pipeline_plan.c's layout */
 	struct aug_px_img im = {.cur = src, .dst = dst, .dst_bytes = st->out_bytes,
 				.buf = {scratch, scratch + al}, .fbuf = (float *)(void *)(scratch + 2 * al),
 				.h = st->in_h, .w = st->in_w, .c = st->in_c};

@@ -4,6 +4,13 @@
  * policies (augment_auto.c), the colour ops (augment_color.c), the filters
  * (augment_filter.c) and rotate / affine (augment_geom.c).
  *
+ * The files call one way (a DAG, scripts/check-layers): augment.c ->
+ * augment_pixel.c (the stage) -> augment_augmix.c -> augment_pxrun.c (one
+ * basic op) -> augment_color.c, _filter.c, _geom.c, _tv.c ->
+ * augment_pximg.c (the image's buffers); augment_pixel.c and
+ * augment_erase.c -> augment_auto.c (expansion) -> augment_tv.c; every
+ * file -> augment_draw.c (draws to parameters).
+ *
  * A pipeline op of a PIXEL stage (pipeline.h) expands, for one sample, into
  * a short list of basic ops (struct aug_px_op) with every parameter fixed:
  * torchvision.transforms.functional's calls on uint8 tensors. The driver
@@ -103,15 +110,15 @@ struct aug_px_img {
 	uint8_t lut[3][256]; /* per-channel table still to apply */
 };
 
-/* A writable buffer for the current shape: dst when it fits (and, with
- * in_place false, differs from cur), else a scratch buffer that is not
- * cur. */
+/* augment_pximg.c: a writable buffer for the current shape: dst when it
+ * fits (and, with in_place false, differs from cur), else a scratch buffer
+ * that is not cur. */
 uint8_t *px_target(struct aug_px_img *im, bool in_place);
+/* augment_pximg.c: applies a pending table (no-op when none). */
+void px_flush(struct aug_px_img *im);
 
 /* augment_color.c: tables, blends, hue, grayscale, erase. */
 void px_color(struct aug_px_img *im, const struct aug_px_op *o);
-/* Applies a pending table (no-op when none). */
-void px_flush(struct aug_px_img *im);
 
 /* augment_filter.c */
 void px_blur(struct aug_px_img *im, uint32_t ksize, double sigma);
@@ -142,7 +149,7 @@ static inline float px_normal(const struct aug_ctx *ctx, uint32_t op, uint32_t k
 	return (float)(k & 1 ? r * sin(2.0 * M_PI * u2) : r * cos(2.0 * M_PI * u2));
 }
 
-/* augment_tv.c: random_erasing op i after normalize, on the stage's float
+/* augment_erase.c: random_erasing op i after normalize, on the stage's float
  * output dst (the normalize op's dtype and layout), in normalised units. */
 void aug_erase_normalized(const struct pipe_plan *p, const struct pipe_stage *st, uint32_t i,
 			  const struct aug_ctx *ctx, void *dst);
@@ -154,10 +161,10 @@ void px_tv(struct aug_px_img *im, const struct aug_px_op *o);
 uint32_t aug_tv_expand(const struct pipe_plan *p, uint32_t i, const struct aug_ctx *ctx,
 		       uint32_t h, uint32_t w, uint32_t c, struct aug_px_op *out);
 
-/* augment_pixel.c: runs one basic op on im. */
+/* augment_pxrun.c: runs one basic op on im. */
 void px_run(struct aug_px_img *im, const struct aug_px_op *o);
 
-/* augment_auto.c: torch.linspace(start, end, n)[k] in float32. */
+/* augment_draw.c: torch.linspace(start, end, n)[k] in float32. */
 float aug_linspace(float start, float end, uint32_t n, uint32_t k);
 
 /* augment_augmix.c: aug_mix's draws for one sample (see there) and AugMix

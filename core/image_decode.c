@@ -544,11 +544,64 @@ static int decode_jpeg(struct img_decoder *dec, const void *data, size_t len,
 /* ------------------------------------------------------------------ */
 /* PNG                                                                 */
 
+/* Decodes the rows down to box's last into dec->px (box's rows from its
+ * top, at ihdr's full width in RGB; the rows above it into dec->row). */
+static int png_rows(struct img_decoder *dec, spng_ctx *ctx, const struct spng_ihdr *ihdr,
+		    const struct img_box *box, struct feed_err *err)
+{
+	struct spng_row_info ri;
+	size_t row_bytes = (size_t)ihdr->width * 3;
+	uint32_t y_end = box->y + box->h;
+	bool interlaced = ihdr->interlace_method != 0;
+	int rc = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
+
+	while (rc == 0) {
+		rc = spng_get_row_info(ctx, &ri);
+		if (rc)
+			break;
+		if (!interlaced && ri.row_num >= y_end)
+			break; /* the rows below the box are not needed */
+		uint8_t *dst = ri.row_num >= box->y && ri.row_num < y_end
+				       ? dec->px + (size_t)(ri.row_num - box->y) * row_bytes
+				       : dec->row;
+		rc = spng_decode_row(ctx, dst, row_bytes);
+	}
+	if (rc == SPNG_EOI)
+		rc = 0;
+	if (rc)
+		rc = feed_err_set(err, -EBADMSG, "PNG: %s", spng_strerror(rc));
+	return rc;
+}
+
+/* The box's columns of the decoded rows, packed, in the output's channels;
+ * *ret describes them. */
+static void png_out(struct img_decoder *dec, const struct img_box *box, size_t row_bytes,
+		    struct img_decoded *ret)
+{
+	size_t stride = (size_t)box->w * dec->channels;
+
+	for (uint32_t r = 0; r < box->h; r++) {
+		uint8_t *src = dec->px + r * row_bytes + (size_t)box->x * 3;
+		uint8_t *dst = dec->px + r * stride;
+		if (dec->channels == 1)
+			rgb_to_gray(dst, src, box->w);
+		else
+			memmove(dst, src, (size_t)box->w * 3);
+	}
+	ret->view = (struct img_view){dec->px, box->w, box->h, dec->channels, stride};
+	ret->box_x = 0;
+	ret->box_y = 0;
+	ret->box_w = box->w;
+	ret->box_h = box->h;
+	ret->scale_denom = 1;
+	ret->warnings = 0;
+	ret->warning = NULL;
+}
+
 static int png_run(struct img_decoder *dec, spng_ctx *ctx, const void *data, size_t len,
 		   const struct img_box *box, struct img_decoded *ret, struct feed_err *err)
 {
 	struct spng_ihdr ihdr;
-	struct spng_row_info ri;
 	int rc;
 
 	spng_set_image_limits(ctx, 0x7fffffff, 0x7fffffff); /* ours below */
@@ -570,45 +623,10 @@ static int png_run(struct img_decoder *dec, spng_ctx *ctx, const void *data, siz
 	if (rc)
 		goto out;
 
-	size_t row_bytes = (size_t)ihdr.width * 3;
-	uint32_t y_end = box->y + box->h;
-	bool interlaced = ihdr.interlace_method != 0;
-	rc = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
-	while (rc == 0) {
-		rc = spng_get_row_info(ctx, &ri);
-		if (rc)
-			break;
-		if (!interlaced && ri.row_num >= y_end)
-			break; /* the rows below the box are not needed */
-		uint8_t *dst = ri.row_num >= box->y && ri.row_num < y_end
-				       ? dec->px + (size_t)(ri.row_num - box->y) * row_bytes
-				       : dec->row;
-		rc = spng_decode_row(ctx, dst, row_bytes);
-	}
-	if (rc == SPNG_EOI)
-		rc = 0;
-	if (rc) {
-		rc = feed_err_set(err, -EBADMSG, "PNG: %s", spng_strerror(rc));
+	rc = png_rows(dec, ctx, &ihdr, box, err);
+	if (rc)
 		goto out;
-	}
-	/* the box's columns, packed, in the output's channels */
-	size_t stride = (size_t)box->w * dec->channels;
-	for (uint32_t r = 0; r < box->h; r++) {
-		uint8_t *src = dec->px + r * row_bytes + (size_t)box->x * 3;
-		uint8_t *dst = dec->px + r * stride;
-		if (dec->channels == 1)
-			rgb_to_gray(dst, src, box->w);
-		else
-			memmove(dst, src, (size_t)box->w * 3);
-	}
-	ret->view = (struct img_view){dec->px, box->w, box->h, dec->channels, stride};
-	ret->box_x = 0;
-	ret->box_y = 0;
-	ret->box_w = box->w;
-	ret->box_h = box->h;
-	ret->scale_denom = 1;
-	ret->warnings = 0;
-	ret->warning = NULL;
+	png_out(dec, box, (size_t)ihdr.width * 3, ret);
 out:
 	return rc;
 }

@@ -68,6 +68,31 @@ size_t img_resample_scratch_bytes(uint32_t src_w, uint32_t src_h, uint32_t out_w
 	       align64((size_t)src_h * out_w * c + 16) + align64((size_t)out_w * c * 4) + 64;
 }
 
+/* Gives every one of on slots the same even number of taps (kmax, the
+ * most any has, rounded up), windows moved left at the side's right edge
+ * (n pixels) and zero weights padding; returns that number, or 0 (taps
+ * left as they are) when the side is too short. */
+static uint32_t taps_even(uint32_t n, uint32_t on, uint32_t maxt, uint32_t kmax,
+			  struct rs_tap *tap, int16_t *w)
+{
+	uint32_t even = (kmax + 1) & ~1u;
+
+	if (even > n)
+		return 0;
+	for (uint32_t i = 0; i < on; i++) {
+		int32_t f = tap[i].first, nf = (int32_t)(n - even);
+		if (f > nf) { /* the window would leave the side: move it left */
+			int16_t *ws = w + (size_t)i * maxt;
+			int32_t shift = f - nf;
+			memmove(ws + shift, ws, (size_t)tap[i].n * sizeof *ws);
+			memset(ws, 0, (size_t)shift * sizeof *ws);
+			tap[i].first = nf;
+		}
+		tap[i].n = (int32_t)even;
+	}
+	return even;
+}
+
 /*
  * Taps of on output pixels over the box [b0, b0 + bn) of a side of n
  * source pixels, torch's _compute_indices_weights_aa on the box: weights
@@ -120,23 +145,8 @@ static void taps(double b0, double bn, uint32_t n, uint32_t on, bool flip, uint3
 	}
 	*ret_lo = all_lo;
 	*ret_hi = all_hi;
-	if (!ret_even)
-		return;
-	uint32_t even = (kmax + 1) & ~1u;
-	*ret_even = even <= n ? even : 0;
-	if (!*ret_even)
-		return;
-	for (uint32_t i = 0; i < on; i++) {
-		int32_t f = tap[i].first, nf = (int32_t)(n - even);
-		if (f > nf) { /* the window would leave the side: move it left */
-			int16_t *ws = w + (size_t)i * maxt;
-			int32_t shift = f - nf;
-			memmove(ws + shift, ws, (size_t)tap[i].n * sizeof *ws);
-			memset(ws, 0, (size_t)shift * sizeof *ws);
-			tap[i].first = nf;
-		}
-		tap[i].n = (int32_t)even;
-	}
+	if (ret_even)
+		*ret_even = taps_even(n, on, maxt, kmax, tap, w);
 }
 
 static inline uint8_t clamp_u8(int32_t acc)

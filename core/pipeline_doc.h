@@ -1,8 +1,8 @@
 /*
  * pipeline_doc.h: one line saying what each pipeline op does, for the
  * people who pick them (`feedd --list-ops`, the ListOps request that
- * feedclient.ops() sends). The op names, keys and defaults stay
- * pipeline.c's table (pipe_op_usage()); this is the sentence beside them.
+ * feedclient.ops() sends), defined in pipeline_ops.c beside the op table
+ * (names, keys and defaults: pipe_op_usage()).
  *
  * Pure data, any thread.
  */

@@ -1,13 +1,13 @@
 /*
- * pipeline_tv.h: core/'s private rows of pipeline.c's op table for the ops
+ * pipeline_tv.h: core/'s private rows of pipeline_ops.c's op table for the ops
  * torchvision has and the first rounds did not (vflip, pad,
  * random_perspective, gaussian_noise) and the containers over
  * sub-pipelines (random_apply, random_choice, random_order). Kept in their
- * own header so the table in pipeline.c grows by one line; augment_tv.c
+ * own header so the table in pipeline_ops.c grows by one line; augment_tv.c
  * runs them.
  *
- * Included by pipeline.c only, after its enum pipe_key and struct
- * pipe_op_desc. Never: included elsewhere.
+ * Included by pipeline_ops.c (the rows) and pipeline_parse.c (the aliases)
+ * only, after pipeline_priv.h. Never: included elsewhere.
  */
 #ifndef FEED_PIPELINE_TV_H
 #define FEED_PIPELINE_TV_H

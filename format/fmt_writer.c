@@ -633,6 +633,22 @@ out:
 	return rc;
 }
 
+/* The manifest's shard rows: sinfo[i] for shard i (pointing into w),
+ * sptrs[i] to it. */
+static void manifest_shards(const struct fmt_writer *w, Feed__ShardInfo *sinfo,
+			    Feed__ShardInfo **sptrs)
+{
+	for (uint32_t i = 0; i < w->nshards; i++) {
+		feed__shard_info__init(&sinfo[i]);
+		sinfo[i].file = w->shards[i].file;
+		sinfo[i].size = w->shards[i].size;
+		sinfo[i].first_sample = w->shards[i].first_sample;
+		sinfo[i].num_samples = w->shards[i].num_samples;
+		sinfo[i].num_blocks = w->shards[i].num_blocks;
+		sptrs[i] = &sinfo[i];
+	}
+}
+
 static int manifest_write(struct fmt_writer *w, struct feed_err *err)
 {
 	Feed__Manifest m;
@@ -665,15 +681,7 @@ static int manifest_write(struct fmt_writer *w, struct feed_err *err)
 	m.source = w->source;
 	m.n_classes = w->opts.num_classes;
 	m.classes = w->classes;
-	for (uint32_t i = 0; i < w->nshards; i++) {
-		feed__shard_info__init(&sinfo[i]);
-		sinfo[i].file = w->shards[i].file;
-		sinfo[i].size = w->shards[i].size;
-		sinfo[i].first_sample = w->shards[i].first_sample;
-		sinfo[i].num_samples = w->shards[i].num_samples;
-		sinfo[i].num_blocks = w->shards[i].num_blocks;
-		sptrs[i] = &sinfo[i];
-	}
+	manifest_shards(w, sinfo, sptrs);
 	m.n_shards = w->nshards;
 	m.shards = sptrs;
 	size_t len = feed__manifest__get_packed_size(&m);

@@ -158,6 +158,40 @@ static int cu_devices(struct cudrv *cu)
 	return 0;
 }
 
+/* After cuInit: the devices, and whether the driver (version v, no_ipc:
+ * the IPC symbol it lacks, or NULL) and the build make CUDA usable. */
+static void cu_settle(struct cudrv *cu, int v, const char *no_ipc)
+{
+	if (cu_devices(cu) < 0)
+		return;
+	if (v < CUDRV_DRIVER_NEEDED) {
+		cu_unusable(cu,
+			    "driver %d.%d too old: the kernels need CUDA %d.%d (driver r580) or newer; "
+			    "converting on the CPU",
+			    v / 1000, v % 1000 / 10, CUDRV_DRIVER_NEEDED / 1000,
+			    CUDRV_DRIVER_NEEDED % 1000 / 10);
+		return;
+	}
+	if (!cu->info.num_devices) {
+		cu_unusable(cu, "no CUDA device");
+		return;
+	}
+	if (!cu->info.kernels) {
+		cu_unusable(cu, "built without CUDA kernels (no nvcc at build time); converting on the CPU");
+		return;
+	}
+	cu->info.usable = true;
+	cu->info.ipc = !no_ipc;
+	for (uint32_t i = 0; i < cu->info.num_devices && i < CUDRV_MAX_DEVICES; i++)
+		if (cu->info.devices[i].ipc)
+			return;
+	if (!no_ipc) {
+		cu->info.ipc = false;
+		snprintf(cu->info.ipc_reason, sizeof(cu->info.ipc_reason),
+			 "no device supports IPC events with unified addressing");
+	}
+}
+
 static void cu_load(void)
 {
 	struct cudrv *cu = &cu_state;
@@ -198,34 +232,7 @@ static void cu_load(void)
 			    e == CUDA_ERROR_NO_DEVICE ? ": no CUDA device" : "");
 		return;
 	}
-	if (cu_devices(cu) < 0)
-		return;
-	if (v < CUDRV_DRIVER_NEEDED) {
-		cu_unusable(cu,
-			    "driver %d.%d too old: the kernels need CUDA %d.%d (driver r580) or newer; "
-			    "converting on the CPU",
-			    v / 1000, v % 1000 / 10, CUDRV_DRIVER_NEEDED / 1000,
-			    CUDRV_DRIVER_NEEDED % 1000 / 10);
-		return;
-	}
-	if (!cu->info.num_devices) {
-		cu_unusable(cu, "no CUDA device");
-		return;
-	}
-	if (!cu->info.kernels) {
-		cu_unusable(cu, "built without CUDA kernels (no nvcc at build time); converting on the CPU");
-		return;
-	}
-	cu->info.usable = true;
-	cu->info.ipc = !no_ipc;
-	for (uint32_t i = 0; i < cu->info.num_devices && i < CUDRV_MAX_DEVICES; i++)
-		if (cu->info.devices[i].ipc)
-			return;
-	if (!no_ipc) {
-		cu->info.ipc = false;
-		snprintf(cu->info.ipc_reason, sizeof(cu->info.ipc_reason),
-			 "no device supports IPC events with unified addressing");
-	}
+	cu_settle(cu, v, no_ipc);
 }
 
 const struct cudrv *cudrv_get(void)

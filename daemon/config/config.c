@@ -26,23 +26,6 @@
 #include "config_raw.h"
 #include "image.h"
 
-/* Refusal of the value at key path: "FILE:LINE: KEY: what". */
-int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
-		const char *fmt, ...)
-{
-	char what[FEED_ERR_MSG_MAX / 2];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	unsigned line = src->file ? cfg_yaml_line(src->text, src->len, key, false) : 0;
-	if (line)
-		return feed_err_set(err, -EINVAL, "%s:%u: %s: %s", src->file, line, key, what);
-	return feed_err_set(err, -EINVAL, "%s: %s: %s", src->file ? src->file : "config", key,
-			    what);
-}
-
 /* ------------------------------------------------------------------ */
 /* Numbers                                                             */
 
@@ -202,13 +185,6 @@ static int cfg_numbers(struct cfg *c, const struct cfg_raw *raw, const struct cf
 
 /* ------------------------------------------------------------------ */
 /* Strings                                                             */
-
-bool cfg_name_ok(const char *name)
-{
-	size_t n = strlen(name);
-	return n >= 1 && n < CFG_NAME_MAX &&
-	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
-}
 
 static int cfg_socket(struct cfg *c, const struct cfg_raw *raw, const struct cfg_overrides *ov,
 		      const char *env_socket, const struct cfg_src *src, struct feed_err *err)
@@ -442,19 +418,6 @@ static int cfg_parse_file(const char *file, struct cfg_src *src, char **ret_text
 	return cfg_raw_load_all(src->text, src->len, ret_raw, src, err);
 }
 
-bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err)
-{
-	struct cfg_errs *all = src->all;
-
-	if (!all || r == -ENOMEM)
-		return false;
-	if (all->n < CFG_ERRS_MAX)
-		snprintf(all->msg[all->n++], sizeof(all->msg[0]), "%s", err->msg);
-	else
-		all->more++;
-	return true;
-}
-
 int cfg_load(const char *file, const struct cfg_overrides *ov, const char *env_socket,
 	     struct cfg **ret, struct feed_err *err)
 {
@@ -520,14 +483,6 @@ fail:
 	free(text);
 	cfg_free(c);
 	return r;
-}
-
-const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name)
-{
-	for (size_t i = 0; i < c->ndatasets; i++)
-		if (!strcmp(c->datasets[i].name, name))
-			return &c->datasets[i];
-	return NULL;
 }
 
 struct cfg *cfg_ref(const struct cfg *c)

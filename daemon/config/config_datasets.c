@@ -14,6 +14,14 @@
 #include "config_raw.h"
 #include "pipeline.h"
 
+const struct cfg_dataset *cfg_dataset_find(const struct cfg *c, const char *name)
+{
+	for (size_t i = 0; i < c->ndatasets; i++)
+		if (!strcmp(c->datasets[i].name, name))
+			return &c->datasets[i];
+	return NULL;
+}
+
 char *cfg_path_join(const char *file, const char *path)
 {
 	const char *slash = file ? strrchr(file, '/') : NULL;

@@ -1,6 +1,6 @@
 /*
  * check_augment_augmix.c: the pipeline op aug_mix (core/augment_augmix.c,
- * planned by core/pipeline.c): its text (torchvision's defaults, canonical
+ * planned by core/pipeline_*.c): its text (torchvision's defaults, canonical
  * form, refusals naming the key), its plan (a pixel stage with room for
  * its chains), and its draws: Beta weights summing to 1, chain weights
  * summing to m1, depths and bins in range, the same for the same sample.

@@ -1,6 +1,6 @@
 /*
  * check_augment_mix.c: the pipeline's batch op `mix` (core/augment_mix.c,
- * planned by core/pipeline.c): its text (defaults, canonical form), the
+ * planned by core/pipeline_*.c): its text (defaults, canonical form), the
  * plan's refusals naming what is wrong, the label field made f32
  * [num_classes], and aug_batch_mix() on a batch laid out as the daemon's
  * builder lays it out against kernels/mix.h's twins called directly on

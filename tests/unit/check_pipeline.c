@@ -1,5 +1,5 @@
 /*
- * check_pipeline.c: unit tests of core/pipeline.c: the text form with
+ * check_pipeline.c: unit tests of core/pipeline_*.c: the text form with
  * any spacing, canonical text and a pinned hash, every parse and plan
  * error naming op and key, output shapes, fusion into stages and scratch
  * sizes.

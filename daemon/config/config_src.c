@@ -1,0 +1,54 @@
+/*
+ * config_src.c: what every part of config loading shares about the text
+ * it reads: refusals that name the file, the line and the key path
+ * (cfg_key_err), going on past an error when the caller collects them all
+ * (cfg_err_keep), and the names a config may give (cfg_name_ok). Runs
+ * where the config loads: main() before the loop starts, a worker at each
+ * reload. Never logs.
+ *
+ * The other config*.c files call it; it calls only config_yaml.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_raw.h"
+
+/* Refusal of the value at key path: "FILE:LINE: KEY: what". */
+int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
+		const char *fmt, ...)
+{
+	char what[FEED_ERR_MSG_MAX / 2];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	unsigned line = src->file ? cfg_yaml_line(src->text, src->len, key, false) : 0;
+	if (line)
+		return feed_err_set(err, -EINVAL, "%s:%u: %s: %s", src->file, line, key, what);
+	return feed_err_set(err, -EINVAL, "%s: %s: %s", src->file ? src->file : "config", key,
+			    what);
+}
+
+bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err)
+{
+	struct cfg_errs *all = src->all;
+
+	if (!all || r == -ENOMEM)
+		return false;
+	if (all->n < CFG_ERRS_MAX)
+		snprintf(all->msg[all->n++], sizeof(all->msg[0]), "%s", err->msg);
+	else
+		all->more++;
+	return true;
+}
+
+bool cfg_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	return n >= 1 && n < CFG_NAME_MAX &&
+	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
