@@ -5,7 +5,7 @@
  *
  * Signals (README, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
  * cleanly (the socket, unless systemd's, and the lock file are removed);
- * SIGHUP reloads the config file (control/reload.h); SIGPIPE is ignored (a vanished peer is an error
+ * SIGHUP reloads the config file (policy/reload.h); SIGPIPE is ignored (a vanished peer is an error
  * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
  * SIGSTKFLT, SIGXFSZ and the realtime signals are logged and ignored.
  * SIGTSTP, SIGTTIN, SIGTTOU and SIGSTOP pause it and SIGCONT resumes it
@@ -119,7 +119,7 @@ static void main_on_ignored(uv_signal_t *h, int signum)
 }
 
 /* SIGHUP (systemctl reload, ExecReload=): reload the config file; the
- * outcome is logged (control/reload.c). */
+ * outcome is logged (policy/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
 	struct feedd *d = h->data;

@@ -1,5 +1,5 @@
 /*
- * check_wire.c: unit tests of daemon/control/wire.c, the daemon's side of the
+ * check_wire.c: unit tests of daemon/transport/wire.c, the daemon's side of the
  * control protocol: the size caps, undecodable and truncated requests,
  * unknown request kinds, field range checks, NUL bytes inside strings,
  * reply size limit, and the

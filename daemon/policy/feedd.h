@@ -4,7 +4,7 @@
  *
  * Threads: everything here belongs to the loop thread, except log (read-only
  * once the loop runs) and what pool.h hands to workers. cfg and cat change
- * only at a reload, on the loop thread (control/reload.h), which reads them
+ * only at a reload, on the loop thread (policy/reload.h), which reads them
  * from a worker meanwhile: so a worker may read them while d->reload runs.
  */
 #ifndef FEEDD_FEEDD_H
@@ -60,7 +60,7 @@ struct feedd {
 				    * runs; freed after the workers are joined */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
-	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */
+	struct ses_group *groups;  /* groups with members (protocol/session_group.c, loop thread) */
 	struct stats_reg stats;    /* every plain stream and group served (loop thread) */
 	struct met *metrics;       /* the HTTP exposition, or NULL: off (stats/metrics.h) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
@@ -74,7 +74,7 @@ struct feedd {
 				    * READY=1 as it ends; NULL otherwise (loop thread) */
 	uv_signal_t sigterm;       /* stop */
 	uv_signal_t sigint;        /* stop */
-	uv_signal_t sighup;        /* reloads the config file (control/reload.h) */
+	uv_signal_t sighup;        /* reloads the config file (policy/reload.h) */
 	uv_signal_t sigquit;       /* stop, like SIGTERM (no core dump) */
 	uv_signal_t sigxcpu;       /* stop: RLIMIT_CPU's soft limit, before SIGKILL */
 	uv_signal_t sigignored[FEEDD_IGNORED_SIGNALS_MAX]; /* logged, ignored */
