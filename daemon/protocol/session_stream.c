@@ -173,6 +173,12 @@ void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret)
 		dlv_member_stats(ss->mem, &ret->m);
 }
 
+/* How a group looks at its streams (session_group.h). */
+static const struct ses_group_member_ops ses_member_ops = {
+	.view = ses_stream_view,
+	.report = ses_stream_report,
+};
+
 /* Stops delivery at once, and frees the stream once libuv let go of the
  * poll. The poll goes first: uv_close() takes the doorbell out of epoll
  * right away, which it could no longer do once dlv_close() has closed our
@@ -535,6 +541,27 @@ static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const
 	ses_stream_drop(ss);
 }
 
+/* Logs a stream that just opened: the group it joined, or its own
+ * delivery. */
+static void ses_log_opened(const struct ses_stream *ss, const struct srv_conn *c)
+{
+	if (ss->grp)
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s' joins group '%s' (%u members) "
+			 "at epoch %llu batch %llu: batch %u, depth %u, pipeline '%s'",
+			 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ses_group_name(ss->grp),
+			 ss->group_members, (unsigned long long)ss->start_epoch,
+			 (unsigned long long)ss->start_index, ss->batch, ss->credits,
+			 ss->plan->canonical);
+	else
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
+			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
+			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
+			 ss->credits, ss->plan->canonical,
+			 ss->dev ? ", device slots (CUDA IPC)" : "",
+			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
+			 ss->dev_asked && !ss->dev ? ss->dev_reason : "");
+}
+
 /* The stream's regions are made (or could not be): answer the open. Loop
  * thread, from the pool's completion. */
 static void ses_open_answer(void *arg, int rc, const char *msg)
@@ -576,21 +603,7 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 		ss->listed = true;
 	}
 	ses_opened_reply(se, ss);
-	if (ss->grp)
-		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s' joins group '%s' (%u members) "
-			 "at epoch %llu batch %llu: batch %u, depth %u, pipeline '%s'",
-			 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ses_group_name(ss->grp),
-			 ss->group_members, (unsigned long long)ss->start_epoch,
-			 (unsigned long long)ss->start_index, ss->batch, ss->credits,
-			 ss->plan->canonical);
-	else
-		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
-			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
-			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
-			 ss->credits, ss->plan->canonical,
-			 ss->dev ? ", device slots (CUDA IPC)" : "",
-			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
-			 ss->dev_asked && !ss->dev ? ss->dev_reason : "");
+	ses_log_opened(ss, c);
 	if (!ss->grp)  /* a group is listed once, by its own entry (session_group.c) */
 		ses_stream_register(se, ss);
 	free(ss->plan);
@@ -661,6 +674,30 @@ static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, str
 	return 0;
 }
 
+/* A group member's open: finds the group (ss->grp, or NULL when this
+ * member creates it) and sets the spec to the group's. */
+static int ses_open_group(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
+			  struct dlv_spec *sp, struct feed_err *err)
+{
+	struct ses_group_key k;
+	int rc;
+
+	ses_group_key_of(o, ss, sp, &k);
+	if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
+		return rc;
+	/* the group's depth is its creator's: a joiner's says nothing.
+	 * By default twice the credits: a member holding all it may
+	 * take (or one detached, keeping what it took) then leaves the
+	 * others room to go on. */
+	uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
+	sp->credits = ss->grp ? ses_group_depth(ss->grp) :
+		      o->group_depth ? o->group_depth :
+		      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
+	sp->group = true;
+	sp->sched.epochs = 0;  /* each member ends at its own epochs */
+	return 0;
+}
+
 /* Everything an open needs before memory: plan, resume, group, layout,
  * limits. On success the user's quota holds the stream (a group member:
  * its own regions; ss->grp, when the group exists, holds a reference). */
@@ -701,22 +738,8 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	ss->resumed = o->resume.len > 0;
 	ss->resume_epoch = sp->sched.start_epoch;
 	ss->resume_position = sp->sched.start_position;
-	if (o->group[0]) {
-		struct ses_group_key k;
-		ses_group_key_of(o, ss, sp, &k);
-		if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
-			return rc;
-		/* the group's depth is its creator's: a joiner's says nothing.
-		 * By default twice the credits: a member holding all it may
-		 * take (or one detached, keeping what it took) then leaves the
-		 * others room to go on. */
-		uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
-		sp->credits = ss->grp ? ses_group_depth(ss->grp) :
-			      o->group_depth ? o->group_depth :
-			      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
-		sp->group = true;
-		sp->sched.epochs = 0;  /* each member ends at its own epochs */
-	}
+	if (o->group[0] && (rc = ses_open_group(se, o, ss, sp, err)) < 0)
+		return rc;
 	/* page-sized slots for every stream: a group's members map them
 	 * copy-on-write, and a client detaches a held batch from its slot by
 	 * replacing the slot's pages (client_detach.c) */
@@ -840,7 +863,7 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 		return rc;
 	ses_group_key_of(o, ss, sp, &k);
 	if ((rc = ses_group_new(se->d, o->group, ss->uid, &k, ss->dlv, sp->credits,
-				layout_data_bytes(lay), &ss->grp, err)) < 0) {
+				layout_data_bytes(lay), &ses_member_ops, &ss->grp, err)) < 0) {
 		dlv_close(ss->dlv);
 		ss->dlv = NULL;
 	} else {
