@@ -193,33 +193,22 @@ static int main_datasets(struct feedd *d, struct feed_err *err)
 	return 0;
 }
 
-/* Opens everything, serves until stopped, closes everything. sd_fd: the
- * socket systemd passed, or -1. */
-static int main_serve(struct feedd *d, int sd_fd)
+/* The block cache, the remote datasets' disk tier (cache_dir) and the
+ * driver's state. 0, or -1 with the error logged. */
+static int main_caches(struct feedd *d)
 {
 	struct feed_err err = {0};
-	int r, rc = 1;
 
-	if ((r = uv_loop_init(&d->loop)) < 0) {
-		log_error(&d->log, "uv_loop_init: %s", uv_strerror(r));
-		return 1;
-	}
-	if ((r = main_signals(d)) < 0) {
-		log_error(&d->log, "signals: %s", uv_strerror(r));
-		goto out;
-	}
-	/* The socket first: a second feedd is refused before it opens anything.
-	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0)
-		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);
-		goto out;
+		return -1;
 	}
 	if (d->cfg->cache_dir &&
-	    dtier_open(d->cfg->cache_dir, d->cfg->cache_dir_bytes, &d->tier, &err) < 0)
-		goto fail;
+	    dtier_open(d->cfg->cache_dir, d->cfg->cache_dir_bytes, &d->tier, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
 	if (d->tier) {
 		struct dtier_stats ts;
 		dtier_stats(d->tier, &ts);
@@ -233,20 +222,44 @@ static int main_serve(struct feedd *d, int sd_fd)
 	struct dsl_gpu_opts gopts = {.has_gpus = d->cfg->has_gpus, .gpus = d->cfg->gpus};
 	if (dsl_gpu_new(&gopts, &d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
-		goto out;
+		return -1;
 	}
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
 	log_info(&d->log, "%s", gpu_line);
-	if (main_datasets(d, &err) < 0)
-		goto fail;
+	return 0;
+}
+
+/* Opens everything, in order, on the loop: 0, or -1 with the error
+ * logged. sd_fd: the socket systemd passed, or -1. */
+static int main_open(struct feedd *d, int sd_fd)
+{
+	struct feed_err err = {0};
+	int r;
+
+	if ((r = main_signals(d)) < 0) {
+		log_error(&d->log, "signals: %s", uv_strerror(r));
+		return -1;
+	}
+	/* The socket first: a second feedd is refused before it opens anything.
+	 * Nobody is served before uv_run(), when the catalog and pool exist. */
+	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
+	if (main_caches(d) < 0)
+		return -1;
+	if (main_datasets(d, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
-		goto out;
+		return -1;
 	}
 	if (met_start(d, &d->metrics, &err) < 0) {
 		log_error(&d->log, "%s", err.msg);
-		goto out;
+		return -1;
 	}
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets (%zu pending), %u workers, "
@@ -254,20 +267,14 @@ static int main_serve(struct feedd *d, int sd_fd)
 		 d->cat->n - cat_ready_count(d->cat), pool_size(d->pool), d->cfg->socket_path);
 	if (svc_ready(d, &d->svc) < 0) {
 		log_error(&d->log, "systemd notification: out of memory");
-		goto out;
+		return -1;
 	}
-	rc = 0;
-	goto out;
-fail:
-	log_error(&d->log, "%s", err.msg);
-out:
-	if (rc)
-		main_stop(d, "startup failed");
-	uv_run(&d->loop, UV_RUN_DEFAULT);
-	if ((r = uv_loop_close(&d->loop)) < 0) {
-		log_error(&d->log, "loop still has handles at exit: %s", uv_strerror(r));
-		rc = 1;
-	}
+	return 0;
+}
+
+/* Closes what main_open() opened (any part of it), once the loop ended. */
+static void main_close(struct feedd *d)
+{
 	srv_free(d->srv);
 	pool_free(d->pool);
 	if (d->fetcher)       /* a dataset still opening on a hung host ends now */
@@ -280,6 +287,27 @@ out:
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	quota_free(&d->quota);
 	stats_free(&d->stats);
+}
+
+/* Opens everything, serves until stopped, closes everything. sd_fd: the
+ * socket systemd passed, or -1. */
+static int main_serve(struct feedd *d, int sd_fd)
+{
+	int r, rc;
+
+	if ((r = uv_loop_init(&d->loop)) < 0) {
+		log_error(&d->log, "uv_loop_init: %s", uv_strerror(r));
+		return 1;
+	}
+	rc = main_open(d, sd_fd) < 0 ? 1 : 0;
+	if (rc)
+		main_stop(d, "startup failed");
+	uv_run(&d->loop, UV_RUN_DEFAULT);
+	if ((r = uv_loop_close(&d->loop)) < 0) {
+		log_error(&d->log, "loop still has handles at exit: %s", uv_strerror(r));
+		rc = 1;
+	}
+	main_close(d);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;

@@ -224,7 +224,9 @@ static int wire_device_check(const Feed__DeviceRequest *d, struct feed_err *err)
 	return 0;
 }
 
-static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
+/* OpenStream's dataset or mixture, batch, credits and where the stream
+ * stands: rank, world, order, nodes. */
+static int wire_open_where_check(const Feed__OpenStream *o, struct feed_err *err)
 {
 	uint32_t world = o->world ? o->world : 1;
 
@@ -260,6 +262,13 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 			return feed_err_set(err, -EINVAL, "open_stream.node_deal: unknown deal %d",
 					    (int)o->node_deal);
 	}
+	return 0;
+}
+
+/* OpenStream's window, pipeline, resume, group, job, and what a failed
+ * sample does; then its device request. */
+static int wire_open_rest_check(const Feed__OpenStream *o, struct feed_err *err)
+{
 	if (o->window > WIRE_WINDOW_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.window: %u blocks, at most %d",
 				    o->window, WIRE_WINDOW_MAX);
@@ -290,6 +299,13 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 	if (o->max_bad && o->on_error != 1)
 		return feed_err_set(err, -EINVAL, "open_stream.max_bad: only with on_error skip");
 	return o->device ? wire_device_check(o->device, err) : 0;
+}
+
+static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
+{
+	int rc = wire_open_where_check(o, err);
+
+	return rc < 0 ? rc : wire_open_rest_check(o, err);
 }
 
 int wire_request_check(const Feed__Request *req, struct feed_err *err)
