@@ -85,13 +85,15 @@ static void main_close_signals(struct feedd *d)
 
 /* Stop: no new connections, close every one, finish and join the workers.
  * The loop then ends by itself once the last handle has closed. */
-static void main_stop(struct feedd *d, const char *why)
+static void main_stop(struct feedd *f, const char *why)
 {
+	struct dstate *d = &f->st;
+
 	if (d->stopping)
 		return;
 	d->stopping = true;
 	log_info(&d->log, "%s: stopping", why);
-	svc_stopping(d->svc);
+	svc_stopping(f->svc);
 	met_stop(d->metrics);  /* first: its thread waits on the loop */
 	d->metrics = NULL;
 	stats_stop(&d->stats);
@@ -99,7 +101,7 @@ static void main_stop(struct feedd *d, const char *why)
 		srv_stop(d->srv);
 	if (d->pool)
 		pool_stop(d->pool);
-	main_close_signals(d);
+	main_close_signals(f);
 }
 
 static void main_on_signal(uv_signal_t *h, int signum)
@@ -111,7 +113,7 @@ static void main_on_signal(uv_signal_t *h, int signum)
 
 static void main_on_ignored(uv_signal_t *h, int signum)
 {
-	struct feedd *d = h->data;
+	struct dstate *d = &((struct feedd *)h->data)->st;
 	char name[32];
 
 	log_warn(&d->log, "%s: no meaning to feedd; ignored (SIGTERM stops, SIGHUP reloads)",
@@ -122,7 +124,7 @@ static void main_on_ignored(uv_signal_t *h, int signum)
  * outcome is logged (policy/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
-	struct feedd *d = h->data;
+	struct dstate *d = &((struct feedd *)h->data)->st;
 
 	(void)signum;
 	log_info(&d->log, "SIGHUP: reloading the configuration");
@@ -136,6 +138,7 @@ static int main_signals(struct feedd *d)
 	uv_signal_t *stop[] = {&d->sigterm, &d->sigint, &d->sigquit, &d->sigxcpu};
 	const int stop_sig[] = {SIGTERM, SIGINT, SIGQUIT, SIGXCPU};
 	int sigs[FEEDD_IGNORED_SIGNALS_MAX];
+	uv_loop_t *loop = &d->st.loop;
 	unsigned n = 0;
 	int r;
 
@@ -144,10 +147,10 @@ static int main_signals(struct feedd *d)
 	for (int s = SIGRTMIN; s <= SIGRTMAX && n < FEEDD_IGNORED_SIGNALS_MAX; s++)
 		sigs[n++] = s;
 	for (size_t i = 0; i < 4; i++)
-		uv_signal_init(&d->loop, stop[i]);
-	uv_signal_init(&d->loop, &d->sighup);
+		uv_signal_init(loop, stop[i]);
+	uv_signal_init(loop, &d->sighup);
 	for (unsigned i = 0; i < n; i++)
-		uv_signal_init(&d->loop, &d->sigignored[i]);
+		uv_signal_init(loop, &d->sigignored[i]);
 	d->nsigignored = n;
 	d->sighup.data = d;
 	if ((r = uv_signal_start(&d->sighup, main_on_sighup, SIGHUP)) < 0)
@@ -169,7 +172,7 @@ static int main_signals(struct feedd *d)
  * the pool's wait hooks are on the fetcher before anything waits, and a
  * remote dataset opens on the opener (start-up never waits on a host).
  * -errno with err. */
-static int main_datasets(struct feedd *d, struct feed_err *err)
+static int main_datasets(struct dstate *d, struct feed_err *err)
 {
 	int r;
 
@@ -195,7 +198,7 @@ static int main_datasets(struct feedd *d, struct feed_err *err)
 
 /* The block cache, the remote datasets' disk tier (cache_dir) and the
  * driver's state. 0, or -1 with the error logged. */
-static int main_caches(struct feedd *d)
+static int main_caches(struct dstate *d)
 {
 	struct feed_err err = {0};
 
@@ -232,12 +235,13 @@ static int main_caches(struct feedd *d)
 
 /* Opens everything, in order, on the loop: 0, or -1 with the error
  * logged. sd_fd: the socket systemd passed, or -1. */
-static int main_open(struct feedd *d, int sd_fd)
+static int main_open(struct feedd *f, int sd_fd)
 {
+	struct dstate *d = &f->st;
 	struct feed_err err = {0};
 	int r;
 
-	if ((r = main_signals(d)) < 0) {
+	if ((r = main_signals(f)) < 0) {
 		log_error(&d->log, "signals: %s", uv_strerror(r));
 		return -1;
 	}
@@ -265,7 +269,7 @@ static int main_open(struct feedd *d, int sd_fd)
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets (%zu pending), %u workers, "
 		 "socket %s", FEEDD_VERSION, cat_ready_count(d->cat), d->cfg->ndatasets,
 		 d->cat->n - cat_ready_count(d->cat), pool_size(d->pool), d->cfg->socket_path);
-	if (svc_ready(d, &d->svc) < 0) {
+	if (svc_ready(d, &f->svc) < 0) {
 		log_error(&d->log, "systemd notification: out of memory");
 		return -1;
 	}
@@ -273,7 +277,7 @@ static int main_open(struct feedd *d, int sd_fd)
 }
 
 /* Closes what main_open() opened (any part of it), once the loop ended. */
-static void main_close(struct feedd *d)
+static void main_close(struct dstate *d)
 {
 	srv_free(d->srv);
 	pool_free(d->pool);
@@ -291,17 +295,18 @@ static void main_close(struct feedd *d)
 
 /* Opens everything, serves until stopped, closes everything. sd_fd: the
  * socket systemd passed, or -1. */
-static int main_serve(struct feedd *d, int sd_fd)
+static int main_serve(struct feedd *f, int sd_fd)
 {
+	struct dstate *d = &f->st;
 	int r, rc;
 
 	if ((r = uv_loop_init(&d->loop)) < 0) {
 		log_error(&d->log, "uv_loop_init: %s", uv_strerror(r));
 		return 1;
 	}
-	rc = main_open(d, sd_fd) < 0 ? 1 : 0;
+	rc = main_open(f, sd_fd) < 0 ? 1 : 0;
 	if (rc)
-		main_stop(d, "startup failed");
+		main_stop(f, "startup failed");
 	uv_run(&d->loop, UV_RUN_DEFAULT);
 	if ((r = uv_loop_close(&d->loop)) < 0) {
 		log_error(&d->log, "loop still has handles at exit: %s", uv_strerror(r));
@@ -325,7 +330,7 @@ static int main_list_ops(void)
 
 int main(int argc, char **argv)
 {
-	struct feedd d = {.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
+	struct feedd d = {.st.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
 	struct feed_err err = {0};
 	struct cfg *cfg = NULL;
 	struct cli cli;
@@ -346,20 +351,20 @@ int main(int argc, char **argv)
 	}
 	if (cli.check_config)
 		return chk_run(&cli);
-	d.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
+	d.st.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
 	int sd_fd = -1;
-	if (svc_listen_fd(&d.log, &sd_fd, &err) < 0 ||
+	if (svc_listen_fd(&d.st.log, &sd_fd, &err) < 0 ||
 	    cfg_load(cli.config, &cli.ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
-		log_error(&d.log, "%s", err.msg);
+		log_error(&d.st.log, "%s", err.msg);
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);  /* a vanished peer is an error code, not a death */
-	d.cfg = cfg;
-	d.ov = &cli.ov;
-	d.env_socket = getenv("FEEDD_SOCKET");
-	d.log.level = cfg->log_level;
-	d.self_uid = geteuid();
+	d.st.cfg = cfg;
+	d.st.ov = &cli.ov;
+	d.st.env_socket = getenv("FEEDD_SOCKET");
+	d.st.log.level = cfg->log_level;
+	d.st.self_uid = geteuid();
 	int rc = main_serve(&d, sd_fd);
-	cfg_free(d.cfg);  /* the one in force: the first, or a reload's */
+	cfg_free(d.st.cfg);  /* the one in force: the first, or a reload's */
 	return rc;
 }

@@ -120,7 +120,7 @@ static void ses_info(struct ses *se, uint32_t id, const Feed__DatasetQuery *q)
 
 static void ses_stats(struct ses *se, uint32_t id)
 {
-	struct feedd *d = se->d;
+	struct dstate *d = se->d;
 	Feed__Reply reply = FEED__REPLY__INIT;
 	Feed__Stats st = FEED__STATS__INIT;
 	struct stats_sources src = {.reg = &d->stats, .cat = d->cat, .cache = d->cache,

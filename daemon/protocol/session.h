@@ -32,7 +32,7 @@ struct ses_stream;
  * session_stream.c; the server sees it as opaque. */
 struct ses {
 	struct srv_conn *conn;         /* the transport; outlives the session */
-	struct feedd *d;
+	struct dstate *d;
 	bool hello_done;
 	uint32_t version;              /* negotiated protocol version */
 	unsigned rejected;             /* malformed requests in a row */

@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "catalog.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "fmt.h"
 #include "order.h"
 #include "quota.h"
@@ -28,7 +28,7 @@
 
 struct ses_group {
 	struct ses_group *next;      /* d->groups, in creation order */
-	struct feedd *d;
+	struct dstate *d;
 	char name[64];
 	uid_t uid;                   /* creator: charged for the data region; its owner
 				      * (with key.shared, every reader of the dataset may join) */
@@ -128,7 +128,7 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 	return 0;
 }
 
-int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_find(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		   struct ses_group **ret, struct feed_err *err)
 {
 	struct ses_group *g;
@@ -164,7 +164,7 @@ static void ses_group_tick(uv_timer_t *t)
 		g->ops->report(g->members[i]);  /* logs who was detached */
 }
 
-int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_new(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes,
 		  const struct ses_group_member_ops *ops, struct ses_group **ret,
 		  struct feed_err *err)

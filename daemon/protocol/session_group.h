@@ -22,7 +22,7 @@
 #include "delivery.h"
 #include "feed_err.h"
 
-struct feedd;
+struct dstate;
 struct cat_entry;
 struct ses_group;
 struct ses_stream;
@@ -62,7 +62,7 @@ struct ses_group_key {
  * (referenced: the caller's member), or 0 with *ret NULL when there is
  * none; -EINVAL naming the first parameter of k that differs
  * ("batch_size 128 differs from the group's 256"). */
-int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_find(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		   struct ses_group **ret, struct feed_err *err);
 
 /* A new group over dlv (made with spec.group), its data region of
@@ -70,7 +70,7 @@ int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct se
  * the group) is how it looks at its members. On success the group
  * owns dlv and the caller holds one reference. On failure the caller
  * still owns dlv. -EUSERS/-ENOSPC naming the limit, -ENOMEM. */
-int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_new(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes,
 		  const struct ses_group_member_ops *ops, struct ses_group **ret,
 		  struct feed_err *err);

@@ -15,7 +15,7 @@
 #include "catalog.h"
 #include "delivery.h"
 #include "feed_shm.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "pack_stream.h"
 #include "pipeline.h"
 #include "session.h"

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "catalog.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "session.h"
 #include "stats.h"
 

@@ -17,7 +17,7 @@
 #include "devslots.h"
 #include "fault_seam.h"
 #include "feed_shm.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "fmt_pb.h"
 #include "layout.h"
 #include "order.h"
@@ -35,7 +35,7 @@
 struct ses_stream {
 	struct ses_stream *next;   /* the session's streams or opening list */
 	struct ses *se;            /* NULL once the connection went during the open */
-	struct feedd *d;
+	struct dstate *d;
 	uid_t uid;                 /* whose quota holds it */
 	uint64_t shm_bytes;        /* counted against the user's limit */
 	uint32_t req_id;           /* the open request, answered when ready */
@@ -228,7 +228,7 @@ void ses_free(struct ses *se)
  * A bare name (what a configured pipeline is called) that is neither a
  * configured pipeline nor op text is refused as a pipeline that does not
  * exist, listing those that do, not as an unknown op. */
-static int ses_pipeline_text(const struct feedd *d, const char *asked, const char **ret,
+static int ses_pipeline_text(const struct dstate *d, const char *asked, const char **ret,
 			     struct feed_err *err)
 {
 	const struct cfg *cfg = d->cfg;
@@ -392,7 +392,7 @@ out:
 }
 
 /* Advice for people, put in the open reply. */
-static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct dlv_spec *sp,
+static void ses_note(const struct dstate *d, const struct cat_entry *e, const struct dlv_spec *sp,
 		     char *buf, size_t cap)
 {
 	buf[0] = '\0';
