@@ -42,7 +42,7 @@ static void ses_hello(struct ses *se, uint32_t id, const Feed__Hello *h)
 	}
 	se->hello_done = true;
 	se->version = hi;
-	snprintf(se->client_name, sizeof(se->client_name), "%s", h->client_name);
+	snprintf(se->client_name, sizeof(se->client_name), "%s", wire_str(h->client_name));
 	log_info(&se->d->log, SRV_CONN_FMT ": '%s' connected, protocol %u", SRV_CONN_ARGS(se->conn),
 		 se->client_name, se->version);
 
@@ -90,7 +90,7 @@ static void ses_list(struct ses *se, uint32_t id)
 
 static void ses_info(struct ses *se, uint32_t id, const Feed__DatasetQuery *q)
 {
-	const struct cat_entry *e = ses_dataset(se, id, q->name);
+	const struct cat_entry *e = ses_dataset(se, id, wire_str(q->name));
 
 	if (!e)
 		return;
@@ -237,8 +237,7 @@ void ses_packet(struct ses *se, const uint8_t *buf, const struct wire_in *in)
 		ses_error(se, id, -EPROTO, msg, SES_MALFORMED);
 	} else if (r < 0) {  /* out of memory: a refusal, the connection lives on */
 		ses_error(se, 0, r, err.msg, r == -ENOMEM ? SES_REFUSAL : SES_FATAL);
-	} else if (wire_request_check_strings(buf, in->len, &err) < 0 ||
-		   wire_request_check(req, &err) < 0) {
+	} else if (wire_request_check(req, &err) < 0) {
 		ses_error(se, id, err.code, err.msg, SES_MALFORMED);
 	} else {
 		fault_mark_request(req);  /* test builds: fault_seam.h */

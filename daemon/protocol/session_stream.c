@@ -635,7 +635,7 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
 		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
-		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, o->group),
+		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, wire_str(o->group)),
 	};
 }
 
@@ -683,7 +683,7 @@ static int ses_open_group(struct ses *se, const Feed__OpenStream *o, struct ses_
 	int rc;
 
 	ses_group_key_of(o, ss, sp, &k);
-	if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
+	if ((rc = ses_group_find(se->d, wire_str(o->group), ss->uid, &k, &ss->grp, err)) < 0)
 		return rc;
 	/* the group's depth is its creator's: a joiner's says nothing.
 	 * By default twice the credits: a member holding all it may
@@ -719,7 +719,7 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 		return rc;
 	if (ss->mix)
 		schema = &mixed;
-	if ((rc = ses_pipeline_text(se->d, o->pipeline, &text, err)) < 0)
+	if ((rc = ses_pipeline_text(se->d, wire_str(o->pipeline), &text, err)) < 0)
 		return rc;
 	if ((rc = pipe_plan_text(text, schema, ss->plan, err)) < 0) {
 		/* the planner's own "pipeline: ..." messages say so already */
@@ -738,7 +738,7 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	ss->resumed = o->resume.len > 0;
 	ss->resume_epoch = sp->sched.start_epoch;
 	ss->resume_position = sp->sched.start_position;
-	if (o->group[0] && (rc = ses_open_group(se, o, ss, sp, err)) < 0)
+	if (o->group.len && (rc = ses_open_group(se, o, ss, sp, err)) < 0)
 		return rc;
 	/* page-sized slots for every stream: a group's members map them
 	 * copy-on-write, and a client detaches a held batch from its slot by
@@ -862,7 +862,7 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	if (!sp->group)
 		return rc;
 	ses_group_key_of(o, ss, sp, &k);
-	if ((rc = ses_group_new(se->d, o->group, ss->uid, &k, ss->dlv, sp->credits,
+	if ((rc = ses_group_new(se->d, wire_str(o->group), ss->uid, &k, ss->dlv, sp->credits,
 				layout_data_bytes(lay), &ses_member_ops, &ss->grp, err)) < 0) {
 		dlv_close(ss->dlv);
 		ss->dlv = NULL;
@@ -882,7 +882,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	struct ses_stream *ss;
 
 	if (ses_mix_asked(se, o) ? ses_mix_open(se, id, o, &mix) < 0 :
-				   !(e = ses_dataset(se, id, o->dataset)))
+				   !(e = ses_dataset(se, id, wire_str(o->dataset))))
 		return;  /* answered */
 	if (mix)
 		e = mix->e[0];
@@ -898,7 +898,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	ss->e = cat_entry_ref(e);
 	ss->req_id = id;
 	ss->uid = se->conn->peer.uid;
-	snprintf(ss->job, sizeof(ss->job), "%s", o->job);  /* checked by wire.c */
+	snprintf(ss->job, sizeof(ss->job), "%s", wire_str(o->job));  /* checked by wire.c */
 	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
 	if (rc < 0) {
 		ses_group_unref(ss->grp);
