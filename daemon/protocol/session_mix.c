@@ -14,8 +14,8 @@
 
 #include "catalog.h"
 #include "delivery.h"
-#include "feed_shm.h"
 #include "dstate.h"
+#include "feed_shm.h"
 #include "pack_stream.h"
 #include "pipeline.h"
 #include "session.h"
