@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "feed_text.h"
 
 int cl_fail(struct feed_conn *conn, int code, const char *fmt, ...)
 {
@@ -376,7 +377,7 @@ static int cl_hello(struct feed_conn *conn)
 	char name[65];
 
 	cl_client_name(name, sizeof(name));
-	h.client_name = name;
+	h.client_name = feed_pb_text(name);
 	h.min_version = CL_PROTO_MIN;
 	h.max_version = CL_PROTO_MAX;
 	req.body_case = FEED__REQUEST__BODY_HELLO;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client_stream.h"
+#include "feed_text.h"
 
 int st_mixture_check(struct feed_conn *conn, const struct feed_stream_opts *o)
 {
@@ -37,7 +38,7 @@ void st_mixture_request(const struct feed_stream_opts *o, Feed__OpenStream *os,
 {
 	for (uint32_t i = 0; i < o->nmixture; i++) {
 		feed__mixture_source__init(&srcs[i]);
-		srcs[i].dataset = (char *)o->mixture[i].dataset;
+		srcs[i].dataset = feed_pb_text(o->mixture[i].dataset);
 		srcs[i].weight = o->mixture[i].weight;
 		srcs[i].repeat = o->mixture[i].repeat;
 		srcs[i].choose = o->mixture[i].choose;

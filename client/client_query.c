@@ -11,6 +11,7 @@
 
 #include "client_internal.h"
 #include "dtype.h"
+#include "feed_text.h"
 
 /* The public constants are the wire's DType (feed_field.dtype comes from
  * it) and proto/dtype.h's enum (what slot headers carry, feed_view.dtype):
@@ -180,7 +181,7 @@ FEED_API int feed_dataset_info(struct feed_conn *conn, const char *name,
 	if (!*name || strlen(name) > 63)
 		return cl_fail(conn, -EINVAL, "dataset name of %zu bytes (1..63 allowed)",
 			       strlen(name));
-	q.name = (char *)name;
+	q.name = feed_pb_text(name);
 	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
 	req.dataset_info = &q;
 	return cl_datasets_call(conn, &req, 1, ret);
@@ -198,7 +199,7 @@ FEED_API int feed_sample_path(struct feed_conn *conn, const char *dataset, uint6
 	if (!*dataset || strlen(dataset) > 63)
 		return cl_fail(conn, -EINVAL, "dataset name of %zu bytes (1..63 allowed)",
 			       strlen(dataset));
-	q.name = (char *)dataset;
+	q.name = feed_pb_text(dataset);
 	q.sample = sample;
 	q.want_path = true;
 	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;

@@ -22,6 +22,7 @@
 #include "client_stream.h"
 #include "dtype.h"
 #include "feed_lock.h"
+#include "feed_text.h"
 
 #define ST_MAX_CREDITS 65536     /* sanity bound before asking the daemon */
 #define ST_PIPELINE_MAX 4096     /* bytes of pipeline text */
@@ -98,7 +99,7 @@ static void st_job_id(char job[FEED_JOB_MAX + 1])
 
 static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 {
-	os->dataset = (char *)(o->dataset ? o->dataset : "");
+	os->dataset = feed_pb_text(o->dataset);
 	os->batch = o->batch;
 	os->credits = o->credits ? o->credits : ST_DEFAULT_CREDITS;
 	os->epochs = o->epochs;
@@ -116,10 +117,10 @@ static void st_request(const struct feed_stream_opts *o, Feed__OpenStream *os)
 	os->rank = o->rank;
 	os->world = o->world;
 	os->eval = o->eval;
-	os->pipeline = (char *)(o->pipeline ? o->pipeline : "");
+	os->pipeline = feed_pb_text(o->pipeline);
 	os->start_epoch = o->start_epoch;
 	os->start_batch = o->start_batch;
-	os->group = (char *)(o->group ? o->group : "");
+	os->group = feed_pb_text(o->group);
 	os->group_depth = o->group_depth;
 	os->on_error = o->on_error;
 	os->max_bad = o->max_bad;
@@ -343,7 +344,7 @@ int st_open(struct feed_conn *conn, const struct feed_stream_opts *opts, struct 
 	st_request(opts, &os);
 	st_mixture_request(opts, &os, ms, mp);
 	st_job_id(job);
-	os.job = job;
+	os.job = feed_pb_text(job);
 	if (opts->device.enable &&
 	    (r = cl_ipc_request(conn, &opts->device, &dr, uuid, why, sizeof(why))) < 0)
 		return r;

@@ -37,7 +37,7 @@
 
 #define ST_NFDS 5                /* control, data, release, ready, release doorbell */
 #define ST_MAX_LEVELS 8          /* node order: core/order.h ORD_MAX_LEVELS */
-#define ST_MIX_STATE_MAX 192     /* daemon/control/session_mix.h SES_MIX_STATE_MAX */
+#define ST_MIX_STATE_MAX 192     /* daemon/protocol/session_mix.h SES_MIX_STATE_MAX */
 
 enum { ST_FD_CTL, ST_FD_DATA, ST_FD_REL, ST_FD_READY, ST_FD_RELEASE };
 

@@ -5,7 +5,7 @@
  *
  * Signals (README, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
  * cleanly (the socket, unless systemd's, and the lock file are removed);
- * SIGHUP reloads the config file (control/reload.h); SIGPIPE is ignored (a vanished peer is an error
+ * SIGHUP reloads the config file (policy/reload.h); SIGPIPE is ignored (a vanished peer is an error
  * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
  * SIGSTKFLT, SIGXFSZ and the realtime signals are logged and ignored.
  * SIGTSTP, SIGTTIN, SIGTTOU and SIGSTOP pause it and SIGCONT resumes it
@@ -88,13 +88,15 @@ static void main_close_signals(struct feedd *d)
 
 /* Stop: no new connections, close every one, finish and join the workers.
  * The loop then ends by itself once the last handle has closed. */
-static void main_stop(struct feedd *d, const char *why)
+static void main_stop(struct feedd *f, const char *why)
 {
+	struct dstate *d = &f->st;
+
 	if (d->stopping)
 		return;
 	d->stopping = true;
 	log_info(&d->log, "%s: stopping", why);
-	svc_stopping(d->svc);
+	svc_stopping(f->svc);
 	met_stop(d->metrics);  /* first: its thread waits on the loop */
 	d->metrics = NULL;
 	stats_stop(&d->stats);
@@ -102,7 +104,7 @@ static void main_stop(struct feedd *d, const char *why)
 		srv_stop(d->srv);
 	if (d->pool)
 		pool_stop(d->pool);
-	main_close_signals(d);
+	main_close_signals(f);
 }
 
 static void main_on_signal(uv_signal_t *h, int signum)
@@ -114,7 +116,7 @@ static void main_on_signal(uv_signal_t *h, int signum)
 
 static void main_on_ignored(uv_signal_t *h, int signum)
 {
-	struct feedd *d = h->data;
+	struct dstate *d = &((struct feedd *)h->data)->st;
 	char name[32];
 
 	log_warn(&d->log, "%s: no meaning to feedd; ignored (SIGTERM stops, SIGHUP reloads)",
@@ -122,10 +124,10 @@ static void main_on_ignored(uv_signal_t *h, int signum)
 }
 
 /* SIGHUP (systemctl reload, ExecReload=): reload the config file; the
- * outcome is logged (control/reload.c). */
+ * outcome is logged (policy/reload.c). */
 static void main_on_sighup(uv_signal_t *h, int signum)
 {
-	struct feedd *d = h->data;
+	struct dstate *d = &((struct feedd *)h->data)->st;
 
 	(void)signum;
 	log_info(&d->log, "SIGHUP: reloading the configuration");
@@ -139,6 +141,7 @@ static int main_signals(struct feedd *d)
 	uv_signal_t *stop[] = {&d->sigterm, &d->sigint, &d->sigquit, &d->sigxcpu};
 	const int stop_sig[] = {SIGTERM, SIGINT, SIGQUIT, SIGXCPU};
 	int sigs[FEEDD_IGNORED_SIGNALS_MAX];
+	uv_loop_t *loop = &d->st.loop;
 	unsigned n = 0;
 	int r;
 
@@ -147,10 +150,10 @@ static int main_signals(struct feedd *d)
 	for (int s = SIGRTMIN; s <= SIGRTMAX && n < FEEDD_IGNORED_SIGNALS_MAX; s++)
 		sigs[n++] = s;
 	for (size_t i = 0; i < 4; i++)
-		uv_signal_init(&d->loop, stop[i]);
-	uv_signal_init(&d->loop, &d->sighup);
+		uv_signal_init(loop, stop[i]);
+	uv_signal_init(loop, &d->sighup);
 	for (unsigned i = 0; i < n; i++)
-		uv_signal_init(&d->loop, &d->sigignored[i]);
+		uv_signal_init(loop, &d->sigignored[i]);
 	d->nsigignored = n;
 	d->sighup.data = d;
 	if ((r = uv_signal_start(&d->sighup, main_on_sighup, SIGHUP)) < 0)
@@ -172,7 +175,7 @@ static int main_signals(struct feedd *d)
  * the pool's wait hooks are on the fetcher before anything waits, and a
  * remote dataset opens on the opener (start-up never waits on a host).
  * -errno with err. */
-static int main_datasets(struct feedd *d, struct feed_err *err)
+static int main_datasets(struct dstate *d, struct feed_err *err)
 {
 	int r;
 
@@ -196,33 +199,22 @@ static int main_datasets(struct feedd *d, struct feed_err *err)
 	return 0;
 }
 
-/* Opens everything, serves until stopped, closes everything. sd_fd: the
- * socket systemd passed, or -1. */
-static int main_serve(struct feedd *d, int sd_fd)
+/* The block cache, the remote datasets' disk tier (cache_dir) and the
+ * driver's state. 0, or -1 with the error logged. */
+static int main_caches(struct dstate *d)
 {
 	struct feed_err err = {0};
-	int r, rc = 1;
 
-	if ((r = uv_loop_init(&d->loop)) < 0) {
-		log_error(&d->log, "uv_loop_init: %s", uv_strerror(r));
-		return 1;
-	}
-	if ((r = main_signals(d)) < 0) {
-		log_error(&d->log, "signals: %s", uv_strerror(r));
-		goto out;
-	}
-	/* The socket first: a second feedd is refused before it opens anything.
-	 * Nobody is served before uv_run(), when the catalog and pool exist. */
-	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0)
-		goto fail;
 	if (cache_new(d->cfg->cache_bytes, &d->cache) < 0) {
 		log_error(&d->log, "block cache of %llu bytes: out of memory",
 			  (unsigned long long)d->cfg->cache_bytes);
-		goto out;
+		return -1;
 	}
 	if (d->cfg->cache_dir &&
-	    dtier_open(d->cfg->cache_dir, d->cfg->cache_dir_bytes, &d->tier, &err) < 0)
-		goto fail;
+	    dtier_open(d->cfg->cache_dir, d->cfg->cache_dir_bytes, &d->tier, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
 	if (d->tier) {
 		struct dtier_stats ts;
 		dtier_stats(d->tier, &ts);
@@ -236,7 +228,7 @@ static int main_serve(struct feedd *d, int sd_fd)
 	struct dsl_gpu_opts gopts = {.has_gpus = d->cfg->has_gpus, .gpus = d->cfg->gpus};
 	if (dsl_gpu_new(&gopts, &d->gpu) < 0) {
 		log_error(&d->log, "CUDA driver state: out of memory");
-		goto out;
+		return -1;
 	}
 	char gpu_line[1024];
 	dsl_gpu_describe(d->gpu, gpu_line, sizeof(gpu_line));
@@ -244,36 +236,55 @@ static int main_serve(struct feedd *d, int sd_fd)
 	/* nvJPEG, loaded once here too: status says where JPEGs can decode */
 	char jpeg_line[400];
 	log_info(&d->log, "jpeg decode: %s", hyb_describe(jpeg_line, sizeof(jpeg_line)));
-	if (main_datasets(d, &err) < 0)
-		goto fail;
+	return 0;
+}
+
+/* Opens everything, in order, on the loop: 0, or -1 with the error
+ * logged. sd_fd: the socket systemd passed, or -1. */
+static int main_open(struct feedd *f, int sd_fd)
+{
+	struct dstate *d = &f->st;
+	struct feed_err err = {0};
+	int r;
+
+	if ((r = main_signals(f)) < 0) {
+		log_error(&d->log, "signals: %s", uv_strerror(r));
+		return -1;
+	}
+	/* The socket first: a second feedd is refused before it opens anything.
+	 * Nobody is served before uv_run(), when the catalog and pool exist. */
+	if (srv_start(d, sd_fd, &ses_handlers, &d->srv, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
+	if (main_caches(d) < 0)
+		return -1;
+	if (main_datasets(d, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
+		return -1;
+	}
 	if ((r = stats_start(&d->stats, &d->loop, d->cache)) < 0) {
 		log_error(&d->log, "stats timer: %s", uv_strerror(r));
-		goto out;
+		return -1;
 	}
 	if (met_start(d, &d->metrics, &err) < 0) {
 		log_error(&d->log, "%s", err.msg);
-		goto out;
+		return -1;
 	}
 	d->start_ms = uv_now(&d->loop);
 	log_info(&d->log, "feedd %s ready: %zu of %zu datasets (%zu pending), %u workers, "
 		 "socket %s", FEEDD_VERSION, cat_ready_count(d->cat), d->cfg->ndatasets,
 		 d->cat->n - cat_ready_count(d->cat), pool_size(d->pool), d->cfg->socket_path);
-	if (svc_ready(d, &d->svc) < 0) {
+	if (svc_ready(d, &f->svc) < 0) {
 		log_error(&d->log, "systemd notification: out of memory");
-		goto out;
+		return -1;
 	}
-	rc = 0;
-	goto out;
-fail:
-	log_error(&d->log, "%s", err.msg);
-out:
-	if (rc)
-		main_stop(d, "startup failed");
-	uv_run(&d->loop, UV_RUN_DEFAULT);
-	if ((r = uv_loop_close(&d->loop)) < 0) {
-		log_error(&d->log, "loop still has handles at exit: %s", uv_strerror(r));
-		rc = 1;
-	}
+	return 0;
+}
+
+/* Closes what main_open() opened (any part of it), once the loop ended. */
+static void main_close(struct dstate *d)
+{
 	srv_free(d->srv);
 	pool_free(d->pool);
 	if (d->fetcher)       /* a dataset still opening on a hung host ends now */
@@ -286,6 +297,28 @@ out:
 	dsl_gpu_free(d->gpu); /* after every stream's device slots */
 	quota_free(&d->quota);
 	stats_free(&d->stats);
+}
+
+/* Opens everything, serves until stopped, closes everything. sd_fd: the
+ * socket systemd passed, or -1. */
+static int main_serve(struct feedd *f, int sd_fd)
+{
+	struct dstate *d = &f->st;
+	int r, rc;
+
+	if ((r = uv_loop_init(&d->loop)) < 0) {
+		log_error(&d->log, "uv_loop_init: %s", uv_strerror(r));
+		return 1;
+	}
+	rc = main_open(f, sd_fd) < 0 ? 1 : 0;
+	if (rc)
+		main_stop(f, "startup failed");
+	uv_run(&d->loop, UV_RUN_DEFAULT);
+	if ((r = uv_loop_close(&d->loop)) < 0) {
+		log_error(&d->log, "loop still has handles at exit: %s", uv_strerror(r));
+		rc = 1;
+	}
+	main_close(d);
 	if (rc == 0)
 		log_info(&d->log, "stopped");
 	return rc;
@@ -316,7 +349,7 @@ static int main_list_config_keys(void)
 
 int main(int argc, char **argv)
 {
-	struct feedd d = {.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
+	struct feedd d = {.st.log = {.level = LOG_LEVEL_INFO, .fd = 2}};
 	struct feed_err err = {0};
 	struct cfg *cfg = NULL;
 	struct cli cli;
@@ -341,20 +374,20 @@ int main(int argc, char **argv)
 	}
 	if (cli.check_config)
 		return chk_run(&cli);
-	d.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
+	d.st.log.journal = log_fd_is_journal(2, getenv("JOURNAL_STREAM"));
 	int sd_fd = -1;
-	if (svc_listen_fd(&d.log, &sd_fd, &err) < 0 ||
+	if (svc_listen_fd(&d.st.log, &sd_fd, &err) < 0 ||
 	    cfg_load(cli.config, &cli.ov, getenv("FEEDD_SOCKET"), &cfg, &err) < 0) {
-		log_error(&d.log, "%s", err.msg);
+		log_error(&d.st.log, "%s", err.msg);
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);  /* a vanished peer is an error code, not a death */
-	d.cfg = cfg;
-	d.ov = &cli.ov;
-	d.env_socket = getenv("FEEDD_SOCKET");
-	d.log.level = cfg->log_level;
-	d.self_uid = geteuid();
+	d.st.cfg = cfg;
+	d.st.ov = &cli.ov;
+	d.st.env_socket = getenv("FEEDD_SOCKET");
+	d.st.log.level = cfg->log_level;
+	d.st.self_uid = geteuid();
 	int rc = main_serve(&d, sd_fd);
-	cfg_free(d.cfg);  /* the one in force: the first, or a reload's */
+	cfg_free(d.st.cfg);  /* the one in force: the first, or a reload's */
 	return rc;
 }

@@ -15,7 +15,7 @@
 #include "pool.h"
 
 struct svc {
-	struct feedd *d;
+	struct dstate *d;
 	uv_timer_t timer;          /* one tick: STATUS=, and WATCHDOG=1 if healthy */
 	uint64_t watchdog_ms;      /* WatchdogSec=, 0 when systemd watches nothing */
 	uint64_t stuck_ms;         /* a worker in one job this long stops the pings */
@@ -122,7 +122,7 @@ static void svc_on_tick(uv_timer_t *t)
 /* RELOADING=1 with the monotonic time (systemd 253 and later require it
  * with RELOADING=1; older ones ignore it), then READY=1 when it ends,
  * refused or applied: the service is back to running either way. */
-static void svc_reload_notify(struct feedd *d, bool done)
+static void svc_reload_notify(struct dstate *d, bool done)
 {
 	struct timespec ts;
 
@@ -136,7 +136,7 @@ static void svc_reload_notify(struct feedd *d, bool done)
 		   (unsigned long long)ts.tv_nsec / 1000ULL);
 }
 
-int svc_ready(struct feedd *d, struct svc **ret)
+int svc_ready(struct dstate *d, struct svc **ret)
 {
 	uint64_t usec = 0;
 	char status[160];

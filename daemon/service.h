@@ -14,7 +14,7 @@
 #ifndef FEEDD_SERVICE_H
 #define FEEDD_SERVICE_H
 
-#include "feedd.h"
+#include "dstate.h"
 
 /* Seconds between STATUS= lines when no watchdog asks for more often. */
 #define SVC_STATUS_MS 5000
@@ -36,7 +36,7 @@ int svc_listen_fd(const struct log *lg, int *ret_fd, struct feed_err *err);
  * again when it moves on); and sets d->reload_notify, so each reload says
  * RELOADING=1 (with MONOTONIC_USEC=) as it starts and READY=1 as it ends,
  * applied or refused. Call once d->cat and d->pool exist. -ENOMEM. */
-int svc_ready(struct feedd *d, struct svc **ret);
+int svc_ready(struct dstate *d, struct svc **ret);
 
 /* Tells systemd STOPPING=1 and closes the timer (freed when the loop has
  * closed it). Accepts NULL. */

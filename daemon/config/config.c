@@ -1,7 +1,7 @@
 /*
  * config.c: loading feedd.yaml into struct cfg (see config.h; the schema
  * is config_schema.c's). Runs in main() before any thread starts, and on a
- * worker at each reload (control/reload.c). Never logs, never exits; every
+ * worker at each reload (policy/reload.c). Never logs, never exits; every
  * refusal names the file, the line (when the document has it) and the key
  * path.
  *

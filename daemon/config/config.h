@@ -4,7 +4,7 @@
  * Owns: the YAML schema (libcyaml tables in config_schema.c, one row per key),
  * defaults, range checks, command-line overrides, and the file:line: key
  * messages for every refusal. Runs in main() before the loop and the
- * workers start, and on a worker at each reload (control/reload.c); the
+ * workers start, and on a worker at each reload (policy/reload.c); the
  * result never changes once loaded and is reference-counted: the config in
  * force holds one reference, and each served dataset (data/catalog.h) one
  * on the config its entry points into, so a reload can replace the config

@@ -4,7 +4,7 @@
  * dataset of the file, its weight, Mosaic's repeat and choose). Checked
  * once, here, so a typo is refused naming the key; the datasets' schemas
  * agree or not only once they are open, at a stream's open
- * (control/session_mix.c). Runs where the config loads (main() at start,
+ * (protocol/session_mix.c). Runs where the config loads (main() at start,
  * a worker at a reload); never prints.
  */
 #include <errno.h>

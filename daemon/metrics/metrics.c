@@ -21,15 +21,15 @@
 #include "cache.h"
 #include "catalog.h"
 #include "disktier.h"
+#include "dstate.h"
 #include "feed_lock.h"
 #include "log_limit.h"
-#include "feedd.h"
 #include "metrics_gpu.h"
 #include "metrics_process.h"
 #include "pool.h"
 
 struct met {
-	struct feedd *d;               /* loop thread only */
+	struct dstate *d;               /* loop thread only */
 	struct MHD_Daemon *mhd;        /* NULL once stopped */
 	uv_async_t wake;               /* HTTP thread -> loop: render now */
 	pthread_mutex_t mu;            /* guards what follows */
@@ -250,7 +250,7 @@ static const struct met_stream_family met_dataset_families[] = {
 	 "that closed.", MET_TOT(closed), false, false, false},
 };
 
-static int met_datasets_totals(struct met_buf *b, struct feedd *d)
+static int met_datasets_totals(struct met_buf *b, struct dstate *d)
 {
 	struct met_totals all = {0};
 	int rc = stats_each_dataset(&d->stats, uv_now(&d->loop), met_collect_total, &all);
@@ -306,7 +306,7 @@ static size_t met_left_reason(int err)
 }
 
 /* Datasets the config names, served, and left out by reason. */
-static void met_datasets(struct met_buf *b, struct feedd *d)
+static void met_datasets(struct met_buf *b, struct dstate *d)
 {
 	const struct cfg *c = d->cfg;
 	const struct cat *cat = d->cat;
@@ -428,7 +428,7 @@ static void met_cache(struct met_buf *b, struct cache *c)
 
 /* Remote datasets' requests (every dataset together) and the disk tier
  * (only with cache_dir). */
-static void met_remote(struct met_buf *b, struct feedd *d)
+static void met_remote(struct met_buf *b, struct dstate *d)
 {
 	static const struct {
 		const char *name, *help;
@@ -495,7 +495,7 @@ static void met_remote(struct met_buf *b, struct feedd *d)
 		   (unsigned long long)d->cfg->cache_dir_bytes);
 }
 
-static void met_daemon(struct met_buf *b, struct feedd *d)
+static void met_daemon(struct met_buf *b, struct dstate *d)
 {
 	met_family(b, "feedd_build_info", "gauge", "feedd's version; always 1.");
 	met_printf(b, "feedd_build_info{version=\"");
@@ -529,7 +529,7 @@ static void met_daemon(struct met_buf *b, struct feedd *d)
 	met_printf(b, "feedd_metrics_connections %u\n", met_http_connections(d->metrics));
 }
 
-int met_render(struct feedd *d, char **ret, size_t *ret_len)
+int met_render(struct dstate *d, char **ret, size_t *ret_len)
 {
 	struct met_buf b = {0};
 	struct met_series all = {0};
@@ -763,7 +763,7 @@ static int met_listen(struct met *m, struct feed_err *err)
 	return 0;
 }
 
-int met_start(struct feedd *d, struct met **ret, struct feed_err *err)
+int met_start(struct dstate *d, struct met **ret, struct feed_err *err)
 {
 	struct met *m;
 	int rc;

@@ -36,14 +36,14 @@
 #define METRICS_MAX_PER_PEER 16
 #define METRICS_IDLE_TIMEOUT_S 5
 
-struct feedd;
+struct dstate;
 struct met;
 
 /* Starts serving d's metrics on d->cfg->metrics_addr and logs the URL
  * (with the port bound, for port 0). Loop thread, before uv_run(). 0 with
  * *ret (NULL when no address is configured), or -EADDRINUSE and friends
  * naming the address in err. */
-int met_start(struct feedd *d, struct met **ret, struct feed_err *err);
+int met_start(struct dstate *d, struct met **ret, struct feed_err *err);
 
 /* Stops the HTTP thread (a request waiting for the loop is answered with
  * the last text) and closes the wake-up handle; the struct is freed by its
@@ -52,6 +52,6 @@ void met_stop(struct met *m);
 
 /* The whole exposition of d now, NUL-terminated, in *ret (the caller's,
  * free()) and its length in *ret_len. Loop thread. -ENOMEM. */
-int met_render(struct feedd *d, char **ret, size_t *ret_len);
+int met_render(struct dstate *d, char **ret, size_t *ret_len);
 
 #endif

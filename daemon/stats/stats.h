@@ -168,7 +168,7 @@ struct stats_reg {
 					* or of the start */
 	uint64_t reloads, reloads_failed; /* reloads tried, and refused */
 	uint64_t refusals[STATS_REFUSED_N]; /* requests refused, by reason */
-	uint32_t connections;          /* open now (control/server.c keeps it) */
+	uint32_t connections;          /* open now (transport/server.c keeps it) */
 	uv_loop_t *loop;               /* its clock; NULL before stats_start() */
 	struct cache *cache;           /* names each entry's dataset for its
 					* counters (cache_name()); NULL: none */

@@ -5,7 +5,7 @@
  * - fails one chosen allocation of one chosen request: feedd, built with
  *   FEED_TEST_SEAMS, calls feed_fault_request(kind) on its loop thread when
  *   it starts handling a request of that kind and feed_fault_request(NULL)
- *   when it is done (daemon/control/fault_seam.h; marks may nest). The
+ *   when it is done (daemon/policy/fault_seam.h; marks may nest). The
  *   first request of the armed kind takes the arming, and the fail_at-th
  *   allocation it makes on that thread (malloc, calloc, realloc,
  *   reallocarray, the aligned allocators, strdup, strndup) returns NULL

@@ -1,7 +1,7 @@
 # tests/fault: feedd under injected faults. fault_shim is an LD_PRELOAD
 # library (for tests only, never installed) that fails a chosen allocation
 # of a chosen request on feedd's loop (the FEED_TEST_SEAMS marks,
-# daemon/control/fault_seam.h) and cuts short or fails shard reads;
+# daemon/policy/fault_seam.h) and cuts short or fails shard reads;
 # check_fault drives it. Included from tests/CMakeLists.txt.
 set(FEED_FAULT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fault)
 

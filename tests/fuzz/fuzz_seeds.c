@@ -16,6 +16,7 @@
 #include "feed.pb-c.h"
 #include "feed_shm.h"
 #include "fuzz_dataset.h"
+#include "feed_text.h"
 #include "pipeline.h"
 
 static const char *seeds_dir;
@@ -110,7 +111,7 @@ static void seeds_requests(void)
 	uint8_t tok[512];
 
 	r.id = 1;
-	h.client_name = "fuzz";
+	h.client_name = feed_pb_text("fuzz");
 	h.min_version = h.max_version = 1;
 	r.body_case = FEED__REQUEST__BODY_HELLO, r.hello = &h;
 	seed_request(&r);
@@ -122,19 +123,19 @@ static void seeds_requests(void)
 	seed_request(&r);
 	r.body_case = FEED__REQUEST__BODY_LIST_OPS, r.list_ops = &lo;
 	seed_request(&r);
-	q.name = "mnist", q.sample = 3, q.want_path = true;
+	q.name = feed_pb_text("mnist"), q.sample = 3, q.want_path = true;
 	r.body_case = FEED__REQUEST__BODY_DATASET_INFO, r.dataset_info = &q;
 	seed_request(&r);
 	c.stream = 2;
 	r.body_case = FEED__REQUEST__BODY_CLOSE_STREAM, r.close_stream = &c;
 	seed_request(&r);
-	o.dataset = "mnist", o.batch = 64, o.credits = 4, o.epochs = 2, o.seed = 7;
+	o.dataset = feed_pb_text("mnist"), o.batch = 64, o.credits = 4, o.epochs = 2, o.seed = 7;
 	o.order = FEED__ORDER__ORDER_BLOCK_WINDOW, o.window = 8, o.world = 2, o.rank = 1;
-	o.pipeline = "random_crop(size=28, pad=2) | hflip(p=0.5)";
-	o.job = "job-1";
+	o.pipeline = feed_pb_text("random_crop(size=28, pad=2) | hflip(p=0.5)");
+	o.job = feed_pb_text("job-1");
 	r.body_case = FEED__REQUEST__BODY_OPEN_STREAM, r.open_stream = &o;
 	seed_request(&r);
-	o.group = "g1", o.group_depth = 8, o.on_error = 1, o.max_bad = 3;
+	o.group = feed_pb_text("g1"), o.group_depth = 8, o.on_error = 1, o.max_bad = 3;
 	o.resume.data = tok;
 	o.resume.len = seed_token(FEED__ORDER__ORDER_BLOCK_WINDOW, 1, 64, 0, tok);
 	seed_request(&r);

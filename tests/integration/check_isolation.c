@@ -25,6 +25,7 @@
 
 #include "feed/stream.h"
 #include "feed_shm.h"
+#include "feed_text.h"
 #include "feedd_harness.h"
 
 /* How long a stopped stream is watched for "nothing more happens": it has
@@ -197,10 +198,10 @@ static void rs_open(struct rs *r, int sock, uint32_t req_id, uint32_t credits)
 
 	memset(r, 0, sizeof(*r));
 	r->sock = sock;
-	os.dataset = "tiny";
+	os.dataset = feed_pb_text("tiny");
 	os.batch = 1;
 	os.credits = credits;
-	os.pipeline = "";
+	os.pipeline = feed_pb_text("");
 	req.id = req_id;
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
 	req.open_stream = &os;

@@ -20,6 +20,7 @@
 
 #include "feed/client.h"
 #include "feed/stream.h"
+#include "feed_text.h"
 #include "feedd_harness.h"
 
 static const char *data_arg(void)
@@ -35,10 +36,10 @@ static void raw_open(int fd, uint32_t id, uint32_t batch, const char *pipeline)
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream os = FEED__OPEN_STREAM__INIT;
 
-	os.dataset = "fm";
+	os.dataset = feed_pb_text("fm");
 	os.batch = batch;
 	os.credits = 4;
-	os.pipeline = (char *)pipeline;
+	os.pipeline = feed_pb_text(pipeline);
 	req.id = id;
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
 	req.open_stream = &os;

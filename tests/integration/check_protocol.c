@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "feed/client.h"
+#include "feed_text.h"
 #include "feedd_harness.h"
 
 static const char *fm_args[] = {"--dataset", NULL, "--workers", "2", NULL};
@@ -119,7 +120,7 @@ START_TEST(test_protocol_truncated)
 	uint8_t buf[256];
 
 	start_fm();
-	hello.client_name = "truncated-client";
+	hello.client_name = feed_pb_text("truncated-client");
 	hello.min_version = hello.max_version = 1;
 	req.id = 3;
 	req.body_case = FEED__REQUEST__BODY_HELLO;
@@ -145,7 +146,7 @@ static void send_hello_with_fd(int sock, int fd)
 		struct cmsghdr align;
 	} ctl;
 
-	hello.client_name = "fd-client";
+	hello.client_name = feed_pb_text("fd-client");
 	hello.min_version = hello.max_version = 1;
 	req.id = 77;
 	req.body_case = FEED__REQUEST__BODY_HELLO;
@@ -220,7 +221,7 @@ START_TEST(test_protocol_string_nul)
 	start_fm();
 	int fd = h_raw_connect();
 	h_raw_hello(fd);
-	q.name = "fm#/../x";
+	q.name = feed_pb_text("fm#/../x");
 	req.id = 8;
 	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
 	req.dataset_info = &q;
@@ -232,7 +233,7 @@ START_TEST(test_protocol_string_nul)
 	h_expect_error(fd, 8, -EINVAL, "dataset_info.name: a NUL byte at offset 2");
 	/* refused, not disconnected */
 	Feed__Reply *rep = NULL;
-	q.name = "fm";
+	q.name = feed_pb_text("fm");
 	req.id = 9;
 	h_raw_send_request(fd, &req);
 	ck_assert_int_eq(h_raw_recv(fd, H_DEADLINE_MS, &rep), 1);
@@ -267,7 +268,7 @@ START_TEST(test_protocol_version_mismatch)
 
 	start_fm();
 	int fd = h_raw_connect();
-	hello.client_name = "future-client";
+	hello.client_name = feed_pb_text("future-client");
 	hello.min_version = 2;
 	hello.max_version = 9;
 	req.id = 1;

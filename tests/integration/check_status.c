@@ -25,6 +25,7 @@
 #include "feed/gpu.h"
 #include "feed/stream.h"
 #include "feed_shm.h"
+#include "feed_text.h"
 #include "feedd_harness.h"
 
 static char fm_dir[256];  /* Fashion-MNIST training split, packed */
@@ -256,10 +257,10 @@ START_TEST(test_status_reader_wait_clamped)
 	start_tiny(NULL);
 	int sock = h_raw_connect();
 	h_raw_hello(sock);
-	os.dataset = "tiny";
+	os.dataset = feed_pb_text("tiny");
 	os.batch = 1;
 	os.credits = 2;
-	os.pipeline = "";
+	os.pipeline = feed_pb_text("");
 	req.id = 7;
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
 	req.open_stream = &os;

@@ -24,6 +24,7 @@
 
 #include "feed/client.h"
 #include "feed/stream.h"
+#include "feed_text.h"
 #include "feedd_harness.h"
 
 #define SOCKET_ACTIVATE "/usr/bin/systemd-socket-activate"
@@ -61,7 +62,7 @@ static void hello_send(int fd)
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__Hello hello = FEED__HELLO__INIT;
 
-	hello.client_name = "systemd-test";
+	hello.client_name = feed_pb_text("systemd-test");
 	hello.min_version = 1;
 	hello.max_version = 1;
 	req.id = 7;

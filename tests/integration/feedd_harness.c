@@ -24,6 +24,7 @@
 
 #include "feed/client.h"
 #include "feed/stream.h"
+#include "feed_text.h"
 #include "fmt.h"
 
 struct h_env h;
@@ -420,7 +421,7 @@ void h_raw_hello(int fd)
 	Feed__Hello hello = FEED__HELLO__INIT;
 	Feed__Reply *rep = NULL;
 
-	hello.client_name = "raw-test";
+	hello.client_name = feed_pb_text("raw-test");
 	hello.min_version = 1;
 	hello.max_version = 1;
 	req.id = 1;

@@ -1,5 +1,5 @@
 /*
- * check_quota.c: unit tests of daemon/control/quota.c: connections,
+ * check_quota.c: unit tests of daemon/policy/quota.c: connections,
  * streams, credits and slot bytes counted per user against the limits,
  * refusals that name the user and the limit and change nothing, and every
  * count given back.

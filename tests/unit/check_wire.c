@@ -1,5 +1,5 @@
 /*
- * check_wire.c: unit tests of daemon/control/wire.c, the daemon's side of the
+ * check_wire.c: unit tests of daemon/transport/wire.c, the daemon's side of the
  * control protocol: the size caps, undecodable and truncated requests,
  * unknown request kinds, field range checks, NUL bytes inside strings,
  * reply size limit, and the
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "feed_text.h"
 #include "wire.h"
 
 /* Packs a hello request into a new buffer. */
@@ -25,7 +26,7 @@ static uint8_t *pack_hello(const char *name, uint32_t lo, uint32_t hi, size_t *r
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__Hello h = FEED__HELLO__INIT;
 
-	h.client_name = (char *)name;
+	h.client_name = feed_pb_text(name);
 	h.min_version = lo;
 	h.max_version = hi;
 	req.id = 5;
@@ -47,8 +48,6 @@ static int decode_check(const void *buf, size_t len, struct feed_err *err)
 	memset(err, 0, sizeof(*err));
 	int r = wire_request_decode(buf, len, &req, err);
 	if (r == 0)
-		r = wire_request_check_strings(buf, len, err);
-	if (r == 0)
 		r = wire_request_check(req, err);
 	wire_request_free(req);
 	return r;
@@ -65,7 +64,7 @@ START_TEST(test_wire_hello_roundtrip)
 	ck_assert_int_eq(wire_request_check(req, &err), 0);
 	ck_assert_uint_eq(req->id, 5);
 	ck_assert_int_eq(req->body_case, FEED__REQUEST__BODY_HELLO);
-	ck_assert_str_eq(req->hello->client_name, "trainer");
+	ck_assert_str_eq(wire_str(req->hello->client_name), "trainer");
 	ck_assert_uint_eq(req->hello->max_version, 3);
 	wire_request_free(req);
 	free(buf);
@@ -158,7 +157,7 @@ static int check_info(const char *name, struct feed_err *err)
 	Feed__DatasetQuery q = FEED__DATASET_QUERY__INIT;
 	uint8_t buf[256];
 
-	q.name = (char *)name;
+	q.name = feed_pb_text(name);
 	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
 	req.dataset_info = &q;
 	size_t len = feed__request__pack(&req, buf);
@@ -188,7 +187,7 @@ static int check_device(Feed__DeviceRequest *d, struct feed_err *err)
 	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
 	uint8_t buf[512];
 
-	o.dataset = "ds";
+	o.dataset = feed_pb_text("ds");
 	o.batch = 4;
 	o.device = d;
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
@@ -265,8 +264,8 @@ static int check_open_nul(const char *dataset, const char *pipeline, const char 
 	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
 	size_t len;
 
-	o.dataset = (char *)dataset;
-	o.pipeline = (char *)pipeline;
+	o.dataset = feed_pb_text(dataset);
+	o.pipeline = feed_pb_text(pipeline);
 	o.batch = 4;
 	o.resume.data = (uint8_t *)resume;
 	o.resume.len = strlen(resume);
@@ -287,22 +286,23 @@ START_TEST(test_wire_open_job)
 	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
 	char job[WIRE_JOB_MAX + 2];
 
-	o.dataset = "fmnist";
+	o.dataset = feed_pb_text("fmnist");
 	o.batch = 4;
 	req.body_case = FEED__REQUEST__BODY_OPEN_STREAM;
 	req.open_stream = &o;
 	ck_assert_int_eq(wire_request_check(&req, &err), 0);
-	o.job = "slurm-4242.0";
+	o.job = feed_pb_text("slurm-4242.0");
 	ck_assert_int_eq(wire_request_check(&req, &err), 0);
 	memset(job, 'j', WIRE_JOB_MAX);
 	job[WIRE_JOB_MAX] = '\0';
-	o.job = job;
+	o.job = feed_pb_text(job);
 	ck_assert_int_eq(wire_request_check(&req, &err), 0);
 	job[WIRE_JOB_MAX] = 'j';
 	job[WIRE_JOB_MAX + 1] = '\0';
+	o.job = feed_pb_text(job);  /* a bytes field holds its length: set it again */
 	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
 	ck_assert_str_eq(err.msg, "open_stream.job: 129 bytes; at most 128 printable ASCII allowed");
-	o.job = "job\nfake_metric 1";
+	o.job = feed_pb_text("job\nfake_metric 1");
 	ck_assert_int_eq(wire_request_check(&req, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "open_stream.job"));
 }
@@ -314,7 +314,7 @@ START_TEST(test_wire_open_node_order)
 	Feed__Request req = FEED__REQUEST__INIT;
 	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
 
-	o.dataset = "fmnist";
+	o.dataset = feed_pb_text("fmnist");
 	o.batch = 4;
 	o.order = FEED__ORDER__ORDER_NODE;
 	o.rank = 5;
@@ -349,7 +349,7 @@ static int check_on_error(uint32_t on_error, uint64_t max_bad, struct feed_err *
 	Feed__OpenStream o = FEED__OPEN_STREAM__INIT;
 	uint8_t buf[512];
 
-	o.dataset = "ds";
+	o.dataset = feed_pb_text("ds");
 	o.batch = 4;
 	o.on_error = on_error;
 	o.max_bad = max_bad;
@@ -401,7 +401,7 @@ START_TEST(test_wire_string_nul_refused)
 	ck_assert_ptr_nonnull(strstr(err.msg, "hello.client_name: a NUL byte"));
 	free(buf);
 
-	q.name = "#";
+	q.name = feed_pb_text("#");
 	req.body_case = FEED__REQUEST__BODY_DATASET_INFO;
 	req.dataset_info = &q;
 	buf = pack_with_nuls(&req, &len);
@@ -411,10 +411,11 @@ START_TEST(test_wire_string_nul_refused)
 }
 END_TEST
 
-/* Bytes that decode_check() never sees (the decoder refuses them) still
- * walk safely: truncated lengths and varints are -EBADMSG, not a read past
- * the end. */
-START_TEST(test_wire_string_walk_bounds)
+/* A request cut inside a field (its length, a text inside a message, a
+ * varint) or holding a group is refused by the decoder itself, -EBADMSG,
+ * before any check reads its text; an empty packet decodes to an empty
+ * request, which the check refuses. */
+START_TEST(test_wire_cut_request_refused)
 {
 	struct feed_err err = {0};
 	static const uint8_t cut_len[] = {0x32, 0x05, 0x0a, 0x03, 'a'};   /* open_stream of 5, 2 there */
@@ -422,12 +423,12 @@ START_TEST(test_wire_string_walk_bounds)
 	static const uint8_t cut_varint[] = {0x08, 0xff, 0xff};           /* id's varint never ends */
 	static const uint8_t group[] = {0x0b, 0x0c};                      /* a group: not proto3 */
 
-	ck_assert_int_eq(wire_request_check_strings(cut_len, sizeof(cut_len), &err), -EBADMSG);
-	ck_assert_int_eq(wire_request_check_strings(cut_inner, sizeof(cut_inner), &err), -EBADMSG);
-	ck_assert_int_eq(wire_request_check_strings(cut_varint, sizeof(cut_varint), &err),
-			 -EBADMSG);
-	ck_assert_int_eq(wire_request_check_strings(group, sizeof(group), &err), -EBADMSG);
-	ck_assert_int_eq(wire_request_check_strings("", 0, &err), 0);
+	ck_assert_int_eq(decode_check(cut_len, sizeof(cut_len), &err), -EBADMSG);
+	ck_assert_int_eq(decode_check(cut_inner, sizeof(cut_inner), &err), -EBADMSG);
+	ck_assert_int_eq(decode_check(cut_varint, sizeof(cut_varint), &err), -EBADMSG);
+	ck_assert_int_eq(decode_check(group, sizeof(group), &err), -EBADMSG);
+	ck_assert_int_eq(decode_check("", 0, &err), -EOPNOTSUPP);
+	ck_assert_str_eq(err.msg, "empty request: no request kind set");
 }
 END_TEST
 
@@ -607,7 +608,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_string_nul_refused);
 	tcase_add_test(tc, test_wire_open_job);
 	tcase_add_test(tc, test_wire_open_node_order);
-	tcase_add_test(tc, test_wire_string_walk_bounds);
+	tcase_add_test(tc, test_wire_cut_request_refused);
 	tcase_add_test(tc, test_wire_reply_limit);
 	tcase_add_test(tc, test_wire_recv_packets);
 	tcase_add_test(tc, test_wire_recv_closes_fds);

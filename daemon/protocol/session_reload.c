@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "feedd.h"
+#include "dstate.h"
 #include "reload.h"
 #include "session.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fault_seam.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "pool.h"
 
 #define RLD_NOTES 9  /* restart-only keys: socket, its group, workers, cache, cache_dir
@@ -31,7 +31,7 @@ _Static_assert(RLD_NOTES + CAT_RELOAD_LIST <= RLD_REPORT_MAX &&
 
 struct rld {
 	struct pool_job job;       /* the pool's own: runs before any batch */
-	struct feedd *d;
+	struct dstate *d;
 	rld_done_fn *done;         /* the requester, or NULL (SIGHUP) */
 	void *arg;
 	struct cfg *cfg;           /* the new config, ours until put in force; NULL
@@ -166,7 +166,7 @@ static void rld_join(char *buf, size_t cap, const char (*names)[CFG_NAME_MAX], s
 	}
 }
 
-static void rld_log_applied(const struct feedd *d, const struct rld_report *rep)
+static void rld_log_applied(const struct dstate *d, const struct rld_report *rep)
 {
 	const struct cat_reload *c = rep->cat;
 	char added[512], removed[512], repointed[512];
@@ -196,7 +196,7 @@ static void rld_log_applied(const struct feedd *d, const struct rld_report *rep)
 		log_warn(&d->log, "reload: %s", rep->warnings[i]);
 }
 
-static void rld_log_refused(const struct feedd *d, const struct rld_report *rep)
+static void rld_log_refused(const struct dstate *d, const struct rld_report *rep)
 {
 	log_error(&d->log, "reload of %s refused (%zu errors); the configuration in force stays",
 		  rep->file ? rep->file : "built-in defaults", rep->nerrors + rep->more_errors);
@@ -223,13 +223,13 @@ static void rld_report_of(struct rld *r, struct rld_lists *l, struct rld_report 
 		l->warnings[rep->nwarnings++] = r->plan.warnings[i];
 }
 
-static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_err *err);
+static int rld_start(struct dstate *d, rld_done_fn *done, void *arg, struct feed_err *err);
 
 /* Puts the new config in force (or not), logs, tells the requester. */
 static void rld_done(struct pool_job *job)
 {
 	struct rld *r = (struct rld *)job;
-	struct feedd *d = r->d;
+	struct dstate *d = r->d;
 	struct rld_report rep;
 
 	if (d->stopping && r->plan.next)  /* pool_stop() ran the last done()s */
@@ -275,7 +275,7 @@ static void rld_done_marked(struct pool_job *job)
 	fault_mark(NULL);
 }
 
-static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_err *err)
+static int rld_start(struct dstate *d, rld_done_fn *done, void *arg, struct feed_err *err)
 {
 	struct rld *r;
 
@@ -300,12 +300,12 @@ static int rld_start(struct feedd *d, rld_done_fn *done, void *arg, struct feed_
 	return 0;
 }
 
-int rld_request(struct feedd *d, rld_done_fn *done, void *arg, struct feed_err *err)
+int rld_request(struct dstate *d, rld_done_fn *done, void *arg, struct feed_err *err)
 {
 	return rld_start(d, done, arg, err);
 }
 
-void rld_signal(struct feedd *d)
+void rld_signal(struct dstate *d)
 {
 	struct feed_err err = {0};
 

@@ -14,8 +14,8 @@
 
 #include "catalog.h"
 #include "delivery.h"
+#include "dstate.h"
 #include "feed_shm.h"
-#include "feedd.h"
 #include "pack_stream.h"
 #include "pipeline.h"
 #include "session.h"
@@ -38,21 +38,22 @@ static const struct cfg_mixture *mix_configured(const struct cfg *c, const char 
 
 bool ses_mix_asked(const struct ses *se, const Feed__OpenStream *o)
 {
-	return o->n_mixture > 0 || (o->dataset[0] && mix_configured(se->d->cfg, o->dataset));
+	return o->n_mixture > 0 || (o->dataset.len && mix_configured(se->d->cfg, wire_str(o->dataset)));
 }
 
 /* The sources o asks for: its own, else the configured mixture's. */
 static size_t mix_asks(const struct ses *se, const Feed__OpenStream *o,
 		       struct mix_ask ask[MIXT_MAX_SOURCES + 1], uint64_t *ret_epoch_rows)
 {
-	const struct cfg_mixture *cm = o->n_mixture ? NULL : mix_configured(se->d->cfg, o->dataset);
+	const struct cfg_mixture *cm = o->n_mixture ? NULL
+				       : mix_configured(se->d->cfg, wire_str(o->dataset));
 	size_t n = cm ? cm->nsources : o->n_mixture;
 
 	*ret_epoch_rows = cm && !o->samples_per_epoch ? cm->samples_per_epoch : o->samples_per_epoch;
 	for (size_t i = 0; i < n && i <= MIXT_MAX_SOURCES; i++)
 		ask[i] = cm ? (struct mix_ask){cm->sources[i].dataset, cm->sources[i].weight,
 					       cm->sources[i].repeat, cm->sources[i].choose} :
-			      (struct mix_ask){o->mixture[i]->dataset, o->mixture[i]->weight,
+			      (struct mix_ask){wire_str(o->mixture[i]->dataset), o->mixture[i]->weight,
 					       o->mixture[i]->repeat, o->mixture[i]->choose};
 	return n;
 }
@@ -78,8 +79,8 @@ static void mix_name(struct ses_mix *m, const Feed__OpenStream *o)
 	size_t k;
 
 	if (!o->n_mixture) {
-		snprintf(m->name, sizeof(m->name), "mixture '%s'", o->dataset);
-		snprintf(m->label, sizeof(m->label), "%s", o->dataset);
+		snprintf(m->name, sizeof(m->name), "mixture '%s'", wire_str(o->dataset));
+		snprintf(m->label, sizeof(m->label), "%s", wire_str(o->dataset));
 		return;
 	}
 	k = 0;
@@ -222,7 +223,7 @@ static int mix_options(const Feed__OpenStream *o, struct feed_err *err)
 	if (o->order == FEED__ORDER__ORDER_BLOCK_WINDOW || o->order == FEED__ORDER__ORDER_NODE)
 		return feed_err_set(err, -EINVAL, "order: a mixture reads its sources in full or "
 				    "sequential order");
-	if (o->group[0])
+	if (o->group.len)
 		return feed_err_set(err, -EINVAL, "group: a mixture is not shared in a group");
 	if (o->on_error)
 		return feed_err_set(err, -EINVAL, "on_error: a mixture stops on a sample that "

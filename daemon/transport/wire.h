@@ -80,16 +80,20 @@ int wire_resume_decode(const void *buf, size_t len, Feed__ResumeToken **ret,
 void wire_resume_free(Feed__ResumeToken *t);  /* accepts NULL */
 
 /* Checks a decoded request: its kind is known and every field is in range.
- * -EOPNOTSUPP for an unknown or missing kind, -EINVAL naming the field. */
+ * First its text (the bytes fields feed.proto marks as text: names, the
+ * pipeline, the job): a NUL byte in one is -EINVAL naming the field and
+ * where ("open_stream.dataset: a NUL byte at offset 2 (a string may not
+ * hold one)"); then -EOPNOTSUPP for an unknown or missing kind, -EINVAL
+ * naming the field. */
 int wire_request_check(const Feed__Request *req, struct feed_err *err);
 
-/* Checks the packed request buf (len bytes, which wire_request_decode()
- * accepted) for string fields holding a NUL byte: protobuf-c hands them on
- * as C strings cut at the NUL, so "fm\0/../x" would pass every later check
- * as "fm". Walks the wire bytes with the message descriptors, into
- * sub-messages too; bytes fields may hold anything. -EINVAL naming the
- * field ("open_stream.dataset: ..."), -EBADMSG if the bytes do not walk. */
-int wire_request_check_strings(const void *buf, size_t len, struct feed_err *err);
+/* A text field of a request that wire_request_check() accepted, as the C
+ * string it holds ("" when empty): it holds no NUL, and
+ * wire_request_decode() ends every block it unpacks with one. */
+static inline const char *wire_str(ProtobufCBinaryData b)
+{
+	return b.len ? (const char *)b.data : "";
+}
 
 /* Encodes reply into a new buffer (*ret_buf, freed by the caller).
  * -EMSGSIZE past WIRE_REPLY_MAX, -ENOMEM. */

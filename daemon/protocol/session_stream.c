@@ -15,9 +15,9 @@
 #include "catalog.h"
 #include "delivery.h"
 #include "devslots.h"
+#include "dstate.h"
 #include "fault_seam.h"
 #include "feed_shm.h"
-#include "feedd.h"
 #include "fmt_pb.h"
 #include "layout.h"
 #include "order.h"
@@ -35,7 +35,7 @@
 struct ses_stream {
 	struct ses_stream *next;   /* the session's streams or opening list */
 	struct ses *se;            /* NULL once the connection went during the open */
-	struct feedd *d;
+	struct dstate *d;
 	uid_t uid;                 /* whose quota holds it */
 	uint64_t shm_bytes;        /* counted against the user's limit */
 	uint32_t req_id;           /* the open request, answered when ready */
@@ -175,6 +175,12 @@ void ses_stream_view(const struct ses_stream *ss, struct ses_stream_view *ret)
 		dlv_member_stats(ss->mem, &ret->m);
 }
 
+/* How a group looks at its streams (session_group.h). */
+static const struct ses_group_member_ops ses_member_ops = {
+	.view = ses_stream_view,
+	.report = ses_stream_report,
+};
+
 /* Stops delivery at once, and frees the stream once libuv let go of the
  * poll. The poll goes first: uv_close() takes the doorbell out of epoll
  * right away, which it could no longer do once dlv_close() has closed our
@@ -224,7 +230,7 @@ void ses_free(struct ses *se)
  * A bare name (what a configured pipeline is called) that is neither a
  * configured pipeline nor op text is refused as a pipeline that does not
  * exist, listing those that do, not as an unknown op. */
-static int ses_pipeline_text(const struct feedd *d, const char *asked, const char **ret,
+static int ses_pipeline_text(const struct dstate *d, const char *asked, const char **ret,
 			     struct feed_err *err)
 {
 	const struct cfg *cfg = d->cfg;
@@ -388,7 +394,7 @@ out:
 }
 
 /* Advice for people, put in the open reply. */
-static void ses_note(const struct feedd *d, const struct cat_entry *e, const struct dlv_spec *sp,
+static void ses_note(const struct dstate *d, const struct cat_entry *e, const struct dlv_spec *sp,
 		     char *buf, size_t cap)
 {
 	buf[0] = '\0';
@@ -566,6 +572,27 @@ static void ses_open_refuse(struct ses *se, struct ses_stream *ss, int rc, const
 	ses_stream_drop(ss);
 }
 
+/* Logs a stream that just opened: the group it joined, or its own
+ * delivery. */
+static void ses_log_opened(const struct ses_stream *ss, const struct srv_conn *c)
+{
+	if (ss->grp)
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s' joins group '%s' (%u members) "
+			 "at epoch %llu batch %llu: batch %u, depth %u, pipeline '%s'",
+			 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ses_group_name(ss->grp),
+			 ss->group_members, (unsigned long long)ss->start_epoch,
+			 (unsigned long long)ss->start_index, ss->batch, ss->credits,
+			 ss->plan->canonical);
+	else
+		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
+			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
+			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
+			 ss->credits, ss->plan->canonical,
+			 ss->dev ? ", device slots (CUDA IPC)" : "",
+			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
+			 ss->dev_asked && !ss->dev ? ss->dev_reason : "");
+}
+
 /* The stream's regions are made (or could not be): answer the open. Loop
  * thread, from the pool's completion. */
 static void ses_open_answer(void *arg, int rc, const char *msg)
@@ -607,21 +634,7 @@ static void ses_open_answer(void *arg, int rc, const char *msg)
 		ss->listed = true;
 	}
 	ses_opened_reply(se, ss);
-	if (ss->grp)
-		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s' joins group '%s' (%u members) "
-			 "at epoch %llu batch %llu: batch %u, depth %u, pipeline '%s'",
-			 SRV_CONN_ARGS(c), ss->id, ss->e->cfg->name, ses_group_name(ss->grp),
-			 ss->group_members, (unsigned long long)ss->start_epoch,
-			 (unsigned long long)ss->start_index, ss->batch, ss->credits,
-			 ss->plan->canonical);
-	else
-		log_info(&ss->d->log, SRV_CONN_FMT ": stream %u on '%s': batch %u, credits %u, "
-			 "pipeline '%s'%s%s%s", SRV_CONN_ARGS(c), ss->id,
-			 ss->mix ? ss->mix->label : ss->e->cfg->name, ss->batch,
-			 ss->credits, ss->plan->canonical,
-			 ss->dev ? ", device slots (CUDA IPC)" : "",
-			 ss->dev_asked && !ss->dev ? ", host slots only: " : "",
-			 ss->dev_asked && !ss->dev ? ss->dev_reason : "");
+	ses_log_opened(ss, c);
 	if (!ss->grp)  /* a group is listed once, by its own entry (session_group.c) */
 		ses_stream_register(se, ss);
 	free(ss->plan);
@@ -653,7 +666,7 @@ static void ses_group_key_of(const Feed__OpenStream *o, const struct ses_stream 
 		.deal_fixed = ord->mode == ORD_NODE && ord->deal_fixed,
 		.rank = ord->rank, .world = ord->world, .drop_last = ord->drop_last,
 		.pad_last = ord->pad_last, .eval = ord->eval, .on_error = sp->on_error,
-		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, o->group),
+		.max_bad = sp->max_bad, .shared = cfg_group_shared(ss->e->cfg, wire_str(o->group)),
 	};
 }
 
@@ -692,6 +705,30 @@ static int ses_rows(const struct cat_entry *e, const struct pipe_plan *plan, str
 	return 0;
 }
 
+/* A group member's open: finds the group (ss->grp, or NULL when this
+ * member creates it) and sets the spec to the group's. */
+static int ses_open_group(struct ses *se, const Feed__OpenStream *o, struct ses_stream *ss,
+			  struct dlv_spec *sp, struct feed_err *err)
+{
+	struct ses_group_key k;
+	int rc;
+
+	ses_group_key_of(o, ss, sp, &k);
+	if ((rc = ses_group_find(se->d, wire_str(o->group), ss->uid, &k, &ss->grp, err)) < 0)
+		return rc;
+	/* the group's depth is its creator's: a joiner's says nothing.
+	 * By default twice the credits: a member holding all it may
+	 * take (or one detached, keeping what it took) then leaves the
+	 * others room to go on. */
+	uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
+	sp->credits = ss->grp ? ses_group_depth(ss->grp) :
+		      o->group_depth ? o->group_depth :
+		      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
+	sp->group = true;
+	sp->sched.epochs = 0;  /* each member ends at its own epochs */
+	return 0;
+}
+
 /* Everything an open needs before memory: plan, resume, group, layout,
  * limits. On success the user's quota holds the stream (a group member:
  * its own regions; ss->grp, when the group exists, holds a reference). */
@@ -713,7 +750,7 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 		return rc;
 	if (ss->mix)
 		schema = &mixed;
-	if ((rc = ses_pipeline_text(se->d, o->pipeline, &text, err)) < 0)
+	if ((rc = ses_pipeline_text(se->d, wire_str(o->pipeline), &text, err)) < 0)
 		return rc;
 	if ((rc = pipe_plan_text(text, schema, ss->plan, err)) < 0) {
 		/* the planner's own "pipeline: ..." messages say so already */
@@ -732,22 +769,8 @@ static int ses_open_check(struct ses *se, const Feed__OpenStream *o, struct ses_
 	ss->resumed = o->resume.len > 0;
 	ss->resume_epoch = sp->sched.start_epoch;
 	ss->resume_position = sp->sched.start_position;
-	if (o->group[0]) {
-		struct ses_group_key k;
-		ses_group_key_of(o, ss, sp, &k);
-		if ((rc = ses_group_find(se->d, o->group, ss->uid, &k, &ss->grp, err)) < 0)
-			return rc;
-		/* the group's depth is its creator's: a joiner's says nothing.
-		 * By default twice the credits: a member holding all it may
-		 * take (or one detached, keeping what it took) then leaves the
-		 * others room to go on. */
-		uint64_t twice = 2ull * sp->credits, most = se->d->cfg->limits.max_credits;
-		sp->credits = ss->grp ? ses_group_depth(ss->grp) :
-			      o->group_depth ? o->group_depth :
-			      (uint32_t)(twice < most ? twice : most > sp->credits ? most : sp->credits);
-		sp->group = true;
-		sp->sched.epochs = 0;  /* each member ends at its own epochs */
-	}
+	if (o->group.len && (rc = ses_open_group(se, o, ss, sp, err)) < 0)
+		return rc;
 	/* page-sized slots for every stream: a group's members map them
 	 * copy-on-write, and a client detaches a held batch from its slot by
 	 * replacing the slot's pages (client_detach.c) */
@@ -871,8 +894,8 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	if (!sp->group)
 		return rc;
 	ses_group_key_of(o, ss, sp, &k);
-	if ((rc = ses_group_new(se->d, o->group, ss->uid, &k, ss->dlv, sp->credits,
-				layout_data_bytes(lay), &ss->grp, err)) < 0) {
+	if ((rc = ses_group_new(se->d, wire_str(o->group), ss->uid, &k, ss->dlv, sp->credits,
+				layout_data_bytes(lay), &ses_member_ops, &ss->grp, err)) < 0) {
 		dlv_close(ss->dlv);
 		ss->dlv = NULL;
 	} else {
@@ -891,7 +914,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	struct ses_stream *ss;
 
 	if (ses_mix_asked(se, o) ? ses_mix_open(se, id, o, &mix) < 0 :
-				   !(e = ses_dataset(se, id, o->dataset)))
+				   !(e = ses_dataset(se, id, wire_str(o->dataset))))
 		return;  /* answered */
 	if (mix)
 		e = mix->e[0];
@@ -907,7 +930,7 @@ void ses_open_stream(struct ses *se, uint32_t id, const Feed__OpenStream *o)
 	ss->e = cat_entry_ref(e);
 	ss->req_id = id;
 	ss->uid = se->conn->peer.uid;
-	snprintf(ss->job, sizeof(ss->job), "%s", o->job);  /* checked by wire.c */
+	snprintf(ss->job, sizeof(ss->job), "%s", wire_str(o->job));  /* checked by wire.c */
 	int rc = ses_open_check(se, o, ss, &sp, &lay, &err);
 	if (rc < 0) {
 		ses_group_unref(ss->grp);

@@ -29,7 +29,7 @@
 #include "config.h"
 #include "feed_err.h"
 
-struct feedd;
+struct dstate;
 
 /* The most errors and warnings a report lists (errors: the config's,
  * the catalog's and one more; warnings: the restart-only notes and the
@@ -55,9 +55,9 @@ typedef void rld_done_fn(void *arg, const struct rld_report *rep);
 /* Starts a reload; done(arg, ...) is called exactly once when it ends,
  * also when the daemon stops meanwhile (then refused). -EBUSY when one
  * is in progress, -ESHUTDOWN when stopping, -ENOMEM; err says so. */
-int rld_request(struct feedd *d, rld_done_fn *done, void *arg, struct feed_err *err);
+int rld_request(struct dstate *d, rld_done_fn *done, void *arg, struct feed_err *err);
 
 /* SIGHUP: starts a reload, or one more after the one in progress. */
-void rld_signal(struct feedd *d);
+void rld_signal(struct dstate *d);
 
 #endif

@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "catalog.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "fmt.h"
 #include "order.h"
 #include "quota.h"
@@ -28,7 +28,7 @@
 
 struct ses_group {
 	struct ses_group *next;      /* d->groups, in creation order */
-	struct feedd *d;
+	struct dstate *d;
 	char name[64];
 	uid_t uid;                   /* creator: charged for the data region; its owner
 				      * (with key.shared, every reader of the dataset may join) */
@@ -39,6 +39,7 @@ struct ses_group {
 	uint64_t data_bytes;         /* counted for uid */
 	uint32_t refs;               /* members, including those still opening */
 	bool started;                /* dlv_start() was called */
+	const struct ses_group_member_ops *ops; /* how it looks at its members */
 	struct ses_stream **members; /* open members, for reports and status */
 	uint32_t nmembers, cap;
 	int32_t *pids;               /* status: the members' pids (cap) */
@@ -60,7 +61,7 @@ static void ses_group_read(struct stats_entry *en, struct stats_sample *ret)
 	dlv_stats(g->dlv, &st);
 	for (uint32_t i = 0; i < g->nmembers; i++) {
 		struct ses_stream_view v;
-		ses_stream_view(g->members[i], &v);
+		g->ops->view(g->members[i], &v);
 		g->pids[i] = (int32_t)v.pid;
 		g->waits[i] = v.m.reader_wait_ns;
 		if (v.m.reader_wait_ns > most)
@@ -127,7 +128,7 @@ static int ses_group_same(const struct ses_group *g, const struct ses_group_key 
 	return 0;
 }
 
-int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_find(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		   struct ses_group **ret, struct feed_err *err)
 {
 	struct ses_group *g;
@@ -160,11 +161,12 @@ static void ses_group_tick(uv_timer_t *t)
 	if (dlv_detach_idle(g->dlv, ses_now_ns(), timeout, g->name) == 0)
 		return;
 	for (uint32_t i = 0; i < g->nmembers; i++)
-		ses_stream_report(g->members[i]);  /* logs who was detached */
+		g->ops->report(g->members[i]);  /* logs who was detached */
 }
 
-int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
-		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes, struct ses_group **ret,
+int ses_group_new(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes,
+		  const struct ses_group_member_ops *ops, struct ses_group **ret,
 		  struct feed_err *err)
 {
 	struct ses_group *g = calloc(1, sizeof(*g));
@@ -188,6 +190,7 @@ int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses
 	g->dlv = dlv;
 	g->depth = depth;
 	g->data_bytes = data_bytes;
+	g->ops = ops;
 	g->refs = 1;
 	uv_timer_init(&d->loop, &g->timer);
 	g->timer.data = g;

@@ -17,7 +17,7 @@
 #include <uv.h>
 
 #include "access.h"
-#include "feedd.h"
+#include "dstate.h"
 #include "wire.h"
 
 struct ses;
@@ -38,7 +38,7 @@ struct srv_handlers {
 /* One connection. The server is its transport: it reads packets, sends
  * replies and closes; what a packet means is the session's (c->ses). */
 struct srv_conn {
-	struct feedd *d;
+	struct dstate *d;
 	struct srv_conn *prev, *next;  /* srv's list */
 	uv_poll_t poll;
 	int sock;
@@ -71,7 +71,7 @@ struct srv;
  * sd_fd as it is (its path, mode and group are feedd.socket's). -EBUSY
  * "another feedd ..." if the lock is held; -errno naming the path
  * otherwise. h (static) handles each connection's packets. */
-int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
+int srv_start(struct dstate *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
 	      struct feed_err *err);
 
 /* Stops accepting, removes the socket (never one systemd passed: its

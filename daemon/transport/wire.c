@@ -107,13 +107,18 @@ int wire_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigne
 
 /* protobuf-c's allocator (malloc), noting in *data when one failed: unpack
  * returns NULL for bytes that do not decode and for memory it could not
- * get alike, and only the first is the client's doing. */
+ * get alike, and only the first is the client's doing. Each block ends
+ * with one NUL byte more than asked for, so a bytes field's data is a C
+ * string once wire_request_check() found no NUL inside it (wire_str()). */
 static void *wire_alloc(void *data, size_t size)
 {
-	void *p = malloc(size);
+	char *p = malloc(size + 1);
 
-	if (!p)
+	if (!p) {
 		*(bool *)data = true;
+		return NULL;
+	}
+	p[size] = '\0';
 	return p;
 }
 
@@ -184,9 +189,9 @@ static bool wire_name_ok(const char *s)
 
 static int wire_hello_check(const Feed__Hello *h, struct feed_err *err)
 {
-	size_t n = strlen(h->client_name);
+	size_t n = h->client_name.len;
 
-	if (n > WIRE_CLIENT_NAME_MAX || !wire_printable(h->client_name))
+	if (n > WIRE_CLIENT_NAME_MAX || !wire_printable(wire_str(h->client_name)))
 		return feed_err_set(err, -EINVAL, "hello.client_name: %zu bytes; at most %d "
 				    "printable ASCII allowed", n, WIRE_CLIENT_NAME_MAX);
 	if (h->min_version < 1 || h->max_version < h->min_version)
@@ -224,18 +229,20 @@ static int wire_device_check(const Feed__DeviceRequest *d, struct feed_err *err)
 	return 0;
 }
 
-static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
+/* OpenStream's dataset or mixture, batch, credits and where the stream
+ * stands: rank, world, order, nodes. */
+static int wire_open_where_check(const Feed__OpenStream *o, struct feed_err *err)
 {
 	uint32_t world = o->world ? o->world : 1;
 
-	if ((o->dataset[0] || !o->n_mixture) && !wire_name_ok(o->dataset))
+	if ((o->dataset.len || !o->n_mixture) && !wire_name_ok(wire_str(o->dataset)))
 		return feed_err_set(err, -EINVAL, "open_stream.dataset: not a dataset name "
 				    "(1..63 of A-Z a-z 0-9 _ . -)");
 	if (o->n_mixture > WIRE_MIXTURE_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.mixture: %zu sources, at most %d",
 				    o->n_mixture, WIRE_MIXTURE_MAX);
 	for (size_t i = 0; i < o->n_mixture; i++)
-		if (!wire_name_ok(o->mixture[i]->dataset))
+		if (!wire_name_ok(wire_str(o->mixture[i]->dataset)))
 			return feed_err_set(err, -EINVAL, "open_stream.mixture[%zu].dataset: not a "
 					    "dataset name (1..63 of A-Z a-z 0-9 _ . -)", i);
 	if (o->batch < 1 || o->batch > WIRE_BATCH_MAX)
@@ -260,25 +267,32 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 			return feed_err_set(err, -EINVAL, "open_stream.node_deal: unknown deal %d",
 					    (int)o->node_deal);
 	}
+	return 0;
+}
+
+/* OpenStream's window, pipeline, resume, group, job, and what a failed
+ * sample does; then its device request. */
+static int wire_open_rest_check(const Feed__OpenStream *o, struct feed_err *err)
+{
 	if (o->window > WIRE_WINDOW_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.window: %u blocks, at most %d",
 				    o->window, WIRE_WINDOW_MAX);
-	if (strlen(o->pipeline) > WIRE_PIPELINE_MAX || !wire_printable(o->pipeline))
+	if (o->pipeline.len > WIRE_PIPELINE_MAX || !wire_printable(wire_str(o->pipeline)))
 		return feed_err_set(err, -EINVAL, "open_stream.pipeline: at most %d printable "
 				    "ASCII bytes", WIRE_PIPELINE_MAX);
 	if (o->resume.len > WIRE_RESUME_MAX)
 		return feed_err_set(err, -EINVAL, "open_stream.resume: %zu bytes, at most %d",
 				    o->resume.len, WIRE_RESUME_MAX);
-	if (o->group[0] && !wire_name_ok(o->group))
+	if (o->group.len && !wire_name_ok(wire_str(o->group)))
 		return feed_err_set(err, -EINVAL, "open_stream.group: not a group name "
 				    "(1..63 of A-Z a-z 0-9 _ . -)");
-	if (o->group_depth > WIRE_CREDITS_MAX || (o->group_depth && !o->group[0]))
+	if (o->group_depth > WIRE_CREDITS_MAX || (o->group_depth && !o->group.len))
 		return feed_err_set(err, -EINVAL, "open_stream.group_depth: %u, allowed 0..%d "
 				    "(0 = twice the credits), and only with a group", o->group_depth,
 				    WIRE_CREDITS_MAX);
-	if (strlen(o->job) > WIRE_JOB_MAX || !wire_printable(o->job))
+	if (o->job.len > WIRE_JOB_MAX || !wire_printable(wire_str(o->job)))
 		return feed_err_set(err, -EINVAL, "open_stream.job: %zu bytes; at most %d "
-				    "printable ASCII allowed", strlen(o->job), WIRE_JOB_MAX);
+				    "printable ASCII allowed", o->job.len, WIRE_JOB_MAX);
 	if (o->pad_last && (o->eval || o->drop_last))
 		return feed_err_set(err, -EINVAL, "open_stream.pad_last: not with %s (%s)",
 				    o->eval ? "eval" : "drop_last",
@@ -292,8 +306,63 @@ static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *er
 	return o->device ? wire_device_check(o->device, err) : 0;
 }
 
+static int wire_open_stream_check(const Feed__OpenStream *o, struct feed_err *err)
+{
+	int rc = wire_open_where_check(o, err);
+
+	return rc < 0 ? rc : wire_open_rest_check(o, err);
+}
+
+/* A NUL byte in the text field b, named by path. */
+static int wire_text_check(ProtobufCBinaryData b, const char *path, struct feed_err *err)
+{
+	const uint8_t *nul = b.len ? memchr(b.data, '\0', b.len) : NULL;
+
+	if (nul)
+		return feed_err_set(err, -EINVAL, "%s: a NUL byte at offset %zu (a string may not "
+				    "hold one)", path, (size_t)(nul - b.data));
+	return 0;
+}
+
+/* OpenStream's text fields, in field order. */
+static int wire_open_text_check(const Feed__OpenStream *o, struct feed_err *err)
+{
+	int rc;
+
+	if ((rc = wire_text_check(o->dataset, "open_stream.dataset", err)) < 0 ||
+	    (rc = wire_text_check(o->pipeline, "open_stream.pipeline", err)) < 0 ||
+	    (rc = wire_text_check(o->group, "open_stream.group", err)) < 0 ||
+	    (rc = wire_text_check(o->job, "open_stream.job", err)) < 0)
+		return rc;
+	for (size_t i = 0; i < o->n_mixture; i++)
+		if ((rc = wire_text_check(o->mixture[i]->dataset, "open_stream.mixture.dataset",
+					  err)) < 0)
+			return rc;
+	return 0;
+}
+
+/* The text a request carries: protobuf-c hands bytes on with their
+ * length, so "fm\0/../x" is refused here rather than read as "fm". */
+static int wire_request_text_check(const Feed__Request *req, struct feed_err *err)
+{
+	switch (req->body_case) {
+	case FEED__REQUEST__BODY_HELLO:
+		return wire_text_check(req->hello->client_name, "hello.client_name", err);
+	case FEED__REQUEST__BODY_DATASET_INFO:
+		return wire_text_check(req->dataset_info->name, "dataset_info.name", err);
+	case FEED__REQUEST__BODY_OPEN_STREAM:
+		return wire_open_text_check(req->open_stream, err);
+	default:
+		return 0;
+	}
+}
+
 int wire_request_check(const Feed__Request *req, struct feed_err *err)
 {
+	int rc = wire_request_text_check(req, err);
+
+	if (rc < 0)
+		return rc;
 	switch (req->body_case) {
 	case FEED__REQUEST__BODY_HELLO:
 		return wire_hello_check(req->hello, err);
@@ -307,7 +376,7 @@ int wire_request_check(const Feed__Request *req, struct feed_err *err)
 	case FEED__REQUEST__BODY_LIST_OPS:
 		return 0;
 	case FEED__REQUEST__BODY_DATASET_INFO:
-		if (!wire_name_ok(req->dataset_info->name))
+		if (!wire_name_ok(wire_str(req->dataset_info->name)))
 			return feed_err_set(err, -EINVAL, "dataset_info.name: not a dataset name "
 					    "(1..63 of A-Z a-z 0-9 _ . -)");
 		return 0;
@@ -318,112 +387,6 @@ int wire_request_check(const Feed__Request *req, struct feed_err *err)
 		return feed_err_set(err, -EOPNOTSUPP, "unknown request (field %u)",
 				    (unsigned)req->base.unknown_fields[0].tag);
 	return feed_err_set(err, -EOPNOTSUPP, "empty request: no request kind set");
-}
-
-/* ------------------------------------------------------------------ */
-/* NUL bytes inside strings, found in the wire bytes                   */
-
-#define WIRE_NEST_MAX 8             /* message depth walked (feed.proto has 2) */
-#define WIRE_PATH_MAX 128
-
-/* Reads a varint at *p (below end) into *ret and moves *p past it. */
-static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret)
-{
-	uint64_t v = 0;
-
-	for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
-		uint8_t b = *(*p)++;
-		v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80)) {
-			*ret = v;
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Reads the field at *p: 1 with its key, value and length if it is
- * length-delimited, 0 for a number (skipped), -EBADMSG if it runs past end. */
-static int wire_field(const uint8_t **p, const uint8_t *end, uint64_t *ret_key,
-		      const uint8_t **ret_val, uint64_t *ret_len, struct feed_err *err)
-{
-	uint64_t key, n;
-
-	if (!wire_varint(p, end, &key))
-		return feed_err_set(err, -EBADMSG, "request: a field key runs past the end");
-	switch (key & 7) {
-	case 0:  /* varint */
-		if (!wire_varint(p, end, &n))
-			return feed_err_set(err, -EBADMSG, "request: a varint runs past the end");
-		return 0;
-	case 1:  /* 64-bit */
-	case 5:  /* 32-bit */
-		n = (key & 7) == 1 ? 8 : 4;
-		if ((uint64_t)(end - *p) < n)
-			return feed_err_set(err, -EBADMSG, "request: a number runs past the end");
-		*p += n;
-		return 0;
-	case 2:  /* string, bytes, message, packed numbers */
-		if (!wire_varint(p, end, &n) || n > (uint64_t)(end - *p))
-			return feed_err_set(err, -EBADMSG, "request: a field's length runs past "
-					    "the end");
-		*ret_key = key;
-		*ret_val = *p;
-		*ret_len = n;
-		*p += n;
-		return 1;
-	default:  /* groups: protobuf-c does not decode them either */
-		return feed_err_set(err, -EBADMSG, "request: wire type %u not supported",
-				    (unsigned)(key & 7));
-	}
-}
-
-/* Walks the fields of one message of type desc in [p, end): strings are
- * searched for NUL, sub-messages walked. path (WIRE_PATH_MAX bytes, path_len
- * used) names the message so far, for the error. */
-static int wire_walk_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
-			     const uint8_t *end, char *path, size_t path_len, unsigned depth,
-			     struct feed_err *err)
-{
-	if (depth > WIRE_NEST_MAX)
-		return feed_err_set(err, -EBADMSG, "request nested deeper than %d messages",
-				    WIRE_NEST_MAX);
-	while (p < end) {
-		const uint8_t *val = NULL;
-		uint64_t key = 0, n = 0;
-		int r = wire_field(&p, end, &key, &val, &n, err);
-		if (r <= 0) {
-			if (r < 0)
-				return r;
-			continue;
-		}
-		const ProtobufCFieldDescriptor *f = key >> 3 > UINT32_MAX ? NULL
-			: protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
-		if (!f || (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE))
-			continue;  /* unknown fields, bytes, packed numbers: no strings */
-		snprintf(path + path_len, WIRE_PATH_MAX - path_len, "%s%s", path_len ? "." : "",
-			 f->name);
-		if (f->type == PROTOBUF_C_TYPE_STRING) {
-			const uint8_t *nul = memchr(val, '\0', (size_t)n);
-			if (nul)
-				return feed_err_set(err, -EINVAL, "%s: a NUL byte at offset %zu (a "
-						    "string may not hold one)", path,
-						    (size_t)(nul - val));
-		} else if ((r = wire_walk_strings(f->descriptor, val, val + n, path, strlen(path),
-						  depth + 1, err)) < 0) {
-			return r;
-		}
-		path[path_len] = '\0';
-	}
-	return 0;
-}
-
-int wire_request_check_strings(const void *buf, size_t len, struct feed_err *err)
-{
-	char path[WIRE_PATH_MAX] = "";
-	const uint8_t *p = buf;
-
-	return wire_walk_strings(&feed__request__descriptor, p, p + len, path, 0, 0, err);
 }
 
 int wire_reply_encode(const Feed__Reply *reply, uint8_t **ret_buf, size_t *ret_len,

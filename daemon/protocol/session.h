@@ -3,7 +3,10 @@
  * (hello first, version negotiation, refusal counting), the request
  * handlers (hello, list datasets, dataset info, stats: session.c), the
  * stream requests (open, close: session_stream.c) and reload
- * (session_reload.c): one module in three files.
+ * (session_reload.c), over the replies they share (session_reply.c).
+ * The files call one another one way only: session.c dispatches to the
+ * others, session_stream.c uses session_group.c and session_mix.c, and
+ * every one answers through session_reply.c, which calls none of them.
  *
  * Loop thread only. Never does socket I/O itself (replies go through
  * srv_reply*()) and never blocks: handlers answer from the catalog and
@@ -29,7 +32,7 @@ struct ses_stream;
  * session_stream.c; the server sees it as opaque. */
 struct ses {
 	struct srv_conn *conn;         /* the transport; outlives the session */
-	struct feedd *d;
+	struct dstate *d;
 	bool hello_done;
 	uint32_t version;              /* negotiated protocol version */
 	unsigned rejected;             /* malformed requests in a row */
@@ -61,7 +64,7 @@ void ses_free(struct ses *se);
 /* The three above, as srv_start() takes them. */
 extern const struct srv_handlers ses_handlers;
 
-/* --- shared by session.c and session_stream.c --- */
+/* --- the replies every handler shares (session_reply.c) --- */
 
 /* How a refusal weighs on the connection. */
 enum ses_weight {
@@ -79,6 +82,9 @@ void ses_send_fds(struct ses *se, Feed__Reply *reply, const int *fds, unsigned n
 /* The served dataset a request names if the peer may read it; otherwise
  * answers the refusal and returns NULL. */
 const struct cat_entry *ses_dataset(struct ses *se, uint32_t id, const char *name);
+
+/* Whether the peer may read dataset d (its access list). */
+bool ses_may_read(const struct ses *se, const struct cfg_dataset *d);
 
 /* What status shows of one open stream (a group's member or a plain
  * stream): whose it is and how its delivery goes. Strings borrowed from

@@ -9,7 +9,8 @@
  * first open creates it (and counts its data region against its creator's
  * limits, quota.h), the last member to leave closes its delivery. Loop
  * thread only; a leaf of the session (session_stream.c opens and closes
- * members).
+ * members): it calls no other file of protocol/, and looks at its members
+ * only through the struct ses_group_member_ops it is given.
  */
 #ifndef FEEDD_SESSION_GROUP_H
 #define FEEDD_SESSION_GROUP_H
@@ -21,10 +22,19 @@
 #include "delivery.h"
 #include "feed_err.h"
 
-struct feedd;
+struct dstate;
 struct cat_entry;
 struct ses_group;
 struct ses_stream;
+struct ses_stream_view;
+
+/* How a group looks at its members, supplied by the streams above it. */
+struct ses_group_member_ops {
+	/* What status shows of the member (session.h). */
+	void (*view)(const struct ses_stream *ss, struct ses_stream_view *ret);
+	/* Logs what the member's client did wrong, and its detach. */
+	void (*report)(struct ses_stream *ss);
+};
 
 /* What every member of a group must have asked for: the stream's
  * canonical spec. Strings are borrowed for the call. */
@@ -52,15 +62,17 @@ struct ses_group_key {
  * (referenced: the caller's member), or 0 with *ret NULL when there is
  * none; -EINVAL naming the first parameter of k that differs
  * ("batch_size 128 differs from the group's 256"). */
-int ses_group_find(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
+int ses_group_find(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
 		   struct ses_group **ret, struct feed_err *err);
 
 /* A new group over dlv (made with spec.group), its data region of
- * data_bytes counted for uid (quota_group_take()). On success the group
+ * data_bytes counted for uid (quota_group_take()); ops (static, outliving
+ * the group) is how it looks at its members. On success the group
  * owns dlv and the caller holds one reference. On failure the caller
  * still owns dlv. -EUSERS/-ENOSPC naming the limit, -ENOMEM. */
-int ses_group_new(struct feedd *d, const char *name, uid_t uid, const struct ses_group_key *k,
-		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes, struct ses_group **ret,
+int ses_group_new(struct dstate *d, const char *name, uid_t uid, const struct ses_group_key *k,
+		  struct dlv *dlv, uint32_t depth, uint64_t data_bytes,
+		  const struct ses_group_member_ops *ops, struct ses_group **ret,
 		  struct feed_err *err);
 
 /* The last reference closes the delivery, gives the quota back and frees

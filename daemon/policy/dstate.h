@@ -1,14 +1,16 @@
 /*
- * feedd.h: the one struct feedd, built in main() and handed to every
- * module that needs more than its own state. No module keeps a global.
+ * dstate.h: the daemon's state the layers below main() share: the one
+ * struct dstate, part of struct feedd (daemon/feedd.h, built in main())
+ * and handed to every module that needs more than its own state. No
+ * module keeps a global.
  *
  * Threads: everything here belongs to the loop thread, except log (read-only
  * once the loop runs) and what pool.h hands to workers. cfg and cat change
- * only at a reload, on the loop thread (control/reload.h), which reads them
+ * only at a reload, on the loop thread (policy/reload.h), which reads them
  * from a worker meanwhile: so a worker may read them while d->reload runs.
  */
-#ifndef FEEDD_FEEDD_H
-#define FEEDD_FEEDD_H
+#ifndef FEEDD_DSTATE_H
+#define FEEDD_DSTATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,15 +32,10 @@ struct pool;
 struct cache;
 struct srv;
 struct ses_group;
-struct svc;
 struct rld;
 struct met;
 
-/* Signals with no meaning to feedd that would otherwise end it: each is
- * logged and ignored (main.c), the realtime ones included. */
-#define FEEDD_IGNORED_SIGNALS_MAX 48
-
-struct feedd {
+struct dstate {
 	struct log log;            /* read-only once threads start */
 	struct cfg *cfg;           /* in force (our reference); immutable, replaced
 				    * whole by a reload */
@@ -60,7 +57,7 @@ struct feedd {
 				    * runs; freed after the workers are joined */
 	struct srv *srv;           /* listening socket and connections */
 	struct quota quota;        /* what each user holds (loop thread) */
-	struct ses_group *groups;  /* groups with members (control/session_group.c, loop thread) */
+	struct ses_group *groups;  /* groups with members (protocol/session_group.c, loop thread) */
 	struct stats_reg stats;    /* every plain stream and group served (loop thread) */
 	struct met *metrics;       /* the HTTP exposition, or NULL: off (stats/metrics.h) */
 	uid_t self_uid;            /* our euid: may read datasets with no access list */
@@ -68,17 +65,9 @@ struct feedd {
 	uint64_t requests;         /* requests answered (loop thread) */
 	uint64_t rejected;         /* of those, answered with an Error (loop thread) */
 	bool stopping;             /* a stop signal arrived */
-	struct svc *svc;           /* what systemd is told (service.h), or NULL */
-	void (*reload_notify)(struct feedd *d, bool done); /* service.c, while it tells
+	void (*reload_notify)(struct dstate *d, bool done); /* service.c, while it tells
 				    * systemd: RELOADING=1 as a reload starts,
 				    * READY=1 as it ends; NULL otherwise (loop thread) */
-	uv_signal_t sigterm;       /* stop */
-	uv_signal_t sigint;        /* stop */
-	uv_signal_t sighup;        /* reloads the config file (control/reload.h) */
-	uv_signal_t sigquit;       /* stop, like SIGTERM (no core dump) */
-	uv_signal_t sigxcpu;       /* stop: RLIMIT_CPU's soft limit, before SIGKILL */
-	uv_signal_t sigignored[FEEDD_IGNORED_SIGNALS_MAX]; /* logged, ignored */
-	unsigned nsigignored;      /* of sigignored, initialised */
 };
 
 #endif

@@ -34,7 +34,7 @@
 				    * (8 bytes each: 512 KiB at most) */
 
 struct srv {
-	struct feedd *d;
+	struct dstate *d;
 	const struct srv_handlers *h;  /* the protocol (session.c), static */
 	int lock_fd;                   /* holds flock(LOCK_EX) while we run */
 	char lock_path[CFG_SOCKET_PATH_MAX + 8]; /* <socket>.lock, removed at stop */
@@ -304,7 +304,7 @@ static void srv_refuse(struct srv *s, int fd, const struct acl_peer *p, const ch
 /* A connection object for fd, linked and polled; NULL on failure (logged). */
 static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_peer *peer)
 {
-	struct feedd *d = s->d;
+	struct dstate *d = s->d;
 	struct srv_conn *c = calloc(1, sizeof(*c));
 	int r = -ENOMEM;
 
@@ -335,7 +335,7 @@ static struct srv_conn *srv_conn_new(struct srv *s, int fd, const struct acl_pee
 
 static void srv_accept_one(struct srv *s, int fd)
 {
-	struct feedd *d = s->d;
+	struct dstate *d = s->d;
 	struct feed_err err = {0};
 	struct acl_peer peer;
 	struct srv_conn *c;
@@ -628,7 +628,7 @@ static int srv_adopt(struct srv *s, int fd, struct feed_err *err)
 /* Makes the directory, takes the lock and binds the socket ourselves. */
 static int srv_own_socket(struct srv *s, struct feed_err *err)
 {
-	struct feedd *d = s->d;
+	struct dstate *d = s->d;
 	int r;
 
 	if ((r = srv_rundir(s, err)) < 0 || (r = srv_lock(s, d->cfg->socket_path, err)) < 0 ||
@@ -661,7 +661,7 @@ static void srv_listen_high(struct srv *s)
 	s->listen_fd = fd;
 }
 
-int srv_start(struct feedd *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
+int srv_start(struct dstate *d, int sd_fd, const struct srv_handlers *h, struct srv **ret,
 	      struct feed_err *err)
 {
 	struct srv *s = calloc(1, sizeof(*s));
