@@ -120,6 +120,7 @@ struct dlv {
 	uint64_t seed;
 	bool group;                /* several members: see dlv_spec */
 	uint32_t on_error;         /* enum bld_on_error */
+	const struct bld_limits *limits; /* spec's: each job's snapshot (builder.h) */
 	uint64_t max_bad;          /* skip: replaced samples an epoch, at most */
 	struct cache *cache;
 	struct dlv_runner run;     /* where its jobs go (delivery.h) */
@@ -322,6 +323,7 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	d->seed = spec->seed;
 	d->group = spec->group;
 	d->on_error = spec->on_error;
+	d->limits = spec->limits;
 	d->max_bad = spec->max_bad ? spec->max_bad : 1;
 	d->cache = cache;
 	d->run = spec->runner ? *spec->runner :
@@ -1074,6 +1076,9 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 {
 	*b = (struct bld_batch){
 		.ds = d->ds, .plan = d->plan, .lay = &d->lay, .cache = d->cache, .seed = d->seed,
+		/* the job starts: its limits are these until it ends, whatever a
+		 * reload sets meanwhile */
+		.lim = bld_limits_snap(d->limits),
 		.epoch = j->pos.epoch, .index = j->pos.index, .ord = j->pos.ord,
 		.ord_batch = j->pos.batch, .nsamples = j->pos.nsamples,
 		.mix_batch = j->pos.index * d->sched.spec.ord.world + d->sched.spec.ord.rank,
