@@ -300,13 +300,13 @@ static int seam_order_blocks(struct dlv *d, struct sched_spec *sp, struct feed_e
 }
 #endif
 
-int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
-	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
-	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err)
+/* A delivery with its copy of plan and lay and what it keeps of spec
+ * (nothing it would own: that comes once nothing can fail), one
+ * reference; NULL: out of memory. */
+static struct dlv *dlv_alloc(const struct pipe_plan *plan, const struct slot_layout *lay,
+			     const struct dlv_spec *spec, struct pool *pool)
 {
-	assert_loop_thread();
 	struct dlv *d = calloc(1, sizeof(*d));
-	int rc;
 
 	assert(spec->credits >= 1 && spec->credits <= DLV_MAX_CREDITS);
 	assert(lay->nslots == spec->credits && lay->batch == spec->sched.ord.batch);
@@ -315,17 +315,15 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 		if (d)
 			free(d->plan);
 		free(d);
-		return feed_err_set(err, -ENOMEM, "stream: out of memory");
+		return NULL;
 	}
 	memcpy(d->plan, plan, sizeof(*plan));
-	d->ds = ds;
 	d->lay = *lay;
 	d->seed = spec->seed;
 	d->group = spec->group;
 	d->on_error = spec->on_error;
 	d->limits = spec->limits;
 	d->max_bad = spec->max_bad ? spec->max_bad : 1;
-	d->cache = cache;
 	d->run = spec->runner ? *spec->runner :
 				(struct dlv_runner){.submit = dlv_pool_submit, .arg = pool};
 	d->data.fd = -1;
@@ -333,6 +331,21 @@ int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->data_mu, NULL);
 	pthread_cond_init(&d->data_cv, NULL);
+	return d;
+}
+
+int dlv_new(const struct fmt_dataset *ds, const struct pipe_plan *plan,
+	    const struct slot_layout *lay, const struct dlv_spec *spec, struct cache *cache,
+	    struct pool *pool, struct dlv **ret_dlv, struct feed_err *err)
+{
+	assert_loop_thread();
+	struct dlv *d = dlv_alloc(plan, lay, spec, pool);
+	int rc;
+
+	if (!d)
+		return feed_err_set(err, -ENOMEM, "stream: out of memory");
+	d->ds = ds;
+	d->cache = cache;
 	struct sched_spec sp = spec->sched;
 #ifdef FEEDD_TEST_SEAMS
 	if ((rc = seam_order_blocks(d, &sp, err)) < 0) {

@@ -385,6 +385,40 @@ static uint32_t chunk_predecode(const struct bld_batch *b, const struct fmt_bloc
 	return n;
 }
 
+/* Locates samples idx[0..n) of ds (rec: their records) and pins their
+ * blocks: one trip to the cache for all that are cached, the others one
+ * by one, decoding (a remote dataset fetching them together first). On
+ * error ent[] holds what was pinned (NULL elsewhere), for cache_put_many. */
+static int chunk_pin(const struct bld_batch *b, const struct fmt_dataset *ds,
+		     struct cache_worker *cw, const uint64_t *idx, uint32_t n, uint32_t *rec,
+		     const struct fmt_block **blk, struct cache_entry **ent, struct feed_err *err)
+{
+	uint64_t block[CACHE_PIN_MAX], miss[CACHE_PIN_MAX];
+	size_t nmiss = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct fmt_loc loc;
+		fmt_dataset_locate(ds, idx[k], &loc);
+		block[k] = loc.block;
+		rec[k] = loc.record;
+	}
+	if (cache_pin_many(b->cache, ds, block, n, blk, ent) == n)
+		return 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (!ent[k])
+			miss[nmiss++] = block[k];
+	/* a remote dataset fetches them together; a directory: nothing */
+	fmt_dataset_prefetch(ds, miss, nmiss);
+	for (uint32_t k = 0; k < n; k++) {
+		if (ent[k])
+			continue;
+		int rc = cache_get(b->cache, ds, block[k], cw, &blk[k], &ent[k], err);
+		if (rc < 0)
+			return feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
+	}
+	return 0;
+}
+
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX, into
  * output positions [o0, o0 + n) (o0 < i0 once samples were dropped):
  * locates them, pins their blocks with one trip to the cache for all that
@@ -398,41 +432,20 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		       uint32_t n, uint64_t *cursor, bool *padded, uint32_t *ret_done,
 		       bool *ret_failed, struct feed_err *err)
 {
-	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
+	uint64_t idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
 	const struct fmt_block *blk[CACHE_PIN_MAX];
 	struct cache_entry *ent[CACHE_PIN_MAX];
-	int rc = 0;
-
 	const struct fmt_dataset *ds = row_ds(b, i0);  /* every row's: row_run() */
 
 	for (uint32_t k = 0; k < n; k++) {
-		struct fmt_loc loc;
 		idx[k] = b->mix_rows ? b->mix_rows[i0 + k].sample : ord_sample(b->ord, b->ord_batch, i0 + k);
 		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[o0 + k] = idx[k];
-		fmt_dataset_locate(ds, idx[k], &loc);
-		block[k] = loc.block;
-		rec[k] = loc.record;
 	}
-	if (cache_pin_many(b->cache, ds, block, n, blk, ent) < n) {
-		uint64_t miss[CACHE_PIN_MAX];
-		size_t nmiss = 0;
-		for (uint32_t k = 0; k < n; k++)
-			if (!ent[k])
-				miss[nmiss++] = block[k];
-		/* a remote dataset fetches them together; a directory: nothing */
-		fmt_dataset_prefetch(ds, miss, nmiss);
-		for (uint32_t k = 0; k < n; k++) {
-			if (ent[k])
-				continue;
-			rc = cache_get(b->cache, ds, block[k], cw, &blk[k], &ent[k], err);
-			if (rc < 0) {
-				feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
-				goto out;
-			}
-		}
-	}
+	int rc = chunk_pin(b, ds, cw, idx, n, rec, blk, ent, err);
+	if (rc < 0)
+		goto out;
 	*ret_done = n;
 	struct aug_pre pre[CACHE_PIN_MAX];
 	struct aug_img aik = *ai;
@@ -704,6 +717,17 @@ static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct c
 	return rc;
 }
 
+/* No sample failed yet: b->bad and the header's bitmap cleared. */
+static void bad_reset(const struct bld_batch *b)
+{
+	if (!b->bad)
+		return;
+	b->bad->n = 0;
+	b->bad->what[0] = '\0';
+	memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
+	       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
+}
+
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err)
 {
@@ -726,22 +750,10 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if ((rc = worker_decoders(bw, w->index, b, &ai, err)) < 0)
 		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
-	if (b->plan->pack.mode != PK_MODE_NONE) {
-		if (b->bad) {
-			b->bad->n = 0;
-			b->bad->what[0] = '\0';
-			memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
-			       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
-		}
+	bad_reset(b);
+	if (b->plan->pack.mode != PK_MODE_NONE)
 		return rows_build(b, w, &cw, ret_bytes, err);
-	}
 	assert(b->on_error == BLD_ON_ERROR_FAIL || b->bad);
-	if (b->bad) {
-		b->bad->n = 0;
-		b->bad->what[0] = '\0';
-		memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
-		       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
-	}
 	uint32_t out = 0;  /* samples in place: i0 less those dropped */
 	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0;) {
 		uint32_t n = row_run(b, i0, b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 :

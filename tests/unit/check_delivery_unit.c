@@ -544,6 +544,8 @@ START_TEST(test_delivery_unit_job_keeps_limits_it_started_with)
 	q_run(0);  /* batch 0 */
 	ck_assert_uint_eq(bld_limits_snap(&t.limits).img_max_pixels, 1000);
 	ck_assert_uint_eq(head(&m), 1);
+	ck_assert_msg(feed_ring_slot(entry(&m, 0)) < t.lay.nslots, "batch 0 failed: %s",
+		      m.ctl->error_msg);
 	const struct feed_shm_slot *h = header(&m, feed_ring_slot(entry(&m, 0)));
 	ck_assert_uint_eq(h->index, 0);
 	ck_assert_uint_eq(h->nsamples, BATCH);
