@@ -1,6 +1,6 @@
 /*
  * check_delivery_unit.c: the delivery's state machine (daemon/delivery/
- * delivery.c) alone, in one process, with no running feedd: its jobs go
+ * dlv_*.c) alone, in one process, with no running feedd: its jobs go
  * through a struct dlv_runner of the test's, which queues them, and the
  * test runs each (on its own thread, marked loop and worker) in the order
  * it chooses. The members' regions are mapped here as a client maps them:
