@@ -183,30 +183,30 @@ struct dlv {
 
 /* ---- lifetime (dlv_life.c) ---- */
 
-void member_free(struct dlv_member *m);
+void dlv_member_free(struct dlv_member *m);
 void dlv_submit(struct dlv *d, struct pool_job *job);
 void dlv_unref(struct dlv *d, bool on_worker);
 
 /* ---- member rings and publishing (dlv_publish.c) ---- */
 
-struct feed_shm_slot *slot_header(struct dlv *d, uint32_t slot);
-void ring_push(struct dlv_member *m, uint64_t entry);
-void ring_wake(struct dlv_member *m);
-void ring_publish(struct dlv_member *m, bool *defer_wake);
-void member_fail_locked(struct dlv_member *m, int code, const char *msg,
+struct feed_shm_slot *dlv_slot_header(struct dlv *d, uint32_t slot);
+void dlv_ring_push(struct dlv_member *m, uint64_t entry);
+void dlv_ring_wake(struct dlv_member *m);
+void dlv_ring_publish(struct dlv_member *m, bool *defer_wake);
+void dlv_member_fail_locked(struct dlv_member *m, int code, const char *msg,
 			enum dlv_member_state state);
-void member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s);
-void member_drop_all_locked(struct dlv *d, struct dlv_member *m);
-uint64_t stride_of(const struct dlv *d);
-bool resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
+void dlv_member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s);
+void dlv_member_drop_all_locked(struct dlv *d, struct dlv_member *m);
+uint64_t dlv_stride_of(const struct dlv *d);
+bool dlv_resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
 			 uint64_t pos);
-void publish_ready_locked(struct dlv *d, bool *defer_wake);
-void reclaim_locked(struct dlv *d);
+void dlv_publish_ready_locked(struct dlv *d, bool *defer_wake);
+void dlv_reclaim_locked(struct dlv *d);
 
 /* ---- scheduling (dlv_sched.c) ---- */
 
-void submit_all(struct dlv *d, struct pool_job *list);
-struct pool_job *advance_locked(struct dlv *d);
-void advance(struct dlv *d);
+void dlv_submit_all(struct dlv *d, struct pool_job *list);
+struct pool_job *dlv_advance_locked(struct dlv *d);
+void dlv_advance(struct dlv *d);
 
 #endif

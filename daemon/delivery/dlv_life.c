@@ -28,7 +28,7 @@
 #include "dlv_int.h"
 /* ---- lifetime ---- */
 
-void member_free(struct dlv_member *m)
+void dlv_member_free(struct dlv_member *m)
 {
 	if (!m)
 		return;
@@ -49,7 +49,7 @@ static void dlv_destroy(struct dlv *d)
 	/* first: the pool may outlive us and must not read the member's
 	 * region (the put drops every watch) */
 	pool_source_put(d->src);
-	member_free(d->solo);
+	dlv_member_free(d->solo);
 	if (d->dev_own)        /* takes the region it registered, unmaps it after */
 		d->dev_ops->free(d->dev_own, &d->data);
 	region_free(&d->data); /* left empty by the device's free */

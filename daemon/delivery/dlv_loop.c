@@ -54,7 +54,7 @@ static int member_from_locked(struct dlv *d, struct dlv_member *m, uint64_t *epo
 {
 	uint64_t ge, gp, fe = m->from_epoch, fp = m->from_position;
 
-	if (!group_next_locked(d, &ge, &gp) || resume_point_locked(d, fe, fp, ge, gp)) {
+	if (!group_next_locked(d, &ge, &gp) || dlv_resume_point_locked(d, fe, fp, ge, gp)) {
 		m->from_set = false;  /* at the group's position (or the group is done) */
 		return 0;
 	}
@@ -65,7 +65,7 @@ static int member_from_locked(struct dlv *d, struct dlv_member *m, uint64_t *epo
 				    (unsigned long long)gp, (unsigned long long)fe,
 				    (unsigned long long)fp);
 	*epoch = fe;
-	*index = fp / stride_of(d);
+	*index = fp / dlv_stride_of(d);
 	return 0;
 }
 
@@ -126,11 +126,11 @@ int dlv_member_add(struct dlv_member *m, uint64_t *ret_epoch, uint64_t *ret_inde
 	*ret_epoch = epoch;
 	*ret_index = index;
 out:;
-	struct pool_job *list = rc == 0 && d->started ? advance_locked(d) : NULL;
+	struct pool_job *list = rc == 0 && d->started ? dlv_advance_locked(d) : NULL;
 	feed_mutex_unlock(&d->lock);
 	if (rc == 0)  /* its reader's wait counts for the delivery (loop thread, like leave) */
 		pool_source_watch(d->src, idx, &((struct feed_shm_rel *)m->rel.map)->client_waiting);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 	return rc;
 }
 
@@ -143,14 +143,14 @@ void dlv_start(struct dlv *d)
 		/* a token taken after the last epoch: nothing but the end */
 		for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
 			if (d->members[i]) {
-				ring_push(d->members[i], feed_ring_entry(FEED_READY_STREAM_END, 0));
-				ring_publish(d->members[i], NULL);
+				dlv_ring_push(d->members[i], feed_ring_entry(FEED_READY_STREAM_END, 0));
+				dlv_ring_publish(d->members[i], NULL);
 			}
 		feed_mutex_unlock(&d->lock);
 		return;
 	}
 	feed_mutex_unlock(&d->lock);
-	advance(d);
+	dlv_advance(d);
 }
 
 void dlv_member_on_release(struct dlv_member *m)
@@ -159,7 +159,7 @@ void dlv_member_on_release(struct dlv_member *m)
 	uint64_t count;
 
 	(void)!read(m->release_efd, &count, sizeof(count)); /* clear; we re-check anyway */
-	advance(m->d);
+	dlv_advance(m->d);
 }
 
 void dlv_member_leave(struct dlv_member *m)
@@ -174,18 +174,18 @@ void dlv_member_leave(struct dlv_member *m)
 		pool_source_watch(d->src, m->idx, NULL);
 	feed_mutex_lock(&d->lock);
 	if (m->added) {
-		member_drop_all_locked(d, m);
+		dlv_member_drop_all_locked(d, m);
 		d->members[m->idx] = NULL;
 		d->nmembers--;
 		m->added = false;
 		m->state = DLV_MEMBER_STOPPED;
 		if (d->group)
-			list = advance_locked(d);  /* the others go on */
+			list = dlv_advance_locked(d);  /* the others go on */
 	}
 	feed_mutex_unlock(&d->lock);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 	if (d->group)  /* nobody rings it after the lock: it is no member any more */
-		member_free(m);
+		dlv_member_free(m);
 }
 
 /* The slots m was sent but had not taken (its untrusted ready tail,
@@ -205,7 +205,7 @@ static void detach_untaken_locked(struct dlv *d, struct dlv_member *m)
 						  memory_order_relaxed);
 		uint32_t s = feed_ring_slot(e);
 		if (s < d->lay.nslots && (m->held & (1ull << s)) && d->slots[s].gen == feed_ring_gen(e))
-			member_drop_locked(d, m, s);
+			dlv_member_drop_locked(d, m, s);
 	}
 }
 
@@ -251,7 +251,7 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 	char msg[200];
 
 	feed_mutex_lock(&d->lock);
-	reclaim_locked(d);  /* a release waiting in the ring is no idleness */
+	dlv_reclaim_locked(d);  /* a release waiting in the ring is no idleness */
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
 		if (!m || !member_quiet_locked(m, now, timeout_ns) ||
@@ -263,16 +263,16 @@ unsigned dlv_detach_idle(struct dlv *d, uint64_t now, uint64_t timeout_ns, const
 			 "the other members went on", name,
 			 (unsigned long long)(timeout_ns / 1000000));
 		detach_untaken_locked(d, m);
-		member_fail_locked(m, -ENOLINK, msg, DLV_MEMBER_DETACHED);
+		dlv_member_fail_locked(m, -ENOLINK, msg, DLV_MEMBER_DETACHED);
 		detached |= 1ull << i;
 		n++;
 	}
 	if (n)
-		list = advance_locked(d);
+		list = dlv_advance_locked(d);
 	feed_mutex_unlock(&d->lock);
 	for (uint64_t b = detached; b; b &= b - 1)  /* no longer waited for */
 		pool_source_watch(d->src, (unsigned)__builtin_ctzll(b), NULL);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 	return n;
 }
 

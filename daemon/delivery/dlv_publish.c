@@ -48,19 +48,19 @@ static void msg_copy(char *dst, size_t cap, const char *src)
 	dst[n] = '\0';
 }
 
-struct feed_shm_slot *slot_header(struct dlv *d, uint32_t slot)
+struct feed_shm_slot *dlv_slot_header(struct dlv *d, uint32_t slot)
 {
 	return (struct feed_shm_slot *)(d->hdrs + (uint64_t)slot * d->lay.slot_hdr_bytes);
 }
 
-void ring_push(struct dlv_member *m, uint64_t entry)
+void dlv_ring_push(struct dlv_member *m, uint64_t entry)
 {
 	feed_ring_put(&m->ready, &m->ready_head, entry);
 	m->pending = true;
 }
 
-/* Rings the client's doorbell; ring_publish() decided that it sleeps. */
-void ring_wake(struct dlv_member *m)
+/* Rings the client's doorbell; dlv_ring_publish() decided that it sleeps. */
+void dlv_ring_wake(struct dlv_member *m)
 {
 	uint64_t one = 1;
 
@@ -69,9 +69,9 @@ void ring_wake(struct dlv_member *m)
 
 /* Makes m's pushed entries visible. If the client sleeps it is woken now,
  * or, with defer_wake (a plain stream's member only: it outlives the
- * lock), *defer_wake is set and the caller wakes it with ring_wake() once
+ * lock), *defer_wake is set and the caller wakes it with dlv_ring_wake() once
  * it has nothing else to do. */
-void ring_publish(struct dlv_member *m, bool *defer_wake)
+void dlv_ring_publish(struct dlv_member *m, bool *defer_wake)
 {
 	m->pending = false;
 	/* feed_ring.h: the slot headers before the head, then the flag */
@@ -79,7 +79,7 @@ void ring_publish(struct dlv_member *m, bool *defer_wake)
 		if (defer_wake && !m->d->group)
 			*defer_wake = true;
 		else
-			ring_wake(m);
+			dlv_ring_wake(m);
 	}
 }
 
@@ -88,7 +88,7 @@ void ring_publish(struct dlv_member *m, bool *defer_wake)
  * doorbell so the stop is logged at once. The code is stored last, with
  * release: a client that sees it sees the message (a detached member's
  * client looks at it before its queue). */
-void member_fail_locked(struct dlv_member *m, int code, const char *msg,
+void dlv_member_fail_locked(struct dlv_member *m, int code, const char *msg,
 			enum dlv_member_state state)
 {
 	struct feed_shm_ctl *c = m->ctl.map;
@@ -101,13 +101,13 @@ void member_fail_locked(struct dlv_member *m, int code, const char *msg,
 	msg_copy(m->error_msg, sizeof(m->error_msg), msg);
 	msg_copy(c->error_msg, sizeof(c->error_msg), msg);
 	__atomic_store_n(&c->error_code, code, __ATOMIC_RELEASE);
-	ring_push(m, feed_ring_entry(FEED_READY_ERROR, 0));
-	ring_publish(m, NULL);
+	dlv_ring_push(m, feed_ring_entry(FEED_READY_ERROR, 0));
+	dlv_ring_publish(m, NULL);
 	(void)!write(m->release_efd, &one, sizeof(one));
 }
 
 /* Slot s is no longer held by m (a release, a leave, a stop). */
-void member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s)
+void dlv_member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s)
 {
 	m->held &= ~(1ull << s);
 	d->slots[s].members &= ~(1ull << m->idx);
@@ -117,11 +117,11 @@ void member_drop_locked(struct dlv *d, struct dlv_member *m, uint32_t s)
 	}
 }
 
-void member_drop_all_locked(struct dlv *d, struct dlv_member *m)
+void dlv_member_drop_all_locked(struct dlv *d, struct dlv_member *m)
 {
 	for (uint32_t s = 0; s < d->lay.nslots; s++)
 		if (m->held & (1ull << s))
-			member_drop_locked(d, m, s);
+			dlv_member_drop_locked(d, m, s);
 }
 
 /* Ends the delivery for every member with an error (a batch that could
@@ -135,12 +135,12 @@ static void fail_locked(struct dlv *d, int code, const char *msg)
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++) {
 		struct dlv_member *m = d->members[i];
 		if (m && m->state == DLV_MEMBER_ACTIVE)
-			member_fail_locked(m, code, msg, DLV_MEMBER_STOPPED);
+			dlv_member_fail_locked(m, code, msg, DLV_MEMBER_STOPPED);
 	}
 }
 
 /* Positions a batch spans: batch size times world size. */
-uint64_t stride_of(const struct dlv *d)
+uint64_t dlv_stride_of(const struct dlv *d)
 {
 	return (uint64_t)d->sched.spec.ord.batch * d->sched.spec.ord.world;
 }
@@ -148,13 +148,13 @@ uint64_t stride_of(const struct dlv *d)
 /* Whether position (epoch, pos) is where a member resumed at (fe, fp)
  * starts: the same, or the next epoch's start when its token was taken
  * at or past its epoch's end. */
-bool resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
+bool dlv_resume_point_locked(struct dlv *d, uint64_t fe, uint64_t fp, uint64_t epoch,
 			 uint64_t pos)
 {
 	if (epoch == fe && pos == fp)
 		return true;
 	return epoch == fe + 1 && pos == 0 &&
-	       fp >= sched_batches_per_epoch(&d->sched) * stride_of(d);
+	       fp >= sched_batches_per_epoch(&d->sched) * dlv_stride_of(d);
 }
 
 /* Whether m receives job j. A member resumed from its own token (after a
@@ -171,20 +171,20 @@ static bool member_wants_locked(struct dlv *d, struct dlv_member *m, const struc
 	if (e < m->from_epoch || (e == m->from_epoch && p < m->from_position))
 		return false;
 	m->from_set = false;
-	if (resume_point_locked(d, m->from_epoch, m->from_position, e, p))
+	if (dlv_resume_point_locked(d, m->from_epoch, m->from_position, e, p))
 		return true;
 	snprintf(msg, sizeof(msg), "the group has no batch at this stream's resume position "
 		 "(epoch %llu position %llu): its next starts at epoch %llu position %llu",
 		 (unsigned long long)m->from_epoch, (unsigned long long)m->from_position,
 		 (unsigned long long)e, (unsigned long long)p);
-	member_fail_locked(m, -ESPIPE, msg, DLV_MEMBER_STOPPED);
+	dlv_member_fail_locked(m, -ESPIPE, msg, DLV_MEMBER_STOPPED);
 	return false;
 }
 
 /* Hands built batch j to every active member. */
 static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 {
-	struct feed_shm_slot *h = slot_header(d, j->slot);
+	struct feed_shm_slot *h = dlv_slot_header(d, j->slot);
 	uint32_t s = j->slot, gen = d->slots[s].gen;
 	uint64_t mask = 0;
 
@@ -194,7 +194,7 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		if (!m || m->state != DLV_MEMBER_ACTIVE || !member_wants_locked(d, m, j))
 			continue;
 		memcpy((uint8_t *)m->ctl.map + layout_hdr_off(&d->lay, s), h, d->lay.slot_hdr_bytes);
-		ring_push(m, feed_ring_entry(s, gen));
+		dlv_ring_push(m, feed_ring_entry(s, gen));
 		if (!m->held)
 			m->releases++;  /* holding from now: idle from now */
 		m->held |= 1ull << s;
@@ -204,10 +204,10 @@ static void publish_one_locked(struct dlv *d, struct dlv_job *j, uint64_t now)
 		m->samples += h->nsamples;  /* what was built: less any dropped */
 		m->bytes += j->bytes;
 		if (j->pos.last_of_epoch)
-			ring_push(m, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
+			dlv_ring_push(m, feed_ring_entry(FEED_READY_EPOCH_END, (uint32_t)j->pos.epoch));
 		if (j->pos.last_of_stream ||
 		    (j->pos.last_of_epoch && m->epochs && j->pos.epoch + 1 >= m->epochs)) {
-			ring_push(m, feed_ring_entry(FEED_READY_STREAM_END, 0));
+			dlv_ring_push(m, feed_ring_entry(FEED_READY_STREAM_END, 0));
 			m->state = DLV_MEMBER_DONE;
 		}
 	}
@@ -267,7 +267,7 @@ static void replaced_note_locked(struct dlv *d, const struct dlv_job *j)
 
 /* Publishes every built batch that is next in order, and a failed
  * batch's error when its turn comes. */
-void publish_ready_locked(struct dlv *d, bool *defer_wake)
+void dlv_publish_ready_locked(struct dlv *d, bool *defer_wake)
 {
 	uint64_t now = 0;
 
@@ -296,7 +296,7 @@ void publish_ready_locked(struct dlv *d, bool *defer_wake)
 	}
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
 		if (d->members[i] && d->members[i]->pending)
-			ring_publish(d->members[i], defer_wake);
+			dlv_ring_publish(d->members[i], defer_wake);
 }
 
 /* ---- releases (untrusted input) ---- */
@@ -312,7 +312,7 @@ static void release_one_locked(struct dlv *d, struct dlv_member *m, uint64_t ent
 		return;
 	}
 	m->releases++;
-	member_drop_locked(d, m, slot);
+	dlv_member_drop_locked(d, m, slot);
 }
 
 /* Reads m's release ring from our private tail up to its head. A head
@@ -335,8 +335,8 @@ static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 			snprintf(msg, sizeof(msg), "release queue head moved %llu entries past the "
 				 "%u it holds: stream stopped",
 				 (unsigned long long)(head - m->rel_tail), d->lay.rel_cap);
-		member_fail_locked(m, -EPROTO, msg, DLV_MEMBER_STOPPED);
-		member_drop_all_locked(d, m);
+		dlv_member_fail_locked(m, -EPROTO, msg, DLV_MEMBER_STOPPED);
+		dlv_member_drop_all_locked(d, m);
 		if (!d->group && !d->error) {
 			d->error = -EPROTO;
 			msg_copy(d->error_msg, sizeof(d->error_msg), msg);
@@ -350,7 +350,7 @@ static void reclaim_member_locked(struct dlv *d, struct dlv_member *m)
 	}
 }
 
-void reclaim_locked(struct dlv *d)
+void dlv_reclaim_locked(struct dlv *d)
 {
 	for (uint32_t i = 0; i < DLV_MAX_MEMBERS; i++)
 		if (d->members[i])

@@ -138,11 +138,11 @@ static int table_make(struct dlv *d, struct feed_err *err)
 	feed_mutex_lock(&d->lock);
 	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err->msg, dead);
 	/* a group started by another member meanwhile waited for this table */
-	struct pool_job *list = advance_locked(d);
+	struct pool_job *list = dlv_advance_locked(d);
 	feed_mutex_unlock(&d->lock);
 	while (n)
 		free(dead[--n]);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 	return rc;
 }
 

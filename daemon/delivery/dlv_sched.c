@@ -69,7 +69,7 @@ static bool wanted_locked(const struct dlv *d)
 
 /* Out of slots and nothing in flight: asks every member holding a slot to
  * ring when it releases. While a batch is still being built there is no
- * need: its job_run() calls advance() after publishing, and that reclaims
+ * need: its job_run() calls dlv_advance() after publishing, and that reclaims
  * whatever was released meanwhile, without waking the loop. */
 static void want_release_locked(struct dlv *d)
 {
@@ -78,7 +78,7 @@ static void want_release_locked(struct dlv *d)
 		if (!m || !m->held || m->state == DLV_MEMBER_STOPPED)
 			continue;
 		/* feed_ring.h: the flag, a fence, and a re-check of the head;
-		 * advance_locked() re-checks again after pumping */
+		 * dlv_advance_locked() re-checks again after pumping */
 		(void)feed_ring_arm(&m->rel_ring, m->rel_tail);
 	}
 	d->want_recheck = true;
@@ -116,7 +116,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 			d->fail_code = rc;
 			d->fail_seq = d->sched_seq;
 			snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", err.msg);
-			publish_ready_locked(d, NULL);
+			dlv_publish_ready_locked(d, NULL);
 			return list;
 		}
 		d->nfree--;
@@ -142,7 +142,7 @@ static struct pool_job *pump_locked(struct dlv *d)
 	return list;
 }
 
-void submit_all(struct dlv *d, struct pool_job *list)
+void dlv_submit_all(struct dlv *d, struct pool_job *list)
 {
 	while (list) {
 		struct pool_job *next = list->next;
@@ -178,12 +178,12 @@ static bool released_since_locked(struct dlv *d)
  * When out of slots pump_locked() has set daemon_waiting (with a fence):
  * one more look at the release heads catches a release that raced with
  * it; otherwise the client will ring. */
-struct pool_job *advance_locked(struct dlv *d)
+struct pool_job *dlv_advance_locked(struct dlv *d)
 {
 	struct pool_job *list = NULL;
 
 	for (;;) {
-		reclaim_locked(d);
+		dlv_reclaim_locked(d);
 		list = list_join(list, pump_locked(d));
 		if (!d->want_recheck)
 			break;
@@ -194,12 +194,12 @@ struct pool_job *advance_locked(struct dlv *d)
 	return list;
 }
 
-void advance(struct dlv *d)
+void dlv_advance(struct dlv *d)
 {
 	feed_mutex_lock(&d->lock);
-	struct pool_job *list = advance_locked(d);
+	struct pool_job *list = dlv_advance_locked(d);
 	feed_mutex_unlock(&d->lock);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 }
 
 /* The builder's view of job j: where its slot is. */
@@ -216,7 +216,7 @@ static void job_batch(struct dlv *d, struct dlv_job *j, struct bld_batch *b)
 		.data = (uint8_t *)d->data.map + layout_slot_off(&d->lay, j->slot),
 		.data_off = layout_slot_off(&d->lay, j->slot),
 		/* built in our copy, copied into each member's control region at publish */
-		.hdr = slot_header(d, j->slot),
+		.hdr = dlv_slot_header(d, j->slot),
 		.hdr_off = layout_hdr_off(&d->lay, j->slot),
 		/* only this job changes the generation while the slot is BUILDING */
 		.gen = d->slots[j->slot].gen,
@@ -314,15 +314,15 @@ static void job_run(struct pool_job *pj, struct pool_worker *w)
 		snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", err.msg);
 	}
 	if (!d->error && !d->closing)
-		publish_ready_locked(d, &wake);
+		dlv_publish_ready_locked(d, &wake);
 	feed_mutex_unlock(&d->lock);
 	if (rc == 0)
-		advance(d);
+		dlv_advance(d);
 	/* The reader's wake-up comes last: a reader on this CPU then runs as
 	 * soon as we are done, not while we reclaim and schedule. Only a plain
 	 * stream defers it (its member lives as long as d, which we hold). */
 	if (wake)
-		ring_wake(d->solo);
+		dlv_ring_wake(d->solo);
 	dlv_unref(d, true);
 }
 
@@ -343,10 +343,10 @@ static void table_run(struct pool_job *pj, struct pool_worker *w)
 	}
 	feed_mutex_lock(&d->lock);
 	uint32_t n = sched_table_put(&d->sched, epoch, t, rc, err.msg, dead);
-	struct pool_job *list = advance_locked(d);
+	struct pool_job *list = dlv_advance_locked(d);
 	feed_mutex_unlock(&d->lock);
 	while (n)
 		free(dead[--n]);
-	submit_all(d, list);
+	dlv_submit_all(d, list);
 	dlv_unref(d, true);
 }
