@@ -192,7 +192,7 @@ static int main_datasets(struct dstate *d, struct feed_err *err)
 				 .opener = d->opener, .log = &d->log};
 	if ((r = cat_open(d->cfg, d->cache, &rem, &d->log, &d->cat, err)) < 0)
 		return r;
-	pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+	bld_limits_set(&d->limits, d->cfg->limits.max_pixels);
 	for (size_t i = 0; i < d->cat->n; i++)  /* per-dataset counters (a pending one: when ready) */
 		if (cat_entry_state(d->cat->e[i], NULL) == CAT_READY)
 			cache_name(d->cache, d->cat->e[i]->ds, d->cat->e[i]->cfg->name);

@@ -2,7 +2,7 @@
  * feed_ring.h: the shared-memory ring protocol, written once for both
  * rings and both sides (DESIGN.md "Delivery"; feed_shm.h has the layout).
  *
- *   ready ring    feedd produces (delivery.c), libfeedclient consumes
+ *   ready ring    feedd produces (delivery/dlv_publish.c), libfeedclient consumes
  *   release ring  libfeedclient produces, feedd consumes
  *
  * A ring is an array of 64-bit entries (feed_ring_entry()), a head the

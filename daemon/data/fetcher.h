@@ -45,7 +45,7 @@ struct fetcher;
 struct fetch_src;
 
 /* What every remote dataset did, for the metrics: one set per daemon
- * (struct feedd), bumped by the fetcher with relaxed atomics (counts for
+ * (struct dstate), bumped by the fetcher with relaxed atomics (counts for
  * people; nothing is ordered by them), read by the loop. */
 struct remote_counters {
 	_Atomic uint64_t requests;   /* HTTP requests made (every try) */

@@ -72,6 +72,7 @@ struct dlv_runner {
 /* What a client asked for, checked by the session before dlv_new(). */
 struct dsl;                 /* device slots: gpu/devslots.h, a layer above */
 struct bld_predecode;       /* work/builder.h */
+struct bld_limits;          /* work/builder.h */
 struct feed_shm_slot;
 
 /* What a delivery does with its device slots. The layer that makes them
@@ -120,6 +121,10 @@ struct dlv_spec {
 				    * with the data region, freed with it), the
 				    * caller's if it fails */
 	const struct dlv_dev_ops *dev_ops; /* how to drive dev (with dev) */
+	/* The limits its jobs read (builder.h; the daemon's, set at reload),
+	 * each job a snapshot taken when it starts; must outlive the
+	 * delivery. NULL: the defaults. */
+	const struct bld_limits *limits;
 	/* Called once the delivery is gone, by whichever thread dropped its
 	 * last reference (often a worker), so what it borrowed (its dataset,
 	 * the schedule's block table) can go too: the session passes

@@ -521,6 +521,32 @@ fail:
 	return r;
 }
 
+/* The copy, convert and rescue streams and the finishing event (context
+ * current); on failure what was made is left for dsl_undo(). */
+static int dsl_streams(struct dsl *s, struct feed_err *err)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	CUresult e;
+
+	if ((e = FEED_CU(api, StreamCreate, &s->copy, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->copy = NULL;
+		return dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+	}
+	if ((e = FEED_CU(api, StreamCreate, &s->conv, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->conv = NULL;
+		return dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+	}
+	if ((e = FEED_CU(api, StreamCreate, &s->rescue, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		s->rescue = NULL;
+		return dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
+	}
+	if ((e = FEED_CU(api, EventCreate, &s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		s->fin = NULL;
+		return dsl_fail_cu(s->cu, err, e, "cuEventCreate");
+	}
+	return 0;
+}
+
 int dsl_make(struct dsl *s, struct feed_err *err)
 {
 	const struct cudrv_api *api = &s->cu->api;
@@ -550,27 +576,7 @@ int dsl_make(struct dsl *s, struct feed_err *err)
 		r = dsl_fail_cu(s->cu, err, e, "cuIpcGetMemHandle");
 		goto fail;
 	}
-	if ((e = FEED_CU(api, StreamCreate, &s->copy, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-		s->copy = NULL;
-		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
-		goto fail;
-	}
-	if ((e = FEED_CU(api, StreamCreate, &s->conv, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-		s->conv = NULL;
-		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
-		goto fail;
-	}
-	if ((e = FEED_CU(api, StreamCreate, &s->rescue, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
-		s->rescue = NULL;
-		r = dsl_fail_cu(s->cu, err, e, "cuStreamCreate");
-		goto fail;
-	}
-	if ((e = FEED_CU(api, EventCreate, &s->fin, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-		s->fin = NULL;
-		r = dsl_fail_cu(s->cu, err, e, "cuEventCreate");
-		goto fail;
-	}
-	if ((r = dsl_events(s, err)) < 0)
+	if ((r = dsl_streams(s, err)) < 0 || (r = dsl_events(s, err)) < 0)
 		goto fail;
 	if ((r = dsl_words_init(s, err)) < 0)
 		goto fail;
@@ -662,6 +668,42 @@ static void dsl_register(struct dsl *s, uint8_t *data, uint64_t bytes)
 	gk_submit(&s->g->keeper, &s->reg_job);
 }
 
+/* Each field of a batch from its staging area (stage) into its device
+ * slot (base), on the convert stream: copied, or converted by a kernel. */
+static CUresult dsl_convert(struct dsl *s, const struct feed_shm_slot *hdr, CUdeviceptr base,
+			    CUdeviceptr stage, const char **what)
+{
+	const struct cudrv_api *api = &s->cu->api;
+	CUresult e = CUDA_SUCCESS;
+
+	for (uint32_t f = 0; f < s->nfields; f++) {
+		const struct dsl_field *df = &s->field[f];
+		const struct feed_shm_field *hf = &hdr->field[f];
+		CUdeviceptr in = stage + df->stage_off, out = base + df->off;
+		switch (df->kind) {
+		case DSL_ABSENT:
+			continue;
+		case DSL_SAME:
+			*what = "cuMemcpyDtoDAsync";
+			e = FEED_CU(api, MemcpyDtoDAsync, out, in, hf->bytes, s->conv);
+			break;
+		case DSL_IMAGE:
+			*what = "cuLaunchKernel (images)";
+			e = cudrv_launch_images(s->cu, &s->dev->k, &df->cv, in, hdr->nsamples, 0, out,
+						s->conv);
+			break;
+		case DSL_TOKENS:
+			*what = "cuLaunchKernel (tokens)";
+			e = cudrv_launch_tokens(s->cu, &s->dev->k, df->elem_size, in,
+						hf->bytes / df->elem_size, out, s->conv);
+			break;
+		}
+		if (e != CUDA_SUCCESS)
+			return e;
+	}
+	return CUDA_SUCCESS;
+}
+
 /* Slot's copies on the copy stream, then its conversion on the convert
  * stream behind the client's done word for the slot's last batch
  * (context current). */
@@ -700,31 +742,8 @@ static CUresult dsl_enqueue(struct dsl *s, uint32_t slot, const struct feed_shm_
 	    (e = FEED_CU(api, StreamWaitValue32, s->conv, dsl_word(s, slot), prev,
 					CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS)
 		return e;
-	for (uint32_t f = 0; f < s->nfields; f++) {
-		const struct dsl_field *df = &s->field[f];
-		const struct feed_shm_field *hf = &hdr->field[f];
-		CUdeviceptr in = stage + df->stage_off, out = base + df->off;
-		switch (df->kind) {
-		case DSL_ABSENT:
-			continue;
-		case DSL_SAME:
-			*what = "cuMemcpyDtoDAsync";
-			e = FEED_CU(api, MemcpyDtoDAsync, out, in, hf->bytes, s->conv);
-			break;
-		case DSL_IMAGE:
-			*what = "cuLaunchKernel (images)";
-			e = cudrv_launch_images(s->cu, &s->dev->k, &df->cv, in, hdr->nsamples, 0, out,
-						s->conv);
-			break;
-		case DSL_TOKENS:
-			*what = "cuLaunchKernel (tokens)";
-			e = cudrv_launch_tokens(s->cu, &s->dev->k, df->elem_size, in,
-						hf->bytes / df->elem_size, out, s->conv);
-			break;
-		}
-		if (e != CUDA_SUCCESS)
-			return e;
-	}
+	if ((e = dsl_convert(s, hdr, base, stage, what)) != CUDA_SUCCESS)
+		return e;
 	*what = "cuEventRecord";
 	return FEED_CU(api, EventRecord, s->ready[slot], s->conv);
 }

@@ -426,6 +426,8 @@ static void met_cache(struct met_buf *b, struct cache *c)
 	met_printf(b, "feedd_cache_entries %llu\n", (unsigned long long)cs.entries);
 }
 
+static void met_disk_tier(struct met_buf *b, struct dstate *d);
+
 /* Remote datasets' requests (every dataset together) and the disk tier
  * (only with cache_dir). */
 static void met_remote(struct met_buf *b, struct dstate *d)
@@ -466,8 +468,13 @@ static void met_remote(struct met_buf *b, struct dstate *d)
 		met_family(b, rf[i].name, "counter", rf[i].help);
 		met_printf(b, "%s %llu\n", rf[i].name, (unsigned long long)v);
 	}
-	if (!d->tier)
-		return;
+	if (d->tier)
+		met_disk_tier(b, d);
+}
+
+/* The disk tier (cache_dir). */
+static void met_disk_tier(struct met_buf *b, struct dstate *d)
+{
 	struct dtier_stats t;
 	dtier_stats(d->tier, &t);  /* a copy under its lock: short, on the loop */
 	const struct {

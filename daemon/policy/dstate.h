@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "builder.h"
 #include "config.h"
 #include "log.h"
 #include "quota.h"
@@ -46,6 +47,8 @@ struct dstate {
 	uv_loop_t loop;            /* owns every handle: socket, connections, signals */
 	struct cat *cat;           /* datasets served; replaced by a reload */
 	struct pool *pool;         /* worker threads */
+	struct bld_limits limits;  /* what jobs read of cfg->limits (work/builder.h):
+				    * set at start and at each reload */
 	struct cache *cache;       /* decoded blocks, shared by every stream */
 	struct dtier *tier;        /* remote datasets' blocks on local disk (cache_dir),
 				    * or NULL */

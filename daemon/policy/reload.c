@@ -244,7 +244,7 @@ static void rld_done(struct pool_job *job)
 		d->cfg = r->cfg;
 		r->cfg = NULL;
 		rep.file = d->cfg->file;  /* the same path */
-		pool_set_img_max_pixels(d->pool, d->cfg->limits.max_pixels);
+		bld_limits_set(&d->limits, d->cfg->limits.max_pixels);
 		rld_log_applied(d, &rep);
 	} else {
 		rld_log_refused(d, &rep);

@@ -7,7 +7,7 @@
  * reaches nor blocks another user's. Only a name the config lists in its
  * dataset's shared_groups is one group for every user allowed to read
  * the dataset (its data region counts against its creator). Everything
- * the members' clients write is checked in delivery.c.
+ * the members' clients write is checked in delivery/dlv_publish.c.
  */
 #include "session_group.h"
 

@@ -872,6 +872,7 @@ static int ses_open_delivery(struct ses *se, const Feed__OpenStream *o, struct s
 	if (o->device && (rc = ses_device(se, o->device, ss, sp, lay, &sp->dev, err)) < 0)
 		return rc;
 	sp->dev_ops = &dsl_dlv_ops;
+	sp->limits = &se->d->limits;
 	if (ss->grp) {
 		ss->dlv = ses_group_dlv(ss->grp);
 		ss->joined = true;

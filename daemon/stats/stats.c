@@ -425,6 +425,27 @@ static double stats_rate(uint64_t n, uint64_t ms)
 	return ms ? (double)n * 1000.0 / (double)ms : 0.0;
 }
 
+/* A group's members as the reply shows them: their pids and their
+ * reader waits (the clients' word, clamped to the entry's age as the
+ * group's is). */
+static void stats_fill_members(const struct stats_sample *x, uint64_t age_ms,
+			       Feed__StreamStatus *s)
+{
+	s->members = x->members ? x->members : 1;
+	if (x->member_pids) {
+		s->n_member_pids = x->members;
+		s->member_pids = (int32_t *)x->member_pids;
+	}
+	if (x->member_pids && x->member_reader_wait_ns) {
+		uint64_t *w = (uint64_t *)x->member_reader_wait_ns;
+		for (uint32_t i = 0; i < x->members; i++)
+			if (w[i] > age_ms * 1000000u)
+				w[i] = age_ms * 1000000u;
+		s->n_member_reader_wait_ns = x->members;
+		s->member_reader_wait_ns = w;
+	}
+}
+
 /* One entry as the reply shows it; now_ms: the loop's clock. */
 static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStatus *s)
 {
@@ -447,20 +468,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->dataset = (char *)(en->label ? en->label : en->e->cfg->name);
 	s->group = (char *)(en->group ? en->group : "");
 	s->pipeline = (char *)(en->pipeline ? en->pipeline : "");
-	s->members = x.members ? x.members : 1;
-	if (x.member_pids) {
-		s->n_member_pids = x.members;
-		s->member_pids = (int32_t *)x.member_pids;
-	}
-	if (x.member_pids && x.member_reader_wait_ns) {
-		/* the clients' word, clamped as the group's is below */
-		uint64_t *w = (uint64_t *)x.member_reader_wait_ns;
-		for (uint32_t i = 0; i < x.members; i++)
-			if (w[i] > age_ms * 1000000u)
-				w[i] = age_ms * 1000000u;
-		s->n_member_reader_wait_ns = x.members;
-		s->member_reader_wait_ns = w;
-	}
+	stats_fill_members(&x, age_ms, s);
 	s->batch = en->batch;
 	s->shm_bytes = en->shm_bytes;
 	s->device = (char *)(en->device ? en->device : "");

@@ -7,7 +7,7 @@
  * the catalog, the pool and the cache.
  *
  * The counters a stream's hot path bumps are its delivery's own
- * (delivery.c), read through each entry's read() callback.
+ * (delivery/), read through each entry's read() callback.
  *
  * Threads: the
  * registry and stats_reply() belong to the loop thread. stats_reply()

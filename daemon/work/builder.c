@@ -2,7 +2,9 @@
  * builder.c: one batch into one destination (see builder.h), and with
  * on_error skip the deterministic replacement of samples that fail (or,
  * in an eval stream, their drop: the batch comes out shorter).
- * Worker thread, no lock of ours; the cache takes its own.
+ * Worker thread, no lock of ours; the cache takes its own. What it keeps
+ * on a worker between batches (struct bld_worker) hangs on the pool's
+ * opaque per-worker slot, pool_worker.ctx.
  */
 #include "builder.h"
 
@@ -21,6 +23,72 @@
 #include "pipeline.h"
 #include "pool.h"
 
+/* What a worker keeps between batches: made on its first batch, freed
+ * when the pool stops (pool_worker.ctx_free). This worker's own. */
+struct bld_worker {
+	/* Image decoders (image.h), made on the first batch that decodes and
+	 * grown, never shrunk, to the largest dataset limits seen (the pixel
+	 * cap clipped to the job's lim.img_max_pixels); [0] one channel,
+	 * [1] three */
+	struct img_decoder *img_dec[2];
+	struct img_limits img_lim[2]; /* what each was made for */
+	/* pack (core/packing.h): the window placed last, for the rows
+	 * (pk_source_same()) and epoch it was placed for (pack_valid) */
+	struct pk_window pack_win;
+	struct pk_source pack_src;
+	uint64_t pack_epoch;
+	bool pack_valid;
+	/* a packed mixture: each source's pass and window (pack_stream.h),
+	 * kept while the next batch reads the same rows */
+	struct pks_stream mix_pk[PKS_STREAMS_MAX];
+};
+
+static void bld_worker_free(void *p)
+{
+	struct bld_worker *bw = p;
+
+	if (!bw)
+		return;
+	img_decoder_free(bw->img_dec[0]);
+	img_decoder_free(bw->img_dec[1]);
+	pk_window_free(&bw->pack_win);
+	for (uint32_t s = 0; s < PKS_STREAMS_MAX; s++)
+		pks_stream_fini(&bw->mix_pk[s]);
+	free(bw);
+}
+
+/* w's state, made on its first batch; NULL: out of memory. */
+static struct bld_worker *bld_worker_of(struct pool_worker *w)
+{
+	if (!w->ctx) {
+		w->ctx = calloc(1, sizeof(struct bld_worker));
+		w->ctx_free = bld_worker_free;
+	}
+	return w->ctx;
+}
+
+void bld_limits_init(struct bld_limits *l)
+{
+	atomic_init(&l->img_max_pixels, IMG_MAX_PIXELS_DEFAULT);
+}
+
+void bld_limits_set(struct bld_limits *l, uint64_t img_max_pixels)
+{
+	assert_loop_thread();
+	/* relaxed: a value each job reads once at its start */
+	atomic_store_explicit(&l->img_max_pixels, img_max_pixels, memory_order_relaxed);
+}
+
+struct bld_snap bld_limits_snap(const struct bld_limits *l)
+{
+	struct bld_snap s = {.img_max_pixels = IMG_MAX_PIXELS_DEFAULT};
+
+	/* relaxed: see bld_limits_set() */
+	if (l)
+		s.img_max_pixels = atomic_load_explicit(&l->img_max_pixels, memory_order_relaxed);
+	return s;
+}
+
 /* Per-worker buffers, grown once to the largest need seen. */
 static int worker_reserve(void **p, size_t *cap, size_t need)
 {
@@ -38,15 +106,16 @@ static int worker_reserve(void **p, size_t *cap, size_t need)
 /* The worker's image decoders for plan: made, or grown to the union of
  * the limits seen, only when the plan needs more than they were made for
  * (so a worker allocates once per larger dataset, never per image). The
- * pixel cap is the job's img_max_pixels (the snapshot taken when it
- * started): a dataset recording larger images still opens, and each such
- * image fails with -E2BIG; a decoder made for more than the cap (a
- * reload lowered it) is made again. */
-static int worker_decoders(struct pool_worker *w, const struct pipe_plan *plan,
+ * pixel cap is the job's (b->lim: the snapshot taken when it started): a
+ * dataset recording larger images still opens, and each such image fails
+ * with -E2BIG; a decoder made for more than the cap (a reload lowered it)
+ * is made again. */
+static int worker_decoders(struct bld_worker *w, unsigned index, const struct bld_batch *b,
 			   struct aug_img *ret, struct feed_err *err)
 {
 	static const uint32_t chans[2] = {1, 3};
-	const uint64_t cap = w->img_max_pixels;
+	const struct pipe_plan *plan = b->plan;
+	const uint64_t cap = b->lim.img_max_pixels;
 
 	for (uint32_t k = 0; k < 2; k++) {
 		struct img_limits *have = &w->img_lim[k], want = plan->dec_lim;
@@ -67,7 +136,7 @@ static int worker_decoders(struct pool_worker *w, const struct pipe_plan *plan,
 		struct img_decoder *dec;
 		int rc = img_decoder_new(&want, chans[k], &dec, err);
 		if (rc < 0)
-			return feed_err_prefix(err, "worker %u: image decoder", w->index);
+			return feed_err_prefix(err, "worker %u: image decoder", index);
 		img_decoder_free(w->img_dec[k]);
 		w->img_dec[k] = dec;
 		*have = want;
@@ -316,6 +385,40 @@ static uint32_t chunk_predecode(const struct bld_batch *b, const struct fmt_bloc
 	return n;
 }
 
+/* Locates samples idx[0..n) of ds (rec: their records) and pins their
+ * blocks: one trip to the cache for all that are cached, the others one
+ * by one, decoding (a remote dataset fetching them together first). On
+ * error ent[] holds what was pinned (NULL elsewhere), for cache_put_many. */
+static int chunk_pin(const struct bld_batch *b, const struct fmt_dataset *ds,
+		     struct cache_worker *cw, const uint64_t *idx, uint32_t n, uint32_t *rec,
+		     const struct fmt_block **blk, struct cache_entry **ent, struct feed_err *err)
+{
+	uint64_t block[CACHE_PIN_MAX], miss[CACHE_PIN_MAX];
+	size_t nmiss = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct fmt_loc loc;
+		fmt_dataset_locate(ds, idx[k], &loc);
+		block[k] = loc.block;
+		rec[k] = loc.record;
+	}
+	if (cache_pin_many(b->cache, ds, block, n, blk, ent) == n)
+		return 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (!ent[k])
+			miss[nmiss++] = block[k];
+	/* a remote dataset fetches them together; a directory: nothing */
+	fmt_dataset_prefetch(ds, miss, nmiss);
+	for (uint32_t k = 0; k < n; k++) {
+		if (ent[k])
+			continue;
+		int rc = cache_get(b->cache, ds, block[k], cw, &blk[k], &ent[k], err);
+		if (rc < 0)
+			return feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
+	}
+	return 0;
+}
+
 /* Builds samples [i0, i0 + n) of the batch, n <= CACHE_PIN_MAX, into
  * output positions [o0, o0 + n) (o0 < i0 once samples were dropped):
  * locates them, pins their blocks with one trip to the cache for all that
@@ -329,41 +432,20 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 		       uint32_t n, uint64_t *cursor, bool *padded, uint32_t *ret_done,
 		       bool *ret_failed, struct feed_err *err)
 {
-	uint64_t block[CACHE_PIN_MAX], idx[CACHE_PIN_MAX];
+	uint64_t idx[CACHE_PIN_MAX];
 	uint32_t rec[CACHE_PIN_MAX];
 	const struct fmt_block *blk[CACHE_PIN_MAX];
 	struct cache_entry *ent[CACHE_PIN_MAX];
-	int rc = 0;
-
 	const struct fmt_dataset *ds = row_ds(b, i0);  /* every row's: row_run() */
 
 	for (uint32_t k = 0; k < n; k++) {
-		struct fmt_loc loc;
 		idx[k] = b->mix_rows ? b->mix_rows[i0 + k].sample : ord_sample(b->ord, b->ord_batch, i0 + k);
 		*padded |= ord_padding(b->ord, b->ord_batch, i0 + k);
 		b->hdr->sample[o0 + k] = idx[k];
-		fmt_dataset_locate(ds, idx[k], &loc);
-		block[k] = loc.block;
-		rec[k] = loc.record;
 	}
-	if (cache_pin_many(b->cache, ds, block, n, blk, ent) < n) {
-		uint64_t miss[CACHE_PIN_MAX];
-		size_t nmiss = 0;
-		for (uint32_t k = 0; k < n; k++)
-			if (!ent[k])
-				miss[nmiss++] = block[k];
-		/* a remote dataset fetches them together; a directory: nothing */
-		fmt_dataset_prefetch(ds, miss, nmiss);
-		for (uint32_t k = 0; k < n; k++) {
-			if (ent[k])
-				continue;
-			rc = cache_get(b->cache, ds, block[k], cw, &blk[k], &ent[k], err);
-			if (rc < 0) {
-				feed_err_prefix(err, "sample %llu", (unsigned long long)idx[k]);
-				goto out;
-			}
-		}
-	}
+	int rc = chunk_pin(b, ds, cw, idx, n, rec, blk, ent, err);
+	if (rc < 0)
+		goto out;
 	*ret_done = n;
 	struct aug_pre pre[CACHE_PIN_MAX];
 	struct aug_img aik = *ai;
@@ -482,8 +564,9 @@ static void rows_ids(const struct bld_batch *b, uint32_t i, const uint32_t *ids)
 /* Row g's segments into segs, c moved to the row after it: concat walks
  * the lengths; pack places the windows it reaches (w's window is kept for
  * the next batch of the same stream and epoch). */
-static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const struct pk_docs *docs,
-		     struct pk_cursor *c, uint64_t g, struct pk_seg *segs, struct feed_err *err)
+static int rows_segs(const struct bld_batch *b, struct bld_worker *w, unsigned index,
+		     const struct pk_docs *docs, struct pk_cursor *c, uint64_t g, struct pk_seg *segs,
+		     struct feed_err *err)
 {
 	const struct pk_spec *sp = &b->plan->pack;
 	int rc;
@@ -506,7 +589,7 @@ static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const str
 		return rc;
 	w->pack_valid = false;
 	if (rc == -ENOMEM)
-		return feed_err_set(err, rc, "worker %u: out of memory for a pack window", w->index);
+		return feed_err_set(err, rc, "worker %u: out of memory for a pack window", index);
 	return feed_err_set(err, -EINVAL, "row %llu: past the epoch's last row",
 			    (unsigned long long)g);
 }
@@ -516,6 +599,7 @@ static int rows_segs(const struct bld_batch *b, struct pool_worker *w, const str
 struct rows_ctx {
 	const struct bld_batch *b;
 	struct pool_worker *w;
+	struct bld_worker *bw;       /* w's state */
 	struct rows_fetch f;
 	uint64_t cursor[FMT_MAX_FIELDS];
 	uint32_t *ids, *tmp;
@@ -564,7 +648,7 @@ static int rows_stream(struct rows_ctx *x, bool *padded, struct feed_err *err)
 		return rc;
 	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
 		uint64_t g = ord_sample(b->ord, b->ord_batch, i);
-		int nseg = rows_segs(b, x->w, &docs, &c, g, x->segs, err);
+		int nseg = rows_segs(b, x->bw, x->w->index, &docs, &c, g, x->segs, err);
 		*padded |= ord_padding(b->ord, b->ord_batch, i);
 		rc = nseg < 0 ? nseg : rows_put(x, &docs, (uint32_t)nseg, g, i, err);
 		pool_yield(x->w);
@@ -584,7 +668,7 @@ static int rows_mixture(struct rows_ctx *x, bool *padded, struct feed_err *err)
 
 	assert(b->nsrcs <= PKS_STREAMS_MAX);
 	for (uint32_t s = 0; s < b->nsrcs; s++) {
-		pks_stream_use(&x->w->mix_pk[s], &b->mix_pk_spec[s]);
+		pks_stream_use(&x->bw->mix_pk[s], &b->mix_pk_spec[s]);
 		pos[s] = b->mix_pk[s];
 	}
 	for (uint32_t i = 0; i < b->nsamples && rc == 0; i++) {
@@ -595,8 +679,8 @@ static int rows_mixture(struct rows_ctx *x, bool *padded, struct feed_err *err)
 		x->f.ds = b->srcs[s];
 		x->f.lens = b->mix_pk_spec[s].src->lens;
 		*padded |= ord_padding(b->ord, b->ord_batch, i);
-		if ((rc = pks_seek(&x->w->mix_pk[s], &pos[s], k, err)) == 0 &&
-		    (rc = nseg = pks_row(&x->w->mix_pk[s], &pos[s], x->segs, &docs, err)) > 0)
+		if ((rc = pks_seek(&x->bw->mix_pk[s], &pos[s], k, err)) == 0 &&
+		    (rc = nseg = pks_row(&x->bw->mix_pk[s], &pos[s], x->segs, &docs, err)) > 0)
 			rc = rows_put(x, docs, (uint32_t)nseg, k, i, err);
 		if (rc < 0)
 			feed_err_prefix(err, "dataset '%s'", fmt_dataset_info(b->srcs[s])->name);
@@ -608,7 +692,7 @@ static int rows_mixture(struct rows_ctx *x, bool *padded, struct feed_err *err)
 static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct cache_worker *cw,
 		      uint64_t *ret_bytes, struct feed_err *err)
 {
-	struct rows_ctx x = {.b = b, .w = w,
+	struct rows_ctx x = {.b = b, .w = w, .bw = w->ctx,
 			     .f = {.b = b, .cw = cw, .field = b->plan->pack_field,
 				   .dtype = b->plan->in.fields[b->plan->pack_field].dtype,
 				   .ds = b->ds, .block = UINT64_MAX}};
@@ -633,6 +717,17 @@ static int rows_build(const struct bld_batch *b, struct pool_worker *w, struct c
 	return rc;
 }
 
+/* No sample failed yet: b->bad and the header's bitmap cleared. */
+static void bad_reset(const struct bld_batch *b)
+{
+	if (!b->bad)
+		return;
+	b->bad->n = 0;
+	b->bad->what[0] = '\0';
+	memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
+	       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
+}
+
 int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_bytes,
 	      struct feed_err *err)
 {
@@ -648,26 +743,17 @@ int bld_build(const struct bld_batch *b, struct pool_worker *w, uint64_t *ret_by
 	if (worker_reserve(&w->comp, &w->comp_cap, comp) < 0 ||
 	    worker_reserve(&w->scratch, &w->scratch_cap, pipe_scratch_bytes(b->plan) + 64) < 0)
 		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
+	struct bld_worker *bw = bld_worker_of(w);
+	if (!bw)
+		return feed_err_set(err, -ENOMEM, "worker %u: out of memory", w->index);
 	struct aug_img ai = {0};
-	if ((rc = worker_decoders(w, b->plan, &ai, err)) < 0)
+	if ((rc = worker_decoders(bw, w->index, b, &ai, err)) < 0)
 		return rc;
 	struct cache_worker cw = {.dec = w->dec, .comp = w->comp, .comp_cap = w->comp_cap};
-	if (b->plan->pack.mode != PK_MODE_NONE) {
-		if (b->bad) {
-			b->bad->n = 0;
-			b->bad->what[0] = '\0';
-			memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
-			       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
-		}
+	bad_reset(b);
+	if (b->plan->pack.mode != PK_MODE_NONE)
 		return rows_build(b, w, &cw, ret_bytes, err);
-	}
 	assert(b->on_error == BLD_ON_ERROR_FAIL || b->bad);
-	if (b->bad) {
-		b->bad->n = 0;
-		b->bad->what[0] = '\0';
-		memset(feed_shm_replaced(b->hdr, b->lay->batch), 0,
-		       8 * FEED_SHM_REPLACED_WORDS(b->lay->batch));
-	}
 	uint32_t out = 0;  /* samples in place: i0 less those dropped */
 	for (uint32_t i0 = 0; i0 < b->nsamples && rc == 0;) {
 		uint32_t n = row_run(b, i0, b->nsamples - i0 < CACHE_PIN_MAX ? b->nsamples - i0 :

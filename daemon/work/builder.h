@@ -12,6 +12,7 @@
 #ifndef FEEDD_BUILDER_H
 #define FEEDD_BUILDER_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "augment.h"
@@ -26,6 +27,32 @@ struct ord_epoch;
 struct pipe_plan;
 struct pool_worker;
 struct slot_layout;
+
+/* ---- limits a job reads ----
+ *
+ * The reloadable limits a build uses (the config's limits.*), kept where
+ * the loop sets them at start and at each reload (struct dstate's). A job
+ * takes a snapshot when it starts (bld_limits_snap(), into bld_batch.lim)
+ * and reads only that: a reload mid-job never changes a limit under it;
+ * lowering one takes effect at the next job (its decoders are made again
+ * for the lower cap). */
+struct bld_limits {
+	/* width * height cap on any image decoded: past it, -E2BIG (relaxed:
+	 * a value read once per job, nothing ordered by it) */
+	_Atomic uint64_t img_max_pixels;
+};
+
+/* One job's copy of the limits. */
+struct bld_snap {
+	uint64_t img_max_pixels;
+};
+
+/* The defaults (IMG_MAX_PIXELS_DEFAULT). Before any thread reads l. */
+void bld_limits_init(struct bld_limits *l);
+/* Sets the limits for jobs that start from now on. Loop thread. */
+void bld_limits_set(struct bld_limits *l, uint64_t img_max_pixels);
+/* The limits now, for a job starting (l NULL: the defaults). Any thread. */
+struct bld_snap bld_limits_snap(const struct bld_limits *l);
 
 /* What a sample that the pipeline cannot take does to its batch. */
 enum bld_on_error {
@@ -54,6 +81,7 @@ struct bld_batch {
 	const struct slot_layout *lay;
 	struct cache *cache;         /* shared by every stream over ds */
 	uint64_t seed;               /* the stream's: augmentation draws */
+	struct bld_snap lim;         /* the limits as the job started */
 	/* position (schedule.h's struct sched_pos) */
 	uint64_t epoch, index;       /* written in the header */
 	const struct ord_epoch *ord; /* which samples */
@@ -119,7 +147,8 @@ struct bld_predecode {
  * (-ENOMEM). A record the pipeline cannot take (an image that does not
  * decode: -EBADMSG, -ENOTSUP, -E2BIG) reads "dataset 'D': sample N: field
  * 'F': " and the decoder's words. Plans that decode use the worker's image
- * decoders (pool.h), made or grown here when the plan needs larger limits.
+ * decoders (this module's state in pool_worker.ctx), made or grown here
+ * when the plan needs larger limits, their pixel cap b->lim's.
  * On error the destination holds garbage.
  *
  * With BLD_ON_ERROR_SKIP, a sample at global position g that fails so is

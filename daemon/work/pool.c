@@ -86,10 +86,6 @@ struct pool {
 	unsigned nwaiting;            /* threads in a job waiting on the network (mu) */
 	unsigned spare_running;       /* spares running a job (mu) */
 	pthread_cond_t spare_cv;      /* a spare may have work: a wait began, work came */
-	/* limits.max_pixels, set by the loop at start and reload; each job
-	 * reads it once, when it starts (relaxed: a value, nothing ordered
-	 * by it) */
-	_Atomic uint64_t img_max_pixels;
 	unsigned running;             /* jobs of sources running (mu) */
 	/* relaxed: a hint set when work is queued while no worker is idle and
 	 * one runs another user's job; pool_yield() looks under mu before
@@ -324,8 +320,6 @@ static uint64_t pool_run_locked(struct pool *p, struct pool_thread *t, struct po
 		t->calls = t->next_check = 0;
 	}
 	t->run_src = src;
-	/* the job's own snapshot: a reload changes it for jobs that start later */
-	w->img_max_pixels = atomic_load_explicit(&p->img_max_pixels, memory_order_relaxed);
 	if (src) {
 		src->user->running++;
 		p->running++;
@@ -569,21 +563,15 @@ static void pool_join(struct pool *p)
 	for (unsigned i = 0; i < p->n; i++) {
 		pthread_join(p->threads[i].tid, NULL);
 		fmt_decoder_free(p->threads[i].w.dec);
-		img_decoder_free(p->threads[i].w.img_dec[0]);
-		img_decoder_free(p->threads[i].w.img_dec[1]);
 		free(p->threads[i].w.comp);
 		free(p->threads[i].w.scratch);
-		pk_window_free(&p->threads[i].w.pack_win);
-		for (uint32_t s = 0; s < PKS_STREAMS_MAX; s++)
-			pks_stream_fini(&p->threads[i].w.mix_pk[s]);
+		if (p->threads[i].w.ctx_free)
+			p->threads[i].w.ctx_free(p->threads[i].w.ctx);
 		fmt_decoder_free(p->threads[i].w2.dec);
-		img_decoder_free(p->threads[i].w2.img_dec[0]);
-		img_decoder_free(p->threads[i].w2.img_dec[1]);
 		free(p->threads[i].w2.comp);
 		free(p->threads[i].w2.scratch);
-		pk_window_free(&p->threads[i].w2.pack_win);
-		for (uint32_t s = 0; s < PKS_STREAMS_MAX; s++)
-			pks_stream_fini(&p->threads[i].w2.mix_pk[s]);
+		if (p->threads[i].w2.ctx_free)
+			p->threads[i].w2.ctx_free(p->threads[i].w2.ctx);
 	}
 	p->n = 0;
 	feed_mutex_lock(&p->mu);
@@ -645,7 +633,6 @@ int pool_new(uv_loop_t *loop, const struct log *lg, unsigned n, struct pool **re
 	pthread_cond_init(&p->cv, NULL);
 	pthread_cond_init(&p->spare_cv, NULL);
 	atomic_init(&p->yield_wanted, 0);
-	atomic_init(&p->img_max_pixels, IMG_MAX_PIXELS_DEFAULT);
 	/* Threads first: idle ones never touch the async handle, so a failure
 	 * below is undone by joining them, with no handle to close. */
 	for (unsigned i = 0; i < 2 * n && r == 0; i++)  /* workers, then as many spares */
@@ -818,13 +805,6 @@ void pool_free(struct pool *p)
 	free(p->test_stall);
 	free(p->threads);
 	free(p);
-}
-
-void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels)
-{
-	assert_loop_thread();
-	/* relaxed: a value each job reads once at its start (pool_run_locked) */
-	atomic_store_explicit(&p->img_max_pixels, max_pixels, memory_order_relaxed);
 }
 
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms)

@@ -1,7 +1,8 @@
 /*
  * pool.h: the worker threads. Each owns one struct fmt_decoder (its zstd
- * context) for the lifetime of the pool, and the image decoders jobs make
- * for it (struct pool_worker).
+ * context) for the lifetime of the pool, its buffers, and an opaque slot
+ * for what its jobs keep between runs (struct pool_worker). The pool knows
+ * nothing of images, packing or the limits a job reads.
  *
  * Owns: the threads, the job queue and the completion path back to the
  * loop. Jobs are submitted on the loop thread; run() executes on a worker;
@@ -46,10 +47,7 @@
 #include <uv.h>
 
 #include "feed_err.h"
-#include "pack_stream.h"
-#include "packing.h"
 #include "feed_shm.h"
-#include "image.h"
 #include "log.h"
 
 struct fmt_decoder;
@@ -88,26 +86,12 @@ struct pool_worker {
 	size_t comp_cap;
 	void *scratch;                /* augmentation scratch */
 	size_t scratch_cap;
-	/* Image decoders (image.h), made on the first batch that decodes and
-	 * grown, never shrunk, to the largest dataset limits seen (the
-	 * pixel cap clipped to img_max_pixels); [0] one channel, [1] three.
-	 * Freed when the pool stops. */
-	struct img_decoder *img_dec[2];
-	struct img_limits img_lim[2]; /* what each was made for */
-	uint64_t img_max_pixels;      /* cap on any decoder's max_pixels: limits.max_pixels
-				       * as it was when the running job started (the
-				       * pool writes it before run(); this thread's own) */
-	/* pack (core/packing.h): the window the builder placed last, for the
-	 * rows (pk_source_same()) and epoch it was placed for (pack_valid);
-	 * freed when the pool stops */
-	struct pk_window pack_win;
-	struct pk_source pack_src;
-	uint64_t pack_epoch;
-	bool pack_valid;
-	/* a packed mixture: each source's pass and window (pack_stream.h),
-	 * kept while the next batch reads the same rows; freed when the pool
-	 * stops */
-	struct pks_stream mix_pk[PKS_STREAMS_MAX];
+	/* What the jobs keep here between runs (work/builder.c's decoders and
+	 * packing state): made by them on first use, freed with ctx_free(ctx)
+	 * when the pool stops (or by whoever made a pool_worker by hand). The
+	 * pool never looks inside. NULL: nothing yet. */
+	void *ctx;
+	void (*ctx_free)(void *ctx);
 	struct pool_thread *thread;   /* private: pool_yield() */
 	_Atomic int *yield_flag;      /* private: NULL where pool_yield() never acts */
 };
@@ -164,15 +148,6 @@ unsigned pool_size(const struct pool *p);
 int pool_longest_job(struct pool *p, unsigned *ret_index, uint64_t *ret_ms);
 /* Workers running a job now. Any thread; takes the queue's lock for a read. */
 unsigned pool_busy(struct pool *p);
-
-/* Caps the image decoders of jobs that start from now on at max_pixels
- * (width * height; the config's limits.max_pixels): images past it fail
- * with -E2BIG. A job running keeps the value it started with (a
- * snapshot, pool_worker.img_max_pixels), so a reload never changes a
- * limit under a job; lowering it takes effect at the next job (its
- * decoders are made again for the lower cap). Loop thread. The default
- * is IMG_MAX_PIXELS_DEFAULT. */
-void pool_set_img_max_pixels(struct pool *p, uint64_t max_pixels);
 
 /* ---- waiting on the network ----
  *

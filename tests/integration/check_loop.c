@@ -16,7 +16,7 @@
  * under 15 ms.)
  *
  * What the 2^24 blocks stand for: the daemon's FEEDD_TEST_ORDER_BLOCKS
- * seam (test builds, delivery.c) makes the stream's order count 2^24
+ * seam (test builds, delivery/dlv_life.c) makes the stream's order count 2^24
  * blocks, empty ones followed by the dataset's 64 one-record blocks. The
  * order's work per epoch is that of a dataset of 2^24 blocks; the batches
  * are the 64 samples', so no such dataset has to be packed. The timing

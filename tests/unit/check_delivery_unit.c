@@ -1,6 +1,6 @@
 /*
  * check_delivery_unit.c: the delivery's state machine (daemon/delivery/
- * delivery.c) alone, in one process, with no running feedd: its jobs go
+ * dlv_*.c) alone, in one process, with no running feedd: its jobs go
  * through a struct dlv_runner of the test's, which queues them, and the
  * test runs each (on its own thread, marked loop and worker) in the order
  * it chooses. The members' regions are mapped here as a client maps them:
@@ -16,7 +16,8 @@
  * readings of other threads; a group member resumed at its own position
  * skips to it, or is refused when the group is past it; a release ring whose head moves
  * backwards or past its capacity stops that member (and a plain stream)
- * with an error, and nothing crashes.
+ * with an error, and nothing crashes; a job keeps the limits it started
+ * with (a reload meanwhile changes the next job's).
  */
 #include <check.h>
 #include <errno.h>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "builder.h"
 #include "cache.h"
 #include "check_util.h"
 #include "delivery.h"
@@ -60,6 +62,8 @@ static struct {
 	struct dlv_runner run;
 	struct slot_layout lay;
 	uint64_t block_first[NSAMPLES + 1]; /* one sample a block */
+	struct bld_limits limits;  /* the daemon's (what a reload sets) */
+	const struct dlv_dev_ops *dev_ops; /* device slots' ops, or NULL: none */
 } t;
 
 /* A member as a client sees it. */
@@ -144,7 +148,7 @@ static void setup(void)
 	ck_assert_int_eq(pool_new(&t.loop, &t.lg, 1, &t.pool, &err), 0);
 	pool_thread_roles(POOL_ROLE_LOOP | POOL_ROLE_WORKER);  /* we run the jobs */
 	ck_assert_int_eq(fmt_decoder_new(&t.w.dec), 0);
-	t.w.img_max_pixels = IMG_MAX_PIXELS_DEFAULT;
+	bld_limits_init(&t.limits);
 	t.run = (struct dlv_runner){.submit = q_submit};
 	for (uint64_t b = 0; b <= NSAMPLES; b++)
 		t.block_first[b] = b;
@@ -160,6 +164,8 @@ static void teardown(void)
 	pool_free(t.pool);
 	uv_loop_close(&t.loop);
 	fmt_decoder_free(t.w.dec);
+	if (t.w.ctx_free)
+		t.w.ctx_free(t.w.ctx);
 	free(t.w.comp);
 	free(t.w.scratch);
 	cache_free(t.cache);
@@ -188,6 +194,10 @@ static struct dlv *open_dlv_order(uint32_t credits, bool group, uint64_t epochs,
 				  .block_first = t.block_first, .nblocks = NSAMPLES},
 			  .epochs = epochs},
 		.runner = &t.run,
+		.limits = &t.limits,
+		/* any non-NULL pointer: the test's ops never look at it */
+		.dev = t.dev_ops ? (struct dsl *)&t : NULL,
+		.dev_ops = t.dev_ops,
 	};
 	snprintf(sp.sched.ord.version, sizeof(sp.sched.ord.version), "%s", in->version);
 	ck_assert_msg(dlv_new(t.ds, &t.plan, &t.lay, &sp, t.cache, t.pool, &d, &err) == 0, "%s",
@@ -436,6 +446,114 @@ START_TEST(test_delivery_unit_first_failure_in_batch_order)
 	ck_assert_int_eq(st.error, -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(st.error_msg, "block 5:"));
 	ck_assert_uint_eq(t.nq, 0);  /* nothing more is built */
+	close_dlv(d, &m, 1);
+}
+END_TEST
+
+/* Replaces the test's dataset by NSAMPLES encoded 64x48 JPEGs (the
+ * small.jpg fixture, 3072 pixels) and its plan by one that decodes them. */
+static void use_images(void)
+{
+	struct fmt_schema s = {.nfields = 2,
+			       .fields = {{.name = "image", .dtype = FEED_DTYPE_U8,
+					   .variable = true, .image = true},
+					  {.name = "label", .dtype = FEED_DTYPE_I64}}};
+	struct fmt_writer *w;
+	struct feed_err err = {0};
+	char path[512];
+	static uint8_t jpg[1 << 16];
+
+	snprintf(path, sizeof(path), "%s/small.jpg", getenv("FEED_IMAGES"));
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f, "fixture %s", path);
+	size_t len = fread(jpg, 1, sizeof(jpg), f);
+	fclose(f);
+	ck_assert(len > 0 && len < sizeof(jpg));
+	snprintf(t.data, sizeof(t.data), "%s/imgs", t.dir);
+	ck_assert_msg(fmt_writer_new(t.data, &s, &(struct fmt_writer_opts){.name = "imgs",
+						       .block_records = 1}, &w, &err) == 0, "%s", err.msg);
+	for (int64_t i = 0; i < NSAMPLES; i++) {
+		struct fmt_value v[2] = {{jpg, len}, {&i, sizeof(i)}};
+		ck_assert_msg(fmt_writer_add(w, v, &err) == 0, "%s", err.msg);
+		ck_assert_int_eq(fmt_writer_note_image(w, 0, 64, 48, &err), 0);
+	}
+	ck_assert_msg(fmt_writer_finish(w, &err) == 0, "%s", err.msg);
+	fmt_writer_free(w);
+	fmt_dataset_close(t.ds);
+	ck_assert_msg(fmt_dataset_open(t.data, &t.ds, &err) == 0, "%s", err.msg);
+	ck_assert_msg(pipe_plan_text("decode | center_crop(size=16)",
+				     fmt_dataset_info(t.ds)->schema, &t.plan, &err) == 0, "%s",
+		      err.msg);
+}
+
+/* Device slots that do nothing but stand for a reload arriving while a
+ * job runs: before_build, called after the job started and before it
+ * builds, lowers limits.max_pixels under the image's 3072 pixels. */
+static int dev_make(struct dsl *s, struct feed_err *err)
+{
+	(void)s;
+	(void)err;
+	return 0;
+}
+
+static int dev_reload_mid_job(struct dsl *s, uint32_t slot, struct feed_err *err)
+{
+	(void)s;
+	(void)slot;
+	(void)err;
+	bld_limits_set(&t.limits, 1000);
+	return 0;
+}
+
+static int dev_after(struct dsl *s, uint32_t slot, const struct feed_shm_slot *hdr,
+		     uint8_t *data, uint64_t data_bytes, struct feed_err *err)
+{
+	(void)s, (void)slot, (void)hdr, (void)data, (void)data_bytes, (void)err;
+	return 0;
+}
+
+static void dev_abandon(struct dsl *s)
+{
+	(void)s;
+}
+
+static void dev_free(struct dsl *s, struct region *data)
+{
+	(void)s;
+	(void)data;  /* the delivery unmaps it */
+}
+
+static const struct dlv_dev_ops reload_ops = {
+	.make = dev_make, .before_build = dev_reload_mid_job, .after_build = dev_after,
+	.abandon = dev_abandon, .free = dev_free};
+
+/* A job takes the limits when it starts: batch 0, started under the
+ * default cap, is built whole although a reload lowered the cap under
+ * the image's size while it ran; batch 1, started after the reload, fails
+ * with -E2BIG naming the limit. */
+START_TEST(test_delivery_unit_job_keeps_limits_it_started_with)
+{
+	struct mem m;
+
+	use_images();
+	t.dev_ops = &reload_ops;
+	struct dlv *d = open_dlv(2, false, 1);
+	join(d, &m, 1, 2);
+	dlv_start(d);
+	ck_assert_uint_eq(t.nq, 2);
+	q_run(0);  /* batch 0 */
+	ck_assert_uint_eq(bld_limits_snap(&t.limits).img_max_pixels, 1000);
+	ck_assert_uint_eq(head(&m), 1);
+	ck_assert_msg(feed_ring_slot(entry(&m, 0)) < t.lay.nslots, "batch 0 failed: %s",
+		      m.ctl->error_msg);
+	const struct feed_shm_slot *h = header(&m, feed_ring_slot(entry(&m, 0)));
+	ck_assert_uint_eq(h->index, 0);
+	ck_assert_uint_eq(h->nsamples, BATCH);
+	q_run(0);  /* batch 1 */
+	ck_assert_uint_eq(head(&m), 2);
+	ck_assert_uint_eq(feed_ring_slot(entry(&m, 1)), FEED_READY_ERROR);
+	ck_assert_int_eq(m.ctl->error_code, -E2BIG);
+	ck_assert_msg(strstr(m.ctl->error_msg, "max_pixels"), "reported: %s", m.ctl->error_msg);
 	close_dlv(d, &m, 1);
 }
 END_TEST
@@ -704,6 +822,7 @@ static Suite *delivery_unit_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_delivery_unit_publish_order);
 	tcase_add_test(tc, test_delivery_unit_first_failure_in_batch_order);
+	tcase_add_test(tc, test_delivery_unit_job_keeps_limits_it_started_with);
 	tcase_add_test(tc, test_delivery_unit_block_window_table_ahead);
 	tcase_add_test(tc, test_delivery_unit_group_masks);
 	tcase_add_test(tc, test_delivery_unit_detach);

@@ -11,12 +11,14 @@
  * between its items (pool_yield). pool_longest_job names the worker that
  * has been in one job longest (the watchdog's view), and none once idle.
  * A job waiting on the network (pool_wait_begin) is not stuck, a spare
- * runs other work meanwhile, and its source waits its turn; a job keeps
- * the img_max_pixels it started with.
+ * runs other work meanwhile, and its source waits its turn; what jobs
+ * keep on a worker (pool_worker.ctx) stays between jobs and is freed
+ * once, when the pool stops.
  */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -749,45 +751,6 @@ START_TEST(test_pool_waiting_source_is_not_picked)
 }
 END_TEST
 
-static void pixels_run(struct pool_job *job, struct pool_worker *w)
-{
-	(void)job;
-	atomic_store(&wt.v1, w->img_max_pixels);
-	atomic_store(&wt.started, 1);
-	wait_flag(&wt.go);
-	atomic_store(&wt.v2, w->img_max_pixels);
-}
-
-static void pixels_after_run(struct pool_job *job, struct pool_worker *w)
-{
-	(void)job;
-	atomic_store(&wt.v3, w->img_max_pixels);
-	atomic_store(&wt.b_ran, 1);
-}
-
-/* limits.max_pixels as a job sees it: the value when it started, kept
- * while it runs (a reload meanwhile changes nothing under it); the next
- * job gets the new one. */
-START_TEST(test_pool_job_keeps_its_img_max_pixels)
-{
-	uv_loop_t loop;
-	struct pool *p = wait_pool(&loop);
-	struct pool_job j1 = {.run = pixels_run}, j2 = {.run = pixels_after_run};
-
-	pool_set_img_max_pixels(p, 1000);
-	pool_submit(p, &j1);
-	ck_assert(wait_flag(&wt.started));
-	pool_set_img_max_pixels(p, 500);
-	atomic_store(&wt.go, 1);
-	pool_submit(p, &j2);
-	ck_assert(wait_flag(&wt.b_ran));
-	ck_assert_uint_eq(atomic_load(&wt.v1), 1000);
-	ck_assert_uint_eq(atomic_load(&wt.v2), 1000);
-	ck_assert_uint_eq(atomic_load(&wt.v3), 500);
-	wait_pool_end(p, &loop);
-}
-END_TEST
-
 /* A worker-only call on the loop thread aborts (FEED_LOCK_CHECKS builds,
  * which the tests are); a thread marked both, or not at all, passes. */
 START_TEST(test_pool_role_checks)
@@ -825,6 +788,44 @@ START_TEST(test_pool_try_submit_after_stop)
 }
 END_TEST
 
+static _Atomic int ctx_made, ctx_freed;
+
+static void ctx_free_count(void *ctx)
+{
+	free(ctx);
+	atomic_fetch_add(&ctx_freed, 1);
+}
+
+static void ctx_run(struct pool_job *job, struct pool_worker *w)
+{
+	(void)job;
+	if (!w->ctx) {
+		w->ctx = malloc(16);
+		w->ctx_free = ctx_free_count;
+		atomic_fetch_add(&ctx_made, 1);
+	}
+	atomic_fetch_add(&wt.b_ran, 1);
+}
+
+/* The opaque per-worker slot: made by the first job, seen by the next on
+ * the same worker (one worker), freed once by pool_stop(). */
+START_TEST(test_pool_frees_worker_ctx_at_stop)
+{
+	uv_loop_t loop;
+	struct pool *p = wait_pool(&loop);
+	struct pool_job j1 = {.run = ctx_run}, j2 = {.run = ctx_run};
+
+	pool_submit(p, &j1);
+	pool_submit(p, &j2);
+	while (atomic_load(&wt.b_ran) < 2)
+		sched_yield();
+	ck_assert_int_eq(atomic_load(&ctx_made), 1);
+	ck_assert_int_eq(atomic_load(&ctx_freed), 0);
+	wait_pool_end(p, &loop);
+	ck_assert_int_eq(atomic_load(&ctx_freed), 1);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -843,8 +844,8 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_yield_runs_other_users_short_jobs);
 	tcase_add_test(tc, test_pool_longest_job_names_busy_worker);
 	tcase_add_test(tc, test_pool_waiting_job_lets_a_spare_run_others);
+	tcase_add_test(tc, test_pool_frees_worker_ctx_at_stop);
 	tcase_add_test(tc, test_pool_waiting_source_is_not_picked);
-	tcase_add_test(tc, test_pool_job_keeps_its_img_max_pixels);
 	tcase_add_test_raise_signal(tc, test_pool_role_checks, SIGABRT);
 	tcase_add_test(tc, test_pool_try_submit_after_stop);
 	suite_add_tcase(s, tc);
