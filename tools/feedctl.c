@@ -22,6 +22,7 @@
 
 #include "feed/client.h"
 #include "feedctl_top.h"
+#include "json_out.h"
 
 static const char usage[] =
 	"usage: feedctl [--socket PATH] [--timeout MS] status [--json]\n"
@@ -125,20 +126,10 @@ static int cmd_status(struct feed_conn *conn)
 	return 0;
 }
 
-/* A JSON string: our text is printable ASCII, so only " and \ need care. */
-static void json_str_value(const char *v)
-{
-	putchar('"');
-	for (; *v; v++)
-		printf(*v == '"' || *v == '\\' ? "\\%c" : "%c", *v);
-	putchar('"');
-}
-
+/* "key": v as JSON (json_out.h escapes v), then sep. */
 static void json_str(const char *key, const char *v, const char *sep)
 {
-	printf("\"%s\": ", key);
-	json_str_value(v);
-	printf("%s", sep);
+	jout_member(stdout, key, v, sep);
 }
 
 static void json_u64(const char *key, unsigned long long v, const char *sep)
@@ -229,7 +220,7 @@ static int cmd_status_json(struct feed_conn *conn)
 	printf("],\n  \"pending\": [");
 	for (size_t i = 0; i < full->npending; i++) {
 		printf("%s", i ? ", " : "");
-		json_str_value(full->pending[i]);
+		jout_string(stdout, full->pending[i]);
 	}
 	printf("],\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)
@@ -298,11 +289,8 @@ static void json_list(const char *key, const char *const *v, size_t n, const cha
 {
 	printf("\"%s\": [", key);
 	for (size_t i = 0; i < n; i++) {
-		printf("%s\"", i ? ", " : "");
-		for (const char *c = v[i]; *c; c++)
-			printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ?
-			       "\\u%04x" : "%c", *c);
-		printf("\"");
+		printf("%s", i ? ", " : "");
+		jout_string(stdout, v[i]);
 	}
 	printf("]%s", sep);
 }
