@@ -1,8 +1,8 @@
 /*
  * disktier.c: the disk tier (see disktier.h): one file per block,
  * "<key>-<xxh64>.blk", indexed in the tiers' table and recency list
- * (lru.h) under one mutex. Worker threads and the fetcher (and main() at start); never the
- * loop thread.
+ * (lru.h) under one mutex. Worker threads and the fetcher (and main() at
+ * start); never the loop thread.
  *
  * A name is touched by one thread at a time: an entry is in the table
  * from the moment a put claims its name (writing) until its file is
