@@ -29,6 +29,7 @@
 #include "feed/client.h"
 #include "feed/stream.h"
 #include "feedbench.h"
+#include "json_out.h"
 
 #define FB_MAX_JOBS 256
 
@@ -450,9 +451,9 @@ static void fb_print_json(const struct fb_opts *o, uint32_t j, const struct fb_r
 {
 	char ds[160], pipe[2 * FB_MSG_MAX], note[2 * FB_MSG_MAX], lat[5][32];
 
-	fb_json_string(ds, sizeof(ds), o->dataset);
-	fb_json_string(pipe, sizeof(pipe), r->pipeline);
-	fb_json_string(note, sizeof(note), r->note);
+	jout_string_buf(ds, sizeof(ds), o->dataset);
+	jout_string_buf(pipe, sizeof(pipe), r->pipeline);
+	jout_string_buf(note, sizeof(note), r->note);
 	fb_json_us(lat[0], sizeof(lat[0]), r->p50_us);
 	fb_json_us(lat[1], sizeof(lat[1]), r->p99_us);
 	fb_json_us(lat[2], sizeof(lat[2]), r->wake_p50_us);

@@ -114,7 +114,6 @@ void fb_spin_ns(uint64_t ns);
 uint64_t fb_hash(uint64_t seed, const void *data, size_t len);
 uint64_t fb_combine(uint64_t acc, uint64_t h);
 double fb_percentile_us(uint64_t *ns, uint64_t n, double q);
-void fb_json_string(char *out, size_t cap, const char *s);
 
 /* feedbench_verify.c */
 /* Bytes of the positions of one set; 0 when they would pass 4 GiB. */

@@ -1,7 +1,7 @@
 /*
  * feedbench_measure.c: what feedbench measures with: the monotonic clock,
- * a checksum that reads every byte it is given, percentiles, and JSON
- * string quoting. Pure functions over caller memory; any thread; nothing
+ * a checksum that reads every byte it is given, and percentiles (JSON
+ * strings: json_out.h). Pure functions over caller memory; any thread; nothing
  * here allocates (percentiles sort the caller's array in place).
  */
 #include <stdio.h>
@@ -142,25 +142,4 @@ double fb_percentile_us(uint64_t *ns, uint64_t n, double q)
 	if (rank > n)
 		rank = n;
 	return (double)ns[rank - 1] / 1000.0;
-}
-
-/* s as a JSON string with its quotes, cut to fit cap (cap >= 3). */
-void fb_json_string(char *out, size_t cap, const char *s)
-{
-	size_t o = 0;
-
-	out[o++] = '"';
-	for (; *s && o + 8 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\') {
-			out[o++] = '\\';
-			out[o++] = (char)ch;
-		} else if (ch < 0x20) {
-			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", ch);
-		} else {
-			out[o++] = (char)ch;
-		}
-	}
-	out[o++] = '"';
-	out[o] = '\0';
 }

@@ -22,6 +22,7 @@
 
 #include "feed/client.h"
 #include "feedctl_top.h"
+#include "json_out.h"
 
 static const char usage[] =
 	"usage: feedctl [--socket PATH] [--timeout MS] status [--json]\n"
@@ -129,20 +130,10 @@ static int cmd_status(struct feed_conn *conn)
 	return 0;
 }
 
-/* A JSON string: our text is printable ASCII, so only " and \ need care. */
-static void json_str_value(const char *v)
-{
-	putchar('"');
-	for (; *v; v++)
-		printf(*v == '"' || *v == '\\' ? "\\%c" : "%c", *v);
-	putchar('"');
-}
-
+/* "key": v as JSON (json_out.h escapes v), then sep. */
 static void json_str(const char *key, const char *v, const char *sep)
 {
-	printf("\"%s\": ", key);
-	json_str_value(v);
-	printf("%s", sep);
+	jout_member(stdout, key, v, sep);
 }
 
 static void json_u64(const char *key, unsigned long long v, const char *sep)
@@ -234,10 +225,10 @@ static int cmd_status_json(struct feed_conn *conn)
 	printf("],\n  \"pending\": [");
 	for (size_t i = 0; i < full->npending; i++) {
 		printf("%s", i ? ", " : "");
-		json_str_value(full->pending[i]);
+		jout_string(stdout, full->pending[i]);
 	}
 	printf("],\n  \"jpeg_decode\": ");
-	json_str_value(full->jpeg_decode);
+	jout_string(stdout, full->jpeg_decode);
 	printf(",\n  \"streams\": [\n");
 	for (size_t i = 0; i < full->count; i++)
 		json_stream(&full->streams[i], i + 1 < full->count ? "," : "");
@@ -305,11 +296,8 @@ static void json_list(const char *key, const char *const *v, size_t n, const cha
 {
 	printf("\"%s\": [", key);
 	for (size_t i = 0; i < n; i++) {
-		printf("%s\"", i ? ", " : "");
-		for (const char *c = v[i]; *c; c++)
-			printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ?
-			       "\\u%04x" : "%c", *c);
-		printf("\"");
+		printf("%s", i ? ", " : "");
+		jout_string(stdout, v[i]);
 	}
 	printf("]%s", sep);
 }
@@ -358,7 +346,58 @@ static int cmd_reload(struct feed_conn *conn, bool json)
 	return rc;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct ctl_args {
+	const char *path;         /* --socket, or NULL: the default */
+	int timeout;              /* --timeout, ms */
+	bool json;                /* --json */
+	bool top_flags;           /* a flag only top takes was given */
+	struct top_opts top;      /* --once/--iterations, --wide, --sort */
+};
+
+/* One option into *a: 0, or the exit status to leave with (0 after
+ * --help, 2 on a bad value, named on stderr). */
+static int parse_opt(int opt, const char *arg, struct ctl_args *a, bool *ret_exit)
+{
+	*ret_exit = true;
+	switch (opt) {
+	case 's': a->path = arg; break;
+	case 'j': a->json = true; break;
+	case 'o': a->top.iterations = 1; break;
+	case 'w': a->top.wide = a->top_flags = true; break;
+	case 't':
+		if ((a->timeout = atoi(arg)) <= 0) {
+			fprintf(stderr, "feedctl: --timeout %s: not a positive number\n", arg);
+			return 2;
+		}
+		break;
+	case 'n':
+		if ((a->top.iterations = atol(arg)) <= 0) {
+			fprintf(stderr, "feedctl: --iterations %s: not a positive number\n", arg);
+			return 2;
+		}
+		break;
+	case 'S':
+		if (top_sort_parse(arg, &a->top.sort) < 0) {
+			fprintf(stderr, "feedctl: --sort %s: not a key (job, user, dataset, "
+				"rank, pid, age, samples, wait, gpu, mem, worker)\n", arg);
+			return 2;
+		}
+		a->top_flags = true;
+		break;
+	case 'h':
+		fputs(usage, stdout);
+		return 0;
+	default:
+		fputs(usage, stderr);
+		return 2;
+	}
+	*ret_exit = false;
+	return 0;
+}
+
+/* Parses the options into *a. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct ctl_args *a)
 {
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, 's'},
@@ -371,65 +410,42 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *path = NULL;
-	int timeout = FEED_DEFAULT_TIMEOUT_MS, opt;
-	bool json = false;
-	long iterations = 0;   /* top: 0 until killed */
-	bool wide = false, top_flags = false;
-	enum top_sort sort = TOP_SORT_JOB;
+	int opt;
 
+	*a = (struct ctl_args){.timeout = FEED_DEFAULT_TIMEOUT_MS,
+			       .top = {.sort = TOP_SORT_JOB, .iterations = 0 /* until killed */}};
 	while ((opt = getopt_long(argc, argv, "s:t:jh", opts, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			path = optarg;
-			break;
-		case 't':
-			timeout = atoi(optarg);
-			if (timeout <= 0) {
-				fprintf(stderr, "feedctl: --timeout %s: not a positive number\n", optarg);
-				return 2;
-			}
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'o':
-			iterations = 1;
-			break;
-		case 'n':
-			iterations = atol(optarg);
-			if (iterations <= 0) {
-				fprintf(stderr, "feedctl: --iterations %s: not a positive number\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'w':
-			wide = top_flags = true;
-			break;
-		case 'S':
-			if (top_sort_parse(optarg, &sort) < 0) {
-				fprintf(stderr, "feedctl: --sort %s: not a key (job, user, dataset, "
-					"rank, pid, age, samples, wait, gpu, mem, worker)\n", optarg);
-				return 2;
-			}
-			top_flags = true;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return 0;
-		default:
-			fputs(usage, stderr);
-			return 2;
-		}
+		bool leave;
+		int rc = parse_opt(opt, optarg, a, &leave);
+		if (leave)
+			return rc;
 	}
+	return -1;
+}
+
+/* Whether the words after the options name a command feedctl has, with
+ * flags that command takes. */
+static bool command_ok(const char *cmd, int nargs, const struct ctl_args *a)
+{
+	bool top = cmd && !strcmp(cmd, "top") && nargs == 1;
+
+	if (!cmd || ((a->top.iterations || a->top_flags) && !top))
+		return false;
+	return top || (!strcmp(cmd, "status") && nargs == 1) ||
+	       (!strcmp(cmd, "reload") && nargs == 1) ||
+	       (!strcmp(cmd, "datasets") && nargs <= 2 && !a->json);
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl_args a;
+	int rc = parse_args(argc, argv, &a);
+
+	if (rc >= 0)
+		return rc;
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	int nargs = argc - optind;
-	bool top = cmd && !strcmp(cmd, "top") && nargs == 1;
-	if (!cmd || ((iterations || top_flags) && !top) ||
-	    !(top || (!strcmp(cmd, "status") && nargs == 1) ||
-	      (!strcmp(cmd, "reload") && nargs == 1) ||
-	      (!strcmp(cmd, "datasets") && nargs <= 2 && !json))) {
+	if (!command_ok(cmd, nargs, &a)) {
 		fputs(usage, stderr);
 		return 2;
 	}
@@ -439,15 +455,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "feedctl: out of memory\n");
 		return 1;
 	}
-	feed_conn_set_timeout(conn, timeout);
-	int r = feed_conn_open(conn, path);
-	struct top_opts to = {.json = json, .clear = isatty(1) && !json, .wide = wide,
-			      .sort = sort, .iterations = iterations};
-	int rc = r < 0 ? fail(conn, r, "connect")
-		 : top ? cmd_top(conn, &to)
-		 : !strcmp(cmd, "status") ? (json ? cmd_status_json(conn) : cmd_status(conn))
-		 : !strcmp(cmd, "reload") ? cmd_reload(conn, json)
-		 : cmd_datasets(conn, nargs == 2 ? argv[optind + 1] : NULL);
+	feed_conn_set_timeout(conn, a.timeout);
+	int r = feed_conn_open(conn, a.path);
+	a.top.json = a.json;
+	a.top.clear = isatty(1) && !a.json;
+	rc = r < 0 ? fail(conn, r, "connect")
+	     : !strcmp(cmd, "top") ? cmd_top(conn, &a.top)
+	     : !strcmp(cmd, "status") ? (a.json ? cmd_status_json(conn) : cmd_status(conn))
+	     : !strcmp(cmd, "reload") ? cmd_reload(conn, a.json)
+	     : cmd_datasets(conn, nargs == 2 ? argv[optind + 1] : NULL);
 	feed_disconnect(conn);
 	return rc;
 }

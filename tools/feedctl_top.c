@@ -25,6 +25,7 @@
 
 #include "feedctl_nvml.h"
 #include "feedctl_top_row.h"
+#include "json_out.h"
 
 /* What the last refresh saw, for the shares since then. */
 struct top_prev {
@@ -208,13 +209,10 @@ static void top_sort_rows(struct top_row *rows, size_t n, enum top_sort key)
 
 /* ---- JSON ---- */
 
-/* A JSON string: the daemon's text is printable ASCII. */
+/* "key": v, with v escaped (json_out.h). */
 static void top_json_str(const char *key, const char *v)
 {
-	printf("\"%s\": \"", key);
-	for (; *v; v++)
-		printf(*v == '"' || *v == '\\' ? "\\%c" : "%c", *v);
-	printf("\", ");
+	jout_member(stdout, key, v, ", ");
 }
 
 static void top_json_members(const struct feed_stream_status *s)
@@ -274,8 +272,8 @@ static void top_json_row(const struct top_row *r, double hit)
 /* One line of JSON per refresh. */
 static void top_json(const struct top_view *v, long iteration)
 {
-	printf("{\"iteration\": %ld, \"server_version\": \"%s\", ", iteration,
-	       v->st->stats.server_version);
+	printf("{\"iteration\": %ld, ", iteration);
+	top_json_str("server_version", v->st->stats.server_version);
 	if (v->nvml_why) {
 		printf("\"nvml\": false, ");
 		top_json_str("nvml_reason", v->nvml_why);

@@ -1,6 +1,7 @@
 /*
- * cache.c: the block cache (see cache.h): a chained hash table keyed by
- * (dataset, block) plus an LRU list of unpinned entries, under one mutex.
+ * cache.c: the block cache (see cache.h): entries keyed by (dataset,
+ * block) in the tiers' table and recency list (lru.h), the unpinned ones
+ * listed for eviction, all under one mutex.
  * Worker threads only; never on the loop thread (a miss reads and decodes).
  */
 #include <assert.h>
@@ -13,15 +14,15 @@
 
 #include "cache.h"
 #include "feed_lock.h"
+#include "lru.h"
 
 struct cache_entry {
+	struct lru_node node;           /* key: (ds, block); listed while unpinned */
 	const struct fmt_dataset *ds;   /* key */
 	uint64_t block;                 /* key */
-	struct cache_entry *chain;      /* next in the hash bucket */
-	struct cache_entry *lru_prev, *lru_next; /* linked while unpinned */
 	struct fmt_block blk;           /* views into raw once ready */
 	void *raw;                      /* decoded bytes, 64-byte aligned */
-	size_t bytes;
+	size_t bytes;                   /* raw's size, charged once ready */
 	uint32_t pins;
 	bool ready;                     /* false while one thread decodes */
 	struct cache_tally *t;          /* its dataset's counters, or NULL: unnamed */
@@ -36,10 +37,8 @@ struct cache_named {
 struct cache {
 	pthread_mutex_t lock;
 	pthread_cond_t loaded;          /* an entry became ready or failed */
-	struct cache_entry **buckets;
-	size_t nbuckets;                /* a power of two */
-	struct cache_entry lru;         /* sentinel: next = oldest */
-	struct cache_stats st;
+	struct lru lru;                 /* the entries; bytes: ready ones and staged */
+	uint64_t hits, misses, evictions, staged; /* as in struct cache_stats */
 	struct cache_tally tally[CACHE_TALLY_MAX]; /* per dataset name, ntally used */
 	size_t ntally;
 	struct cache_named named[CACHE_TALLY_MAX * 2]; /* ds -> tally, nnamed used */
@@ -56,86 +55,33 @@ static struct cache_tally *tally_of(struct cache *c, const struct fmt_dataset *d
 	return NULL;
 }
 
-static size_t key_hash(const struct fmt_dataset *ds, uint64_t block)
-{
-	uint64_t h = (uint64_t)(uintptr_t)ds * 0x9e3779b97f4a7c15ull ^ block * 0xc2b2ae3d27d4eb4full;
-	return (size_t)(h ^ h >> 29);
-}
-
 int cache_new(size_t budget, struct cache **ret_cache)
 {
 	struct cache *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
-	c->nbuckets = 1024;
-	c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
-	if (!c->buckets) {
+	if (lru_init(&c->lru, budget) < 0) {
 		free(c);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
-	c->lru.lru_next = c->lru.lru_prev = &c->lru;
-	c->st.budget = budget;
 	*ret_cache = c;
 	return 0;
 }
 
-static void lru_unlink(struct cache_entry *e)
+static struct cache_entry *entry_of(struct lru_node *n)
 {
-	if (!e->lru_next)
-		return;
-	e->lru_prev->lru_next = e->lru_next;
-	e->lru_next->lru_prev = e->lru_prev;
-	e->lru_next = e->lru_prev = NULL;
+	return n ? LRU_ENTRY(n, struct cache_entry, node) : NULL;
 }
 
-static void lru_push(struct cache *c, struct cache_entry *e)
-{
-	e->lru_prev = c->lru.lru_prev;
-	e->lru_next = &c->lru;
-	c->lru.lru_prev->lru_next = e;
-	c->lru.lru_prev = e;
-}
-
-static struct cache_entry **bucket_of(struct cache *c, const struct fmt_dataset *ds, uint64_t block)
-{
-	return &c->buckets[key_hash(ds, block) & (c->nbuckets - 1)];
-}
-
+/* Takes e out of the table; its bytes leave the counts. Under the lock. */
 static void table_remove(struct cache *c, struct cache_entry *e)
 {
-	struct cache_entry **p = bucket_of(c, e->ds, e->block);
-
-	while (*p != e)
-		p = &(*p)->chain;
-	*p = e->chain;
-	c->st.entries--;
-	c->st.bytes -= e->bytes;
-	if (e->t)
+	lru_remove(&c->lru, &e->node);
+	if (e->t && e->ready)
 		e->t->bytes -= e->bytes;
-}
-
-/* Doubles the table when it holds more entries than buckets. */
-static void table_grow(struct cache *c)
-{
-	size_t n = c->nbuckets * 2;
-	struct cache_entry **b = calloc(n, sizeof(*b));
-
-	if (!b)
-		return; /* longer chains, still correct */
-	for (size_t i = 0; i < c->nbuckets; i++) {
-		for (struct cache_entry *e = c->buckets[i], *next; e; e = next) {
-			next = e->chain;
-			size_t k = key_hash(e->ds, e->block) & (n - 1);
-			e->chain = b[k];
-			b[k] = e;
-		}
-	}
-	free(c->buckets);
-	c->buckets = b;
-	c->nbuckets = n;
 }
 
 static void entry_destroy(struct cache_entry *e)
@@ -147,11 +93,11 @@ static void entry_destroy(struct cache_entry *e)
 /* Evicts unpinned entries, oldest first, until within budget. */
 static void evict(struct cache *c)
 {
-	while (c->st.bytes > c->st.budget && c->lru.lru_next != &c->lru) {
-		struct cache_entry *e = c->lru.lru_next;
-		lru_unlink(e);
+	struct cache_entry *e;
+
+	while ((e = entry_of(lru_evict(&c->lru)))) {
 		table_remove(c, e);
-		c->st.evictions++;
+		c->evictions++;
 		if (e->t)
 			e->t->evictions++;
 		entry_destroy(e);
@@ -160,10 +106,17 @@ static void evict(struct cache *c)
 
 static struct cache_entry *lookup(struct cache *c, const struct fmt_dataset *ds, uint64_t block)
 {
-	for (struct cache_entry *e = *bucket_of(c, ds, block); e; e = e->chain)
-		if (e->ds == ds && e->block == block)
-			return e;
-	return NULL;
+	return entry_of(lru_find(&c->lru, (uint64_t)(uintptr_t)ds, block));
+}
+
+/* Pins e, found ready, as a hit. Under the lock. */
+static void entry_pin(struct cache *c, struct cache_entry *e)
+{
+	if (e->pins++ == 0)
+		lru_unlist(&e->node);
+	c->hits++;
+	if (e->t)
+		e->t->hits++;
 }
 
 /* Reads and decodes into a new buffer, outside the lock. */
@@ -180,6 +133,45 @@ static int entry_load(struct cache_entry *e, struct cache_worker *w, struct feed
 	return fmt_block_read(e->ds, e->block, w->dec, w->comp, w->comp_cap, e->raw, cap, &e->blk, err);
 }
 
+/* A new entry for (ds, block), pinned and not ready, in the table and
+ * counted as a miss: this thread decodes it. Under the lock. */
+static struct cache_entry *entry_claim(struct cache *c, const struct fmt_dataset *ds, uint64_t block)
+{
+	struct cache_entry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->node.key[0] = (uint64_t)(uintptr_t)ds;
+	e->node.key[1] = block;
+	e->ds = ds;
+	e->block = block;
+	e->pins = 1;
+	lru_insert(&c->lru, &e->node);
+	c->misses++;
+	if ((e->t = tally_of(c, ds)))
+		e->t->misses++;
+	return e;
+}
+
+/* Ends the decode of e by this thread: ready and charged, or (rc < 0)
+ * gone. Wakes the threads waiting for it. Takes the lock. */
+static void entry_loaded(struct cache *c, struct cache_entry *e, int rc)
+{
+	feed_mutex_lock(&c->lock);
+	if (rc < 0) {
+		table_remove(c, e);
+		entry_destroy(e);
+	} else {
+		e->ready = true;
+		lru_charge(&c->lru, &e->node, e->bytes);
+		if (e->t)
+			e->t->bytes += e->bytes;
+		evict(c);
+	}
+	pthread_cond_broadcast(&c->loaded);
+	feed_mutex_unlock(&c->lock);
+}
+
 int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, struct cache_worker *w,
 	      const struct fmt_block **ret_blk, struct cache_entry **ret_entry, struct feed_err *err)
 {
@@ -190,51 +182,18 @@ int cache_get(struct cache *c, const struct fmt_dataset *ds, uint64_t block, str
 	while ((e = lookup(c, ds, block)) && !e->ready)
 		pthread_cond_wait(&c->loaded, &c->lock); /* another worker decodes it */
 	if (e) {
-		if (e->pins++ == 0)
-			lru_unlink(e);
-		c->st.hits++;
-		if (e->t)
-			e->t->hits++;
+		entry_pin(c, e);
 		feed_mutex_unlock(&c->lock);
 		*ret_blk = &e->blk;
 		*ret_entry = e;
 		return 0;
 	}
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		feed_mutex_unlock(&c->lock);
+	e = entry_claim(c, ds, block);
+	feed_mutex_unlock(&c->lock);
+	if (!e)
 		return feed_err_set(err, -ENOMEM, "block cache: out of memory");
-	}
-	e->ds = ds;
-	e->block = block;
-	e->pins = 1;
-	struct cache_entry **b = bucket_of(c, ds, block);
-	e->chain = *b;
-	*b = e;
-	c->st.entries++;
-	c->st.misses++;
-	if ((e->t = tally_of(c, ds)))
-		e->t->misses++;
-	feed_mutex_unlock(&c->lock);
-
 	rc = entry_load(e, w, err);
-
-	feed_mutex_lock(&c->lock);
-	if (rc < 0) {
-		e->bytes = 0;
-		table_remove(c, e);
-		entry_destroy(e);
-	} else {
-		e->ready = true;
-		c->st.bytes += e->bytes;
-		if (e->t)
-			e->t->bytes += e->bytes;
-		if (c->st.entries > c->nbuckets)
-			table_grow(c);
-		evict(c);
-	}
-	pthread_cond_broadcast(&c->loaded);
-	feed_mutex_unlock(&c->lock);
+	entry_loaded(c, e, rc);
 	if (rc < 0)
 		return rc;
 	*ret_blk = &e->blk;
@@ -248,7 +207,7 @@ void cache_put(struct cache *c, struct cache_entry *e)
 		return;
 	feed_mutex_lock(&c->lock);
 	if (--e->pins == 0) {
-		lru_push(c, e);
+		lru_touch(&c->lru, &e->node);
 		evict(c);
 	}
 	feed_mutex_unlock(&c->lock);
@@ -266,11 +225,7 @@ size_t cache_pin_many(struct cache *c, const struct fmt_dataset *ds, const uint6
 			ret_entries[k] = NULL;
 			continue;
 		}
-		if (e->pins++ == 0)
-			lru_unlink(e);
-		c->st.hits++;
-		if (e->t)
-			e->t->hits++;
+		entry_pin(c, e);
 		ret_blks[k] = &e->blk;
 		ret_entries[k] = e;
 		pinned++;
@@ -287,7 +242,7 @@ void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t 
 	for (size_t k = 0; k < n; k++) {
 		struct cache_entry *e = entries[k];
 		if (e && --e->pins == 0) {
-			lru_push(c, e);
+			lru_touch(&c->lru, &e->node);
 			any = true;
 		}
 	}
@@ -299,8 +254,8 @@ void cache_put_many(struct cache *c, struct cache_entry *const *entries, size_t 
 void cache_reserve(struct cache *c, size_t bytes)
 {
 	feed_mutex_lock(&c->lock);
-	c->st.bytes += bytes;
-	c->st.staged += bytes;
+	c->lru.bytes += bytes;
+	c->staged += bytes;
 	evict(c);
 	feed_mutex_unlock(&c->lock);
 }
@@ -308,20 +263,20 @@ void cache_reserve(struct cache *c, size_t bytes)
 void cache_release(struct cache *c, size_t bytes)
 {
 	feed_mutex_lock(&c->lock);
-	assert(c->st.staged >= bytes);
-	c->st.bytes -= bytes;
-	c->st.staged -= bytes;
+	assert(c->staged >= bytes);
+	c->lru.bytes -= bytes;
+	c->staged -= bytes;
 	feed_mutex_unlock(&c->lock);
 }
 
 void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 {
 	feed_mutex_lock(&c->lock);
-	for (struct cache_entry *e = c->lru.lru_next, *next; e != &c->lru; e = next) {
-		next = e->lru_next;
+	for (struct lru_node *n = lru_next(&c->lru, NULL), *next; n; n = next) {
+		struct cache_entry *e = entry_of(n);
+		next = lru_next(&c->lru, n);
 		if (e->ds != ds)
 			continue;
-		lru_unlink(e);
 		table_remove(c, e);
 		entry_destroy(e);
 	}
@@ -337,7 +292,11 @@ void cache_forget(struct cache *c, const struct fmt_dataset *ds)
 void cache_stats(struct cache *c, struct cache_stats *ret_stats)
 {
 	feed_mutex_lock(&c->lock);
-	*ret_stats = c->st;
+	*ret_stats = (struct cache_stats){
+		.hits = c->hits, .misses = c->misses, .evictions = c->evictions,
+		.bytes = c->lru.bytes, .entries = c->lru.nodes, .budget = c->lru.budget,
+		.staged = c->staged,
+	};
 	feed_mutex_unlock(&c->lock);
 }
 
@@ -375,14 +334,13 @@ size_t cache_tallies(struct cache *c, struct cache_tally *ret, size_t max)
 
 void cache_free(struct cache *c)
 {
+	struct lru_node *n;
+
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->nbuckets; i++)
-		for (struct cache_entry *e = c->buckets[i], *next; e; e = next) {
-			next = e->chain;
-			entry_destroy(e);
-		}
-	free(c->buckets);
+	while ((n = lru_pop(&c->lru)))
+		entry_destroy(entry_of(n));
+	lru_fini(&c->lru);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->loaded);
 	free(c);

@@ -1,8 +1,8 @@
 /*
  * disktier.c: the disk tier (see disktier.h): one file per block,
- * "<key>-<xxh64>.blk", a chained hash table and an LRU list under one
- * mutex. Worker threads and the fetcher (and main() at start); never the
- * loop thread.
+ * "<key>-<xxh64>.blk", indexed in the tiers' table and recency list
+ * (lru.h) under one mutex. Worker threads and the fetcher (and main() at
+ * start); never the loop thread.
  *
  * A name is touched by one thread at a time: an entry is in the table
  * from the moment a put claims its name (writing) until its file is
@@ -27,6 +27,7 @@
 
 #include "feed_lock.h"
 #include "fmt.h"
+#include "lru.h"
 
 #define DT_NAME_MAX 64     /* "<16 hex>-<16 hex>.blk" and temporaries */
 #define DT_EVICT_MAX 64    /* files unlinked per put, at most */
@@ -38,22 +39,19 @@ enum dt_state {
 };
 
 struct dt_file {
+	struct lru_node node;         /* key: (key, hash); listed while ready */
 	uint64_t key, hash;           /* the file's name */
 	uint64_t size;                /* bytes */
 	enum dt_state state;
 	uint64_t seq;                 /* which entry of this name: a later put's differs */
-	struct dt_file *chain;        /* next in the bucket */
-	struct dt_file *prev, *next;  /* LRU (ready only): sentinel's next is the oldest */
 };
 
 struct dtier {
 	pthread_mutex_t mu;           /* guards everything below */
 	char *dir;
 	int dfd;                      /* the directory, for openat/unlinkat */
-	struct dt_file **buckets;
-	size_t nbuckets;              /* a power of two */
-	struct dt_file lru;           /* sentinel */
-	struct dtier_stats st;
+	struct lru lru;               /* the names; bytes: ready and being written */
+	struct dtier_stats st;        /* but bytes and budget: lru's */
 	uint64_t tmp_seq;             /* temporary names */
 	uint64_t entry_seq;           /* the last dt_file.seq given */
 };
@@ -63,86 +61,43 @@ static void dt_name(char *buf, uint64_t key, uint64_t hash)
 	snprintf(buf, DT_NAME_MAX, "%016" PRIx64 "-%016" PRIx64 ".blk", key, hash);
 }
 
-static struct dt_file **dt_bucket(struct dtier *t, uint64_t key)
+static struct dt_file *dt_of(struct lru_node *n)
 {
-	return &t->buckets[(key ^ key >> 31) & (t->nbuckets - 1)];
+	return n ? LRU_ENTRY(n, struct dt_file, node) : NULL;
 }
 
 static struct dt_file *dt_lookup(struct dtier *t, uint64_t key, uint64_t hash)
 {
-	for (struct dt_file *f = *dt_bucket(t, key); f; f = f->chain)
-		if (f->key == key && f->hash == hash)
-			return f;
-	return NULL;
-}
-
-static void dt_unlink_lru(struct dt_file *f)
-{
-	f->prev->next = f->next;
-	f->next->prev = f->prev;
-}
-
-static void dt_push_lru(struct dtier *t, struct dt_file *f)
-{
-	f->prev = t->lru.prev;
-	f->next = &t->lru;
-	t->lru.prev->next = f;
-	t->lru.prev = f;
-}
-
-static void dt_grow(struct dtier *t)
-{
-	size_t n = t->nbuckets * 2;
-	struct dt_file **b = calloc(n, sizeof(*b));
-
-	if (!b)
-		return;  /* longer chains, still correct */
-	for (size_t i = 0; i < t->nbuckets; i++)
-		for (struct dt_file *f = t->buckets[i], *next; f; f = next) {
-			next = f->chain;
-			size_t k = (f->key ^ f->key >> 31) & (n - 1);
-			f->chain = b[k];
-			b[k] = f;
-		}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = n;
+	return dt_of(lru_find(&t->lru, key, hash));
 }
 
 /* Adds f (a new name, in f->state) to the table; its bytes count from
  * now on. Under mu. */
 static void dt_insert(struct dtier *t, struct dt_file *f)
 {
-	struct dt_file **b = dt_bucket(t, f->key);
-
 	f->seq = ++t->entry_seq;
-	f->chain = *b;
-	*b = f;
+	f->node.key[0] = f->key;
+	f->node.key[1] = f->hash;
+	lru_insert(&t->lru, &f->node);
+	lru_charge(&t->lru, &f->node, f->size);
 	if (f->state == DT_READY)
-		dt_push_lru(t, f);
-	t->st.bytes += f->size;
+		lru_touch(&t->lru, &f->node);
 	t->st.files++;
-	if (t->st.files > t->nbuckets)
-		dt_grow(t);
 }
 
 /* Takes f out of the table (the caller frees it). Under mu. */
 static void dt_forget(struct dtier *t, struct dt_file *f)
 {
-	struct dt_file **p = dt_bucket(t, f->key);
-
-	while (*p != f)
-		p = &(*p)->chain;
-	*p = f->chain;
+	lru_remove(&t->lru, &f->node);
 }
 
 /* f, ready, is to be unlinked: out of the LRU and the counts, its name
  * kept in the table until dt_unlink_files() is done with it. Under mu. */
 static void dt_retire(struct dtier *t, struct dt_file *f)
 {
-	dt_unlink_lru(f);
+	lru_unlist(&f->node);
+	lru_discharge(&t->lru, &f->node);
 	f->state = DT_DYING;
-	t->st.bytes -= f->size;
 	t->st.files--;
 }
 
@@ -150,11 +105,11 @@ static void dt_retire(struct dtier *t, struct dt_file *f)
  * into out[] (the caller unlinks them outside mu). Under mu. */
 static size_t dt_evict(struct dtier *t, struct dt_file **out, size_t max)
 {
+	struct dt_file *f;
 	size_t n = 0;
 
-	while (t->st.bytes > t->st.budget && t->lru.next != &t->lru && n < max) {
-		struct dt_file *f = t->lru.next;
-		dt_retire(t, f);
+	while (n < max && (f = dt_of(lru_evict(&t->lru)))) {
+		dt_retire(t, f);  /* already off the list and discharged */
 		t->st.evicted++;
 		out[n++] = f;
 	}
@@ -264,15 +219,12 @@ int dtier_open(const char *dir, uint64_t budget, struct dtier **ret, struct feed
 	struct dtier *t = calloc(1, sizeof(*t));
 	int rc;
 
-	if (!t || !(t->dir = strdup(dir)) || !(t->buckets = calloc(1024, sizeof(*t->buckets)))) {
+	if (!t || !(t->dir = strdup(dir)) || lru_init(&t->lru, budget) < 0) {
 		if (t)
 			free(t->dir);
 		free(t);
 		return feed_err_set(err, -ENOMEM, "cache_dir %s: out of memory", dir);
 	}
-	t->nbuckets = 1024;
-	t->lru.next = t->lru.prev = &t->lru;
-	t->st.budget = budget;
 	t->dfd = -1;
 	pthread_mutex_init(&t->mu, NULL);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
@@ -304,17 +256,16 @@ fail:
 
 void dtier_close(struct dtier *t)
 {
+	struct lru_node *n;
+
 	if (!t)
 		return;
-	for (size_t i = 0; t->buckets && i < t->nbuckets; i++)  /* no put or get runs */
-		for (struct dt_file *f = t->buckets[i], *next; f; f = next) {
-			next = f->chain;
-			free(f);
-		}
+	while ((n = lru_pop(&t->lru)))  /* no put or get runs */
+		free(dt_of(n));
 	if (t->dfd >= 0)
 		close(t->dfd);
 	pthread_mutex_destroy(&t->mu);
-	free(t->buckets);
+	lru_fini(&t->lru);
 	free(t->dir);
 	free(t);
 }
@@ -362,8 +313,7 @@ int dtier_get(struct dtier *t, uint64_t key, uint64_t hash, void *buf, size_t le
 	feed_mutex_lock(&t->mu);
 	f = dt_lookup(t, key, hash);
 	if (f && f->state == DT_READY) {  /* most recently used from now on */
-		dt_unlink_lru(f);
-		dt_push_lru(t, f);
+		lru_touch(&t->lru, &f->node);
 		seq = f->seq;
 	} else {
 		f = NULL;  /* absent, or being written or unlinked */
@@ -447,7 +397,7 @@ int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, siz
 	struct dt_file *f;
 	bool have;
 
-	if (len > t->st.budget)
+	if (len > t->lru.budget)
 		return 0;  /* budget is fixed at open: read without the lock */
 	if (!(f = calloc(1, sizeof(*f))))
 		return -ENOMEM;
@@ -467,11 +417,10 @@ int dtier_put(struct dtier *t, uint64_t key, uint64_t hash, const void *buf, siz
 	size_t k = 0;
 	if (rc < 0) {
 		dt_forget(t, f);
-		t->st.bytes -= f->size;
 		t->st.files--;
 	} else {
 		f->state = DT_READY;
-		dt_push_lru(t, f);
+		lru_touch(&t->lru, &f->node);
 		t->st.stored++;
 		k = dt_evict(t, gone, DT_EVICT_MAX);
 	}
@@ -486,5 +435,7 @@ void dtier_stats(struct dtier *t, struct dtier_stats *ret)
 {
 	feed_mutex_lock(&t->mu);
 	*ret = t->st;
+	ret->bytes = t->lru.bytes;
+	ret->budget = t->lru.budget;
 	feed_mutex_unlock(&t->mu);
 }
