@@ -4,7 +4,7 @@
  * form, refusals naming the key), its plan (a pixel stage with room for
  * its chains), and its draws: Beta weights summing to 1, chain weights
  * summing to m1, depths and bins in range, the same for the same sample.
- * Parity with torchvision's AugMix is tests/python/test_augment_augmix.py.
+ * Parity with torchvision's AugMix is tests/python/test_feedclient_augmix.py.
  */
 #include <check.h>
 #include <errno.h>
