@@ -75,6 +75,26 @@ def test_torch_save_and_load(fc, tmp_path):
             check_copy(loaded, want, src)
 
 
+def test_torch_load_weights_only(fc):
+    """torch >= 2.6 loads with weights_only=True by default: a saved batch
+    loads so, feedclient's rebuild function being registered as safe (on
+    torch without add_safe_globals, weights_only cannot allow it: skip)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.serialization, "add_safe_globals"):
+        pytest.skip("this torch has no add_safe_globals (scripts/test-torch-latest runs this)")
+    src = fc.src["small"]
+    with feedclient.Loader("small", 10, socket=fc.sock, shuffle=True, seed=1, credits=1,
+                           as_torch=True) as loader:
+        b = next(iter(loader))
+        buf = io.BytesIO()
+        torch.save(b, buf)
+        want = b.copy()
+        del b
+    loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    assert isinstance(loaded, feedclient.Batch)
+    check_copy(loaded, want, src)
+
+
 def test_copy_of_variable_and_string_fields(fc):
     src = fc.src["files"]
     with feedclient.Loader("files", 3, socket=fc.sock, shuffle=False) as loader:

@@ -17,6 +17,8 @@ copy a wheel carries, the build tree of this checkout (build/lib), the one
 cmake --install put beside this package, then the system loader.
 """
 
+import sys
+
 from ._lib import path as library_path
 from ._lib import lib as _lib_handle
 from .errors import (AccessDenied, BadPipeline, ConcurrentUse, CreditsExhausted, DaemonGone,
@@ -29,6 +31,10 @@ from .loader import Batch, DatasetInfo, DatasetName, FieldInfo, Loader, datasets
 from .torchvision import from_torchvision
 from .mixture import Source
 from .ops import Op, ops
+
+if "torch" in sys.modules:  # torch.load(weights_only=True) of a saved Batch
+    from ._batch import register_torch_safe
+    register_torch_safe(sys.modules["torch"])
 
 __version__ = "0.1.0"
 library_version: str = _lib_handle.feed_version().decode()

@@ -106,6 +106,16 @@ def _rebuild_batch(fields, epoch, index, indices, padded, replaced=(), dropped=(
     return out
 
 
+def register_torch_safe(torch) -> None:
+    """Lets torch.load's default weights_only=True (torch >= 2.6) load a
+    saved Batch: its pickle calls _rebuild_batch with tensors, numbers and
+    tuples only, so the function is the one global to allow. A no-op on
+    torch without add_safe_globals."""
+    add = getattr(getattr(torch, "serialization", None), "add_safe_globals", None)
+    if add is not None:
+        add([_rebuild_batch])
+
+
 def _own(v):
     """v, or what it holds, copied into memory of its own."""
     if isinstance(v, np.ndarray):

@@ -43,7 +43,7 @@ from ._state import _Resumable
 from ._epoch import _END, _EpochIter
 from . import _options, _stream
 # what feedclient.loader gave before it was split (tests, pickled batches)
-from ._batch import _FieldPlan, _rebuild_batch, _to_torch  # noqa: F401
+from ._batch import _FieldPlan, _rebuild_batch, _to_torch, register_torch_safe  # noqa: F401
 from ._conn import DatasetInfo, status  # noqa: F401
 
 
@@ -316,6 +316,7 @@ class Loader(_Resumable):
         if as_torch or self._conv is not None:
             import torch
             self._torch = torch
+            register_torch_safe(torch)
         self._label_dtype = _label_dtype(label_dtype, self._torch)
         self._keep_args(a, rank, world_size)
         # one slot more than credits: the batch being fetched while the loop
