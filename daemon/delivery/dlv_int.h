@@ -101,7 +101,9 @@ struct dlv {
 	struct bld_row *rows;      /* a mixture: batch rows per slot, each the
 				    * job's of that slot while it builds */
 	/* a packed mixture (mixt_packed()): its sources' streams, and the walk
-	 * that starts each batch's (lock), in the order batches are handed out */
+	 * that starts each batch's (lock), in the order batches are handed out;
+	 * a plain stream's join job walks it to the first batch before
+	 * dlv_start(), unlocked (mix_prime(), dlv_regions.c) */
 	struct pks_spec mpk_spec[MIXT_MAX_SOURCES];
 	struct mixt_walk mwalk;
 	struct pipe_plan *plan;    /* our copy: the request that made it is gone */

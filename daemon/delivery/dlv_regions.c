@@ -146,6 +146,28 @@ static int table_make(struct dlv *d, struct feed_err *err)
 	return rc;
 }
 
+/* A packed mixture resumed far into its rows: the walk to its first batch
+ * (O(rows before it): pack places every window it passes) done here, on a
+ * worker with no lock held, so the first pump (loop thread, under the lock)
+ * finds it done. A plain stream's only: nothing reads d->mwalk until
+ * dlv_start(), which comes after this job (a group's members may join
+ * meanwhile: its first pump walks). A failure leaves the walk to the pump,
+ * which reports it. */
+static void mix_prime(struct dlv *d)
+{
+	struct pks_pos pos[MIXT_MAX_SOURCES];
+	struct feed_err err = {0};
+	uint64_t g;
+
+	if (!d->mix || !mixt_packed(d->mix))
+		return;
+	feed_mutex_lock(&d->lock);
+	bool want = !d->started && d->solo && sched_peek_row(&d->sched, &g);
+	feed_mutex_unlock(&d->lock);
+	if (want)
+		(void)mixt_walk_to(&d->mwalk, d->mix, g, pos, &err);
+}
+
 static void prep_run(struct pool_job *j, struct pool_worker *w)
 {
 	struct dlv_member *m = (struct dlv_member *)((char *)j - offsetof(struct dlv_member, prep_job));
@@ -156,6 +178,8 @@ static void prep_run(struct pool_job *j, struct pool_worker *w)
 	/* the start epoch's table (the first join's): the reply waits for it */
 	if (m->prep_rc == 0)
 		m->prep_rc = table_make(m->d, &m->prep_err);
+	if (m->prep_rc == 0 && m->d->solo == m)
+		mix_prime(m->d);
 }
 
 static void prep_done(struct pool_job *j)

@@ -413,6 +413,17 @@ bool sched_peek_position(const struct sched *s, uint64_t *ret_epoch, uint64_t *r
 	return true;
 }
 
+bool sched_peek_row(const struct sched *s, uint64_t *ret_g)
+{
+	const struct sched_epoch *e = &s->ep[s->next_epoch & 1];
+
+	if (s->done || !e->valid || e->epoch != s->next_epoch ||
+	    s->next_batch >= ord_batches_per_epoch(&e->ord))
+		return false;
+	*ret_g = s->next_epoch * s->spec.ord.n + ord_global_position(&e->ord, s->next_batch, 0);
+	return true;
+}
+
 void sched_done(struct sched *s, const struct sched_pos *p)
 {
 	struct sched_epoch *e = &s->ep[p->epoch & 1];

@@ -145,6 +145,11 @@ bool sched_peek(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_index)
  * sample (ord_position_of(); an epoch not made yet starts at 0). */
 bool sched_peek_position(const struct sched *s, uint64_t *ret_epoch, uint64_t *ret_position);
 
+/* The global row (epoch * ord.n + the rank's global position) of the
+ * first sample of the position sched_next() would hand out next, when its
+ * epoch is laid out (a started or resumed one); false otherwise. */
+bool sched_peek_row(const struct sched *s, uint64_t *ret_g);
+
 /* Whether a block-window position table should be built now, and for
  * which epoch (*ret_epoch): the next position's epoch when it has none,
  * else the one after it (ahead), unless past the stream's last epoch, a
