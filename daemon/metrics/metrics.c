@@ -6,6 +6,7 @@
  */
 #include "metrics.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -24,6 +25,7 @@
 #include "dstate.h"
 #include "feed_lock.h"
 #include "log_limit.h"
+#include "metrics_doc.h"
 #include "metrics_gpu.h"
 #include "metrics_process.h"
 #include "pool.h"
@@ -104,9 +106,17 @@ static void met_value(struct met_buf *b, const char *s)
 	}
 }
 
-static void met_family(struct met_buf *b, const char *name, const char *type, const char *help)
+/* A family's # HELP and # TYPE, from its row in metrics_doc.c (the one
+ * place its type and help are written: `feedd --list-metrics` prints the
+ * same rows). */
+static void met_family(struct met_buf *b, const char *name)
 {
-	met_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	const char *type;
+	const char *help = met_doc_find(name, &type);
+
+	assert(help);  /* every family rendered has its row */
+	met_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help ? help : "", name,
+		   help ? type : "untyped");
 }
 
 /* The series of the per-stream metrics, gathered once per rendering. */
@@ -149,7 +159,7 @@ static void met_labels(struct met_buf *b, const struct stats_series *s)
  * The series of one open stream are these families' (MET_STREAM_FAMILIES,
  * well under 64); a closed one's leave after the next scrape. */
 struct met_stream_family {
-	const char *name, *type, *help;
+	const char *name;
 	size_t off;                    /* of a uint64_t, or of a uint32_t gauge */
 	bool ns, u32;
 	bool live;                     /* a gauge of open streams only: no series once
@@ -158,32 +168,20 @@ struct met_stream_family {
 
 #define MET_AT(f) offsetof(struct stats_series, f)
 static const struct met_stream_family met_stream_families[] = {
-	{"feedd_samples_total", "counter", "Samples published to the streams or groups with "
-	 "these labels.", MET_AT(samples), false, false, false},
-	{"feedd_batches_total", "counter", "Batches published (a group's once).",
-	 MET_AT(batches), false, false, false},
-	{"feedd_bytes_total", "counter", "Bytes of batches published.", MET_AT(bytes), false,
+	{"feedd_samples_total", MET_AT(samples), false, false, false},
+	{"feedd_batches_total", MET_AT(batches), false, false, false},
+	{"feedd_bytes_total", MET_AT(bytes), false,
 	 false, false},
-	{"feedd_reader_wait_seconds_total", "counter", "Time the readers waited for a batch, "
-	 "as their clients report it (clamped to each stream's age).", MET_AT(reader_wait_ns),
+	{"feedd_reader_wait_seconds_total", MET_AT(reader_wait_ns),
 	 true, false, false},
-	{"feedd_worker_seconds_total", "counter", "Worker thread CPU time spent building "
-	 "batches.", MET_AT(worker_ns), true, false, false},
-	{"feedd_samples_replaced_total", "counter", "Samples that failed to decode and were "
-	 "replaced by the next good one (on_error skip).", MET_AT(replaced), false, false, false},
-	{"feedd_batches_detached_total", "counter", "Batches the readers moved off their slots "
-	 "into private memory (views held past their slot), as their clients report it.",
-	 MET_AT(detached), false, false, false},
-	{"feedd_credits", "gauge", "Credits of the open streams (a group's depth).",
-	 MET_AT(credits), false, true, false},
-	{"feedd_credits_in_use", "gauge", "Slots being built, ready or held.",
-	 MET_AT(credits_in_use), false, true, false},
-	{"feedd_readers", "gauge", "Readers of the open streams (a group's members).",
-	 MET_AT(readers), false, true, true},
-	{"feedd_shm_bytes", "gauge", "Shared memory of the open streams' regions (control, "
-	 "data, release).", MET_AT(shm_bytes), false, false, true},
-	{"feedd_slot_bytes", "gauge", "Bytes of one data slot (the largest among the open "
-	 "streams).", MET_AT(slot_bytes), false, false, true},
+	{"feedd_worker_seconds_total", MET_AT(worker_ns), true, false, false},
+	{"feedd_samples_replaced_total", MET_AT(replaced), false, false, false},
+	{"feedd_batches_detached_total", MET_AT(detached), false, false, false},
+	{"feedd_credits", MET_AT(credits), false, true, false},
+	{"feedd_credits_in_use", MET_AT(credits_in_use), false, true, false},
+	{"feedd_readers", MET_AT(readers), false, true, true},
+	{"feedd_shm_bytes", MET_AT(shm_bytes), false, false, true},
+	{"feedd_slot_bytes", MET_AT(slot_bytes), false, false, true},
 };
 #define MET_STREAM_FAMILIES (sizeof(met_stream_families) / sizeof(met_stream_families[0]))
 
@@ -191,7 +189,7 @@ static void met_streams(struct met_buf *b, const struct met_series *all)
 {
 	for (size_t f = 0; f < MET_STREAM_FAMILIES; f++) {
 		const struct met_stream_family *m = &met_stream_families[f];
-		met_family(b, m->name, m->type, m->help);
+		met_family(b, m->name);
 		for (size_t i = 0; i < all->n; i++) {
 			const char *at = (const char *)&all->s[i] + m->off;
 			if (m->live && !all->s[i].live)
@@ -232,22 +230,14 @@ static int met_collect_total(const struct stats_dataset_total *t, void *arg)
 
 #define MET_TOT(f) offsetof(struct stats_dataset_total, f)
 static const struct met_stream_family met_dataset_families[] = {
-	{"feedd_dataset_samples_total", "counter", "Samples published from the dataset, every "
-	 "stream and group (open or closed) together.", MET_TOT(samples), false, false, false},
-	{"feedd_dataset_batches_total", "counter", "Batches published from the dataset.",
-	 MET_TOT(batches), false, false, false},
-	{"feedd_dataset_bytes_total", "counter", "Bytes of batches published from the dataset.",
-	 MET_TOT(bytes), false, false, false},
-	{"feedd_dataset_reader_wait_seconds_total", "counter", "Time the readers of the "
-	 "dataset's streams waited for a batch.", MET_TOT(reader_wait_ns), true, false, false},
-	{"feedd_dataset_worker_seconds_total", "counter", "Worker thread CPU time spent "
-	 "building the dataset's batches.", MET_TOT(worker_ns), true, false, false},
-	{"feedd_dataset_samples_replaced_total", "counter", "Samples of the dataset replaced "
-	 "(on_error skip).", MET_TOT(replaced), false, false, false},
-	{"feedd_dataset_batches_detached_total", "counter", "Batches of the dataset's streams "
-	 "their readers moved into private memory.", MET_TOT(detached), false, false, false},
-	{"feedd_dataset_streams_closed_total", "counter", "Streams and groups over the dataset "
-	 "that closed.", MET_TOT(closed), false, false, false},
+	{"feedd_dataset_samples_total", MET_TOT(samples), false, false, false},
+	{"feedd_dataset_batches_total", MET_TOT(batches), false, false, false},
+	{"feedd_dataset_bytes_total", MET_TOT(bytes), false, false, false},
+	{"feedd_dataset_reader_wait_seconds_total", MET_TOT(reader_wait_ns), true, false, false},
+	{"feedd_dataset_worker_seconds_total", MET_TOT(worker_ns), true, false, false},
+	{"feedd_dataset_samples_replaced_total", MET_TOT(replaced), false, false, false},
+	{"feedd_dataset_batches_detached_total", MET_TOT(detached), false, false, false},
+	{"feedd_dataset_streams_closed_total", MET_TOT(closed), false, false, false},
 };
 
 static int met_datasets_totals(struct met_buf *b, struct dstate *d)
@@ -262,7 +252,7 @@ static int met_datasets_totals(struct met_buf *b, struct dstate *d)
 	for (size_t f = 0; f < sizeof(met_dataset_families) / sizeof(met_dataset_families[0]);
 	     f++) {
 		const struct met_stream_family *m = &met_dataset_families[f];
-		met_family(b, m->name, m->type, m->help);
+		met_family(b, m->name);
 		for (size_t i = 0; i < all.n; i++) {
 			uint64_t v = *(const uint64_t *)((const char *)&all.t[i] + m->off);
 			met_printf(b, "%s{dataset=\"", m->name);
@@ -312,12 +302,11 @@ static void met_datasets(struct met_buf *b, struct dstate *d)
 	const struct cat *cat = d->cat;
 	uint64_t left[MET_LEFT_N] = {0};
 
-	met_family(b, "feedd_datasets_configured", "gauge", "Datasets the config in force names.");
+	met_family(b, "feedd_datasets_configured");
 	met_printf(b, "feedd_datasets_configured %zu\n", c->ndatasets);
-	met_family(b, "feedd_datasets_open", "gauge", "Datasets served now.");
+	met_family(b, "feedd_datasets_open");
 	met_printf(b, "feedd_datasets_open %zu\n", cat ? cat->n : 0);
-	met_family(b, "feedd_dataset_left_out", "gauge", "1 for each configured dataset not "
-		   "served, with why.");
+	met_family(b, "feedd_dataset_left_out");
 	for (size_t i = 0; cat && cat->left_err && i < c->ndatasets; i++) {
 		if (!cat->left_err[i])
 			continue;
@@ -327,8 +316,7 @@ static void met_datasets(struct met_buf *b, struct dstate *d)
 		met_value(b, c->datasets[i].name);
 		met_printf(b, "\",reason=\"%s\"} 1\n", met_left_reasons[why]);
 	}
-	met_family(b, "feedd_datasets_left_out", "gauge", "Configured datasets not served, by "
-		   "reason.");
+	met_family(b, "feedd_datasets_left_out");
 	for (size_t i = 0; i < MET_LEFT_N; i++)
 		met_printf(b, "feedd_datasets_left_out{reason=\"%s\"} %llu\n", met_left_reasons[i],
 			   (unsigned long long)left[i]);
@@ -337,16 +325,14 @@ static void met_datasets(struct met_buf *b, struct dstate *d)
 /* Reloads, as Prometheus reports its own config's. */
 static void met_config(struct met_buf *b, const struct stats_reg *r)
 {
-	met_family(b, "feedd_config_last_reload_successful", "gauge", "Whether the last "
-		   "reload (or the start) applied the config file: 1, or 0 when it was refused.");
+	met_family(b, "feedd_config_last_reload_successful");
 	met_printf(b, "feedd_config_last_reload_successful %d\n", r->reload_ok ? 1 : 0);
-	met_family(b, "feedd_config_last_reload_success_timestamp_seconds", "gauge", "When the "
-		   "config in force was applied (start or reload), seconds since 1970.");
+	met_family(b, "feedd_config_last_reload_success_timestamp_seconds");
 	met_printf(b, "feedd_config_last_reload_success_timestamp_seconds %.6f\n",
 		   r->reload_ok_s);
-	met_family(b, "feedd_config_reloads_total", "counter", "Reloads tried.");
+	met_family(b, "feedd_config_reloads_total");
 	met_printf(b, "feedd_config_reloads_total %llu\n", (unsigned long long)r->reloads);
-	met_family(b, "feedd_config_reload_failures_total", "counter", "Reloads refused.");
+	met_family(b, "feedd_config_reload_failures_total");
 	met_printf(b, "feedd_config_reload_failures_total %llu\n",
 		   (unsigned long long)r->reloads_failed);
 }
@@ -357,34 +343,30 @@ static void met_process(struct met_buf *b)
 	struct met_process p;
 
 	met_process_read(&p);
-	met_family(b, "process_cpu_seconds_total", "counter", "User and system CPU time, "
-		   "seconds.");
+	met_family(b, "process_cpu_seconds_total");
 	met_printf(b, "process_cpu_seconds_total %.6f\n", p.cpu_s);
 	if (p.has_rss) {
-		met_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size.");
+		met_family(b, "process_resident_memory_bytes");
 		met_printf(b, "process_resident_memory_bytes %llu\n",
 			   (unsigned long long)p.rss_bytes);
-		met_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size.");
+		met_family(b, "process_virtual_memory_bytes");
 		met_printf(b, "process_virtual_memory_bytes %llu\n", (unsigned long long)p.vm_bytes);
 	}
 	if (p.has_start) {
-		met_family(b, "process_start_time_seconds", "gauge", "Start time of the process, "
-			   "seconds since 1970.");
+		met_family(b, "process_start_time_seconds");
 		met_printf(b, "process_start_time_seconds %.2f\n", p.start_s);
 	}
 	if (p.has_fds) {
-		met_family(b, "process_open_fds", "gauge", "Open file descriptors.");
+		met_family(b, "process_open_fds");
 		met_printf(b, "process_open_fds %llu\n", (unsigned long long)p.open_fds);
 	}
-	met_family(b, "process_max_fds", "gauge", "The limit of open file descriptors.");
+	met_family(b, "process_max_fds");
 	met_printf(b, "process_max_fds %llu\n", (unsigned long long)p.max_fds);
 	if (p.has_anon) {
-		met_family(b, "feedd_memory_bytes", "gauge", "RssAnon + RssShmem of feedd: its own "
-			   "memory and the shared memory it maps.");
+		met_family(b, "feedd_memory_bytes");
 		met_printf(b, "feedd_memory_bytes %llu\n", (unsigned long long)p.anon_shmem_bytes);
 	}
-	met_family(b, "feedd_memory_limit_bytes", "gauge", "The memory limit of feedd's "
-		   "cgroup; 0 when it has none.");
+	met_family(b, "feedd_memory_limit_bytes");
 	met_printf(b, "feedd_memory_limit_bytes %llu\n",
 		   (unsigned long long)(p.has_limit ? p.mem_limit_bytes : 0));
 }
@@ -394,23 +376,19 @@ static void met_cache(struct met_buf *b, struct cache *c)
 	struct cache_tally t[CACHE_TALLY_MAX];
 	size_t n = cache_tallies(c, t, CACHE_TALLY_MAX);
 	static const struct {
-		const char *name, *type, *help;
+		const char *name;
 		size_t off;
 	} fam[] = {
-		{"feedd_cache_hits_total", "counter", "Blocks found decoded in the block cache.",
-		 offsetof(struct cache_tally, hits)},
-		{"feedd_cache_misses_total", "counter", "Blocks read and decoded.",
-		 offsetof(struct cache_tally, misses)},
-		{"feedd_cache_evictions_total", "counter", "Blocks evicted from the cache.",
-		 offsetof(struct cache_tally, evictions)},
-		{"feedd_cache_bytes", "gauge", "Decoded bytes the cache holds.",
-		 offsetof(struct cache_tally, bytes)},
+		{"feedd_cache_hits_total", offsetof(struct cache_tally, hits)},
+		{"feedd_cache_misses_total", offsetof(struct cache_tally, misses)},
+		{"feedd_cache_evictions_total", offsetof(struct cache_tally, evictions)},
+		{"feedd_cache_bytes", offsetof(struct cache_tally, bytes)},
 	};
 
 	struct cache_stats cs;
 
 	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
-		met_family(b, fam[f].name, fam[f].type, fam[f].help);
+		met_family(b, fam[f].name);
 		for (size_t i = 0; i < n; i++) {
 			met_printf(b, "%s{dataset=\"", fam[f].name);
 			met_value(b, t[i].name);
@@ -419,10 +397,9 @@ static void met_cache(struct met_buf *b, struct cache *c)
 		}
 	}
 	cache_stats(c, &cs);
-	met_family(b, "feedd_cache_capacity_bytes", "gauge", "The block cache's budget "
-		   "(cache_bytes).");
+	met_family(b, "feedd_cache_capacity_bytes");
 	met_printf(b, "feedd_cache_capacity_bytes %llu\n", (unsigned long long)cs.budget);
-	met_family(b, "feedd_cache_entries", "gauge", "Blocks the cache holds.");
+	met_family(b, "feedd_cache_entries");
 	met_printf(b, "feedd_cache_entries %llu\n", (unsigned long long)cs.entries);
 }
 
@@ -433,21 +410,16 @@ static void met_disk_tier(struct met_buf *b, struct dstate *d);
 static void met_remote(struct met_buf *b, struct dstate *d)
 {
 	static const struct {
-		const char *name, *help;
+		const char *name;
 		size_t off;
 	} rf[] = {
-		{"feedd_remote_requests_total", "HTTP requests of remote datasets, every try.",
-		 offsetof(struct remote_counters, requests)},
-		{"feedd_remote_retries_total", "Requests tried again after a failure.",
-		 offsetof(struct remote_counters, retries)},
-		{"feedd_remote_failures_total", "Block reads that failed after every try.",
-		 offsetof(struct remote_counters, failures)},
-		{"feedd_remote_bytes_total", "Body bytes received from remote datasets.",
-		 offsetof(struct remote_counters, bytes)},
+		{"feedd_remote_requests_total", offsetof(struct remote_counters, requests)},
+		{"feedd_remote_retries_total", offsetof(struct remote_counters, retries)},
+		{"feedd_remote_failures_total", offsetof(struct remote_counters, failures)},
+		{"feedd_remote_bytes_total", offsetof(struct remote_counters, bytes)},
 	};
 
-	met_family(b, "feedd_dataset_state", "gauge", "Each dataset's state: 1 for the one it is "
-		   "in (pending: a remote one still opening; failed: left out).");
+	met_family(b, "feedd_dataset_state");
 	static const char *const states[] = {"ready", "pending", "failed"};  /* enum cat_state */
 	for (size_t i = 0; d->cat && i < d->cat->n; i++) {
 		enum cat_state st = cat_entry_state(d->cat->e[i], NULL);
@@ -457,15 +429,14 @@ static void met_remote(struct met_buf *b, struct dstate *d)
 			met_printf(b, "\",state=\"%s\"} %d\n", states[k], (int)st == k);
 		}
 	}
-	met_family(b, "feedd_remote_staged_bytes", "gauge", "Bytes of remote blocks held in "
-		   "memory by the fetcher (counted in cache_bytes).");
+	met_family(b, "feedd_remote_staged_bytes");
 	met_printf(b, "feedd_remote_staged_bytes %zu\n",
 		   d->fetcher ? fetcher_staged_bytes(d->fetcher) : (size_t)0);
 	for (size_t i = 0; i < sizeof(rf) / sizeof(rf[0]); i++) {
 		/* relaxed: counts; the fetcher bumps them without a lock */
 		uint64_t v = atomic_load_explicit((_Atomic uint64_t *)((char *)&d->remote + rf[i].off),
 						  memory_order_relaxed);
-		met_family(b, rf[i].name, "counter", rf[i].help);
+		met_family(b, rf[i].name);
 		met_printf(b, "%s %llu\n", rf[i].name, (unsigned long long)v);
 	}
 	if (d->tier)
@@ -478,61 +449,54 @@ static void met_disk_tier(struct met_buf *b, struct dstate *d)
 	struct dtier_stats t;
 	dtier_stats(d->tier, &t);  /* a copy under its lock: short, on the loop */
 	const struct {
-		const char *name, *type, *help;
+		const char *name;
 		uint64_t v;
 	} tf[] = {
-		{"feedd_disk_tier_hits_total", "counter", "Blocks read back from cache_dir, verified.",
-		 t.hits},
-		{"feedd_disk_tier_misses_total", "counter", "Blocks not in cache_dir (or bad).", t.misses},
-		{"feedd_disk_tier_corrupt_total", "counter", "Files of cache_dir that failed their "
-		 "checksum, deleted.", t.corrupt},
-		{"feedd_disk_tier_stored_total", "counter", "Blocks written to cache_dir.", t.stored},
-		{"feedd_disk_tier_evictions_total", "counter", "Files evicted from cache_dir.",
-		 t.evicted},
-		{"feedd_disk_tier_bytes", "gauge", "Bytes cache_dir holds.", t.bytes},
-		{"feedd_disk_tier_files", "gauge", "Blocks cache_dir holds.", t.files},
+		{"feedd_disk_tier_hits_total", t.hits},
+		{"feedd_disk_tier_misses_total", t.misses},
+		{"feedd_disk_tier_corrupt_total", t.corrupt},
+		{"feedd_disk_tier_stored_total", t.stored},
+		{"feedd_disk_tier_evictions_total", t.evicted},
+		{"feedd_disk_tier_bytes", t.bytes},
+		{"feedd_disk_tier_files", t.files},
 	};
 	for (size_t i = 0; i < sizeof(tf) / sizeof(tf[0]); i++) {
-		met_family(b, tf[i].name, tf[i].type, tf[i].help);
+		met_family(b, tf[i].name);
 		met_printf(b, "%s %llu\n", tf[i].name, (unsigned long long)tf[i].v);
 	}
-	met_family(b, "feedd_disk_tier_capacity_bytes", "gauge", "cache_dir's budget "
-		   "(cache_dir_bytes).");
+	met_family(b, "feedd_disk_tier_capacity_bytes");
 	met_printf(b, "feedd_disk_tier_capacity_bytes %llu\n",
 		   (unsigned long long)d->cfg->cache_dir_bytes);
 }
 
 static void met_daemon(struct met_buf *b, struct dstate *d)
 {
-	met_family(b, "feedd_build_info", "gauge", "feedd's version; always 1.");
+	met_family(b, "feedd_build_info");
 	met_printf(b, "feedd_build_info{version=\"");
 	met_value(b, FEEDD_VERSION);
 	met_printf(b, "\"} 1\n");
-	met_family(b, "feedd_connections", "gauge", "Client connections open.");
+	met_family(b, "feedd_connections");
 	met_printf(b, "feedd_connections %u\n", d->stats.connections);
-	met_family(b, "feedd_streams", "gauge", "Streams and groups being served.");
+	met_family(b, "feedd_streams");
 	met_printf(b, "feedd_streams %u\n", d->stats.n);
-	met_family(b, "feedd_refusals_total", "counter", "Requests and connections refused, "
-		   "by reason.");
+	met_family(b, "feedd_refusals_total");
 	for (int i = 0; i < STATS_REFUSED_N; i++)
 		met_printf(b, "feedd_refusals_total{reason=\"%s\"} %llu\n", stats_refusal_names[i],
 			   (unsigned long long)d->stats.refusals[i]);
-	met_family(b, "feedd_workers", "gauge", "Worker threads.");
+	met_family(b, "feedd_workers");
 	met_printf(b, "feedd_workers %u\n", d->pool ? pool_size(d->pool) : 0);
-	met_family(b, "feedd_workers_busy", "gauge", "Worker threads running a job now.");
+	met_family(b, "feedd_workers_busy");
 	met_printf(b, "feedd_workers_busy %u\n", d->pool ? pool_busy(d->pool) : 0);
-	met_family(b, "feedd_uptime_seconds", "gauge", "Seconds since feedd began serving.");
+	met_family(b, "feedd_uptime_seconds");
 	met_printf(b, "feedd_uptime_seconds %.3f\n",
 		   (double)(uv_now(&d->loop) - d->start_ms) / 1e3);
 	unsigned idx;
 	uint64_t ms = 0;
 	if (!d->pool || pool_longest_job(d->pool, &idx, &ms) <= 0)
 		ms = 0;
-	met_family(b, "feedd_worker_oldest_job_seconds", "gauge", "How long the worker longest "
-		   "in its current job has been in it (0: every worker idle).");
+	met_family(b, "feedd_worker_oldest_job_seconds");
 	met_printf(b, "feedd_worker_oldest_job_seconds %.3f\n", (double)ms / 1e3);
-	met_family(b, "feedd_metrics_connections", "gauge", "HTTP connections open to this "
-		   "metrics server.");
+	met_family(b, "feedd_metrics_connections");
 	met_printf(b, "feedd_metrics_connections %u\n", met_http_connections(d->metrics));
 }
 

@@ -1,14 +1,17 @@
 /*
- * metrics_doc.c: the families `feedd --list-metrics` prints (see
- * metrics_doc.h). Main thread, before anything starts; never allocates.
+ * metrics_doc.c: every family feedd exports, one row each (see
+ * metrics_doc.h): `feedd --list-metrics` prints the rows, and metrics.c and
+ * metrics_gpu.c take each family's type and help from them when they
+ * render. Never allocates.
  *
- * The rows say what metrics.c, metrics_process.c and metrics_gpu.c render,
- * in their order; tests/python/test_feedclient_docs_metrics.py scrapes a real feedd
- * and fails on any family, type, help text or label that differs.
+ * The rows are in the order metrics.c, metrics_process.c and metrics_gpu.c
+ * render; tests/python/test_feedclient_docs_metrics.py scrapes a real feedd
+ * and fails on any family or label that differs.
  */
 #include "metrics_doc.h"
 
 #include <errno.h>
+#include <string.h>
 
 struct met_doc {
 	const char *name, *type;
@@ -156,6 +159,16 @@ static const struct met_doc met_docs[] = {
 	 "GPU memory feedd's process holds on the GPU (its context, kernels and device "
 	 "slots), as NVML reports it."},
 };
+
+const char *met_doc_find(const char *name, const char **ret_type)
+{
+	for (size_t i = 0; i < sizeof(met_docs) / sizeof(met_docs[0]); i++)
+		if (strcmp(met_docs[i].name, name) == 0) {
+			*ret_type = met_docs[i].type;
+			return met_docs[i].help;
+		}
+	return NULL;
+}
 
 int met_doc_print(FILE *out)
 {

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics_doc.h"
+
 #define MG_MAX_GPUS 64
 #define MG_MAX_PROCS 256
 
@@ -99,9 +101,9 @@ size_t met_gpu_text(struct met_gpu *g, char *buf, size_t cap)
 	buf[0] = '\0';
 	if (!g || g->count(&n) != 0 || n == 0)
 		return 0;
-	w = snprintf(buf, cap, "# HELP feedd_gpu_memory_bytes GPU memory feedd's process holds "
-		     "on the GPU (its context, kernels and device slots), as NVML reports it.\n"
-		     "# TYPE feedd_gpu_memory_bytes gauge\n");
+	const char *type, *help = met_doc_find("feedd_gpu_memory_bytes", &type);
+	w = snprintf(buf, cap, "# HELP feedd_gpu_memory_bytes %s\n# TYPE feedd_gpu_memory_bytes %s\n",
+		     help, type);
 	if (w < 0 || (size_t)w >= cap)
 		return 0;
 	at = (size_t)w;
