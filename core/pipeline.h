@@ -54,7 +54,7 @@
  *   adjust_brightness(factor) ... random_erasing(p, ...)
  *                                 torchvision's per-sample augmentations
  *                                 (pixel ops: PIPE_ADJUST_BRIGHTNESS and
- *                                 after; README "Augmentations" and
+ *                                 after; docs/augmentations.md and
  *                                 `feedd --list-ops` list them with their
  *                                 keys): on fixed u8 images of 1 or 3
  *                                 channels, shape kept (rgb_to_grayscale

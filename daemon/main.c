@@ -3,7 +3,7 @@
  * config, datasets, worker pool, server, signals, systemd (service.c),
  * then runs the loop until a stop signal.
  *
- * Signals (README, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
+ * Signals (docs/operations.md, "As a systemd service"): SIGTERM, SIGINT, SIGQUIT and SIGXCPU stop
  * cleanly (the socket, unless systemd's, and the lock file are removed);
  * SIGHUP reloads the config file (policy/reload.h); SIGPIPE is ignored (a vanished peer is an error
  * code); SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
