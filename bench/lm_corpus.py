@@ -130,6 +130,22 @@ def docs(prefix):
         yield data[p // 2:p // 2 + n]
 
 
+def write(prefix, docs):
+    """PREFIX.bin and PREFIX.idx of documents given as token arrays."""
+    with open(prefix + ".bin", "wb") as f:
+        for d in docs:
+            f.write(np.asarray(d, "<u2").tobytes())
+    write_idx(prefix + ".idx", [len(d) for d in docs])
+
+
+def random_docs(seed, n, max_len):
+    """n documents of random byte tokens, 1..max_len-1 long, each ending
+    in EOD (the tests' corpora)."""
+    rng = np.random.default_rng(seed)
+    return [np.append(rng.integers(0, 256, int(rng.integers(1, max_len))), EOD)
+            .astype(np.uint16) for _ in range(n)]
+
+
 def build(prefix, max_bytes):
     t0 = time.perf_counter()
     sizes, per_source = [], {}

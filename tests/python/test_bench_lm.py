@@ -20,20 +20,8 @@ import lm_report  # noqa: E402
 L = 64
 
 
-def write_corpus(prefix, docs):
-    with open(prefix + ".bin", "wb") as f:
-        for d in docs:
-            f.write(np.asarray(d, "<u2").tobytes())
-    lm_corpus.write_idx(prefix + ".idx", [len(d) for d in docs])
-
-
 def random_docs(seed, n=40):
-    rng = np.random.default_rng(seed)
-    docs = []
-    for k in range(n):
-        d = rng.integers(0, 256, int(rng.integers(1, 3 * L))).astype(np.uint16)
-        docs.append(np.append(d, lm_corpus.EOD).astype(np.uint16))
-    return docs
+    return lm_corpus.random_docs(seed, n, 3 * L)
 
 
 def test_bench_lm_tokenize_appends_eod():
@@ -72,7 +60,7 @@ def test_bench_lm_documents_alternate_sources(tmp_path, monkeypatch):
 def test_bench_lm_idx_round_trip(tmp_path):
     docs = random_docs(1)
     prefix = str(tmp_path / "lm")
-    write_corpus(prefix, docs)
+    lm_corpus.write(prefix, docs)
     sizes, pointers = lm_corpus.read_idx(prefix + ".idx")
     assert sizes.tolist() == [len(d) for d in docs]
     assert pointers[1] == 2 * len(docs[0])
@@ -82,7 +70,7 @@ def test_bench_lm_idx_round_trip(tmp_path):
 
 def test_bench_lm_megatron_windows_overlap_by_one(tmp_path):
     docs = random_docs(2)
-    write_corpus(str(tmp_path / "lm"), docs)
+    lm_corpus.write(str(tmp_path / "lm"), docs)
     a = types.SimpleNamespace(data=str(tmp_path), seq_len=L)
     lm_peers.prepare_megatron(a)
     with open(os.path.join(lm_peers.megatron_dir(a), "build.json")) as f:

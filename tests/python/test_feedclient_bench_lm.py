@@ -16,17 +16,8 @@ import lm_corpus  # noqa: E402
 L = 64
 
 
-def write_corpus(prefix, docs):
-    with open(prefix + ".bin", "wb") as f:
-        for d in docs:
-            f.write(np.asarray(d, "<u2").tobytes())
-    lm_corpus.write_idx(prefix + ".idx", [len(d) for d in docs])
-
-
 def random_docs(seed, n=40):
-    rng = np.random.default_rng(seed)
-    return [np.append(rng.integers(0, 256, int(rng.integers(1, 3 * L))), lm_corpus.EOD)
-            .astype(np.uint16) for _ in range(n)]
+    return lm_corpus.random_docs(seed, n, 3 * L)
 
 
 def test_bench_lm_feedd_reads_the_megatron_corpus(tmp_path, feedpack, feedd_factory):
@@ -34,7 +25,7 @@ def test_bench_lm_feedd_reads_the_megatron_corpus(tmp_path, feedpack, feedd_fact
     corpus, read unshuffled with concat(seq_len=L), tile its token stream."""
     docs = random_docs(3)
     prefix = str(tmp_path / "lm")
-    write_corpus(prefix, docs)
+    lm_corpus.write(prefix, docs)
     pack(feedpack, "megatron", prefix, "-o", tmp_path / "lm.feed", "--name", "lm")
     daemon = feedd_factory(tmp_path, "--dataset", f"lm={tmp_path / 'lm.feed'}")
     stream = np.concatenate(docs).astype(np.int64)
