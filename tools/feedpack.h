@@ -167,6 +167,32 @@ int pack_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *ret_len
 int pack_strv_push(char ***v, size_t *n, size_t *cap, const char *s, const char *root,
 		   struct feed_err *err);
 
+/* Joins a and b with a '/' into buf; an empty side is left out.
+ * -ENAMETOOLONG naming both when buf is too short (feedpack_walk.c). */
+int pack_path_join(char *buf, size_t cap, const char *a, const char *b, struct feed_err *err);
+
+/* A directory walk (feedpack_walk.c): pack_walk_dir() calls visit for
+ * every entry below w->root/rel that is not a directory it descends into,
+ * depth first, in readdir order. follow: stat() (symlinks followed, as
+ * os.walk(followlinks=True); a dangling one is visited with st NULL), else
+ * lstat() (symlinks visited as links; a failed lstat is an error). Deeper
+ * than max_depth: -ELOOP. Errors name the path. */
+struct stat;
+struct pack_walk_entry {
+	const char *rel;        /* the path below the root */
+	const char *name;       /* its last component */
+	size_t dir_len;         /* the length of rel's directory part */
+	const struct stat *st;  /* NULL: a dangling symlink (follow) */
+};
+struct pack_walk {
+	const char *root;
+	int max_depth;
+	bool follow;
+	int (*visit)(void *arg, const struct pack_walk_entry *e, struct feed_err *err);
+	void *arg;
+};
+int pack_walk_dir(const struct pack_walk *w, const char *rel, int depth, struct feed_err *err);
+
 /* True if the NUL-terminated s is valid UTF-8 (feedpack_files.c). */
 bool pack_utf8_ok(const unsigned char *s);
 

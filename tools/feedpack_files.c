@@ -2,12 +2,11 @@
  * feedpack_files.c: `feedpack files DIR_IN`: every regular file under
  * DIR_IN, recursively, sorted by relative path (byte order), one record each:
  * `data` (u8, variable, the file's bytes) and `name` (str, variable, the
- * relative path). Owns the directory walk (symlinks and special files are
+ * relative path). Lists the files through pack_walk_dir() (symlinks and special files are
  * skipped, and counted on stderr) and reads one file at a time. The list of
  * paths is collected before the writer starts, so an output directory
  * inside DIR_IN is never packed into itself.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -53,49 +52,19 @@ static void list_free(struct file_list *l)
 	free(l->rel);
 }
 
-/* Joins a and b with a '/' into buf; an empty side is left out. */
-static int join(char *buf, size_t cap, const char *a, const char *b, struct feed_err *err)
+/* pack_walk's visitor: a regular file is listed, anything else (a
+ * symlink, a special file) skipped. */
+static int files_visit(void *arg, const struct pack_walk_entry *e, struct feed_err *err)
 {
-	int n = !*a ? snprintf(buf, cap, "%s", b) : !*b ? snprintf(buf, cap, "%s", a) :
-		snprintf(buf, cap, "%s/%s", a, b);
+	struct file_list *l = arg;
+	int rc;
 
-	if (n < 0 || (size_t)n >= cap)
-		return feed_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", a, b);
-	return 0;
-}
-
-static int walk(struct file_list *l, const char *rel, int depth, struct feed_err *err)
-{
-	char dir[PATH_MAX], child[PATH_MAX], full[PATH_MAX];
-	struct dirent *e;
-	DIR *d;
-	int rc = 0;
-
-	if ((rc = join(dir, sizeof(dir), l->root, rel, err)) < 0)
-		return rc;
-	if (depth > FILES_MAX_DEPTH)
-		return feed_err_set(err, -ELOOP, "%s: directories nested too deep", dir);
-	if (!(d = opendir(dir)))
-		return feed_err_set(err, -errno, "%s: %s", dir, strerror(errno));
-	while (rc == 0 && (errno = 0, e = readdir(d))) {
-		struct stat st;
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if ((rc = join(child, sizeof(child), rel, e->d_name, err)) < 0 ||
-		    (rc = join(full, sizeof(full), l->root, child, err)) < 0)
-			break;
-		if (lstat(full, &st) < 0)
-			rc = feed_err_set(err, -errno, "%s: %s", full, strerror(errno));
-		else if (S_ISDIR(st.st_mode))
-			rc = walk(l, child, depth + 1, err);
-		else if (S_ISREG(st.st_mode) && (rc = pack_strv_push(&l->rel, &l->n, &l->cap, child, l->root, err)) == 0)
-			l->bytes += (uint64_t)st.st_size;
-		else if (!S_ISREG(st.st_mode))
-			l->skipped++;
+	if (!S_ISREG(e->st->st_mode)) {
+		l->skipped++;
+		return 0;
 	}
-	if (rc == 0 && errno)
-		rc = feed_err_set(err, -errno, "%s: %s", dir, strerror(errno));
-	closedir(d);
+	if ((rc = pack_strv_push(&l->rel, &l->n, &l->cap, e->rel, l->root, err)) == 0)
+		l->bytes += (uint64_t)e->st->st_size;
 	return rc;
 }
 
@@ -161,7 +130,7 @@ static int files_copy(struct file_list *l, struct pack_sink *sink, struct feed_e
 	int rc = 0;
 
 	for (size_t i = 0; i < l->n && rc == 0; i++) {
-		if ((rc = join(full, sizeof(full), l->root, l->rel[i], err)) < 0 ||
+		if ((rc = pack_path_join(full, sizeof(full), l->root, l->rel[i], err)) < 0 ||
 		    (rc = pack_read_file(full, &buf, &cap, &len, err)) < 0)
 			break;
 		struct fmt_value v[2] = {{buf, len}, {l->rel[i], strlen(l->rel[i])}};
@@ -174,7 +143,9 @@ static int files_copy(struct file_list *l, struct pack_sink *sink, struct feed_e
 /* Walks DIR_IN, sorts, and checks the names. */
 static int files_list(struct file_list *l, struct feed_err *err)
 {
-	int rc = walk(l, "", 0, err);
+	struct pack_walk w = {.root = l->root, .max_depth = FILES_MAX_DEPTH, .follow = false,
+			      .visit = files_visit, .arg = l};
+	int rc = pack_walk_dir(&w, "", 0, err);
 
 	if (rc < 0)
 		return rc;

@@ -118,53 +118,24 @@ static bool if_has_ext(const char *name)
 	return false;
 }
 
-static int if_join(char *buf, size_t cap, const char *a, const char *b, struct feed_err *err)
+struct if_walk_arg {
+	struct if_list *l;
+	uint32_t cls;
+};
+
+/* pack_walk's visitor below a class directory: a file with an image
+ * extension is a sample of the class (a dangling link too: it fails when
+ * read), others are ignored and counted. */
+static int if_visit(void *arg, const struct pack_walk_entry *e, struct feed_err *err)
 {
-	int n = snprintf(buf, cap, "%s/%s", a, b);
+	struct if_walk_arg *a = arg;
 
-	if (n < 0 || (size_t)n >= cap)
-		return feed_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", a, b);
-	return 0;
-}
-
-/* Collects the files under class directory rel (relative to the root).
- * stat() follows symlinks, as os.walk(followlinks=True) does; a dangling
- * link is a file (and fails when read). */
-static int if_walk(struct if_list *l, const char *rel, uint32_t cls, int depth,
-		   struct feed_err *err)
-{
-	char dir[PATH_MAX], child[PATH_MAX], full[PATH_MAX];
-	struct dirent *e;
-	DIR *d;
-	int rc = 0;
-
-	if ((rc = if_join(dir, sizeof(dir), l->root, rel, err)) < 0)
-		return rc;
-	if (depth > IF_MAX_DEPTH)
-		return feed_err_set(err, -ELOOP, "%s: directories nested too deep (a symlink loop?)",
-				    dir);
-	if (!(d = opendir(dir)))
-		return feed_err_set(err, -errno, "%s: %s", dir, strerror(errno));
-	while (rc == 0 && (errno = 0, e = readdir(d))) {
-		struct stat st;
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if ((rc = if_join(child, sizeof(child), rel, e->d_name, err)) < 0 ||
-		    (rc = if_join(full, sizeof(full), l->root, child, err)) < 0)
-			break;
-		bool is_dir = stat(full, &st) == 0 && S_ISDIR(st.st_mode);
-		if (is_dir)
-			rc = if_walk(l, child, cls, depth + 1, err);
-		else if (!if_has_ext(e->d_name))
-			l->ignored++;
-		else
-			rc = if_push_file(l, child, (uint32_t)strlen(rel), cls,
-					  S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, err);
+	if (!if_has_ext(e->name)) {
+		a->l->ignored++;
+		return 0;
 	}
-	if (rc == 0 && errno)
-		rc = feed_err_set(err, -errno, "%s: %s", dir, strerror(errno));
-	closedir(d);
-	return rc;
+	return if_push_file(a->l, e->rel, (uint32_t)e->dir_len, a->cls,
+			    e->st && S_ISREG(e->st->st_mode) ? (uint64_t)e->st->st_size : 0, err);
 }
 
 static int if_cmp_str(const void *a, const void *b)
@@ -213,7 +184,7 @@ static int if_list_build(struct if_list *l, struct feed_err *err)
 		struct stat st;
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		if ((rc = if_join(full, sizeof(full), l->root, e->d_name, err)) == 0 &&
+		if ((rc = pack_path_join(full, sizeof(full), l->root, e->d_name, err)) == 0 &&
 		    stat(full, &st) == 0 && S_ISDIR(st.st_mode))
 			rc = pack_strv_push(&l->classes, &l->nclasses, &l->classes_cap, e->d_name,
 					    l->root, err);
@@ -233,7 +204,10 @@ static int if_list_build(struct if_list *l, struct feed_err *err)
 					    "bytes of UTF-8 without control characters",
 					    l->root, l->classes[c], FMT_CLASS_NAME_MAX);
 		size_t before = l->n;
-		if ((rc = if_walk(l, l->classes[c], c, 0, err)) < 0)
+		struct if_walk_arg arg = {.l = l, .cls = c};
+		struct pack_walk w = {.root = l->root, .max_depth = IF_MAX_DEPTH, .follow = true,
+				      .visit = if_visit, .arg = &arg};
+		if ((rc = pack_walk_dir(&w, l->classes[c], 0, err)) < 0)
 			return rc;
 		if (l->n == before)
 			return feed_err_set(err, -EINVAL, "%s/%s: no image files in class folder "
@@ -273,7 +247,7 @@ static int if_copy(struct if_list *l, bool skip_bad, struct pack_sink *sink, str
 
 	for (size_t i = 0; i < l->n && rc == 0; i++) {
 		struct img_info info;
-		if ((rc = if_join(full, sizeof(full), l->root, l->files[i].rel, err)) < 0)
+		if ((rc = pack_path_join(full, sizeof(full), l->root, l->files[i].rel, err)) < 0)
 			break;
 		if ((rc = if_load(full, &buf, &cap, &len, &info, err)) < 0) {
 			if (!skip_bad || rc == -ENOMEM)
@@ -332,7 +306,7 @@ static int if_check_unit(void *arg, struct chk_worker *w, uint64_t i, struct fee
 	size_t len;
 	int rc;
 
-	if ((rc = if_join(full, sizeof(full), l->root, l->files[i].rel, err)) < 0)
+	if ((rc = pack_path_join(full, sizeof(full), l->root, l->files[i].rel, err)) < 0)
 		return rc;
 	if ((rc = pack_read_file(full, &b->p, &b->cap, &len, &e)) == -ENOMEM)
 		return feed_err_set(err, rc, "%s", e.msg);
