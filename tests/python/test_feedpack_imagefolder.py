@@ -219,3 +219,34 @@ def test_generated_set_round_trip_and_defaults(feedpack, jpeg_set, tmp_path):
 def test_skip_bad_is_imagefolder_only(feedpack, tmp_path):
     res = run(feedpack, "files", tmp_path, "--skip-bad", "-o", tmp_path / "out")
     assert res.returncode == 2 and "--skip-bad" in res.stderr
+
+
+def test_symlinks_followed_as_imagefolder_and_loops_refused(feedpack, tmp_path, jpeg_set):
+    """ImageFolder walks with followlinks=True: a linked image and a linked
+    folder of images are samples, as there; a link that loops back is
+    refused naming the path, not walked forever."""
+    root = tmp_path / "in"
+    jpgs = sorted(jpeg_set.rglob("*.jpg"))
+    (root / "cats").mkdir(parents=True)
+    shutil.copy(jpgs[0], root / "cats" / "a.jpg")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(jpgs[1], elsewhere / "b.jpg")
+    shutil.copy(jpgs[2], elsewhere / "c.jpg")
+    os.symlink(elsewhere / "b.jpg", root / "cats" / "linked.jpg")
+    os.symlink(elsewhere, root / "cats" / "more")
+    out = tmp_path / "out"
+    res = run(feedpack, "imagefolder", root, "-o", out)
+    assert res.returncode == 0, res.stderr
+    _, samples = image_folder(root)
+    ds, recs = records(out)
+    assert len(recs) == len(samples) == 4
+    for (data, _), (path, _) in zip(recs, samples):
+        assert data == pathlib.Path(path).read_bytes(), path
+    os.symlink(root / "cats", root / "cats" / "loop")
+    res = run(feedpack, "imagefolder", root, "-o", tmp_path / "out2")
+    assert res.returncode == 1
+    # the kernel's bound on links in a path (ELOOP) or ours on depth, whichever first
+    assert "cats/loop/loop" in res.stderr, res.stderr
+    assert ("Too many levels of symbolic links" in res.stderr or
+            "nested too deep (a symlink loop?)" in res.stderr), res.stderr
