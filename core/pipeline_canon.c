@@ -136,6 +136,12 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 		return true;
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
 	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
+	case PK_LINSPACE:
+		snprintf(out, 160, "linspace=%s", pipe_linspace_names[op->linspace & 1]);
+		return true;
+	case PK_HUE_CAST:
+		snprintf(out, 160, "hue_cast=%s", pipe_hue_cast_names[op->hue_cast & 1]);
+		return true;
 	case PK_NUM_CLASSES: snprintf(out, 160, "num_classes=%u", op->num_classes); return true;
 	case PK_SEVERITY: snprintf(out, 160, "severity=%u", op->severity); return true;
 	case PK_MIXTURE_WIDTH: snprintf(out, 160, "mixture_width=%u", op->mix_width); return true;
@@ -239,6 +245,12 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 		return op->fill_set;
 	if (k == PK_EXACT)
 		return op->exact;
+	/* the variants of newer torch / torchvision: only when chosen, so
+	 * that the text (and hash) of a pipeline without them is unchanged */
+	if (k == PK_LINSPACE)
+		return op->linspace != 0;
+	if (k == PK_HUE_CAST)
+		return op->hue_cast != 0;
 	if (op->kind == PIPE_RANDOM_CHOICE && k == PK_P)
 		return op->nwts > 0;
 	if (op->kind == PIPE_RESIZE)
