@@ -136,12 +136,6 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 		return true;
 	case PK_CLIP: snprintf(out, 160, "clip=%s", op->clip ? "true" : "false"); return true;
 	case PK_EXACT: snprintf(out, 160, "exact=%s", op->exact ? "true" : "false"); return true;
-	case PK_LINSPACE:
-		snprintf(out, 160, "linspace=%s", pipe_linspace_names[op->linspace & 1]);
-		return true;
-	case PK_HUE_CAST:
-		snprintf(out, 160, "hue_cast=%s", pipe_hue_cast_names[op->hue_cast & 1]);
-		return true;
 	case PK_NUM_CLASSES: snprintf(out, 160, "num_classes=%u", op->num_classes); return true;
 	case PK_SEVERITY: snprintf(out, 160, "severity=%u", op->severity); return true;
 	case PK_MIXTURE_WIDTH: snprintf(out, 160, "mixture_width=%u", op->mix_width); return true;
@@ -177,11 +171,23 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 	}
 }
 
+/* The keys of the newer torch / torchvision variants; false for others. */
+static bool format_key_variant(const struct pipe_op *op, enum pipe_key k, char out[160])
+{
+	if (k == PK_LINSPACE)
+		snprintf(out, 160, "linspace=%s", pipe_linspace_names[op->linspace & 1]);
+	else if (k == PK_HUE_CAST)
+		snprintf(out, 160, "hue_cast=%s", pipe_hue_cast_names[op->hue_cast & 1]);
+	else
+		return false;
+	return true;
+}
+
 static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 {
 	char p[128];
 
-	if (format_key_tv(op, k, out))
+	if (format_key_tv(op, k, out) || format_key_variant(op, k, out))
 		return;
 	switch (k) {
 	case PK_SIZE: snprintf(out, 160, "size=%u", op->size); break;

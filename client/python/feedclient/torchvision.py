@@ -23,7 +23,10 @@ classes of torchvision.transforms (v1) and torchvision.transforms.v2 both
 work, and nothing here imports torchvision. A transform feedd has no op
 for, or an argument it cannot honour (an interpolation other than
 bilinear for a resize, expand=True, a Lambda), raises InvalidArgument
-naming the transform and why; nothing is silently dropped.
+naming the transform and why; nothing is silently dropped. Where this
+process's torch / torchvision compute an op differently from feedd's
+default (torch 2.x's linspace, the later adjust_hue cast), the op gets
+the key that selects their arithmetic (_tvcompat.py).
 
 Threads: pure, any thread. Never: imports torch or torchvision, opens a
 connection.
