@@ -47,24 +47,24 @@ enum am_op {
 
 /* Op a's magnitude at bin b for an h x w image; *ret_signed when a random
  * sign applies; *ret_binned when a bin is drawn at all. */
-static double am_magnitude(enum am_op a, uint32_t b, uint32_t h, uint32_t w, bool *ret_signed,
-			   bool *ret_binned)
+static double am_magnitude(enum am_op a, uint32_t b, uint32_t h, uint32_t w, uint32_t v,
+			   bool *ret_signed, bool *ret_binned)
 {
 	*ret_signed = true;
 	*ret_binned = true;
 	switch (a) {
 	case AM_SHEARX:
-	case AM_SHEARY: return aug_linspace(0.0f, 0.3f, AM_BINS, b);
-	case AM_TRANSLATEX: return aug_linspace(0.0f, (float)(w / 3.0), AM_BINS, b);
-	case AM_TRANSLATEY: return aug_linspace(0.0f, (float)(h / 3.0), AM_BINS, b);
-	case AM_ROTATE: return aug_linspace(0.0f, 30.0f, AM_BINS, b);
+	case AM_SHEARY: return aug_linspace_v(0.0f, 0.3f, AM_BINS, b, v);
+	case AM_TRANSLATEX: return aug_linspace_v(0.0f, (float)(w / 3.0), AM_BINS, b, v);
+	case AM_TRANSLATEY: return aug_linspace_v(0.0f, (float)(h / 3.0), AM_BINS, b, v);
+	case AM_ROTATE: return aug_linspace_v(0.0f, 30.0f, AM_BINS, b, v);
 	case AM_POSTERIZE:
 		*ret_signed = false;
 		return 4.0 - (double)nearbyintf((float)b / (float)((AM_BINS - 1) / 4.0));
-	case AM_SOLARIZE: *ret_signed = false; return aug_linspace(255.0f, 0.0f, AM_BINS, b);
+	case AM_SOLARIZE: *ret_signed = false; return aug_linspace_v(255.0f, 0.0f, AM_BINS, b, v);
 	case AM_AUTOCONTRAST:
 	case AM_EQUALIZE: *ret_signed = false; *ret_binned = false; return 0.0;
-	default: return aug_linspace(0.0f, 0.9f, AM_BINS, b);
+	default: return aug_linspace_v(0.0f, 0.9f, AM_BINS, b, v);
 	}
 }
 
@@ -103,8 +103,8 @@ void aug_mix_draw(const struct pipe_op *op, uint32_t i, const struct aug_ctx *ct
 			bool sgn, binned;
 			ch->op[t] = aug_randint(u[0], nops);
 			ch->bin[t] = aug_randint(u[1], op->severity);
-			double mag = am_magnitude((enum am_op)ch->op[t], ch->bin[t], h, w, &sgn,
-						  &binned);
+			double mag = am_magnitude((enum am_op)ch->op[t], ch->bin[t], h, w,
+						  op->linspace, &sgn, &binned);
 			ch->bin[t] = binned ? ch->bin[t] : 0;
 			ch->neg[t] = sgn && aug_randint(u[2], 2);
 			ch->mag[t] = ch->neg[t] ? -mag : mag;

@@ -62,31 +62,32 @@ enum aa_op {
 #define AA_NWIDE 14 /* TrivialAugmentWide and RandAugment draw among the first 14 */
 
 /* The magnitude of bin `bin` of op in the space of TrivialAugmentWide
- * (wide) or of RandAugment / AutoAugment; *ret_signed when it takes a
- * random sign. */
-static double aa_magnitude(enum aa_op op, bool wide, uint32_t nbins, uint32_t bin, uint32_t h,
-			   uint32_t w, bool *ret_signed)
+ * (wide) or of RandAugment / AutoAugment, with the linspace of pop's
+ * variant; *ret_signed when it takes a random sign. */
+static double aa_magnitude(const struct pipe_op *pop, enum aa_op op, bool wide, uint32_t nbins,
+			   uint32_t bin, uint32_t h, uint32_t w, bool *ret_signed)
 {
 	float lin = wide ? 0.99f : 0.9f;
+	uint32_t v = pop->linspace;
 
 	*ret_signed = true;
 	switch (op) {
 	case AA_SHEARX:
-	case AA_SHEARY: return aug_linspace(0.0f, wide ? 0.99f : 0.3f, nbins, bin);
+	case AA_SHEARY: return aug_linspace_v(0.0f, wide ? 0.99f : 0.3f, nbins, bin, v);
 	case AA_TRANSLATEX:
-		return aug_linspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * w), nbins, bin);
+		return aug_linspace_v(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * w), nbins, bin, v);
 	case AA_TRANSLATEY:
-		return aug_linspace(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * h), nbins, bin);
-	case AA_ROTATE: return aug_linspace(0.0f, wide ? 135.0f : 30.0f, nbins, bin);
+		return aug_linspace_v(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * h), nbins, bin, v);
+	case AA_ROTATE: return aug_linspace_v(0.0f, wide ? 135.0f : 30.0f, nbins, bin, v);
 	case AA_BRIGHTNESS:
 	case AA_COLOR:
 	case AA_CONTRAST:
-	case AA_SHARPNESS: return aug_linspace(0.0f, lin, nbins, bin);
+	case AA_SHARPNESS: return aug_linspace_v(0.0f, lin, nbins, bin, v);
 	case AA_POSTERIZE:
 		*ret_signed = false;
 		return 8.0 - (double)nearbyintf((float)bin /
 						(float)((nbins - 1) / (wide ? 6.0 : 4.0)));
-	case AA_SOLARIZE: *ret_signed = false; return aug_linspace(255.0f, 0.0f, nbins, bin);
+	case AA_SOLARIZE: *ret_signed = false; return aug_linspace_v(255.0f, 0.0f, nbins, bin, v);
 	default: *ret_signed = false; return 0.0;
 	}
 }
@@ -129,8 +130,8 @@ static uint32_t expand_trivial(const struct pipe_op *op, const struct aug_ctx *c
 {
 	enum aa_op a = (enum aa_op)aug_randint(draw(ctx, i, 0), AA_NWIDE);
 	bool sgn;
-	double mag = aa_magnitude(a, true, op->nbins, aug_randint(draw(ctx, i, 1), op->nbins), h, w,
-				  &sgn);
+	uint32_t bin = aug_randint(draw(ctx, i, 1), op->nbins);
+	double mag = aa_magnitude(op, a, true, op->nbins, bin, h, w, &sgn);
 
 	if (sgn && aug_randint(draw(ctx, i, 2), 2))
 		mag = -mag;
@@ -145,7 +146,7 @@ static uint32_t expand_rand(const struct pipe_op *op, const struct aug_ctx *ctx,
 	for (uint32_t k = 0; k < op->num_ops && n < AUG_PX_MAX; k++) {
 		enum aa_op a = (enum aa_op)aug_randint(draw(ctx, i, 2 * k), AA_NWIDE);
 		bool sgn;
-		double mag = aa_magnitude(a, false, op->nbins, op->magnitude, h, w, &sgn);
+		double mag = aa_magnitude(op, a, false, op->nbins, op->magnitude, h, w, &sgn);
 		if (sgn && aug_randint(draw(ctx, i, 2 * k + 1), 2))
 			mag = -mag;
 		n += aa_apply(a, mag, h, w, &out[n]);
@@ -221,7 +222,7 @@ static uint32_t expand_auto(const struct pipe_op *op, const struct aug_ctx *ctx,
 			continue;
 		bool sgn;
 		double mag = sp[k].bin < 0 ? 0.0
-					   : aa_magnitude((enum aa_op)sp[k].op, false, 10,
+					   : aa_magnitude(op, (enum aa_op)sp[k].op, false, 10,
 							  (uint32_t)sp[k].bin, h, w, &sgn);
 		if (sp[k].bin >= 0 && sgn && aug_randint(draw(ctx, i, 3 + k), 2) == 0)
 			mag = -mag;
@@ -250,7 +251,8 @@ static uint32_t expand_jitter(const struct pipe_op *op, const struct aug_ctx *ct
 		if (v == 0.0)
 			continue;
 		double lo = fn == 3 ? -v : (1.0 - v > 0.0 ? 1.0 - v : 0.0), hi = fn == 3 ? v : 1.0 + v;
-		out[n++] = (struct aug_px_op){.kind = kinds[fn], .f = uni(draw(ctx, i, 4 + fn), lo, hi)};
+		out[n++] = (struct aug_px_op){.kind = kinds[fn], .f = uni(draw(ctx, i, 4 + fn), lo, hi),
+					      .hue_scaled = op->hue_cast != 0};
 	}
 	return n;
 }
@@ -320,7 +322,10 @@ static uint32_t expand_fixed(const struct pipe_op *op, struct aug_px_op *o)
 	case PIPE_ADJUST_BRIGHTNESS: o->kind = AX_BRIGHTNESS; return 1;
 	case PIPE_ADJUST_CONTRAST: o->kind = AX_CONTRAST; return 1;
 	case PIPE_ADJUST_SATURATION: o->kind = AX_SATURATION; return 1;
-	case PIPE_ADJUST_HUE: o->kind = AX_HUE; return 1;
+	case PIPE_ADJUST_HUE:
+		o->kind = AX_HUE;
+		o->hue_scaled = op->hue_cast != 0;
+		return 1;
 	case PIPE_ADJUST_SHARPNESS: o->kind = AX_SHARPNESS; return 1;
 	case PIPE_ROTATE:
 	case PIPE_AFFINE:

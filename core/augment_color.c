@@ -275,7 +275,16 @@ static void hue_pixel(float r, float g, float b, float hf, float out[3])
 	}
 }
 
-static void pass_hue(struct aug_px_img *im, double hf)
+/* Back to uint8: torchvision 0.14's (x * 255).to(uint8), or later ones'
+ * convert_image_dtype, x * (255 + 1 - 1e-3) in float32 (scaled), both
+ * truncating. */
+static uint8_t hue_cast(float x, bool scaled)
+{
+	x = x * (scaled ? (float)(255.0 + 1.0 - 1e-3) : 255.0f);
+	return (uint8_t)(x < 0.0f ? 0.0f : x);
+}
+
+static void pass_hue(struct aug_px_img *im, double hf, bool scaled)
 {
 	size_t n = (size_t)im->h * im->w;
 	const uint8_t *s = im->cur;
@@ -287,10 +296,8 @@ static void pass_hue(struct aug_px_img *im, double hf)
 		unit[v] = (float)v / 255.0f; /* img.to(float32) / 255 */
 	for (size_t i = 0; i < n; i++, s += 3, d += 3) {
 		hue_pixel(unit[L[0][s[0]]], unit[L[1][s[1]]], unit[L[2][s[2]]], (float)hf, o);
-		for (int k = 0; k < 3; k++) {
-			float x = o[k] * 255.0f;
-			d[k] = (uint8_t)(x < 0.0f ? 0.0f : x);
-		}
+		for (int k = 0; k < 3; k++)
+			d[k] = hue_cast(o[k], scaled);
 	}
 	im->cur = out;
 }
@@ -354,7 +361,7 @@ void px_color(struct aug_px_img *im, const struct aug_px_op *o)
 		break;
 	case AX_HUE:
 		if (im->c == 3)
-			pass_hue(im, o->f);
+			pass_hue(im, o->f, o->hue_scaled);
 		break;
 	case AX_GRAYSCALE:
 		if (im->c == 3)

@@ -8,6 +8,7 @@
  * -ffp-contract=off (aug_linspace reproduces torch's float32 arithmetic).
  */
 #include <assert.h>
+#include <math.h>
 
 #include "augment.h"
 #include "augment_pixel.h"
@@ -25,11 +26,24 @@ bool aug_hflip_decision(uint32_t u, uint32_t p_ppb)
 	return (uint64_t)(u >> 8) < thr;
 }
 
-/* torch.linspace(start, end, n)[k] in float32, as its CPU kernel. */
-float aug_linspace(float start, float end, uint32_t n, uint32_t k)
+/* torch.linspace(start, end, n)[k] in float32, from the two ends.
+ * PLAIN rounds the product and the sum: torch 2.x's scalar kernel (a CPU
+ * without AVX2), and torch 1.13's bins where TrivialAugmentWide,
+ * RandAugment, AutoAugment and AugMix truncate them (1.13's AVX2 kernel
+ * mixes fused and plain steps by position: its other bits may differ in
+ * the last place). FMA rounds once: torch 2.x's vectorised kernel (AVX2,
+ * AVX-512), bit for bit. */
+float aug_linspace_v(float start, float end, uint32_t n, uint32_t k, uint32_t variant)
 {
 	if (n == 1)
 		return start;
 	float step = (end - start) / (float)(n - 1);
+	if (variant == AUG_LINSPACE_FMA)
+		return k < n / 2 ? fmaf(step, (float)k, start) : fmaf(-step, (float)(n - 1 - k), end);
 	return k < n / 2 ? start + step * (float)k : end - step * (float)(n - 1 - k);
+}
+
+float aug_linspace(float start, float end, uint32_t n, uint32_t k)
+{
+	return aug_linspace_v(start, end, n, k, AUG_LINSPACE_PLAIN);
 }

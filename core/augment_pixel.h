@@ -94,6 +94,8 @@ struct aug_px_op {
 			    * top-left, top-right, bottom-right, bottom-left */
 	double mean;       /* noise: mean */
 	bool clip;         /* noise: clamp to [0, 1] */
+	bool hue_scaled;   /* hue: back to uint8 as x * 255.999 (torchvision
+			    * after 0.14), not x * 255 */
 };
 
 /* The image a PIXEL stage works on. cur holds the pixels (before lut
@@ -164,8 +166,12 @@ uint32_t aug_tv_expand(const struct pipe_plan *p, uint32_t i, const struct aug_c
 /* augment_pxrun.c: runs one basic op on im. */
 void px_run(struct aug_px_img *im, const struct aug_px_op *o);
 
-/* augment_draw.c: torch.linspace(start, end, n)[k] in float32. */
+/* augment_draw.c: torch.linspace(start, end, n)[k] in float32, each bin
+ * rounded twice (aug_linspace; the op's linspace=plain) or once
+ * (linspace=fused) as the variant says. */
+enum { AUG_LINSPACE_PLAIN = 0, AUG_LINSPACE_FMA = 1 };
 float aug_linspace(float start, float end, uint32_t n, uint32_t k);
+float aug_linspace_v(float start, float end, uint32_t n, uint32_t k, uint32_t variant);
 
 /* augment_augmix.c: aug_mix's draws for one sample (see there) and AugMix
  * on the stage's image: mix_scratch holds three images of al bytes and

@@ -323,6 +323,13 @@ struct pipe_op {
 	int64_t alpha_ppb;         /* aug_mix: the Dirichlet / Beta alpha, > 0 */
 	bool all_ops;              /* aug_mix: brightness, color, contrast,
 				    * sharpness too */
+	uint32_t linspace;         /* trivial/rand/auto_augment, aug_mix: the
+				    * magnitude bins' linspace rounding twice
+				    * (0, plain) or once (1, fused: torch 2.x
+				    * with AVX2 or AVX-512) */
+	uint32_t hue_cast;         /* adjust_hue, color_jitter: back to uint8 as
+				    * torchvision 0.14 (0: x * 255 truncated) or
+				    * later ones (1: x * 255.999, convert_image_dtype) */
 	int64_t mixup_ppb;         /* mix: mixup_alpha (0: off) */
 	int64_t cutmix_ppb;        /* mix: cutmix_alpha (0: off) */
 	uint32_t switch_ppb;       /* mix: switch_prob (cutmix's share, both on) */

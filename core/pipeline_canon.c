@@ -171,11 +171,23 @@ static bool format_key_tv(const struct pipe_op *op, enum pipe_key k, char out[16
 	}
 }
 
+/* The keys of the newer torch / torchvision variants; false for others. */
+static bool format_key_variant(const struct pipe_op *op, enum pipe_key k, char out[160])
+{
+	if (k == PK_LINSPACE)
+		snprintf(out, 160, "linspace=%s", pipe_linspace_names[op->linspace & 1]);
+	else if (k == PK_HUE_CAST)
+		snprintf(out, 160, "hue_cast=%s", pipe_hue_cast_names[op->hue_cast & 1]);
+	else
+		return false;
+	return true;
+}
+
 static void format_key(const struct pipe_op *op, enum pipe_key k, char out[160])
 {
 	char p[128];
 
-	if (format_key_tv(op, k, out))
+	if (format_key_tv(op, k, out) || format_key_variant(op, k, out))
 		return;
 	switch (k) {
 	case PK_SIZE: snprintf(out, 160, "size=%u", op->size); break;
@@ -239,6 +251,12 @@ static bool key_shown(const struct pipe_op *op, enum pipe_key k)
 		return op->fill_set;
 	if (k == PK_EXACT)
 		return op->exact;
+	/* the variants of newer torch / torchvision: only when chosen, so
+	 * that the text (and hash) of a pipeline without them is unchanged */
+	if (k == PK_LINSPACE)
+		return op->linspace != 0;
+	if (k == PK_HUE_CAST)
+		return op->hue_cast != 0;
 	if (op->kind == PIPE_RANDOM_CHOICE && k == PK_P)
 		return op->nwts > 0;
 	if (op->kind == PIPE_RESIZE)

@@ -26,7 +26,7 @@ const char *const pipe_key_names[PK_COUNT_] = {
 	"seq_len", "pad_id", "window",
 	"antialias", "padding", "padding_mode", "distortion_scale", "clip", "transforms", "exact",
 	"mixup_alpha", "cutmix_alpha", "switch_prob", "num_classes", "label_smoothing",
-	"severity", "mixture_width", "chain_depth", "alpha", "all_ops"};
+	"severity", "mixture_width", "chain_depth", "alpha", "all_ops", "linspace", "hue_cast"};
 
 const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_IDENTITY] = {"identity", {PK_FIELD}, 0, 0},
@@ -50,7 +50,7 @@ const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_ADJUST_BRIGHTNESS] = {"adjust_brightness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_CONTRAST] = {"adjust_contrast", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_SATURATION] = {"adjust_saturation", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
-	[PIPE_ADJUST_HUE] = {"adjust_hue", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
+	[PIPE_ADJUST_HUE] = {"adjust_hue", {PK_FACTOR, PK_HUE_CAST, PK_FIELD}, 2, PKB(PK_FACTOR)},
 	[PIPE_ADJUST_SHARPNESS] = {"adjust_sharpness", {PK_FACTOR, PK_FIELD}, 1, PKB(PK_FACTOR)},
 	[PIPE_ROTATE] = {"rotate", {PK_ANGLE, PK_INTERPOLATION, PK_FILL, PK_FIELD}, 3,
 			 PKB(PK_ANGLE)},
@@ -71,7 +71,9 @@ const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_ERASE] = {"erase", {PK_I, PK_J, PK_H, PK_W, PK_VALUE, PK_FIELD}, 5,
 			PKB(PK_I) | PKB(PK_J) | PKB(PK_H) | PKB(PK_W)},
 	[PIPE_COLOR_JITTER] = {"color_jitter",
-			       {PK_BRIGHTNESS, PK_CONTRAST, PK_SATURATION, PK_HUE, PK_FIELD}, 4, 0},
+			       {PK_BRIGHTNESS, PK_CONTRAST, PK_SATURATION, PK_HUE, PK_HUE_CAST,
+				PK_FIELD},
+			       5, 0},
 	[PIPE_RANDOM_GRAYSCALE] = {"random_grayscale", {PK_P, PK_FIELD}, 1, 0},
 	[PIPE_RANDOM_ROTATION] = {"random_rotation",
 				  {PK_DEGREES, PK_INTERPOLATION, PK_FILL, PK_FIELD}, 3,
@@ -88,11 +90,13 @@ const struct pipe_op_desc pipe_ops[] = {
 	[PIPE_RANDOM_ADJUST_SHARPNESS] = {"random_adjust_sharpness", {PK_FACTOR, PK_P, PK_FIELD},
 					  2, PKB(PK_FACTOR)},
 	[PIPE_RANDOM_INVERT] = {"random_invert", {PK_P, PK_FIELD}, 1, 0},
-	[PIPE_TRIVIAL_AUGMENT_WIDE] = {"trivial_augment_wide", {PK_NUM_MAGNITUDE_BINS, PK_FIELD},
-				       1, 0},
+	[PIPE_TRIVIAL_AUGMENT_WIDE] = {"trivial_augment_wide",
+				       {PK_NUM_MAGNITUDE_BINS, PK_LINSPACE, PK_FIELD}, 2, 0},
 	[PIPE_RAND_AUGMENT] = {"rand_augment",
-			       {PK_NUM_OPS, PK_MAGNITUDE, PK_NUM_MAGNITUDE_BINS, PK_FIELD}, 3, 0},
-	[PIPE_AUTO_AUGMENT] = {"auto_augment", {PK_POLICY, PK_FIELD}, 1, 0},
+			       {PK_NUM_OPS, PK_MAGNITUDE, PK_NUM_MAGNITUDE_BINS, PK_LINSPACE,
+				PK_FIELD},
+			       4, 0},
+	[PIPE_AUTO_AUGMENT] = {"auto_augment", {PK_POLICY, PK_LINSPACE, PK_FIELD}, 2, 0},
 	[PIPE_RANDOM_ERASING] = {"random_erasing",
 				 {PK_P, PK_SCALE_MIN, PK_SCALE_MAX, PK_RATIO_MIN, PK_RATIO_MAX,
 				  PK_VALUE, PK_FIELD},
@@ -100,8 +104,8 @@ const struct pipe_op_desc pipe_ops[] = {
 	PIPE_TV_OP_ROWS
 	[PIPE_AUG_MIX] = {"aug_mix",
 			  {PK_SEVERITY, PK_MIXTURE_WIDTH, PK_CHAIN_DEPTH, PK_ALPHA, PK_ALL_OPS,
-			   PK_INTERPOLATION, PK_FILL, PK_FIELD},
-			  7, 0},
+			   PK_INTERPOLATION, PK_FILL, PK_LINSPACE, PK_FIELD},
+			  8, 0},
 	[PIPE_MIX] = {"mix",
 		      {PK_NUM_CLASSES, PK_MIXUP_ALPHA, PK_CUTMIX_ALPHA, PK_SWITCH_PROB,
 		       PK_LABEL_SMOOTHING, PK_FIELD},
@@ -123,6 +127,8 @@ const char *const pipe_policy_names[] = {"imagenet", "cifar10", "svhn", NULL};
 
 const char *const pipe_bool_names[] = {"false", "true", "False", "True", "0", "1", NULL};
 const char *const pipe_pad_mode_names[] = {"constant", "edge", "reflect", "symmetric", NULL};
+const char *const pipe_linspace_names[] = {"plain", "fused", NULL};
+const char *const pipe_hue_cast_names[] = {"mul255", "scaled", NULL};
 
 /* p in parts per 1e9 as the shortest decimal: 0, 1, 0.5, -1.25. */
 void pipe_format_ppb(int64_t ppb, char out[32])

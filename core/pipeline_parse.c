@@ -365,6 +365,10 @@ static int op_set_tv(struct pipe_scan *sc, struct pipe_op *op, enum pipe_key key
 		rc = parse_uint(sc, k, v, 0, PIPE_DIM_MAX, &u);
 		op->padding[0] = op->padding[1] = op->padding[2] = op->padding[3] = u;
 		return rc;
+	case PK_LINSPACE:
+		return parse_name(sc, k, v, pipe_linspace_names, "plain, fused", &op->linspace);
+	case PK_HUE_CAST:
+		return parse_name(sc, k, v, pipe_hue_cast_names, "mul255, scaled", &op->hue_cast);
 	default:
 		return scan_fail(sc, "key '%s': not handled", k);
 	}

@@ -83,6 +83,8 @@ enum pipe_key {
 	PK_CHAIN_DEPTH,
 	PK_ALPHA,
 	PK_ALL_OPS,
+	PK_LINSPACE,
+	PK_HUE_CAST,
 	PK_COUNT_,
 };
 /* A set of keys (the keys an op requires, the keys a text gave). */
@@ -115,6 +117,8 @@ extern const char *const pipe_interp_names[];
 extern const char *const pipe_policy_names[];
 extern const char *const pipe_bool_names[];
 extern const char *const pipe_pad_mode_names[];
+extern const char *const pipe_linspace_names[];
+extern const char *const pipe_hue_cast_names[];
 
 /* p in parts per 1e9 as the shortest decimal: 0, 1, 0.5, -1.25. */
 void pipe_format_ppb(int64_t ppb, char out[32]);

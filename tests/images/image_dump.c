@@ -3,6 +3,7 @@
  * runs core/image_*.c on one file for tests/python/test_image_*.py:
  *
  *   image_dump FILE [-b X,Y,W,H] [-s SCALE] [-c CHANNELS] [-o WxH] [-f]
+ *   image_dump -V
  *
  * decodes the box (-b, default the whole image) at scale 1/SCALE (-s, "auto"
  * for img_scale_for() of the output size) into CHANNELS (1 or 3), then, with
@@ -11,12 +12,24 @@
  * it; with -o the output's w h c) and then the pixels, packed rows. A
  * damaged JPEG that decodes adds "warnings N FIRST" on stderr. On
  * failure writes "error CODE MESSAGE" on stderr and exits 2.
+ *
+ * -V prints the version of the libjpeg-turbo this process loaded, then the
+ * library's path ("2.1.5 /usr/lib/.../libjpeg.so.62"): the tests compare
+ * damaged files' pixels with PIL's only when PIL's libjpeg-turbo is the
+ * same (test_image_damaged.py).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr, memmem */
+#endif
+#include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jpeglib.h>
 
 #include "image.h"
 
@@ -38,6 +51,36 @@ static uint8_t *slurp(const char *path, size_t *ret_len)
 	return p;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* libjpeg's API has no version call: the "libjpeg-turbo version X.Y.Z"
+ * text inside the library file that holds jpeg_std_error (dladdr), or the
+ * headers' version when the file has none. */
+static int print_libjpeg_version(void)
+{
+	static const char tag[] = "libjpeg-turbo version ";
+	Dl_info info;
+	size_t len = 0, n = 0;
+	uint8_t *lib = NULL, *at = NULL;
+
+	if (dladdr((void *)jpeg_std_error, &info) && info.dli_fname)
+		lib = slurp(info.dli_fname, &len);
+	if (lib)
+		at = memmem(lib, len, tag, sizeof(tag) - 1);
+	if (!at) {
+		free(lib);
+		printf("%s headers\n", STR(LIBJPEG_TURBO_VERSION));
+		return 0;
+	}
+	at += sizeof(tag) - 1;
+	while (at + n < lib + len && (isdigit(at[n]) || at[n] == '.'))
+		n++;
+	printf("%.*s %s\n", (int)n, (const char *)at, info.dli_fname);
+	free(lib);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct img_box box, *boxp = NULL;
@@ -45,6 +88,8 @@ int main(int argc, char **argv)
 	bool flip = false, autoscale = false;
 	int opt;
 
+	if (argc == 2 && strcmp(argv[1], "-V") == 0)
+		return print_libjpeg_version();
 	while ((opt = getopt(argc, argv, "b:s:c:o:f")) != -1) {
 		switch (opt) {
 		case 'b':

@@ -56,24 +56,32 @@ def torch_resize(img, oh, ow):
 
 # augment.c reproduces the float operations of torch 1.13 (Debian 12):
 # there the pixels must be equal. Other versions order their float
-# operations differently; they may differ by 1 where the exact value is
-# within 1e-3 of a .5 tie, never elsewhere.
+# operations differently (torch 2.15's float results differ from 1.13's
+# on 77% of the pixels below, by at most 4e-4, its weights rounded
+# otherwise; no order tried here matched them bit for bit): each result is
+# the same bilinear value within that rounding, so it can round to the
+# other side only where the exact value lies that close to a .5 tie.
+# Bound: off by 1 only next to a tie (within 1e-3, wider than the 4e-4
+# seen), never elsewhere; which of the near-tie pixels flip is the
+# float order's choice (torch 2.15: 278 of the 2095 near-tie pixels of
+# test_resize_matches_torch_bilinear's 206671, all by 1).
 EXACT = torch.__version__.startswith("1.13")
 
 
 def assert_resize_equal(got, want, fl, what):
-    """Equal (torch 1.13), or at most 1 apart next to a .5 tie (others)."""
+    """Equal (torch 1.13), or at most 1 apart next to a .5 tie (others).
+    Returns (pixels that differ, pixels next to a tie)."""
     diff = np.abs(got.astype(int) - want.astype(int))
+    frac = fl - np.floor(fl)
+    near_tie = np.abs(frac - 0.5) < 1e-3
     if EXACT:
         assert (diff == 0).all(), f"{what}: {int((diff != 0).sum())} pixels differ, first at " \
             f"{np.argwhere(diff != 0)[0]}: {got[tuple(np.argwhere(diff != 0)[0])]} vs " \
             f"{want[tuple(np.argwhere(diff != 0)[0])]}"
-        return 0
-    frac = fl - np.floor(fl)
-    near_tie = np.abs(frac - 0.5) < 1e-3
+        return 0, int(near_tie.sum())
     bad = (diff > 1) | ((diff == 1) & ~near_tie)
     assert not bad.any(), f"{what}: {int(bad.sum())} pixels differ, first at {np.argwhere(bad)[0]}"
-    return int((diff != 0).sum())
+    return int((diff != 0).sum()), int(near_tie.sum())
 
 
 def torchvision_center_crop(img, size):
@@ -105,7 +113,7 @@ def test_resize_hand_values_match_torch(augment_probe):
 
 def test_resize_matches_torch_bilinear(augment_probe):
     rng = random.Random(5)
-    near = 0
+    near = ties = 0
     for case in range(60):
         h, w = rng.randint(1, 40), rng.randint(1, 40)
         oh, ow = rng.randint(1, 80), rng.randint(1, 80)
@@ -113,8 +121,12 @@ def test_resize_matches_torch_bilinear(augment_probe):
         img = random_image(rng, h, w, c)
         _, got = run_probe(augment_probe, f"resize(h={oh}, w={ow})", img)
         want, fl = torch_resize(img, oh, ow)
-        near += assert_resize_equal(got, want, fl, f"case {case}: {h}x{w}x{c} -> {oh}x{ow}")
-    assert near <= 40, f"{near} pixels off by one at ties"
+        n, t = assert_resize_equal(got, want, fl, f"case {case}: {h}x{w}x{c} -> {oh}x{ow}")
+        near, ties = near + n, ties + t
+    # the cases hold ties (random bytes at simple ratios), so the check
+    # above sees them; off by one at ties only (EXACT: none at all)
+    assert ties >= 500, ties
+    assert near <= ties, f"{near} pixels off by one at {ties} ties"
 
 
 def test_center_crop_matches_torchvision(augment_probe):

@@ -35,6 +35,7 @@ import torchvision.transforms.functional as F  # noqa: E402
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
 from conftest import pack  # noqa: E402
+from feedclient import _tvcompat  # noqa: E402
 
 WALLPAPERS = "/usr/share/wallpapers"
 FASHION = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
@@ -51,6 +52,27 @@ FIELDS = ("op kind f bits ksize out_c angle tx ty scale shx shy cx cy interp fil
 # nearest's ties on images not seen here.
 GEOM_BOUND = (255, 0.001)
 HUE_BOUND = None  # measured max 0 over 1M pixels: plain ±1
+
+# The keys that make feedd compute as this interpreter's torch /
+# torchvision do where their versions differ (feedclient._tvcompat):
+# none under Debian's torch 1.13 / torchvision 0.14; linspace=fused and
+# hue_cast=scaled under torch 2.x / torchvision 0.29 (scripts/test-torch-latest).
+VARIANTS = _tvcompat.variant_keys()
+_VARIANT_OPS = {"linspace": ("trivial_augment_wide", "rand_augment", "auto_augment", "aug_mix"),
+                "hue_cast": ("adjust_hue", "color_jitter")}
+
+
+def tv(pipeline):
+    """pipeline with VARIANTS' keys added to the ops that take them."""
+    ops = []
+    for op in pipeline.split(" | "):
+        name = op.split("(")[0].strip()
+        extra = [f"{k}={v}" for k, v in VARIANTS.items() if name in _VARIANT_OPS[k]]
+        if extra:
+            args = op[len(name):].strip()[1:-1] if "(" in op else ""
+            op = f"{name}({', '.join(([args] if args else []) + extra)})"
+        ops.append(op)
+    return " | ".join(ops)
 
 
 def _photos():
@@ -217,7 +239,7 @@ DETERMINISTIC = [
 @pytest.mark.parametrize("pipeline,ref,bound", DETERMINISTIC, ids=[d[0] for d in DETERMINISTIC])
 def test_augment_ops_deterministic_match_torchvision(augment_probe, images, pipeline, ref, bound):
     for n, img in enumerate(images):
-        _, got = run_pixel(augment_probe, pipeline, img)
+        _, got = run_pixel(augment_probe, tv(pipeline), img)
         want = hwc(ref(chw(img)))
         compare(got, want, f"{pipeline} on image {n} {img.shape}", bound)
 
@@ -264,7 +286,7 @@ def test_augment_ops_random_pixels_match_torchvision(augment_probe, images, pipe
     auto = any(a in pipeline for a in ("augment", "auto_"))
     for n, img in enumerate(images):
         for sample in range(4):
-            lines, got = run_pixel(augment_probe, pipeline, img, sample=sample)
+            lines, got = run_pixel(augment_probe, tv(pipeline), img, sample=sample)
             t = chw(img)
             for line in lines:
                 t = apply_line(t, line, auto_fill=auto)
@@ -416,9 +438,92 @@ def compare_policies(ours, theirs, possible, what):
 ])
 def test_augment_ops_policy_draws_match_torchvision(augment_probe, pipeline, transform):
     h, w = 64, 48
-    ours = list(params(augment_probe, pipeline, h, w).values())
+    ours = list(params(augment_probe, tv(pipeline), h, w).values())
     t = transform()
     compare_policies(ours, tv_policy_lines(t, h, w), tv_possible(t, h, w), pipeline)
+
+
+def _linspace(start, end, n, fused):
+    """torch.linspace's float32 bins from the two ends, each rounded twice
+    (plain) or once (fused; exact in float64 for these sizes)."""
+    f32 = np.float32
+    s, e = f32(start), f32(end)
+    step = f32((e - s) / f32(n - 1))
+    if fused:
+        return [f32(np.float64(s) + np.float64(step) * k) if k < n // 2
+                else f32(np.float64(e) - np.float64(step) * (n - 1 - k)) for k in range(n)]
+    return [s + step * f32(k) if k < n // 2 else e - step * f32(n - 1 - k) for k in range(n)]
+
+
+@pytest.mark.parametrize("variant", ["plain", "fused"])
+def test_augment_ops_linspace_variant_translate_bins(augment_probe, variant):
+    """TrivialAugmentWide's translate bins are int(linspace(0, 32, 31)):
+    bin 15 is 16.0 plain, 15.999999 fused (torch 2.x), so 16 or 15 pixels."""
+    got = params(augment_probe, f"trivial_augment_wide(linspace={variant})")
+    shifts = {abs(line[k]) for ls in got.values() for line in ls for k in ("tx", "ty")}
+    want = {float(int(b)) for b in _linspace(0, 32, 31, variant == "fused")}
+    assert shifts - {0.0} == want - {0.0}
+    assert (15.0 in shifts, 16.0 in shifts) == ((True, False) if variant == "fused" else
+                                                (False, True))
+
+
+def _hue_scaled(t, factor):
+    """adjust_hue as torchvision after 0.14 (convert_image_dtype both ways,
+    x * 255.999 truncated at the end), from torchvision's own HSV code."""
+    try:
+        import torchvision.transforms._functional_tensor as Ft
+    except ImportError:
+        import torchvision.transforms.functional_tensor as Ft
+    x = t.to(torch.float32) / 255.0
+    h, s, v = Ft._rgb2hsv(x).unbind(dim=-3)
+    rgb = Ft._hsv2rgb(torch.stack(((h + factor) % 1.0, s, v), dim=-3))
+    return rgb.mul(255.0 + 1.0 - 1e-3).to(torch.uint8)
+
+
+@pytest.mark.parametrize("factor", [0.2, -0.45, 0.0655])
+def test_augment_ops_hue_cast_scaled(augment_probe, images, factor):
+    """hue_cast=scaled casts back as convert_image_dtype: within 1 of the
+    reference everywhere, equal almost everywhere, where mul255 (torchvision
+    0.14's cast) is a level lower on many pixels."""
+    rng = np.random.default_rng(7)
+    rgb = [img for img in images if img.shape[2] == 3]
+    rgb.append(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8))
+    got, want, old = [], [], []
+    for img in rgb:
+        want.append(hwc(_hue_scaled(chw(img), factor)).astype(int).ravel())
+        got.append(run_pixel(augment_probe, f"adjust_hue(factor={factor}, hue_cast=scaled)",
+                             img)[1].astype(int).ravel())
+        old.append(run_pixel(augment_probe, f"adjust_hue(factor={factor})", img)[1].ravel())
+    got, want, old = np.concatenate(got), np.concatenate(want), np.concatenate(old)
+    assert np.abs(got - want).max() <= 1
+    assert (got == want).mean() >= 0.999, f"{(got != want).sum()} of {got.size} differ"
+    assert (old != want).mean() > 0.05 and (old <= want).all()
+
+
+def test_from_torchvision_picks_the_variants_of_this_torch(augment_probe):
+    """from_torchvision adds linspace=fused / hue_cast=scaled exactly when
+    this process's torch / torchvision compute that way (none under
+    Debian's torch 1.13 / torchvision 0.14)."""
+    from feedclient import from_torchvision
+    fused = float(torch.linspace(0.0, 32.0, 31)[15]) != 16.0
+    px = torch.tensor([250, 5, 128], dtype=torch.uint8).reshape(3, 1, 1)
+    scaled = int(F.adjust_hue(px, 0.0655)[1, 0, 0]) == 5
+    assert VARIANTS == {**({"linspace": "fused"} if fused else {}),
+                        **({"hue_cast": "scaled"} if scaled else {})}
+    pipe = from_torchvision(T.Compose([T.TrivialAugmentWide(), T.ColorJitter(0.2, hue=0.1),
+                                       T.RandAugment(), T.PILToTensor()]),
+                            decode=False)["pipeline"]
+    lin = ", linspace=fused" if fused else ""
+    hue = ", hue_cast=scaled" if scaled else ""
+    assert pipe.split(" | ") == [
+        f"trivial_augment_wide(num_magnitude_bins=31{lin})",
+        f"color_jitter(brightness=0.2, contrast=0, saturation=0, hue=0.1{hue})",
+        f"rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31{lin})"]
+    # the translated op draws the translate bins this torch's transform has
+    h, w = 64, 48
+    t = T.TrivialAugmentWide()
+    ours = list(params(augment_probe, pipe.split(" | ")[0], h, w).values())
+    compare_policies(ours, tv_policy_lines(t, h, w), tv_possible(t, h, w), "from_torchvision")
 
 
 def test_augment_ops_color_jitter_order_and_factors(augment_probe):

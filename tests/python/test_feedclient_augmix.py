@@ -147,13 +147,15 @@ def test_aug_mix_draws(augment_probe):
 
 def test_from_torchvision_aug_mix():
     from feedclient import from_torchvision
+    from feedclient._tvcompat import variant_keys
+    lin = ", linspace=fused" if variant_keys().get("linspace") else ""
     args = from_torchvision(T.Compose([T.AugMix(severity=4, mixture_width=2, alpha=0.5,
                                                 all_ops=False)]), decode=False)
     assert args["pipeline"] == ("aug_mix(severity=4, mixture_width=2, chain_depth=-1, "
-                                "alpha=0.5, all_ops=false, interpolation=bilinear)")
+                                f"alpha=0.5, all_ops=false, interpolation=bilinear{lin})")
     args = from_torchvision(T.AugMix(interpolation=InterpolationMode.NEAREST, fill=[7, 7, 7]),
                             decode=False)
     assert args["pipeline"] == ("aug_mix(severity=3, mixture_width=3, chain_depth=-1, "
-                                "alpha=1, all_ops=true, interpolation=nearest, fill=7)")
+                                f"alpha=1, all_ops=true, interpolation=nearest, fill=7{lin})")
     with pytest.raises(feedclient.InvalidArgument, match="AugMix: .*interpolation"):
         from_torchvision(T.AugMix(interpolation=InterpolationMode.BICUBIC), decode=False)

@@ -22,9 +22,16 @@ import torchvision.transforms as T  # noqa: E402
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
 import feedclient  # noqa: E402
+from feedclient._tvcompat import variant_keys  # noqa: E402
 from feedclient.torchvision import from_torchvision  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# The keys from_torchvision adds where this torch / torchvision compute
+# differently from feedd's defaults (none under Debian's; see
+# test_feedclient_augment_ops.py::test_from_torchvision_picks_the_variants_of_this_torch).
+_VARIANTS = variant_keys()
+LIN = f", linspace={_VARIANTS['linspace']}" if "linspace" in _VARIANTS else ""
+HUE = f", hue_cast={_VARIANTS['hue_cast']}" if "hue_cast" in _VARIANTS else ""
 
 
 def recipe_v1():
@@ -38,7 +45,7 @@ def test_v1_recipe_translates_to_pipeline():
     assert args["as_torch"] is True
     assert args["pipeline"] == (
         "decode | random_resized_crop(176, scale=(0.08, 1), ratio=(0.75, 1.333333333)) | "
-        "hflip(0.5) | trivial_augment_wide(num_magnitude_bins=31) | "
+        f"hflip(0.5) | trivial_augment_wide(num_magnitude_bins=31{LIN}) | "
         "normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=f32) | "
         "random_erasing(0.1, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0)")
     assert "device" not in args  # normalised on feedd's workers
@@ -62,15 +69,15 @@ def test_v1_transforms_with_their_arguments():
     assert pipe.split(" | ") == [
         "resize(256)", "center_crop(224)", "vflip(0.2)",
         "pad((1, 2), fill=3, padding_mode=constant)",
-        "color_jitter(brightness=0.4, contrast=0.3, saturation=0.2, hue=0.1)",
+        f"color_jitter(brightness=0.4, contrast=0.3, saturation=0.2, hue=0.1{HUE})",
         "random_grayscale(0.3)", "random_rotation(15, interpolation=nearest, fill=7)",
         "random_affine(10, translate=0.1, scale=(0.9, 1.1), shear=5, interpolation=nearest, "
         "fill=0)",
         "gaussian_blur(5, sigma=(0.2, 1.5))", "random_invert(0.4)", "random_posterize(4, p=0.3)",
         "random_solarize(128, p=0.2)", "random_adjust_sharpness(2, p=0.1)",
         "random_autocontrast(0.6)", "random_equalize(0.7)",
-        "rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31)",
-        "auto_augment(policy=cifar10)",
+        f"rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31{LIN})",
+        f"auto_augment(policy=cifar10{LIN})",
         "random_perspective(0.3, p=0.4, interpolation=bilinear, fill=0)",
         "random_apply([random_invert(1), random_equalize(1)], p=0.25)",
         "random_choice([random_invert(1), random_equalize(1)], p=(0.3, 0.7))",

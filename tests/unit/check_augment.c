@@ -688,6 +688,9 @@ START_TEST(test_augment_pixel_keys_refused_by_name)
 	/* -1 is a normalised value (after normalize); the planner refuses it on u8 */
 	px_refused("random_erasing(value=1001)", "key 'value'", "not in [-1000, 1000]");
 	px_refused("gamma(x=1)", "op 1 'gamma'", "unknown op");
+	px_refused("trivial_augment_wide(linspace=torch2)", "key 'linspace'", "plain, fused");
+	px_refused("adjust_hue(factor=0.1, hue_cast=round)", "key 'hue_cast'", "mul255, scaled");
+	px_refused("adjust_brightness(factor=1, hue_cast=scaled)", "unknown key 'hue_cast'", NULL);
 }
 END_TEST
 
@@ -711,6 +714,15 @@ START_TEST(test_augment_pixel_canonical_defaults)
 		{"random_grayscale", "random_grayscale(p=0.1)"},
 		{"color_jitter(hue=0.1)", "color_jitter(brightness=0, contrast=0, saturation=0, "
 		 "hue=0.1)"},
+		/* the newer torch / torchvision variants: shown only when chosen,
+		 * so the text (and hash) of a pipeline without them is as before */
+		{"trivial_augment_wide(linspace=plain)", "trivial_augment_wide(num_magnitude_bins=31)"},
+		{"trivial_augment_wide(linspace=fused)",
+		 "trivial_augment_wide(num_magnitude_bins=31, linspace=fused)"},
+		{"auto_augment(linspace=fused)", "auto_augment(policy=imagenet, linspace=fused)"},
+		{"adjust_hue(factor=0.1, hue_cast=scaled)", "adjust_hue(factor=0.1, hue_cast=scaled)"},
+		{"color_jitter(hue=0.1, hue_cast=mul255)", "color_jitter(brightness=0, contrast=0, "
+		 "saturation=0, hue=0.1)"},
 	};
 	char buf[PIPE_CANON_MAX];
 
@@ -727,6 +739,30 @@ START_TEST(test_augment_pixel_canonical_defaults)
 	ck_assert_str_eq(buf, "affine(angle, translate_x=0, translate_y=0, scale=1, shear_x=0, "
 			      "shear_y=0, interpolation=nearest, fill=0, field)");
 	ck_assert_int_eq(pipe_op_usage(PIPE_KIND_COUNT_, buf, sizeof(buf)), -EINVAL);
+}
+END_TEST
+
+/* torch.linspace's bins rounded twice (plain: start + step * k) and once
+ * (fused: torch 2.x's vectorised kernel, AVX2 / AVX-512): linspace(0, 32,
+ * 31)[15] is 16 and 15.999999 (TrivialAugmentWide's translate bin: 16 or
+ * 15 pixels); [17] 18.133331 and 18.133333 (torch 2.15 prints the fused
+ * values). */
+START_TEST(test_augment_linspace_variants)
+{
+	ck_assert_float_eq(aug_linspace_v(0.0f, 32.0f, 31, 15, AUG_LINSPACE_PLAIN), 16.0f);
+	ck_assert_float_eq(aug_linspace_v(0.0f, 32.0f, 31, 15, AUG_LINSPACE_FMA),
+			   nextafterf(16.0f, 0.0f));
+	ck_assert_float_eq(aug_linspace_v(0.0f, 32.0f, 31, 17, AUG_LINSPACE_PLAIN),
+			   18.133331298828125f);
+	ck_assert_float_eq(aug_linspace_v(0.0f, 32.0f, 31, 17, AUG_LINSPACE_FMA),
+			   18.133333206176758f);
+	ck_assert_float_eq(aug_linspace(0.0f, 32.0f, 31, 15), 16.0f);
+	/* the ends are exact either way */
+	for (uint32_t v = 0; v < 2; v++) {
+		ck_assert_float_eq(aug_linspace_v(0.0f, 0.99f, 31, 0, v), 0.0f);
+		ck_assert_float_eq(aug_linspace_v(0.0f, 0.99f, 31, 30, v), 0.99f);
+		ck_assert_float_eq(aug_linspace_v(255.0f, 0.0f, 31, 30, v), 0.0f);
+	}
 }
 END_TEST
 
@@ -1564,6 +1600,7 @@ static Suite *augment_suite(void)
 	tcase_add_test(tc, test_augment_decode_no_memory_growth);
 	tcase_add_test(tc, test_augment_pixel_keys_refused_by_name);
 	tcase_add_test(tc, test_augment_pixel_canonical_defaults);
+	tcase_add_test(tc, test_augment_linspace_variants);
 	tcase_add_test(tc, test_augment_pixel_plan_refusals);
 	tcase_add_test(tc, test_augment_pixel_hand);
 	tcase_add_test(tc, test_augment_pixel_random_deterministic);

@@ -23,7 +23,10 @@ classes of torchvision.transforms (v1) and torchvision.transforms.v2 both
 work, and nothing here imports torchvision. A transform feedd has no op
 for, or an argument it cannot honour (an interpolation other than
 bilinear for a resize, expand=True, a Lambda), raises InvalidArgument
-naming the transform and why; nothing is silently dropped.
+naming the transform and why; nothing is silently dropped. Where this
+process's torch / torchvision compute an op differently from feedd's
+default (torch 2.x's linspace, the later adjust_hue cast), the op gets
+the key that selects their arithmetic (_tvcompat.py).
 
 Threads: pure, any thread. Never: imports torch or torchvision, opens a
 connection.
@@ -32,6 +35,7 @@ connection.
 import numbers
 from typing import Any, Dict, List, Optional
 
+from . import _tvcompat
 from .errors import InvalidArgument
 
 __all__ = ["from_torchvision"]
@@ -174,11 +178,18 @@ def _pad(t):
             f"padding_mode={getattr(t, 'padding_mode', 'constant')})"]
 
 
+def _variant(t, key) -> str:
+    """", key=value" when this process's torch / torchvision computes what
+    the op's key selects differently from feedd's default (_tvcompat)."""
+    v = _tvcompat.variant_keys(t).get(key)
+    return f", {key}={v}" if v else ""
+
+
 def _color_jitter(t):
     b, c, s = (_jitter(t, k, 1.0) for k in ("brightness", "contrast", "saturation"))
     h = _jitter(t, "hue", 0.0)
     return [f"color_jitter(brightness={_num(b)}, contrast={_num(c)}, saturation={_num(s)}, "
-            f"hue={_num(h)})"]
+            f"hue={_num(h)}{_variant(t, 'hue_cast') if h else ''})"]
 
 
 def _rotation(t):
@@ -224,7 +235,8 @@ def _auto_fill_nearest(t):
 
 def _trivial(t):
     _auto_fill_nearest(t)
-    return [f"trivial_augment_wide(num_magnitude_bins={int(t.num_magnitude_bins)})"]
+    return [f"trivial_augment_wide(num_magnitude_bins={int(t.num_magnitude_bins)}"
+            f"{_variant(t, 'linspace')})"]
 
 
 def _aug_mix(t):
@@ -233,19 +245,19 @@ def _aug_mix(t):
     return [f"aug_mix(severity={int(t.severity)}, mixture_width={int(t.mixture_width)}, "
             f"chain_depth={depth if depth > 0 else -1}, alpha={_num(t.alpha)}, "
             f"all_ops={'true' if t.all_ops else 'false'}, interpolation={_interp(t)}"
-            + ("" if fill is None else f", fill={fill}") + ")"]
+            + ("" if fill is None else f", fill={fill}") + _variant(t, "linspace") + ")"]
 
 
 def _rand_augment(t):
     _auto_fill_nearest(t)
     return [f"rand_augment(num_ops={int(t.num_ops)}, magnitude={int(t.magnitude)}, "
-            f"num_magnitude_bins={int(t.num_magnitude_bins)})"]
+            f"num_magnitude_bins={int(t.num_magnitude_bins)}{_variant(t, 'linspace')})"]
 
 
 def _auto_augment(t):
     _auto_fill_nearest(t)
     policy = str(getattr(t.policy, "value", t.policy)).lower().split(".")[-1]
-    return [f"auto_augment(policy={policy})"]
+    return [f"auto_augment(policy={policy}{_variant(t, 'linspace')})"]
 
 
 def _erasing(t):
