@@ -19,6 +19,10 @@ Workloads (W) and what --data names (a directory bench/run prepared):
   jpeg    DIR/jpegs (class folders of JPEGs): RandomResizedCrop(224) +
           RandomHorizontalFlip, u8 HWC or CHW as each loader gives it
   recipe  the same files, torchvision's ResNet-50 recipe per sample
+  tvrecipe  the same files, bench/tv_recipe.py's Compose (the recipe with
+          ToTensor + Normalize, float32 NCHW) and CutMix/MixUp per batch:
+          the DataLoader mixes in collate_fn, feedd-py runs the Compose
+          through feedclient.from_torchvision (mixed on feedd's workers)
   tokens  DIR/tokens.u16 (sequences of 2048 u16 tokens): a random window
           of 1024 tokens of each sequence
 Contenders (NAME): dataloader-0w, dataloader-Nw (N = --workers,
@@ -252,6 +256,13 @@ def tv_transform(workload):
     return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.PILToTensor()])
 
 
+def tvrecipe_parts(data):
+    """bench/tv_recipe.py's Compose and CutMix/MixUp for the JPEG set."""
+    import tv_recipe
+    _, comp, mix = tv_recipe.transforms(len(tv_recipe.classes(jpeg_root(data))))
+    return comp, mix
+
+
 def decode_transform(workload, jpeg_bytes_or_path):
     import io
     from PIL import Image
@@ -293,6 +304,18 @@ def dataloader(a, per_batch=False):
                 return {"image": torch.from_numpy(crop_flip(images[i])),
                         "label": int(labels[i])}
         ds = DS()
+    elif a.workload == "tvrecipe":
+        if per_batch:
+            raise Unsupported("per-batch augmentation is the Fashion-MNIST form only")
+        import torchvision.datasets
+        comp, mix = tvrecipe_parts(a.data)
+        ds = torchvision.datasets.ImageFolder(jpeg_root(a.data), transform=comp)
+
+        def collate(samples):
+            return mix(*tud.default_collate(samples))
+        return lambda: tud.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=w,
+                                      persistent_workers=w > 0, drop_last=False,
+                                      collate_fn=collate), len(ds)
     elif a.workload in ("jpeg", "recipe"):
         if per_batch:
             raise Unsupported("per-batch augmentation is the Fashion-MNIST form only")
@@ -520,12 +543,16 @@ def streaming_loader(a, kind):
 
 def feedd_loader(a):
     import feedclient
-    ds = {"fmnist": "fashion-mnist", "jpeg": "jpegs", "recipe": "jpegs",
+    ds = {"fmnist": "fashion-mnist", "jpeg": "jpegs", "recipe": "jpegs", "tvrecipe": "jpegs",
           "tokens": "tokens"}[a.workload]
+    if a.workload == "tvrecipe":
+        from feedclient.torchvision import from_torchvision
+        args = from_torchvision(*tvrecipe_parts(a.data))
+    else:
+        args = {"pipeline": PIPELINES[a.workload]}
 
     def mk():
-        return feedclient.Loader(ds, a.batch, pipeline=PIPELINES[a.workload], seed=1,
-                                 socket=a.socket, credits=4)
+        return feedclient.Loader(ds, a.batch, seed=1, socket=a.socket, credits=4, **args)
     n = next(d.samples for d in feedclient.datasets(a.socket) if d.name == ds)
     return mk, n
 
@@ -559,7 +586,7 @@ def make(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("name", nargs="?")
-    p.add_argument("--workload", required=True, choices=sorted(PIPELINES))
+    p.add_argument("--workload", required=True, choices=sorted(list(PIPELINES) + ["tvrecipe"]))
     p.add_argument("--data", required=True)
     p.add_argument("--socket")
     p.add_argument("--workers", type=int, default=2)

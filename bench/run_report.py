@@ -15,6 +15,8 @@ WORKLOADS = {
     "jpeg": "JPEG set, decode + RandomResizedCrop(224) + flip, batch 256",
     "recipe": "JPEG set, ResNet-50 recipe (RRC 176, flip, TrivialAugmentWide, "
               "RandomErasing 0.1), batch 256",
+    "tvrecipe": "JPEG set, the recipe as a torchvision Compose (+ ToTensor, Normalize) "
+                "with CutMix/MixUp, through from_torchvision, float32, batch 256",
     "tokens": "token sequences (u16), random window of 1024 of 2048, batch 256",
     "jobs4": "4 concurrent jobs on Fashion-MNIST (per job; the solo row is one job alone)",
 }
@@ -126,7 +128,7 @@ def summary(doc):
     out = ["| workload | feedd, feedbench (C) | feedd, Python | best DataLoader | best other "
            "peer | feedd ÷ best DataLoader | feedd ÷ best peer | feedd CPU s/epoch (lowest "
            "other) | share of limit |", "|---|---|---|---|---|---|---|---|---|"]
-    for wl in ("fmnist", "jpeg", "recipe", "tokens"):
+    for wl in ("fmnist", "jpeg", "recipe", "tvrecipe", "tokens"):
         rows = {r["name"]: r for r in doc["rows"] if r["workload"] == wl and r["runs"]}
         if not rows:
             continue
@@ -142,8 +144,8 @@ def summary(doc):
         out.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s (%s) | %s |" % (
             wl, fmt(rate(fb)), fmt(rate(fp)), fmt(rate(ref)), ref["name"] if ref else "–",
             "%s (%s)" % (fmt(rate(peer)), peer["name"]) if peer else "–",
-            "%.1f× / %.1f× (C / Python)" % (rate(fb) / rate(ref) if fb and ref else 0,
-                                             rate(fp) / rate(ref) if fp and ref else 0),
+            "%s / %s (C / Python)" % tuple("%.1f×" % (rate(f) / rate(ref)) if f and ref
+                                           else "–" for f in (fb, fp)),
             "%.1f×" % (rate(best_f) / rate(peer)) if best_f and peer else "–",
             sig(fcpu), sig(min(others) if others else None),
             "%.0f%%" % (100 * rate(best_f) / lim) if lim and best_f else "–"))

@@ -83,7 +83,15 @@ void px_blur(struct aug_px_img *im, uint32_t ksize, double sigma)
 	im->cur = d;
 }
 
-/* The 3x3 smoothing at p, summed in torch's order, rounded half to even. */
+/* px_round_even for x in [0, 2^23), without its branches (so the loops
+ * over a row vectorize): the same bits there. */
+static inline float round_even_pos(float x)
+{
+	return (x + 0x1p23f) - 0x1p23f;
+}
+
+/* The 3x3 smoothing at p, summed in torch's order, rounded half to even
+ * (the sum of non-negative terms with weights summing to 1: in [0, 256)). */
 static inline float sharp_smooth(const uint8_t *p, ptrdiff_t rs, ptrdiff_t cc, float k1, float k5)
 {
 	float acc = 0.0f;
@@ -97,13 +105,29 @@ static inline float sharp_smooth(const uint8_t *p, ptrdiff_t rs, ptrdiff_t cc, f
 	acc += k1 * (float)p[rs - cc];
 	acc += k1 * (float)p[rs];
 	acc += k1 * (float)p[rs + cc];
-	return px_round_even(acc);
+	return round_even_pos(acc);
+}
+
+/* One row of px_sharpness: the border pixels keep their value (blended
+ * with itself), the inner ones blend with their 3x3 smoothing. */
+static void sharp_row(const uint8_t *s, uint8_t *d, size_t row, uint32_t c, bool edge, float r,
+		      float r1)
+{
+	const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+	size_t lo = edge ? row : c, hi = edge ? row : row - c;
+
+	for (size_t at = 0; at < lo; at++)
+		d[at] = px_blend(s[at], s[at], r, r1);
+	for (size_t at = lo; at < hi; at++)
+		d[at] = px_blend(s[at], sharp_smooth(s + at, (ptrdiff_t)row, (ptrdiff_t)c, k1, k5),
+				 r, r1);
+	for (size_t at = hi; at < row; at++)
+		d[at] = px_blend(s[at], s[at], r, r1);
 }
 
 void px_sharpness(struct aug_px_img *im, double factor)
 {
 	uint32_t h = im->h, w = im->w, c = im->c;
-	const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
 	float r = (float)factor, r1 = (float)(1.0 - factor);
 
 	if (h <= 2 || w <= 2)
@@ -112,15 +136,8 @@ void px_sharpness(struct aug_px_img *im, double factor)
 	const uint8_t *s = im->cur;
 	uint8_t *d = px_target(im, false);
 	size_t row = (size_t)w * c;
-	for (uint32_t y = 0; y < h; y++) {
-		bool edge = y == 0 || y + 1 == h;
-		for (size_t at = (size_t)y * row, end = at + row; at < end; at++) {
-			float v = s[at], deg = v;
-			size_t x = (at - (size_t)y * row) / c;
-			if (!edge && x > 0 && x + 1 < w)
-				deg = sharp_smooth(s + at, (ptrdiff_t)row, (ptrdiff_t)c, k1, k5);
-			d[at] = px_blend(v, deg, r, r1);
-		}
-	}
+	for (uint32_t y = 0; y < h; y++)
+		sharp_row(s + (size_t)y * row, d + (size_t)y * row, row, c, y == 0 || y + 1 == h, r,
+			  r1);
 	im->cur = d;
 }

@@ -162,36 +162,47 @@ int feed_mix_args_init(struct feed_mix_args *ret, const struct feed_mix_draw *d,
 
 #define MIX_RUN 512 /* elements a run carries at once (on the stack) */
 
+/* One run of one sample: row (its len elements) mixed with prev, the
+ * previous sample's original values. */
+static void mix_row(const struct feed_convert *cv, const struct feed_mix_args *a, char *row,
+		    const char *prev, size_t len)
+{
+	if (a->op == FEED_MIX_OP_CUTMIX) {
+		memcpy(row, prev, len * (cv->dtype == FEED_CONVERT_F32 ? 4 : 2));
+	} else if (cv->dtype == FEED_CONVERT_F32) {
+		float *o = (float *)row;
+		const float *p = (const float *)prev;
+		for (size_t k = 0; k < len; k++)
+			o[k] = feed_mix_f32(o[k], p[k], a->lam, a->oml);
+	} else {
+		uint16_t *o = (uint16_t *)row;
+		const uint16_t *p = (const uint16_t *)prev;
+		if (cv->dtype == FEED_CONVERT_F16)
+			for (size_t k = 0; k < len; k++)
+				o[k] = feed_mix_f16(o[k], p[k], a->lam, a->oml);
+		else
+			for (size_t k = 0; k < len; k++)
+				o[k] = feed_mix_bf16(o[k], p[k], a->lam, a->oml);
+	}
+}
+
 /* Mixes elements [e, e + len) (len <= MIX_RUN) of every sample: sample i
- * with sample i - 1's original values, sample 0 with sample n - 1's. */
+ * with sample i - 1's original values, sample 0 with sample n - 1's. The
+ * walk goes from the last sample down, so sample i - 1 still holds its
+ * original values when sample i reads them; only sample n - 1's are kept
+ * apart, for sample 0. */
 static void mix_run(const struct feed_convert *cv, const struct feed_mix_args *a, size_t n,
 		    char *data, size_t per, size_t e, size_t len)
 {
 	union {
 		float f[MIX_RUN];
 		uint16_t h[MIX_RUN];
-	} prev, cur;
+	} last;
 	size_t esz = cv->dtype == FEED_CONVERT_F32 ? 4 : 2;
-	memcpy(&prev, data + ((n - 1) * per + e) * esz, len * esz);
-	for (size_t i = 0; i < n; i++) {
+	memcpy(&last, data + ((n - 1) * per + e) * esz, len * esz);
+	for (size_t i = n; i-- > 0;) {
 		char *row = data + (i * per + e) * esz;
-		memcpy(&cur, row, len * esz);
-		if (a->op == FEED_MIX_OP_CUTMIX) {
-			memcpy(row, &prev, len * esz);
-		} else if (cv->dtype == FEED_CONVERT_F32) {
-			float *o = (float *)row;
-			for (size_t k = 0; k < len; k++)
-				o[k] = feed_mix_f32(cur.f[k], prev.f[k], a->lam, a->oml);
-		} else {
-			uint16_t *o = (uint16_t *)row;
-			if (cv->dtype == FEED_CONVERT_F16)
-				for (size_t k = 0; k < len; k++)
-					o[k] = feed_mix_f16(cur.h[k], prev.h[k], a->lam, a->oml);
-			else
-				for (size_t k = 0; k < len; k++)
-					o[k] = feed_mix_bf16(cur.h[k], prev.h[k], a->lam, a->oml);
-		}
-		memcpy(&prev, &cur, len * esz);
+		mix_row(cv, a, row, i ? row - per * esz : (const char *)&last, len);
 	}
 }
 

@@ -52,7 +52,7 @@ def main():
         if len(progress) != len(doc["rows"]):
             fail("%d progress lines for %d rows" % (len(progress), len(doc["rows"])))
         workloads = {row["workload"] for row in doc["rows"]}
-        if workloads != {"fmnist", "jpeg", "recipe", "tokens", "jobs4", "lm"}:
+        if workloads != {"fmnist", "jpeg", "recipe", "tvrecipe", "tokens", "jobs4", "lm"}:
             fail("workloads %s" % sorted(workloads))
         for row in doc["rows"]:
             where = "%s/%s" % (row["workload"], row["name"])
