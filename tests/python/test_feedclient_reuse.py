@@ -118,3 +118,16 @@ def test_a_dict_whose_tensors_were_replaced_keeps_its_slot(fc):
         assert ld.detached > 0
     for i, b in kept:
         check(b, i)
+
+
+def test_a_tensor_changed_in_place_is_not_handed_out_again(fc):
+    """In-place changes of a tensor's shape (squeeze_, unsqueeze_) do not
+    reach later batches."""
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            assert b["image"].shape == (B, 8, 8, 1) and b["label"].shape == (B,)
+            assert not b["image"].requires_grad
+            b["image"].squeeze_(3)
+            b["label"].unsqueeze_(0)
+            del b

@@ -280,8 +280,15 @@ def _reused_batch(s):
     spans = v[7:]
     e = s.cache.pop(v[3], None)   # out of the cache while delivered
     if e is not None and e.spans == spans:
-        e.slot.held = True   # the same struct feed_batch: slot.b stays
-        s.delivered(e.slot)
+        slot = e.slot
+        slot.held = True     # the same struct feed_batch: slot.b stays
+        with s.lock:         # _Stream.delivered, less its tidying of the queue
+            s.refs += 1
+            s.held += 1
+        q = s.slots
+        q.append(slot.ref)
+        if len(q) > s.slots_max:
+            s.tidy()
     elif 0 in spans[1::2]:
         return None
     else:

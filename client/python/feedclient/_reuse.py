@@ -20,7 +20,8 @@ layout) no stream reuses anything.
 The cache holds only the entries of released slots: a delivery takes
 its slot's entry out, and the Batch holds it. When the slot goes back:
 when the Batch dict is dropped and nothing else holds its tensors
-(Batch.__del__ -> dropped), and the entry goes back into the cache; else
+(Batch.__del__ -> dropped), and the entry goes back into the cache
+unless an in-place call changed a tensor's shape or strides; else
 the entry goes with the Batch, and the slot with the last tensor or view
 of it, as for batches that reuse nothing (the _Slot's __del__); or when
 the credits run out and it is detached (_Stream.detach_oldest): its
@@ -93,7 +94,7 @@ class _Entry:
     tensors (those reach the slot, through numpy, by C references a
     garbage collector cannot follow), so dropping it frees them."""
 
-    __slots__ = ("slot", "k", "spans", "items", "ts", "free0", "free1")
+    __slots__ = ("slot", "k", "spans", "items", "ts", "meta", "free0", "free1")
 
     def __init__(self, slot, k, spans, items):
         self.slot = slot
@@ -101,8 +102,17 @@ class _Entry:
         self.spans = spans
         self.items = items
         self.ts = tuple((t,) + _counters(t) for t in items.values())
+        self.meta = _meta(items)
         self.free0 = None
         self.free1 = None
+
+
+def _meta(items):
+    """What in-place calls may change of the tensors themselves (shape,
+    strides, offset, requires_grad: x.unsqueeze_(0), x.requires_grad_()),
+    which the next batch must not inherit."""
+    return [(k, t.shape, t.stride(), t.storage_offset(), t.requires_grad, t.grad is None)
+            for k, t in items.items()]
 
 
 def _snapshot(e):
@@ -156,6 +166,6 @@ def dropped(e):
     with s.reuse_lock:
         if e.slot.held and _snapshot(e) == e.free1:
             e.slot.held = False
-            if s.st is not None:
+            if s.st is not None and _meta(e.items) == e.meta:
                 s.cache[e.k] = e
             s.release(e.slot.b)

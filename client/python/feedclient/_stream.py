@@ -95,6 +95,7 @@ class _Stream:
         # keeps for itself (the batch being fetched, transform= in flight)
         self.spare = spare
         self.credits = info.credits - spare
+        self.slots_max = 4 * info.credits + 16   # self.slots' length before tidy()
         self.batch = info.batch
         self.pipeline = (info.pipeline or b"").decode()
         self.dataset_version = (info.dataset_version or b"").decode()
@@ -149,10 +150,15 @@ class _Stream:
             q.append(slot.ref)
             while q and not getattr(q[0](), "held", False):
                 q.popleft()   # gone, released (a reused slot lives on) or detached
-            if len(q) > 4 * (self.credits + self.spare) + 16:  # a batch kept at the front
-                alive = [r for r in q if getattr(r(), "held", False)]
-                q.clear()
-                q.extend(alive)
+            if len(q) > self.slots_max:  # a batch kept at the front
+                self.tidy()
+
+    def tidy(self):
+        """Keeps in self.slots only the slots still held."""
+        q = self.slots
+        alive = [r for r in q if getattr(r(), "held", False)]
+        q.clear()
+        q.extend(alive)
 
     def detach_oldest(self):
         """Detaches the oldest batch still held (feed_batch_detach): its
