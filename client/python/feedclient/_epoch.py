@@ -17,7 +17,8 @@ from ._lib import lib
 from .errors import (CreditsExhausted, FeedError, InvalidArgument, SkippedSamplesWarning,
                      StreamStopped, Timeout, TransformError, UnknownDataset)
 from ._conn import _error, _status
-from ._batch import Batch, _device_fields, _dropped, _failed, _make_batch, _replaced
+from ._batch import (Batch, _device_fields, _dropped, _failed, _make_batch, _replaced,
+                     _to_torch)
 from ._stream import _Slot
 from . import _reuse
 
@@ -293,7 +294,8 @@ def _reused_batch(s):
         return None
     else:
         slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
-        e = _reuse.build(s, slot, v[3], v[2], spans, sys.modules["torch"])
+        torch = sys.modules["torch"]
+        e = _reuse.build(s, slot, v[3], v[2], spans, lambda p, a: _to_torch(torch, p, a))
         del slot
         _reuse.settle(e)
     batch = Batch(e.items)

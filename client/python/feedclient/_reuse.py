@@ -111,8 +111,7 @@ def _meta(items):
     """What in-place calls may change of the tensors themselves (shape,
     strides, offset, requires_grad: x.unsqueeze_(0), x.requires_grad_()),
     which the next batch must not inherit."""
-    return [(k, t.shape, t.stride(), t.storage_offset(), t.requires_grad, t.grad is None)
-            for k, t in items.items()]
+    return [(t.shape, t.stride(), t.storage_offset(), t.requires_grad) for t in items.values()]
 
 
 def _snapshot(e):
@@ -124,11 +123,10 @@ def _snapshot(e):
     return out
 
 
-def build(s, slot, k, n, spans, torch):
+def build(s, slot, k, n, spans, to_torch):
     """The entry of a slot just delivered (slot: its fresh _Slot; every
     field has bytes): one numpy array over its fields' bytes whose base is
-    slot, each field's tensor over it."""
-    from ._batch import _to_torch
+    slot, each field's tensor over it (to_torch(p, array))."""
     lo = hi = None
     for f in range(0, len(spans), 2):
         data, nbytes = spans[f], spans[f + 1]
@@ -140,7 +138,7 @@ def build(s, slot, k, n, spans, torch):
     items = {}
     for p in s.plan:
         arr = np.ndarray((n,) + p.trail, p.dtype, span, spans[2 * p.i] - lo)
-        items[p.name] = _to_torch(torch, p, arr)
+        items[p.name] = to_torch(p, arr)
     return _Entry(slot, k, spans, items)
 
 
