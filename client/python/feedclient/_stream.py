@@ -49,7 +49,11 @@ class _Slot:
     __del__ runs when the last of them goes, on whatever thread drops it,
     and releases the slot, or, once the batch was detached from its slot
     (_Stream.detach_oldest: its bytes moved to private memory at the same
-    addresses), frees that copy."""
+    addresses), frees that copy. A slot whose tensors feedclient._reuse
+    hands out again lives on in its cache between deliveries: held says
+    whether the C batch is held now (released by _reuse.dropped when the
+    Batch goes and nothing else holds the tensors, so __del__ releases
+    only what is still held)."""
 
     __slots__ = ("__array_interface__", "stream", "b", "d", "held", "ref", "__weakref__")
 
