@@ -69,7 +69,23 @@ class _EpochIter:
                 raise StopIteration
             if self._pending is not None:
                 return self._next_transformed()
-            batch = self._take(True)
+            s = self._stream
+            if self._fast:
+                # a batch ready: one C call, no waiting, no call frame more
+                # than needed (each costs with cold caches); anything else
+                # goes through _take
+                s.note_c.value, s.note_ns = s.note_ns, 0   # the previous next() (below)
+                r = _lib.next_desc_raw(s.st, 0, s.note_c, s.bp_ref, s.desc, s.spans, s.nspans_c)
+                if r == 0:
+                    batch = _reused_batch(s)
+                    if batch is None:
+                        return self._made(s, _Slot(s, s.bp.value))
+                    if batch.replaced or batch.dropped or batch.epoch != self._epoch:
+                        return self._check(batch, batch._slot)
+                    return batch
+                batch = None if r == _lib.FEED_END_OF_EPOCH else self._take(True)
+            else:
+                batch = self._take(True)
             if batch is None:
                 self._end()
                 raise StopIteration
@@ -100,18 +116,6 @@ class _EpochIter:
         """The stream's next batch; None at the epoch's end; _NOTHING when
         not block and none is ready (or no credit is free). Lock held."""
         s = self._stream
-        if self._fast:
-            # a batch ready: one C call, no waiting (nothing else is done on
-            # that path); anything else goes the usual way below
-            note, s.note_ns = s.note_ns, 0   # the loop's previous next() (__next__)
-            r = lib.feed_next_desc(s.st, 0, note, s.bp_ref, s.desc, s.spans, s.nspans)
-            if r == 0:
-                batch = _reused_batch(s)
-                if batch is not None:
-                    return self._check(batch, batch._slot)
-                return self._made(s, _Slot(s, s.bp.value))
-            if r == _lib.FEED_END_OF_EPOCH:
-                return None
         loader = self._loader
         retried = False
         wait = _NEXT_SLICE_MS if block else 0

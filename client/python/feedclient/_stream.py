@@ -122,6 +122,8 @@ class _Stream:
         self.nspans = len(self.plan)
         self.desc_mv = memoryview(self.desc).cast("B").cast("Q")
         self.note_ns = 0               # the loop's last next(), told at the next call
+        self.note_c = ctypes.c_uint64()              # _lib.next_desc_raw's typed arguments
+        self.nspans_c = ctypes.c_uint32(self.nspans)
         # feedclient._reuse: whether this stream reuses its tensors; slot
         # number -> _Entry of a released slot; the lock of the held flags
         self.reuse = _reuse.eligible(self.plan, torch)
