@@ -293,6 +293,63 @@ START_TEST(test_client_detach_keeps_views_and_frees_the_slot)
 }
 END_TEST
 
+/* feed_next_desc() gives what feed_next() and the accessors give, in one
+ * call; a slot's fields stay where they were from one delivery to the
+ * next; an end of epoch and a refused call write nothing. */
+START_TEST(test_client_next_desc_matches_the_accessors)
+{
+	struct feed_batch_desc d, untouched;
+	struct feed_field_span sp[3];
+	uint64_t seen[2] = {0, 0};
+	struct feed_batch *b;
+	struct feed_view v;
+	int batches = 0;
+
+	api_start();
+	struct feed_conn *c = h_conn_new();
+	struct feed_stream *st = h_tiny_open(c, 3, 2);
+	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, &d, sp, 3), -EINVAL);
+	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, &d, NULL, 2), -EINVAL);
+	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, NULL, sp, 2), -EINVAL);
+	ck_assert_int_eq(feed_next_desc(NULL, H_DEADLINE_MS, 0, &b, &d, sp, 2), -EINVAL);
+	for (;;) {
+		memset(&d, 0xa5, sizeof(d));
+		untouched = d;
+		int r = feed_next_desc(st, H_DEADLINE_MS, 1000 * (uint64_t)(batches + 1), &b, &d,
+				       sp, 2);
+		if (r == FEED_END_OF_EPOCH) {
+			ck_assert_mem_eq(&d, &untouched, sizeof(d));
+			break;
+		}
+		ck_assert_int_eq(r, 0);
+		ck_assert_uint_eq(d.epoch, feed_batch_epoch(b));
+		ck_assert_uint_eq(d.index, feed_batch_index(b));
+		ck_assert_uint_eq(d.index, (uint64_t)batches);
+		ck_assert_uint_eq(d.nsamples, feed_batch_size(b));
+		ck_assert_uint_eq(d.padded, feed_batch_padded(b));
+		ck_assert_uint_eq(d.nreplaced, feed_batch_replaced(b, NULL));
+		ck_assert_uint_eq(d.ndropped, feed_batch_dropped(b));
+		ck_assert_uint_lt(d.slot, 2);
+		for (uint32_t f = 0; f < 2; f++) {
+			ck_assert_int_eq(feed_batch_field(b, f, &v), 0);
+			ck_assert_uint_eq(sp[f].data, (uintptr_t)v.data);
+			ck_assert_uint_eq(sp[f].bytes, v.bytes);
+		}
+		ck_assert_uint_eq(sp[1].bytes, 8 * d.nsamples);
+		ck_assert_int_eq(((const int64_t *)(uintptr_t)sp[1].data)[0],
+				 (int64_t)feed_batch_samples(b)[0]);
+		if (seen[d.slot]) /* the same slot, the same address */
+			ck_assert_uint_eq(seen[d.slot], sp[0].data);
+		seen[d.slot] = sp[0].data;
+		ck_assert_int_eq(feed_release(b), 0);
+		batches++;
+	}
+	ck_assert_int_eq(batches, (H_SAMPLES + 2) / 3);
+	ck_assert_int_eq(feed_stream_close(st), 0);
+	feed_disconnect(c);
+}
+END_TEST
+
 /* The batches the reading thread handed to the releasing one. */
 struct cr_hand {
 	pthread_mutex_t lock;
@@ -498,6 +555,7 @@ int main(void)
 	tcase_add_test(tc, test_client_version_is_the_projects);
 	tcase_add_test(tc, test_client_strerror_speaks_feedd);
 	tcase_add_test(tc, test_client_detach_keeps_views_and_frees_the_slot);
+	tcase_add_test(tc, test_client_next_desc_matches_the_accessors);
 	tcase_add_test(tc, test_client_release_from_another_thread_during_next);
 	tcase_add_test(tc, test_client_release_from_another_thread_across_a_restart);
 	suite_add_tcase(s, tc);

@@ -448,6 +448,42 @@ FEED_API int feed_stream_fd(const struct feed_stream *st);
  * or -EINVAL for a NULL st. The thread that calls feed_next(). */
 FEED_API int feed_stream_note_next(struct feed_stream *st, uint64_t ns);
 
+/* One delivered batch as feed_next_desc() describes it. Every member is
+ * 64 bits wide, in this order, so a binding may read it as uint64_t[7]. */
+struct feed_batch_desc {
+	uint64_t epoch;     /* feed_batch_epoch() */
+	uint64_t index;     /* feed_batch_index() */
+	uint64_t nsamples;  /* feed_batch_size() */
+	uint64_t slot;      /* the slot it fills (0 .. credits - 1): a slot's
+			     * fields lie at the same addresses from one
+			     * delivery to the next, until it is detached
+			     * (feed_batch_detach) or feedd restarts */
+	uint64_t padded;    /* feed_batch_padded(): 1 or 0 */
+	uint64_t nreplaced; /* feed_batch_replaced()'s count */
+	uint64_t ndropped;  /* feed_batch_dropped() */
+};
+
+/* Where one field of a batch lies: feed_batch_field()'s data and bytes
+ * (a fixed field's shape is its schema's with feed_batch_size() rows). */
+struct feed_field_span {
+	uint64_t data;      /* the address, as uintptr_t */
+	uint64_t bytes;
+};
+
+/* feed_next() for bindings that pay per call: first, when note_ns is not
+ * 0, feed_stream_note_next(st, note_ns) (the caller's previous next(),
+ * told one call late so that nothing runs after its batch is in hand);
+ * then feed_next(st, timeout_ms, ret); on a batch (0), also writes
+ * *ret_desc and the span of fields 0 .. nfields - 1 into ret_fields
+ * (caller-owned; nfields may be fewer than the stream's). Returns what
+ * feed_next() returns, and writes nothing else unless it is 0; -EINVAL
+ * for NULL st, ret or ret_desc, a NULL ret_fields with nfields, or
+ * nfields past the stream's fields. Blocks as feed_next() does; the
+ * thread that calls feed_next(). */
+FEED_API int feed_next_desc(struct feed_stream *st, int timeout_ms, uint64_t note_ns,
+			    struct feed_batch **ret, struct feed_batch_desc *ret_desc,
+			    struct feed_field_span *ret_fields, uint32_t nfields);
+
 /* Pins the stream's data region for the caller's own copies: registers
  * it with the CUDA driver loaded at run time (cuMemHostRegister, PORTABLE,
  * in device's primary context, which the stream retains until closed), so

@@ -12,6 +12,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from . import _lib
+from . import _reuse
 from ._lib import lib
 from ._conn import _error
 
@@ -44,7 +45,13 @@ class Batch(dict):
     """
 
     __slots__ = ("epoch", "index", "padded", "replaced", "dropped", "_slot", "_indices",
-                 "_torch")
+                 "_torch", "_entry")
+
+    def __del__(self):
+        # a batch of reused tensors (feedclient._reuse): its slot may go back now
+        e = getattr(self, "_entry", None)
+        if e is not None:
+            _reuse.dropped(e)
 
     @property
     def indices(self) -> Any:

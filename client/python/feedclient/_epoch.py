@@ -9,6 +9,7 @@ import concurrent.futures
 import errno
 import gc
 import os
+import sys
 import time
 
 from . import _lib
@@ -16,18 +17,21 @@ from ._lib import lib
 from .errors import (CreditsExhausted, FeedError, InvalidArgument, SkippedSamplesWarning,
                      StreamStopped, Timeout, TransformError, UnknownDataset)
 from ._conn import _error, _status
-from ._batch import Batch, _device_fields, _failed, _make_batch
+from ._batch import (Batch, _device_fields, _dropped, _failed, _make_batch, _replaced,
+                     _to_torch)
 from ._stream import _Slot
-from . import _stream
+from . import _reuse
 
 
+_clock = time.perf_counter_ns
 _NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
 
 
 class _EpochIter:
     """The batches of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed")
+    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed",
+                 "_fast")
 
     def __init__(self, loader, gen, epoch, stream, done=False):
         self._failed = []   # on_error="skip": dataset indices of the samples that failed
@@ -36,6 +40,9 @@ class _EpochIter:
         self._epoch = epoch
         self._stream = stream
         self._done = done
+        # batches of tensors reused from slot to slot (feedclient._reuse)
+        self._fast = stream.reuse and loader._as_torch and loader._conv is None and \
+            not stream.device_slots
         # transform=: (future or _END, epoch, index, token before it), in order
         self._pending = collections.deque() if loader._transform is not None else None
         loader._pending = self._pending
@@ -51,7 +58,7 @@ class _EpochIter:
         after a daemon restart, up to reconnect_s; or timeout= passes).
         Raises StopIteration at the epoch's end, CreditsExhausted,
         DaemonGone, StreamStopped, Timeout, TransformError."""
-        t0 = time.perf_counter_ns()
+        t0 = _clock()
         loader = self._loader
         loader._enter()
         try:
@@ -62,13 +69,35 @@ class _EpochIter:
                 raise StopIteration
             if self._pending is not None:
                 return self._next_transformed()
-            batch = self._take(True)
+            s = self._stream
+            if self._fast:
+                # a batch ready: one C call, no waiting, no call frame more
+                # than needed (each costs with cold caches); anything else
+                # goes through _take
+                s.note_c.value, s.note_ns = s.note_ns, 0   # the previous next() (below)
+                r = _lib.next_desc_raw(s.st, 0, s.note_c, s.bp_ref, s.desc, s.spans, s.nspans_c)
+                if r == 0:
+                    batch = _reused_batch(s)
+                    if batch is None:
+                        return self._made(s, _Slot(s, s.bp.value))
+                    if batch.replaced or batch.dropped or batch.epoch != self._epoch:
+                        return self._check(batch, batch._slot)
+                    return batch
+                batch = None if r == _lib.FEED_END_OF_EPOCH else self._take(True)
+            else:
+                batch = self._take(True)
             if batch is None:
                 self._end()
                 raise StopIteration
             return batch
         finally:
-            _note_next(loader, time.perf_counter_ns() - t0)
+            # the loop's time in next() becomes the stream's reader wait, so
+            # `feedctl top`'s WAIT% is the loop's own measure (time in next()
+            # over wall time): told with the stream's next feed_next_desc (or
+            # when the Loader lets it go), so that no call runs here
+            s = loader._box[0]
+            if s is not None:
+                s.note_ns += _clock() - t0
             loader._lock.release()
 
     def _end(self):
@@ -86,14 +115,19 @@ class _EpochIter:
     def _take(self, block):
         """The stream's next batch; None at the epoch's end; _NOTHING when
         not block and none is ready (or no credit is free). Lock held."""
-        loader = self._loader
         s = self._stream
+        loader = self._loader
         retried = False
         wait = _NEXT_SLICE_MS if block else 0
         end = time.monotonic() + loader._timeout if block and loader._timeout else None
         while True:
-            r = lib.feed_next(s.st, wait, s.bp_ref)
+            note, s.note_ns = s.note_ns, 0
+            r = lib.feed_next_desc(s.st, wait, note, s.bp_ref, s.desc, s.spans, s.nspans)
             if r == 0:
+                if self._fast:
+                    batch = _reused_batch(s)
+                    if batch is not None:
+                        return self._check(batch, batch._slot)
                 slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
                 break
             if r == -errno.ETIMEDOUT:
@@ -117,16 +151,28 @@ class _EpochIter:
                 gc.collect()  # dead batches in reference cycles hold credits too
                 continue
             raise self._error(r)
+        return self._made(s, slot)
+
+    def _made(self, s, slot):
+        """The Batch of slot, just delivered, made the usual way."""
+        loader = self._loader
         batch = _make_batch(s, slot, loader._as_torch and loader._conv is None)
-        if batch.replaced:
-            self._failed += _failed(slot.b, batch.replaced)
-        if batch.dropped:
-            self._failed += batch.dropped
         if s.device_slots:
             _device_fields(s, slot, batch, loader._slots_req.device)
         if loader._conv is not None:  # tensors of their own: the slot goes now
+            failed = _failed(slot.b, batch.replaced) if batch.replaced else []
             batch = loader._conv.convert(s, slot.b, batch)
             del slot
+            return self._check(batch, None, failed)
+        return self._check(batch, slot)
+
+    def _check(self, batch, slot, failed=None):
+        """batch, once its failed samples are noted (on_error="skip") and
+        its epoch is the iteration's."""
+        if batch.replaced:
+            self._failed += failed if failed is not None else _failed(slot.b, batch.replaced)
+        if batch.dropped:
+            self._failed += batch.dropped
         if batch.epoch != self._epoch:
             raise StreamStopped(f"feedd delivered a batch of epoch {batch.epoch} in epoch "
                                 f"{self._epoch}", -errno.EPROTO, _lib.strerror(-errno.EPROTO))
@@ -230,13 +276,45 @@ class _EpochIter:
         return err
 
 
-def _note_next(loader, ns):
-    """The loop's time in next() becomes the stream's reader wait
-    (feed_stream_note_next): `feedctl top`'s WAIT% is then the loop's own
-    measure, time in next() over wall time. Lock held."""
-    s = loader._box[0]
-    if s is not None and s.st is not None and s.fork_gen == _stream._fork_gen:
-        lib.feed_stream_note_next(s.st, ns)
+def _reused_batch(s):
+    """The batch feed_next_desc just delivered, as a Batch of the tensors
+    reused over its slot (feedclient._reuse), built at the slot's first
+    delivery or when its addresses changed; None when a field has no bytes
+    (nothing to view): the caller makes that batch the usual way."""
+    v = s.desc_mv.tolist()   # struct feed_batch_desc, then each field's span
+    spans = v[7:]
+    e = s.cache.pop(v[3], None)   # out of the cache while delivered
+    if e is not None and e.spans == spans:
+        slot = e.slot
+        slot.held = True     # the same struct feed_batch: slot.b stays
+        with s.lock:         # _Stream.delivered, less its tidying of the queue
+            s.refs += 1
+            s.held += 1
+        q = s.slots
+        q.append(slot.ref)
+        if len(q) > s.slots_max:
+            s.tidy()
+    elif 0 in spans[1::2]:
+        return None
+    else:
+        slot = _Slot(s, s.bp.value)   # at once: whatever happens next releases
+        torch = sys.modules["torch"]
+        e = _reuse.build(s, slot, v[3], v[2], spans, lambda p, a: _to_torch(torch, p, a))
+        del slot
+        _reuse.settle(e)
+    batch = Batch(e.items)
+    batch._slot = e.slot
+    batch._entry = e
+    batch.epoch = v[0]
+    batch.index = v[1]
+    batch.padded = v[4] == 1
+    batch._torch = sys.modules["torch"]
+    if v[5] or v[6]:   # replaced or dropped samples (on_error="skip")
+        batch.replaced = _replaced(lib, e.slot.b, v[2])
+        batch.dropped = _dropped(lib, e.slot.b)
+    else:
+        batch.replaced = batch.dropped = ()
+    return batch
 
 
 _SKIP_NAMED = 10  # files a skip warning names; the count covers the rest

@@ -23,6 +23,7 @@ import threading
 import weakref
 
 from . import _lib
+from . import _reuse
 from ._lib import lib
 from .errors import class_for
 from ._conn import _fields
@@ -48,12 +49,18 @@ class _Slot:
     __del__ runs when the last of them goes, on whatever thread drops it,
     and releases the slot, or, once the batch was detached from its slot
     (_Stream.detach_oldest: its bytes moved to private memory at the same
-    addresses), frees that copy."""
+    addresses), frees that copy. A slot whose tensors feedclient._reuse
+    hands out again lives on in its cache between deliveries: held says
+    whether the C batch is held now (released by _reuse.dropped when the
+    Batch goes and nothing else holds the tensors, so __del__ releases
+    only what is still held)."""
 
-    __slots__ = ("__array_interface__", "stream", "b", "d", "__weakref__")
+    __slots__ = ("__array_interface__", "stream", "b", "d", "held", "ref", "__weakref__")
 
     def __init__(self, stream, b):
         self.d = None
+        self.held = True   # False once released (feedclient._reuse) or detached
+        self.ref = weakref.ref(self)   # what _Stream.slots holds, at each delivery
         stream.delivered(self)
         self.stream = stream
         self.b = b
@@ -64,7 +71,7 @@ class _Slot:
             self.stream = None
             if self.d is not None:
                 stream.free_detached(self.d)
-            else:
+            elif self.held:
                 stream.release(self.b)
 
 
@@ -92,6 +99,7 @@ class _Stream:
         # keeps for itself (the batch being fetched, transform= in flight)
         self.spare = spare
         self.credits = info.credits - spare
+        self.slots_max = 4 * info.credits + 16   # self.slots' length before tidy()
         self.batch = info.batch
         self.pipeline = (info.pipeline or b"").decode()
         self.dataset_version = (info.dataset_version or b"").decode()
@@ -106,6 +114,21 @@ class _Stream:
         self.view_ref = ctypes.byref(self.view)
         self.bp = ctypes.c_void_p()
         self.bp_ref = ctypes.byref(self.bp)
+        # feed_next_desc's output: struct feed_batch_desc and each field's
+        # span, read back in one go through memoryviews
+        # (one buffer: the desc's 7 words, then 2 per field)
+        self.desc = (ctypes.c_uint64 * (7 + 2 * len(self.plan)))()
+        self.spans = (ctypes.c_uint64 * (2 * len(self.plan))).from_buffer(self.desc, 7 * 8)
+        self.nspans = len(self.plan)
+        self.desc_mv = memoryview(self.desc).cast("B").cast("Q")
+        self.note_ns = 0               # the loop's last next(), told at the next call
+        self.note_c = ctypes.c_uint64()              # _lib.next_desc_raw's typed arguments
+        self.nspans_c = ctypes.c_uint32(self.nspans)
+        # feedclient._reuse: whether this stream reuses its tensors; slot
+        # number -> _Entry of a released slot; the lock of the held flags
+        self.reuse = _reuse.eligible(self.plan, torch)
+        self.cache = {}
+        self.reuse_lock = threading.RLock()
         # device slots (Loader(device_slots=N)): granted, or why not
         why = ctypes.c_char_p()
         self.device_slots = lib.feed_stream_device(st, ctypes.byref(why)) == 1
@@ -130,13 +153,18 @@ class _Stream:
             self.held += 1
         if slot is not None:
             q = self.slots
-            q.append(weakref.ref(slot))
-            while q and q[0]() is None:
-                q.popleft()
-            if len(q) > 4 * (self.credits + self.spare) + 16:  # a batch kept at the front
-                alive = [r for r in q if r() is not None]
-                q.clear()
-                q.extend(alive)
+            q.append(slot.ref)
+            while q and not getattr(q[0](), "held", False):
+                q.popleft()   # gone, released (a reused slot lives on) or detached
+            if len(q) > self.slots_max:  # a batch kept at the front
+                self.tidy()
+
+    def tidy(self):
+        """Keeps in self.slots only the slots still held."""
+        q = self.slots
+        alive = [r for r in q if getattr(r(), "held", False)]
+        q.clear()
+        q.extend(alive)
 
     def detach_oldest(self):
         """Detaches the oldest batch still held (feed_batch_detach): its
@@ -147,13 +175,17 @@ class _Stream:
         q = self.slots
         while q:
             slot = q.popleft()()
-            if slot is None or slot.d is not None or slot.stream is None:
+            if slot is None or slot.d is not None or slot.stream is None or not slot.held:
                 continue
             d = ctypes.c_void_p()
-            if lib.feed_batch_detach(slot.b, ctypes.byref(d)) < 0:
-                q.appendleft(weakref.ref(slot))
-                return False
-            slot.d = d.value
+            with self.reuse_lock:
+                if not slot.held:
+                    continue   # released meanwhile (a Batch dropped on another thread)
+                if lib.feed_batch_detach(slot.b, ctypes.byref(d)) < 0:
+                    q.appendleft(slot.ref)
+                    return False
+                slot.d = d.value
+                slot.held = False
             with self.lock:
                 self.held -= 1   # the stream's ref stays until the copy is freed
             self.detached += 1
@@ -185,7 +217,11 @@ class _Stream:
             self._close()
 
     def unref(self):
-        """Drops the Loader's reference; closes the stream if it was the last."""
+        """Drops the Loader's reference; closes the stream if it was the last.
+        The Loader's thread: the loop's last next() is told first."""
+        note, self.note_ns = self.note_ns, 0
+        if note and self.st is not None and self.fork_gen == _fork_gen:
+            lib.feed_stream_note_next(self.st, note)
         with self.lock:
             self.refs -= 1
             last = self.refs == 0
@@ -196,6 +232,7 @@ class _Stream:
         if self.fork_gen != _fork_gen:
             return
         st, conn, self.st, self.conn = self.st, self.conn, None, None
+        self.cache = {}   # tensors over memory about to be unmapped
         lib.feed_stream_close(st)   # nothing is held: every batch went first
         lib.feed_disconnect(conn)
 

@@ -1,0 +1,133 @@
+"""next() hands out the tensors it built over a slot again when that slot
+comes back (issue 31 item 5: next() with a batch ready costs one C call,
+feed_next_desc, and no torch call), but never while anything still holds
+them or their memory: the batch dict, the tensor, a view of it, a numpy
+array over it. Runs on conftest's 'small' dataset (image u8[8,8,1] a
+pattern of the index, label i64 = index), in order, as torch tensors.
+"""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import feedclient
+from conftest import N_SMALL
+
+torch = pytest.importorskip("torch")
+B = 50
+
+
+def pattern(i):
+    """conftest's 'small' image of sample i."""
+    k = np.arange(i * 64, (i + 1) * 64)
+    return ((k + k // 64 * 7) % 251).astype(np.uint8).reshape(8, 8, 1)
+
+
+def check(b, index):
+    """b is batch index of the ordered epoch, whole."""
+    assert b.index == index
+    assert b["label"].tolist() == list(range(B * index, B * (index + 1)))
+    assert np.array_equal(b["image"][0].numpy(), pattern(B * index))
+    assert np.array_equal(b["image"][-1].numpy(), pattern(B * index + B - 1))
+    assert b.indices.tolist() == b["label"].tolist()
+
+
+def loader(fc, **kw):
+    return feedclient.Loader("small", B, socket=fc.sock, shuffle=False, as_torch=True, **kw)
+
+
+def test_tensors_come_back_when_nothing_holds_them(fc):
+    """The plain loop: every batch is right, the slots go back as the dicts
+    go (nothing detached), and the same tensor objects come back."""
+    seen, again = [], 0
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            again += any(b["image"] is r() for r in seen)
+            seen.append(weakref.ref(b["image"]))
+        assert ld.detached == 0
+    assert len(seen) == N_SMALL // B
+    # a handful of slots served every batch: past their first, all reused
+    assert again >= len(seen) - 4
+
+
+@pytest.mark.parametrize("hold", ["tensor", "view", "numpy", "dict"])
+def test_a_held_batch_is_never_handed_out_again(fc, hold):
+    """Whatever keeps a batch's memory keeps its tensors from coming back:
+    each later batch is a new object with its own values, and the held one
+    still reads what it read (its slot detached when the credits ran out)."""
+    kept = []
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            for k, t in kept:
+                assert b["image"] is not t["image"] if hold == "dict" else b["image"] is not t
+            if i % 3 == 0:
+                b.indices   # made now: a detached batch's indices are not kept
+                img = b["image"]
+                kept.append((i, {"tensor": img, "view": img[1:2], "numpy": img.numpy(),
+                                 "dict": b}[hold]))
+            del b
+        assert ld.detached > 0
+    gc.collect()
+    for i, k in kept:
+        if hold == "dict":
+            check(k, i)
+            continue
+        first = 1 if hold == "view" else 0
+        assert np.array_equal(np.asarray(k)[0], pattern(B * i + first))
+
+
+def test_a_tensor_dropped_after_its_dict_frees_its_slot(fc):
+    """Tensors kept past their dict hold the slot; once they are dropped,
+    the slot goes back: with every slot held so, nothing is detached."""
+    with loader(fc, credits=1) as ld:
+        it = iter(ld)
+        held = []
+        for i in range(2):           # every slot (credits + the spare) held by a tensor
+            b = next(it)
+            check(b, i)
+            held.append(b["image"])
+            del b
+        del held
+        for i in range(2, 6):
+            b = next(it)
+            check(b, i)
+            del b
+        assert ld.detached == 0
+
+
+def test_a_dict_whose_tensors_were_replaced_keeps_its_slot(fc):
+    """A batch dict kept after its tensors were swapped for copies still
+    holds its slot: the tensors it had are not handed out again while it
+    lives, though nothing else holds them."""
+    kept, old = [], []
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            assert all(b["image"] is not r() for r in old)
+            if i % 4 == 0:
+                b.indices
+                old.append(weakref.ref(b["image"]))
+                b["image"] = b["image"].clone()
+                b["label"] = b["label"].clone()
+                kept.append((i, b))
+            del b
+        assert ld.detached > 0
+    for i, b in kept:
+        check(b, i)
+
+
+def test_a_tensor_changed_in_place_is_not_handed_out_again(fc):
+    """In-place changes of a tensor's shape (squeeze_, unsqueeze_) do not
+    reach later batches."""
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            assert b["image"].shape == (B, 8, 8, 1) and b["label"].shape == (B,)
+            assert not b["image"].requires_grad
+            b["image"].squeeze_(3)
+            b["label"].unsqueeze_(0)
+            del b
