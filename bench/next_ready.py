@@ -3,11 +3,11 @@
 Loader(device="cpu") with normalize and mixup/cutmix (issue 31 item 5).
 
     PYTHONPATH=client/python /usr/bin/python3 bench/next_ready.py --bin build/bin
-        [--batch 64] [--size 128] [--batches 200] [--step-ms 20] [--json]
+        [--batch 64] [--size 128] [--batches 200] [--step-ms 20] [--workers 2] [--json]
 
 Packs a small dataset of random u8 images (size x size x 3) and labels into
-a temporary directory, starts build/bin/feedd on a private socket (2
-workers), and for convert_on="feedd" (the workers convert and mix) and
+a temporary directory, starts build/bin/feedd on a private socket
+(--workers, 2 by default), and for convert_on="feedd" (the workers convert and mix) and
 "loader" (the loop's thread does, as before) runs a loop that spins
 --step-ms after each batch, as a training step would, so the next batch is
 built by the time next() is called; prints the median and 99th percentile
@@ -30,7 +30,8 @@ then), the Loader's lock with the clock read for WAIT% 3-5 us, reading
 the descriptor 2-5 us, the slot's cache entry and counts 3-5 us, the new
 Batch dict and its attributes 2-4 us, the WAIT% note and unlock 1-2 us;
 the iterator's frames and checks the rest. With a 1 ms step and 8x8
-images (caches warmer): 6 us, 19 us before.
+images (caches warmer): 6 us, 19 us before. Under torch 2.15 (PyPI):
+bench/README.md.
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ def spin(ms):
         pass
 
 
-def serve(bin_dir, d, size, n):
+def serve(bin_dir, d, size, n, workers):
     rng = np.random.default_rng(0)
     np.save(os.path.join(d, "image.npy"),
             rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8))
@@ -63,7 +64,7 @@ def serve(bin_dir, d, size, n):
                     f"image={d}/image.npy", f"label={d}/label.npy", "-o", f"{d}/ds"],
                    check=True, capture_output=True)
     sock = os.path.join(d, "feedd.sock")
-    proc = subprocess.Popen([os.path.join(bin_dir, "feedd"), "--socket", sock, "--workers", "2",
+    proc = subprocess.Popen([os.path.join(bin_dir, "feedd"), "--socket", sock, "--workers", str(workers),
                              "--dataset", f"ds={d}/ds"], stderr=subprocess.DEVNULL)
     for _ in range(200):
         if os.path.exists(sock):
@@ -109,10 +110,12 @@ def main():
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--workers", type=int, default=2,
+                   help="feedd's workers (1 on a 2-core machine leaves the loop a core of its own)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        proc, sock = serve(args.bin, d, args.size, 4 * args.batch)
+        proc, sock = serve(args.bin, d, args.size, 4 * args.batch, args.workers)
         try:
             out = [run(sock, args, c) for c in ("feedd", "loader")]
         finally:

@@ -131,3 +131,23 @@ def test_a_tensor_changed_in_place_is_not_handed_out_again(fc):
             b["image"].squeeze_(3)
             b["label"].unsqueeze_(0)
             del b
+
+
+def test_a_batch_saved_by_an_autograd_graph_is_never_handed_out_again(fc):
+    """Losses summed over several batches before one backward(): each
+    graph saves its batch's tensor (a C++ reference, no Python one), so the
+    dict may go while the memory is still needed; the slot must not come
+    back with new values under the graph, and the gradient must be the
+    batches' own."""
+    w = torch.ones(B, 8, 8, 1, requires_grad=True)
+    losses, want = [], torch.zeros(B, 8, 8, 1)
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            losses.append((w * b["image"]).sum())   # mul saves the slot's tensor
+            want += b["image"].float()
+            del b
+            if len(losses) == 6:
+                break
+    torch.stack(losses).sum().backward()
+    assert torch.equal(w.grad, want)

@@ -13,9 +13,11 @@ Python reference count, and the reference counts torch keeps of its
 TensorImpl (views, autograd's saved tensors) and of its storage (views,
 .numpy(), .data), are what they were when the entry was built. The last
 two are read from torch's objects (c10::intrusive_ptr_target's count, one
-word after the vtable pointer), which a probe checks against views of a
-scratch tensor first (_counts_readable); where it fails (another torch's
-layout) no stream reuses anything.
+word after the vtable pointer: the whole word up to torch 2.x, its low 32
+bits since torch packed the weak count and flags above them; _STRONG
+masks), which a probe checks against views of a scratch tensor and an
+autograd graph that saves it first (_counts_readable); where it fails
+(another torch's layout) no stream reuses anything.
 
 The cache holds only the entries of released slots: a delivery takes
 its slot's entry out, and the Batch holds it. When the slot goes back:
@@ -39,6 +41,7 @@ import sys
 import numpy as np
 
 _probe = {}    # id(torch module) -> bool: _counts_readable's verdict
+_STRONG = 0xFFFFFFFF   # the strong count's bits of the word (_counters)
 
 
 def _storage_addr(t):
@@ -58,18 +61,31 @@ def _counters(t):
 
 def _counts_readable(torch):
     """Whether this torch's reference counts read as _counters reads them:
-    1 and 1 for a lone tensor, 2 and 2 with a view of it, 1 and 1 again."""
+    for a lone tensor 1 (its TensorImpl) and 1 or 2 (its StorageImpl), one
+    more of each with a view of it, back again, one more TensorImpl count
+    while an autograd graph saves it, back once the graph goes."""
     ok = _probe.get(id(torch))
     if ok is None:
         try:
             t = torch.from_numpy(np.zeros(4, np.float32))
             impl, stor = _counters(t)
-            seen = [(impl.value, stor.value)]
+
+            def counts():
+                return (impl.value & _STRONG, stor.value & _STRONG)
+            seen = [counts()]
             v = t[:1]
-            seen.append((impl.value, stor.value))
+            seen.append(counts())
             del v
-            seen.append((impl.value, stor.value))
-            ok = seen == [(1, 1), (2, 2), (1, 1)]
+            seen.append(counts())
+            w = torch.ones(4, requires_grad=True)
+            y = t * w             # saves t for w's gradient: t's TensorImpl
+            seen.append(counts())
+            del y
+            seen.append(counts())
+            # torch 2.x's storage holds one more (its preserved PyObject's)
+            b0, b1 = seen[0]
+            ok = b0 == 1 and b1 in (1, 2) and [(a - b0, b - b1) for a, b in seen] == [
+                (0, 0), (1, 1), (0, 0), (1, 0), (0, 0)]
         except (AttributeError, TypeError, ValueError, RuntimeError):
             ok = False
         _probe[id(torch)] = ok
@@ -119,7 +135,7 @@ def _snapshot(e):
     each tensor's TensorImpl and StorageImpl references."""
     out = [sys.getrefcount(e.slot)]
     for t, impl, stor in e.ts:
-        out += (sys.getrefcount(t), impl.value, stor.value)
+        out += (sys.getrefcount(t), impl.value & _STRONG, stor.value & _STRONG)
     return out
 
 
