@@ -43,6 +43,24 @@ def test_one_row_of_every_batch_kept_for_ten_epochs(fc, as_torch):
         assert np.array_equal(img[0], pattern(first)), first
 
 
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_a_detached_batch_keeps_its_indices(fc, as_torch):
+    """Batches kept whole past their slot: .indices read only after the
+    batch was detached (its C batch then describes the slot's next
+    delivery) are still its own, and match its labels (label = index)."""
+    if as_torch:
+        pytest.importorskip("torch")
+    kept = []
+    with feedclient.Loader("small", 50, socket=fc.sock, credits=1, shuffle=True, seed=5,
+                           as_torch=as_torch) as loader:
+        for b in loader:
+            kept.append(b)
+        assert loader.detached >= len(kept) - 2
+    assert len(kept) == N_SMALL // 50
+    for b in kept:
+        assert np.asarray(b.indices).tolist() == np.asarray(b["label"]).tolist()
+
+
 def test_detached_views_outlive_the_loader(fc):
     with feedclient.Loader("small", 50, socket=fc.sock, credits=1, shuffle=False) as loader:
         kept = [b["image"][:2] for b in loader]

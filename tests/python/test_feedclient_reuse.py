@@ -65,7 +65,6 @@ def test_a_held_batch_is_never_handed_out_again(fc, hold):
             for k, t in kept:
                 assert b["image"] is not t["image"] if hold == "dict" else b["image"] is not t
             if i % 3 == 0:
-                b.indices   # made now: a detached batch's indices are not kept
                 img = b["image"]
                 kept.append((i, {"tensor": img, "view": img[1:2], "numpy": img.numpy(),
                                  "dict": b}[hold]))

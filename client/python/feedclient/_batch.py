@@ -61,7 +61,7 @@ class Batch(dict):
             slot = getattr(self, "_slot", None)
             if slot is None:
                 return None
-            idx = _indices(slot.b, getattr(self, "_torch", None))
+            idx = _indices(slot, getattr(self, "_torch", None))
             self._indices = idx
         return idx
 
@@ -137,12 +137,19 @@ def _own(v):
     return v
 
 
-def _indices(b, torch):
-    """The dataset indices of batch b, copied: numpy (read-only) or torch."""
+def batch_samples(b):
+    """The dataset indices of C batch b (feed_batch_samples), copied."""
     n = lib.feed_batch_size(b)
     idx = np.empty(n, np.int64)
     if n:
         ctypes.memmove(idx.ctypes.data, lib.feed_batch_samples(b), 8 * n)
+    return idx
+
+
+def _indices(slot, torch):
+    """The dataset indices of the batch of slot (a _Slot), copied: numpy
+    (read-only) or torch; those kept when it was detached, if it was."""
+    idx = slot.samples if slot.samples is not None else batch_samples(slot.b)
     if torch is not None:
         return torch.from_numpy(idx)
     idx.flags.writeable = False

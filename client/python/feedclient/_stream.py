@@ -27,7 +27,7 @@ from . import _reuse
 from ._lib import lib
 from .errors import class_for
 from ._conn import _fields
-from ._batch import _FieldPlan, _cuda_device
+from ._batch import _FieldPlan, _cuda_device, batch_samples as _batch_samples
 
 
 # Bumped in every forked child: C objects opened before the fork belong to
@@ -55,10 +55,13 @@ class _Slot:
     Batch goes and nothing else holds the tensors, so __del__ releases
     only what is still held)."""
 
-    __slots__ = ("__array_interface__", "stream", "b", "d", "held", "ref", "__weakref__")
+    __slots__ = ("__array_interface__", "stream", "b", "d", "held", "ref", "samples",
+                 "__weakref__")
 
     def __init__(self, stream, b):
         self.d = None
+        self.samples = None   # the dataset indices, kept when detached (b describes
+        #                       the slot's next delivery then)
         self.held = True   # False once released (feedclient._reuse) or detached
         self.ref = weakref.ref(self)   # what _Stream.slots holds, at each delivery
         stream.delivered(self)
@@ -181,10 +184,12 @@ class _Stream:
             with self.reuse_lock:
                 if not slot.held:
                     continue   # released meanwhile (a Batch dropped on another thread)
+                samples = _batch_samples(slot.b)   # b is the slot's: reused at its next delivery
                 if lib.feed_batch_detach(slot.b, ctypes.byref(d)) < 0:
                     q.appendleft(slot.ref)
                     return False
                 slot.d = d.value
+                slot.samples = samples
                 slot.held = False
             with self.lock:
                 self.held -= 1   # the stream's ref stays until the copy is freed
