@@ -51,6 +51,7 @@ def test_copies_own_their_memory(fc, how):
         # the original's slot went back: two more can be fetched with credits=1
         nxt = next(it)
         assert next(it).index == nxt.index + 1
+        assert loader.detached == 0   # went back, not moved aside (held views)
         assert (c.epoch, c.index, c.padded) == (ref["epoch"], ref["index"], ref["padded"])
         np.testing.assert_array_equal(c.indices, ref["indices"])
         np.testing.assert_array_equal(c["label"], src["label"][ref["indices"]])
