@@ -67,14 +67,14 @@ static bool is_value_char(char c)
 	return is_ident_char(c, false) || c == '.' || c == '-' || c == '+';
 }
 
-/* Reads an identifier into out; returns its length (0 if none). */
-static size_t scan_ident(struct pipe_scan *sc, char out[PIPE_TOK_MAX])
+/* Copies the run of characters at the cursor that are identifier
+ * characters (ident) or value characters into out, truncated to fit;
+ * returns the run's whole length. */
+static size_t scan_run(struct pipe_scan *sc, char out[PIPE_TOK_MAX], bool ident)
 {
 	size_t n = 0;
 
-	if (!is_ident_char(sc->s[sc->i], true))
-		return 0;
-	while (is_ident_char(sc->s[sc->i], n == 0)) {
+	while (ident ? is_ident_char(sc->s[sc->i], n == 0) : is_value_char(sc->s[sc->i])) {
 		if (n + 1 < PIPE_TOK_MAX)
 			out[n] = sc->s[sc->i];
 		n++;
@@ -84,18 +84,15 @@ static size_t scan_ident(struct pipe_scan *sc, char out[PIPE_TOK_MAX])
 	return n;
 }
 
+/* Reads an identifier into out; returns its length (0 if none). */
+static size_t scan_ident(struct pipe_scan *sc, char out[PIPE_TOK_MAX])
+{
+	return scan_run(sc, out, true);
+}
+
 static size_t scan_value(struct pipe_scan *sc, char out[PIPE_TOK_MAX])
 {
-	size_t n = 0;
-
-	while (is_value_char(sc->s[sc->i])) {
-		if (n + 1 < PIPE_TOK_MAX)
-			out[n] = sc->s[sc->i];
-		n++;
-		sc->i++;
-	}
-	out[n < PIPE_TOK_MAX ? n : PIPE_TOK_MAX - 1] = '\0';
-	return n;
+	return scan_run(sc, out, false);
 }
 
 /* What the scanner sees at the cursor, for messages. */

@@ -194,6 +194,15 @@ START_TEST(test_pack_stream_refusals)
 	source_make(&src, PK_MODE_PACK, 4, none, 2, 0);
 	ck_assert_int_eq(pks_spec_check(&(struct pks_spec){.src = &src}, &err), -EINVAL);
 	ck_assert_msg(strstr(err.msg, "0 tokens make no row"), "%s", err.msg);
+	/* concat reads seq_len + 1 tokens a row: a source of exactly seq_len
+	 * has none, refused when the source is made (pks_spec_check never
+	 * sees it) */
+	uint32_t four[1] = {4};
+	struct pk_spec cat = {.mode = PK_MODE_CONCAT, .seq_len = 4, .window = 9};
+	ck_assert_int_eq(pk_source_init(&src, &cat, four, 1, 4, "00000000000000aa", 3, ORD_FULL,
+					&err), -EINVAL);
+	ck_assert_msg(strstr(err.msg, "the dataset holds 4 tokens, not one row of 4"), "%s",
+		      err.msg);
 }
 END_TEST
 
