@@ -20,8 +20,14 @@ FEED_API int feed_next_desc(struct feed_stream *st, int timeout_ms, uint64_t not
 {
 	struct feed_batch *b;
 
-	if (!st || !ret || !ret_desc || (nfields && !ret_fields) || nfields > st->nfields)
+	if (!st)
 		return -EINVAL;
+	if (!ret || !ret_desc || (nfields && !ret_fields))
+		return cl_fail(st->conn, -EINVAL, "feed_next_desc: NULL %s",
+			       !ret ? "ret" : !ret_desc ? "ret_desc" : "ret_fields with fields asked");
+	if (nfields > st->nfields)
+		return cl_fail(st->conn, -EINVAL, "feed_next_desc: %u fields asked, the stream has %u",
+			       nfields, st->nfields);
 	if (note_ns) /* the previous next()'s time: counted before this one's waits */
 		(void)feed_stream_note_next(st, note_ns);
 	int r = feed_next(st, timeout_ms, &b);

@@ -309,8 +309,12 @@ START_TEST(test_client_next_desc_matches_the_accessors)
 	struct feed_conn *c = h_conn_new();
 	struct feed_stream *st = h_tiny_open(c, 3, 2);
 	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, &d, sp, 3), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "3 fields asked, the stream has 2"), "%s",
+		      feed_errmsg(c));
 	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, &d, NULL, 2), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "NULL ret_fields"), "%s", feed_errmsg(c));
 	ck_assert_int_eq(feed_next_desc(st, H_DEADLINE_MS, 0, &b, NULL, sp, 2), -EINVAL);
+	ck_assert_msg(strstr(feed_errmsg(c), "NULL ret_desc"), "%s", feed_errmsg(c));
 	ck_assert_int_eq(feed_next_desc(NULL, H_DEADLINE_MS, 0, &b, &d, sp, 2), -EINVAL);
 	for (;;) {
 		memset(&d, 0xa5, sizeof(d));

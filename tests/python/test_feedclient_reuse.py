@@ -150,3 +150,21 @@ def test_a_batch_saved_by_an_autograd_graph_is_never_handed_out_again(fc):
                 break
     torch.stack(losses).sum().backward()
     assert torch.equal(w.grad, want)
+
+
+def test_a_tensor_popped_from_its_batch_is_never_handed_out_again(fc):
+    """labels = batch.pop("label"), then the dict dropped: the counts alone
+    cannot tell the user's reference from the dict's, so the popped tensor
+    must keep its slot (and its values) and never come back."""
+    kept = []
+    with loader(fc, credits=2) as ld:
+        for i, b in enumerate(ld):
+            check(b, i)
+            for _, t in kept:
+                assert b["label"] is not t
+            if i % 2 == 0:
+                kept.append((i, b.pop("label")))
+            del b
+    gc.collect()
+    for i, t in kept:
+        assert t.tolist() == list(range(B * i, B * (i + 1))), i

@@ -236,7 +236,11 @@ FEED_API int feed_stats(struct feed_conn *conn, struct feed_stats *ret);
 
 /* One stream, or one group of streams built once ("group"), as the daemon
  * serves it. Text is printable ASCII (anything else becomes '?'), cut to
- * fit. Rates are averages since it opened. */
+ * fit. Rates are averages since it opened. This struct, struct feed_status
+ * and struct feed_gpu_status gain members at their ends from one release
+ * to the next (the library allocates them): a program indexing
+ * status->streams[i] must be built against the header of the library it
+ * runs with. */
 struct feed_stream_status {
 	char kind[8];             /* "stream" or "group" */
 	uint32_t uid;             /* whose share of the workers builds it */

@@ -51,7 +51,7 @@ class Batch(dict):
         # a batch of reused tensors (feedclient._reuse): its slot may go back now
         e = getattr(self, "_entry", None)
         if e is not None:
-            _reuse.dropped(e)
+            _reuse.dropped(e, self)
 
     @property
     def indices(self) -> Any:
@@ -288,7 +288,8 @@ def _make_batch(s, slot, as_torch):
             continue
         e = np.frombuffer(ends, "<u8").tolist()
         if p.flat:
-            a = np.ndarray(((e[n] - e[0]) // 4,), p.dtype, span, off + e[0])
+            a = np.ndarray(((e[n] - e[0]) // 4,), p.dtype, span, off + e[0]) if nbytes \
+                else np.empty(0, p.dtype)   # every sample dropped (eval skip)
             batch["max_seqlen"] = int(np.diff(a).max()) if len(a) > 1 else 0
             batch[p.name] = _to_torch(torch, p, a) if torch is not None else a
             continue

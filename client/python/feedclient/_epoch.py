@@ -284,7 +284,9 @@ def _reused_batch(s):
     v = s.desc_mv.tolist()   # struct feed_batch_desc, then each field's span
     spans = v[7:]
     e = s.cache.pop(v[3], None)   # out of the cache while delivered
-    if e is not None and e.spans == spans:
+    # the same C batch too: a slot cached before a restart may find its old
+    # addresses mapped again by a later incarnation
+    if e is not None and e.spans == spans and e.slot.b == s.bp.value:
         slot = e.slot
         slot.held = True     # the same struct feed_batch: slot.b stays
         with s.lock:         # _Stream.delivered, less its tidying of the queue

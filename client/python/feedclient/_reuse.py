@@ -158,6 +158,12 @@ def build(s, slot, k, n, spans, to_torch):
     return _Entry(slot, k, spans, items)
 
 
+def _whole(e, batch):
+    """Whether batch (the dying Batch of e) still holds each of e's tensors
+    under its own key, and nothing else."""
+    return len(batch) == len(e.items) and all(batch.get(k) is t for k, t in e.items.items())
+
+
 def settle(e):
     """Records e's counts as they are with nothing but the cache holding it
     (called with no Batch of it made yet, and no local reference left)."""
@@ -169,7 +175,7 @@ def settle(e):
     e.free1 = one
 
 
-def dropped(e):
+def dropped(e, batch):
     """A Batch of e is being freed (its __del__, any thread): when nothing
     else holds e's tensors, the slot goes back and e into the cache, for
     the slot's next delivery. Else e goes with this Batch, and the slot
@@ -178,7 +184,9 @@ def dropped(e):
     if s is None or not e.slot.held:
         return
     with s.reuse_lock:
-        if e.slot.held and _snapshot(e) == e.free1:
+        # the counts say how many hold each tensor, not who: a tensor moved out
+        # of the dict (batch.pop("label")) keeps the dict's count
+        if e.slot.held and _whole(e, batch) and _snapshot(e) == e.free1:
             e.slot.held = False
             if s.st is not None and _meta(e.items) == e.meta:
                 s.cache[e.k] = e
