@@ -157,7 +157,12 @@ static void ses_group_tick(uv_timer_t *t)
 {
 	struct ses_group *g = t->data;
 	uint64_t timeout = g->d->cfg->group_timeout_ms * 1000000ull;
+	uint64_t every = g->d->cfg->group_timeout_ms / 4;
 
+	/* a reload changed group_timeout_ms: tick at the new period from now
+	 * (the change reaches a running group within one old period) */
+	if ((every ? every : 1) != uv_timer_get_repeat(t))
+		uv_timer_start(t, ses_group_tick, every ? every : 1, every ? every : 1);
 	if (dlv_detach_idle(g->dlv, ses_now_ns(), timeout, g->name) == 0)
 		return;
 	for (uint32_t i = 0; i < g->nmembers; i++)

@@ -465,7 +465,12 @@ static int chunk_build(const struct bld_batch *b, struct pool_worker *w,
 			rc = 0;
 			break;
 		}
-		pool_yield(w);  /* another user's light batch need not wait for ours */
+		/* another user's light batch need not wait for ours; but not while
+		 * views into this thread's hybrid decoder remain (gpu/hybrid.c keeps
+		 * one per thread: a job yielded to here could overwrite or free
+		 * them, putting its pixels in our batch) */
+		if (k + 1 >= npre)
+			pool_yield(w);
 	}
 out:
 	cache_put_many(b->cache, ent, n);
