@@ -99,7 +99,8 @@ static const struct met_doc met_docs[] = {
 	{"feedd_slot_bytes", "gauge", "user,dataset,job,group", "while a stream of the labels is open",
 	 "Bytes of one data slot (the largest among the open streams)."},
 	{"feedd_dataset_samples_total", "counter", "dataset", "always",
-	 "Samples published from the dataset, every stream and group (open or closed) together."},
+	 "Samples published from the dataset, every stream and group (open or closed) together "
+	 "(a mixture's under its own label, as its streams' series)."},
 	{"feedd_dataset_batches_total", "counter", "dataset", "always",
 	 "Batches published from the dataset."},
 	{"feedd_dataset_bytes_total", "counter", "dataset", "always",

@@ -156,12 +156,19 @@ void stats_refused(struct stats_reg *r, int code, bool malformed)
 	r->refusals[why]++;
 }
 
+/* The dataset label of en's series and totals: a mixture's own label
+ * (every source together), else its dataset's name. */
+static const char *stats_dataset_of(const struct stats_entry *en)
+{
+	return en->label ? en->label : en->e->cfg->name;
+}
+
 /* en's labels in *ret, counters zero. */
 static void stats_labels(const struct stats_entry *en, struct stats_series *ret)
 {
 	memset(ret, 0, sizeof(*ret));
 	ret->uid = en->uid;
-	snprintf(ret->dataset, sizeof(ret->dataset), "%s", en->label ? en->label : en->e->cfg->name);
+	snprintf(ret->dataset, sizeof(ret->dataset), "%s", stats_dataset_of(en));
 	snprintf(ret->job, sizeof(ret->job), "%s", en->job ? en->job : "");
 	snprintf(ret->group, sizeof(ret->group), "%s", en->group ? en->group : "");
 }
@@ -276,7 +283,7 @@ static void stats_retire(struct stats_reg *r, struct stats_entry *en)
 	if (s)  /* NULL: out of memory; the series stops where it was */
 		stats_series_add(s, &x);
 	struct stats_dataset_total *t = stats_total(&r->totals, &r->ntotals, &r->tcap,
-						    en->e->cfg->name);
+						    stats_dataset_of(en));
 	if (t) {  /* NULL: out of memory; the total stops where it was */
 		stats_total_add(t, &x);
 		t->closed++;
@@ -355,7 +362,7 @@ int stats_each_dataset(struct stats_reg *r, uint64_t now_ms,
 		struct stats_sample x;
 		struct stats_dataset_total *t;
 		stats_read(en, now_ms, &x);
-		if (!(t = stats_total(&all, &n, &cap, en->e->cfg->name))) {
+		if (!(t = stats_total(&all, &n, &cap, stats_dataset_of(en)))) {
 			free(all);
 			return -ENOMEM;
 		}
@@ -465,7 +472,7 @@ static void stats_fill(struct stats_entry *en, uint64_t now_ms, Feed__StreamStat
 	s->pid = (int32_t)en->pid;
 	s->conn = en->conn;
 	s->stream = en->id;
-	s->dataset = (char *)(en->label ? en->label : en->e->cfg->name);
+	s->dataset = (char *)stats_dataset_of(en);
 	s->group = (char *)(en->group ? en->group : "");
 	s->pipeline = (char *)(en->pipeline ? en->pipeline : "");
 	stats_fill_members(&x, age_ms, s);

@@ -128,7 +128,7 @@ struct stats_series {
 /* What the closed streams of one dataset counted, kept for good (the
  * per-dataset totals; a stream's own series leaves after the next scrape). */
 struct stats_dataset_total {
-	char dataset[STATS_LABEL_MAX]; /* its configured name; "_other" past the bound */
+	char dataset[STATS_LABEL_MAX]; /* its configured name (a mixture: its label); "_other" past the bound */
 	uint64_t batches, samples, bytes, worker_ns, reader_wait_ns, replaced;
 	uint64_t detached;             /* batches detached (the clients' word) */
 	uint64_t closed;               /* streams and groups closed */

@@ -42,8 +42,8 @@ def mx(feedpack, feedd_factory, tmp_path_factory):
     pack(feedpack, "npy", f"x={d / 'odd.npy'}", "-o", d / "odd")
     args += ["--dataset", f"odd={d / 'odd'}"]
     (d / "run").mkdir()
-    daemon = feedd_factory(d / "run", "--workers", 2, *args)
-    return SimpleNamespace(sock=daemon.sock)
+    daemon = feedd_factory(d / "run", "--workers", 2, "--metrics", "127.0.0.1:0", *args)
+    return SimpleNamespace(sock=daemon.sock, daemon=daemon)
 
 
 def rows(loader, batches=None):
@@ -78,6 +78,27 @@ def test_mixture_shares_and_source_field(mx):
         for k, w in enumerate(W3.values()):
             assert abs(counts[k] - w * n) < 1, f"{names[k]} after {n} rows: {counts[k]}"
     assert counts == [60, 30, 10]
+
+
+def test_mixture_counts_under_its_own_label(mx):
+    """A mixture's samples count under its label in the per-dataset totals,
+    as in its stream's series and status, not under its first source."""
+    from promtext import fetch, metrics_base, samples
+
+    def total(name):
+        return samples(fetch(base)).get(
+            ("feedd_dataset_samples_total", frozenset({"dataset": name}.items())), 0)
+
+    base = metrics_base(mx.daemon)
+    web_before = total("web")
+    with feedclient.Loader(W3, 10, socket=mx.sock, seed=4) as loader:
+        label = [s for s in feedclient.status(socket=mx.sock)["streams"]
+                 if s["pipeline"] == loader.pipeline][0]["dataset"]
+        before = total(label)
+        assert len(rows(loader)) == 100
+    assert label != "web"
+    assert total(label) - before == 100
+    assert total("web") == web_before
 
 
 def test_mixture_each_source_keeps_its_own_epochs(mx):
