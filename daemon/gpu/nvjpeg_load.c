@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudrv.h"
+
 static struct njl njl_state;
 static pthread_once_t njl_once = PTHREAD_ONCE_INIT;
 
@@ -46,8 +48,9 @@ static const struct njl_sym njl_syms[] = {
 #undef S
 #define NJL_NSYMS (sizeof(njl_syms) / sizeof(njl_syms[0]))
 
-/* The sonames, newest first: CUDA 13's, then 12's (the driver API
- * kernels/cudrv.c loads serves both). */
+/* The sonames, newest first: CUDA 13's, then 12's. A library newer than
+ * the driver's CUDA cannot run (nvjpegCreateEx fails): njl_search skips
+ * those, and njl_load refuses one found otherwise, naming both versions. */
 static const char *const njl_sonames[] = {"libnvjpeg.so.13", "libnvjpeg.so.12"};
 
 /* Folders the dynamic loader may not search: the toolkit's, and where the
@@ -124,10 +127,12 @@ static void *njl_open_wheel(const char *root, char *path, size_t pcap, char *tri
 }
 
 /* Steps 2-4 of the search (nvjpeg_load.h); the path opened into path. */
-static void *njl_search(char *path, size_t pcap, char *tried, size_t cap)
+static void *njl_search(char *path, size_t pcap, char *tried, size_t cap, int max_major)
 {
 	void *lib;
 	for (size_t s = 0; s < sizeof(njl_sonames) / sizeof(njl_sonames[0]); s++) {
+		if (max_major && atoi(njl_sonames[s] + strlen("libnvjpeg.so.")) > max_major)
+			continue;
 		snprintf(path, pcap, "%s", njl_sonames[s]);
 		if ((lib = njl_open(path, tried, cap)))
 			return lib;
@@ -181,6 +186,7 @@ int njl_load(struct njl *ret)
 {
 	char tried[200] = "";
 	const char *forced = getenv("FEED_NVJPEG_LIBRARY");
+	int drv = cudrv_get()->info.driver_version;   /* 0: no driver (nothing to match) */
 	void *lib;
 
 	memset(ret, 0, sizeof(*ret));
@@ -188,7 +194,7 @@ int njl_load(struct njl *ret)
 		snprintf(ret->path, sizeof(ret->path), "%s", forced);
 		lib = njl_open(forced, tried, sizeof(tried));
 	} else {
-		lib = njl_search(ret->path, sizeof(ret->path), tried, sizeof(tried));
+		lib = njl_search(ret->path, sizeof(ret->path), tried, sizeof(tried), drv / 1000);
 	}
 	if (!lib) {
 		const char *why = dlerror();
@@ -216,6 +222,14 @@ int njl_load(struct njl *ret)
 		}
 	}
 	ret->version = v[0] * 1000 + v[1] * 10 + v[2];
+	if (drv && v[0] > drv / 1000) {
+		memset(&ret->api, 0, sizeof(ret->api));
+		snprintf(ret->reason, sizeof(ret->reason),
+			 "%.160s is nvJPEG %d.%d, which needs a CUDA %d driver; this driver runs "
+			 "CUDA %d.%d (FEED_NVJPEG_LIBRARY may name a libnvjpeg.so.%d)", ret->path, v[0],
+			 v[1], v[0], drv / 1000, drv % 1000 / 10, drv / 1000);
+		return -ENOTSUP;
+	}
 	ret->usable = true;
 	return 0;
 }

@@ -107,8 +107,10 @@ struct njl {
 const struct njl *njl_get(void);
 
 /* The same search and load into *ret (zeroed first), uncached: 0, or
- * -ENOENT (no library: ret->reason names what was tried) or -ENOSYS (a
- * library without an entry point, or whose version cannot be read).
+ * -ENOENT (no library: ret->reason names what was tried), -ENOSYS (a
+ * library without an entry point, or whose version cannot be read) or
+ * -ENOTSUP (a library newer than the CUDA driver runs: the search skips
+ * sonames above the driver's major, so only a forced path gets here).
  * A library found stays loaded. Any thread. */
 int njl_load(struct njl *ret);
 

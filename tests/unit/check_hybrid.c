@@ -201,6 +201,21 @@ START_TEST(test_hybrid_nvjpeg_loads_the_double)
 }
 END_TEST
 
+START_TEST(test_hybrid_nvjpeg_newer_than_the_driver_refused)
+{
+	struct njl nv;
+	use_doubles();
+	setenv("FAKE_CUDA_VERSION", "12040", 1);   /* a CUDA 12.4 driver */
+	setenv("FAKE_NVJPEG_VERSION", "13.0.1", 1);
+	ck_assert_msg(cudrv_get()->info.driver_version == 12040, "the driver double: %s",
+		      cudrv_get()->info.reason);
+	ck_assert_int_eq(njl_load(&nv), -ENOTSUP);
+	ck_assert(!nv.usable);
+	ck_assert_msg(strstr(nv.reason, "is nvJPEG 13.0, which needs a CUDA 13 driver; this driver "
+			     "runs CUDA 12.4"), "%s", nv.reason);
+}
+END_TEST
+
 START_TEST(test_hybrid_no_driver_says_no_gpu)
 {
 	use_doubles();
@@ -453,6 +468,7 @@ static Suite *hybrid_suite(void)
 	tcase_add_test(t, test_hybrid_nvjpeg_absent_says_why);
 	tcase_add_test(t, test_hybrid_nvjpeg_without_entry_point_refused);
 	tcase_add_test(t, test_hybrid_nvjpeg_loads_the_double);
+	tcase_add_test(t, test_hybrid_nvjpeg_newer_than_the_driver_refused);
 	tcase_add_test(t, test_hybrid_no_driver_says_no_gpu);
 	tcase_add_test(t, test_hybrid_create_failure_names_the_call);
 	tcase_add_test(t, test_hybrid_decode_regions_equal_cpu_decoder);
