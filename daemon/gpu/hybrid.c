@@ -6,10 +6,13 @@
  * reason for staying on the CPU, and a worker's nvJPEG handle, state,
  * decode parameters, stream and buffers.
  *
- * Threads: the scheduler is atomics only; a decoder is its worker's. Never
- * holds a lock of feedd's; never calls cuMemFree or cuMemHostRegister
- * (implicitly synchronising) except in hyb_dec_free. Never prints: what
- * went wrong goes back in err and into the stream's reason.
+ * Threads: the scheduler is atomics only; a decoder is its worker's (one
+ * per thread: the builder does not yield to another job while views into
+ * its buffer remain). Never holds a lock of feedd's (hyb_stream_run and
+ * hyb_dec_free assert it in the lock-checking builds); calls cuMemFree
+ * (implicitly synchronising) only in hyb_dec_free and when hyb_buffers
+ * outgrows a buffer, on the worker. Never prints: what went wrong goes back
+ * in err and into the stream's reason.
  */
 #include "hybrid.h"
 
@@ -22,6 +25,7 @@
 #include <string.h>
 
 #include "cudrv.h"
+#include "feed_lock.h"
 #include "nvjpeg_load.h"
 
 /* ------------------------------------------------------------------ */
@@ -223,6 +227,7 @@ int hyb_dec_new(const struct njl *nv, const struct cudrv *cu, int dev, struct hy
 
 void hyb_dec_free(struct hyb_dec *d)
 {
+	feed_assert_unlocked("hyb_dec_free (cuMemFree, cuStreamSynchronize)");
 	if (!d)
 		return;
 	const struct cudrv_api *a = &d->cu->api;
@@ -527,6 +532,7 @@ static struct hyb_dec *hyb_tl_get(int dev, struct feed_err *err)
 uint32_t hyb_stream_run(void *arg, const struct bld_pre_image *im, uint32_t n, uint32_t c,
 			struct aug_pre *out)
 {
+	feed_assert_unlocked("hybrid decode (nvJPEG, the CUDA driver)");
 	struct hyb_stream *s = arg;
 	struct hyb_image hi[HYB_RUN_MAX] = {0};
 	struct hyb_result res[HYB_RUN_MAX];
