@@ -28,7 +28,10 @@ process's torch / torchvision compute an op differently from feedd's
 default (torch 2.x's linspace, the later adjust_hue cast), the op gets
 the key that selects their arithmetic (_tvcompat.py).
 
-Threads: pure, any thread. Never: imports torch or torchvision, opens a
+Threads: any thread; each call runs two tiny torch / torchvision
+computations to learn their arithmetic (_tvcompat.py: one linspace,
+adjust_hue of one pixel). Never: imports torch or
+torchvision itself (it asks the modules the transform came from), opens a
 connection.
 """
 
