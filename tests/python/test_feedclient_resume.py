@@ -237,3 +237,34 @@ def test_daemon_gone_past_reconnect_s(own_daemon):
                 next(it)
     assert "feedd" in str(e.value) and "reconnect_s" in str(e.value)
     assert e.value.code == -errno.ECONNRESET
+
+
+def test_daemon_restarts_with_reused_tensors(fc, own_daemon):
+    """as_torch, where next() hands a slot's tensors out again: across two
+    restarts every batch is still the uninterrupted stream's, and a tensor
+    kept from before a restart keeps its values (a cached slot is reused
+    only with the C batch it was built for)."""
+    torch = pytest.importorskip("torch")
+
+    def tdigest(b):
+        return (b.epoch, b.index, tuple(b.indices.tolist()),
+                hashlib.sha1(b["image"].numpy().tobytes() + b["label"].numpy().tobytes())
+                .hexdigest())
+
+    with feedclient.Loader("small", BATCH, socket=fc.sock, as_torch=True, **KW) as loader:
+        want = [tdigest(b) for b, _ in zip(loader, range(PER_EPOCH))]
+    kept = None
+    with feedclient.Loader("small", BATCH, socket=own_daemon.sock, reconnect_s=120,
+                           as_torch=True, **KW) as loader:
+        got = []
+        for b in loader:
+            got.append(tdigest(b))
+            if len(got) == 2:
+                kept = (b["label"], b["label"].clone())
+            del b
+            if len(got) in (4, 9):
+                own_daemon.kill()
+                own_daemon.start()
+    assert got == want
+    assert torch.equal(kept[0], kept[1])
+    assert own_daemon.log_text().count(" ready: ") == 3
