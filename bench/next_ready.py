@@ -76,7 +76,7 @@ def serve(bin_dir, d, size, n, workers):
 def run(sock, args, convert_on):
     kw = dict(socket=sock, device="cpu", mean=MEAN, std=STD, mixup_alpha=0.8,
               cutmix_alpha=1.0, num_classes=1000, credits=4, convert_on=convert_on)
-    us = []
+    us, rel = [], []
     with feedclient.Loader("ds", args.batch, **kw) as ld:
         it = iter(ld)
         t_start = time.perf_counter()
@@ -84,21 +84,36 @@ def run(sock, args, convert_on):
         for i in range(args.batches):
             t0 = time.perf_counter()
             try:
-                b = next(it)
-            except StopIteration:
+                nb = next(it)
+            except StopIteration:   # the epoch's end: not a batch ready, not counted
+                in_next += time.perf_counter() - t0
                 it = iter(ld)
-                b = next(it)
-            dt = time.perf_counter() - t0
-            in_next += dt
+                t0 = time.perf_counter()
+                nb = next(it)
+            t1 = time.perf_counter()
+            b = nb   # `for b in loader`: the previous batch goes once next() returns
+            del nb
+            t2 = time.perf_counter()
+            if args.loop == "del":
+                t2 = t1   # its release was timed before next()
+            in_next += t2 - t0
             if i >= 4:   # the first batches are built while the loop waits
-                us.append(dt * 1e6)
+                us.append((t1 - t0) * 1e6)
+                rel.append((t2 - t1) * 1e6)
             spin(args.step_ms)
-            del b
+            if args.loop == "del":   # `b = next(it); step(b); del b`
+                t3 = time.perf_counter()
+                del b
+                t4 = time.perf_counter()
+                in_next += t4 - t3
+                if i >= 4:
+                    rel[-1] = (t4 - t3) * 1e6
         wall = time.perf_counter() - t_start
         st = [s for s in feedclient.status(sock)["streams"] if s["pipeline"] == ld.pipeline]
     us.sort()
     return {"convert_on": convert_on, "next_us_p50": statistics.median(us),
             "next_us_p99": us[int(0.99 * (len(us) - 1))],
+            "release_us_p50": statistics.median(rel),
             "loop_wait_pct": 100 * in_next / wall,
             "top_wait_pct": 100 * st[0]["reader_wait_share"] if st else None}
 
@@ -109,13 +124,18 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--epoch", type=int, default=16, help="batches per epoch")
+    p.add_argument("--loop", choices=("for", "del"), default="for",
+                   help="for: the previous batch is alive during next() and goes when it "
+                   "returns, as in `for b in loader`; del: the loop drops it after its step, "
+                   "before next()")
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2,
                    help="feedd's workers (1 on a 2-core machine leaves the loop a core of its own)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        proc, sock = serve(args.bin, d, args.size, 4 * args.batch, args.workers)
+        proc, sock = serve(args.bin, d, args.size, args.epoch * args.batch, args.workers)
         try:
             out = [run(sock, args, c) for c in ("feedd", "loader")]
         finally:
@@ -126,7 +146,8 @@ def main():
             print(json.dumps(r))
         else:
             print(f"convert_on={r['convert_on']:6s} next() with a batch ready: p50 "
-                  f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us; WAIT% loop "
+                  f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us; the previous "
+                  f"batch's release p50 {r['release_us_p50']:.1f} us; WAIT% loop "
                   f"{r['loop_wait_pct']:.2f}, feedctl top {r['top_wait_pct']:.2f}")
     return 0
 

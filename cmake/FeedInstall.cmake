@@ -61,7 +61,6 @@ endif()
 
 set(FEED_INSTALL_PYTHONDIR "" CACHE STRING
   "site directory of the Python package, relative to the prefix (empty: worked out at install time)")
-set(FEED_PYTHON /usr/bin/python3 CACHE FILEPATH "Debian's python3 with numpy, pytest, torch")
 
 # feed_relpath(<var> <from> <to>): the relative path between two install
 # directories (relative to the prefix, as GNUInstallDirs gives them).
@@ -144,7 +143,12 @@ install(FILES ${CMAKE_SOURCE_DIR}/deploy/feedd.tmpfiles
   DESTINATION lib/tmpfiles.d RENAME feedd.conf)
 
 # The unit, the socket, the config and the Python package: at install time.
+set(feed_fastiter "")
+if(TARGET feedclient_fastiter)
+  set(feed_fastiter "$<TARGET_FILE:feedclient_fastiter>")
+endif()
 install(CODE "
+  set(FEED_I_FASTITER \"${feed_fastiter}\")
   set(FEED_I_SRC \"${CMAKE_SOURCE_DIR}\")
   set(FEED_I_WORK \"${CMAKE_BINARY_DIR}/install/at-install\")
   set(FEED_I_BINDIR \"${CMAKE_INSTALL_BINDIR}\")

@@ -12,7 +12,8 @@
 #   config            /etc/feedd/feedd.yaml when the prefix is /usr (as
 #                     GNUInstallDirs does), else <prefix>/etc/feedd
 #   Python package    feedclient/*.py in the prefix's site directory, with
-#                     _installed.py saying where the library is from there
+#                     _installed.py saying where the library is from there,
+#                     and _fastiter.abi3.so when it was built
 
 set(prefix "${CMAKE_INSTALL_PREFIX}")
 string(REGEX REPLACE "/+$" "" prefix "${prefix}")
@@ -100,6 +101,13 @@ file(INSTALL DESTINATION "${pkgdir}" TYPE FILE
      PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
      FILES ${pyfiles} "${FEED_I_SRC}/client/python/feedclient/py.typed"
            "${FEED_I_WORK}/_installed.py")
+# feedclient._fastiter (next() in C), when it was built.
+if(NOT FEED_I_FASTITER STREQUAL "")
+  file(INSTALL DESTINATION "${pkgdir}" TYPE FILE
+       PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                   WORLD_READ WORLD_EXECUTE
+       FILES "${FEED_I_FASTITER}")
+endif()
 # feedclient.pack, the dataset writer's binding (libfeedpack is in libdir).
 file(GLOB packfiles "${FEED_I_SRC}/client/python/feedclient/pack/*.py")
 file(INSTALL DESTINATION "${pkgdir}/pack" TYPE FILE

@@ -20,7 +20,7 @@ FEED_PACKAGES=(
   clang libclang-rt-14-dev
   lintian
   prometheus python3-yaml
-  libarchive-dev
+  libarchive-dev libpython3-dev
 )
 
 feed_install() {

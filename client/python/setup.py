@@ -1,7 +1,9 @@
 """setup.py: makes the feedclient wheel carry libfeedclient.
 
-The package is pure Python over ctypes; what makes the wheel a platform
-wheel is the C library copied into it (feedclient/libfeedclient.so.0), so
+The package is Python over ctypes (with one optional C extension,
+feedclient/_fastiter.abi3.so, next() in C, copied in when CMake built it);
+what makes the wheel a platform wheel is the C library copied into it
+(feedclient/libfeedclient.so.0), so
 `import feedclient` works in any virtual environment on the node with no
 FEEDCLIENT_LIB. The library is the one already built by CMake, taken from
 $FEEDCLIENT_LIB (the file or its directory) or else the checkout's release
@@ -31,6 +33,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 SONAME = "libfeedclient.so.0"
 # libfeedpack (the dataset writer feedclient.pack binds) travels beside it.
 PACK_SONAME = "libfeedpack.so.0"
+FASTITER = "_fastiter.abi3.so"
 
 
 def build_kind(path):
@@ -85,6 +88,13 @@ class BuildPyWithLibrary(build_py):
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(lib, dest)
             os.chmod(dest, 0o755)
+        # feedclient._fastiter (next() in C, CPython >= 3.11), built beside
+        # the library when Python's headers were there; optional
+        ext = built_library(SONAME).parent / FASTITER
+        if ext.is_file():
+            dest = pathlib.Path(self.build_lib) / "feedclient" / FASTITER
+            shutil.copyfile(ext, dest)
+            os.chmod(dest, 0o755)
 
 
 class PlatformDistribution(Distribution):
@@ -98,7 +108,8 @@ cmdclass = {"build_py": BuildPyWithLibrary}
 if bdist_wheel is not None:
     class PlatformWheel(bdist_wheel):
         """py3-none-<platform>: the library is called through ctypes, so any
-        CPython 3 on this platform can use the wheel; only the platform matters."""
+        CPython 3 on this platform can use the wheel; only the platform matters
+        (_fastiter, abi3 for 3.11 and later, is left unloaded on older ones)."""
 
         def get_tag(self):
             _, _, plat = super().get_tag()

@@ -19,6 +19,17 @@ torch = pytest.importorskip("torch")
 B = 50
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def next_path(request, monkeypatch):
+    """Each test on both paths of next(): feedclient._fastiter's C path
+    (test_feedclient_fastiter.py checks it is built here) and Python's."""
+    import feedclient._epoch as ep
+    if request.param == "c" and ep._native is None:
+        pytest.skip(f"feedclient._fastiter not loaded: {feedclient._native.where}")
+    monkeypatch.setattr(ep, "NATIVE", request.param == "c")
+    return request.param
+
+
 def pattern(i):
     """conftest's 'small' image of sample i."""
     k = np.arange(i * 64, (i + 1) * 64)

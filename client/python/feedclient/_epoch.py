@@ -6,6 +6,7 @@ batches). Runs on the Loader's thread with its lock held."""
 
 import collections
 import concurrent.futures
+import ctypes
 import errno
 import gc
 import os
@@ -21,17 +22,31 @@ from ._batch import (Batch, _device_fields, _dropped, _failed, _make_batch, _rep
                      _to_torch)
 from ._stream import _Slot
 from . import _reuse
+from . import _stream as _stream_mod
+from ._native import fastiter as _native
+
+# The attributes of an _EpochIter: feedclient._fastiter.Iter's members
+# when it loaded (its next() reads them), else slots of a Python base.
+_ATTRS = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed", "_fast")
+if _native is not None:
+    _Base = _native.Iter
+else:
+    class _Base:
+        __slots__ = ()
+# feedclient._fastiter's next() for the iterators made from now on (tests
+# turn it off to run the Python path over the same streams)
+NATIVE = True
+_NEXT_DESC = ctypes.cast(lib.feed_next_desc, ctypes.c_void_p).value
 
 
-_clock = time.perf_counter_ns
+_clock = time.perf_counter_ns   # CLOCK_MONOTONIC, as feedclient._fastiter's
 _NEXT_SLICE_MS = 250   # feed_next() waits this long at most, so Ctrl-C gets through
 
 
-class _EpochIter:
+class _EpochIter(_Base):
     """The batches of one epoch of a Loader."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_stream", "_done", "_pending", "_failed",
-                 "_fast")
+    __slots__ = () if _native is not None else _ATTRS
 
     def __init__(self, loader, gen, epoch, stream, done=False):
         self._failed = []   # on_error="skip": dataset indices of the samples that failed
@@ -41,11 +56,16 @@ class _EpochIter:
         self._stream = stream
         self._done = done
         # batches of tensors reused from slot to slot (feedclient._reuse)
-        self._fast = stream.reuse and loader._as_torch and loader._conv is None and \
-            not stream.device_slots
+        self._fast = bool(stream.reuse and loader._as_torch and loader._conv is None and
+                          not stream.device_slots)
         # transform=: (future or _END, epoch, index, token before it), in order
         self._pending = collections.deque() if loader._transform is not None else None
         loader._pending = self._pending
+        if self._fast and _native is not None and NATIVE:
+            # feedclient._fastiter's next(): the reuse path below, in C
+            self._arm(_NEXT_DESC, stream.st, stream.st.value, ctypes.addressof(stream.bp),
+                      ctypes.addressof(stream.desc), stream.nspans, loader._lock, Batch,
+                      sys.modules["torch"], _stream_mod.__dict__)
 
     def __iter__(self) -> "_EpochIter":
         return self
@@ -53,11 +73,13 @@ class _EpochIter:
     def __len__(self) -> int:
         return self._loader._len
 
-    def __next__(self) -> Batch:
+    def _next(self) -> Batch:
         """The next batch: blocks until feedd has it ready (or reconnects
         after a daemon restart, up to reconnect_s; or timeout= passes).
         Raises StopIteration at the epoch's end, CreditsExhausted,
-        DaemonGone, StreamStopped, Timeout, TransformError."""
+        DaemonGone, StreamStopped, Timeout, TransformError. next() itself
+        when feedclient._fastiter is absent; else its C path, which does
+        the reuse path below and calls this for everything else."""
         t0 = _clock()
         loader = self._loader
         loader._enter()
@@ -76,16 +98,8 @@ class _EpochIter:
                 # goes through _take
                 s.note_c.value, s.note_ns = s.note_ns, 0   # the previous next() (below)
                 r = _lib.next_desc_raw(s.st, 0, s.note_c, s.bp_ref, s.desc, s.spans, s.nspans_c)
-                if r == 0:
-                    batch = _reused_batch(s)
-                    if batch is None:
-                        return self._made(s, _Slot(s, s.bp.value))
-                    if batch.replaced or batch.dropped or batch.epoch != self._epoch:
-                        return self._check(batch, batch._slot)
-                    return batch
-                batch = None if r == _lib.FEED_END_OF_EPOCH else self._take(True)
-            else:
-                batch = self._take(True)
+                return self._delivered(r)
+            batch = self._take(True)
             if batch is None:
                 self._end()
                 raise StopIteration
@@ -99,6 +113,23 @@ class _EpochIter:
             if s is not None:
                 s.note_ns += _clock() - t0
             loader._lock.release()
+
+    def _delivered(self, r):
+        """The reuse path after feed_next_desc(timeout 0) returned r (the
+        stream's desc and bp filled when 0). Lock held."""
+        s = self._stream
+        if r == 0:
+            batch = _reused_batch(s)
+            if batch is None:
+                return self._made(s, _Slot(s, s.bp.value))
+            if batch.replaced or batch.dropped or batch.epoch != self._epoch:
+                return self._check(batch, batch._slot)
+            return batch
+        batch = None if r == _lib.FEED_END_OF_EPOCH else self._take(True)
+        if batch is None:
+            self._end()
+            raise StopIteration
+        return batch
 
     def _end(self):
         """The epoch's end reached the loop: the Loader's position moves on."""
@@ -347,3 +378,7 @@ _NOTHING = object()   # _take: no batch ready without waiting
 
 
 _END = object()       # transform= queue: the epoch's end
+
+
+if _native is None:
+    _EpochIter.__next__ = _EpochIter._next

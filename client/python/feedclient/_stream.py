@@ -236,6 +236,8 @@ class _Stream:
     def _close(self):
         if self.fork_gen != _fork_gen:
             return
+        # st None first: feedclient._fastiter's next() calls only while st
+        # is the object it was armed with, and keeps the cache dict of then
         st, conn, self.st, self.conn = self.st, self.conn, None, None
         self.cache = {}   # tensors over memory about to be unmapped
         lib.feed_stream_close(st)   # nothing is held: every batch went first
