@@ -34,6 +34,7 @@ images (caches warmer): 6 us, 19 us before. Under torch 2.15 (PyPI):
 bench/README.md.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,6 +46,8 @@ import time
 import numpy as np
 
 import feedclient
+import feedclient._epoch
+import feedclient._reuse
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -73,49 +76,89 @@ def serve(bin_dir, d, size, n, workers):
     return proc, sock
 
 
-def run(sock, args, convert_on):
-    kw = dict(socket=sock, device="cpu", mean=MEAN, std=STD, mixup_alpha=0.8,
-              cutmix_alpha=1.0, num_classes=1000, credits=4, convert_on=convert_on)
-    us, rel = [], []
-    with feedclient.Loader("ds", args.batch, **kw) as ld:
-        it = iter(ld)
-        t_start = time.perf_counter()
-        in_next = 0.0
-        for i in range(args.batches):
+class Lane:
+    """One Loader measured in the loop: its iterator and its figures."""
+
+    def __init__(self, ld, path):
+        self.ld, self.path = ld, path
+        self.us, self.rel, self.in_next, self.b = [], [], 0.0, None
+        self.it = self.iter()
+
+    def iter(self):
+        with native(self.path):
+            return iter(self.ld)
+
+    def step(self, i, args):
+        """next() (timed), then the previous batch let go (timed apart)."""
+        with native(self.path):
             t0 = time.perf_counter()
             try:
-                nb = next(it)
+                nb = next(self.it)
             except StopIteration:   # the epoch's end: not a batch ready, not counted
-                in_next += time.perf_counter() - t0
-                it = iter(ld)
+                self.in_next += time.perf_counter() - t0
+                self.it = self.iter()
                 t0 = time.perf_counter()
-                nb = next(it)
+                nb = next(self.it)
             t1 = time.perf_counter()
-            b = nb   # `for b in loader`: the previous batch goes once next() returns
+            if args.loop == "for":
+                self.b = nb   # `for b in loader`: the previous batch goes once next() returns
             del nb
             t2 = time.perf_counter()
-            if args.loop == "del":
-                t2 = t1   # its release was timed before next()
-            in_next += t2 - t0
-            if i >= 4:   # the first batches are built while the loop waits
-                us.append((t1 - t0) * 1e6)
-                rel.append((t2 - t1) * 1e6)
-            spin(args.step_ms)
-            if args.loop == "del":   # `b = next(it); step(b); del b`
-                t3 = time.perf_counter()
-                del b
-                t4 = time.perf_counter()
-                in_next += t4 - t3
-                if i >= 4:
-                    rel[-1] = (t4 - t3) * 1e6
+        self.in_next += t2 - t0
+        if i >= 4:   # the first batches are built while the loop waits
+            self.us.append((t1 - t0) * 1e6)
+            self.rel.append((t2 - t1) * 1e6)
+
+
+@contextlib.contextmanager
+def native(path):
+    """feedclient._fastiter on (path "c") or off ("python") for what runs
+    inside: the iterators made and the batches first delivered there."""
+    ep, reuse = feedclient._epoch, feedclient._reuse
+    saved = ep.NATIVE, reuse.C
+    ep.NATIVE, reuse.C = path == "c", ep._native if path == "c" else None
+    try:
+        yield
+    finally:
+        ep.NATIVE, reuse.C = saved
+
+
+def run(sock, args, convert_on, paths):
+    """The loop over one Loader per path, their steps alternating (each
+    next() after a step of its own), so that both paths see the same
+    machine at the same time."""
+    kw = dict(socket=sock, device="cpu", mean=MEAN, std=STD, mixup_alpha=0.8,
+              cutmix_alpha=1.0, num_classes=1000, credits=4, convert_on=convert_on)
+    with contextlib.ExitStack() as stack:
+        lanes = [Lane(stack.enter_context(feedclient.Loader("ds", args.batch, **kw)), p)
+                 for p in paths]
+        t_start = time.perf_counter()
+        for i in range(args.batches):
+            for lane in lanes if i % 2 == 0 else lanes[::-1]:
+                lane.step(i, args)
+                spin(args.step_ms)
+                if args.loop == "del":   # `b = next(it); step(b); del b`
+                    t3 = time.perf_counter()
+                    lane.b = None
+                    t4 = time.perf_counter()
+                    lane.in_next += t4 - t3
+                    if i >= 4:
+                        lane.rel[-1] = (t4 - t3) * 1e6
         wall = time.perf_counter() - t_start
-        st = [s for s in feedclient.status(sock)["streams"] if s["pipeline"] == ld.pipeline]
-    us.sort()
-    return {"convert_on": convert_on, "next_us_p50": statistics.median(us),
-            "next_us_p99": us[int(0.99 * (len(us) - 1))],
-            "release_us_p50": statistics.median(rel),
-            "loop_wait_pct": 100 * in_next / wall,
-            "top_wait_pct": 100 * st[0]["reader_wait_share"] if st else None}
+        # feedd lists streams in the order they opened, as the lanes did
+        streams = [s for s in feedclient.status(sock)["streams"]
+                   if s["pipeline"] == lanes[0].ld.pipeline]
+        out = []
+        for k, lane in enumerate(lanes):
+            lane.us.sort()
+            st = streams[k:k + 1] if len(streams) == len(lanes) else []
+            out.append({"convert_on": convert_on, "path": lane.path,
+                        "next_us_p50": statistics.median(lane.us),
+                        "next_us_p99": lane.us[int(0.99 * (len(lane.us) - 1))],
+                        "release_us_p50": statistics.median(lane.rel),
+                        "loop_wait_pct": 100 * lane.in_next / wall,
+                        "top_wait_pct": 100 * st[0]["reader_wait_share"] if st else None})
+        return out
 
 
 def main():
@@ -137,7 +180,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         proc, sock = serve(args.bin, d, args.size, args.epoch * args.batch, args.workers)
         try:
-            out = [run(sock, args, c) for c in ("feedd", "loader")]
+            paths = ["c", "python"] if feedclient._epoch._native is not None else ["python"]
+            out = run(sock, args, "feedd", paths) + run(sock, args, "loader", ["c"])
         finally:
             proc.terminate()
             proc.wait()
@@ -145,7 +189,7 @@ def main():
         if args.json:
             print(json.dumps(r))
         else:
-            print(f"convert_on={r['convert_on']:6s} next() with a batch ready: p50 "
+            print(f"convert_on={r['convert_on']:6s} {r['path']:6s} next() with a batch ready: p50 "
                   f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us; the previous "
                   f"batch's release p50 {r['release_us_p50']:.1f} us; WAIT% loop "
                   f"{r['loop_wait_pct']:.2f}, feedctl top {r['top_wait_pct']:.2f}")

@@ -149,6 +149,7 @@ if(TARGET feedclient_fastiter)
 endif()
 install(CODE "
   set(FEED_I_FASTITER \"${feed_fastiter}\")
+  set(FEED_I_STRIP \"${CMAKE_STRIP}\")
   set(FEED_I_SRC \"${CMAKE_SOURCE_DIR}\")
   set(FEED_I_WORK \"${CMAKE_BINARY_DIR}/install/at-install\")
   set(FEED_I_BINDIR \"${CMAKE_INSTALL_BINDIR}\")

@@ -107,6 +107,15 @@ if(NOT FEED_I_FASTITER STREQUAL "")
        PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                    WORLD_READ WORLD_EXECUTE
        FILES "${FEED_I_FASTITER}")
+  # stripped as install(TARGETS) strips the rest (cpack, cmake --install --strip)
+  get_filename_component(fastiter_name "${FEED_I_FASTITER}" NAME)
+  if(CMAKE_INSTALL_DO_STRIP AND NOT FEED_I_STRIP STREQUAL "")
+    execute_process(COMMAND "${FEED_I_STRIP}" "$ENV{DESTDIR}${pkgdir}/${fastiter_name}"
+                    RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "feedclient: ${FEED_I_STRIP} failed on ${fastiter_name}")
+    endif()
+  endif()
 endif()
 # feedclient.pack, the dataset writer's binding (libfeedpack is in libdir).
 file(GLOB packfiles "${FEED_I_SRC}/client/python/feedclient/pack/*.py")

@@ -179,6 +179,12 @@ got=$(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages"
       /usr/bin/python3 -c "import feedclient; print(feedclient.library_path)") ||
   fail "import feedclient from the staged package"
 [ "$got" -ef "$lib/libfeedclient.so.0" ] || fail "feedclient loaded $got"
+# ... and loads feedclient._fastiter (next() in C) from inside the package
+got=$(cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages" \
+      /usr/bin/python3 -c "import feedclient._native as n; print(n.where)") ||
+  fail "import feedclient._native from the staged package"
+[ "$got" -ef "$p/lib/python3/dist-packages/feedclient/_fastiter.abi3.so" ] ||
+  fail "feedclient._fastiter: $got"
 # ... and feedclient.pack writes through the staged libfeedpack
 (cd "$t" && env -u FEEDCLIENT_LIB PYTHONPATH="$p/lib/python3/dist-packages" /usr/bin/python3 -c \
   "from feedclient import pack; w = pack.Writer('packed', {'x': ('uint8', (2,))}); w.write({'x': [1, 2]}); w.close()") ||

@@ -79,6 +79,12 @@ def test_install_wheel_carries_the_library(tmp_path):
     run([str(py), "-c", "from feedclient import pack; w = pack.Writer('ds', {'n': ('int64', ())}); "
          "w.write({'n': 7}); w.close()"], env=clean_env(), cwd=tmp_path)
     assert (tmp_path / "ds" / "manifest.pb").is_file()
+    # and feedclient._fastiter (next() in C), which the package loads from itself
+    ext = site / "feedclient" / "_fastiter.abi3.so"
+    assert ext.read_bytes() == (RELEASE_LIB / "_fastiter.abi3.so").read_bytes()
+    out = run([str(py), "-c", "import feedclient._native as n; print(n.where)"],
+              env=clean_env(), cwd=tmp_path).strip()
+    assert pathlib.Path(out) == ext
 
 
 def test_install_wheel_missing_library_names_each_fix(tmp_path):

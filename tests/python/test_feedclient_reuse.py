@@ -21,12 +21,15 @@ B = 50
 
 @pytest.fixture(autouse=True, params=["c", "python"])
 def next_path(request, monkeypatch):
-    """Each test on both paths of next(): feedclient._fastiter's C path
-    (test_feedclient_fastiter.py checks it is built here) and Python's."""
+    """Each test on both paths of next() and of a batch's release:
+    feedclient._fastiter's C (test_feedclient_fastiter.py checks it is
+    built here) and Python's."""
     import feedclient._epoch as ep
+    import feedclient._reuse as reuse
     if request.param == "c" and ep._native is None:
         pytest.skip(f"feedclient._fastiter not loaded: {feedclient._native.where}")
     monkeypatch.setattr(ep, "NATIVE", request.param == "c")
+    monkeypatch.setattr(reuse, "C", ep._native if request.param == "c" else None)
     return request.param
 
 

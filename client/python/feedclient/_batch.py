@@ -51,7 +51,7 @@ class Batch(dict):
         # a batch of reused tensors (feedclient._reuse): its slot may go back now
         e = getattr(self, "_entry", None)
         if e is not None:
-            _reuse.dropped(e, self)
+            e.drop(e, self)
 
     @property
     def indices(self) -> Any:

@@ -22,7 +22,6 @@ from ._batch import (Batch, _device_fields, _dropped, _failed, _make_batch, _rep
                      _to_torch)
 from ._stream import _Slot
 from . import _reuse
-from . import _stream as _stream_mod
 from ._native import fastiter as _native
 
 # The attributes of an _EpochIter: feedclient._fastiter.Iter's members
@@ -65,7 +64,7 @@ class _EpochIter(_Base):
             # feedclient._fastiter's next(): the reuse path below, in C
             self._arm(_NEXT_DESC, stream.st, stream.st.value, ctypes.addressof(stream.bp),
                       ctypes.addressof(stream.desc), stream.nspans, loader._lock, Batch,
-                      sys.modules["torch"], _stream_mod.__dict__)
+                      sys.modules["torch"])
 
     def __iter__(self) -> "_EpochIter":
         return self

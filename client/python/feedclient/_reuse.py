@@ -22,7 +22,8 @@ autograd graph that saves it first (_counts_readable); where it fails
 The cache holds only the entries of released slots: a delivery takes
 its slot's entry out, and the Batch holds it. When the slot goes back:
 when the Batch dict is dropped and nothing else holds its tensors
-(Batch.__del__ -> dropped), and the entry goes back into the cache
+(Batch.__del__ -> the entry's drop: dropped, or feedclient._fastiter's
+C twin of it, which counts the same way), and the entry goes back into the cache
 unless an in-place call changed a tensor's shape or strides; else
 the entry goes with the Batch, and the slot with the last tensor or view
 of it, as for batches that reuse nothing (the _Slot's __del__); or when
@@ -36,12 +37,24 @@ hand out an entry's tensors while anything else holds them or their memory,
 or keep a slot from feedd once nothing does."""
 
 import ctypes
+import struct
 import sys
 
 import numpy as np
 
+from ._native import fastiter as _fastiter
+
+# feedclient._fastiter's snapshot() and dropped() for the entries settled
+# from now on, or None (not built; tests turn it off for this module's)
+C = _fastiter
 _probe = {}    # id(torch module) -> bool: _counts_readable's verdict
 _STRONG = 0xFFFFFFFF   # the strong count's bits of the word (_counters)
+
+
+def _addrs(t):
+    """The addresses of the words over the strong reference counts of t's
+    TensorImpl and StorageImpl (valid while t lives)."""
+    return t._cdata + 8, _storage_addr(t) + 8
 
 
 def _storage_addr(t):
@@ -55,8 +68,7 @@ def _storage_addr(t):
 def _counters(t):
     """ctypes words over the strong reference counts of t's TensorImpl and
     StorageImpl (valid while t lives)."""
-    return (ctypes.c_size_t.from_address(t._cdata + 8),
-            ctypes.c_size_t.from_address(_storage_addr(t) + 8))
+    return tuple(ctypes.c_size_t.from_address(a) for a in _addrs(t))
 
 
 def _counts_readable(torch):
@@ -110,17 +122,23 @@ class _Entry:
     tensors (those reach the slot, through numpy, by C references a
     garbage collector cannot follow), so dropping it frees them."""
 
-    __slots__ = ("slot", "k", "spans", "items", "ts", "meta", "free0", "free1")
+    __slots__ = ("slot", "k", "spans", "sig", "items", "ts", "addrs", "meta", "free0",
+                 "free1", "drop")
 
     def __init__(self, slot, k, spans, items):
         self.slot = slot
         self.k = k             # the slot's number (struct feed_batch_desc)
         self.spans = spans
+        # the spans and the C batch as native u64s: what feedclient._fastiter
+        # compares with a delivery's
+        self.sig = struct.pack(f"={len(spans) + 1}Q", *spans, slot.b)
         self.items = items
         self.ts = tuple((t,) + _counters(t) for t in items.values())
+        self.addrs = tuple(a for t in items.values() for a in _addrs(t))   # C's snapshot
         self.meta = _meta(items)
         self.free0 = None
         self.free1 = None
+        self.drop = None       # settle(): dropped, or C's twin of it
 
 
 def _meta(items):
@@ -166,8 +184,12 @@ def _whole(e, batch):
 
 def settle(e):
     """Records e's counts as they are with nothing but the cache holding it
-    (called with no Batch of it made yet, and no local reference left)."""
-    e.free0 = _snapshot(e)
+    (called with no Batch of it made yet, and no local reference left),
+    and which dropped() compares them: C's when feedclient._fastiter
+    loaded (its snapshot() counts its own way), else this module's."""
+    c = C
+    e.free0 = c.snapshot(e) if c is not None else _snapshot(e)
+    e.drop = c.dropped if c is not None else dropped
     one = list(e.free0)
     one[0] += 1                    # the dying Batch's _slot
     for k in range(1, len(one), 3):

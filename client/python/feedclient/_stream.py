@@ -25,6 +25,7 @@ import weakref
 from . import _lib
 from . import _reuse
 from ._lib import lib
+from ._native import fastiter as _fastiter
 from .errors import class_for
 from ._conn import _fields
 from ._batch import _FieldPlan, _cuda_device, batch_samples as _batch_samples
@@ -41,6 +42,11 @@ def _after_fork_in_child():
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# feedclient._fastiter's release of a batch (_reuse's dropped in C) calls
+# feed_release itself and reads _fork_gen here
+if _fastiter is not None:
+    _fastiter._setup(ctypes.cast(lib.feed_release, ctypes.c_void_p).value, globals())
 
 
 class _Slot:

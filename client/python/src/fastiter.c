@@ -21,13 +21,20 @@
  * st is None then, is never called), and the addresses of its out buffers
  * (bp, and the descriptor with the spans after it).
  *
+ * A batch's end (feedclient._reuse.dropped, from Batch.__del__ on any
+ * thread) in C too: dropped() and the counts it compares, snapshot(), for
+ * the entries settled with them (_Entry.drop says which pair an entry
+ * uses: the counts of one are not the other's).
+ *
  * Limited API (abi3, CPython >= 3.11): one build serves every interpreter.
  * Threads: the Loader's thread, the GIL held except in feed_next_desc. */
 #define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 #include <structmember.h>
 
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 typedef int (*next_desc_fn)(void *st, int timeout_ms, uint64_t note_ns, void **ret,
@@ -46,8 +53,9 @@ typedef struct {
 	void **bp;             /* the stream's bp (c_void_p) */
 	uint64_t *desc;        /* its descriptor, then 2 words per field */
 	uint32_t nspans;
+	unsigned long forks;   /* forks when armed */
 	PyObject *acquire, *release;   /* the Loader's lock's bound methods */
-	PyObject *batch_type, *torch, *fork_dict;
+	PyObject *batch_type, *torch;
 	/* the stream's, fixed while its st is the armed one */
 	PyObject *s_acq, *s_rel;       /* its lock's (refs and held) */
 	PyObject *slots, *append;      /* its deque of slots delivered, and append */
@@ -56,12 +64,27 @@ typedef struct {
 } Iter;
 
 /* interned names and constants, made once */
-static PyObject *s_closed, *s_fork_gen, *s_gen, *s_st, *s_note_ns, *s_cache, *s_spans,
+static PyObject *s_sig, *s_fork_gen, *s_gen, *s_st, *s_note_ns, *s_cache,
 	*s_slot, *s_b, *s_held, *s_lock, *s_refs, *s_slots, *s_ref, *s_slots_max, *s_items,
 	*s__slot, *s__entry, *s_epoch, *s_index, *s_padded, *s__torch, *s_replaced, *s_dropped,
 	*s__box, *s_tidy, *s_append, *s__next, *s__delivered, *s__check, *s_acquire,
 	*s_release;
 static PyObject *args_false, *zero, *empty;
+static PyObject *s_stream, *s_reuse_lock, *s_ts, *s_addrs, *s_meta, *s_free1, *s_k, *s_shape,
+	*s_stride, *s_storage_offset, *s_requires_grad, *s_close, *s_stream_fork_gen;
+
+/* forks of this process, counted in each child (an iterator armed before
+ * one does not run in the child: the stream is the parent's) */
+static volatile unsigned long forks;
+
+static void forked_child(void)
+{
+	forks++;
+}
+
+/* set by _setup(): feed_release, and feedclient._stream's globals (_fork_gen) */
+static int (*feed_release_fn)(void *b);
+static PyObject *stream_globals;
 
 /* *slot = v (a new reference), the old one dropped after */
 #define SET_REF(slot, v) do { PyObject *old_ = (PyObject *)(slot); (slot) = (v); \
@@ -132,27 +155,17 @@ static int lock_try(Iter *it)
 }
 
 /* Whether the fast path may run now (the Loader's lock held): what
- * _EpochIter._next checks before its reuse path, all false. 1 yes, 0 no,
- * -1 error. */
+ * _EpochIter._next checks before its reuse path, all false (a closed
+ * Loader has a new _gen; a forked child counted a fork since _arm). 1 yes,
+ * 0 no, -1 error. */
 static int may_run(Iter *it)
 {
-	PyObject *g, *fg;
-	int t, eq;
+	PyObject *g;
+	int eq;
 
-	if (!it->fn || !it->fast || it->fast != Py_True || it->pending != Py_None ||
+	if (!it->fn || it->forks != forks || it->fast != Py_True || it->pending != Py_None ||
 	    it->done != Py_False)
 		return 0;
-	t = is_true_attr(it->loader, s_closed);
-	if (t)
-		return t < 0 ? -1 : 0;
-	g = PyObject_GetAttr(it->loader, s_fork_gen);
-	if (!g)
-		return -1;
-	fg = PyDict_GetItem(it->fork_dict, s_fork_gen);   /* borrowed */
-	eq = fg ? PyObject_RichCompareBool(g, fg, Py_EQ) : 0;
-	Py_DECREF(g);
-	if (eq <= 0)
-		return eq;
 	g = PyObject_GetAttr(it->loader, s_gen);
 	if (!g)
 		return -1;
@@ -169,54 +182,37 @@ static int may_run(Iter *it)
 }
 
 /* The entry of the slot just delivered when its tensors can be handed out
- * as they are (the same addresses, the same C batch), taken out of the
+ * as they are (the same addresses, the same C batch: its sig, the spans
+ * then the batch as native u64s, is this delivery's), taken out of the
  * cache; NULL with no error when not (the Python path decides then). */
 static PyObject *cached_entry(Iter *it, PyObject *cache)
 {
-	uint64_t *desc = it->desc, *spans = desc + DESC_WORDS;
-	PyObject *key, *e, *sp = NULL, *slot = NULL, *b = NULL;
-	Py_ssize_t n;
-	int ok = 0;
+	uint64_t *desc = it->desc;
+	size_t n = 2 * (size_t)it->nspans;
+	PyObject *key, *e, *sig;
+	char *p;
+	Py_ssize_t len;
+	int ok;
 
 	key = PyLong_FromUnsignedLongLong(desc[3]);
 	if (!key)
 		return NULL;
 	e = PyDict_GetItem(cache, key);   /* borrowed */
-	if (!e)
-		goto out;
-	sp = PyObject_GetAttr(e, s_spans);
-	if (!sp || !PyList_Check(sp))
-		goto out;
-	n = PyList_Size(sp);
-	if (n != 2 * (Py_ssize_t)it->nspans)
-		goto out;
-	for (Py_ssize_t i = 0; i < n; i++) {
-		unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GetItem(sp, i));
-
-		if (v == (unsigned long long)-1 && PyErr_Occurred())
-			goto out;
-		if (v != spans[i])
-			goto out;
-	}
-	slot = PyObject_GetAttr(e, s_slot);
-	b = slot ? PyObject_GetAttr(slot, s_b) : NULL;
-	if (!b)
-		goto out;
-	{
-		unsigned long long bv = PyLong_AsUnsignedLongLong(b);
-
-		if (bv == (unsigned long long)-1 && PyErr_Occurred())
-			goto out;
-		ok = bv == (unsigned long long)(uintptr_t)*it->bp;
-	}
-out:
-	Py_XDECREF(sp);
-	Py_XDECREF(slot);
-	Py_XDECREF(b);
-	if (PyErr_Occurred()) {
+	if (!e) {
 		Py_DECREF(key);
 		return NULL;
 	}
+	sig = PyObject_GetAttr(e, s_sig);
+	if (!sig || PyBytes_AsStringAndSize(sig, &p, &len) < 0) {
+		Py_XDECREF(sig);
+		Py_DECREF(key);
+		return NULL;
+	}
+	ok = (size_t)len == (n + 1) * sizeof(uint64_t) &&
+	     memcmp(p, desc + DESC_WORDS, n * sizeof(uint64_t)) == 0 &&
+	     memcmp(p + n * sizeof(uint64_t), &(uint64_t){(uintptr_t)*it->bp},
+		    sizeof(uint64_t)) == 0;
+	Py_DECREF(sig);
 	if (!ok) {
 		Py_DECREF(key);
 		return NULL;
@@ -423,19 +419,19 @@ static int lock_methods(PyObject *lock, PyObject **acq, PyObject **rel)
 	return 0;
 }
 
-/* _arm(fn, st, st_ptr, bp, desc, nspans, lock, batch_type, torch,
- *      fork_globals): the stream is self._stream, set before */
+/* _arm(fn, st, st_ptr, bp, desc, nspans, lock, batch_type, torch): the
+ * stream is self._stream, set before */
 static PyObject *iter_arm(PyObject *self, PyObject *args)
 {
 	Iter *it = (Iter *)self;
 	unsigned long long fn, st_ptr, bp, desc;
 	unsigned int nspans;
-	PyObject *st, *lock, *batch_type, *torch, *fork_dict, *slock, *slots, *append, *cache;
+	PyObject *st, *lock, *batch_type, *torch, *slock, *slots, *append, *cache;
 	PyObject *max;
 	Py_ssize_t slots_max;
 
-	if (!PyArg_ParseTuple(args, "KOKKKIOOOO!", &fn, &st, &st_ptr, &bp, &desc, &nspans,
-			      &lock, &batch_type, &torch, &PyDict_Type, &fork_dict))
+	if (!PyArg_ParseTuple(args, "KOKKKIOOO", &fn, &st, &st_ptr, &bp, &desc, &nspans,
+			      &lock, &batch_type, &torch))
 		return NULL;
 	if (!fn || !st_ptr || !bp || !desc || !it->stream) {
 		PyErr_SetString(PyExc_ValueError, "_arm: a NULL address or no _stream");
@@ -481,12 +477,11 @@ static PyObject *iter_arm(PyObject *self, PyObject *args)
 	SET_REF(it->batch_type, batch_type);
 	Py_INCREF(torch);
 	SET_REF(it->torch, torch);
-	Py_INCREF(fork_dict);
-	SET_REF(it->fork_dict, fork_dict);
 	it->st_ptr = (void *)(uintptr_t)st_ptr;
 	it->bp = (void **)(uintptr_t)bp;
 	it->desc = (uint64_t *)(uintptr_t)desc;
 	it->nspans = nspans;
+	it->forks = forks;
 	it->fn = (next_desc_fn)(uintptr_t)fn;
 	Py_RETURN_NONE;
 }
@@ -495,6 +490,288 @@ static PyObject *iter_armed(PyObject *self, PyObject *unused)
 {
 	(void)unused;
 	return PyBool_FromLong(((Iter *)self)->fn != NULL);
+}
+
+/* The counts _reuse compares, the C way: the slot's references (less the
+ * held_slot ones the caller holds), then per tensor its references and the
+ * strong counts of its TensorImpl and StorageImpl (e.addrs: the words'
+ * addresses, valid while the tensor lives; low 32 bits, _reuse._STRONG).
+ * A new list, or NULL. */
+static PyObject *snap(PyObject *e, Py_ssize_t held_slot)
+{
+	PyObject *slot, *ts = NULL, *addrs = NULL, *out = NULL;
+	Py_ssize_t n;
+
+	slot = PyObject_GetAttr(e, s_slot);
+	if (!slot)
+		return NULL;
+	ts = PyObject_GetAttr(e, s_ts);
+	addrs = ts ? PyObject_GetAttr(e, s_addrs) : NULL;
+	if (!addrs || !PyTuple_Check(ts) || !PyTuple_Check(addrs) ||
+	    PyTuple_Size(addrs) != 2 * PyTuple_Size(ts)) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "snapshot: an _Entry's ts and addrs disagree");
+		goto out;
+	}
+	n = PyTuple_Size(ts);
+	out = PyList_New(1 + 3 * n);
+	if (!out)
+		goto out;
+	/* less this function's own reference */
+	PyList_SetItem(out, 0, PyLong_FromSsize_t(Py_REFCNT(slot) - 1 - held_slot));
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *row = PyTuple_GetItem(ts, i), *t = row ? PyTuple_GetItem(row, 0) : NULL;
+		unsigned long long a[2];
+
+		if (!t)
+			goto bad;
+		for (int j = 0; j < 2; j++) {
+			a[j] = PyLong_AsUnsignedLongLong(PyTuple_GetItem(addrs, 2 * i + j));
+			if (PyErr_Occurred())
+				goto bad;
+		}
+		PyList_SetItem(out, 1 + 3 * i, PyLong_FromSsize_t(Py_REFCNT(t)));
+		PyList_SetItem(out, 2 + 3 * i, PyLong_FromUnsignedLongLong(
+			*(volatile uint64_t *)(uintptr_t)a[0] & 0xFFFFFFFFu));
+		PyList_SetItem(out, 3 + 3 * i, PyLong_FromUnsignedLongLong(
+			*(volatile uint64_t *)(uintptr_t)a[1] & 0xFFFFFFFFu));
+	}
+	if (PyErr_Occurred())
+		goto bad;
+	goto out;
+bad:
+	Py_CLEAR(out);
+out:
+	Py_DECREF(slot);
+	Py_XDECREF(ts);
+	Py_XDECREF(addrs);
+	return out;
+}
+
+static PyObject *fi_snapshot(PyObject *mod, PyObject *args)
+{
+	PyObject *e;
+	Py_ssize_t held = 0;
+
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "O|n", &e, &held))
+		return NULL;
+	return snap(e, held);
+}
+
+/* _reuse._whole: the dying batch holds each of e's tensors under its own
+ * key, and nothing else. 1, 0, -1. */
+static int whole(PyObject *e, PyObject *batch)
+{
+	PyObject *items = PyObject_GetAttr(e, s_items), *k, *v;
+	Py_ssize_t pos = 0;
+	int ok;
+
+	if (!items)
+		return -1;
+	ok = PyDict_Check(items) && PyDict_Check(batch) && PyDict_Size(batch) == PyDict_Size(items);
+	while (ok && PyDict_Next(items, &pos, &k, &v))
+		ok = PyDict_GetItem(batch, k) == v;
+	Py_DECREF(items);
+	return ok;
+}
+
+/* _reuse._meta(e.items) == e.meta: no tensor's shape, strides, offset or
+ * requires_grad changed in place. 1, 0, -1. */
+static int meta_same(PyObject *e)
+{
+	PyObject *ts = PyObject_GetAttr(e, s_ts), *meta = ts ? PyObject_GetAttr(e, s_meta) : NULL;
+	Py_ssize_t n;
+	int ok;
+
+	if (!meta) {
+		Py_XDECREF(ts);
+		return -1;
+	}
+	ok = PyTuple_Check(ts) && PyList_Check(meta) && PyList_Size(meta) == PyTuple_Size(ts);
+	n = ok ? PyTuple_Size(ts) : 0;
+	for (Py_ssize_t i = 0; ok > 0 && i < n; i++) {
+		PyObject *t = PyTuple_GetItem(PyTuple_GetItem(ts, i), 0);
+		PyObject *m = PyList_GetItem(meta, i), *v[4];
+
+		if (!PyTuple_Check(m) || PyTuple_Size(m) != 4) {
+			ok = 0;
+			break;
+		}
+		v[0] = PyObject_GetAttr(t, s_shape);
+		v[1] = v[0] ? PyObject_CallMethodObjArgs(t, s_stride, NULL) : NULL;
+		v[2] = v[1] ? PyObject_CallMethodObjArgs(t, s_storage_offset, NULL) : NULL;
+		v[3] = v[2] ? PyObject_GetAttr(t, s_requires_grad) : NULL;
+		for (int j = 0; j < 4; j++) {
+			if (ok > 0)
+				ok = v[j] ? PyObject_RichCompareBool(v[j], PyTuple_GetItem(m, j), Py_EQ) : -1;
+			Py_XDECREF(v[j]);
+		}
+	}
+	Py_DECREF(ts);
+	Py_DECREF(meta);
+	return ok;
+}
+
+/* _Stream.release(b): feed_release(b), then the stream's counts; closes the
+ * stream when that was its last reference. 0 or -1. */
+static int stream_release(PyObject *s, PyObject *b)
+{
+	PyObject *fg = PyObject_GetAttr(s, s_stream_fork_gen), *now, *lock, *r;
+	unsigned long long bp;
+	int same, rc, last = 0;
+
+	if (!fg)
+		return -1;
+	now = PyDict_GetItem(stream_globals, s_fork_gen);   /* borrowed */
+	same = now ? PyObject_RichCompareBool(fg, now, Py_EQ) : -1;
+	Py_DECREF(fg);
+	if (same <= 0)
+		return same;   /* a forked child: the slot is the parent's */
+	bp = PyLong_AsUnsignedLongLong(b);
+	if (PyErr_Occurred())
+		return -1;
+	rc = feed_release_fn((void *)(uintptr_t)bp);
+	if (rc < 0)
+		return 0;      /* released already: nothing of ours to count */
+	lock = PyObject_GetAttr(s, s_lock);
+	r = lock ? PyObject_CallMethodObjArgs(lock, s_acquire, NULL) : NULL;
+	if (!r) {
+		Py_XDECREF(lock);
+		return -1;
+	}
+	Py_DECREF(r);
+	rc = attr_add(s, s_held, -1) < 0 || attr_add(s, s_refs, -1) < 0 ? -1 : 0;
+	if (rc == 0) {
+		PyObject *refs = PyObject_GetAttr(s, s_refs);
+
+		rc = refs ? 0 : -1;
+		last = refs && PyLong_AsLong(refs) == 0;
+		Py_XDECREF(refs);
+	}
+	r = PyObject_CallMethodObjArgs(lock, s_release, NULL);
+	Py_DECREF(lock);
+	if (!r)
+		return -1;
+	Py_DECREF(r);
+	if (rc == 0 && last) {
+		r = PyObject_CallMethodObjArgs(s, s_close, NULL);
+		if (!r)
+			return -1;
+		Py_DECREF(r);
+	}
+	return rc;
+}
+
+/* dropped(e, batch): feedclient._reuse.dropped for an entry settled with
+ * snapshot(): when nothing but the dying batch holds e's tensors, the slot
+ * goes back and e into the cache; else nothing here (the _Slot's __del__
+ * releases it with the last tensor). */
+static PyObject *fi_dropped(PyObject *mod, PyObject *args)
+{
+	PyObject *e, *batch, *slot, *s = NULL, *rl = NULL, *r, *now = NULL, *free1 = NULL;
+	int t, ok = 0, fail = 0;
+
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "OO", &e, &batch))
+		return NULL;
+	if (!feed_release_fn) {
+		PyErr_SetString(PyExc_RuntimeError, "feedclient._fastiter: _setup() not called");
+		return NULL;
+	}
+	slot = PyObject_GetAttr(e, s_slot);
+	if (!slot)
+		return NULL;
+	s = PyObject_GetAttr(slot, s_stream);
+	if (!s)
+		goto fail;
+	t = s == Py_None ? 0 : is_true_attr(slot, s_held);
+	if (t <= 0) {
+		fail = t < 0;
+		goto done;
+	}
+	rl = PyObject_GetAttr(s, s_reuse_lock);
+	r = rl ? PyObject_CallMethodObjArgs(rl, s_acquire, NULL) : NULL;
+	if (!r)
+		goto fail;
+	Py_DECREF(r);
+	/* the counts say how many hold each tensor, not who: a tensor moved out
+	 * of the dict (batch.pop("label")) keeps the dict's count */
+	t = is_true_attr(slot, s_held);
+	if (t > 0)
+		t = whole(e, batch);
+	if (t > 0) {
+		now = snap(e, 1);   /* this function holds the slot once */
+		free1 = now ? PyObject_GetAttr(e, s_free1) : NULL;
+		t = free1 ? PyObject_RichCompareBool(now, free1, Py_EQ) : -1;
+	}
+	if (t > 0) {
+		PyObject *st, *b;
+
+		ok = PyObject_SetAttr(slot, s_held, Py_False) == 0;
+		st = ok ? PyObject_GetAttr(s, s_st) : NULL;
+		t = st ? (st != Py_None ? meta_same(e) : 0) : -1;
+		Py_XDECREF(st);
+		if (t > 0) {
+			PyObject *cache = PyObject_GetAttr(s, s_cache);
+			PyObject *k = cache ? PyObject_GetAttr(e, s_k) : NULL;
+
+			t = k && PyObject_SetItem(cache, k, e) == 0 ? 1 : -1;
+			Py_XDECREF(cache);
+			Py_XDECREF(k);
+		}
+		b = t >= 0 ? PyObject_GetAttr(slot, s_b) : NULL;
+		t = b && stream_release(s, b) == 0 ? 0 : -1;
+		Py_XDECREF(b);
+	}
+	fail = t < 0;
+	/* the lock goes whatever happened, an error kept across the call */
+	{
+		PyObject *et, *ev, *etb;
+
+		PyErr_Fetch(&et, &ev, &etb);
+		r = PyObject_CallMethodObjArgs(rl, s_release, NULL);
+		if (!r)
+			fail = 1;
+		else
+			Py_DECREF(r);
+		if (et)
+			PyErr_Restore(et, ev, etb);
+	}
+	goto done;
+fail:
+	fail = 1;
+done:
+	Py_XDECREF(now);
+	Py_XDECREF(free1);
+	Py_XDECREF(rl);
+	Py_XDECREF(s);
+	Py_DECREF(slot);
+	if (fail) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError, "feedclient._fastiter.dropped failed");
+		return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
+/* _setup(feed_release's address, feedclient._stream's globals) */
+static PyObject *fi_setup(PyObject *mod, PyObject *args)
+{
+	unsigned long long fn;
+	PyObject *g;
+
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "KO!", &fn, &PyDict_Type, &g))
+		return NULL;
+	if (!fn) {
+		PyErr_SetString(PyExc_ValueError, "_setup: a NULL feed_release");
+		return NULL;
+	}
+	Py_INCREF(g);
+	SET_REF(stream_globals, g);
+	feed_release_fn = (int (*)(void *))(uintptr_t)fn;
+	Py_RETURN_NONE;
 }
 
 static int iter_traverse(PyObject *self, visitproc visit, void *arg)
@@ -515,7 +792,6 @@ static int iter_traverse(PyObject *self, visitproc visit, void *arg)
 	Py_VISIT(it->release);
 	Py_VISIT(it->batch_type);
 	Py_VISIT(it->torch);
-	Py_VISIT(it->fork_dict);
 	Py_VISIT(it->s_acq);
 	Py_VISIT(it->s_rel);
 	Py_VISIT(it->slots);
@@ -542,7 +818,6 @@ static int iter_clear(PyObject *self)
 	Py_CLEAR(it->release);
 	Py_CLEAR(it->batch_type);
 	Py_CLEAR(it->torch);
-	Py_CLEAR(it->fork_dict);
 	Py_CLEAR(it->s_acq);
 	Py_CLEAR(it->s_rel);
 	Py_CLEAR(it->slots);
@@ -611,8 +886,8 @@ static int fastiter_exec(PyObject *m)
 {
 	PyObject *tp;
 	struct { PyObject **p; const char *s; } names[] = {
-		{&s_closed, "_closed"}, {&s_fork_gen, "_fork_gen"}, {&s_gen, "_gen"},
-		{&s_st, "st"}, {&s_note_ns, "note_ns"}, {&s_cache, "cache"}, {&s_spans, "spans"},
+		{&s_sig, "sig"}, {&s_fork_gen, "_fork_gen"}, {&s_gen, "_gen"},
+		{&s_st, "st"}, {&s_note_ns, "note_ns"}, {&s_cache, "cache"}, 
 		{&s_slot, "slot"}, {&s_b, "b"}, {&s_held, "held"}, {&s_lock, "lock"},
 		{&s_refs, "refs"}, {&s_slots, "slots"}, {&s_ref, "ref"},
 		{&s_slots_max, "slots_max"}, {&s_items, "items"}, {&s__slot, "_slot"},
@@ -621,6 +896,11 @@ static int fastiter_exec(PyObject *m)
 		{&s_dropped, "dropped"}, {&s__box, "_box"}, {&s_tidy, "tidy"},
 		{&s_append, "append"}, {&s__next, "_next"}, {&s__delivered, "_delivered"},
 		{&s__check, "_check"}, {&s_acquire, "acquire"}, {&s_release, "release"},
+		{&s_stream, "stream"}, {&s_reuse_lock, "reuse_lock"}, {&s_ts, "ts"},
+		{&s_addrs, "addrs"}, {&s_meta, "meta"}, {&s_free1, "free1"}, {&s_k, "k"},
+		{&s_shape, "shape"}, {&s_stride, "stride"}, {&s_storage_offset, "storage_offset"},
+		{&s_requires_grad, "requires_grad"}, {&s_close, "_close"},
+		{&s_stream_fork_gen, "fork_gen"},
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -631,6 +911,10 @@ static int fastiter_exec(PyObject *m)
 	empty = PyTuple_New(0);
 	if (!args_false || !zero || !empty)
 		return -1;
+	if (pthread_atfork(NULL, NULL, forked_child) != 0) {
+		PyErr_SetString(PyExc_RuntimeError, "feedclient._fastiter: pthread_atfork failed");
+		return -1;
+	}
 	tp = PyType_FromSpec(&iter_spec);
 	if (!tp)
 		return -1;
@@ -646,11 +930,22 @@ static PyModuleDef_Slot fastiter_slots[] = {
 	{0, NULL},
 };
 
+static PyMethodDef fastiter_methods[] = {
+	{"snapshot", fi_snapshot, METH_VARARGS,
+	 "snapshot(entry, held_slot=0): the counts dropped() compares (feedclient._reuse)."},
+	{"dropped", fi_dropped, METH_VARARGS,
+	 "dropped(entry, batch): feedclient._reuse.dropped for entries settled with snapshot()."},
+	{"_setup", fi_setup, METH_VARARGS,
+	 "_setup(feed_release address, feedclient._stream globals)."},
+	{NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef fastiter_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "feedclient._fastiter",
-	.m_doc = "next() of a feedclient Loader with a batch ready, in C.",
+	.m_doc = "next() of a feedclient Loader with a batch ready, and its release, in C.",
 	.m_size = 0,
+	.m_methods = fastiter_methods,
 	.m_slots = fastiter_slots,
 };
 
