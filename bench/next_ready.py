@@ -35,6 +35,7 @@ bench/README.md.
 """
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -110,6 +111,25 @@ class Lane:
             self.rel.append((t2 - t1) * 1e6)
 
 
+class Floor:
+    """The machine's floor: next() of an iterator that does nothing
+    (itertools.repeat), after a step of its own, as the lanes'."""
+
+    path = "floor"
+
+    def __init__(self):
+        self.us, self.rel, self.in_next, self.b = [], [0.0], 0.0, None
+        self.it = itertools.repeat({"image": None})
+
+    def step(self, i, args):
+        t0 = time.perf_counter()
+        nb = next(self.it)
+        t1 = time.perf_counter()
+        del nb
+        if i >= 4:
+            self.us.append((t1 - t0) * 1e6)
+
+
 @contextlib.contextmanager
 def native(path):
     """feedclient._fastiter on (path "c") or off ("python") for what runs
@@ -131,13 +151,13 @@ def run(sock, args, convert_on, paths):
               cutmix_alpha=1.0, num_classes=1000, credits=4, convert_on=convert_on)
     with contextlib.ExitStack() as stack:
         lanes = [Lane(stack.enter_context(feedclient.Loader("ds", args.batch, **kw)), p)
-                 for p in paths]
+                 for p in paths if p != "floor"] + [Floor() for p in paths if p == "floor"]
         t_start = time.perf_counter()
         for i in range(args.batches):
             for lane in lanes if i % 2 == 0 else lanes[::-1]:
                 lane.step(i, args)
                 spin(args.step_ms)
-                if args.loop == "del":   # `b = next(it); step(b); del b`
+                if args.loop == "del" and lane.path != "floor":   # `b = next(it); step(b); del b`
                     t3 = time.perf_counter()
                     lane.b = None
                     t4 = time.perf_counter()
@@ -151,11 +171,12 @@ def run(sock, args, convert_on, paths):
         out = []
         for k, lane in enumerate(lanes):
             lane.us.sort()
-            st = streams[k:k + 1] if len(streams) == len(lanes) else []
+            st = streams[k:k + 1] if lane.path != "floor" and len(streams) == len(lanes) - (
+                lanes[-1].path == "floor") else []
             out.append({"convert_on": convert_on, "path": lane.path,
                         "next_us_p50": statistics.median(lane.us),
                         "next_us_p99": lane.us[int(0.99 * (len(lane.us) - 1))],
-                        "release_us_p50": statistics.median(lane.rel),
+                        "release_us_p50": statistics.median(lane.rel or [0.0]),
                         "loop_wait_pct": 100 * lane.in_next / wall,
                         "top_wait_pct": 100 * st[0]["reader_wait_share"] if st else None})
         return out
@@ -180,7 +201,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         proc, sock = serve(args.bin, d, args.size, args.epoch * args.batch, args.workers)
         try:
-            paths = ["c", "python"] if feedclient._epoch._native is not None else ["python"]
+            paths = (["c"] if feedclient._epoch._native is not None else []) + ["python", "floor"]
             out = run(sock, args, "feedd", paths) + run(sock, args, "loader", ["c"])
         finally:
             proc.terminate()
@@ -189,10 +210,15 @@ def main():
         if args.json:
             print(json.dumps(r))
         else:
+            if r["path"] == "floor":
+                print(f"floor (next() of itertools.repeat after the same step): p50 "
+                      f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us")
+                continue
+            top = "-" if r["top_wait_pct"] is None else f"{r['top_wait_pct']:.2f}"
             print(f"convert_on={r['convert_on']:6s} {r['path']:6s} next() with a batch ready: p50 "
                   f"{r['next_us_p50']:.1f} us, p99 {r['next_us_p99']:.1f} us; the previous "
                   f"batch's release p50 {r['release_us_p50']:.1f} us; WAIT% loop "
-                  f"{r['loop_wait_pct']:.2f}, feedctl top {r['top_wait_pct']:.2f}")
+                  f"{r['loop_wait_pct']:.2f}, feedctl top {top}")
     return 0
 
 

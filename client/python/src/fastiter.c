@@ -419,6 +419,45 @@ static int lock_methods(PyObject *lock, PyObject **acq, PyObject **rel)
 	return 0;
 }
 
+/* The stream's objects the ready path uses (self._stream's): its
+ * slots_max, cache, deque of slots and its append, its lock's methods.
+ * 0 or -1. */
+static int arm_stream(Iter *it)
+{
+	PyObject *max, *cache, *slots, *append, *slock;
+	int r;
+
+	max = PyObject_GetAttr(it->stream, s_slots_max);
+	if (!max)
+		return -1;
+	it->slots_max = PyLong_AsSsize_t(max);
+	Py_DECREF(max);
+	if (it->slots_max < 0 && PyErr_Occurred())
+		return -1;
+	cache = PyObject_GetAttr(it->stream, s_cache);
+	if (!cache)
+		return -1;
+	SET_REF(it->cache, cache);
+	if (!PyDict_Check(cache)) {
+		PyErr_SetString(PyExc_TypeError, "_arm: the stream's cache is not a dict");
+		return -1;
+	}
+	slots = PyObject_GetAttr(it->stream, s_slots);
+	if (!slots)
+		return -1;
+	SET_REF(it->slots, slots);
+	append = PyObject_GetAttr(slots, s_append);
+	if (!append)
+		return -1;
+	SET_REF(it->append, append);
+	slock = PyObject_GetAttr(it->stream, s_lock);
+	if (!slock)
+		return -1;
+	r = lock_methods(slock, &it->s_acq, &it->s_rel);
+	Py_DECREF(slock);
+	return r;
+}
+
 /* _arm(fn, st, st_ptr, bp, desc, nspans, lock, batch_type, torch): the
  * stream is self._stream, set before */
 static PyObject *iter_arm(PyObject *self, PyObject *args)
@@ -426,9 +465,7 @@ static PyObject *iter_arm(PyObject *self, PyObject *args)
 	Iter *it = (Iter *)self;
 	unsigned long long fn, st_ptr, bp, desc;
 	unsigned int nspans;
-	PyObject *st, *lock, *batch_type, *torch, *slock, *slots, *append, *cache;
-	PyObject *max;
-	Py_ssize_t slots_max;
+	PyObject *st, *lock, *batch_type, *torch;
 
 	if (!PyArg_ParseTuple(args, "KOKKKIOOO", &fn, &st, &st_ptr, &bp, &desc, &nspans,
 			      &lock, &batch_type, &torch))
@@ -437,40 +474,9 @@ static PyObject *iter_arm(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "_arm: a NULL address or no _stream");
 		return NULL;
 	}
-	max = PyObject_GetAttr(it->stream, s_slots_max);
-	if (!max)
+	it->fn = NULL;
+	if (arm_stream(it) < 0 || lock_methods(lock, &it->acquire, &it->release) < 0)
 		return NULL;
-	slots_max = PyLong_AsSsize_t(max);
-	Py_DECREF(max);
-	if (slots_max < 0 && PyErr_Occurred())
-		return NULL;
-	cache = PyObject_GetAttr(it->stream, s_cache);
-	if (!cache)
-		return NULL;
-	if (!PyDict_Check(cache)) {
-		Py_DECREF(cache);
-		PyErr_SetString(PyExc_TypeError, "_arm: the stream's cache is not a dict");
-		return NULL;
-	}
-	SET_REF(it->cache, cache);
-	slots = PyObject_GetAttr(it->stream, s_slots);
-	if (!slots)
-		return NULL;
-	SET_REF(it->slots, slots);
-	append = PyObject_GetAttr(slots, s_append);
-	if (!append)
-		return NULL;
-	SET_REF(it->append, append);
-	slock = PyObject_GetAttr(it->stream, s_lock);
-	if (!slock)
-		return NULL;
-	if (lock_methods(slock, &it->s_acq, &it->s_rel) < 0 ||
-	    lock_methods(lock, &it->acquire, &it->release) < 0) {
-		Py_DECREF(slock);
-		return NULL;
-	}
-	Py_DECREF(slock);
-	it->slots_max = slots_max;
 	Py_INCREF(st);
 	SET_REF(it->st, st);
 	Py_INCREF(batch_type);
@@ -663,14 +669,75 @@ static int stream_release(PyObject *s, PyObject *b)
 	return rc;
 }
 
+/* s.cache[e.k] = e: 1 or -1 */
+static int cache_put(PyObject *s, PyObject *e)
+{
+	PyObject *cache = PyObject_GetAttr(s, s_cache);
+	PyObject *k = cache ? PyObject_GetAttr(e, s_k) : NULL;
+	int t = k && PyObject_SetItem(cache, k, e) == 0 ? 1 : -1;
+
+	Py_XDECREF(cache);
+	Py_XDECREF(k);
+	return t;
+}
+
+/* o.name() with any error set before kept (the call's own dropped then):
+ * 0, or -1 when the call failed. */
+static int call_keeping_error(PyObject *o, PyObject *name)
+{
+	PyObject *et, *ev, *etb, *r;
+
+	PyErr_Fetch(&et, &ev, &etb);
+	r = PyObject_CallMethodObjArgs(o, name, NULL);
+	Py_XDECREF(r);
+	if (et)
+		PyErr_Restore(et, ev, etb);
+	return r ? 0 : -1;
+}
+
+/* dropped()'s decision, s.reuse_lock held and slot held once by the
+ * caller: when nothing but the dying batch holds e's tensors (the counts
+ * say how many hold each, not who: a tensor moved out of the dict,
+ * batch.pop("label"), keeps the dict's count, hence whole()), the slot
+ * goes back and e into the cache unless a tensor changed in place. 1, 0
+ * (kept), -1. */
+static int drop_locked(PyObject *e, PyObject *batch, PyObject *slot, PyObject *s)
+{
+	PyObject *now, *free1, *st, *b;
+	int t = is_true_attr(slot, s_held);
+
+	if (t > 0)
+		t = whole(e, batch);
+	if (t > 0) {
+		now = snap(e, 1);
+		free1 = now ? PyObject_GetAttr(e, s_free1) : NULL;
+		t = free1 ? PyObject_RichCompareBool(now, free1, Py_EQ) : -1;
+		Py_XDECREF(now);
+		Py_XDECREF(free1);
+	}
+	if (t <= 0)
+		return t;
+	if (PyObject_SetAttr(slot, s_held, Py_False) < 0)
+		return -1;
+	st = PyObject_GetAttr(s, s_st);
+	t = st ? (st != Py_None ? meta_same(e) : 0) : -1;
+	Py_XDECREF(st);
+	if (t > 0)
+		t = cache_put(s, e);
+	b = t >= 0 ? PyObject_GetAttr(slot, s_b) : NULL;
+	t = b && stream_release(s, b) == 0 ? 1 : -1;
+	Py_XDECREF(b);
+	return t;
+}
+
 /* dropped(e, batch): feedclient._reuse.dropped for an entry settled with
- * snapshot(): when nothing but the dying batch holds e's tensors, the slot
- * goes back and e into the cache; else nothing here (the _Slot's __del__
- * releases it with the last tensor). */
+ * snapshot(), from Batch.__del__ on any thread: drop_locked() under the
+ * stream's reuse_lock when the slot is still held; else nothing here (the
+ * _Slot's __del__ releases it with the last tensor). */
 static PyObject *fi_dropped(PyObject *mod, PyObject *args)
 {
-	PyObject *e, *batch, *slot, *s = NULL, *rl = NULL, *r, *now = NULL, *free1 = NULL;
-	int t, ok = 0, fail = 0;
+	PyObject *e, *batch, *slot, *s, *rl, *r;
+	int t;
 
 	(void)mod;
 	if (!PyArg_ParseTuple(args, "OO", &e, &batch))
@@ -683,71 +750,19 @@ static PyObject *fi_dropped(PyObject *mod, PyObject *args)
 	if (!slot)
 		return NULL;
 	s = PyObject_GetAttr(slot, s_stream);
-	if (!s)
-		goto fail;
-	t = s == Py_None ? 0 : is_true_attr(slot, s_held);
-	if (t <= 0) {
-		fail = t < 0;
-		goto done;
-	}
-	rl = PyObject_GetAttr(s, s_reuse_lock);
-	r = rl ? PyObject_CallMethodObjArgs(rl, s_acquire, NULL) : NULL;
-	if (!r)
-		goto fail;
-	Py_DECREF(r);
-	/* the counts say how many hold each tensor, not who: a tensor moved out
-	 * of the dict (batch.pop("label")) keeps the dict's count */
-	t = is_true_attr(slot, s_held);
-	if (t > 0)
-		t = whole(e, batch);
+	t = !s ? -1 : s == Py_None ? 0 : is_true_attr(slot, s_held);
 	if (t > 0) {
-		now = snap(e, 1);   /* this function holds the slot once */
-		free1 = now ? PyObject_GetAttr(e, s_free1) : NULL;
-		t = free1 ? PyObject_RichCompareBool(now, free1, Py_EQ) : -1;
+		rl = PyObject_GetAttr(s, s_reuse_lock);
+		r = rl ? PyObject_CallMethodObjArgs(rl, s_acquire, NULL) : NULL;
+		t = r ? drop_locked(e, batch, slot, s) : -1;
+		if (r && call_keeping_error(rl, s_release) < 0)
+			t = -1;
+		Py_XDECREF(r);
+		Py_XDECREF(rl);
 	}
-	if (t > 0) {
-		PyObject *st, *b;
-
-		ok = PyObject_SetAttr(slot, s_held, Py_False) == 0;
-		st = ok ? PyObject_GetAttr(s, s_st) : NULL;
-		t = st ? (st != Py_None ? meta_same(e) : 0) : -1;
-		Py_XDECREF(st);
-		if (t > 0) {
-			PyObject *cache = PyObject_GetAttr(s, s_cache);
-			PyObject *k = cache ? PyObject_GetAttr(e, s_k) : NULL;
-
-			t = k && PyObject_SetItem(cache, k, e) == 0 ? 1 : -1;
-			Py_XDECREF(cache);
-			Py_XDECREF(k);
-		}
-		b = t >= 0 ? PyObject_GetAttr(slot, s_b) : NULL;
-		t = b && stream_release(s, b) == 0 ? 0 : -1;
-		Py_XDECREF(b);
-	}
-	fail = t < 0;
-	/* the lock goes whatever happened, an error kept across the call */
-	{
-		PyObject *et, *ev, *etb;
-
-		PyErr_Fetch(&et, &ev, &etb);
-		r = PyObject_CallMethodObjArgs(rl, s_release, NULL);
-		if (!r)
-			fail = 1;
-		else
-			Py_DECREF(r);
-		if (et)
-			PyErr_Restore(et, ev, etb);
-	}
-	goto done;
-fail:
-	fail = 1;
-done:
-	Py_XDECREF(now);
-	Py_XDECREF(free1);
-	Py_XDECREF(rl);
 	Py_XDECREF(s);
 	Py_DECREF(slot);
-	if (fail) {
+	if (t < 0) {
 		if (!PyErr_Occurred())
 			PyErr_SetString(PyExc_RuntimeError, "feedclient._fastiter.dropped failed");
 		return NULL;
