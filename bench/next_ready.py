@@ -3,35 +3,29 @@
 Loader(device="cpu") with normalize and mixup/cutmix (issue 31 item 5).
 
     PYTHONPATH=client/python /usr/bin/python3 bench/next_ready.py --bin build/bin
-        [--batch 64] [--size 128] [--batches 200] [--step-ms 20] [--workers 2] [--json]
+        [--batch 64] [--size 128] [--batches 200] [--epoch 16] [--step-ms 20]
+        [--workers 2] [--loop for|del] [--json]
 
-Packs a small dataset of random u8 images (size x size x 3) and labels into
-a temporary directory, starts build/bin/feedd on a private socket
-(--workers, 2 by default), and for convert_on="feedd" (the workers convert and mix) and
-"loader" (the loop's thread does, as before) runs a loop that spins
---step-ms after each batch, as a training step would, so the next batch is
-built by the time next() is called; prints the median and 99th percentile
-of next()'s time (us), and WAIT% as feedctl top reads it (status()'s
-reader_wait_share) beside the loop's own (time in next() / wall) for the
-same run.
+Packs a small dataset of random u8 images (size x size x 3, --epoch
+batches of them) and labels into a temporary directory, starts
+build/bin/feedd on a private socket (--workers, 2 by default), and runs a
+loop that spins --step-ms after each batch, as a training step would, so
+the next batch is built by the time next() is called. With
+convert_on="feedd" (the workers convert and mix) the loop steps through
+three lanes in turn, each next() after a step of its own, so that all see
+the same machine at the same time: a Loader whose next() and releases run
+in C (feedclient._fastiter; "c"), one on the Python path ("python"), and
+the machine's floor (next() of itertools.repeat); then one
+convert_on="loader" Loader (the loop's thread converts, as before). For
+each: the median and 99th percentile of next()'s time (us), the median
+time the previous batch's release takes (--loop for, the default: when
+next() returns, as `for b in loader` lets it go; --loop del: after its
+step, before next(), as `del b` does), and WAIT% as feedctl top reads it
+(status()'s reader_wait_share) beside the loop's own (time in next() and
+releases / wall). The first 4 batches, and the next() that ends an
+epoch, are not counted.
 
-Measured (2 shared cores, load average ~1, 6 runs of the command above
-alternating with the package before the change, convert_on="feedd"):
-p50 175 us before next() reused its tensors (issue 31 item 5: ten ctypes
-calls and numpy/torch objects built per batch; runs 132-215), 29 us after
-(runs 17-40); --size 64 --step-ms 5, 3 runs: 138 us before, 15 us after
-(11-44). At load ~2 the same gave 165 us before, 53 us after (an earlier
-state of the change, with ctypes' argument checks). The 20 us target is
-met by some runs, not by the median: after a 20 ms step every part of
-next() runs with cold caches. Where the time goes then (perf_counter_ns
-between the steps of the ready path, p50 at load ~1): the one C call
-feed_next_desc 6-8 us (ctypes' own part: an empty C function costs ~6 us
-then), the Loader's lock with the clock read for WAIT% 3-5 us, reading
-the descriptor 2-5 us, the slot's cache entry and counts 3-5 us, the new
-Batch dict and its attributes 2-4 us, the WAIT% note and unlock 1-2 us;
-the iterator's frames and checks the rest. With a 1 ms step and 8x8
-images (caches warmer): 6 us, 19 us before. Under torch 2.15 (PyPI):
-bench/README.md.
+Measured: bench/README.md (the figures, and where the time goes).
 """
 import argparse
 import contextlib
@@ -101,9 +95,8 @@ class Lane:
                 t0 = time.perf_counter()
                 nb = next(self.it)
             t1 = time.perf_counter()
-            if args.loop == "for":
-                self.b = nb   # `for b in loader`: the previous batch goes once next() returns
-            del nb
+            self.b = nb   # `for b in loader`: the previous batch goes once next() returns
+            del nb        # (--loop del: it went after its step, before next())
             t2 = time.perf_counter()
         self.in_next += t2 - t0
         if i >= 4:   # the first batches are built while the loop waits
