@@ -43,16 +43,16 @@ static int scan_fail(struct pipe_scan *sc, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static int scan_fail(struct pipe_scan *sc, const char *fmt, ...)
 {
-	char what[FEED_ERR_MSG_MAX / 2];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
+	feed_err_vset(sc->err, -EINVAL, fmt, ap);
 	va_end(ap);
 	if (sc->opname)
-		return feed_err_set(sc->err, -EINVAL, "pipeline op %u '%s': %s", sc->opno,
-				    sc->opname, what);
-	return feed_err_set(sc->err, -EINVAL, "pipeline op %u: %s", sc->opno, what);
+		feed_err_prefix(sc->err, "pipeline op %u '%s'", sc->opno, sc->opname);
+	else
+		feed_err_prefix(sc->err, "pipeline op %u", sc->opno);
+	return -EINVAL;
 }
 
 static bool is_ident_char(char c, bool first)

@@ -24,14 +24,13 @@ static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *
 static int plan_fail(const struct pipe_spec *spec, uint32_t i, struct feed_err *err,
 		     const char *fmt, ...)
 {
-	char what[FEED_ERR_MSG_MAX / 2];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
+	feed_err_vset(err, -EINVAL, fmt, ap);
 	va_end(ap);
-	return feed_err_set(err, -EINVAL, "pipeline op %u '%s': %s", i + 1,
-			    pipe_kind_name(spec->ops[i].kind), what);
+	feed_err_prefix(err, "pipeline op %u '%s'", i + 1, pipe_kind_name(spec->ops[i].kind));
+	return -EINVAL;
 }
 
 static bool is_pixel_op(enum pipe_kind k)

@@ -5,15 +5,22 @@
 #include <stdio.h>
 #include <string.h>
 
-int feed_err_set(struct feed_err *err, int code, const char *fmt, ...)
+int feed_err_vset(struct feed_err *err, int code, const char *fmt, va_list ap)
 {
 	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
 		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
 		err->code = code;
 	}
+	return code;
+}
+
+int feed_err_set(struct feed_err *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	feed_err_vset(err, code, fmt, ap);
+	va_end(ap);
 	return code;
 }
 

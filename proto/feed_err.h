@@ -9,6 +9,7 @@
 #ifndef FEED_ERR_H
 #define FEED_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #define FEED_ERR_MSG_MAX 512
@@ -22,6 +23,11 @@ struct feed_err {
  * so callers write `return feed_err_set(err, -EINVAL, "...", ...);`. */
 int feed_err_set(struct feed_err *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* feed_err_set with the arguments as a va_list: for helpers that take a
+ * format and add their own context with feed_err_prefix. */
+int feed_err_vset(struct feed_err *err, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 /* Prefixes the message already in err with "prefix: " (e.g. a file name
  * the inner call did not know). Returns err->code, or 0 if err is NULL. */

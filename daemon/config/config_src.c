@@ -20,17 +20,17 @@
 int cfg_key_err(const struct cfg_src *src, struct feed_err *err, const char *key,
 		const char *fmt, ...)
 {
-	char what[FEED_ERR_MSG_MAX / 2];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
+	feed_err_vset(err, -EINVAL, fmt, ap);
 	va_end(ap);
 	unsigned line = src->file ? cfg_yaml_line(src->text, src->len, key, false) : 0;
 	if (line)
-		return feed_err_set(err, -EINVAL, "%s:%u: %s: %s", src->file, line, key, what);
-	return feed_err_set(err, -EINVAL, "%s: %s: %s", src->file ? src->file : "config", key,
-			    what);
+		feed_err_prefix(err, "%s:%u: %s", src->file, line, key);
+	else
+		feed_err_prefix(err, "%s: %s", src->file ? src->file : "config", key);
+	return -EINVAL;
 }
 
 bool cfg_err_keep(const struct cfg_src *src, int r, const struct feed_err *err)

@@ -334,8 +334,13 @@ static PyObject *ready(Iter *it)
 			Py_DECREF(e);
 			if (!batch)
 				return NULL;
-			if (it->desc[0] != PyLong_AsUnsignedLongLong(it->epoch)) {
-				PyObject *s = PyObject_GetAttr(batch, s__slot), *out;
+			/* another epoch's batch: _check raises, naming both */
+			if (!PyLong_Check(it->epoch) ||
+			    it->desc[0] != PyLong_AsUnsignedLongLong(it->epoch)) {
+				PyObject *s, *out;
+
+				PyErr_Clear();   /* a negative _epoch: not this batch's */
+				s = PyObject_GetAttr(batch, s__slot);
 
 				out = s ? meth((PyObject *)it, s__check, batch, s) : NULL;
 				Py_XDECREF(s);
