@@ -86,6 +86,10 @@ static const char *make_dataset(void)
 	return dir;
 }
 
+#ifndef FEED_TEST_FATBIN
+#define FEED_TEST_FATBIN 0   /* no nvcc: no kernels, the tests skip */
+#endif
+
 /* feedd on both doubles, its nvJPEG counters in a file; false (skip) when
  * the driver double is not usable in this build. */
 static bool start(const struct fake_nvjpeg_stats **ret_stats)
@@ -99,6 +103,8 @@ static bool start(const struct fake_nvjpeg_stats **ret_stats)
 	setenv("FAKE_CUDA_EVENTS", "auto", 1);
 	ck_assert_int_eq(feed_gpu_query(&gi), 0);
 	if (!gi.kernels) {
+		ck_assert_msg(!FEED_TEST_FATBIN, "the driver double is not usable in a build with "
+			      "kernels: %s", gi.reason);
 		fprintf(stderr, "skipped: %s\n", gi.reason);
 		return false;
 	}

@@ -76,6 +76,9 @@ set_target_properties(fake_nvjpeg PROPERTIES C_VISIBILITY_PRESET hidden)
 # hybrid JPEG decode in a stream with device slots, on both doubles
 feed_integration_test(hybrid_stream feed_core feed_format)
 add_dependencies(check_hybrid_stream fake_cuda fake_nvjpeg)
+if(FEED_NVCC)   # kernels embedded: the double must be usable (no skip)
+  target_compile_definitions(check_hybrid_stream PRIVATE FEED_TEST_FATBIN=1)
+endif()
 set_tests_properties(integration_hybrid_stream PROPERTIES FIXTURES_REQUIRED image_fixtures
   ENVIRONMENT
   "${FEED_TEST_ENV};FEED_FAKE_CUDA=$<TARGET_FILE:fake_cuda>;FEED_FAKE_NVJPEG=$<TARGET_FILE:fake_nvjpeg>")

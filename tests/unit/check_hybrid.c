@@ -77,6 +77,23 @@ static uint8_t *fixture(const char *name, size_t *ret_len)
 	return p;
 }
 
+#ifndef FEED_TEST_FATBIN
+#define FEED_TEST_FATBIN 0
+#endif
+
+/* Whether the driver double is usable; false only in a build without
+ * kernels (no nvcc: FEED_TEST_FATBIN 0), where the test is skipped, saying
+ * so: with the fatbin embedded, not usable is a failure. */
+static bool double_usable(void)
+{
+	if (cudrv_get()->info.usable)
+		return true;
+	ck_assert_msg(!FEED_TEST_FATBIN, "the driver double is not usable in a build with "
+		      "kernels: %s", cudrv_get()->info.reason);
+	fprintf(stderr, "skipped: %s\n", cudrv_get()->info.reason);
+	return false;
+}
+
 /* A decoder on the doubles, or NULL (skip) when this build's driver double
  * is not usable (no kernels). */
 static struct hyb_dec *dec_new(void)
@@ -84,10 +101,8 @@ static struct hyb_dec *dec_new(void)
 	struct feed_err err = {0};
 	struct hyb_dec *d = NULL;
 	use_doubles();
-	if (!cudrv_get()->info.usable) {
-		fprintf(stderr, "skipped: %s\n", cudrv_get()->info.reason);
+	if (!double_usable())
 		return NULL;
-	}
 	ck_assert_ptr_null(hyb_unusable_reason());
 	ck_assert_int_eq(hyb_dec_new(njl_get(), cudrv_get(), 0, &d, &err), 0);
 	return d;
@@ -232,7 +247,7 @@ START_TEST(test_hybrid_create_failure_names_the_call)
 	struct hyb_dec *d = NULL;
 	use_doubles();
 	setenv("FAKE_NVJPEG_CREATE", "8", 1);
-	if (!cudrv_get()->info.usable)
+	if (!double_usable())
 		return;
 	ck_assert_int_eq(hyb_dec_new(njl_get(), cudrv_get(), 0, &d, &err), -EIO);
 	ck_assert_ptr_null(d);
