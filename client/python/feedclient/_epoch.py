@@ -2,7 +2,11 @@
 feed_next() in slices so Ctrl-C gets through, the timeout and its
 diagnosis, on_error="skip"'s warning, and transform= running ahead on the
 Loader's pool (its threads never call into the stream, only drop
-batches). Runs on the Loader's thread with its lock held."""
+batches). Runs on the Loader's thread with its lock held. With a batch
+ready on a stream that reuses its tensors, next() runs in C
+(feedclient._fastiter, whose Iter type _EpochIter derives from: it does
+_next's reuse path and calls _next, _delivered and _check for the rest);
+the attributes below are then that type's members, set once here."""
 
 import collections
 import concurrent.futures
