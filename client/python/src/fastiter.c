@@ -27,7 +27,8 @@
  * uses: the counts of one are not the other's).
  *
  * Limited API (abi3, CPython >= 3.11): one build serves every interpreter.
- * Threads: the Loader's thread, the GIL held except in feed_next_desc. */
+ * Threads: Iter's next() on the Loader's thread, dropped() on any (as
+ * Batch.__del__); the GIL held throughout except in feed_next_desc. */
 #define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 #include <structmember.h>
@@ -37,10 +38,29 @@
 #include <string.h>
 #include <time.h>
 
-typedef int (*next_desc_fn)(void *st, int timeout_ms, uint64_t note_ns, void **ret,
-			    uint64_t *desc, uint64_t *spans, uint32_t nfields);
+#include "feed/stream.h"
 
-enum { DESC_WORDS = 7 };   /* struct feed_batch_desc (feed/stream.h) */
+/* feed_next_desc, and feed_release, called through the addresses ctypes
+ * gives (the libfeedclient it loaded; this module never links it) */
+typedef int (*next_desc_fn)(struct feed_stream *st, int timeout_ms, uint64_t note_ns,
+			    struct feed_batch **ret, struct feed_batch_desc *desc,
+			    struct feed_field_span *spans, uint32_t nfields);
+typedef int (*release_fn)(struct feed_batch *b);
+
+/* The stream's out buffer (feedclient._stream: one c_uint64 array) is the
+ * descriptor's words, then each field's span: read here as words. */
+enum { DESC_WORDS = 7 };
+_Static_assert(sizeof(struct feed_batch_desc) == DESC_WORDS * sizeof(uint64_t) &&
+	       offsetof(struct feed_batch_desc, epoch) == 0 &&
+	       offsetof(struct feed_batch_desc, index) == 8 &&
+	       offsetof(struct feed_batch_desc, nsamples) == 16 &&
+	       offsetof(struct feed_batch_desc, slot) == 24 &&
+	       offsetof(struct feed_batch_desc, padded) == 32 &&
+	       offsetof(struct feed_batch_desc, nreplaced) == 40 &&
+	       offsetof(struct feed_batch_desc, ndropped) == 48,
+	       "struct feed_batch_desc is not what feedclient._stream lays out");
+_Static_assert(sizeof(struct feed_field_span) == 2 * sizeof(uint64_t),
+	       "struct feed_field_span is not two words");
 
 typedef struct {
 	PyObject_HEAD
@@ -49,8 +69,8 @@ typedef struct {
 	/* armed: all set, or fn NULL */
 	next_desc_fn fn;
 	PyObject *st;          /* the stream's c_void_p when armed */
-	void *st_ptr;
-	void **bp;             /* the stream's bp (c_void_p) */
+	struct feed_stream *st_ptr;
+	struct feed_batch **bp;   /* the stream's bp (c_void_p) */
 	uint64_t *desc;        /* its descriptor, then 2 words per field */
 	uint32_t nspans;
 	unsigned long forks;   /* forks when armed */
@@ -83,7 +103,7 @@ static void forked_child(void)
 }
 
 /* set by _setup(): feed_release, and feedclient._stream's globals (_fork_gen) */
-static int (*feed_release_fn)(void *b);
+static release_fn feed_release_fn;
 static PyObject *stream_globals;
 
 /* *slot = v (a new reference), the old one dropped after */
@@ -322,7 +342,8 @@ static PyObject *ready(Iter *it)
 	if (PyErr_Occurred() || PyObject_SetAttr(it->stream, s_note_ns, zero) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	r = it->fn(it->st_ptr, 0, note, it->bp, it->desc, it->desc + DESC_WORDS, it->nspans);
+	r = it->fn(it->st_ptr, 0, note, it->bp, (struct feed_batch_desc *)it->desc,
+		   (struct feed_field_span *)(it->desc + DESC_WORDS), it->nspans);
 	Py_END_ALLOW_THREADS
 	if (r == 0 && it->desc[5] == 0 && it->desc[6] == 0) {
 		e = cached_entry(it, it->cache);
@@ -488,8 +509,8 @@ static PyObject *iter_arm(PyObject *self, PyObject *args)
 	SET_REF(it->batch_type, batch_type);
 	Py_INCREF(torch);
 	SET_REF(it->torch, torch);
-	it->st_ptr = (void *)(uintptr_t)st_ptr;
-	it->bp = (void **)(uintptr_t)bp;
+	it->st_ptr = (struct feed_stream *)(uintptr_t)st_ptr;
+	it->bp = (struct feed_batch **)(uintptr_t)bp;
 	it->desc = (uint64_t *)(uintptr_t)desc;
 	it->nspans = nspans;
 	it->forks = forks;
@@ -642,7 +663,7 @@ static int stream_release(PyObject *s, PyObject *b)
 	bp = PyLong_AsUnsignedLongLong(b);
 	if (PyErr_Occurred())
 		return -1;
-	rc = feed_release_fn((void *)(uintptr_t)bp);
+	rc = feed_release_fn((struct feed_batch *)(uintptr_t)bp);
 	if (rc < 0)
 		return 0;      /* released already: nothing of ours to count */
 	lock = PyObject_GetAttr(s, s_lock);
@@ -790,7 +811,7 @@ static PyObject *fi_setup(PyObject *mod, PyObject *args)
 	}
 	Py_INCREF(g);
 	SET_REF(stream_globals, g);
-	feed_release_fn = (int (*)(void *))(uintptr_t)fn;
+	feed_release_fn = (release_fn)(uintptr_t)fn;
 	Py_RETURN_NONE;
 }
 
