@@ -182,3 +182,44 @@ def test_a_tensor_popped_from_its_batch_is_never_handed_out_again(fc):
     gc.collect()
     for i, t in kept:
         assert t.tolist() == list(range(B * i, B * (i + 1))), i
+
+
+def test_batches_dropped_on_another_thread_come_back(fc):
+    """A consumer thread checks and drops each batch while the loop fetches
+    the next (the release runs there, next() here, both on the stream):
+    every batch is right when the thread reads it, no slot is detached,
+    and the slots' tensors come back."""
+    import queue
+    import threading
+    q, bad = queue.Queue(maxsize=1), []
+
+    def consume():
+        while (item := q.get()) is not None:
+            i, b = item
+            try:
+                check(b, i)
+            except AssertionError as e:   # reported by the loop's thread
+                bad.append((i, e))
+            del b, item
+    t = threading.Thread(target=consume)
+    t.start()
+    seen, again, n = [], 0, 0
+    try:
+        with loader(fc, credits=3) as ld:
+            for epoch in range(3):
+                for i, b in enumerate(ld):
+                    again += any(b["image"] is r() for r in seen)
+                    seen.append(weakref.ref(b["image"]))
+                    n += 1
+                    q.put((i, b))
+                    del b
+            q.put(None)
+            t.join()
+            assert ld.detached == 0
+    finally:
+        if t.is_alive():
+            q.put(None)
+            t.join()
+    assert not bad, bad[:3]
+    assert n == 3 * (N_SMALL // B)
+    assert again >= n - 5   # past each slot's first delivery, its tensors came back
