@@ -195,7 +195,7 @@ def main():
         proc, sock = serve(args.bin, d, args.size, args.epoch * args.batch, args.workers)
         try:
             paths = (["c"] if feedclient._epoch._native is not None else []) + ["python", "floor"]
-            out = run(sock, args, "feedd", paths) + run(sock, args, "loader", ["c"])
+            out = run(sock, args, "feedd", paths) + run(sock, args, "loader", ["python"])
         finally:
             proc.terminate()
             proc.wait()

@@ -24,8 +24,10 @@ struct feed_err {
 int feed_err_set(struct feed_err *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* feed_err_set with the arguments as a va_list: for helpers that take a
- * format and add their own context with feed_err_prefix. */
+/* feed_err_set with the arguments as a va_list (ap is consumed; the
+ * caller va_ends it): for helpers that take a format and add their own
+ * context with feed_err_prefix. Returns code; never blocks, never
+ * allocates. */
 int feed_err_vset(struct feed_err *err, int code, const char *fmt, va_list ap)
 	__attribute__((format(printf, 3, 0)));
 

@@ -56,12 +56,12 @@ def test_the_c_path_serves_a_plain_loop(fc, calls):
     each epoch's end and a next() that must wait reach Python."""
     epochs, per = 3, N_SMALL // B
     with loader(fc, credits=2) as ld:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             it = iter(ld)
             assert it._armed()
             n = 0
             for i, b in enumerate(it):
-                assert b.index == i and b.epoch == _ and not b.padded
+                assert b.index == i and b.epoch == epoch and not b.padded
                 assert b["label"].tolist() == list(range(B * i, B * (i + 1)))
                 assert b.indices.tolist() == b["label"].tolist()
                 assert b.replaced == () and b.dropped == ()
