@@ -140,3 +140,22 @@ def test_a_forked_child_is_refused(fc):
         os.waitpid(pid, 0)
         assert "forked" in said, said
         assert next(it).index == 1   # the parent's stream is untouched
+
+
+def test_a_closed_stream_leaves_no_tensor_in_an_armed_iterator(fc):
+    """Closing the Loader closes its stream (no batch alive): the tensors
+    cached over its slots go, though an armed iterator that holds the
+    stream's cache outlives it (they view memory being unmapped)."""
+    import gc
+    import weakref
+    ld = loader(fc, credits=2)
+    it = iter(ld)
+    assert it._armed()
+    refs = []
+    for _ in range(4):
+        b = next(it)
+        refs.append(weakref.ref(b["image"]))
+        del b
+    ld.close()
+    gc.collect()
+    assert it is not None and all(r() is None for r in refs)

@@ -243,9 +243,10 @@ class _Stream:
         if self.fork_gen != _fork_gen:
             return
         # st None first: feedclient._fastiter's next() calls only while st
-        # is the object it was armed with, and keeps the cache dict of then
+        # is the object it was armed with; the cache emptied in place, as
+        # an armed iterator holds this dict (not a new one)
         st, conn, self.st, self.conn = self.st, self.conn, None, None
-        self.cache = {}   # tensors over memory about to be unmapped
+        self.cache.clear()   # tensors over memory about to be unmapped
         lib.feed_stream_close(st)   # nothing is held: every batch went first
         lib.feed_disconnect(conn)
 
