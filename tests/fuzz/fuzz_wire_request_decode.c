@@ -26,12 +26,22 @@ static bool fuzz_unknown(const ProtobufCMessage *m)
 		return true;
 	for (unsigned i = 0; i < d->n_fields; i++) {
 		const ProtobufCFieldDescriptor *f = &d->fields[i];
-		const ProtobufCMessage *const *sub = (const void *)((const char *)m + f->offset);
-		if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->label == PROTOBUF_C_LABEL_REPEATED)
-			continue;  /* feed.proto's requests repeat no message */
+		const char *at = (const char *)m + f->offset;
+		if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			/* a stream's mixture sources (repeated MixtureSource) */
+			size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+			const ProtobufCMessage *const *each = *(const ProtobufCMessage *const *const *)at;
+			for (size_t k = 0; k < n; k++)
+				if (each[k] && fuzz_unknown(each[k]))
+					return true;
+			continue;
+		}
 		if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF &&
 		    *(const uint32_t *)((const char *)m + f->quantifier_offset) != f->id)
 			continue;
+		const ProtobufCMessage *const *sub = (const void *)at;
 		if (*sub && fuzz_unknown(*sub))
 			return true;
 	}
