@@ -297,7 +297,10 @@ def main():
         if "feedd" in out and "dataloader" in out:
             f, d = out["feedd"], out["dataloader"]
             out["speedup"] = f["img_per_s"] / d["img_per_s"]
-            out["cpu_ratio"] = d["cpu_s_per_epoch"] / f["cpu_s_per_epoch"]
+            # /proc counts CPU time in clock ticks (10 ms): a tiny set can
+            # leave feedd's side at 0, and then there is no ratio to give
+            out["cpu_ratio"] = (d["cpu_s_per_epoch"] / f["cpu_s_per_epoch"]
+                                if f["cpu_s_per_epoch"] > 0 else None)
         out["loadavg"] = os.getloadavg()
     finally:
         if daemon is not None:
@@ -319,8 +322,9 @@ def report(out, as_json):
             print("%-10s %7.0f img/s  %6.2f CPU s/epoch  channel means %s"
                   % (k, r["img_per_s"], r["cpu_s_per_epoch"], r["channel_means"]))
     if "speedup" in out:
-        print("feedd / dataloader: %.2fx img/s, %.2fx less CPU per epoch"
-              % (out["speedup"], out["cpu_ratio"]))
+        cpu = ("%.2fx less CPU per epoch" % out["cpu_ratio"] if out["cpu_ratio"] is not None
+               else "CPU ratio not measurable (feedd's CPU time below one clock tick)")
+        print("feedd / dataloader: %.2fx img/s, %s" % (out["speedup"], cpu))
     print("load average: %.2f %.2f %.2f" % tuple(out["loadavg"]))
 
 

@@ -79,6 +79,12 @@ def test_bench_tv_recipe_smoke(tmp_path, feed_bin):
         assert abs(r["label_sum"] - 20) < 1e-3, (side, r["label_sum"])
         assert len(r["channel_means"]) == 3
     assert out["speedup"] > 0 and len(out["loadavg"]) == 3
+    # feedd's CPU time can round to 0 ticks on 10 images: then no ratio, never a crash
+    f, d = out["feedd"]["cpu_s_per_epoch"], out["dataloader"]["cpu_s_per_epoch"]
+    if f > 0:
+        assert out["cpu_ratio"] == pytest.approx(d / f)
+    else:
+        assert out["cpu_ratio"] is None
 
 
 def test_bench_tv_recipe_refuses_bad_arguments(tmp_path):
