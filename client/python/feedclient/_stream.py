@@ -91,6 +91,15 @@ class _Stream:
     its own thread. Never in a reference cycle (it points to no Python
     object that points back), so it is freed as soon as its count says."""
 
+    # fixed attributes: next()'s reads (st, note_ns, refs, held, cache...) go
+    # to a slot of the object, not through a dict (feedclient._fastiter's too)
+    __slots__ = ("conn", "st", "fork_gen", "lock", "refs", "held", "slots", "detached",
+                 "batches_per_epoch", "start_epoch", "start_batch", "spare", "credits",
+                 "slots_max", "batch", "pipeline", "dataset_version", "note", "fields", "plan",
+                 "view", "view_ref", "bp", "bp_ref", "desc", "spans", "nspans", "desc_mv",
+                 "note_ns", "note_c", "nspans_c", "reuse", "cache", "reuse_lock",
+                 "device_slots", "device_reason", "pinned")
+
     def __init__(self, conn, st, torch, spare=1, label_dtype=None):
         self.conn = conn
         self.st = st
