@@ -800,6 +800,7 @@ static void dsl_undo(struct dsl *s)
 
 static void dsl_destroy(struct dsl *s)
 {
+	hyb_stream_fini(&s->hyb);
 	dsl_undo(s);
 	free(s);
 }

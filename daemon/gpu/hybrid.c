@@ -486,17 +486,28 @@ int hyb_decode(struct hyb_dec *d, const struct hyb_image *im, uint32_t n, uint32
 /* ------------------------------------------------------------------ */
 /* A stream's hybrid decode                                            */
 
-/* The calling worker's decoder (one device at a time: a worker that
- * builds for a stream on another device remakes it), freed at the
- * thread's end by hyb_tl_key's destructor. */
-static _Thread_local struct hyb_dec *hyb_tl_dec;
-static _Thread_local int hyb_tl_dev = -1;
+/* The calling worker's decoders, one per device it has decoded for (a
+ * worker serving streams on several GPUs keeps each: no remaking at every
+ * switch), freed at the thread's end by hyb_tl_key's destructor, or at
+ * the worker's next decode once no stream of their device is left
+ * (hyb_live). */
+struct hyb_tl {
+	struct hyb_dec *dec[CUDRV_MAX_DEVICES];
+};
+static _Thread_local struct hyb_tl hyb_tl;
 static pthread_key_t hyb_tl_key;
 static pthread_once_t hyb_tl_once = PTHREAD_ONCE_INIT;
+/* relaxed: the hybrid streams of each device (hyb_stream_init to
+ * hyb_stream_fini); a hint for freeing idle decoders, which orders nothing */
+static _Atomic uint32_t hyb_live[CUDRV_MAX_DEVICES];
 
 static void hyb_tl_free(void *p)
 {
-	hyb_dec_free(p);
+	struct hyb_tl *t = p;
+	for (int i = 0; i < CUDRV_MAX_DEVICES; i++) {
+		hyb_dec_free(t->dec[i]);
+		t->dec[i] = NULL;
+	}
 }
 
 static void hyb_tl_make_key(void)
@@ -504,28 +515,49 @@ static void hyb_tl_make_key(void)
 	(void)pthread_key_create(&hyb_tl_key, hyb_tl_free);
 }
 
+static bool hyb_dev_ok(int dev)
+{
+	return dev >= 0 && dev < CUDRV_MAX_DEVICES;
+}
+
 void hyb_stream_init(struct hyb_stream *s, int dev)
 {
 	hyb_sched_init(&s->sched, hyb_unusable_reason());
 	s->dev = dev;
+	if (hyb_dev_ok(dev))
+		atomic_fetch_add_explicit(&hyb_live[dev], 1, memory_order_relaxed);
 }
 
-/* This worker's decoder for dev, made if need be. */
+void hyb_stream_fini(struct hyb_stream *s)
+{
+	if (hyb_dev_ok(s->dev))
+		atomic_fetch_sub_explicit(&hyb_live[s->dev], 1, memory_order_relaxed);
+	s->dev = -1;
+}
+
+/* This worker's decoder for dev, made if need be; its decoders of devices
+ * no stream uses any more are freed first. */
 static struct hyb_dec *hyb_tl_get(int dev, struct feed_err *err)
 {
-	if (hyb_tl_dec && hyb_tl_dev == dev)
-		return hyb_tl_dec;
+	if (!hyb_dev_ok(dev)) {
+		feed_err_set(err, -ENODEV, "device %d: feedd decodes on the first %d", dev,
+			     CUDRV_MAX_DEVICES);
+		return NULL;
+	}
+	for (int i = 0; i < CUDRV_MAX_DEVICES; i++)
+		if (i != dev && hyb_tl.dec[i] &&
+		    atomic_load_explicit(&hyb_live[i], memory_order_relaxed) == 0) {
+			hyb_dec_free(hyb_tl.dec[i]);
+			hyb_tl.dec[i] = NULL;
+		}
+	if (hyb_tl.dec[dev])
+		return hyb_tl.dec[dev];
 	pthread_once(&hyb_tl_once, hyb_tl_make_key);
-	hyb_dec_free(hyb_tl_dec);
-	hyb_tl_dec = NULL;
-	hyb_tl_dev = -1;
-	(void)pthread_setspecific(hyb_tl_key, NULL);
+	(void)pthread_setspecific(hyb_tl_key, &hyb_tl);
 	struct hyb_dec *d;
 	if (hyb_dec_new(njl_get(), cudrv_get(), dev, &d, err) < 0)
 		return NULL;
-	hyb_tl_dec = d;
-	hyb_tl_dev = dev;
-	(void)pthread_setspecific(hyb_tl_key, d);
+	hyb_tl.dec[dev] = d;
 	return d;
 }
 

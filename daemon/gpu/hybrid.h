@@ -14,7 +14,7 @@
  *     (core/augment.h), so the batches are the same order and draws on
  *     either path; only the decoder differs (IDCTs differ: see
  *     tests/gpu/check_nvjpeg_gpu.c for the bounds).
- *   - struct hyb_dec, one per worker and device: nvJPEG's handle (the
+ *   - struct hyb_dec, one per worker and device it decoded for: nvJPEG's handle (the
  *     hardware backend, the JPEG engines of A100/H100/H200, where the device
  *     has one; else the CUDA backend), its batched state and per-image
  *     decode parameters (region of interest: only the crop box is decoded),
@@ -153,8 +153,13 @@ struct hyb_stream {
 };
 
 /* Starts s on device dev: on the CPU, or failed with the process's reason
- * (hyb_unusable_reason) when JPEGs cannot decode on a GPU here. */
+ * (hyb_unusable_reason) when JPEGs cannot decode on a GPU here. Counts s
+ * among dev's hybrid streams until hyb_stream_fini. */
 void hyb_stream_init(struct hyb_stream *s, int dev);
+/* s is gone (no worker decodes for it any more): once dev has no hybrid
+ * stream left, each worker frees its decoder for dev at its next decode
+ * for another device (or at its end). */
+void hyb_stream_fini(struct hyb_stream *s);
 
 /* s in words, into buf (cap bytes; returns buf): "CPU: <why>" once
  * failed, else "nvJPEG: N/8 of each batch" (the share sent now). Any
@@ -163,7 +168,8 @@ const char *hyb_stream_describe(const struct hyb_stream *s, char *buf, size_t ca
 
 /* The builder's hook (struct bld_predecode.run; arg: the hyb_stream): the
  * n images decoded by the calling worker's decoder for the stream's device
- * (made on first use, freed when the worker thread ends), out[k].view set
+ * (one per worker and device, made on first use: see hyb_stream_fini for
+ * when it goes), out[k].view set
  * for each one decoded. A decoder that cannot be made, or a call the
  * device or nvJPEG fails, moves the stream to the CPU for good
  * (hyb_sched_fail, with why) and decodes nothing: the samples decode

@@ -74,6 +74,8 @@ struct fake_nvjpeg_stats {
 	int roi_decodes;      /* ... of a region, not the whole image */
 	int bad_images;       /* images it refused (bad or unsupported) */
 	int device_faults;    /* calls failed by FAKE_NVJPEG_FAIL_AFTER */
+	int destroys;         /* nvjpegDestroy (last: older copies of this layout
+			       * in the tests stop before it) */
 };
 
 static struct fake_nvjpeg_stats local_stats;
@@ -162,6 +164,8 @@ EXPORT nvjpegStatus_t nvjpegCreateEx(int backend, void *dev_alloc, void *pinned_
 
 EXPORT nvjpegStatus_t nvjpegDestroy(struct nvjpegHandle *h)
 {
+	if (h)
+		ADD(destroys);
 	free(h);
 	return ST_SUCCESS;
 }

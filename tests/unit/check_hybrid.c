@@ -29,7 +29,7 @@
 /* fake_nvjpeg.c's counters (same layout) */
 struct fake_nvjpeg_stats {
 	int creates, hardware_creates, batched_calls, images_decoded, roi_decodes, bad_images,
-	    device_faults;
+	    device_faults, destroys;
 };
 
 static void use_doubles(void)
@@ -380,6 +380,51 @@ START_TEST(test_hybrid_decode_device_fault_moves_stream_to_cpu)
 }
 END_TEST
 
+/* A worker building for streams on two GPUs in turn keeps a decoder for
+ * each (nvJPEG's handle, state and buffers are not remade at every
+ * switch), and lets one go once no stream of its device is left. */
+START_TEST(test_hybrid_worker_keeps_a_decoder_per_device)
+{
+	setenv("FAKE_CUDA_DEVICES", "2", 1);
+	use_doubles();
+	if (!double_usable())
+		return;
+	struct hyb_stream a, b;
+	struct bld_pre_image im = {.box = {3, 5, 40, 24}};
+	struct aug_pre out;
+	im.data = fixture("photo_01.jpg", &im.len);
+	hyb_stream_init(&a, 0);
+	hyb_stream_init(&b, 1);
+	ck_assert_str_eq(hyb_sched_reason(&a.sched), "");
+	const struct fake_nvjpeg_stats *nv = nv_stats();
+	for (int round = 0; round < 3; round++) {
+		struct hyb_stream *s[2] = {&a, &b};
+		for (int k = 0; k < 2; k++) {
+			memset(&out, 0, sizeof(out));
+			ck_assert_uint_eq(hyb_stream_run(s[k], &im, 1, 3, &out), 1);
+			same_as_cpu(im.data, im.len, &im.box, 3, &out.view);
+		}
+	}
+	ck_assert_int_eq(nv->creates, 2);   /* one per device, not one per switch */
+	ck_assert_int_eq(nv->destroys, 0);
+	ck_assert_str_eq(hyb_sched_reason(&b.sched), "");
+	/* device 1 has no stream left: its decoder goes at the next decode */
+	hyb_stream_fini(&b);
+	ck_assert_uint_eq(hyb_stream_run(&a, &im, 1, 3, &out), 1);
+	ck_assert_int_eq(nv->destroys, 1);
+	ck_assert_int_eq(nv->creates, 2);
+	/* a new stream there makes one again */
+	hyb_stream_init(&b, 1);
+	ck_assert_uint_eq(hyb_stream_run(&b, &im, 1, 3, &out), 1);
+	same_as_cpu(im.data, im.len, &im.box, 3, &out.view);
+	ck_assert_int_eq(nv->creates, 3);
+	ck_assert_int_eq(nv->destroys, 1);
+	hyb_stream_fini(&a);
+	hyb_stream_fini(&b);
+	free((void *)im.data);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* The decode dispatch's seam (core/augment.h: aug_image_box, aug_pre)  */
 
@@ -490,6 +535,7 @@ static Suite *hybrid_suite(void)
 	tcase_add_test(t, test_hybrid_decode_uses_the_jpeg_engines);
 	tcase_add_test(t, test_hybrid_decode_bad_image_left_to_cpu);
 	tcase_add_test(t, test_hybrid_decode_device_fault_moves_stream_to_cpu);
+	tcase_add_test(t, test_hybrid_worker_keeps_a_decoder_per_device);
 	tcase_add_test(t, test_hybrid_predecoded_image_is_the_samples);
 	suite_add_tcase(s, t);
 	return s;
