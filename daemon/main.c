@@ -43,6 +43,7 @@
 #include "reload.h"
 #include "server.h"
 #include "session.h"
+#include "session_group.h"
 #include "service.h"
 
 static void main_on_closed_signal(uv_handle_t *h)
@@ -257,6 +258,7 @@ static int main_open(struct feedd *f, int sd_fd)
 		log_error(&d->log, "%s", err.msg);
 		return -1;
 	}
+	d->reloaded = ses_groups_reloaded;
 	if (main_caches(d) < 0)
 		return -1;
 	if (main_datasets(d, &err) < 0) {

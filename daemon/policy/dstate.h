@@ -68,6 +68,10 @@ struct dstate {
 	uint64_t requests;         /* requests answered (loop thread) */
 	uint64_t rejected;         /* of those, answered with an Error (loop thread) */
 	bool stopping;             /* a stop signal arrived */
+	void (*reloaded)(struct dstate *d); /* main.c: a reload was applied; what runs
+				    * on the config's figures follows them at once
+				    * (the groups' detach timers:
+				    * ses_groups_reloaded); NULL: none (loop thread) */
 	void (*reload_notify)(struct dstate *d, bool done); /* service.c, while it tells
 				    * systemd: RELOADING=1 as a reload starts,
 				    * READY=1 as it ends; NULL otherwise (loop thread) */

@@ -245,6 +245,8 @@ static void rld_done(struct pool_job *job)
 		r->cfg = NULL;
 		rep.file = d->cfg->file;  /* the same path */
 		bld_limits_set(&d->limits, d->cfg->limits.max_pixels);
+		if (d->reloaded)
+			d->reloaded(d);
 		rld_log_applied(d, &rep);
 	} else {
 		rld_log_refused(d, &rep);

@@ -153,16 +153,19 @@ static uint64_t ses_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* How often a group's timer looks for idle members: a quarter of the
+ * timeout in force (ms, at least 1). */
+static uint64_t ses_group_period(const struct dstate *d)
+{
+	uint64_t every = d->cfg->group_timeout_ms / 4;
+	return every ? every : 1;
+}
+
 static void ses_group_tick(uv_timer_t *t)
 {
 	struct ses_group *g = t->data;
 	uint64_t timeout = g->d->cfg->group_timeout_ms * 1000000ull;
-	uint64_t every = g->d->cfg->group_timeout_ms / 4;
 
-	/* a reload changed group_timeout_ms: tick at the new period from now
-	 * (the change reaches a running group within one old period) */
-	if ((every ? every : 1) != uv_timer_get_repeat(t))
-		uv_timer_start(t, ses_group_tick, every ? every : 1, every ? every : 1);
 	if (dlv_detach_idle(g->dlv, ses_now_ns(), timeout, g->name) == 0)
 		return;
 	for (uint32_t i = 0; i < g->nmembers; i++)
@@ -288,7 +291,7 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 	if (g->nmembers < g->cap || ses_group_grow(g) == 0)
 		g->members[g->nmembers++] = ss;
 	if (!g->started) {
-		uint64_t every = g->d->cfg->group_timeout_ms / 4;
+		uint64_t every = ses_group_period(g->d);
 		g->started = true;
 		g->stat = (struct stats_entry){
 			.kind = "group", .uid = g->uid, .e = g->key.e, .group = g->name,
@@ -301,9 +304,20 @@ uint32_t ses_group_member_open(struct ses_group *g, struct ses_stream *ss)
 		};
 		stats_add(&g->d->stats, &g->stat);
 		dlv_start(g->dlv);
-		uv_timer_start(&g->timer, ses_group_tick, every ? every : 1, every ? every : 1);
+		uv_timer_start(&g->timer, ses_group_tick, every, every);
 	}
 	return n;
+}
+
+void ses_groups_reloaded(struct dstate *d)
+{
+	uint64_t every = ses_group_period(d);
+
+	/* a shorter timeout must not wait for a tick at the old period (a
+	 * quarter of 30 s by default); a longer one must not detach early */
+	for (struct ses_group *g = d->groups; g; g = g->next)
+		if (g->started && uv_timer_get_repeat(&g->timer) != every)
+			uv_timer_start(&g->timer, ses_group_tick, every, every);
 }
 
 void ses_group_member_gone(struct ses_group *g, struct ses_stream *ss)

@@ -85,6 +85,10 @@ uint32_t ses_group_depth(const struct ses_group *g);
 /* The job status and metrics show for the group (its creator's). */
 void ses_group_set_job(struct ses_group *g, const char *job);
 
+/* A reload was applied (dstate.reloaded): every running group's timer
+ * looks for idle members at the new group_timeout_ms's period from now. */
+void ses_groups_reloaded(struct dstate *d);
+
 /* A member's delivery began: starts the group's delivery and its
  * detach timer at the first. ss is listed until ses_group_member_gone().
  * Returns the members now listed. */

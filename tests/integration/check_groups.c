@@ -11,7 +11,8 @@
  * changes no other member's bytes, nor its own later batches; across
  * SIGKILL and SIGTERM restarts each member resumes from its own position
  * and sees every batch exactly once, in order; under load, members that
- * keep releasing are never detached.
+ * keep releasing are never detached; a reload that shortens the group
+ * timeout reaches a running group at once.
  *
  * The dataset is the harness's format with GR_SAMPLES records (image
  * u8[4,4] all i & 0xff, label i64 i), so every sample's bytes are known.
@@ -834,6 +835,75 @@ START_TEST(test_groups_no_detach_under_load)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* A reload that shortens group_timeout_ms reaches a running group at    */
+/* once                                                                 */
+
+/* The group's timer looked for idle members every quarter of the timeout
+ * it started with (30 s here) and took a reload's period only at its next
+ * tick: a member that stopped taking batches held the others up that long
+ * after a reload to 300 ms. Now the first reader goes on within its
+ * deadline (RL_WAIT_MS, far below 30 s) and the idle member is detached
+ * and told. */
+#define RL_WAIT_MS 8000
+
+START_TEST(test_groups_reload_shortens_timeout_at_once)
+{
+	char text[400];
+	struct feed_conn *c[2];
+	struct feed_stream *st[2];
+	struct feed_batch *b;
+	struct feed_reload_result *res = NULL;
+	int r;
+
+	snprintf(gr_dir, sizeof(gr_dir), "%s/g1k", h.dir);
+	h_make_dataset_blocks(gr_dir, GR_SAMPLES, 50);
+	snprintf(text, sizeof(text), "group_timeout_ms: 120000\ndatasets:\n  - name: g1k\n"
+		 "    path: %s\n", gr_dir);
+	const char *cfg = h_write_file("groups.yaml", text);
+	h_start((const char *[]){"--config", cfg, "--workers", "2", NULL});
+	for (int m = 0; m < 2; m++) {
+		struct feed_stream_opts o = gr_opts("slow", 1);
+		c[m] = h_conn_new();
+		st[m] = h_stream_open(c[m], &o);
+	}
+	/* member 1 never takes a batch: the group soon waits for it (member 0
+	 * gets what the group builds ahead, a few batches) */
+	unsigned n = 0;
+	while ((r = feed_next(st[0], 300, &b)) == 0) {
+		ck_assert(gr_bytes_ok(b));
+		ck_assert_int_eq(feed_release(b), 0);
+		ck_assert_uint_lt(++n, GR_BATCHES / 2);
+	}
+	ck_assert_msg(r == -ETIMEDOUT, "feed_next: %s: %s", feed_strerror(r), feed_errmsg(c[0]));
+
+	snprintf(text, sizeof(text), "group_timeout_ms: 300\ndatasets:\n  - name: g1k\n"
+		 "    path: %s\n", gr_dir);
+	h_write_file("groups.yaml", text);
+	ck_assert_msg(feed_reload(c[0], &res) == 0, "feed_reload: %s", feed_errmsg(c[0]));
+	feed_reload_result_free(res);
+	/* member 0 reads the epoch to its end, none of its waits long */
+	while ((r = feed_next(st[0], RL_WAIT_MS, &b)) != FEED_END_OF_STREAM) {
+		if (r == FEED_END_OF_EPOCH)
+			continue;
+		ck_assert_msg(r == 0, "batch %u: feed_next: %s: %s", n, feed_strerror(r),
+			      feed_errmsg(c[0]));
+		ck_assert(gr_bytes_ok(b));
+		ck_assert_int_eq(feed_release(b), 0);
+		n++;
+	}
+	ck_assert_uint_eq(n, GR_BATCHES);
+	ck_assert_msg(h_log_has("group 'slow': detached after releasing nothing"), "%s",
+		      h_file_text(h.log));
+	ck_assert_int_eq(feed_next(st[1], 0, &b), FEED_EDETACHED);
+	ck_assert_msg(strstr(feed_errmsg(c[1]), "slow"), "%s", feed_errmsg(c[1]));
+	for (int m = 0; m < 2; m++) {
+		(void)feed_stream_close(st[m]);
+		feed_disconnect(c[m]);
+	}
+}
+END_TEST
+
 static Suite *groups_suite(void)
 {
 	Suite *s = suite_create("groups");
@@ -849,6 +919,7 @@ static Suite *groups_suite(void)
 	tcase_add_test(tc, test_groups_limits_cover_groups);
 	tcase_add_test(tc, test_groups_restart_members_resume_own_positions);
 	tcase_add_test(tc, test_groups_no_detach_under_load);
+	tcase_add_test(tc, test_groups_reload_shortens_timeout_at_once);
 	if (geteuid() == 0)
 		tcase_add_test(tc, test_groups_per_user_and_shared);
 	else
