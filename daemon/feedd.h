@@ -1,31 +1,29 @@
 /*
  * feedd.h: the one struct feedd, built in main(): the state every layer
  * below shares (struct dstate, policy/dstate.h), and what only main.c and
- * service.c use: the signal handles and what systemd is told. Loop thread.
+ * service.c use: the signalfd and what systemd is told. Loop thread.
  */
 #ifndef FEEDD_FEEDD_H
 #define FEEDD_FEEDD_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 #include "dstate.h"
 
 struct svc;
 
-/* Signals with no meaning to feedd that would otherwise end it: each is
- * logged and ignored (main.c), the realtime ones included. */
-#define FEEDD_IGNORED_SIGNALS_MAX 48
-
 struct feedd {
 	struct dstate st;          /* what the layers below are handed */
 	struct svc *svc;           /* what systemd is told (service.h), or NULL */
-	uv_signal_t sigterm;       /* stop */
-	uv_signal_t sigint;        /* stop */
-	uv_signal_t sighup;        /* reloads the config file (policy/reload.h) */
-	uv_signal_t sigquit;       /* stop, like SIGTERM (no core dump) */
-	uv_signal_t sigxcpu;       /* stop: RLIMIT_CPU's soft limit, before SIGKILL */
-	uv_signal_t sigignored[FEEDD_IGNORED_SIGNALS_MAX]; /* logged, ignored */
-	unsigned nsigignored;      /* of sigignored, initialised */
+	/* signals, read on the loop from a signalfd (main.c): SIGTERM, SIGINT,
+	 * SIGQUIT, SIGXCPU stop; SIGHUP reloads (policy/reload.h); those with
+	 * no meaning to feedd that would otherwise end it (SIGUSR1, the
+	 * realtime ones, ...) are logged and ignored */
+	int sigfd;                 /* the signalfd, or -1 */
+	uv_poll_t sigpoll;         /* its watcher on the loop */
+	bool sig_polling;          /* sigpoll initialised (closed at the stop) */
+	bool sig_closing;          /* a stop began: no more signals read */
 };
 
 #endif
