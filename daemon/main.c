@@ -177,6 +177,8 @@ static void main_on_signals(uv_poll_t *h, int status, int events)
 		ssize_t n = read(f->sigfd, si, sizeof(si));
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno != EAGAIN)
+			log_error(&f->st.log, "reading signals: %s", strerror(errno));
 		if (n < (ssize_t)sizeof(si[0]))
 			return;  /* EAGAIN: none left */
 		for (size_t i = 0; i < (size_t)n / sizeof(si[0]) && !f->sig_closing; i++)
@@ -192,9 +194,10 @@ static void main_on_signals(uv_poll_t *h, int status, int events)
  * one pending until the loop reads it. No handler runs in a signal
  * context, and none can be lost in between (a handler-based delivery
  * under the thread sanitizer lost one in ~1 of 13 starts right after
- * "ready"). 0, or a negative errno-style code.
+ * "ready"). 0, or a negative errno-style code with err naming the call
+ * that failed (main_stop then closes what was made).
  */
-static int main_signals(struct feedd *f)
+static int main_signals(struct feedd *f, struct feed_err *err)
 {
 	sigset_t set;
 	int r, fd;
@@ -202,18 +205,20 @@ static int main_signals(struct feedd *f)
 	f->sigfd = -1;
 	main_sigset(&set, false);
 	if ((r = pthread_sigmask(SIG_BLOCK, &set, NULL)) != 0)
-		return -r;
+		return feed_err_set(err, -r, "signals: pthread_sigmask: %s", strerror(r));
 	if ((fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
 		r = -errno;
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-		return r;
+		return feed_err_set(err, r, "signals: signalfd: %s", strerror(-r));
 	}
 	f->sigfd = fd;
 	if ((r = uv_poll_init(&f->st.loop, &f->sigpoll, fd)) < 0)
-		return r;  /* main_stop closes fd */
+		return feed_err_set(err, r, "signals: uv_poll_init: %s", uv_strerror(r));
 	f->sigpoll.data = f;
 	f->sig_polling = true;
-	return uv_poll_start(&f->sigpoll, UV_READABLE, main_on_signals);
+	if ((r = uv_poll_start(&f->sigpoll, UV_READABLE, main_on_signals)) < 0)
+		return feed_err_set(err, r, "signals: uv_poll_start: %s", uv_strerror(r));
+	return 0;
 }
 
 /* The fetcher, the workers, the opener and the catalog, in that order:
@@ -292,8 +297,8 @@ static int main_open(struct feedd *f, int sd_fd)
 	struct feed_err err = {0};
 	int r;
 
-	if ((r = main_signals(f)) < 0) {
-		log_error(&d->log, "signals: %s", uv_strerror(r));
+	if (main_signals(f, &err) < 0) {
+		log_error(&d->log, "%s", err.msg);
 		return -1;
 	}
 	/* The socket first: a second feedd is refused before it opens anything.
