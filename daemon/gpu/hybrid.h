@@ -154,11 +154,14 @@ struct hyb_stream {
 
 /* Starts s on device dev: on the CPU, or failed with the process's reason
  * (hyb_unusable_reason) when JPEGs cannot decode on a GPU here. Counts s
- * among dev's hybrid streams until hyb_stream_fini. */
+ * among dev's hybrid streams until hyb_stream_fini. Any thread; never
+ * blocks. A dev past CUDRV_MAX_DEVICES is refused at its first decode
+ * (the stream goes to the CPU, saying why). */
 void hyb_stream_init(struct hyb_stream *s, int dev);
 /* s is gone (no worker decodes for it any more): once dev has no hybrid
  * stream left, each worker frees its decoder for dev at its next decode
- * for another device (or at its end). */
+ * for another device, or at its end; a worker that decodes nothing more
+ * keeps it until then. Any thread; never blocks. */
 void hyb_stream_fini(struct hyb_stream *s);
 
 /* s in words, into buf (cap bytes; returns buf): "CPU: <why>" once

@@ -419,6 +419,14 @@ START_TEST(test_hybrid_worker_keeps_a_decoder_per_device)
 	same_as_cpu(im.data, im.len, &im.box, 3, &out.view);
 	ck_assert_int_eq(nv->creates, 3);
 	ck_assert_int_eq(nv->destroys, 1);
+	/* a device past those feedd tracks: the stream goes to the CPU, saying why */
+	struct hyb_stream far;
+	hyb_stream_init(&far, CUDRV_MAX_DEVICES);
+	ck_assert_uint_eq(hyb_stream_run(&far, &im, 1, 3, &out), 0);
+	ck_assert_msg(strstr(hyb_sched_reason(&far.sched), "feedd decodes on the first"), "%s",
+		      hyb_sched_reason(&far.sched));
+	ck_assert_int_eq(nv->creates, 3);
+	hyb_stream_fini(&far);
 	hyb_stream_fini(&a);
 	hyb_stream_fini(&b);
 	free((void *)im.data);
